@@ -25,7 +25,7 @@ type APIError struct {
 func (e *APIError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "hub api: %s %s: %d %s", e.Method, e.Path, e.StatusCode, http.StatusText(e.StatusCode))
-	if e.Message != "" {
+	if e.Message != "" && e.Message != http.StatusText(e.StatusCode) {
 		b.WriteString(": ")
 		b.WriteString(e.Message)
 	}
