@@ -1,0 +1,180 @@
+import {
+  FetchFn,
+  NetworkError,
+  ParseError,
+  ResponseError,
+  hubBaseUrl,
+  parseMe,
+  requestMe,
+  usageUrl
+} from '../api';
+import { aliceMe } from './fixtures';
+
+const TOKEN = 'secret-token-abc123';
+
+function respond(status: number, body: unknown, raw = false): FetchFn {
+  return jest.fn(async () => ({
+    ok: status >= 200 && status < 300,
+    status,
+    statusText: status === 200 ? 'OK' : 'Error',
+    json: async () => {
+      if (raw) {
+        throw new SyntaxError('Unexpected token < in JSON');
+      }
+      return body;
+    },
+    text: async () => (typeof body === 'string' ? body : JSON.stringify(body))
+  }));
+}
+
+describe('hubBaseUrl', () => {
+  const cases: Record<string, [string, string]> = {
+    'default hub prefix': ['/hub/', '/'],
+    'base url': ['/jhub/hub/', '/jhub/'],
+    'nested base url': ['/a/b/hub/', '/a/b/'],
+    'missing trailing slash': ['/jhub/hub', '/jhub/'],
+    'not under a hub': ['', ''],
+    'unusual prefix kept as is': ['/custom/', '/custom/']
+  };
+  it.each(Object.entries(cases))('%s', (_, [prefix, want]) => {
+    expect(hubBaseUrl(prefix)).toEqual(want);
+  });
+});
+
+describe('usageUrl', () => {
+  const cases: Record<
+    string,
+    { prefix: string; host: string; service: string; override?: string; want: string | null }
+  > = {
+    'same origin': {
+      prefix: '/hub/',
+      host: '',
+      service: 'gpu-usage',
+      want: '/services/gpu-usage/api/v1/me'
+    },
+    'hub on another host (subdomains)': {
+      prefix: '/jhub/hub/',
+      host: 'https://hub.example.org/',
+      service: 'gpu-usage',
+      want: 'https://hub.example.org/jhub/services/gpu-usage/api/v1/me'
+    },
+    'renamed service': {
+      prefix: '/hub/',
+      host: '',
+      service: 'usage',
+      want: '/services/usage/api/v1/me'
+    },
+    'empty service name falls back': {
+      prefix: '/hub/',
+      host: '',
+      service: ' ',
+      want: '/services/gpu-usage/api/v1/me'
+    },
+    'override wins': {
+      prefix: '/hub/',
+      host: '',
+      service: 'gpu-usage',
+      override: ' http://127.0.0.1:9/me ',
+      want: 'http://127.0.0.1:9/me'
+    },
+    'not under JupyterHub: no URL even with override': {
+      prefix: '',
+      host: '',
+      service: 'gpu-usage',
+      override: 'http://127.0.0.1:9/me',
+      want: null
+    }
+  };
+  it.each(Object.entries(cases))('%s', (_, tc) => {
+    expect(usageUrl({ hubPrefix: tc.prefix, hubHost: tc.host }, tc.service, tc.override)).toEqual(
+      tc.want
+    );
+  });
+});
+
+describe('requestMe', () => {
+  it('sends the Hub token and parses the document', async () => {
+    const fetchFn = respond(200, aliceMe());
+    const got = await requestMe('/services/gpu-usage/api/v1/me', TOKEN, fetchFn);
+    expect(got).toEqual(aliceMe());
+    expect(fetchFn).toHaveBeenCalledWith(
+      '/services/gpu-usage/api/v1/me',
+      expect.objectContaining({
+        headers: { Accept: 'application/json', Authorization: `token ${TOKEN}` }
+      })
+    );
+  });
+
+  it('sends no Authorization header without a token', async () => {
+    const fetchFn = respond(200, aliceMe());
+    await requestMe('/me', '', fetchFn);
+    const init = (fetchFn as jest.Mock).mock.calls[0][1];
+    expect(init.headers).toEqual({ Accept: 'application/json' });
+  });
+
+  const failures: Record<string, { fetchFn: FetchFn; type: unknown; status?: number }> = {
+    'connection refused': {
+      fetchFn: jest.fn(async () => {
+        throw new TypeError('Failed to fetch');
+      }),
+      type: NetworkError
+    },
+    'token refused': { fetchFn: respond(403, 'forbidden'), type: ResponseError, status: 403 },
+    'service down behind the proxy': {
+      fetchFn: respond(503, 'Service Unavailable'),
+      type: ResponseError,
+      status: 503
+    },
+    'html instead of json': { fetchFn: respond(200, '<html>', true), type: ParseError },
+    'json without a user': { fetchFn: respond(200, { servers: [] }), type: ParseError }
+  };
+  it.each(Object.entries(failures))('%s is a typed error', async (_, tc) => {
+    const err = await requestMe('/me', TOKEN, tc.fetchFn).catch(e => e);
+    expect(err).toBeInstanceOf(tc.type);
+    if (tc.status !== undefined) {
+      expect((err as ResponseError).status).toBe(tc.status);
+    }
+    expect(String(err.message)).not.toContain(TOKEN);
+  });
+
+  it('marks 401 and 403 as unauthorized', () => {
+    expect(new ResponseError(401, 'x').unauthorized).toBe(true);
+    expect(new ResponseError(403, 'x').unauthorized).toBe(true);
+    expect(new ResponseError(502, 'x').unauthorized).toBe(false);
+  });
+});
+
+describe('parseMe', () => {
+  it('fills neutral defaults for missing optional parts', () => {
+    const got = parseMe({ user: 'bob' });
+    expect(got).toEqual({
+      user: 'bob',
+      sampledAt: '',
+      intervalSeconds: 5,
+      simulated: false,
+      share: { allocatedGPUs: 0, usedGPUs: 0, memoryUsedBytes: 0, memoryTotalBytes: 0 },
+      servers: [],
+      history: [],
+      gpuHours: { today: undefined, '7d': undefined, '30d': undefined },
+      budget: null,
+      idleCull: null
+    });
+  });
+
+  it('keeps null utilization and unknown sources as none', () => {
+    const got = parseMe({
+      user: 'carol',
+      servers: [
+        {
+          name: 'gpu',
+          gpus: [{ kind: 'weird', smUtilPercent: null, utilizationSource: 'magic' }]
+        }
+      ]
+    });
+    expect(got.servers[0].gpus[0]).toMatchObject({
+      kind: 'gpu',
+      smUtilPercent: null,
+      utilizationSource: 'none'
+    });
+  });
+});

@@ -1,0 +1,315 @@
+import type { GpuHolding } from '../api';
+import {
+  article,
+  describeBudget,
+  describeHolding,
+  describeIdleCull,
+  describeServer,
+  fallbackDescription,
+  formatBytes,
+  formatDuration,
+  formatGpuHours,
+  formatMemory,
+  formatPercent,
+  holdsGpu,
+  isSimulated,
+  isStale,
+  provenanceOf,
+  recentUtilization,
+  shortProduct,
+  sparklinePath,
+  sparklineSummary,
+  statusBarText,
+  utilizationNote
+} from '../format';
+import { NOW, aliceMe } from './fixtures';
+
+function gpu(over: Partial<GpuHolding>): GpuHolding {
+  return {
+    kind: 'gpu',
+    share: 1,
+    smUtilPercent: null,
+    utilizationSource: 'none',
+    memoryUsedBytes: 0,
+    memoryTotalBytes: 0,
+    ...over
+  };
+}
+
+describe('shortProduct', () => {
+  const cases: Record<string, string> = {
+    'NVIDIA A100-SXM4-40GB': 'A100',
+    'NVIDIA A100 80GB PCIe': 'A100',
+    'Tesla T4': 'T4',
+    'NVIDIA H100 80GB HBM3': 'H100',
+    'NVIDIA L40S': 'L40S',
+    'NVIDIA A10G': 'A10G',
+    'Tesla V100-SXM2-16GB': 'V100',
+    'NVIDIA GeForce RTX 4090': 'RTX 4090',
+    'NVIDIA RTX A6000': 'RTX A6000',
+    '': 'GPU'
+  };
+  it.each(Object.entries(cases))('%s → %s', (product, want) => {
+    expect(shortProduct(product)).toEqual(want);
+  });
+});
+
+describe('article', () => {
+  const cases: Record<string, string> = {
+    A100: 'an',
+    H100: 'an',
+    L4: 'an',
+    T4: 'a',
+    V100: 'a',
+    'RTX 4090': 'an',
+    GPU: 'a',
+    accelerator: 'an'
+  };
+  it.each(Object.entries(cases))('%s', (word, want) => {
+    expect(article(word)).toEqual(want);
+  });
+});
+
+describe('fallbackDescription (no description from the API)', () => {
+  const cases: Record<string, { g: GpuHolding; want: string }> = {
+    'MIG slice of an A100': {
+      g: gpu({
+        kind: 'mig',
+        product: 'NVIDIA A100-SXM4-40GB',
+        profile: '3g.20gb',
+        share: 3 / 7,
+        shareNumerator: 3,
+        shareDenominator: 7
+      }),
+      want: 'MIG 3g.20gb on an A100, 3/7 of a GPU'
+    },
+    'MIG profile from the resource name': {
+      g: gpu({
+        kind: 'mig',
+        product: 'NVIDIA A100-SXM4-40GB',
+        resource: 'nvidia.com/mig-1g.5gb',
+        share: 1 / 7,
+        shareNumerator: 1,
+        shareDenominator: 7
+      }),
+      want: 'MIG 1g.5gb on an A100, 1/7 of a GPU'
+    },
+    'MIG without a fraction': {
+      g: gpu({ kind: 'mig', product: 'NVIDIA H100 80GB HBM3', profile: '2g.20gb', share: 0.25 }),
+      want: 'MIG 2g.20gb on an H100, 0.25 of a GPU'
+    },
+    'time-sliced T4': {
+      g: gpu({
+        kind: 'shared',
+        product: 'Tesla T4',
+        share: 0.25,
+        shareNumerator: 1,
+        shareDenominator: 4
+      }),
+      want: '1 of 4 time-sliced shares of a T4'
+    },
+    'time-sliced, denominator from the share': {
+      g: gpu({ kind: 'shared', product: 'NVIDIA L4', share: 0.5 }),
+      want: '1 of 2 time-sliced shares of an L4'
+    },
+    'time-sliced with unknown share': {
+      g: gpu({ kind: 'shared', product: 'Tesla T4', share: 0 }),
+      want: 'a time-sliced share of a T4'
+    },
+    'whole card': {
+      g: gpu({ kind: 'gpu', product: 'NVIDIA H100 80GB HBM3' }),
+      want: 'a whole H100'
+    },
+    'whole card, unknown product': { g: gpu({ kind: 'gpu' }), want: 'a whole GPU' }
+  };
+  it.each(Object.entries(cases))('%s', (_, tc) => {
+    expect(fallbackDescription(tc.g)).toEqual(tc.want);
+    expect(describeHolding(tc.g)).toEqual(tc.want);
+  });
+
+  it('prefers the API description', () => {
+    expect(describeHolding(gpu({ kind: 'gpu', description: 'one of the big ones' }))).toEqual(
+      'one of the big ones'
+    );
+  });
+});
+
+describe('describeServer', () => {
+  it('says no GPU for a CPU-only server', () => {
+    expect(
+      describeServer({ name: 'cpu', ready: true, allocatedGPUs: 0, usedGPUs: 0, gpus: [] })
+    ).toEqual('no GPU');
+  });
+  it('joins several devices', () => {
+    expect(
+      describeServer({
+        name: '',
+        ready: true,
+        allocatedGPUs: 2,
+        usedGPUs: 0,
+        gpus: [gpu({ product: 'Tesla T4' }), gpu({ product: 'Tesla T4' })]
+      })
+    ).toEqual('a whole T4; a whole T4');
+  });
+});
+
+describe('numbers', () => {
+  const bytes: Record<string, [number, string]> = {
+    zero: [0, '0 B'],
+    kib: [1536, '1.5 KiB'],
+    gib: [1073741824, '1 GiB'],
+    'mig memory': [21474836480, '20 GiB'],
+    'a100 40gb': [42949672960, '40 GiB'],
+    fractional: [1288490189, '1.2 GiB'],
+    negative: [-1, '–']
+  };
+  it.each(Object.entries(bytes))('formatBytes %s', (_, [v, want]) => {
+    expect(formatBytes(v)).toEqual(want);
+  });
+
+  const pct: Record<string, [number | null, string]> = {
+    null: [null, '–'],
+    round: [49.4, '49 %'],
+    capped: [130, '100 %'],
+    floor: [-3, '0 %']
+  };
+  it.each(Object.entries(pct))('formatPercent %s', (_, [v, want]) => {
+    expect(formatPercent(v)).toEqual(want);
+  });
+
+  const hours: Record<string, [number | undefined, string]> = {
+    missing: [undefined, '–'],
+    zero: [0, '0'],
+    small: [0.04321, '0.04'],
+    half: [0.5, '0.5'],
+    tens: [12.25, '12.3'],
+    hundreds: [132.4, '132']
+  };
+  it.each(Object.entries(hours))('formatGpuHours %s', (_, [v, want]) => {
+    expect(formatGpuHours(v)).toEqual(want);
+  });
+
+  const durations: Record<string, [number, string]> = {
+    seconds: [45, '45 s'],
+    minutes: [720, '12 min'],
+    hours: [3900, '1 h 05 min'],
+    days: [3 * 86400 + 7200, '3 d 2 h'],
+    negative: [-5, '0 s']
+  };
+  it.each(Object.entries(durations))('formatDuration %s', (_, [v, want]) => {
+    expect(formatDuration(v)).toEqual(want);
+  });
+
+  it('formatMemory', () => {
+    expect(formatMemory(1073741824, 21474836480)).toEqual('1 GiB of 20 GiB');
+    expect(formatMemory(0, 0)).toEqual('–');
+  });
+});
+
+describe('provenance', () => {
+  it('utilizationNote', () => {
+    expect(utilizationNote(gpu({ kind: 'mig', utilizationSource: 'none' }))).toEqual(
+      'no utilization data (MIG)'
+    );
+    expect(utilizationNote(gpu({ kind: 'gpu', utilizationSource: 'none' }))).toEqual(
+      'no utilization data'
+    );
+    expect(utilizationNote(gpu({ utilizationSource: 'simulated' }))).toEqual('simulated');
+    expect(utilizationNote(gpu({ utilizationSource: 'nvml' }))).toEqual('measured (NVML)');
+    expect(utilizationNote(gpu({ utilizationSource: 'dcgm' }))).toEqual('measured (DCGM)');
+  });
+
+  it('provenanceOf', () => {
+    expect(provenanceOf('nvml')).toEqual('measured');
+    expect(provenanceOf('nvml', true)).toEqual('simulated');
+    expect(provenanceOf('simulated')).toEqual('simulated');
+    expect(provenanceOf('none')).toEqual('none');
+  });
+
+  it('isSimulated from the document flag or any device', () => {
+    expect(isSimulated(aliceMe())).toBe(true);
+    const measured = aliceMe({ simulated: false });
+    measured.servers[0].gpus[0].utilizationSource = 'nvml';
+    expect(isSimulated(measured)).toBe(false);
+    measured.servers[0].gpus[0].utilizationSource = 'simulated';
+    expect(isSimulated(measured)).toBe(true);
+  });
+});
+
+describe('staleness', () => {
+  const cases: Record<string, { sampledAt: string; interval: number; want: boolean }> = {
+    fresh: { sampledAt: '2026-11-22T10:00:05Z', interval: 5, want: false },
+    'under the 30 s floor': { sampledAt: '2026-11-22T09:59:45Z', interval: 5, want: false },
+    'older than 30 s': { sampledAt: '2026-11-22T09:59:30Z', interval: 5, want: true },
+    'slow interval allows 3 intervals': { sampledAt: '2026-11-22T09:59:00Z', interval: 30, want: false },
+    'unknown time is not stale': { sampledAt: '', interval: 5, want: false }
+  };
+  it.each(Object.entries(cases))('%s', (_, tc) => {
+    expect(isStale(aliceMe({ sampledAt: tc.sampledAt, intervalSeconds: tc.interval }), NOW)).toBe(
+      tc.want
+    );
+  });
+});
+
+describe('budget and idle cull', () => {
+  it('null is not configured, never a number', () => {
+    expect(describeBudget(null)).toEqual('not configured');
+    expect(describeIdleCull(null, NOW)).toEqual('not configured');
+  });
+  const budgets: Record<string, [object, string]> = {
+    remaining: [{ remainingGPUHours: 4.5, limitGPUHours: 10, window: '7 days' }, '4.5 of 10 GPU-hours left (7 days)'],
+    'from used and limit': [{ usedGPUHours: 12, limitGPUHours: 10 }, '0 of 10 GPU-hours left'],
+    'no figure': [{}, 'configured, no figure reported']
+  };
+  it.each(Object.entries(budgets))('budget %s', (_, [b, want]) => {
+    expect(describeBudget(b)).toEqual(want);
+  });
+  const culls: Record<string, [object, string]> = {
+    countdown: [{ cullAt: '2026-11-22T10:12:10Z' }, 'stops in 12 min if still idle'],
+    past: [{ cullAt: '2026-11-22T09:00:00Z' }, 'stopping now (idle)'],
+    'from idle and timeout': [{ idleSeconds: 600, timeoutSeconds: 3600 }, 'stops in 50 min if still idle'],
+    'timeout only': [{ timeoutSeconds: 3600 }, 'stops after 1 h 00 min of GPU idleness']
+  };
+  it.each(Object.entries(culls))('idle cull %s', (_, [c, want]) => {
+    expect(describeIdleCull(c, NOW)).toEqual(want);
+  });
+});
+
+describe('sparkline', () => {
+  it('keeps the last hour with known values, in time order', () => {
+    const me = aliceMe();
+    me.history.unshift({ t: '2026-11-22T08:00:00Z', allocatedGPUs: 0, usedGPUs: 0, smUtilPercent: 5, memoryUsedBytes: 0 });
+    me.history.push({ t: '2026-11-22T09:50:00Z', allocatedGPUs: 0, usedGPUs: 0, smUtilPercent: null, memoryUsedBytes: 0 });
+    expect(recentUtilization(me.history, NOW).map(p => p.v)).toEqual([10, 70, 49]);
+  });
+
+  it('draws time on x and 0–100 % on y, breaking long gaps', () => {
+    const t0 = NOW.getTime() - 3600 * 1000;
+    const points = [
+      { t: t0, v: 0 },
+      { t: t0 + 60_000, v: 100 },
+      { t: t0 + 1800_000, v: 50 },
+      { t: NOW.getTime(), v: 50 }
+    ];
+    expect(sparklinePath(points, NOW, 120, 40)).toEqual('M0,40 L2,0 M60,20 M120,20');
+  });
+
+  it('summarises for screen readers', () => {
+    expect(sparklineSummary([{ v: 10 }, { v: 70 }, { v: 49 }])).toEqual(
+      'SM utilization over the last hour: latest 49 %, average 43 %, lowest 10 %, highest 70 %'
+    );
+    expect(sparklineSummary([])).toEqual('SM utilization over the last hour: no data yet');
+  });
+});
+
+describe('statusBarText', () => {
+  it('shows utilization, none, or unknown', () => {
+    expect(statusBarText(aliceMe())).toEqual('GPU 49 %');
+    expect(statusBarText(aliceMe({ servers: [] }))).toEqual('GPU none');
+    expect(statusBarText(null)).toEqual('GPU –');
+    const mig = aliceMe();
+    mig.servers[0].gpus[0].smUtilPercent = null;
+    expect(statusBarText(mig)).toEqual('GPU 0.43');
+    expect(holdsGpu(mig)).toBe(true);
+  });
+});

@@ -1,0 +1,336 @@
+// The usage API's `GET /services/gpu-usage/api/v1/me` contract (docs/architecture.md,
+// services/usage-api/openapi.yaml) and the one request helper that reads it.
+
+/** Where a utilization number comes from. */
+export type UtilizationSource = 'nvml' | 'dcgm' | 'simulated' | 'none';
+
+/** How a device is held: a whole card, a MIG slice, or a time-sliced replica. */
+export type GpuKind = 'gpu' | 'mig' | 'shared';
+
+export interface GpuHolding {
+  kind: GpuKind;
+  resource?: string;
+  product?: string;
+  profile?: string;
+  share: number;
+  shareNumerator?: number;
+  shareDenominator?: number;
+  description?: string;
+  uuid?: string;
+  smUtilPercent: number | null;
+  utilizationSource: UtilizationSource;
+  memoryUsedBytes: number;
+  memoryTotalBytes: number;
+}
+
+export interface ServerUsage {
+  name: string;
+  pod?: string;
+  node?: string;
+  ready: boolean;
+  allocatedGPUs: number;
+  usedGPUs: number;
+  gpus: GpuHolding[];
+}
+
+export interface HistoryPoint {
+  t: string;
+  allocatedGPUs: number;
+  usedGPUs: number;
+  smUtilPercent: number | null;
+  memoryUsedBytes: number;
+}
+
+export interface GpuHoursWindow {
+  allocated: number;
+  used: number;
+}
+
+/**
+ * Budget left, filled by gpu-quota once it exists. The fields are read
+ * defensively: anything missing is shown as unknown, never invented.
+ */
+export interface Budget {
+  limitGPUHours?: number;
+  usedGPUHours?: number;
+  remainingGPUHours?: number;
+  window?: string;
+  resetsAt?: string;
+}
+
+/** Idle-cull countdown, filled by gpu-culler once it exists. */
+export interface IdleCull {
+  server?: string;
+  cullAt?: string;
+  idleSeconds?: number;
+  timeoutSeconds?: number;
+  reason?: string;
+}
+
+export interface MeResponse {
+  user: string;
+  sampledAt: string;
+  intervalSeconds: number;
+  simulated: boolean;
+  share: {
+    allocatedGPUs: number;
+    usedGPUs: number;
+    memoryUsedBytes: number;
+    memoryTotalBytes: number;
+  };
+  servers: ServerUsage[];
+  history: HistoryPoint[];
+  gpuHours: {
+    today?: GpuHoursWindow;
+    '7d'?: GpuHoursWindow;
+    '30d'?: GpuHoursWindow;
+  };
+  budget: Budget | null;
+  idleCull: IdleCull | null;
+}
+
+/** Base class of every failure of {@link requestMe}. */
+export class UsageApiError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'UsageApiError';
+  }
+}
+
+/** The request never got an HTTP answer (DNS, connection refused, CORS, abort). */
+export class NetworkError extends UsageApiError {
+  constructor(message: string) {
+    super(message);
+    this.name = 'NetworkError';
+  }
+}
+
+/** The service answered with a non-2xx status. */
+export class ResponseError extends UsageApiError {
+  readonly status: number;
+  constructor(status: number, message: string) {
+    super(message);
+    this.name = 'ResponseError';
+    this.status = status;
+  }
+
+  /** The token was refused or lacks `access:services!service=gpu-usage`. */
+  get unauthorized(): boolean {
+    return this.status === 401 || this.status === 403;
+  }
+}
+
+/** The body was not the JSON the contract promises. */
+export class ParseError extends UsageApiError {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ParseError';
+  }
+}
+
+export type FetchFn = (
+  input: string,
+  init?: { headers?: Record<string, string>; signal?: AbortSignal; credentials?: 'omit' | 'same-origin' | 'include'; cache?: 'no-store' }
+) => Promise<{
+  ok: boolean;
+  status: number;
+  statusText: string;
+  json(): Promise<unknown>;
+  text(): Promise<string>;
+}>;
+
+/** The page config values the panel reads (set by jupyterhub-singleuser). */
+export interface HubPageConfig {
+  hubPrefix: string;
+  hubHost: string;
+  hubUser: string;
+  hubServerName: string;
+  token: string;
+}
+
+/**
+ * The JupyterHub base URL from `hubPrefix` (`<base>/hub/`), with a trailing
+ * slash: `/hub/` → `/`, `/jhub/hub/` → `/jhub/`. Empty when not under a Hub.
+ */
+export function hubBaseUrl(hubPrefix: string): string {
+  if (!hubPrefix) {
+    return '';
+  }
+  let p = hubPrefix.endsWith('/') ? hubPrefix : hubPrefix + '/';
+  if (!p.startsWith('/')) {
+    p = '/' + p;
+  }
+  if (p.endsWith('/hub/')) {
+    return p.slice(0, -'hub/'.length);
+  }
+  // A prefix that does not end in hub/ is not what the Hub sets; use it as is.
+  return p;
+}
+
+/**
+ * The usage API's `me` URL, or null when not running under JupyterHub.
+ * `override` (a setting) wins; otherwise
+ * `${hubHost}${base}services/${serviceName}/api/v1/me`.
+ */
+export function usageUrl(
+  config: Pick<HubPageConfig, 'hubPrefix' | 'hubHost'>,
+  serviceName: string,
+  override = ''
+): string | null {
+  if (!config.hubPrefix) {
+    return null;
+  }
+  if (override.trim()) {
+    return override.trim();
+  }
+  const name = encodeURIComponent(serviceName.trim() || 'gpu-usage');
+  const host = config.hubHost.replace(/\/+$/, '');
+  return `${host}${hubBaseUrl(config.hubPrefix)}services/${name}/api/v1/me`;
+}
+
+/**
+ * GET the `me` document with the Hub token. Every failure is a typed
+ * {@link UsageApiError}; the token never appears in an error message.
+ */
+export async function requestMe(
+  url: string,
+  token: string,
+  fetchFn: FetchFn,
+  signal?: AbortSignal
+): Promise<MeResponse> {
+  const headers: Record<string, string> = { Accept: 'application/json' };
+  if (token) {
+    headers.Authorization = `token ${token}`;
+  }
+  let response: Awaited<ReturnType<FetchFn>>;
+  try {
+    response = await fetchFn(url, {
+      headers,
+      signal,
+      credentials: 'same-origin',
+      cache: 'no-store'
+    });
+  } catch (err) {
+    const reason = err instanceof Error ? err.message : String(err);
+    throw new NetworkError(`usage API unreachable: ${reason}`);
+  }
+  if (!response.ok) {
+    let detail = '';
+    try {
+      detail = (await response.text()).slice(0, 200);
+    } catch {
+      // The status is what matters.
+    }
+    throw new ResponseError(
+      response.status,
+      `usage API answered ${response.status} ${response.statusText}${detail ? `: ${detail}` : ''}`
+    );
+  }
+  let body: unknown;
+  try {
+    body = await response.json();
+  } catch (err) {
+    const reason = err instanceof Error ? err.message : String(err);
+    throw new ParseError(`usage API sent invalid JSON: ${reason}`);
+  }
+  return parseMe(body);
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function num(v: unknown, fallback = 0): number {
+  return typeof v === 'number' && Number.isFinite(v) ? v : fallback;
+}
+
+function numOrNull(v: unknown): number | null {
+  return typeof v === 'number' && Number.isFinite(v) ? v : null;
+}
+
+function str(v: unknown, fallback = ''): string {
+  return typeof v === 'string' ? v : fallback;
+}
+
+const SOURCES: UtilizationSource[] = ['nvml', 'dcgm', 'simulated', 'none'];
+const KINDS: GpuKind[] = ['gpu', 'mig', 'shared'];
+
+function parseGpu(v: unknown): GpuHolding {
+  const g = isObject(v) ? v : {};
+  const source = str(g.utilizationSource, 'none') as UtilizationSource;
+  const kind = str(g.kind, 'gpu') as GpuKind;
+  return {
+    kind: KINDS.includes(kind) ? kind : 'gpu',
+    resource: typeof g.resource === 'string' ? g.resource : undefined,
+    product: typeof g.product === 'string' ? g.product : undefined,
+    profile: typeof g.profile === 'string' ? g.profile : undefined,
+    share: num(g.share),
+    shareNumerator: numOrNull(g.shareNumerator) ?? undefined,
+    shareDenominator: numOrNull(g.shareDenominator) ?? undefined,
+    description: typeof g.description === 'string' ? g.description : undefined,
+    uuid: typeof g.uuid === 'string' ? g.uuid : undefined,
+    smUtilPercent: numOrNull(g.smUtilPercent),
+    utilizationSource: SOURCES.includes(source) ? source : 'none',
+    memoryUsedBytes: num(g.memoryUsedBytes),
+    memoryTotalBytes: num(g.memoryTotalBytes)
+  };
+}
+
+function parseWindow(v: unknown): GpuHoursWindow | undefined {
+  if (!isObject(v)) {
+    return undefined;
+  }
+  return { allocated: num(v.allocated), used: num(v.used) };
+}
+
+/**
+ * Check the shape of a `me` document. Missing optional parts get neutral
+ * defaults; a body that is not an object with a user is a {@link ParseError}.
+ */
+export function parseMe(body: unknown): MeResponse {
+  if (!isObject(body) || typeof body.user !== 'string') {
+    throw new ParseError('usage API sent a document without a user');
+  }
+  const share = isObject(body.share) ? body.share : {};
+  const hours = isObject(body.gpuHours) ? body.gpuHours : {};
+  return {
+    user: body.user,
+    sampledAt: str(body.sampledAt),
+    intervalSeconds: num(body.intervalSeconds, 5),
+    simulated: body.simulated === true,
+    share: {
+      allocatedGPUs: num(share.allocatedGPUs),
+      usedGPUs: num(share.usedGPUs),
+      memoryUsedBytes: num(share.memoryUsedBytes),
+      memoryTotalBytes: num(share.memoryTotalBytes)
+    },
+    servers: (Array.isArray(body.servers) ? body.servers : []).map(s => {
+      const o = isObject(s) ? s : {};
+      return {
+        name: str(o.name),
+        pod: typeof o.pod === 'string' ? o.pod : undefined,
+        node: typeof o.node === 'string' ? o.node : undefined,
+        ready: o.ready !== false,
+        allocatedGPUs: num(o.allocatedGPUs),
+        usedGPUs: num(o.usedGPUs),
+        gpus: (Array.isArray(o.gpus) ? o.gpus : []).map(parseGpu)
+      };
+    }),
+    history: (Array.isArray(body.history) ? body.history : [])
+      .filter(isObject)
+      .map(h => ({
+        t: str(h.t),
+        allocatedGPUs: num(h.allocatedGPUs),
+        usedGPUs: num(h.usedGPUs),
+        smUtilPercent: numOrNull(h.smUtilPercent),
+        memoryUsedBytes: num(h.memoryUsedBytes)
+      })),
+    gpuHours: {
+      today: parseWindow(hours.today),
+      '7d': parseWindow(hours['7d']),
+      '30d': parseWindow(hours['30d'])
+    },
+    budget: isObject(body.budget) ? (body.budget as Budget) : null,
+    idleCull: isObject(body.idleCull) ? (body.idleCull as IdleCull) : null
+  };
+}

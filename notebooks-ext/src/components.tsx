@@ -1,0 +1,504 @@
+// The panel and status bar views as plain React components: they take a
+// UsageState and render it; no JupyterLab imports, so jest renders them in jsdom.
+
+import * as React from 'react';
+
+import type { GpuHolding, MeResponse, ServerUsage } from './api';
+import {
+  describeBudget,
+  describeHolding,
+  describeIdleCull,
+  formatGpuHours,
+  formatMemory,
+  formatNumber,
+  formatPercent,
+  formatDuration,
+  holdsGpu,
+  isSimulated,
+  isStale,
+  recentUtilization,
+  sampleAgeSeconds,
+  serverLabel,
+  sparklinePath,
+  sparklineSummary,
+  statusBarText,
+  utilizationNote
+} from './format';
+import type { UsageState } from './model';
+
+export interface PanelProps {
+  state: UsageState;
+  now: Date;
+  /** The server this JupyterLab belongs to (page config hubServerName / hubServerUser). */
+  currentServer: { user: string; name: string };
+  /** Hub base URL (`/` or `/jhub/`) for the link to the Hub home page. */
+  hubBase: string;
+  onRefresh: () => void;
+}
+
+export function GpuPanel(props: PanelProps): JSX.Element {
+  const { state } = props;
+  const simulated = state.status === 'ok' ? isSimulated(state.data) : null;
+  return (
+    <div className="jp-GpuPanel-content">
+      <header className="jp-GpuPanel-header">
+        <h2 className="jp-GpuPanel-title">GPU</h2>
+        {simulated !== null && <ProvenanceBadge simulated={simulated} />}
+        <span className="jp-GpuPanel-spacer" />
+        {state.status !== 'not-hub' && (
+          <button
+            type="button"
+            className="jp-GpuPanel-refresh jp-mod-styled"
+            onClick={props.onRefresh}
+            title="Refresh GPU usage now"
+            aria-label="Refresh GPU usage now"
+          >
+            <RefreshGlyph />
+          </button>
+        )}
+      </header>
+      <Body {...props} />
+    </div>
+  );
+}
+
+function Body(props: PanelProps): JSX.Element {
+  const { state } = props;
+  switch (state.status) {
+    case 'not-hub':
+      return (
+        <Notice kind="info" title="Not running under JupyterHub">
+          The GPU panel reads your share of a GPU from the hub’s gpu-usage
+          service. This JupyterLab was not started by JupyterHub, so there is
+          nothing to show.
+        </Notice>
+      );
+    case 'loading':
+      return (
+        <Notice kind="info" title="Loading GPU usage…">
+          Asking the gpu-usage service for your share.
+        </Notice>
+      );
+    case 'unreachable':
+      return (
+        <Notice kind="warn" title="GPU usage service unreachable">
+          <p>
+            The gpu-usage service did not answer ({state.message}). JupyterLab
+            and your kernels keep working; only this panel is affected.
+          </p>
+          <p>
+            Retrying with backoff (failed {state.failures}{' '}
+            {state.failures === 1 ? 'time' : 'times'} since{' '}
+            {formatClock(state.since)}).
+          </p>
+        </Notice>
+      );
+    case 'unauthorized':
+      return (
+        <Notice kind="warn" title="Not allowed to read GPU usage">
+          <p>The gpu-usage service refused this session’s token ({state.message}).</p>
+          <p>
+            Your hub administrator must grant the scope{' '}
+            <code>access:services!service=gpu-usage</code>.
+          </p>
+        </Notice>
+      );
+    case 'error':
+      return (
+        <Notice kind="warn" title="GPU usage not available">
+          {state.message}
+        </Notice>
+      );
+    case 'ok':
+      return <Usage {...props} data={state.data} fetchedAt={state.fetchedAt} />;
+  }
+}
+
+function Usage(
+  props: PanelProps & { data: MeResponse; fetchedAt: Date }
+): JSX.Element {
+  const { data, now } = props;
+  const stale = isStale(data, now);
+  const age = sampleAgeSeconds(data, now);
+  const points = recentUtilization(data.history, now);
+  return (
+    <div className="jp-GpuPanel-body">
+      {stale && (
+        <Notice kind="warn" title="Numbers are stale">
+          The last sample is {age === null ? 'of unknown age' : `${formatDuration(age)} old`}
+          ; the GPU agent or the usage service has stopped updating.
+        </Notice>
+      )}
+      <Section title="Your share" id="share">
+        {holdsGpu(data) ? (
+          data.servers
+            .filter(s => s.gpus.length > 0)
+            .map(s => (
+              <Server
+                key={s.name || '(default)'}
+                server={s}
+                current={
+                  s.name === props.currentServer.name &&
+                  data.user === props.currentServer.user
+                }
+              />
+            ))
+        ) : (
+          <Notice kind="info" title="No GPU attached">
+            <p>
+              {data.servers.length === 0
+                ? 'You have no running server that holds a GPU.'
+                : 'Your running servers hold no GPU.'}{' '}
+              To use one, stop this server and start it with a GPU profile
+              from the{' '}
+              <a href={`${props.hubBase}hub/home`} target="_blank" rel="noreferrer">
+                hub control panel
+              </a>
+              .
+            </p>
+          </Notice>
+        )}
+        {data.servers
+          .filter(s => s.gpus.length === 0)
+          .map(s => (
+            <p key={s.name || '(default)'} className="jp-GpuPanel-muted">
+              {serverLabel(s.name)}: no GPU
+            </p>
+          ))}
+      </Section>
+      <Section title="Last hour" id="history">
+        <Sparkline points={points} now={now} />
+      </Section>
+      <Section title="GPU-hours" id="hours">
+        <table className="jp-GpuPanel-hours">
+          <thead>
+            <tr>
+              <th scope="col">
+                <span className="jp-GpuPanel-visuallyHidden">Window</span>
+              </th>
+              <th scope="col">Allocated</th>
+              <th scope="col">Used</th>
+            </tr>
+          </thead>
+          <tbody>
+            {(
+              [
+                ['today', 'Today'],
+                ['7d', '7 days'],
+                ['30d', '30 days']
+              ] as const
+            ).map(([key, label]) => {
+              const w = data.gpuHours[key];
+              return (
+                <tr key={key} data-window={key}>
+                  <th scope="row">{label}</th>
+                  <td data-field="allocated">{formatGpuHours(w?.allocated)}</td>
+                  <td data-field="used">{formatGpuHours(w?.used)}</td>
+                </tr>
+              );
+            })}
+          </tbody>
+        </table>
+      </Section>
+      <Section title="Budget" id="budget">
+        <p
+          className={
+            data.budget ? 'jp-GpuPanel-value' : 'jp-GpuPanel-muted'
+          }
+          data-field="budget"
+        >
+          {describeBudget(data.budget)}
+        </p>
+      </Section>
+      <Section title="Idle cull" id="idle">
+        <p
+          className={
+            data.idleCull ? 'jp-GpuPanel-value' : 'jp-GpuPanel-muted'
+          }
+          data-field="idle-cull"
+        >
+          {describeIdleCull(data.idleCull, now)}
+        </p>
+      </Section>
+      <footer className="jp-GpuPanel-footer">
+        Updated {formatClock(props.fetchedAt)}
+        {age !== null && !stale && ` · sample ${formatDuration(age)} old`} ·{' '}
+        {data.user}
+      </footer>
+    </div>
+  );
+}
+
+function Server(props: { server: ServerUsage; current: boolean }): JSX.Element {
+  const { server } = props;
+  const label = serverLabel(server.name);
+  return (
+    <article
+      className="jp-GpuPanel-server"
+      aria-label={`${label}${props.current ? ' (this server)' : ''}`}
+      data-server={server.name}
+    >
+      <div className="jp-GpuPanel-serverHead">
+        <span className="jp-GpuPanel-serverName">{label}</span>
+        {props.current && <span className="jp-GpuPanel-tag">this server</span>}
+        {!server.ready && <span className="jp-GpuPanel-tag">starting</span>}
+        {server.node && (
+          <span className="jp-GpuPanel-muted jp-GpuPanel-node">on {server.node}</span>
+        )}
+      </div>
+      {server.gpus.map((g, i) => (
+        <Holding key={g.uuid ?? i} gpu={g} />
+      ))}
+    </article>
+  );
+}
+
+function Holding(props: { gpu: GpuHolding }): JSX.Element {
+  const { gpu } = props;
+  const util = gpu.smUtilPercent;
+  const note = utilizationNote(gpu);
+  return (
+    <div className="jp-GpuPanel-holding" data-uuid={gpu.uuid}>
+      <p className="jp-GpuPanel-description" data-field="description">
+        {describeHolding(gpu)}
+      </p>
+      <Meter
+        label="SM utilization"
+        field="util"
+        value={util}
+        text={util === null ? note : formatPercent(util)}
+        note={util === null ? undefined : note}
+        simulated={gpu.utilizationSource === 'simulated'}
+      />
+      <Meter
+        label="Memory"
+        field="memory"
+        value={
+          gpu.memoryTotalBytes > 0
+            ? (gpu.memoryUsedBytes / gpu.memoryTotalBytes) * 100
+            : null
+        }
+        text={formatMemory(gpu.memoryUsedBytes, gpu.memoryTotalBytes)}
+      />
+    </div>
+  );
+}
+
+function Meter(props: {
+  label: string;
+  field: string;
+  value: number | null;
+  text: string;
+  note?: string;
+  simulated?: boolean;
+}): JSX.Element {
+  const pct =
+    props.value === null ? null : Math.min(Math.max(props.value, 0), 100);
+  return (
+    <div className="jp-GpuPanel-meter" data-field={props.field}>
+      <div className="jp-GpuPanel-meterHead">
+        <span className="jp-GpuPanel-meterLabel">{props.label}</span>
+        <span className="jp-GpuPanel-meterValue" data-value={pct === null ? '' : String(Math.round(pct))}>
+          {props.text}
+        </span>
+      </div>
+      {pct !== null && (
+        <div
+          className="jp-GpuPanel-bar"
+          role="meter"
+          aria-label={props.label}
+          aria-valuemin={0}
+          aria-valuemax={100}
+          aria-valuenow={Math.round(pct)}
+          aria-valuetext={props.text}
+        >
+          <div
+            className={
+              'jp-GpuPanel-barFill' + (pct >= 90 ? ' jp-mod-high' : '')
+            }
+            style={{ width: `${pct}%` }}
+          />
+        </div>
+      )}
+      {props.note && (
+        <span
+          className={
+            'jp-GpuPanel-note' + (props.simulated ? ' jp-mod-simulated' : '')
+          }
+        >
+          {props.note}
+        </span>
+      )}
+    </div>
+  );
+}
+
+const SPARK_W = 240;
+const SPARK_H = 48;
+
+export function Sparkline(props: {
+  points: { t: number; v: number }[];
+  now: Date;
+}): JSX.Element {
+  const summary = sparklineSummary(props.points);
+  const d = sparklinePath(props.points, props.now, SPARK_W, SPARK_H);
+  const area = d
+    ? d
+        .split(/ (?=M)/)
+        .map(seg => {
+          const coords: string[] = seg.match(/-?[\d.]+,-?[\d.]+/g) ?? [];
+          if (coords.length === 0) {
+            return '';
+          }
+          const first = coords[0].split(',')[0];
+          const last = coords[coords.length - 1].split(',')[0];
+          return `${seg} L${last},${SPARK_H} L${first},${SPARK_H} Z`;
+        })
+        .join(' ')
+    : '';
+  return (
+    <figure className="jp-GpuPanel-spark">
+      <svg
+        role="img"
+        aria-label={summary}
+        viewBox={`0 0 ${SPARK_W} ${SPARK_H}`}
+        preserveAspectRatio="none"
+        className="jp-GpuPanel-sparkSvg"
+      >
+        <line className="jp-GpuPanel-sparkGrid" x1="0" x2={SPARK_W} y1={SPARK_H / 2} y2={SPARK_H / 2} />
+        {area && <path className="jp-GpuPanel-sparkArea" d={area} />}
+        {d && <path className="jp-GpuPanel-sparkLine" d={d} />}
+      </svg>
+      <figcaption className="jp-GpuPanel-sparkCaption" aria-hidden="true">
+        <span>−60 min</span>
+        <span>SM utilization</span>
+        <span>now</span>
+      </figcaption>
+    </figure>
+  );
+}
+
+function Section(props: {
+  title: string;
+  id: string;
+  children: React.ReactNode;
+}): JSX.Element {
+  const headingId = `jp-GpuPanel-${props.id}`;
+  return (
+    <section
+      className="jp-GpuPanel-section"
+      aria-labelledby={headingId}
+      data-section={props.id}
+    >
+      <h3 id={headingId} className="jp-GpuPanel-sectionTitle">
+        {props.title}
+      </h3>
+      {props.children}
+    </section>
+  );
+}
+
+function Notice(props: {
+  kind: 'info' | 'warn';
+  title: string;
+  children: React.ReactNode;
+}): JSX.Element {
+  return (
+    <div
+      className={`jp-GpuPanel-notice jp-mod-${props.kind}`}
+      role="status"
+      data-notice={props.title}
+    >
+      <strong className="jp-GpuPanel-noticeTitle">{props.title}</strong>
+      <div className="jp-GpuPanel-noticeBody">{props.children}</div>
+    </div>
+  );
+}
+
+function ProvenanceBadge(props: { simulated: boolean }): JSX.Element {
+  return props.simulated ? (
+    <span
+      className="jp-GpuPanel-badge jp-mod-simulated"
+      title="These numbers come from the simulated GPU backend, not from real hardware"
+      data-provenance="simulated"
+    >
+      simulated
+    </span>
+  ) : (
+    <span
+      className="jp-GpuPanel-badge jp-mod-measured"
+      title="These numbers are measured on the GPU"
+      data-provenance="measured"
+    >
+      measured
+    </span>
+  );
+}
+
+function RefreshGlyph(): JSX.Element {
+  return (
+    <svg
+      aria-hidden="true"
+      focusable="false"
+      width="16"
+      height="16"
+      viewBox="0 0 24 24"
+      className="jp-GpuPanel-glyph"
+    >
+      <path d="M17.65 6.35A7.96 7.96 0 0 0 12 4a8 8 0 1 0 7.73 10h-2.08A6 6 0 1 1 12 6c1.66 0 3.14.69 4.22 1.78L13 11h7V4l-2.35 2.35z" />
+    </svg>
+  );
+}
+
+function formatClock(d: Date): string {
+  return d.toLocaleTimeString(undefined, {
+    hour: '2-digit',
+    minute: '2-digit',
+    second: '2-digit'
+  });
+}
+
+export interface StatusProps {
+  state: UsageState;
+  onClick: () => void;
+}
+
+/** The compact status bar item: a button that opens the panel. */
+export function GpuStatus(props: StatusProps): JSX.Element | null {
+  const { state } = props;
+  if (state.status === 'not-hub') {
+    return null;
+  }
+  let text: string;
+  let detail: string;
+  let simulated = false;
+  switch (state.status) {
+    case 'ok':
+      text = statusBarText(state.data);
+      simulated = isSimulated(state.data);
+      detail = holdsGpu(state.data)
+        ? `You hold ${formatNumber(state.data.share.allocatedGPUs, 2)} GPU`
+        : 'No GPU attached';
+      break;
+    case 'loading':
+      text = 'GPU …';
+      detail = 'Loading GPU usage';
+      break;
+    default:
+      text = 'GPU ?';
+      detail = 'GPU usage service unreachable';
+  }
+  const label = `${detail}${simulated ? ' (simulated)' : ''}. ${text}. Open the GPU panel.`;
+  return (
+    <button
+      type="button"
+      className="jp-GpuStatus"
+      onClick={props.onClick}
+      title={label}
+      aria-label={label}
+    >
+      <span className="jp-GpuStatus-text">{text}</span>
+      {simulated && <span className="jp-GpuStatus-sim">sim</span>}
+    </button>
+  );
+}

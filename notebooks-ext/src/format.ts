@@ -1,0 +1,391 @@
+// Pure formatting of usage numbers into the words the panel shows. No DOM, no
+// JupyterLab imports, so every rule here is unit tested.
+
+import type {
+  Budget,
+  GpuHolding,
+  HistoryPoint,
+  IdleCull,
+  MeResponse,
+  ServerUsage,
+  UtilizationSource
+} from './api';
+
+const VENDOR_PREFIXES = /^(nvidia|tesla|geforce|quadro)\s+/i;
+
+/**
+ * A short card name from an NVML product string:
+ * "NVIDIA A100-SXM4-40GB" → "A100", "Tesla T4" → "T4",
+ * "NVIDIA H100 80GB HBM3" → "H100", "NVIDIA GeForce RTX 4090" → "RTX 4090".
+ */
+export function shortProduct(product: string | undefined): string {
+  let p = (product ?? '').trim();
+  while (VENDOR_PREFIXES.test(p)) {
+    p = p.replace(VENDOR_PREFIXES, '');
+  }
+  if (!p) {
+    return 'GPU';
+  }
+  const model = /^([A-Z]{1,3}\d{1,4}[A-Za-z]{0,3})(?=$|[\s-])/.exec(p);
+  if (model) {
+    return model[1];
+  }
+  const branded = /^((?:RTX|GTX|Titan)\s?[A-Za-z]?\d{0,4}\w*)/i.exec(p);
+  if (branded) {
+    return branded[1];
+  }
+  return p.split(/[\s-]\d+GB/i)[0];
+}
+
+// Letters whose spoken name starts with a vowel sound: "an A100", "an H100", "an L4".
+const AN_LETTERS = new Set('AEFHILMNORSX');
+
+/** "a" or "an" before a card name, following how the name is spoken. */
+export function article(word: string): 'a' | 'an' {
+  const first = word.charAt(0);
+  if (!first) {
+    return 'a';
+  }
+  const isAcronym = /^[A-Z]{1,4}(\d|$|\s)/.test(word);
+  if (isAcronym) {
+    return AN_LETTERS.has(first) ? 'an' : 'a';
+  }
+  return /^[aeiou]/i.test(first) ? 'an' : 'a';
+}
+
+/** "3/7" from numerator/denominator, or a decimal share. */
+export function formatFraction(
+  share: number,
+  numerator?: number,
+  denominator?: number
+): string {
+  if (numerator && denominator && denominator > 1) {
+    return `${numerator}/${denominator}`;
+  }
+  return formatNumber(share, 2);
+}
+
+/** Number with at most `digits` decimals, trailing zeros removed. */
+export function formatNumber(v: number, digits = 2): string {
+  if (!Number.isFinite(v)) {
+    return '–';
+  }
+  const fixed = v.toFixed(digits);
+  return fixed.includes('.') ? fixed.replace(/\.?0+$/, '') : fixed;
+}
+
+/**
+ * What one device grant is, in words. The API's `description` wins; this is the
+ * fallback when it is missing, written from `kind`.
+ */
+export function describeHolding(g: GpuHolding): string {
+  if (g.description && g.description.trim()) {
+    return g.description.trim();
+  }
+  return fallbackDescription(g);
+}
+
+/** The description from `kind` alone (tested separately from the API text). */
+export function fallbackDescription(g: GpuHolding): string {
+  const card = shortProduct(g.product);
+  const on = `${article(card)} ${card}`;
+  switch (g.kind) {
+    case 'mig': {
+      const profile = g.profile || profileFromResource(g.resource) || 'slice';
+      const frac = formatFraction(g.share, g.shareNumerator, g.shareDenominator);
+      return `MIG ${profile} on ${on}, ${frac} of a GPU`;
+    }
+    case 'shared': {
+      const n = g.shareNumerator || 1;
+      const d =
+        g.shareDenominator || (g.share > 0 ? Math.round(1 / g.share) : 0);
+      if (d > 1) {
+        return `${n} of ${d} time-sliced shares of ${on}`;
+      }
+      return `a time-sliced share of ${on}`;
+    }
+    case 'gpu':
+    default:
+      return card === 'GPU' ? 'a whole GPU' : `a whole ${card}`;
+  }
+}
+
+function profileFromResource(resource: string | undefined): string {
+  const m = /^nvidia\.com\/mig-(.+)$/.exec(resource ?? '');
+  return m ? m[1] : '';
+}
+
+/** What a server holds: its devices in words, or "no GPU". */
+export function describeServer(s: ServerUsage): string {
+  if (s.gpus.length === 0) {
+    return 'no GPU';
+  }
+  return s.gpus.map(describeHolding).join('; ');
+}
+
+/** "default server" for the unnamed server, else its name. */
+export function serverLabel(name: string): string {
+  return name ? name : 'default server';
+}
+
+/** "49 %" or "–" when unknown. */
+export function formatPercent(v: number | null | undefined): string {
+  if (v === null || v === undefined || !Number.isFinite(v)) {
+    return '–';
+  }
+  return `${Math.round(Math.min(Math.max(v, 0), 100))} %`;
+}
+
+const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+
+/** Binary units, as nvidia-smi and NVML report memory: "1.5 GiB", "20 GiB". */
+export function formatBytes(bytes: number): string {
+  if (!Number.isFinite(bytes) || bytes < 0) {
+    return '–';
+  }
+  let v = bytes;
+  let i = 0;
+  while (v >= 1024 && i < UNITS.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  const digits = i === 0 || v >= 100 ? 0 : v >= 10 ? 1 : 2;
+  return `${formatNumber(v, digits)} ${UNITS[i]}`;
+}
+
+/** "1.2 GiB of 20 GiB". */
+export function formatMemory(used: number, total: number): string {
+  if (total <= 0) {
+    return used > 0 ? formatBytes(used) : '–';
+  }
+  return `${formatBytes(used)} of ${formatBytes(total)}`;
+}
+
+/** GPU-hours with sensible precision: "0", "0.04", "1.5", "132". */
+export function formatGpuHours(h: number | undefined): string {
+  if (h === undefined || !Number.isFinite(h)) {
+    return '–';
+  }
+  if (h === 0) {
+    return '0';
+  }
+  if (Math.abs(h) < 10) {
+    return formatNumber(h, 2);
+  }
+  if (Math.abs(h) < 100) {
+    return formatNumber(h, 1);
+  }
+  return formatNumber(h, 0);
+}
+
+/** "45 s", "12 min", "1 h 05 min", "2 d 3 h". */
+export function formatDuration(seconds: number): string {
+  if (!Number.isFinite(seconds)) {
+    return '–';
+  }
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) {
+    return `${s} s`;
+  }
+  const m = Math.floor(s / 60);
+  if (m < 60) {
+    return `${m} min`;
+  }
+  const h = Math.floor(m / 60);
+  if (h < 48) {
+    return `${h} h ${String(m % 60).padStart(2, '0')} min`;
+  }
+  return `${Math.floor(h / 24)} d ${h % 24} h`;
+}
+
+/** Where utilization numbers come from, as the badge shows it. */
+export type Provenance = 'measured' | 'simulated' | 'none';
+
+export function provenanceOf(
+  source: UtilizationSource,
+  documentSimulated = false
+): Provenance {
+  if (source === 'simulated') {
+    return 'simulated';
+  }
+  if (source === 'none') {
+    return documentSimulated ? 'simulated' : 'none';
+  }
+  return documentSimulated ? 'simulated' : 'measured';
+}
+
+/** The label beside a utilization number. */
+export function utilizationNote(g: GpuHolding): string {
+  switch (g.utilizationSource) {
+    case 'none':
+      return g.kind === 'mig'
+        ? 'no utilization data (MIG)'
+        : 'no utilization data';
+    case 'simulated':
+      return 'simulated';
+    case 'dcgm':
+      return 'measured (DCGM)';
+    case 'nvml':
+    default:
+      return 'measured (NVML)';
+  }
+}
+
+/** Whether any number in the document is simulated. */
+export function isSimulated(me: MeResponse): boolean {
+  return (
+    me.simulated ||
+    me.servers.some(s => s.gpus.some(g => g.utilizationSource === 'simulated'))
+  );
+}
+
+/** Age of the sample in seconds, or null when `sampledAt` is missing or bad. */
+export function sampleAgeSeconds(me: MeResponse, now: Date): number | null {
+  const t = Date.parse(me.sampledAt);
+  if (Number.isNaN(t)) {
+    return null;
+  }
+  return (now.getTime() - t) / 1000;
+}
+
+/**
+ * A sample is stale when it is older than three sampling intervals (at least
+ * 30 s): the agent or the usage API stopped updating.
+ */
+export function isStale(me: MeResponse, now: Date): boolean {
+  const age = sampleAgeSeconds(me, now);
+  if (age === null) {
+    return false;
+  }
+  return age > Math.max(3 * (me.intervalSeconds || 5), 30);
+}
+
+/** Whether the user holds any GPU on any running server. */
+export function holdsGpu(me: MeResponse): boolean {
+  return me.servers.some(s => s.gpus.length > 0);
+}
+
+/** History points of the last `windowSeconds` with a known utilization. */
+export function recentUtilization(
+  history: HistoryPoint[],
+  now: Date,
+  windowSeconds = 3600
+): { t: number; v: number }[] {
+  const from = now.getTime() - windowSeconds * 1000;
+  return history
+    .map(h => ({ t: Date.parse(h.t), v: h.smUtilPercent }))
+    .filter(
+      (p): p is { t: number; v: number } =>
+        !Number.isNaN(p.t) && p.t >= from && p.v !== null
+    )
+    .sort((a, b) => a.t - b.t);
+}
+
+/** What a screen reader hears for the sparkline. */
+export function sparklineSummary(points: { v: number }[]): string {
+  if (points.length === 0) {
+    return 'SM utilization over the last hour: no data yet';
+  }
+  const vs = points.map(p => p.v);
+  const latest = vs[vs.length - 1];
+  const min = Math.min(...vs);
+  const max = Math.max(...vs);
+  const mean = vs.reduce((a, b) => a + b, 0) / vs.length;
+  return (
+    `SM utilization over the last hour: latest ${formatPercent(latest)}, ` +
+    `average ${formatPercent(mean)}, lowest ${formatPercent(min)}, highest ${formatPercent(max)}`
+  );
+}
+
+/**
+ * The SVG path of a sparkline in a `width`×`height` box, time on x over
+ * the window, 0–100 % on y. Gaps longer than `gapMs` break the line.
+ */
+export function sparklinePath(
+  points: { t: number; v: number }[],
+  now: Date,
+  width: number,
+  height: number,
+  windowSeconds = 3600,
+  gapMs = 5 * 60 * 1000
+): string {
+  const end = now.getTime();
+  const start = end - windowSeconds * 1000;
+  const x = (t: number): number =>
+    ((Math.min(Math.max(t, start), end) - start) / (end - start)) * width;
+  const y = (v: number): number =>
+    height - (Math.min(Math.max(v, 0), 100) / 100) * height;
+  let d = '';
+  let prev: number | null = null;
+  for (const p of points) {
+    const cmd = prev === null || p.t - prev > gapMs ? 'M' : 'L';
+    d += `${d ? ' ' : ''}${cmd}${round(x(p.t))},${round(y(p.v))}`;
+    prev = p.t;
+  }
+  return d;
+}
+
+function round(v: number): number {
+  return Math.round(v * 10) / 10;
+}
+
+/** The budget line: "4.5 of 10 GPU-hours left this week" or "not configured". */
+export function describeBudget(b: Budget | null): string {
+  if (!b) {
+    return 'not configured';
+  }
+  const remaining =
+    b.remainingGPUHours ??
+    (b.limitGPUHours !== undefined && b.usedGPUHours !== undefined
+      ? b.limitGPUHours - b.usedGPUHours
+      : undefined);
+  if (remaining === undefined) {
+    return 'configured, no figure reported';
+  }
+  const of =
+    b.limitGPUHours !== undefined ? ` of ${formatGpuHours(b.limitGPUHours)}` : '';
+  const window = b.window ? ` (${b.window})` : '';
+  return `${formatGpuHours(Math.max(remaining, 0))}${of} GPU-hours left${window}`;
+}
+
+/** The idle-cull line: "culled in 12 min if still idle" or "not configured". */
+export function describeIdleCull(c: IdleCull | null, now: Date): string {
+  if (!c) {
+    return 'not configured';
+  }
+  if (c.cullAt) {
+    const at = Date.parse(c.cullAt);
+    if (!Number.isNaN(at)) {
+      const left = (at - now.getTime()) / 1000;
+      return left > 0
+        ? `stops in ${formatDuration(left)} if still idle`
+        : 'stopping now (idle)';
+    }
+  }
+  if (c.timeoutSeconds !== undefined && c.idleSeconds !== undefined) {
+    return `stops in ${formatDuration(c.timeoutSeconds - c.idleSeconds)} if still idle`;
+  }
+  if (c.timeoutSeconds !== undefined) {
+    return `stops after ${formatDuration(c.timeoutSeconds)} of GPU idleness`;
+  }
+  return 'configured, no countdown reported';
+}
+
+/** The compact status bar text: "GPU 49 %", "GPU none", "GPU –". */
+export function statusBarText(me: MeResponse | null): string {
+  if (!me) {
+    return 'GPU –';
+  }
+  if (!holdsGpu(me)) {
+    return 'GPU none';
+  }
+  const utils = me.servers
+    .flatMap(s => s.gpus)
+    .map(g => g.smUtilPercent)
+    .filter((v): v is number => v !== null);
+  if (utils.length === 0) {
+    return `GPU ${formatNumber(me.share.allocatedGPUs, 2)}`;
+  }
+  const mean = utils.reduce((a, b) => a + b, 0) / utils.length;
+  return `GPU ${formatPercent(mean)}`;
+}

@@ -1,0 +1,209 @@
+// The panel's model: polls the usage API's `me` endpoint with backoff, stands
+// by while the browser tab is hidden, and exposes one discriminated state.
+
+import { IDisposable } from '@lumino/disposable';
+import { IPoll, Poll } from '@lumino/polling';
+import { ISignal, Signal } from '@lumino/signaling';
+
+import {
+  FetchFn,
+  MeResponse,
+  NetworkError,
+  ResponseError,
+  UsageApiError,
+  requestMe
+} from './api';
+
+/** Everything the view needs to render one of the panel's states. */
+export type UsageState =
+  | { status: 'not-hub' }
+  | { status: 'loading' }
+  | { status: 'ok'; data: MeResponse; fetchedAt: Date }
+  | {
+      status: 'unreachable' | 'unauthorized' | 'error';
+      message: string;
+      since: Date;
+      /** Consecutive failures; the poll backs off while this grows. */
+      failures: number;
+    };
+
+export interface UsageModelOptions {
+  /** The `me` URL; null when not running under JupyterHub (no requests). */
+  url: string | null;
+  /** The page's Hub token (PageConfig.getToken()); never logged. */
+  token: string;
+  /** Seconds between polls while all is well. */
+  refreshSeconds: number;
+  /** Longest wait between polls after repeated failures. */
+  maxBackoffSeconds?: number;
+  fetch?: FetchFn;
+  now?: () => Date;
+}
+
+const POLL_NAME = '@gpuhub/jupyterlab-gpu-panel:usage';
+
+export class UsageModel implements IDisposable {
+  constructor(options: UsageModelOptions) {
+    this._url = options.url;
+    this._token = options.token;
+    this._fetch =
+      options.fetch ?? ((input, init) => window.fetch(input, init));
+    this._now = options.now ?? (() => new Date());
+    this._maxBackoffMs = (options.maxBackoffSeconds ?? 300) * 1000;
+    this._state = this._url ? { status: 'loading' } : { status: 'not-hub' };
+    this._poll = this._url
+      ? new Poll({
+          auto: false,
+          factory: () => this.fetchOnce(),
+          frequency: this._frequency(options.refreshSeconds),
+          name: POLL_NAME,
+          standby: 'when-hidden'
+        })
+      : null;
+  }
+
+  /** Emitted whenever {@link state} changes. */
+  get stateChanged(): ISignal<this, UsageState> {
+    return this._stateChanged;
+  }
+
+  get state(): UsageState {
+    return this._state;
+  }
+
+  /** The `me` URL, or null when not under JupyterHub. */
+  get url(): string | null {
+    return this._url;
+  }
+
+  /** The underlying poll (null when not under JupyterHub); for tests. */
+  get poll(): Poll | null {
+    return this._poll;
+  }
+
+  get isDisposed(): boolean {
+    return this._disposed;
+  }
+
+  /** The clock the view uses for ages and countdowns. */
+  now(): Date {
+    return this._now();
+  }
+
+  /** Start polling (no-op when not under JupyterHub). */
+  async start(): Promise<void> {
+    if (this._poll) {
+      await this._poll.start();
+    }
+  }
+
+  /** Poll now, outside the schedule (the panel's Refresh button). */
+  async refresh(): Promise<void> {
+    if (this._poll) {
+      await this._poll.refresh();
+    }
+  }
+
+  /** Change the polling interval (settings change). */
+  setRefreshSeconds(seconds: number): void {
+    if (this._poll) {
+      this._poll.frequency = this._frequency(seconds);
+    }
+  }
+
+  /**
+   * One request. Updates the state and rethrows failures so the poll backs
+   * off; the poll is the only caller that relies on the rejection.
+   */
+  async fetchOnce(): Promise<void> {
+    if (!this._url || this._disposed) {
+      return;
+    }
+    this._abort?.abort();
+    const abort = new AbortController();
+    this._abort = abort;
+    try {
+      const data = await requestMe(this._url, this._token, this._fetch, abort.signal);
+      if (this._disposed) {
+        return;
+      }
+      this._failures = 0;
+      this._setState({ status: 'ok', data, fetchedAt: this._now() });
+    } catch (err) {
+      if (this._disposed || abort.signal.aborted) {
+        return;
+      }
+      this._failures++;
+      const since =
+        this._state.status === 'unreachable' ||
+        this._state.status === 'unauthorized' ||
+        this._state.status === 'error'
+          ? this._state.since
+          : this._now();
+      this._setState({
+        status: classify(err),
+        message: err instanceof Error ? err.message : String(err),
+        since,
+        failures: this._failures
+      });
+      throw err;
+    }
+  }
+
+  dispose(): void {
+    if (this._disposed) {
+      return;
+    }
+    this._disposed = true;
+    this._abort?.abort();
+    this._poll?.dispose();
+    Signal.clearData(this);
+  }
+
+  private _frequency(seconds: number): IPoll.Frequency {
+    const interval = Math.max(1, seconds) * 1000;
+    return {
+      interval,
+      backoff: true,
+      max: Math.max(interval, this._maxBackoffMs)
+    };
+  }
+
+  private _setState(state: UsageState): void {
+    this._state = state;
+    this._stateChanged.emit(state);
+  }
+
+  private _url: string | null;
+  private _token: string;
+  private _fetch: FetchFn;
+  private _now: () => Date;
+  private _maxBackoffMs: number;
+  private _poll: Poll | null;
+  private _state: UsageState;
+  private _failures = 0;
+  private _abort: AbortController | null = null;
+  private _disposed = false;
+  private _stateChanged = new Signal<this, UsageState>(this);
+}
+
+/** Map a request failure to the state the panel explains. */
+export function classify(err: unknown): 'unreachable' | 'unauthorized' | 'error' {
+  if (err instanceof NetworkError) {
+    return 'unreachable';
+  }
+  if (err instanceof ResponseError) {
+    if (err.unauthorized) {
+      return 'unauthorized';
+    }
+    // The proxy answers 404/502/503 while the service is absent or down.
+    if (err.status === 404 || err.status >= 500) {
+      return 'unreachable';
+    }
+    return 'error';
+  }
+  if (err instanceof UsageApiError) {
+    return 'error';
+  }
+  return 'error';
+}

@@ -1,0 +1,36 @@
+// Settings of schema/plugin.json, read with defaults and bounds.
+
+export interface PanelSettings {
+  enabled: boolean;
+  statusBar: boolean;
+  refreshInterval: number;
+  serviceName: string;
+  usageUrl: string;
+}
+
+export const DEFAULTS: PanelSettings = {
+  enabled: true,
+  statusBar: true,
+  refreshInterval: 10,
+  serviceName: 'gpu-usage',
+  usageUrl: ''
+};
+
+/** Settings from a composite settings object; bad values fall back to defaults. */
+export function readSettings(raw: Record<string, unknown>): PanelSettings {
+  const bool = (v: unknown, d: boolean): boolean =>
+    typeof v === 'boolean' ? v : d;
+  const text = (v: unknown, d: string): string =>
+    typeof v === 'string' ? v.trim() : d;
+  const interval =
+    typeof raw.refreshInterval === 'number' && Number.isFinite(raw.refreshInterval)
+      ? Math.min(Math.max(raw.refreshInterval, 2), 3600)
+      : DEFAULTS.refreshInterval;
+  return {
+    enabled: bool(raw.enabled, DEFAULTS.enabled),
+    statusBar: bool(raw.statusBar, DEFAULTS.statusBar),
+    refreshInterval: interval,
+    serviceName: text(raw.serviceName, DEFAULTS.serviceName) || DEFAULTS.serviceName,
+    usageUrl: text(raw.usageUrl, DEFAULTS.usageUrl)
+  };
+}

@@ -1,0 +1,71 @@
+// Lumino wrappers: the right-side panel and the status bar item, both
+// re-rendering on the model's stateChanged signal.
+
+import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
+import * as React from 'react';
+
+import { GpuPanel, GpuStatus } from './components';
+import { gpuIcon } from './icon';
+import type { UsageModel, UsageState } from './model';
+
+export const PANEL_ID = 'gpuhub-gpu-panel';
+
+export class GpuPanelWidget extends ReactWidget {
+  constructor(
+    private readonly _model: UsageModel,
+    private readonly _options: {
+      currentServer: { user: string; name: string };
+      hubBase: string;
+    }
+  ) {
+    super();
+    this.id = PANEL_ID;
+    this.addClass('jp-GpuPanel');
+    this.title.icon = gpuIcon;
+    this.title.caption = 'GPU usage';
+    this.node.setAttribute('role', 'region');
+    this.node.setAttribute('aria-label', 'GPU usage');
+  }
+
+  protected render(): JSX.Element {
+    return (
+      <UseSignal<UsageModel, UsageState>
+        signal={this._model.stateChanged}
+        initialArgs={this._model.state}
+      >
+        {(_, state) => (
+          <GpuPanel
+            state={state ?? this._model.state}
+            now={this._model.now()}
+            currentServer={this._options.currentServer}
+            hubBase={this._options.hubBase}
+            onRefresh={() => void this._model.refresh()}
+          />
+        )}
+      </UseSignal>
+    );
+  }
+}
+
+export class GpuStatusWidget extends ReactWidget {
+  constructor(
+    private readonly _model: UsageModel,
+    private readonly _open: () => void
+  ) {
+    super();
+    this.addClass('jp-GpuStatus-item');
+  }
+
+  protected render(): JSX.Element {
+    return (
+      <UseSignal<UsageModel, UsageState>
+        signal={this._model.stateChanged}
+        initialArgs={this._model.state}
+      >
+        {(_, state) => (
+          <GpuStatus state={state ?? this._model.state} onClick={this._open} />
+        )}
+      </UseSignal>
+    );
+  }
+}
