@@ -93,7 +93,6 @@ type groupRec struct {
 type tokenRec struct {
 	id      string
 	owner   string
-	service bool
 	scopes  []string // as given; expanded on use
 	note    string
 	created time.Time
@@ -485,8 +484,7 @@ func (h *Hub) takeFailureLocked(method, path string) *Failure {
 func (h *Hub) route(w http.ResponseWriter, r *http.Request, segs []string) {
 	m := r.Method
 	n := len(segs)
-	switch {
-	case n == 1 && segs[0] == "" && m == http.MethodGet:
+	if n == 1 && segs[0] == "" && m == http.MethodGet {
 		h.mu.Lock()
 		v := h.version
 		h.mu.Unlock()
