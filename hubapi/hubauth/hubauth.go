@@ -1,16 +1,43 @@
 // Package hubauth authenticates incoming HTTP requests by their JupyterHub
 // token: it asks the Hub who owns the token (GET /hub/api/user) and caches
 // the answer by sha256(token), never by the token itself.
+//
+// What the Hub returns (JupyterHub 5.5, apihandlers/users.py SelfAPIHandler):
+// GET /user works for any valid token, whatever its scopes, because the Hub
+// adds the owner's identify scopes (read:users:name!user=<self> and
+// read:users:groups!user=<self>) for that request. So name, admin and groups
+// are always present, even for the OAuth token of a single-user server, whose
+// scopes are only access:servers!server=<user>/ plus those two identify
+// scopes. "scopes" lists the token's own expanded scopes, without the added
+// identify ones. For a service token the model has kind "service" and no
+// groups. An unknown or expired token gets 403 "Missing or invalid
+// credentials." (or 403 Forbidden), not 401.
 package hubauth
 
 import (
+	"container/list"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpuhub/gpuhub/hubapi"
+)
+
+// Defaults applied by New.
+const (
+	DefaultPositiveTTL   = 60 * time.Second
+	DefaultNegativeTTL   = 10 * time.Second
+	DefaultMaxEntries    = 10000
+	DefaultLookupTimeout = 15 * time.Second
 )
 
 // Identity is the owner of a validated token.
@@ -19,11 +46,35 @@ type Identity struct {
 	Name   string
 	Groups []string
 	Admin  bool
-	Scopes []string
+	Scopes []string // the token's expanded scopes as the Hub reports them
 }
 
-// CanReadUser reports whether the identity may read data of user name.
-func (i Identity) CanReadUser(name string) bool { return false }
+// CanReadUser reports whether the identity may read data of user name:
+//   - a user reads its own data;
+//   - an admin (see Options.AdminGroups and New) reads everyone's;
+//   - a token holding admin:users, users or read:users, unfiltered or
+//     filtered to !user=<name>, reads that user's data.
+//
+// Scopes filtered by !group= are not honoured: that would need the target's
+// groups, and denying is the safe side.
+func (i Identity) CanReadUser(name string) bool {
+	if name == "" {
+		return false
+	}
+	if i.Admin || (i.Kind == "user" && i.Name == name) {
+		return true
+	}
+	for _, s := range i.Scopes {
+		base, filter, filtered := strings.Cut(s, "!")
+		switch base {
+		case "admin:users", "users", "read:users":
+			if !filtered || filter == "user="+name {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // TokenChecker asks the Hub who owns a token. *hubapi.Client satisfies it.
 type TokenChecker interface {
@@ -35,9 +86,13 @@ type Options struct {
 	Hub         TokenChecker
 	PositiveTTL time.Duration // default 60s
 	NegativeTTL time.Duration // default 10s; only for tokens the Hub rejected (401/403)
-	MaxEntries  int           // default 10000
-	Clock       func() time.Time
-	Logger      *slog.Logger
+	MaxEntries  int           // default 10000; least recently used entries go first
+	// LookupTimeout bounds one Hub lookup, which concurrent requests with the
+	// same token share (so it does not follow any single caller's context).
+	LookupTimeout time.Duration // default 15s
+	Clock         func() time.Time
+	Logger        *slog.Logger
+	// AdminGroups makes members of these Hub groups admins for CanReadUser.
 	AdminGroups []string
 }
 
@@ -46,25 +101,243 @@ var (
 	ErrNoToken = errors.New("no token")
 	// ErrInvalidToken means the Hub rejected the token.
 	ErrInvalidToken = errors.New("invalid token")
-	// ErrHubUnavailable means the Hub could not be asked (outage, 5xx): not the caller's fault.
+	// ErrHubUnavailable means the Hub could not be asked (outage, 5xx): not
+	// the caller's fault, and not cached.
 	ErrHubUnavailable = errors.New("hub unavailable")
 )
 
 // Authenticator validates tokens against the Hub with a bounded cache.
+// It is safe for concurrent use.
 type Authenticator struct {
-	opts Options
+	hub           TokenChecker
+	posTTL        time.Duration
+	negTTL        time.Duration
+	maxEntries    int
+	lookupTimeout time.Duration
+	now           func() time.Time
+	log           *slog.Logger
+	adminGroups   []string
+
+	mu       sync.Mutex
+	entries  map[[sha256.Size]byte]*list.Element // of *entry
+	lru      *list.List                          // front = most recently used
+	inflight map[[sha256.Size]byte]*lookup
 }
 
-// New returns an Authenticator.
-func New(opts Options) *Authenticator { return &Authenticator{opts: opts} }
+type entry struct {
+	key     [sha256.Size]byte
+	id      *Identity // nil for a rejected token
+	expires time.Time
+}
+
+type lookup struct {
+	done chan struct{}
+	id   *Identity
+	err  error
+}
+
+// New returns an Authenticator; opts.Hub is required.
+func New(opts Options) *Authenticator {
+	a := &Authenticator{
+		hub:           opts.Hub,
+		posTTL:        orDefault(opts.PositiveTTL, DefaultPositiveTTL),
+		negTTL:        orDefault(opts.NegativeTTL, DefaultNegativeTTL),
+		maxEntries:    opts.MaxEntries,
+		lookupTimeout: orDefault(opts.LookupTimeout, DefaultLookupTimeout),
+		now:           opts.Clock,
+		log:           opts.Logger,
+		adminGroups:   slices.Clone(opts.AdminGroups),
+		entries:       map[[sha256.Size]byte]*list.Element{},
+		lru:           list.New(),
+		inflight:      map[[sha256.Size]byte]*lookup{},
+	}
+	if a.maxEntries <= 0 {
+		a.maxEntries = DefaultMaxEntries
+	}
+	if a.now == nil {
+		a.now = time.Now
+	}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	return a
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// Len is the number of cached entries (positive and negative).
+func (a *Authenticator) Len() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lru.Len()
+}
+
+// TokenFromRequest returns the token of "Authorization: token X" or
+// "Authorization: Bearer X". Tokens in the query string are not accepted:
+// proxies log URLs.
+func TokenFromRequest(r *http.Request) string {
+	scheme, rest, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+	if !ok || (!strings.EqualFold(scheme, "token") && !strings.EqualFold(scheme, "bearer")) {
+		return ""
+	}
+	return strings.TrimSpace(rest)
+}
 
 // Authenticate validates the request's "Authorization: token X" or "Bearer X".
+// Errors: ErrNoToken, ErrInvalidToken, or one wrapping ErrHubUnavailable.
 func (a *Authenticator) Authenticate(ctx context.Context, r *http.Request) (*Identity, error) {
-	return nil, ErrHubUnavailable
+	tok := TokenFromRequest(r)
+	if tok == "" {
+		return nil, ErrNoToken
+	}
+	return a.AuthenticateToken(ctx, tok)
 }
 
-// Middleware rejects unauthenticated requests and puts the Identity in the context.
-func (a *Authenticator) Middleware(next http.Handler) http.Handler { return next }
+// AuthenticateToken validates a token; see Authenticate.
+func (a *Authenticator) AuthenticateToken(ctx context.Context, tok string) (*Identity, error) {
+	if tok == "" {
+		return nil, ErrNoToken
+	}
+	if strings.ContainsFunc(tok, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return nil, ErrInvalidToken
+	}
+	key := sha256.Sum256([]byte(tok))
+
+	a.mu.Lock()
+	if el, ok := a.entries[key]; ok {
+		e := el.Value.(*entry)
+		if a.now().Before(e.expires) {
+			a.lru.MoveToFront(el)
+			a.mu.Unlock()
+			if e.id == nil {
+				return nil, ErrInvalidToken
+			}
+			return e.id.clone(), nil
+		}
+		a.removeLocked(el)
+	}
+	l, running := a.inflight[key]
+	if !running {
+		l = &lookup{done: make(chan struct{})}
+		a.inflight[key] = l
+	}
+	a.mu.Unlock()
+
+	if !running {
+		go a.resolve(ctx, key, tok, l)
+	}
+	select {
+	case <-l.done:
+		if l.err != nil {
+			return nil, l.err
+		}
+		return l.id.clone(), nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %w", ErrHubUnavailable, ctx.Err())
+	}
+}
+
+// resolve asks the Hub once for all requests waiting on key.
+func (a *Authenticator) resolve(ctx context.Context, key [sha256.Size]byte, tok string, l *lookup) {
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.lookupTimeout)
+	defer cancel()
+	u, err := a.hub.WhoAmIWithToken(lctx, tok)
+	hash := hex.EncodeToString(key[:4]) // enough to correlate log lines, useless to an attacker
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.inflight, key)
+	defer close(l.done)
+	switch {
+	case err == nil:
+		l.id = a.identity(u)
+		a.storeLocked(key, l.id, a.posTTL)
+		a.log.DebugContext(ctx, "hub token accepted", "tokenHash", hash, "kind", l.id.Kind, "name", l.id.Name)
+	case hubapi.IsUnauthorized(err) || hubapi.IsForbidden(err):
+		l.err = ErrInvalidToken
+		a.storeLocked(key, nil, a.negTTL)
+		a.log.DebugContext(ctx, "hub token rejected", "tokenHash", hash)
+	default:
+		l.err = fmt.Errorf("%w: %w", ErrHubUnavailable, err)
+		a.log.WarnContext(ctx, "cannot validate hub token", "tokenHash", hash, "err", err)
+	}
+}
+
+func (a *Authenticator) identity(u *hubapi.User) *Identity {
+	id := &Identity{
+		Kind:   u.Kind,
+		Name:   u.Name,
+		Groups: slices.Clone(u.Groups),
+		Admin:  u.Admin,
+		Scopes: slices.Clone(u.Scopes),
+	}
+	if id.Kind == "" {
+		id.Kind = "user"
+	}
+	if slices.Contains(id.Scopes, "admin:users") {
+		id.Admin = true
+	}
+	for _, g := range a.adminGroups {
+		if slices.Contains(id.Groups, g) {
+			id.Admin = true
+		}
+	}
+	return id
+}
+
+func (a *Authenticator) storeLocked(key [sha256.Size]byte, id *Identity, ttl time.Duration) {
+	if el, ok := a.entries[key]; ok {
+		a.removeLocked(el)
+	}
+	a.entries[key] = a.lru.PushFront(&entry{key: key, id: id, expires: a.now().Add(ttl)})
+	for a.lru.Len() > a.maxEntries {
+		a.removeLocked(a.lru.Back())
+	}
+}
+
+func (a *Authenticator) removeLocked(el *list.Element) {
+	a.lru.Remove(el)
+	delete(a.entries, el.Value.(*entry).key)
+}
+
+func (i *Identity) clone() *Identity {
+	c := *i
+	c.Groups = slices.Clone(i.Groups)
+	c.Scopes = slices.Clone(i.Scopes)
+	return &c
+}
+
+// Middleware rejects unauthenticated requests and puts the Identity in the
+// request context (FromContext). Missing or rejected tokens get 401 with
+// WWW-Authenticate; a Hub that cannot be asked gets 503 with Retry-After,
+// so clients retry instead of dropping their token.
+func (a *Authenticator) Middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := a.Authenticate(r.Context(), r)
+		switch {
+		case err == nil:
+			next.ServeHTTP(w, r.WithContext(NewContext(r.Context(), id)))
+		case errors.Is(err, ErrNoToken), errors.Is(err, ErrInvalidToken):
+			w.Header().Set("WWW-Authenticate", `token realm="jupyterhub"`)
+			writeError(w, http.StatusUnauthorized, err.Error())
+		default:
+			w.Header().Set("Retry-After", "5")
+			writeError(w, http.StatusServiceUnavailable, ErrHubUnavailable.Error())
+		}
+	})
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}
 
 type ctxKey struct{}
 

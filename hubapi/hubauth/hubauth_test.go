@@ -1,0 +1,454 @@
+package hubauth_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpuhub/gpuhub/hubapi"
+	"github.com/gpuhub/gpuhub/hubapi/hubapitest"
+	"github.com/gpuhub/gpuhub/hubapi/hubauth"
+)
+
+// fakeChecker answers from a table and counts calls per token.
+type fakeChecker struct {
+	mu    sync.Mutex
+	users map[string]*hubapi.User
+	errs  map[string]error
+	calls map[string]int
+	gate  chan struct{} // when set, lookups wait for it
+}
+
+func newChecker() *fakeChecker {
+	return &fakeChecker{users: map[string]*hubapi.User{}, errs: map[string]error{}, calls: map[string]int{}}
+}
+
+func (f *fakeChecker) WhoAmIWithToken(ctx context.Context, token string) (*hubapi.User, error) {
+	f.mu.Lock()
+	f.calls[token]++
+	gate := f.gate
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err, ok := f.errs[token]; ok {
+		return nil, err
+	}
+	if u, ok := f.users[token]; ok {
+		c := *u
+		return &c, nil
+	}
+	return nil, &hubapi.APIError{StatusCode: 403, Method: "GET", Path: "/user", Message: "Missing or invalid credentials."}
+}
+
+func (f *fakeChecker) set(token string, u *hubapi.User, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.users, token)
+	delete(f.errs, token)
+	if u != nil {
+		f.users[token] = u
+	}
+	if err != nil {
+		f.errs[token] = err
+	}
+}
+
+func (f *fakeChecker) n(token string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[token]
+}
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+func newClock() *clock { return &clock{t: time.Date(2026, 11, 22, 11, 0, 0, 0, time.UTC)} }
+
+func req(token string) *http.Request {
+	r := httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/services/gpu-usage/api/v1/me", nil)
+	if token != "" {
+		r.Header.Set("Authorization", "token "+token)
+	}
+	return r
+}
+
+var alice = &hubapi.User{Kind: "user", Name: "alice", Groups: []string{"gpu"}, Scopes: []string{"read:users!user=alice"}}
+
+func TestCacheTTLs(t *testing.T) {
+	type step struct {
+		advance   time.Duration
+		wantErr   error // nil = identity
+		wantCalls int
+	}
+	cases := map[string]struct {
+		hubErr error
+		steps  []step
+	}{
+		"positive TTL": {
+			steps: []step{
+				{wantCalls: 1},
+				{advance: 59 * time.Second, wantCalls: 1},
+				{advance: 2 * time.Second, wantCalls: 2}, // 61s: expired
+				{advance: 30 * time.Second, wantCalls: 2},
+			},
+		},
+		"negative TTL for 403": {
+			hubErr: &hubapi.APIError{StatusCode: 403},
+			steps: []step{
+				{wantErr: hubauth.ErrInvalidToken, wantCalls: 1},
+				{advance: 9 * time.Second, wantErr: hubauth.ErrInvalidToken, wantCalls: 1},
+				{advance: 2 * time.Second, wantErr: hubauth.ErrInvalidToken, wantCalls: 2},
+			},
+		},
+		"negative TTL for 401": {
+			hubErr: &hubapi.APIError{StatusCode: 401},
+			steps: []step{
+				{wantErr: hubauth.ErrInvalidToken, wantCalls: 1},
+				{advance: time.Second, wantErr: hubauth.ErrInvalidToken, wantCalls: 1},
+			},
+		},
+		"hub 503 is not cached": {
+			hubErr: &hubapi.APIError{StatusCode: 503},
+			steps: []step{
+				{wantErr: hubauth.ErrHubUnavailable, wantCalls: 1},
+				{wantErr: hubauth.ErrHubUnavailable, wantCalls: 2},
+			},
+		},
+		"transport error is not cached": {
+			hubErr: errors.New("dial tcp 127.0.0.1:1: connect: connection refused"),
+			steps: []step{
+				{wantErr: hubauth.ErrHubUnavailable, wantCalls: 1},
+				{wantErr: hubauth.ErrHubUnavailable, wantCalls: 2},
+			},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := newChecker()
+			f.set("tok", alice, tc.hubErr)
+			clk := newClock()
+			a := hubauth.New(hubauth.Options{Hub: f, Clock: clk.now})
+			for i, s := range tc.steps {
+				clk.add(s.advance)
+				id, err := a.Authenticate(t.Context(), req("tok"))
+				if s.wantErr != nil {
+					if !errors.Is(err, s.wantErr) {
+						t.Errorf("step %d: err = %v, want %v", i, err, s.wantErr)
+					}
+				} else if err != nil || id.Name != "alice" {
+					t.Errorf("step %d: id = %+v, err = %v", i, id, err)
+				}
+				if got := f.n("tok"); got != s.wantCalls {
+					t.Errorf("step %d: hub calls = %d, want %d", i, got, s.wantCalls)
+				}
+			}
+		})
+	}
+}
+
+func TestOutageAfterSuccessKeepsServingCache(t *testing.T) {
+	f := newChecker()
+	f.set("tok", alice, nil)
+	clk := newClock()
+	a := hubauth.New(hubauth.Options{Hub: f, Clock: clk.now})
+	if _, err := a.Authenticate(t.Context(), req("tok")); err != nil {
+		t.Fatal(err)
+	}
+	f.set("tok", nil, &hubapi.APIError{StatusCode: 502})
+	clk.add(30 * time.Second)
+	if _, err := a.Authenticate(t.Context(), req("tok")); err != nil {
+		t.Errorf("within TTL during an outage: %v", err)
+	}
+	clk.add(31 * time.Second)
+	if _, err := a.Authenticate(t.Context(), req("tok")); !errors.Is(err, hubauth.ErrHubUnavailable) {
+		t.Errorf("after TTL during an outage: err = %v, want ErrHubUnavailable", err)
+	}
+	f.set("tok", alice, nil)
+	if _, err := a.Authenticate(t.Context(), req("tok")); err != nil {
+		t.Errorf("after recovery: %v (outage must not be cached)", err)
+	}
+}
+
+func TestCacheBoundEvictsLeastRecentlyUsed(t *testing.T) {
+	f := newChecker()
+	for i := range 5 {
+		f.set(fmt.Sprintf("t%d", i), &hubapi.User{Kind: "user", Name: fmt.Sprintf("u%d", i)}, nil)
+	}
+	a := hubauth.New(hubauth.Options{Hub: f, MaxEntries: 3, Clock: newClock().now})
+	auth := func(tok string) {
+		t.Helper()
+		if _, err := a.Authenticate(t.Context(), req(tok)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	auth("t0")
+	auth("t1")
+	auth("t2")
+	auth("t0") // t0 is now the most recently used; t1 the least
+	auth("t3") // evicts t1
+	auth("t4") // evicts t2
+	if got := a.Len(); got != 3 {
+		t.Errorf("entries = %d, want 3", got)
+	}
+	auth("t0")
+	auth("t1")
+	got := map[string]int{"t0": f.n("t0"), "t1": f.n("t1"), "t2": f.n("t2")}
+	want := map[string]int{"t0": 1, "t1": 2, "t2": 1}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("hub calls (-want +got):\n%s", diff)
+	}
+}
+
+func TestSingleflight(t *testing.T) {
+	f := newChecker()
+	f.set("tok", alice, nil)
+	f.gate = make(chan struct{})
+	a := hubauth.New(hubauth.Options{Hub: f})
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for range 20 {
+		wg.Go(func() {
+			id, err := a.Authenticate(t.Context(), req("tok"))
+			if err == nil && id.Name != "alice" {
+				err = fmt.Errorf("got %q", id.Name)
+			}
+			errs <- err
+		})
+	}
+	// let the goroutines pile up on the one lookup, then answer it
+	for f.n("tok") == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	close(f.gate)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if n := f.n("tok"); n != 1 {
+		t.Errorf("hub calls = %d, want 1", n)
+	}
+}
+
+func TestCallerCancelDoesNotPoisonLookup(t *testing.T) {
+	f := newChecker()
+	f.set("tok", alice, nil)
+	f.gate = make(chan struct{})
+	a := hubauth.New(hubauth.Options{Hub: f})
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := a.Authenticate(ctx, req("tok")); !errors.Is(err, context.Canceled) {
+		t.Errorf("err = %v, want context.Canceled", err)
+	}
+	close(f.gate)
+	if _, err := a.Authenticate(t.Context(), req("tok")); err != nil {
+		t.Errorf("second caller: %v", err)
+	}
+	if n := f.n("tok"); n != 1 {
+		t.Errorf("hub calls = %d, want 1 (the first lookup finished and was cached)", n)
+	}
+}
+
+func TestIdentity(t *testing.T) {
+	cases := map[string]struct {
+		user *hubapi.User
+		want *hubauth.Identity
+	}{
+		"plain user": {
+			user: &hubapi.User{Kind: "user", Name: "alice", Groups: []string{"gpu"}},
+			want: &hubauth.Identity{Kind: "user", Name: "alice", Groups: []string{"gpu"}},
+		},
+		"admin flag": {
+			user: &hubapi.User{Kind: "user", Name: "root", Admin: true},
+			want: &hubauth.Identity{Kind: "user", Name: "root", Admin: true},
+		},
+		"admin:users scope": {
+			user: &hubapi.User{Kind: "service", Name: "ops", Scopes: []string{"admin:users"}},
+			want: &hubauth.Identity{Kind: "service", Name: "ops", Admin: true, Scopes: []string{"admin:users"}},
+		},
+		"filtered admin:users is not admin": {
+			user: &hubapi.User{Kind: "user", Name: "bob", Scopes: []string{"admin:users!group=x"}},
+			want: &hubauth.Identity{Kind: "user", Name: "bob", Scopes: []string{"admin:users!group=x"}},
+		},
+		"admin group": {
+			user: &hubapi.User{Kind: "user", Name: "carol", Groups: []string{"staff", "gpu-admins"}},
+			want: &hubauth.Identity{Kind: "user", Name: "carol", Admin: true, Groups: []string{"staff", "gpu-admins"}},
+		},
+		"missing kind means user": {
+			user: &hubapi.User{Name: "dave"},
+			want: &hubauth.Identity{Kind: "user", Name: "dave"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := newChecker()
+			f.set("tok", tc.user, nil)
+			a := hubauth.New(hubauth.Options{Hub: f, AdminGroups: []string{"gpu-admins"}})
+			got, err := a.Authenticate(t.Context(), req("tok"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("identity (-want +got):\n%s", diff)
+			}
+			got.Groups = append(got.Groups, "mutated")
+			again, _ := a.Authenticate(t.Context(), req("tok"))
+			if diff := cmp.Diff(tc.want, again); diff != "" {
+				t.Errorf("cached identity changed by caller (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestCanReadUser(t *testing.T) {
+	cases := map[string]struct {
+		id     hubauth.Identity
+		target string
+		want   bool
+	}{
+		"self":                      {id: hubauth.Identity{Kind: "user", Name: "alice"}, target: "alice", want: true},
+		"other":                     {id: hubauth.Identity{Kind: "user", Name: "alice"}, target: "bob"},
+		"empty target":              {id: hubauth.Identity{Kind: "user", Name: ""}, target: ""},
+		"service named like user":   {id: hubauth.Identity{Kind: "service", Name: "bob"}, target: "bob"},
+		"admin":                     {id: hubauth.Identity{Kind: "user", Name: "root", Admin: true}, target: "bob", want: true},
+		"read:users":                {id: hubauth.Identity{Kind: "service", Name: "s", Scopes: []string{"read:users"}}, target: "bob", want: true},
+		"read:users for that user":  {id: hubauth.Identity{Kind: "service", Name: "s", Scopes: []string{"read:users!user=bob"}}, target: "bob", want: true},
+		"read:users for other user": {id: hubauth.Identity{Kind: "service", Name: "s", Scopes: []string{"read:users!user=carol"}}, target: "bob"},
+		"read:users by group":       {id: hubauth.Identity{Kind: "service", Name: "s", Scopes: []string{"read:users!group=gpu"}}, target: "bob"},
+		"read:users:name only":      {id: hubauth.Identity{Kind: "service", Name: "s", Scopes: []string{"read:users:name"}}, target: "bob"},
+		"users":                     {id: hubauth.Identity{Kind: "service", Name: "s", Scopes: []string{"users"}}, target: "bob", want: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := tc.id.CanReadUser(tc.target); got != tc.want {
+				t.Errorf("CanReadUser(%q) = %v, want %v", tc.target, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestMiddleware(t *testing.T) {
+	f := newChecker()
+	f.set("good", alice, nil)
+	f.set("down", nil, &hubapi.APIError{StatusCode: 503})
+	a := hubauth.New(hubauth.Options{Hub: f})
+	h := a.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, ok := hubauth.FromContext(r.Context())
+		if !ok {
+			t.Error("no identity in context")
+			return
+		}
+		_, _ = fmt.Fprint(w, id.Name)
+	}))
+	cases := map[string]struct {
+		header     string
+		wantStatus int
+		wantBody   string
+		wantWWW    bool
+	}{
+		"token scheme":   {header: "token good", wantStatus: 200, wantBody: "alice"},
+		"bearer scheme":  {header: "Bearer good", wantStatus: 200, wantBody: "alice"},
+		"no header":      {wantStatus: 401, wantBody: `{"error":"no token"}`, wantWWW: true},
+		"basic auth":     {header: "Basic Zm9vOmJhcg==", wantStatus: 401, wantBody: `{"error":"no token"}`, wantWWW: true},
+		"invalid token":  {header: "token nope", wantStatus: 401, wantBody: `{"error":"invalid token"}`, wantWWW: true},
+		"hub down → 503": {header: "token down", wantStatus: 503, wantBody: `{"error":"hub unavailable"}`},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/x", nil)
+			if tc.header != "" {
+				r.Header.Set("Authorization", tc.header)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != tc.wantStatus {
+				t.Errorf("status = %d, want %d", w.Code, tc.wantStatus)
+			}
+			if got := strings.TrimSpace(w.Body.String()); got != tc.wantBody {
+				t.Errorf("body = %q, want %q", got, tc.wantBody)
+			}
+			if got := w.Header().Get("WWW-Authenticate") != ""; got != tc.wantWWW {
+				t.Errorf("WWW-Authenticate present = %v, want %v", got, tc.wantWWW)
+			}
+			if tc.wantStatus != 200 {
+				var body map[string]string
+				if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+					t.Errorf("error body is not JSON: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// TestWithFakeHub runs the real client against the fake Hub: the OAuth token
+// of a single-user server identifies its owner with groups, an expired token
+// is rejected, and a Hub outage is a 503, not a 401.
+func TestWithFakeHub(t *testing.T) {
+	const secret = "oauth-SECRET-9a8b7c"
+	h := hubapitest.New(t)
+	h.AddUser(hubapi.User{Name: "alice", Groups: []string{"gpu-users"}})
+	h.AddToken("svc-token", "gpu-usage")
+	h.AddToken(secret, "alice", "access:servers!server=alice/")
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	client := h.Client("svc-token", hubapi.Config{MaxRetries: 1, Logger: logger})
+	clk := newClock()
+	a := hubauth.New(hubauth.Options{Hub: client, Clock: clk.now, Logger: logger})
+
+	id, err := a.Authenticate(t.Context(), req(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &hubauth.Identity{Kind: "user", Name: "alice", Groups: []string{"gpu-users"},
+		Scopes: []string{"access:servers!server=alice/"}}
+	if diff := cmp.Diff(want, id); diff != "" {
+		t.Errorf("identity (-want +got):\n%s", diff)
+	}
+
+	h.ExpireToken(secret)
+	clk.add(61 * time.Second)
+	_, err = a.Authenticate(t.Context(), req(secret))
+	if !errors.Is(err, hubauth.ErrInvalidToken) {
+		t.Errorf("expired token: err = %v, want ErrInvalidToken", err)
+	}
+
+	h.Fail(hubapitest.Failure{Path: "/user", Status: 503, Times: -1})
+	_, err = a.Authenticate(t.Context(), req("another-"+secret))
+	if !errors.Is(err, hubauth.ErrHubUnavailable) {
+		t.Errorf("outage: err = %v, want ErrHubUnavailable", err)
+	}
+	for _, s := range []string{fmt.Sprint(err), logs.String()} {
+		if strings.Contains(s, secret) {
+			t.Errorf("token leaked: %q", s)
+		}
+	}
+	if !strings.Contains(logs.String(), "cannot validate hub token") {
+		t.Errorf("outage not logged: %s", logs.String())
+	}
+}
