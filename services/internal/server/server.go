@@ -1,0 +1,253 @@
+// Package server serves a gpuhub service: its API under the JupyterHub service prefix, probes and metrics at
+// the root, graceful shutdown.
+//
+// The proxy routes /services/<name>/ to the service without stripping the prefix and without authenticating
+// (see docs), so the application handler is mounted under the prefix and must authenticate every request
+// itself. Probes and /metrics live outside the prefix: the public proxy never forwards them, while the kubelet
+// and Prometheus reach them on the pod IP.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Check is one readiness condition, such as "informer caches synced" or "the Hub answers".
+type Check struct {
+	Name string
+	Fn   func(ctx context.Context) error
+}
+
+// Options configure a Server. Handler, Logger and Registry are required.
+type Options struct {
+	// Addr to listen on, e.g. ":8000". Ignored when Listener is set.
+	Addr string
+	// Listener, when set, is used instead of listening on Addr (tests pass 127.0.0.1:0).
+	Listener net.Listener
+	// Prefix is JUPYTERHUB_SERVICE_PREFIX, e.g. "/services/gpu-usage/". Empty mounts Handler at "/".
+	Prefix string
+	// Handler serves the application routes. It sees the full path, prefix included.
+	Handler http.Handler
+	// Registry receives the HTTP and Go runtime metrics and is exposed on /metrics.
+	Registry *prometheus.Registry
+	// Namespace and Subsystem name the HTTP metrics (gpuhub_<subsystem>_http_...).
+	Namespace, Subsystem string
+	Logger               *slog.Logger
+	// ReadyChecks must all pass for /readyz to answer 200.
+	ReadyChecks []Check
+	// ShutdownTimeout bounds graceful shutdown; default 15 s.
+	ShutdownTimeout time.Duration
+}
+
+// Server is an HTTP server for one gpuhub service.
+type Server struct {
+	opts    Options
+	handler http.Handler
+	mu      sync.Mutex
+	addr    net.Addr
+}
+
+// NormalizePrefix returns p with one leading and one trailing slash ("" stays "/").
+func NormalizePrefix(p string) string {
+	p = strings.Trim(p, "/")
+	if p == "" {
+		return "/"
+	}
+	return "/" + p + "/"
+}
+
+// New validates opts and builds the routing.
+func New(opts Options) (*Server, error) {
+	if opts.Handler == nil || opts.Logger == nil || opts.Registry == nil {
+		return nil, errors.New("server: Handler, Logger and Registry are required")
+	}
+	if opts.ShutdownTimeout == 0 {
+		opts.ShutdownTimeout = 15 * time.Second
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = "gpuhub"
+	}
+	opts.Prefix = NormalizePrefix(opts.Prefix)
+	s := &Server{opts: opts}
+
+	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: opts.Namespace,
+		Subsystem: opts.Subsystem,
+		Name:      "http_request_duration_seconds",
+		Help:      "Duration of HTTP requests to the service API, by method and status code.",
+		Buckets:   []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+	}, []string{"method", "code"})
+	inflight := prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: opts.Namespace,
+		Subsystem: opts.Subsystem,
+		Name:      "http_requests_in_flight",
+		Help:      "HTTP requests to the service API being served.",
+	})
+	for _, c := range []prometheus.Collector{duration, inflight} {
+		if err := opts.Registry.Register(c); err != nil {
+			return nil, fmt.Errorf("server: register metrics: %w", err)
+		}
+	}
+	// Runtime metrics help operators see leaks; registering twice (two servers, one registry) is harmless.
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := opts.Registry.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return nil, fmt.Errorf("server: register runtime metrics: %w", err)
+			}
+		}
+	}
+
+	app := promhttp.InstrumentHandlerInFlight(inflight, promhttp.InstrumentHandlerDuration(duration, opts.Handler))
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{
+		Registry:          opts.Registry,
+		EnableOpenMetrics: true,
+		ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelError),
+	}))
+	if opts.Prefix == "/" {
+		mux.Handle("/", app)
+	} else {
+		mux.Handle(opts.Prefix, app)
+		// The Hub links a service as <prefix> ; a request for the prefix without its slash is redirected.
+		mux.Handle(strings.TrimSuffix(opts.Prefix, "/"), http.RedirectHandler(opts.Prefix, http.StatusMovedPermanently))
+	}
+	s.handler = accessLog(opts.Logger, mux)
+	return s, nil
+}
+
+// Handler returns the full routing (probes, metrics, application), for in-process tests.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Addr returns the address being served, once Run has started listening.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+type readyReport struct {
+	Ready  bool              `json:"ready"`
+	Checks map[string]string `json:"checks"`
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	rep := readyReport{Ready: true, Checks: map[string]string{}}
+	for _, c := range s.opts.ReadyChecks {
+		if err := c.Fn(ctx); err != nil {
+			rep.Ready = false
+			rep.Checks[c.Name] = err.Error()
+			continue
+		}
+		rep.Checks[c.Name] = "ok"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if !rep.Ready {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	_ = json.NewEncoder(w).Encode(rep)
+}
+
+// Run serves until ctx is cancelled, then shuts down gracefully: in-flight requests get ShutdownTimeout.
+func (s *Server) Run(ctx context.Context) error {
+	ln := s.opts.Listener
+	if ln == nil {
+		var err error
+		ln, err = (&net.ListenConfig{}).Listen(ctx, "tcp", s.opts.Addr)
+		if err != nil {
+			return fmt.Errorf("server: listen on %s: %w", s.opts.Addr, err)
+		}
+	}
+	s.mu.Lock()
+	s.addr = ln.Addr()
+	s.mu.Unlock()
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.opts.Logger.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	s.opts.Logger.Info("serving", "addr", ln.Addr().String(), "prefix", s.opts.Prefix)
+	select {
+	case err := <-errc:
+		return fmt.Errorf("server: %w", err)
+	case <-ctx.Done():
+	}
+	s.opts.Logger.Info("shutting down", "timeout", s.opts.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("server: graceful shutdown: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("server: %w", err)
+	}
+	return nil
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// accessLog logs each request at debug level (probes excluded); never headers, so tokens stay out of logs.
+func accessLog(log *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == "/metrics" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(rec, r)
+		log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", rec.status, "duration", time.Since(start))
+	})
+}
+
+// WriteJSON writes v as JSON with the given status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Error is the JSON body of every error answer: a message that tells the reader what to do next.
+type Error struct {
+	Status  int    `json:"status"`
+	Message string `json:"message"`
+}
+
+// WriteError writes an Error body with the given status.
+func WriteError(w http.ResponseWriter, status int, format string, args ...any) {
+	WriteJSON(w, status, Error{Status: status, Message: fmt.Sprintf(format, args...)})
+}
