@@ -1,0 +1,189 @@
+// Command localcluster runs the local GPU cluster of `make demo`: a real control plane, emulated
+// GPU nodes, JupyterHub with KubeSpawner; it prints the Hub URL and logins once ready and runs
+// until interrupted, then stops everything.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gpuhub/gpuhub/e2e/cluster/stack"
+	"github.com/gpuhub/gpuhub/e2e/hub"
+)
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	opts, err := parseFlags(os.Args[1:], os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := Run(ctx, opts); err != nil {
+		fmt.Fprintln(os.Stderr, "localcluster:", err)
+		return 1
+	}
+	return 0
+}
+
+// Options configures Run.
+type Options struct {
+	Stack stack.Options
+	// InfoFile, when set, receives a JSON document with the URL, kubeconfig and logins at ready.
+	InfoFile string
+	// KubeconfigOut receives a copy of the admin kubeconfig (a known path for kubectl).
+	KubeconfigOut string
+	// ExitWhenReady stops the cluster right after it is ready (for timing the start).
+	ExitWhenReady bool
+	Out           io.Writer
+	Logger        *slog.Logger
+}
+
+func parseFlags(args []string, getenv func(string) string) (Options, error) {
+	env := func(key, def string) string {
+		if v := getenv(key); v != "" {
+			return v
+		}
+		return def
+	}
+	cache := env("GPUHUB_CACHE", filepath.Join(env("HOME", "/root"), ".cache", "gpuhub"))
+	fs := flag.NewFlagSet("localcluster", flag.ContinueOnError)
+	var o Options
+	port := 0
+	var logLevel string
+	fs.StringVar(&o.Stack.KubeBinDir, "kube-bin", env("GPUHUB_KUBE_BIN", filepath.Join(cache, "kube", "v1.36.3", "bin")),
+		"directory with kube-apiserver, kube-scheduler, kube-controller-manager (env GPUHUB_KUBE_BIN)")
+	fs.StringVar(&o.Stack.Etcd, "etcd", env("GPUHUB_ETCD", ""), "etcd executable (env GPUHUB_ETCD; default: etcd on PATH)")
+	fs.StringVar(&o.Stack.Topology, "topology", env("GPUHUB_TOPOLOGY", "e2e/topology.yaml"), "GPU topology file (env GPUHUB_TOPOLOGY)")
+	fs.StringVar(&o.Stack.Venv, "venv", env("GPUHUB_HUB_VENV", filepath.Join(cache, "venv", "hub55")),
+		"virtualenv with JupyterHub, KubeSpawner and JupyterLab (env GPUHUB_HUB_VENV)")
+	fs.StringVar(&o.Stack.CHP, "chp", env("GPUHUB_CHP", filepath.Join(cache, "node", "node_modules", ".bin", "configurable-http-proxy")),
+		"configurable-http-proxy executable (env GPUHUB_CHP)")
+	fs.StringVar(&o.Stack.GPUAgent, "gpu-agent", env("GPUHUB_GPU_AGENT", "bin/gpu-agent"), "gpu-agent executable for gpu-agent pods (env GPUHUB_GPU_AGENT)")
+	fs.StringVar(&o.Stack.Dir, "state-dir", env("GPUHUB_STATE_DIR", ""), "state directory (env GPUHUB_STATE_DIR; default: a temp dir removed at exit)")
+	fs.StringVar(&o.Stack.Password, "password", env("GPUHUB_DEMO_PASSWORD", "gpuhub-demo"), "password of the demo users (env GPUHUB_DEMO_PASSWORD)")
+	fs.IntVar(&port, "port", atoi(env("GPUHUB_DEMO_PORT", "8000")), "Hub port on 127.0.0.1, 0 for any free port (env GPUHUB_DEMO_PORT)")
+	fs.StringVar(&o.Stack.HubExtraConfigDir, "hub-extra-config", env("GPUHUB_HUB_EXTRA_CONFIG", ""),
+		"directory of *.py files run last in the Hub config, like z2jh hub.extraConfig (env GPUHUB_HUB_EXTRA_CONFIG)")
+	fs.StringVar(&o.InfoFile, "info-file", env("GPUHUB_INFO_FILE", ""), "write URL, kubeconfig and logins as JSON here when ready (env GPUHUB_INFO_FILE)")
+	fs.StringVar(&o.KubeconfigOut, "kubeconfig-out", env("GPUHUB_KUBECONFIG_OUT", filepath.Join(cache, "localcluster", "kubeconfig")),
+		"copy of the admin kubeconfig (env GPUHUB_KUBECONFIG_OUT)")
+	fs.BoolVar(&o.ExitWhenReady, "exit-when-ready", false, "stop right after reaching ready (timing)")
+	fs.StringVar(&logLevel, "log-level", env("GPUHUB_LOG_LEVEL", "warn"), "log level: debug, info, warn, error (env GPUHUB_LOG_LEVEL)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+		return o, fmt.Errorf("log level: %w", err)
+	}
+	o.Stack.ProxyPort = port
+	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	o.Out = os.Stdout
+	return o, nil
+}
+
+func atoi(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// Info is what InfoFile holds.
+type Info struct {
+	HubURL     string   `json:"hubURL"`
+	Kubeconfig string   `json:"kubeconfig"`
+	Users      []string `json:"users"`
+	Password   string   `json:"password"`
+	StateDir   string   `json:"stateDir"`
+}
+
+// Run starts the cluster, reports readiness and blocks until ctx ends.
+func Run(ctx context.Context, o Options) error {
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	o.Stack.Logger = o.Logger
+	start := time.Now()
+	o.Stack.Progress = func(step string, took time.Duration) {
+		fmt.Fprintf(o.Out, "==> %-90s %6.1fs\n", step, took.Seconds())
+	}
+	fmt.Fprintf(o.Out, "==> starting the local GPU cluster (topology %s)\n", o.Stack.Topology)
+	s, err := stack.Start(ctx, o.Stack)
+	if err != nil {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return nil
+		}
+		return err
+	}
+	defer func() {
+		fmt.Fprintln(o.Out, "==> stopping: Hub (and its servers), node emulator, control plane")
+		t0 := time.Now()
+		s.Stop()
+		fmt.Fprintf(o.Out, "==> stopped cleanly in %.1fs\n", time.Since(t0).Seconds())
+	}()
+	kubeconfig := s.ControlPlane.Kubeconfig
+	if o.KubeconfigOut != "" {
+		if err := copyFile(kubeconfig, o.KubeconfigOut); err != nil {
+			return err
+		}
+		kubeconfig = o.KubeconfigOut
+	}
+	users := append(append([]string{}, hub.Users...), hub.Admins...)
+	if o.InfoFile != "" {
+		data, _ := json.MarshalIndent(Info{HubURL: s.HubURL(), Kubeconfig: kubeconfig, Users: users,
+			Password: o.Stack.Password, StateDir: s.Dir}, "", "  ")
+		if err := os.WriteFile(o.InfoFile, data, 0o600); err != nil {
+			return fmt.Errorf("info file: %w", err)
+		}
+	}
+	fmt.Fprintf(o.Out, `
+==> ready in %.1fs
+
+    JupyterHub:  %s
+    logins:      %s (password %q)
+                 groups: students = alice, bob; researchers = carol; admin is a Hub admin
+    kubectl:     KUBECONFIG=%s kubectl get nodes,pods -A
+    state, logs: %s
+
+    Press Ctrl-C to stop everything.
+`, time.Since(start).Seconds(), s.HubURL(), strings.Join(users, ", "), o.Stack.Password, kubeconfig, s.Dir)
+	if o.ExitWhenReady {
+		return nil
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func copyFile(src, dst string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", src, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return fmt.Errorf("mkdir for %s: %w", dst, err)
+	}
+	if err := os.WriteFile(dst, data, 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", dst, err)
+	}
+	return nil
+}
