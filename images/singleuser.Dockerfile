@@ -1,0 +1,7 @@
+# syntax=docker/dockerfile:1
+# Single-user image with the gpuhub JupyterLab panel. Build the wheel first (`make ext-wheel`), then:
+#   docker build -f images/singleuser.Dockerfile -t ghcr.io/gpuhub/singleuser:0.1.0 .
+ARG BASE=quay.io/jupyter/base-notebook:2025-12-01
+FROM ${BASE}
+COPY notebooks-ext/dist/*.whl /tmp/wheels/
+RUN pip install --no-cache-dir /tmp/wheels/*.whl && rm -rf /tmp/wheels
