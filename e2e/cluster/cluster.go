@@ -129,7 +129,9 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	return cp, nil
 }
 
-func (cp *ControlPlane) logFile(name string) string { return filepath.Join(cp.Dir, "logs", name+".log") }
+func (cp *ControlPlane) logFile(name string) string {
+	return filepath.Join(cp.Dir, "logs", name+".log")
+}
 
 // etcdDataDir prefers tmpfs: etcd fsyncs every write and the state is thrown away anyway.
 func (cp *ControlPlane) etcdDataDir() (string, error) {
@@ -402,4 +404,3 @@ func freePort() int {
 
 // FreePort is freePort for the other parts of the harness.
 func FreePort() int { return freePort() }
-

@@ -114,7 +114,9 @@ func (w *podWorker) pids() []int {
 	return out
 }
 
-func (w *podWorker) logger() *slog.Logger { return w.e.log.With("pod", w.key, "node", w.pod.Spec.NodeName) }
+func (w *podWorker) logger() *slog.Logger {
+	return w.e.log.With("pod", w.key, "node", w.pod.Spec.NodeName)
+}
 
 func (w *podWorker) run(ctx context.Context) {
 	log := w.logger()
