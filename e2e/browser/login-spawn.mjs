@@ -1,0 +1,78 @@
+// Browser test of the local GPU cluster: headless Debian Chromium (never a downloaded browser)
+// logs in as a demo user, picks a GPU profile on KubeSpawner's spawn form and waits for
+// JupyterLab. Run by e2e/e2etest (TestBrowserLoginSpawnJupyterLab); configuration via env:
+//   HUB_URL                  public Hub URL with trailing slash (http://127.0.0.1:<port>/)
+//   HUB_USER, HUB_PASSWORD   login
+//   HUB_SERVER               named server to start (default "browser")
+//   HUB_PROFILE              profile slug (default "t4-shared")
+//   GPUHUB_CHROMIUM          chromium executable (default /usr/bin/chromium)
+//   GPUHUB_BROWSER_MODULES   node_modules holding playwright-core (make browser-deps)
+//   GPUHUB_ARTIFACTS         where screenshots go (default e2e/artifacts)
+import { createRequire } from 'node:module';
+import { mkdirSync } from 'node:fs';
+import path from 'node:path';
+
+const env = (k, d) => process.env[k] || d;
+const modules = env('GPUHUB_BROWSER_MODULES', path.resolve('node_modules'));
+const { chromium } = createRequire(path.join(modules, 'noop.js'))('playwright-core');
+
+const hub = env('HUB_URL', '');
+const user = env('HUB_USER', 'alice');
+const password = env('HUB_PASSWORD', '');
+const server = env('HUB_SERVER', 'browser');
+const profile = env('HUB_PROFILE', 't4-shared');
+const artifacts = env('GPUHUB_ARTIFACTS', path.resolve('e2e/artifacts'));
+if (!hub.startsWith('http://127.')) {
+  console.error(`HUB_URL must be a loopback URL, got ${JSON.stringify(hub)}`);
+  process.exit(2);
+}
+mkdirSync(artifacts, { recursive: true });
+
+const browser = await chromium.launch({
+  executablePath: env('GPUHUB_CHROMIUM', '/usr/bin/chromium'),
+  headless: true,
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
+});
+const steps = [];
+const step = (s) => { steps.push(s); console.log(`browser: ${s}`); };
+let ok = false;
+const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+// Belt and braces: the page may only talk to loopback.
+await page.route('**/*', (route) => {
+  const u = new URL(route.request().url());
+  if (u.protocol === 'data:' || u.protocol === 'blob:' || u.hostname.startsWith('127.')) return route.continue();
+  console.error(`browser: blocked non-loopback request ${u.href}`);
+  return route.abort();
+});
+try {
+  await page.goto(`${hub}hub/login`);
+  await page.fill('input[name="username"]', user);
+  await page.fill('input[name="password"]', password);
+  await Promise.all([page.waitForLoadState('load'), page.click('#login_submit, input[type="submit"], button[type="submit"]')]);
+  if (page.url().includes('/hub/login')) throw new Error(`login as ${user} failed (still on ${page.url()})`);
+  step(`logged in as ${user}`);
+
+  await page.goto(`${hub}hub/spawn/${user}/${server}`);
+  const radio = page.locator(`input[name="profile"][value="${profile}"]`);
+  await radio.waitFor({ state: 'attached', timeout: 30_000 });
+  await radio.check({ force: true });
+  await page.screenshot({ path: path.join(artifacts, 'browser-spawn-form.png'), fullPage: true });
+  step(`spawn form shown, profile ${profile} selected`);
+  await page.locator('form#spawn_form input[type="submit"], form#spawn_form button[type="submit"], #spawn_form [type="submit"]').first().click();
+
+  const lab = new RegExp(`/user/${user}/${server}/lab`);
+  await page.waitForURL(lab, { timeout: 240_000 });
+  step(`redirected to ${new URL(page.url()).pathname}`);
+  await page.locator('#jp-main-dock-panel, .jp-LabShell').first().waitFor({ state: 'visible', timeout: 180_000 });
+  await page.locator('.jp-Launcher, .jp-LauncherCard').first().waitFor({ state: 'visible', timeout: 60_000 }).catch(() => {});
+  await page.screenshot({ path: path.join(artifacts, 'browser-jupyterlab.png') });
+  step('JupyterLab loaded');
+  ok = true;
+} catch (err) {
+  await page.screenshot({ path: path.join(artifacts, 'browser-failure.png'), fullPage: true }).catch(() => {});
+  console.error(`browser: FAILED at ${page.url()}: ${err.message}`);
+} finally {
+  await browser.close();
+}
+console.log(JSON.stringify({ ok, steps }));
+process.exit(ok ? 0 : 1);

@@ -1,0 +1,70 @@
+# Local GPU cluster (e2e/): real kube-apiserver/scheduler/controller-manager built from
+# k8s.io/kubernetes (e2e/kubebuild), Debian's etcd, emulated GPU nodes, JupyterHub + KubeSpawner.
+# `make demo` runs it for a person; `make e2e` runs the end-to-end tests on it.
+# Binaries and tools are cached under $(GPUHUB_CACHE); every install says what it installs.
+
+KUBE_VERSION     := $(shell awk '$$1=="require" && $$2=="k8s.io/kubernetes" {print $$3}' e2e/kubebuild/go.mod)
+KUBE_BIN         := $(GPUHUB_CACHE)/kube/$(KUBE_VERSION)/bin
+BROWSER_MODULES  := $(GPUHUB_CACHE)/browser
+CHROMIUM         ?= /usr/bin/chromium
+E2E_FLAGS        ?= -count=1 -timeout 15m
+DEMO_FLAGS       ?=
+APT_GET          := DEBIAN_FRONTEND=noninteractive apt-get
+
+# apt-install installs Debian package $(2) unless $(1) exists (CI runs as root on a fresh machine).
+define apt-install
+	@if [[ -x "$(1)" ]] || command -v "$(1)" >/dev/null 2>&1; then \
+	  echo "==> $(2) is installed ($$(command -v $(1) || echo $(1)))"; \
+	else \
+	  command -v apt-get >/dev/null || { echo "ERROR: $(1) missing and no apt-get; install Debian package $(2)"; exit 1; }; \
+	  [[ $$(id -u) -eq 0 ]] || { echo "ERROR: $(1) missing; run: sudo apt-get install -y $(2)"; exit 1; }; \
+	  echo "==> installing Debian package $(2) (apt-get)"; \
+	  $(APT_GET) update -q && $(APT_GET) install -y -q $(2); \
+	fi
+endef
+
+.PHONY: etcd
+etcd: ## etcd from Debian (etcd-server) for the local control plane.
+	$(call apt-install,etcd,etcd-server)
+
+.PHONY: chromium
+chromium: ## Chromium from Debian for the browser test.
+	$(call apt-install,$(CHROMIUM),chromium)
+
+.PHONY: kube-binaries
+kube-binaries: ## Build kube-apiserver, kube-scheduler, kube-controller-manager (cached in $(GPUHUB_CACHE)/kube).
+	@command -v $(GO) >/dev/null || { echo "ERROR: go not found"; exit 1; }
+	@echo "==> kube binaries $(KUBE_VERSION) in $(KUBE_BIN)"
+	GPUHUB_CACHE="$(GPUHUB_CACHE)" e2e/kubebuild/build.sh "$(KUBE_BIN)"
+
+.PHONY: browser-deps
+browser-deps: ## playwright-core (pinned in e2e/browser/package-lock.json) under $(GPUHUB_CACHE)/browser.
+	@command -v $(NPM) >/dev/null || { echo "ERROR: npm not found; install it: apt-get install -y nodejs npm"; exit 1; }
+	@want=$$(sha256sum e2e/browser/package-lock.json | cut -d' ' -f1); \
+	if [[ -d "$(BROWSER_MODULES)/node_modules/playwright-core" && "$$(cat "$(BROWSER_MODULES)/.lock.sha256" 2>/dev/null)" == "$$want" ]]; then \
+	  echo "==> playwright-core is installed ($(BROWSER_MODULES))"; \
+	else \
+	  echo "==> installing playwright-core from e2e/browser/package-lock.json into $(BROWSER_MODULES) (npm ci; no browser download)"; \
+	  mkdir -p "$(BROWSER_MODULES)"; cp e2e/browser/package.json e2e/browser/package-lock.json "$(BROWSER_MODULES)/"; \
+	  (cd "$(BROWSER_MODULES)" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(NPM) ci --no-audit --no-fund --loglevel=error); \
+	  echo "$$want" > "$(BROWSER_MODULES)/.lock.sha256"; \
+	fi
+
+# Everything the cluster needs at run time.
+.PHONY: cluster-deps
+cluster-deps: etcd kube-binaries venv-hub55 chp
+
+.PHONY: demo
+demo: cluster-deps build ## Run the local GPU JupyterHub (real control plane, emulated GPU nodes) until Ctrl-C.
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/localcluster ./e2e/cmd/localcluster
+	GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_HUB_VENV="$(VENV_HUB55)" GPUHUB_CHP="$(CHP)" GPUHUB_GPU_AGENT="$(BIN)/gpu-agent" \
+	  $(BIN)/localcluster $(DEMO_FLAGS)
+
+.PHONY: e2e
+e2e: cluster-deps chromium browser-deps ## End-to-end tests on the local cluster (spawns per GPU profile, scheduling, browser).
+	GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_HUB_VENV="$(VENV_HUB55)" GPUHUB_CHP="$(CHP)" \
+	GPUHUB_BROWSER_MODULES="$(BROWSER_MODULES)/node_modules" GPUHUB_CHROMIUM="$(CHROMIUM)" \
+	  $(GO) test $(E2E_FLAGS) -tags e2e ./e2e/e2etest/...
+
+TEST_TARGETS += e2e
