@@ -1,0 +1,265 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Sample is what a user held of one GPU class at a tick.
+type Sample struct {
+	Key
+	// Allocated GPU-equivalents.
+	Allocated float64
+	// Used GPU-equivalents (allocated x utilization) when UsedKnown.
+	Used      float64
+	UsedKnown bool
+}
+
+// Options configure a Ledger.
+type Options struct {
+	// Interval is the sampling interval.
+	Interval time.Duration
+	// MaxGap is the longest stretch since the checkpoint that a tick may integrate. A longer gap (the service
+	// was down) is not filled: only the last Interval is charged, with the state observed now, and the rest is
+	// counted in Checkpoint.GapSeconds. Default 6 intervals.
+	MaxGap time.Duration
+	// Location defines "today"; default UTC.
+	Location *time.Location
+}
+
+// Ledger integrates samples into the store and keeps per-user window totals in memory for the fast path.
+type Ledger struct {
+	store *Store
+	opts  Options
+
+	mu   sync.Mutex // serializes Record
+	cp   *Checkpoint
+
+	cacheMu sync.RWMutex
+	cache   windowCache
+}
+
+// Result tells what one Record did.
+type Result struct {
+	At time.Time
+	// Charged is the time integrated by this tick; zero on the first tick of a new ledger or when the clock
+	// did not move forward.
+	Charged time.Duration
+	// Gap is time since the checkpoint that was not filled.
+	Gap time.Duration
+	// PerKey is GPU-seconds added per key.
+	PerKey map[Key]Totals
+}
+
+// New loads the checkpoint and the window cache.
+func New(ctx context.Context, store *Store, opts Options, now time.Time) (*Ledger, error) {
+	if opts.Interval <= 0 {
+		return nil, fmt.Errorf("ledger: interval must be positive")
+	}
+	if opts.MaxGap == 0 {
+		opts.MaxGap = 6 * opts.Interval
+	}
+	opts.MaxGap = max(opts.MaxGap, opts.Interval)
+	if opts.Location == nil {
+		opts.Location = time.UTC
+	}
+	l := &Ledger{store: store, opts: opts}
+	cp, ok, err := store.Checkpoint(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		l.cp = &cp
+	}
+	if err := l.refreshCache(ctx, now); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Checkpoint returns the last committed checkpoint; ok is false before the first commit.
+func (l *Ledger) Checkpoint() (Checkpoint, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cp == nil {
+		return Checkpoint{}, false
+	}
+	return *l.cp, true
+}
+
+// Record integrates the state observed at now (samples) over the time since the checkpoint, in one
+// transaction with the new checkpoint. The state observed at a tick is charged for the interval that ends at
+// that tick.
+func (l *Ledger) Record(ctx context.Context, now time.Time, samples []Sample) (Result, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now = now.UTC()
+	res := Result{At: now, PerKey: map[Key]Totals{}}
+	next := Checkpoint{At: now, Ticks: 1}
+	var from time.Time
+	if l.cp != nil {
+		if !now.After(l.cp.At) {
+			return res, nil // clock did not move; nothing to integrate, nothing to commit
+		}
+		next = *l.cp
+		next.At, next.Ticks = now, l.cp.Ticks+1
+		from = l.cp.At
+		if gap := now.Sub(from); gap > l.opts.MaxGap {
+			// The pods' state over the gap is unknown: charge only the last interval, for which the
+			// observation stands.
+			from = now.Add(-l.opts.Interval)
+			res.Gap = gap - l.opts.Interval
+			next.GapSeconds += res.Gap.Seconds()
+		}
+		res.Charged = now.Sub(from)
+	}
+	var incs []Increment
+	if res.Charged > 0 {
+		perKey := map[Key]Totals{}
+		for _, s := range samples {
+			t := perKey[s.Key]
+			t.Allocated += s.Allocated
+			if s.UsedKnown {
+				t.Used += s.Used
+			} else {
+				t.UsedUnknown += s.Allocated
+			}
+			perKey[s.Key] = t
+		}
+		for _, span := range splitHours(from, now) {
+			secs := span.d.Seconds()
+			for k, t := range perKey {
+				if t == (Totals{}) {
+					continue
+				}
+				v := t.scale(secs)
+				incs = append(incs, Increment{Key: k, Bucket: span.bucket, Totals: v})
+				next.Sums.add(v)
+				pk := res.PerKey[k]
+				pk.add(v)
+				res.PerKey[k] = pk
+			}
+		}
+	}
+	if err := l.store.Commit(ctx, l.cp, next, incs); err != nil {
+		return Result{}, err
+	}
+	l.cp = &next
+	l.applyToCache(ctx, now, incs)
+	return res, nil
+}
+
+type span struct {
+	bucket time.Time
+	d      time.Duration
+}
+
+// splitHours cuts (from, to] at hour boundaries.
+func splitHours(from, to time.Time) []span {
+	var out []span
+	for from.Before(to) {
+		b := from.Truncate(time.Hour)
+		end := minTime(b.Add(time.Hour), to)
+		out = append(out, span{bucket: b, d: end.Sub(from)})
+		from = end
+	}
+	return out
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// Windows are the per-user GPU-hours the fast path serves.
+type Windows struct {
+	Today, Days7, Days30 Totals
+}
+
+// windowCache holds per-user sums of completed hour buckets per window plus the current hour, so that
+// answering "today, 7 d, 30 d" needs no query. Completed buckets are re-summed once per hour.
+type windowCache struct {
+	hour      time.Time // current hour bucket
+	completed map[string][3]Totals
+	current   map[string]Totals
+}
+
+func (l *Ledger) windowStarts(hour time.Time) (today, d7, d30 time.Time) {
+	y, m, d := hour.In(l.opts.Location).Date()
+	today = time.Date(y, m, d, 0, 0, 0, 0, l.opts.Location).UTC()
+	return today, hour.Add(-(7*24 - 1) * time.Hour), hour.Add(-(30*24 - 1) * time.Hour)
+}
+
+func (l *Ledger) refreshCache(ctx context.Context, now time.Time) error {
+	hour := now.UTC().Truncate(time.Hour)
+	today, d7, d30 := l.windowStarts(hour)
+	completed, err := l.store.userWindows(ctx, today, d7, d30, hour)
+	if err != nil {
+		return err
+	}
+	rows, err := l.store.Sum(ctx, Query{From: hour, To: hour.Add(time.Hour)})
+	if err != nil {
+		return err
+	}
+	current := map[string]Totals{}
+	for _, r := range rows {
+		t := current[r.User]
+		t.add(r.Totals)
+		current[r.User] = t
+	}
+	l.cacheMu.Lock()
+	l.cache = windowCache{hour: hour, completed: completed, current: current}
+	l.cacheMu.Unlock()
+	return nil
+}
+
+func (l *Ledger) applyToCache(ctx context.Context, now time.Time, incs []Increment) {
+	hour := now.Truncate(time.Hour)
+	l.cacheMu.RLock()
+	stale := !hour.Equal(l.cache.hour)
+	l.cacheMu.RUnlock()
+	if stale {
+		// The hour rolled over: re-sum from the store (it has this tick's increments already).
+		if err := l.refreshCache(ctx, now); err == nil {
+			return
+		}
+	}
+	l.cacheMu.Lock()
+	defer l.cacheMu.Unlock()
+	for _, inc := range incs {
+		if inc.Bucket.Equal(l.cache.hour) {
+			t := l.cache.current[inc.User]
+			t.add(inc.Totals)
+			l.cache.current[inc.User] = t
+		}
+	}
+}
+
+// UserWindows returns a user's GPU-hours for today, the last 7 days and the last 30 days (hour buckets, the
+// current one included), from memory.
+func (l *Ledger) UserWindows(user string) Windows {
+	l.cacheMu.RLock()
+	c, cur := l.cache.completed[user], l.cache.current[user]
+	l.cacheMu.RUnlock()
+	for i := range c {
+		c[i].add(cur)
+	}
+	const h = 1.0 / 3600
+	return Windows{Today: c[0].scale(h), Days7: c[1].scale(h), Days30: c[2].scale(h)}
+}
+
+// Hours returns GPU-hours per key over a custom window, from the store.
+func (l *Ledger) Hours(ctx context.Context, q Query) ([]Row, error) {
+	rows, err := l.store.Sum(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	for i := range rows {
+		rows[i].Totals = rows[i].scale(1.0 / 3600)
+	}
+	return rows, nil
+}

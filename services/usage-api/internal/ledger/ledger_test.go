@@ -1,0 +1,274 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"math"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+var t0 = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+
+const interval = 5 * time.Second
+
+func openTestStore(t *testing.T) *Store {
+	t.Helper()
+	if dsn := testPostgresURL(); dsn != "" {
+		return openTestPostgres(t, dsn)
+	}
+	s, err := OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+var (
+	aliceMIG = Key{User: "alice", Kind: "mig", Class: "mig A100-SXM4-40GB 3g.20gb"}
+	bobT4    = Key{User: "bob", Kind: "shared", Class: "shared T4"}
+)
+
+func samples() []Sample {
+	return []Sample{
+		{Key: aliceMIG, Allocated: 3.0 / 7, Used: 3.0 / 7 * 0.5, UsedKnown: true},
+		{Key: bobT4, Allocated: 0.25}, // utilization unknown
+	}
+}
+
+var approx = cmpopts.EquateApprox(0, 1e-9)
+
+func TestRecord(t *testing.T) {
+	type tick struct {
+		at      time.Time
+		samples []Sample
+	}
+	cases := map[string]struct {
+		ticks       []tick
+		wantRows    []Row // GPU-seconds
+		wantGap     float64
+		wantTicks   int64
+		wantCharged time.Duration // of the last tick
+	}{
+		"first tick only sets the checkpoint": {
+			ticks:     []tick{{t0, samples()}},
+			wantTicks: 1,
+		},
+		"two ticks charge one interval with the second observation": {
+			ticks: []tick{{t0, nil}, {t0.Add(interval), samples()}},
+			wantRows: []Row{
+				{Key: aliceMIG, Totals: Totals{Allocated: 5 * 3.0 / 7, Used: 5 * 1.5 / 7}},
+				{Key: bobT4, Totals: Totals{Allocated: 1.25, UsedUnknown: 1.25}},
+			},
+			wantTicks: 2, wantCharged: interval,
+		},
+		"a gap longer than MaxGap charges one interval": {
+			ticks: []tick{{t0, nil}, {t0.Add(10 * time.Minute), samples()[1:]}},
+			wantRows: []Row{
+				{Key: bobT4, Totals: Totals{Allocated: 1.25, UsedUnknown: 1.25}},
+			},
+			wantGap: 600 - 5, wantTicks: 2, wantCharged: interval,
+		},
+		"a gap within MaxGap is charged in full": {
+			ticks: []tick{{t0, nil}, {t0.Add(20 * time.Second), samples()[1:]}},
+			wantRows: []Row{
+				{Key: bobT4, Totals: Totals{Allocated: 5, UsedUnknown: 5}},
+			},
+			wantTicks: 2, wantCharged: 20 * time.Second,
+		},
+		"clock going backwards commits nothing": {
+			ticks:     []tick{{t0, nil}, {t0.Add(-time.Second), samples()}},
+			wantTicks: 1,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			s := openTestStore(t)
+			l, err := New(ctx, s, Options{Interval: interval}, t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var res Result
+			for _, tk := range tc.ticks {
+				if res, err = l.Record(ctx, tk.at, tk.samples); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if res.Charged != tc.wantCharged {
+				t.Errorf("charged = %v, want %v", res.Charged, tc.wantCharged)
+			}
+			rows, err := s.Sum(ctx, Query{From: t0.Add(-24 * time.Hour), To: t0.Add(24 * time.Hour)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.wantRows, rows, approx); diff != "" {
+				t.Errorf("rows (-want +got):\n%s", diff)
+			}
+			cp, _, err := s.Checkpoint(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cp.Ticks != tc.wantTicks || math.Abs(cp.GapSeconds-tc.wantGap) > 1e-9 {
+				t.Errorf("checkpoint ticks=%d gap=%v, want %d %v", cp.Ticks, cp.GapSeconds, tc.wantTicks, tc.wantGap)
+			}
+			checkConsistent(t, s)
+		})
+	}
+}
+
+// checkConsistent asserts the checkpoint's running sums equal the sums over the usage table: increments and
+// checkpoint were committed together.
+func checkConsistent(t *testing.T, s *Store) Checkpoint {
+	t.Helper()
+	cp, _, err := s.Checkpoint(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.Sum(context.Background(), Query{From: time.Unix(0, 0), To: time.Unix(1<<40, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum Totals
+	for _, r := range rows {
+		sum.add(r.Totals)
+	}
+	if diff := cmp.Diff(cp.Sums, sum, cmpopts.EquateApprox(1e-9, 1e-6)); diff != "" {
+		t.Fatalf("checkpoint sums vs table sums (-checkpoint +table):\n%s", diff)
+	}
+	return cp
+}
+
+func TestSplitHours(t *testing.T) {
+	cases := map[string]struct {
+		from, to time.Time
+		want     []span
+	}{
+		"inside one hour":  {t0.Add(time.Minute), t0.Add(2 * time.Minute), []span{{t0, time.Minute}}},
+		"starts at a boundary": {t0, t0.Add(5 * time.Second), []span{{t0, 5 * time.Second}}},
+		"crosses a boundary": {t0.Add(-2 * time.Second), t0.Add(3 * time.Second), []span{{t0.Add(-time.Hour), 2 * time.Second}, {t0, 3 * time.Second}}},
+		"ends at a boundary": {t0.Add(-2 * time.Second), t0, []span{{t0.Add(-time.Hour), 2 * time.Second}}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, splitHours(tc.from, tc.to), cmp.AllowUnexported(span{})); diff != "" {
+				t.Errorf("splitHours (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestRestartContinuesWithoutDoubleCounting(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	s, err := OpenSQLite(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(ctx, s, Options{Interval: interval}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := []Sample{{Key: aliceMIG, Allocated: 1, Used: 1, UsedKnown: true}}
+	for i := range 4 {
+		if _, err := l.Record(ctx, t0.Add(time.Duration(i)*interval), one); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = s.Close()
+
+	// A second instance resumes from the checkpoint: the 7 s restart is charged, nothing is charged twice.
+	s2, err := OpenSQLite(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s2.Close() }()
+	restart := t0.Add(3*interval + 7*time.Second)
+	l2, err := New(ctx, s2, Options{Interval: interval}, restart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l2.UserWindows("alice").Today.Allocated; math.Abs(got-15.0/3600) > 1e-12 {
+		t.Errorf("today after restart = %v GPU-h, want %v", got, 15.0/3600)
+	}
+	if _, err := l2.Record(ctx, restart, one); err != nil {
+		t.Fatal(err)
+	}
+	if got := l2.UserWindows("alice").Today.Allocated; math.Abs(got-22.0/3600) > 1e-12 {
+		t.Errorf("today after first tick = %v GPU-h, want %v", got, 22.0/3600)
+	}
+	checkConsistent(t, s2)
+
+	// The stale first instance must not write again.
+	s3, err := OpenSQLite(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s3.Close() }()
+	l.store = s3
+	if _, err := l.Record(ctx, t0.Add(4*interval), one); !errors.Is(err, ErrConflict) {
+		t.Errorf("stale writer: err = %v, want ErrConflict", err)
+	}
+	checkConsistent(t, s2)
+}
+
+func TestUserWindows(t *testing.T) {
+	ctx := context.Background()
+	s := openTestStore(t)
+	// Old usage: 40 days ago (outside), 10 days ago (30d only), 3 days ago (7d and 30d), today at 01:00.
+	now := time.Date(2026, 11, 22, 10, 30, 0, 0, time.UTC)
+	seed := []Increment{
+		{Key: aliceMIG, Bucket: now.Add(-40 * 24 * time.Hour).Truncate(time.Hour), Totals: Totals{Allocated: 3600}},
+		{Key: aliceMIG, Bucket: now.Add(-10 * 24 * time.Hour).Truncate(time.Hour), Totals: Totals{Allocated: 7200, Used: 3600}},
+		{Key: aliceMIG, Bucket: now.Add(-3 * 24 * time.Hour).Truncate(time.Hour), Totals: Totals{Allocated: 3600}},
+		{Key: aliceMIG, Bucket: time.Date(2026, 11, 22, 1, 0, 0, 0, time.UTC), Totals: Totals{Allocated: 1800, UsedUnknown: 1800}},
+	}
+	var sum Totals
+	for _, inc := range seed {
+		sum.add(inc.Totals)
+	}
+	if err := s.Commit(ctx, nil, Checkpoint{At: now.Add(-time.Minute), Ticks: 1, Sums: sum}, seed); err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(ctx, s, Options{Interval: interval}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// And live ticks in the current hour.
+	if _, err := l.Record(ctx, now, []Sample{{Key: aliceMIG, Allocated: 1, Used: 0.5, UsedKnown: true}}); err != nil {
+		t.Fatal(err)
+	}
+	// 60 s since the checkpoint > MaxGap (30 s): only one interval (5 s) is charged.
+	live := Totals{Allocated: 5.0 / 3600, Used: 2.5 / 3600}
+	want := Windows{
+		Today:  Totals{Allocated: 0.5 + live.Allocated, Used: live.Used, UsedUnknown: 0.5},
+		Days7:  Totals{Allocated: 1.5 + live.Allocated, Used: live.Used, UsedUnknown: 0.5},
+		Days30: Totals{Allocated: 3.5 + live.Allocated, Used: 1 + live.Used, UsedUnknown: 0.5},
+	}
+	if diff := cmp.Diff(want, l.UserWindows("alice"), approx); diff != "" {
+		t.Errorf("UserWindows (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(Windows{}, l.UserWindows("nobody")); diff != "" {
+		t.Errorf("UserWindows(nobody) (-want +got):\n%s", diff)
+	}
+	// The hour rolls over: the cache re-sums from the store and stays equal.
+	next := now.Add(30 * time.Minute)
+	if _, err := l.Record(ctx, next, nil); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, l.UserWindows("alice"), approx); diff != "" {
+		t.Errorf("UserWindows after rollover (-want +got):\n%s", diff)
+	}
+	rows, err := l.Hours(ctx, Query{From: now.Add(-11 * 24 * time.Hour), To: now.Add(-9 * 24 * time.Hour), User: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]Row{{Key: aliceMIG, Totals: Totals{Allocated: 2, Used: 1}}}, rows, approx); diff != "" {
+		t.Errorf("Hours custom window (-want +got):\n%s", diff)
+	}
+}

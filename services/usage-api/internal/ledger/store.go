@@ -1,0 +1,314 @@
+// Package ledger is the durable GPU-hours ledger: allocated and used GPU-seconds per (user, kind, class, hour
+// bucket), integrated at the sampling interval and committed together with a checkpoint in one transaction,
+// in embedded SQLite (default) or PostgreSQL.
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+	_ "modernc.org/sqlite"             // registers the "sqlite" database/sql driver (pure Go)
+)
+
+// ErrConflict means the checkpoint moved under us: another writer shares the database.
+var ErrConflict = errors.New("ledger checkpoint moved: another writer uses this database")
+
+// Key is what the ledger accounts by.
+type Key struct {
+	User  string
+	Kind  string // gpu | mig | shared
+	Class string // e.g. "mig A100-SXM4-40GB 3g.20gb"
+}
+
+// Totals are GPU-seconds (in the store) or GPU-hours (in answers), by what is known of them.
+type Totals struct {
+	Allocated float64 `json:"allocated"`
+	// Used is allocated x utilization over the part where utilization was known.
+	Used float64 `json:"used"`
+	// UsedUnknown is the allocated part whose utilization was unknown (MIG without DCGM, stale agent).
+	UsedUnknown float64 `json:"usedUnknown"`
+}
+
+func (t *Totals) add(o Totals) {
+	t.Allocated += o.Allocated
+	t.Used += o.Used
+	t.UsedUnknown += o.UsedUnknown
+}
+
+func (t Totals) scale(f float64) Totals {
+	return Totals{Allocated: t.Allocated * f, Used: t.Used * f, UsedUnknown: t.UsedUnknown * f}
+}
+
+// Increment adds GPU-seconds to one key in one hour bucket.
+type Increment struct {
+	Key
+	Bucket time.Time // start of the hour, UTC
+	Totals
+}
+
+// Checkpoint is the ledger's integration state, committed atomically with the increments.
+type Checkpoint struct {
+	At    time.Time // last integrated instant
+	Ticks int64
+	// Sums of every increment ever committed, in GPU-seconds: they must equal the sums over the usage table.
+	Sums Totals
+	// GapSeconds is wall time the ledger did not integrate because the service was down longer than the gap
+	// limit.
+	GapSeconds float64
+}
+
+// Row is one line of a Sum answer, in GPU-seconds.
+type Row struct {
+	Key
+	Totals
+}
+
+// Store is the SQL store, SQLite or PostgreSQL.
+type Store struct {
+	db       *sql.DB
+	postgres bool
+}
+
+const schema = `
+CREATE TABLE IF NOT EXISTS gpu_usage (
+	user_name   TEXT NOT NULL,
+	kind        TEXT NOT NULL,
+	class       TEXT NOT NULL,
+	bucket      BIGINT NOT NULL,
+	allocated_s DOUBLE PRECISION NOT NULL DEFAULT 0,
+	used_s      DOUBLE PRECISION NOT NULL DEFAULT 0,
+	unknown_s   DOUBLE PRECISION NOT NULL DEFAULT 0,
+	PRIMARY KEY (user_name, kind, class, bucket)
+);
+CREATE INDEX IF NOT EXISTS gpu_usage_bucket ON gpu_usage (bucket);
+CREATE TABLE IF NOT EXISTS ledger_checkpoint (
+	id          INTEGER PRIMARY KEY,
+	at_ns       BIGINT NOT NULL,
+	ticks       BIGINT NOT NULL,
+	allocated_s DOUBLE PRECISION NOT NULL,
+	used_s      DOUBLE PRECISION NOT NULL,
+	unknown_s   DOUBLE PRECISION NOT NULL,
+	gap_s       DOUBLE PRECISION NOT NULL
+);
+`
+
+// Open opens the store named by dsn: a postgres:// or postgresql:// URL, else a SQLite file path.
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		return OpenPostgres(ctx, dsn)
+	}
+	return OpenSQLite(ctx, dsn)
+}
+
+// OpenSQLite opens (creating if needed) a SQLite ledger at path in WAL mode. WAL with synchronous=NORMAL is
+// durable against a process crash (kill -9); only a power loss can drop the last commits.
+func OpenSQLite(ctx context.Context, path string) (*Store, error) {
+	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=busy_timeout(10000)&_txlock=immediate"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite ledger: %w", err)
+	}
+	// One writer at a time is SQLite's model; a few readers run beside it in WAL mode.
+	db.SetMaxOpenConns(4)
+	s := &Store{db: db}
+	if err := s.migrate(ctx); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// OpenPostgres opens a PostgreSQL ledger.
+func OpenPostgres(ctx context.Context, url string) (*Store, error) {
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres ledger: %w", err)
+	}
+	db.SetMaxOpenConns(8)
+	s := &Store{db: db, postgres: true}
+	if err := s.migrate(ctx); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	for stmt := range strings.SplitSeq(schema, ";") {
+		if strings.TrimSpace(stmt) == "" {
+			continue
+		}
+		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("create ledger schema: %w", err)
+		}
+	}
+	return nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Ping checks the database answers (readiness).
+func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
+
+// q rewrites ? placeholders to $n for PostgreSQL.
+func (s *Store) q(query string) string {
+	if !s.postgres {
+		return query
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range query {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// Checkpoint returns the integration state; ok is false for a new ledger.
+func (s *Store) Checkpoint(ctx context.Context) (cp Checkpoint, ok bool, err error) {
+	var atNS int64
+	err = s.db.QueryRowContext(ctx, s.q(`SELECT at_ns, ticks, allocated_s, used_s, unknown_s, gap_s FROM ledger_checkpoint WHERE id = 1`)).
+		Scan(&atNS, &cp.Ticks, &cp.Sums.Allocated, &cp.Sums.Used, &cp.Sums.UsedUnknown, &cp.GapSeconds)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Checkpoint{}, false, nil
+	}
+	if err != nil {
+		return Checkpoint{}, false, fmt.Errorf("read ledger checkpoint: %w", err)
+	}
+	cp.At = time.Unix(0, atNS).UTC()
+	return cp, true, nil
+}
+
+// rowsPerInsert bounds one multi-row INSERT (7 parameters a row, well under SQLite's and PostgreSQL's limits).
+const rowsPerInsert = 400
+
+// Commit adds incs and moves the checkpoint from prev (nil for a new ledger) to next, in one transaction. If the
+// stored checkpoint is not prev, nothing is written and ErrConflict is returned: increments are never applied
+// twice.
+func (s *Store) Commit(ctx context.Context, prev *Checkpoint, next Checkpoint, incs []Increment) (err error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin ledger transaction: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	var res sql.Result
+	if prev == nil {
+		res, err = tx.ExecContext(ctx, s.q(`INSERT INTO ledger_checkpoint (id, at_ns, ticks, allocated_s, used_s, unknown_s, gap_s)
+			VALUES (1, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`),
+			next.At.UnixNano(), next.Ticks, next.Sums.Allocated, next.Sums.Used, next.Sums.UsedUnknown, next.GapSeconds)
+	} else {
+		res, err = tx.ExecContext(ctx, s.q(`UPDATE ledger_checkpoint SET at_ns = ?, ticks = ?, allocated_s = ?, used_s = ?, unknown_s = ?, gap_s = ?
+			WHERE id = 1 AND at_ns = ? AND ticks = ?`),
+			next.At.UnixNano(), next.Ticks, next.Sums.Allocated, next.Sums.Used, next.Sums.UsedUnknown, next.GapSeconds,
+			prev.At.UnixNano(), prev.Ticks)
+	}
+	if err != nil {
+		return fmt.Errorf("write ledger checkpoint: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return ErrConflict
+	}
+	for start := 0; start < len(incs); start += rowsPerInsert {
+		chunk := incs[start:min(start+rowsPerInsert, len(incs))]
+		var b strings.Builder
+		b.WriteString(`INSERT INTO gpu_usage (user_name, kind, class, bucket, allocated_s, used_s, unknown_s) VALUES `)
+		args := make([]any, 0, 7*len(chunk))
+		for i, inc := range chunk {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString("(?,?,?,?,?,?,?)")
+			args = append(args, inc.User, inc.Kind, inc.Class, inc.Bucket.Unix(), inc.Allocated, inc.Used, inc.UsedUnknown)
+		}
+		b.WriteString(` ON CONFLICT (user_name, kind, class, bucket) DO UPDATE SET
+			allocated_s = gpu_usage.allocated_s + excluded.allocated_s,
+			used_s = gpu_usage.used_s + excluded.used_s,
+			unknown_s = gpu_usage.unknown_s + excluded.unknown_s`)
+		if _, err = tx.ExecContext(ctx, s.q(b.String()), args...); err != nil {
+			return fmt.Errorf("write ledger increments: %w", err)
+		}
+	}
+	if err = tx.Commit(); err != nil {
+		return fmt.Errorf("commit ledger transaction: %w", err)
+	}
+	return nil
+}
+
+// Query selects rows of the ledger. Buckets are hours: a window [From, To) covers the buckets that start in
+// [hour(From), To).
+type Query struct {
+	From, To time.Time
+	User     string // empty: every user
+}
+
+// Sum returns GPU-seconds per key over the query's window.
+func (s *Store) Sum(ctx context.Context, qr Query) ([]Row, error) {
+	query := `SELECT user_name, kind, class, SUM(allocated_s), SUM(used_s), SUM(unknown_s) FROM gpu_usage WHERE bucket >= ? AND bucket < ?`
+	args := []any{qr.From.UTC().Truncate(time.Hour).Unix(), qr.To.Unix()}
+	if qr.User != "" {
+		query += ` AND user_name = ?`
+		args = append(args, qr.User)
+	}
+	query += ` GROUP BY user_name, kind, class ORDER BY user_name, kind, class`
+	rows, err := s.db.QueryContext(ctx, s.q(query), args...)
+	if err != nil {
+		return nil, fmt.Errorf("query ledger: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []Row
+	for rows.Next() {
+		var r Row
+		if err := rows.Scan(&r.User, &r.Kind, &r.Class, &r.Allocated, &r.Used, &r.UsedUnknown); err != nil {
+			return nil, fmt.Errorf("scan ledger row: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("query ledger: %w", err)
+	}
+	return out, nil
+}
+
+// userWindows sums every user's buckets in [from30d, toExcl) into three windows at once (one scan).
+func (s *Store) userWindows(ctx context.Context, today, d7, d30, toExcl time.Time) (map[string][3]Totals, error) {
+	query := `SELECT user_name,
+		SUM(CASE WHEN bucket >= ? THEN allocated_s ELSE 0 END), SUM(CASE WHEN bucket >= ? THEN used_s ELSE 0 END), SUM(CASE WHEN bucket >= ? THEN unknown_s ELSE 0 END),
+		SUM(CASE WHEN bucket >= ? THEN allocated_s ELSE 0 END), SUM(CASE WHEN bucket >= ? THEN used_s ELSE 0 END), SUM(CASE WHEN bucket >= ? THEN unknown_s ELSE 0 END),
+		SUM(allocated_s), SUM(used_s), SUM(unknown_s)
+		FROM gpu_usage WHERE bucket >= ? AND bucket < ? GROUP BY user_name`
+	t, w, m := today.Unix(), d7.Unix(), d30.Unix()
+	rows, err := s.db.QueryContext(ctx, s.q(query), t, t, t, w, w, w, m, toExcl.Unix())
+	if err != nil {
+		return nil, fmt.Errorf("query ledger windows: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	out := map[string][3]Totals{}
+	for rows.Next() {
+		var u string
+		var v [3]Totals
+		if err := rows.Scan(&u, &v[0].Allocated, &v[0].Used, &v[0].UsedUnknown, &v[1].Allocated, &v[1].Used, &v[1].UsedUnknown,
+			&v[2].Allocated, &v[2].Used, &v[2].UsedUnknown); err != nil {
+			return nil, fmt.Errorf("scan ledger windows: %w", err)
+		}
+		out[u] = v
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("query ledger windows: %w", err)
+	}
+	return out, nil
+}
