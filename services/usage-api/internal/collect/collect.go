@@ -1,0 +1,149 @@
+package collect
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Agent is one gpu-agent pod to poll.
+type Agent struct {
+	Pod  string // namespace/name, for logs
+	Node string
+	IP   string
+}
+
+// Result is the latest snapshot of one node's agent.
+type Result struct {
+	Agent    Agent
+	Snapshot *Snapshot // the last good snapshot; nil if none yet
+	// FetchedAt is when Snapshot was fetched (collector clock); staleness is judged against it and SampledAt.
+	FetchedAt time.Time
+	Err       error // the last poll's error, nil when it succeeded
+}
+
+// Options configure a Collector.
+type Options struct {
+	Client      *http.Client // default: 2 s timeout
+	Port        int          // default 9400
+	Concurrency int          // polls in flight; default 16
+	Logger      *slog.Logger
+	Now         func() time.Time
+}
+
+// Collector polls agents and keeps the last good snapshot per node.
+type Collector struct {
+	opts Options
+	mu   sync.Mutex
+	last map[string]Result // by node
+}
+
+// New returns a Collector.
+func New(opts Options) *Collector {
+	if opts.Client == nil {
+		opts.Client = &http.Client{Timeout: 2 * time.Second}
+	}
+	if opts.Port == 0 {
+		opts.Port = 9400
+	}
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 16
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Collector{opts: opts, last: map[string]Result{}}
+}
+
+// maxSnapshotBytes bounds what an agent may send.
+const maxSnapshotBytes = 32 << 20
+
+// Poll fetches every agent's snapshot once, concurrently, and returns the latest result per node. A failed poll
+// keeps the node's previous snapshot (its age then tells it is stale); nodes whose agent is gone are dropped.
+func (c *Collector) Poll(ctx context.Context, agents []Agent) (map[string]Result, error) {
+	type out struct {
+		agent Agent
+		snap  *Snapshot
+		at    time.Time
+		err   error
+	}
+	results := make(chan out, len(agents))
+	sem := make(chan struct{}, c.opts.Concurrency)
+	var wg sync.WaitGroup
+	for _, a := range agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			snap, err := c.fetch(ctx, a)
+			results <- out{agent: a, snap: snap, at: c.opts.Now(), err: err}
+		}()
+	}
+	wg.Wait()
+	close(results)
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	next := make(map[string]Result, len(agents))
+	var errs []error
+	for r := range results {
+		prev, had := c.last[r.agent.Node]
+		switch {
+		case r.err == nil:
+			next[r.agent.Node] = Result{Agent: r.agent, Snapshot: r.snap, FetchedAt: r.at}
+		case had:
+			prev.Agent, prev.Err = r.agent, r.err
+			next[r.agent.Node] = prev
+		default:
+			next[r.agent.Node] = Result{Agent: r.agent, Err: r.err}
+		}
+		if r.err != nil {
+			errs = append(errs, r.err)
+			c.opts.Logger.Warn("agent snapshot failed", "agent", r.agent.Pod, "node", r.agent.Node, "err", r.err)
+		}
+	}
+	c.last = next
+	copyOut := make(map[string]Result, len(next))
+	for k, v := range next {
+		copyOut[k] = v
+	}
+	return copyOut, errors.Join(errs...)
+}
+
+func (c *Collector) fetch(ctx context.Context, a Agent) (*Snapshot, error) {
+	url := "http://" + net.JoinHostPort(a.IP, strconv.Itoa(c.opts.Port)) + "/api/v1/snapshot"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s: %w", a.Pod, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.opts.Client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s: %w", a.Pod, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		return nil, fmt.Errorf("agent %s: snapshot answered %s", a.Pod, resp.Status)
+	}
+	var s Snapshot
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxSnapshotBytes)).Decode(&s); err != nil {
+		return nil, fmt.Errorf("agent %s: decode snapshot: %w", a.Pod, err)
+	}
+	if s.Node == "" {
+		s.Node = a.Node
+	}
+	return &s, nil
+}
