@@ -1,0 +1,256 @@
+// Package inventory watches pods and nodes through shared informers and answers, from memory, which pods hold
+// GPUs, what the nodes' GPU labels and capacities are, and where the gpu-agents run. No API call per question.
+package inventory
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	listerscorev1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/share"
+)
+
+// Annotations and labels set by KubeSpawner and the chart.
+const (
+	AnnotationUser   = "hub.jupyter.org/username"
+	AnnotationServer = "hub.jupyter.org/servername"
+	LabelComponent   = "app.kubernetes.io/component"
+	AgentComponent   = "gpu-agent"
+)
+
+// Pod is a pod that holds GPU resources (or an agent pod).
+type Pod struct {
+	UID, Namespace, Name string
+	Node                 string
+	User, Server         string // from KubeSpawner's annotations; empty for pods not spawned by the Hub
+	Phase                corev1.PodPhase
+	Ready                bool
+	IP                   string
+	// GPU resources the pod holds (limits, else requests), e.g. {"nvidia.com/mig-3g.20gb": 1}.
+	Resources map[string]int64
+}
+
+// Allocated reports whether the pod holds its GPUs: bound to a node and Running. Pending pods hold nothing.
+func (p Pod) Allocated() bool { return p.Node != "" && p.Phase == corev1.PodRunning }
+
+// Node is a node's GPU view.
+type Node struct {
+	Name        string
+	Labels      map[string]string
+	Allocatable map[string]int64 // GPU resources only
+}
+
+// PodFrom converts a Kubernetes pod; ok is false when it holds no GPU resource.
+func PodFrom(p *corev1.Pod) (Pod, bool) {
+	res := gpuResources(p)
+	if len(res) == 0 {
+		return Pod{}, false
+	}
+	return Pod{
+		UID: string(p.UID), Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName,
+		User: p.Annotations[AnnotationUser], Server: p.Annotations[AnnotationServer],
+		Phase: p.Status.Phase, Ready: podReady(p), IP: p.Status.PodIP, Resources: res,
+	}, true
+}
+
+// gpuResources is the effective GPU request of a pod: the larger of the containers' sum and any init
+// container (the scheduler's rule), limits first since extended resources must have limits.
+func gpuResources(p *corev1.Pod) map[string]int64 {
+	var out map[string]int64
+	add := func(c corev1.Container, into map[string]int64, maxOnly bool) {
+		list := c.Resources.Limits
+		if len(list) == 0 {
+			list = c.Resources.Requests
+		}
+		for name, q := range list {
+			if !share.IsGPUResource(string(name)) {
+				continue
+			}
+			if maxOnly {
+				into[string(name)] = max(into[string(name)], q.Value())
+			} else {
+				into[string(name)] += q.Value()
+			}
+		}
+	}
+	sum := map[string]int64{}
+	for _, c := range p.Spec.Containers {
+		add(c, sum, false)
+	}
+	init := map[string]int64{}
+	for _, c := range p.Spec.InitContainers {
+		add(c, init, true)
+	}
+	for name, n := range init {
+		sum[name] = max(sum[name], n)
+	}
+	for name, n := range sum {
+		if n > 0 {
+			if out == nil {
+				out = map[string]int64{}
+			}
+			out[name] = n
+		}
+	}
+	return out
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// NodeFrom converts a Kubernetes node.
+func NodeFrom(n *corev1.Node) Node {
+	out := Node{Name: n.Name, Labels: n.Labels, Allocatable: map[string]int64{}}
+	for name, q := range n.Status.Allocatable {
+		if share.IsGPUResource(string(name)) && q.Value() > 0 {
+			out.Allocatable[string(name)] = q.Value()
+		}
+	}
+	return out
+}
+
+// Options configure an Inventory.
+type Options struct {
+	Client kubernetes.Interface
+	// Namespace of the singleuser pods; empty watches every namespace.
+	Namespace string
+	// AgentNamespace of the gpu-agent pods; empty means every namespace.
+	AgentNamespace string
+	Resync         time.Duration
+}
+
+// Inventory holds the informers.
+type Inventory struct {
+	factories []informers.SharedInformerFactory
+	pods      listerscorev1.PodLister
+	agents    listerscorev1.PodLister
+	nodes     listerscorev1.NodeLister
+	synced    []cache.InformerSynced
+}
+
+// stripManagedFields keeps 10,000 pods cheap in memory.
+func stripManagedFields(obj any) (any, error) {
+	if a, ok := obj.(interface{ SetManagedFields([]metav1.ManagedFieldsEntry) }); ok {
+		a.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// New builds the informers; call Start.
+func New(opts Options) *Inventory {
+	inv := &Inventory{}
+	podFactory := informers.NewSharedInformerFactoryWithOptions(opts.Client, opts.Resync,
+		informers.WithNamespace(opts.Namespace), informers.WithTransform(stripManagedFields))
+	podInf := podFactory.Core().V1().Pods()
+	inv.pods = podInf.Lister()
+	nodeInf := podFactory.Core().V1().Nodes()
+	inv.nodes = nodeInf.Lister()
+	inv.synced = append(inv.synced, podInf.Informer().HasSynced, nodeInf.Informer().HasSynced)
+	inv.factories = append(inv.factories, podFactory)
+
+	// Agents are few; their own informer is filtered by label so it never lists user pods.
+	agentFactory := informers.NewSharedInformerFactoryWithOptions(opts.Client, opts.Resync,
+		informers.WithNamespace(opts.AgentNamespace), informers.WithTransform(stripManagedFields),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelComponent + "=" + AgentComponent }))
+	agentInf := agentFactory.Core().V1().Pods()
+	inv.agents = agentInf.Lister()
+	inv.synced = append(inv.synced, agentInf.Informer().HasSynced)
+	inv.factories = append(inv.factories, agentFactory)
+	return inv
+}
+
+// Start starts the informers; they stop with ctx.
+func (inv *Inventory) Start(ctx context.Context) {
+	for _, f := range inv.factories {
+		f.Start(ctx.Done())
+	}
+}
+
+// WaitForSync blocks until the caches are filled or ctx ends.
+func (inv *Inventory) WaitForSync(ctx context.Context) error {
+	if !cache.WaitForCacheSync(ctx.Done(), inv.synced...) {
+		return fmt.Errorf("inventory: informer caches did not sync: %w", ctx.Err())
+	}
+	return nil
+}
+
+// Synced is the readiness check.
+func (inv *Inventory) Synced(context.Context) error {
+	for _, s := range inv.synced {
+		if !s() {
+			return fmt.Errorf("informer caches not synced yet")
+		}
+	}
+	return nil
+}
+
+// GPUPods returns every pod holding GPU resources, sorted by namespace/name.
+func (inv *Inventory) GPUPods() ([]Pod, error) {
+	all, err := inv.pods.List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("list pods from cache: %w", err)
+	}
+	out := make([]Pod, 0, len(all)/2)
+	for _, p := range all {
+		if gp, ok := PodFrom(p); ok {
+			out = append(out, gp)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out, nil
+}
+
+// Nodes returns every node by name.
+func (inv *Inventory) Nodes() (map[string]Node, error) {
+	all, err := inv.nodes.List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("list nodes from cache: %w", err)
+	}
+	out := make(map[string]Node, len(all))
+	for _, n := range all {
+		out[n.Name] = NodeFrom(n)
+	}
+	return out, nil
+}
+
+// Agent is a running gpu-agent pod.
+type Agent struct {
+	Pod, Node, IP string
+}
+
+// Agents returns the running agent pods that have an IP, sorted by node.
+func (inv *Inventory) Agents() ([]Agent, error) {
+	all, err := inv.agents.List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("list agent pods from cache: %w", err)
+	}
+	var out []Agent
+	for _, p := range all {
+		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" || p.Spec.NodeName == "" || p.DeletionTimestamp != nil {
+			continue
+		}
+		out = append(out, Agent{Pod: p.Namespace + "/" + p.Name, Node: p.Spec.NodeName, IP: p.Status.PodIP})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out, nil
+}

@@ -1,0 +1,136 @@
+package inventory
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// podBuilder builds test pods fluently.
+type podBuilder struct{ p *corev1.Pod }
+
+func newPod(ns, name string) *podBuilder {
+	return &podBuilder{p: &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name), Annotations: map[string]string{}, Labels: map[string]string{}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "notebook"}}},
+	}}
+}
+
+func (b *podBuilder) user(u, server string) *podBuilder {
+	b.p.Annotations[AnnotationUser] = u
+	if server != "" {
+		b.p.Annotations[AnnotationServer] = server
+	}
+	return b
+}
+
+func (b *podBuilder) limit(name string, n int64) *podBuilder {
+	c := &b.p.Spec.Containers[0]
+	if c.Resources.Limits == nil {
+		c.Resources.Limits = corev1.ResourceList{}
+	}
+	c.Resources.Limits[corev1.ResourceName(name)] = *resource.NewQuantity(n, resource.DecimalSI)
+	return b
+}
+
+func (b *podBuilder) running(node, ip string, ready bool) *podBuilder {
+	b.p.Spec.NodeName = node
+	b.p.Status.Phase = corev1.PodRunning
+	b.p.Status.PodIP = ip
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	b.p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}
+	return b
+}
+
+func (b *podBuilder) label(k, v string) *podBuilder { b.p.Labels[k] = v; return b }
+
+func (b *podBuilder) obj() *corev1.Pod { return b.p }
+
+func TestPodFrom(t *testing.T) {
+	cases := map[string]struct {
+		pod    *corev1.Pod
+		want   Pod
+		wantOK bool
+	}{
+		"MIG pod running": {
+			pod: newPod("jhub", "jupyter-alice").user("alice", "").limit("nvidia.com/mig-3g.20gb", 1).limit("cpu", 2).running("gpu-a100-0", "127.0.0.5", true).obj(),
+			want: Pod{UID: "uid-jupyter-alice", Namespace: "jhub", Name: "jupyter-alice", Node: "gpu-a100-0", User: "alice",
+				Phase: corev1.PodRunning, Ready: true, IP: "127.0.0.5", Resources: map[string]int64{"nvidia.com/mig-3g.20gb": 1}},
+			wantOK: true,
+		},
+		"pending named server": {
+			pod: newPod("jhub", "jupyter-bob--x").user("bob", "x").limit("nvidia.com/gpu.shared", 1).obj(),
+			want: Pod{UID: "uid-jupyter-bob--x", Namespace: "jhub", Name: "jupyter-bob--x", User: "bob", Server: "x",
+				Resources: map[string]int64{"nvidia.com/gpu.shared": 1}},
+			wantOK: true,
+		},
+		"no GPU": {pod: newPod("jhub", "jupyter-carol").user("carol", "").limit("cpu", 1).obj()},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, ok := PodFrom(tc.pod)
+			if ok != tc.wantOK {
+				t.Fatalf("ok = %v, want %v", ok, tc.wantOK)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("PodFrom (-want +got):\n%s", diff)
+			}
+			if got.Allocated() != (tc.want.Phase == corev1.PodRunning) {
+				t.Errorf("Allocated() = %v", got.Allocated())
+			}
+		})
+	}
+}
+
+func TestInformers(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-t4-0", Labels: map[string]string{"nvidia.com/gpu.replicas": "4"}},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{"nvidia.com/gpu.shared": *resource.NewQuantity(4, resource.DecimalSI), "cpu": *resource.NewQuantity(8, resource.DecimalSI)}}}
+	client := fake.NewClientset(
+		node,
+		newPod("jhub", "jupyter-bob").user("bob", "").limit("nvidia.com/gpu.shared", 1).running("gpu-t4-0", "127.0.0.6", true).obj(),
+		newPod("jhub", "jupyter-carol").user("carol", "").obj(),
+		newPod("gpuhub", "gpu-agent-abc").label(LabelComponent, AgentComponent).running("gpu-t4-0", "127.0.0.9", true).obj(),
+		newPod("gpuhub", "gpu-agent-pending").label(LabelComponent, AgentComponent).obj(),
+	)
+	inv := New(Options{Client: client})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	inv.Start(ctx)
+	if err := inv.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := inv.Synced(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pods, err := inv.GPUPods()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods) != 1 || pods[0].User != "bob" {
+		t.Errorf("GPUPods = %+v, want bob's pod only", pods)
+	}
+	agents, err := inv.Agents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]Agent{{Pod: "gpuhub/gpu-agent-abc", Node: "gpu-t4-0", IP: "127.0.0.9"}}, agents); diff != "" {
+		t.Errorf("Agents (-want +got):\n%s", diff)
+	}
+	nodes, err := inv.Nodes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]int64{"nvidia.com/gpu.shared": 4}, nodes["gpu-t4-0"].Allocatable); diff != "" {
+		t.Errorf("node allocatable (-want +got):\n%s", diff)
+	}
+}
