@@ -24,6 +24,7 @@ import (
 // Defaults applied by New.
 const (
 	DefaultTimeout        = 10 * time.Second
+	DefaultSpawnTimeout   = 30 * time.Second
 	DefaultMaxConcurrent  = 8
 	DefaultMaxRetries     = 4
 	DefaultPageSize       = 200 // the Hub's default api_page_max_limit
@@ -45,6 +46,12 @@ type Config struct {
 	HTTPClient    *http.Client  // optional
 	Logger        *slog.Logger  // optional
 	UserAgent     string
+
+	// SpawnTimeout is the per-attempt timeout of StartServer and StopServer,
+	// default 30s (at least Timeout). The Hub answers those only after
+	// waiting up to slow_spawn_timeout / slow_stop_timeout (10s each by
+	// default) for the spawner, so the 10s Timeout would cut them off.
+	SpawnTimeout time.Duration
 
 	// RetryBaseDelay is the first backoff step (doubled per retry, with
 	// jitter), default 250ms; RetryMaxDelay caps a step, default 10s.
@@ -104,6 +111,7 @@ type Client struct {
 	token          string
 	http           *http.Client
 	timeout        time.Duration
+	spawnTimeout   time.Duration
 	maxRetries     int
 	retryBaseDelay time.Duration
 	retryMaxDelay  time.Duration
@@ -132,6 +140,7 @@ func New(cfg Config) (*Client, error) {
 		token:          cfg.Token,
 		http:           cfg.HTTPClient,
 		timeout:        orDefault(cfg.Timeout, DefaultTimeout),
+		spawnTimeout:   orDefault(cfg.SpawnTimeout, DefaultSpawnTimeout),
 		maxRetries:     cfg.MaxRetries,
 		retryBaseDelay: orDefault(cfg.RetryBaseDelay, DefaultRetryBaseDelay),
 		retryMaxDelay:  orDefault(cfg.RetryMaxDelay, DefaultRetryMaxDelay),
@@ -141,6 +150,7 @@ func New(cfg Config) (*Client, error) {
 		sleep:          cfg.Sleep,
 		now:            cfg.Now,
 	}
+	c.spawnTimeout = max(c.spawnTimeout, c.timeout)
 	switch {
 	case c.maxRetries == 0:
 		c.maxRetries = DefaultMaxRetries
@@ -346,7 +356,7 @@ func (c *Client) AddGroupMembers(ctx context.Context, group string, users ...str
 // 400 when the server is already running or has a stop pending: IsConflict.
 // It is retried only on 429 with Retry-After, since a start is not idempotent.
 func (c *Client) StartServer(ctx context.Context, user, server string, options map[string]any) (StartResult, error) {
-	req := request{method: http.MethodPost, path: serverPath(user, server)}
+	req := request{method: http.MethodPost, path: serverPath(user, server), timeout: c.spawnTimeout}
 	if options != nil {
 		req.body = options
 	}
@@ -361,7 +371,7 @@ func (c *Client) StartServer(ctx context.Context, user, server string, options m
 // named server (the Hub refuses remove for the default server).
 // 204 means stopped, 202 that it is still stopping (Pending).
 func (c *Client) StopServer(ctx context.Context, user, server string, remove bool) (StopResult, error) {
-	req := request{method: http.MethodDelete, path: serverPath(user, server), idempotent: true}
+	req := request{method: http.MethodDelete, path: serverPath(user, server), idempotent: true, timeout: c.spawnTimeout}
 	if remove {
 		req.body = map[string]bool{"remove": true}
 	}
@@ -520,7 +530,8 @@ type request struct {
 	token      string // overrides the client's token
 	noAuth     bool
 	accept     string
-	idempotent bool // retry on 5xx and transport errors even though the method is POST
+	idempotent bool          // retry on 5xx and transport errors even though the method is POST
+	timeout    time.Duration // per attempt; 0 = the client's Timeout
 }
 
 func (r request) retryable() bool {
@@ -631,7 +642,11 @@ func (c *Client) attempt(ctx context.Context, req request, body []byte, out any)
 	}
 	defer func() { <-c.sem }()
 
-	actx, cancel := context.WithTimeout(ctx, c.timeout)
+	timeout := c.timeout
+	if req.timeout > 0 {
+		timeout = req.timeout
+	}
+	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
 	target := c.base + req.path

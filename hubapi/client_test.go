@@ -603,3 +603,19 @@ func TestPerAttemptTimeout(t *testing.T) {
 		t.Errorf("retries = %d, want 2 (timeouts are retried)", n)
 	}
 }
+
+func TestSpawnTimeoutForStartAndStop(t *testing.T) {
+	h := newHub(t)
+	h.AddUser(hubapi.User{Name: "alice"})
+	h.SetLatency(100 * time.Millisecond) // the Hub holds start/stop answers up to slow_spawn_timeout
+	c := h.Client(adminToken, hubapi.Config{Timeout: 20 * time.Millisecond, SpawnTimeout: 2 * time.Second, MaxRetries: -1})
+	if _, err := c.StartServer(t.Context(), "alice", "", nil); err != nil {
+		t.Errorf("start: %v", err)
+	}
+	if _, err := c.StopServer(t.Context(), "alice", "", false); err != nil {
+		t.Errorf("stop: %v", err)
+	}
+	if _, err := c.GetUser(t.Context(), "alice"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("get: err = %v, want the short Timeout to apply", err)
+	}
+}

@@ -289,7 +289,9 @@ func (h *Hub) groupLocked(name string) *groupRec {
 // AddToken registers token for owner with scopes. An owner that is not a
 // user (now or later) is a service. Without scopes a user's token inherits
 // the user's roles ("self", plus the admin role for admins) and a service's
-// token has none.
+// token has none. Like the Hub (scopes.get_scopes_for), a user's token
+// always also holds read:users:name and read:users:groups for its owner.
+// Unlike the Hub, scopes are not intersected with the owner's roles.
 func (h *Hub) AddToken(token, owner string, scopes ...string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -581,6 +583,7 @@ func (h *Hub) authLocked(r *http.Request) (*caller, *httpError) {
 	user := ""
 	if isUser {
 		user = rec.owner
+		raw = append(slices.Clone(raw), identifyScopes(user)...)
 	}
 	c.scopes = expandScopes(raw, user)
 	return c, nil
@@ -1084,6 +1087,7 @@ func (h *Hub) createTokenLocked(r *http.Request, c *caller, user string) (any, *
 	if len(raw) == 0 {
 		raw = []string{"self"}
 	}
+	raw = append(slices.Clone(raw), identifyScopes(user)...)
 	return map[string]any{
 		"user": user, "id": rec.id, "kind": "api_token", "roles": []string{},
 		"scopes": expandScopes(raw, user), "created": isoformat(&now), "last_activity": nil,

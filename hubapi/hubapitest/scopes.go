@@ -135,3 +135,8 @@ func holdsAny(scopes []string, base string) bool {
 	}
 	return false
 }
+
+// identifyScopes are added to every token of a user (jupyterhub.scopes.identify_scopes).
+func identifyScopes(user string) []string {
+	return []string{"read:users:name!user=" + user, "read:users:groups!user=" + user}
+}

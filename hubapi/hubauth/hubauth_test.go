@@ -426,7 +426,7 @@ func TestWithFakeHub(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &hubauth.Identity{Kind: "user", Name: "alice", Groups: []string{"gpu-users"},
-		Scopes: []string{"access:servers!server=alice/"}}
+		Scopes: []string{"access:servers!server=alice/", "read:users:groups!user=alice", "read:users:name!user=alice"}}
 	if diff := cmp.Diff(want, id); diff != "" {
 		t.Errorf("identity (-want +got):\n%s", diff)
 	}
