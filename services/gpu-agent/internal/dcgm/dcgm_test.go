@@ -36,8 +36,10 @@ func TestMIGUtilization(t *testing.T) {
 
 func TestMIGUtilizationErrors(t *testing.T) {
 	cases := map[string]http.HandlerFunc{
-		"status":  func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no", http.StatusServiceUnavailable) },
-		"garbage": func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("DCGM_FI_PROF_GR_ENGINE_ACTIVE{ 1\n")) },
+		"status": func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no", http.StatusServiceUnavailable) },
+		"garbage": func(w http.ResponseWriter, r *http.Request) {
+			_, _ = w.Write([]byte("DCGM_FI_PROF_GR_ENGINE_ACTIVE{ 1\n"))
+		},
 	}
 	for name, h := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -1,0 +1,333 @@
+// Package nvidia is the NVML backend: the only code in gpuhub that talks to
+// the NVIDIA driver. The NVML handle is injected (nvml.Interface), so tests
+// run against go-nvml's mock servers and production against libnvidia-ml,
+// which go-nvml dlopens at Init: a binary built with this package starts on
+// a machine without the library as long as Init is never called.
+package nvidia
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/dcgm"
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
+)
+
+// MIGUtilizationSource gives utilization per MIG GPU instance (dcgm.Client).
+type MIGUtilizationSource interface {
+	MIGUtilization(ctx context.Context) (map[dcgm.Key]float64, error)
+}
+
+// Options configure a Backend.
+type Options struct {
+	Lib nvml.Interface
+	// Now is the clock; it also times NVML calls.
+	Now func() time.Time
+	// Interval is the sampling interval, used for the first utilization window.
+	Interval time.Duration
+	// Observe, when set, receives the duration of every NVML call by name
+	// (the gpuhub_agent_nvml_call_duration_seconds histogram, --once timings).
+	Observe func(call string, d time.Duration)
+	// MIG, when set, supplies MIG utilization (dcgm-exporter).
+	MIG    MIGUtilizationSource
+	Logger *slog.Logger
+}
+
+// Backend samples GPUs through NVML. Not safe for concurrent Sample calls.
+type Backend struct {
+	opts Options
+	// lastSeen is the newest process-utilization timestamp (µs) per GPU
+	// UUID, passed back to nvmlDeviceGetProcessUtilization so each sample
+	// covers only the time since the previous one.
+	lastSeen map[string]uint64
+}
+
+// New returns a Backend. Call Init before Sample.
+func New(opts Options) *Backend {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Observe == nil {
+		opts.Observe = func(string, time.Duration) {}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Backend{opts: opts, lastSeen: map[string]uint64{}}
+}
+
+// Init loads and initialises NVML.
+func (b *Backend) Init() error {
+	ret := b.opts.Lib.Init()
+	switch {
+	case ret == nvml.SUCCESS:
+		return nil
+	case errors.Is(ret, nvml.ERROR_LIBRARY_NOT_FOUND):
+		return fmt.Errorf("nvml init: libnvidia-ml.so.1 not found: run on a node with the NVIDIA driver "+
+			"(in a container, use the NVIDIA container runtime or mount the driver libraries), "+
+			"or start with --backend=simulated: %w", ret)
+	case errors.Is(ret, nvml.ERROR_DRIVER_NOT_LOADED):
+		return fmt.Errorf("nvml init: the NVIDIA kernel driver is not loaded: %w", ret)
+	case errors.Is(ret, nvml.ERROR_NO_PERMISSION):
+		return fmt.Errorf("nvml init: no permission to open the NVIDIA devices: %w", ret)
+	}
+	return fmt.Errorf("nvml init: %w", ret)
+}
+
+// Shutdown releases NVML.
+func (b *Backend) Shutdown() error {
+	if ret := b.opts.Lib.Shutdown(); ret != nvml.SUCCESS {
+		return fmt.Errorf("nvml shutdown: %w", ret)
+	}
+	return nil
+}
+
+// call runs one NVML call, records its cost and turns its Return into an error.
+func call[T any](b *Backend, name string, f func() (T, nvml.Return)) (T, error) {
+	start := b.opts.Now()
+	v, ret := f()
+	b.opts.Observe(name, b.opts.Now().Sub(start))
+	if ret != nvml.SUCCESS {
+		return v, fmt.Errorf("%s: %w", name, ret)
+	}
+	return v, nil
+}
+
+// Sample reads every GPU, its MIG devices and the processes on them.
+func (b *Backend) Sample(ctx context.Context) (snapshot.Reading, error) {
+	r := snapshot.Reading{Backend: snapshot.BackendNVML}
+	n, err := call(b, "DeviceGetCount", b.opts.Lib.DeviceGetCount)
+	if err != nil {
+		return r, err
+	}
+	var migUtil map[dcgm.Key]float64
+	for i := range n {
+		dev, err := call(b, "DeviceGetHandleByIndex", func() (nvml.Device, nvml.Return) { return b.opts.Lib.DeviceGetHandleByIndex(i) })
+		if err != nil {
+			return r, fmt.Errorf("gpu %d: %w", i, err)
+		}
+		g, procs, err := b.gpu(i, dev)
+		if err != nil {
+			return r, fmt.Errorf("gpu %d: %w", i, err)
+		}
+		if g.MIGMode && b.opts.MIG != nil && migUtil == nil {
+			migUtil = b.migUtilization(ctx)
+		}
+		for j := range g.MIGDevices {
+			m := &g.MIGDevices[j]
+			if v, ok := migUtil[dcgm.Key{GPUUUID: g.UUID, GPUInstanceID: m.GPUInstanceID}]; ok {
+				m.UtilizationPercent, m.UtilizationSource = snapshot.Percent(v), snapshot.SourceDCGM
+			}
+		}
+		r.GPUs = append(r.GPUs, g)
+		r.Processes = append(r.Processes, procs...)
+	}
+	return r, nil
+}
+
+func (b *Backend) migUtilization(ctx context.Context) map[dcgm.Key]float64 {
+	m, err := b.opts.MIG.MIGUtilization(ctx)
+	if err != nil {
+		// MIG utilization is optional: report it as unknown, not the sample as failed.
+		b.opts.Logger.Warn("dcgm-exporter unavailable, MIG utilization unknown", "err", err)
+		return map[dcgm.Key]float64{}
+	}
+	return m
+}
+
+func (b *Backend) gpu(index int, dev nvml.Device) (snapshot.GPU, []snapshot.ProcessReading, error) {
+	g := snapshot.GPU{Index: index, UtilizationSource: snapshot.SourceNone, MIGDevices: []snapshot.MIGDevice{}}
+	var err error
+	if g.UUID, err = call(b, "DeviceGetUUID", dev.GetUUID); err != nil {
+		return g, nil, err
+	}
+	if g.Product, err = call(b, "DeviceGetName", dev.GetName); err != nil {
+		return g, nil, err
+	}
+	mem, err := call(b, "DeviceGetMemoryInfo", dev.GetMemoryInfo)
+	if err != nil {
+		return g, nil, err
+	}
+	g.MemoryTotalBytes, g.MemoryUsedBytes = mem.Total, mem.Used
+
+	mode, err := call(b, "DeviceGetMigMode", func() (int, nvml.Return) {
+		cur, _, ret := dev.GetMigMode()
+		return cur, ret
+	})
+	switch {
+	case err == nil:
+		g.MIGMode = mode == nvml.DEVICE_MIG_ENABLE
+	case errors.Is(err, nvml.ERROR_NOT_SUPPORTED):
+		// Not a MIG-capable GPU.
+	default:
+		return g, nil, err
+	}
+	self := snapshot.Device{UUID: g.UUID, Index: index}
+	if g.MIGMode {
+		procs, err := b.migDevices(&g, dev)
+		return g, procs, err
+	}
+
+	util, err := call(b, "DeviceGetUtilizationRates", dev.GetUtilizationRates)
+	switch {
+	case err == nil:
+		g.UtilizationPercent, g.UtilizationSource = snapshot.Percent(float64(util.Gpu)), snapshot.SourceNVML
+	case errors.Is(err, nvml.ERROR_NOT_SUPPORTED):
+	default:
+		return g, nil, err
+	}
+	infos, err := call(b, "DeviceGetComputeRunningProcesses", dev.GetComputeRunningProcesses)
+	if err != nil {
+		return g, nil, err
+	}
+	smUtil, supported, err := b.processUtilization(g.UUID, dev)
+	if err != nil {
+		return g, nil, err
+	}
+	procs := make([]snapshot.ProcessReading, 0, len(infos))
+	for _, p := range infos {
+		pr := snapshot.ProcessReading{
+			PID: int(p.Pid), Device: self, MemoryUsedBytes: p.UsedGpuMemory,
+			UtilizationSource: snapshot.SourceNone,
+		}
+		if supported {
+			// No sample since lastSeen means the process ran no kernel.
+			pr.SMUtilPercent, pr.UtilizationSource = snapshot.Percent(smUtil[p.Pid]), snapshot.SourceNVML
+		}
+		procs = append(procs, pr)
+	}
+	return g, procs, nil
+}
+
+// processUtilization returns the mean SM utilization per PID over the
+// samples NVML took since the previous call.
+func (b *Backend) processUtilization(uuid string, dev nvml.Device) (map[uint32]float64, bool, error) {
+	last, ok := b.lastSeen[uuid]
+	if !ok {
+		// Without a timestamp NVML averages over its whole buffer; start one
+		// interval back instead.
+		last = uint64(max(b.opts.Now().Add(-b.opts.Interval).UnixMicro(), 0))
+	}
+	samples, err := call(b, "DeviceGetProcessUtilization", func() ([]nvml.ProcessUtilizationSample, nvml.Return) {
+		return dev.GetProcessUtilization(last)
+	})
+	switch {
+	case err == nil:
+	case errors.Is(err, nvml.ERROR_NOT_FOUND):
+		// No samples since last: nothing ran.
+		b.lastSeen[uuid] = last
+		return map[uint32]float64{}, true, nil
+	case errors.Is(err, nvml.ERROR_NOT_SUPPORTED):
+		return nil, false, nil
+	default:
+		return nil, false, err
+	}
+	sum := map[uint32]float64{}
+	count := map[uint32]float64{}
+	newest := last
+	for _, s := range samples {
+		if s.TimeStamp <= last {
+			continue
+		}
+		sum[s.Pid] += float64(s.SmUtil)
+		count[s.Pid]++
+		newest = max(newest, s.TimeStamp)
+	}
+	b.lastSeen[uuid] = newest
+	for pid := range sum {
+		sum[pid] = math.Min(sum[pid]/count[pid], 100)
+	}
+	return sum, true, nil
+}
+
+func (b *Backend) migDevices(g *snapshot.GPU, parent nvml.Device) ([]snapshot.ProcessReading, error) {
+	g.UtilizationPercent, g.UtilizationSource = nil, snapshot.SourceNone
+	maxCount, err := call(b, "DeviceGetMaxMigDeviceCount", parent.GetMaxMigDeviceCount)
+	if err != nil {
+		return nil, err
+	}
+	var procs []snapshot.ProcessReading
+	for j := range maxCount {
+		mdev, err := call(b, "DeviceGetMigDeviceHandleByIndex", func() (nvml.Device, nvml.Return) {
+			return parent.GetMigDeviceHandleByIndex(j)
+		})
+		if errors.Is(err, nvml.ERROR_NOT_FOUND) || errors.Is(err, nvml.ERROR_INVALID_ARGUMENT) {
+			continue // no MIG device in this slot
+		}
+		if err != nil {
+			return nil, fmt.Errorf("mig device %d: %w", j, err)
+		}
+		m, mprocs, err := b.migDevice(g, mdev)
+		if err != nil {
+			return nil, fmt.Errorf("mig device %d: %w", j, err)
+		}
+		g.MIGDevices = append(g.MIGDevices, m)
+		procs = append(procs, mprocs...)
+	}
+	return procs, nil
+}
+
+func (b *Backend) migDevice(g *snapshot.GPU, mdev nvml.Device) (snapshot.MIGDevice, []snapshot.ProcessReading, error) {
+	// NVML has no utilization counter for MIG devices: unknown unless DCGM says.
+	m := snapshot.MIGDevice{UtilizationSource: snapshot.SourceNone}
+	var err error
+	if m.UUID, err = call(b, "DeviceGetUUID", mdev.GetUUID); err != nil {
+		return m, nil, err
+	}
+	if m.GPUInstanceID, err = call(b, "DeviceGetGpuInstanceId", mdev.GetGpuInstanceId); err != nil {
+		return m, nil, err
+	}
+	if m.ComputeInstanceID, err = call(b, "DeviceGetComputeInstanceId", mdev.GetComputeInstanceId); err != nil {
+		return m, nil, err
+	}
+	mem, err := call(b, "DeviceGetMemoryInfo", mdev.GetMemoryInfo)
+	if err != nil {
+		return m, nil, err
+	}
+	m.MemoryTotalBytes, m.MemoryUsedBytes = mem.Total, mem.Used
+	attr, err := call(b, "DeviceGetAttributes", mdev.GetAttributes)
+	if err != nil {
+		return m, nil, err
+	}
+	m.Profile = ProfileName(attr, g.MemoryTotalBytes)
+	infos, err := call(b, "DeviceGetComputeRunningProcesses", mdev.GetComputeRunningProcesses)
+	if err != nil {
+		return m, nil, err
+	}
+	dev := snapshot.Device{UUID: m.UUID, ParentUUID: g.UUID, Index: g.Index, Profile: m.Profile}
+	procs := make([]snapshot.ProcessReading, 0, len(infos))
+	for _, p := range infos {
+		procs = append(procs, snapshot.ProcessReading{
+			PID: int(p.Pid), Device: dev, MemoryUsedBytes: p.UsedGpuMemory,
+			UtilizationSource: snapshot.SourceNone,
+		})
+	}
+	return m, procs, nil
+}
+
+// ProfileName names a MIG device the way the device plugin names its
+// resource ("3g.20gb", or "1c.3g.20gb" for a compute instance smaller than
+// its GPU instance). Memory is rounded up to eighths of the whole GPU's
+// memory, then given in whole GB, as NVIDIA's profile names are.
+func ProfileName(attr nvml.DeviceAttributes, parentTotalBytes uint64) string {
+	const gib = 1 << 30
+	memGB := (attr.MemorySizeMB + 1023) / 1024
+	if parentTotalBytes > 0 {
+		frac := float64(attr.MemorySizeMB<<20) / float64(parentTotalBytes)
+		frac = math.Ceil(frac*8) / 8
+		totalGB := float64((parentTotalBytes + gib - 1) / gib)
+		memGB = uint64(math.Round(frac * totalGB))
+	}
+	name := strconv.Itoa(int(attr.GpuInstanceSliceCount)) + "g." + strconv.FormatUint(memGB, 10) + "gb"
+	if attr.ComputeInstanceSliceCount != 0 && attr.ComputeInstanceSliceCount < attr.GpuInstanceSliceCount {
+		name = strconv.Itoa(int(attr.ComputeInstanceSliceCount)) + "c." + name
+	}
+	return name
+}
