@@ -7,6 +7,11 @@ module.exports = {
   transform: {
     '^.+\\.tsx?$': ['ts-jest', { tsconfig: '<rootDir>/tsconfig.test.json' }]
   },
-  collectCoverageFrom: ['src/**/*.{ts,tsx}', '!src/index.ts', '!src/widget.tsx', '!src/icon.ts'],
+  collectCoverageFrom: [
+    'src/**/*.{ts,tsx}',
+    '!src/index.ts',
+    '!src/widget.tsx',
+    '!src/icon.ts'
+  ],
   coverageReporters: ['text-summary']
 };

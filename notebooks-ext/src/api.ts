@@ -130,7 +130,12 @@ export class ParseError extends UsageApiError {
 
 export type FetchFn = (
   input: string,
-  init?: { headers?: Record<string, string>; signal?: AbortSignal; credentials?: 'omit' | 'same-origin' | 'include'; cache?: 'no-store' }
+  init?: {
+    headers?: Record<string, string>;
+    signal?: AbortSignal;
+    credentials?: 'omit' | 'same-origin' | 'include';
+    cache?: 'no-store';
+  }
 ) => Promise<{
   ok: boolean;
   status: number;

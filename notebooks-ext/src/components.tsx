@@ -96,7 +96,10 @@ function Body(props: PanelProps): JSX.Element {
     case 'unauthorized':
       return (
         <Notice kind="warn" title="Not allowed to read GPU usage">
-          <p>The gpu-usage service refused this session’s token ({state.message}).</p>
+          <p>
+            The gpu-usage service refused this session’s token ({state.message}
+            ).
+          </p>
           <p>
             Your hub administrator must grant the scope{' '}
             <code>access:services!service=gpu-usage</code>.
@@ -125,8 +128,9 @@ function Usage(
     <div className="jp-GpuPanel-body">
       {stale && (
         <Notice kind="warn" title="Numbers are stale">
-          The last sample is {age === null ? 'of unknown age' : `${formatDuration(age)} old`}
-          ; the GPU agent or the usage service has stopped updating.
+          The last sample is{' '}
+          {age === null ? 'of unknown age' : `${formatDuration(age)} old`}; the
+          GPU agent or the usage service has stopped updating.
         </Notice>
       )}
       <Section title="Your share" id="share">
@@ -149,9 +153,13 @@ function Usage(
               {data.servers.length === 0
                 ? 'You have no running server that holds a GPU.'
                 : 'Your running servers hold no GPU.'}{' '}
-              To use one, stop this server and start it with a GPU profile
-              from the{' '}
-              <a href={`${props.hubBase}hub/home`} target="_blank" rel="noreferrer">
+              To use one, stop this server and start it with a GPU profile from
+              the{' '}
+              <a
+                href={`${props.hubBase}hub/home`}
+                target="_blank"
+                rel="noreferrer"
+              >
                 hub control panel
               </a>
               .
@@ -202,9 +210,7 @@ function Usage(
       </Section>
       <Section title="Budget" id="budget">
         <p
-          className={
-            data.budget ? 'jp-GpuPanel-value' : 'jp-GpuPanel-muted'
-          }
+          className={data.budget ? 'jp-GpuPanel-value' : 'jp-GpuPanel-muted'}
           data-field="budget"
         >
           {describeBudget(data.budget)}
@@ -212,9 +218,7 @@ function Usage(
       </Section>
       <Section title="Idle cull" id="idle">
         <p
-          className={
-            data.idleCull ? 'jp-GpuPanel-value' : 'jp-GpuPanel-muted'
-          }
+          className={data.idleCull ? 'jp-GpuPanel-value' : 'jp-GpuPanel-muted'}
           data-field="idle-cull"
         >
           {describeIdleCull(data.idleCull, now)}
@@ -222,8 +226,9 @@ function Usage(
       </Section>
       <footer className="jp-GpuPanel-footer">
         Updated {formatClock(props.fetchedAt)}
-        {age !== null && !stale && ` · sample ${formatDuration(age)} old`} ·{' '}
-        {data.user}
+        {age !== null &&
+          !stale &&
+          ` · sample ${formatDuration(age)} old`} · {data.user}
       </footer>
     </div>
   );
@@ -243,7 +248,9 @@ function Server(props: { server: ServerUsage; current: boolean }): JSX.Element {
         {props.current && <span className="jp-GpuPanel-tag">this server</span>}
         {!server.ready && <span className="jp-GpuPanel-tag">starting</span>}
         {server.node && (
-          <span className="jp-GpuPanel-muted jp-GpuPanel-node">on {server.node}</span>
+          <span className="jp-GpuPanel-muted jp-GpuPanel-node">
+            on {server.node}
+          </span>
         )}
       </div>
       {server.gpus.map((g, i) => (
@@ -298,7 +305,10 @@ function Meter(props: {
     <div className="jp-GpuPanel-meter" data-field={props.field}>
       <div className="jp-GpuPanel-meterHead">
         <span className="jp-GpuPanel-meterLabel">{props.label}</span>
-        <span className="jp-GpuPanel-meterValue" data-value={pct === null ? '' : String(Math.round(pct))}>
+        <span
+          className="jp-GpuPanel-meterValue"
+          data-value={pct === null ? '' : String(Math.round(pct))}
+        >
           {props.text}
         </span>
       </div>
@@ -365,7 +375,13 @@ export function Sparkline(props: {
         preserveAspectRatio="none"
         className="jp-GpuPanel-sparkSvg"
       >
-        <line className="jp-GpuPanel-sparkGrid" x1="0" x2={SPARK_W} y1={SPARK_H / 2} y2={SPARK_H / 2} />
+        <line
+          className="jp-GpuPanel-sparkGrid"
+          x1="0"
+          x2={SPARK_W}
+          y1={SPARK_H / 2}
+          y2={SPARK_H / 2}
+        />
         {area && <path className="jp-GpuPanel-sparkArea" d={area} />}
         {d && <path className="jp-GpuPanel-sparkLine" d={d} />}
       </svg>

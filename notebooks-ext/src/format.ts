@@ -92,7 +92,11 @@ export function fallbackDescription(g: GpuHolding): string {
   switch (g.kind) {
     case 'mig': {
       const profile = g.profile || profileFromResource(g.resource) || 'slice';
-      const frac = formatFraction(g.share, g.shareNumerator, g.shareDenominator);
+      const frac = formatFraction(
+        g.share,
+        g.shareNumerator,
+        g.shareDenominator
+      );
       return `MIG ${profile} on ${on}, ${frac} of a GPU`;
     }
     case 'shared': {
@@ -343,7 +347,9 @@ export function describeBudget(b: Budget | null): string {
     return 'configured, no figure reported';
   }
   const of =
-    b.limitGPUHours !== undefined ? ` of ${formatGpuHours(b.limitGPUHours)}` : '';
+    b.limitGPUHours !== undefined
+      ? ` of ${formatGpuHours(b.limitGPUHours)}`
+      : '';
   const window = b.window ? ` (${b.window})` : '';
   return `${formatGpuHours(Math.max(remaining, 0))}${of} GPU-hours left${window}`;
 }

@@ -102,7 +102,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
         if (s.enabled) {
           setup(s);
         }
-      } else if (model && applied && applied.refreshInterval !== s.refreshInterval) {
+      } else if (
+        model &&
+        applied &&
+        applied.refreshInterval !== s.refreshInterval
+      ) {
         model.setRefreshSeconds(s.refreshInterval);
       }
       applied = s;

@@ -46,8 +46,7 @@ export class UsageModel implements IDisposable {
   constructor(options: UsageModelOptions) {
     this._url = options.url;
     this._token = options.token;
-    this._fetch =
-      options.fetch ?? ((input, init) => window.fetch(input, init));
+    this._fetch = options.fetch ?? ((input, init) => window.fetch(input, init));
     this._now = options.now ?? (() => new Date());
     this._maxBackoffMs = (options.maxBackoffSeconds ?? 300) * 1000;
     this._state = this._url ? { status: 'loading' } : { status: 'not-hub' };
@@ -123,7 +122,12 @@ export class UsageModel implements IDisposable {
     const abort = new AbortController();
     this._abort = abort;
     try {
-      const data = await requestMe(this._url, this._token, this._fetch, abort.signal);
+      const data = await requestMe(
+        this._url,
+        this._token,
+        this._fetch,
+        abort.signal
+      );
       if (this._disposed) {
         return;
       }
@@ -188,7 +192,9 @@ export class UsageModel implements IDisposable {
 }
 
 /** Map a request failure to the state the panel explains. */
-export function classify(err: unknown): 'unreachable' | 'unauthorized' | 'error' {
+export function classify(
+  err: unknown
+): 'unreachable' | 'unauthorized' | 'error' {
   if (err instanceof NetworkError) {
     return 'unreachable';
   }

@@ -23,14 +23,16 @@ export function readSettings(raw: Record<string, unknown>): PanelSettings {
   const text = (v: unknown, d: string): string =>
     typeof v === 'string' ? v.trim() : d;
   const interval =
-    typeof raw.refreshInterval === 'number' && Number.isFinite(raw.refreshInterval)
+    typeof raw.refreshInterval === 'number' &&
+    Number.isFinite(raw.refreshInterval)
       ? Math.min(Math.max(raw.refreshInterval, 2), 3600)
       : DEFAULTS.refreshInterval;
   return {
     enabled: bool(raw.enabled, DEFAULTS.enabled),
     statusBar: bool(raw.statusBar, DEFAULTS.statusBar),
     refreshInterval: interval,
-    serviceName: text(raw.serviceName, DEFAULTS.serviceName) || DEFAULTS.serviceName,
+    serviceName:
+      text(raw.serviceName, DEFAULTS.serviceName) || DEFAULTS.serviceName,
     usageUrl: text(raw.usageUrl, DEFAULTS.usageUrl)
   };
 }

@@ -44,7 +44,13 @@ describe('hubBaseUrl', () => {
 describe('usageUrl', () => {
   const cases: Record<
     string,
-    { prefix: string; host: string; service: string; override?: string; want: string | null }
+    {
+      prefix: string;
+      host: string;
+      service: string;
+      override?: string;
+      want: string | null;
+    }
   > = {
     'same origin': {
       prefix: '/hub/',
@@ -86,16 +92,24 @@ describe('usageUrl', () => {
     }
   };
   it.each(Object.entries(cases))('%s', (_, tc) => {
-    expect(usageUrl({ hubPrefix: tc.prefix, hubHost: tc.host }, tc.service, tc.override)).toEqual(
-      tc.want
-    );
+    expect(
+      usageUrl(
+        { hubPrefix: tc.prefix, hubHost: tc.host },
+        tc.service,
+        tc.override
+      )
+    ).toEqual(tc.want);
   });
 });
 
 describe('requestMe', () => {
   it('sends the Hub token and parses the document', async () => {
     const fetchFn = respond(200, aliceMe());
-    const got = await requestMe('/services/gpu-usage/api/v1/me', TOKEN, fetchFn);
+    const got = await requestMe(
+      '/services/gpu-usage/api/v1/me',
+      TOKEN,
+      fetchFn
+    );
     expect(got).toEqual(aliceMe());
     expect(fetchFn).toHaveBeenCalledWith(
       '/services/gpu-usage/api/v1/me',
@@ -112,21 +126,34 @@ describe('requestMe', () => {
     expect(init.headers).toEqual({ Accept: 'application/json' });
   });
 
-  const failures: Record<string, { fetchFn: FetchFn; type: unknown; status?: number }> = {
+  const failures: Record<
+    string,
+    { fetchFn: FetchFn; type: unknown; status?: number }
+  > = {
     'connection refused': {
       fetchFn: jest.fn(async () => {
         throw new TypeError('Failed to fetch');
       }),
       type: NetworkError
     },
-    'token refused': { fetchFn: respond(403, 'forbidden'), type: ResponseError, status: 403 },
+    'token refused': {
+      fetchFn: respond(403, 'forbidden'),
+      type: ResponseError,
+      status: 403
+    },
     'service down behind the proxy': {
       fetchFn: respond(503, 'Service Unavailable'),
       type: ResponseError,
       status: 503
     },
-    'html instead of json': { fetchFn: respond(200, '<html>', true), type: ParseError },
-    'json without a user': { fetchFn: respond(200, { servers: [] }), type: ParseError }
+    'html instead of json': {
+      fetchFn: respond(200, '<html>', true),
+      type: ParseError
+    },
+    'json without a user': {
+      fetchFn: respond(200, { servers: [] }),
+      type: ParseError
+    }
   };
   it.each(Object.entries(failures))('%s is a typed error', async (_, tc) => {
     const err = await requestMe('/me', TOKEN, tc.fetchFn).catch(e => e);
@@ -152,7 +179,12 @@ describe('parseMe', () => {
       sampledAt: '',
       intervalSeconds: 5,
       simulated: false,
-      share: { allocatedGPUs: 0, usedGPUs: 0, memoryUsedBytes: 0, memoryTotalBytes: 0 },
+      share: {
+        allocatedGPUs: 0,
+        usedGPUs: 0,
+        memoryUsedBytes: 0,
+        memoryTotalBytes: 0
+      },
       servers: [],
       history: [],
       gpuHours: { today: undefined, '7d': undefined, '30d': undefined },
@@ -167,7 +199,9 @@ describe('parseMe', () => {
       servers: [
         {
           name: 'gpu',
-          gpus: [{ kind: 'weird', smUtilPercent: null, utilizationSource: 'magic' }]
+          gpus: [
+            { kind: 'weird', smUtilPercent: null, utilizationSource: 'magic' }
+          ]
         }
       ]
     });

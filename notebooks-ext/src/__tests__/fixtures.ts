@@ -43,9 +43,27 @@ export function aliceMe(overrides: Partial<MeResponse> = {}): MeResponse {
       }
     ],
     history: [
-      { t: '2026-11-22T09:10:00Z', allocatedGPUs: 0.43, usedGPUs: 0.1, smUtilPercent: 10, memoryUsedBytes: 0 },
-      { t: '2026-11-22T09:30:00Z', allocatedGPUs: 0.43, usedGPUs: 0.3, smUtilPercent: 70, memoryUsedBytes: 0 },
-      { t: '2026-11-22T10:00:00Z', allocatedGPUs: 0.43, usedGPUs: 0.2, smUtilPercent: 49, memoryUsedBytes: 0 }
+      {
+        t: '2026-11-22T09:10:00Z',
+        allocatedGPUs: 0.43,
+        usedGPUs: 0.1,
+        smUtilPercent: 10,
+        memoryUsedBytes: 0
+      },
+      {
+        t: '2026-11-22T09:30:00Z',
+        allocatedGPUs: 0.43,
+        usedGPUs: 0.3,
+        smUtilPercent: 70,
+        memoryUsedBytes: 0
+      },
+      {
+        t: '2026-11-22T10:00:00Z',
+        allocatedGPUs: 0.43,
+        usedGPUs: 0.2,
+        smUtilPercent: 49,
+        memoryUsedBytes: 0
+      }
     ],
     gpuHours: {
       today: { allocated: 0.5, used: 0.1 },

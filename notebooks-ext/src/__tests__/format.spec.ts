@@ -95,7 +95,12 @@ describe('fallbackDescription (no description from the API)', () => {
       want: 'MIG 1g.5gb on an A100, 1/7 of a GPU'
     },
     'MIG without a fraction': {
-      g: gpu({ kind: 'mig', product: 'NVIDIA H100 80GB HBM3', profile: '2g.20gb', share: 0.25 }),
+      g: gpu({
+        kind: 'mig',
+        product: 'NVIDIA H100 80GB HBM3',
+        profile: '2g.20gb',
+        share: 0.25
+      }),
       want: 'MIG 2g.20gb on an H100, 0.25 of a GPU'
     },
     'time-sliced T4': {
@@ -120,7 +125,10 @@ describe('fallbackDescription (no description from the API)', () => {
       g: gpu({ kind: 'gpu', product: 'NVIDIA H100 80GB HBM3' }),
       want: 'a whole H100'
     },
-    'whole card, unknown product': { g: gpu({ kind: 'gpu' }), want: 'a whole GPU' }
+    'whole card, unknown product': {
+      g: gpu({ kind: 'gpu' }),
+      want: 'a whole GPU'
+    }
   };
   it.each(Object.entries(cases))('%s', (_, tc) => {
     expect(fallbackDescription(tc.g)).toEqual(tc.want);
@@ -128,16 +136,22 @@ describe('fallbackDescription (no description from the API)', () => {
   });
 
   it('prefers the API description', () => {
-    expect(describeHolding(gpu({ kind: 'gpu', description: 'one of the big ones' }))).toEqual(
-      'one of the big ones'
-    );
+    expect(
+      describeHolding(gpu({ kind: 'gpu', description: 'one of the big ones' }))
+    ).toEqual('one of the big ones');
   });
 });
 
 describe('describeServer', () => {
   it('says no GPU for a CPU-only server', () => {
     expect(
-      describeServer({ name: 'cpu', ready: true, allocatedGPUs: 0, usedGPUs: 0, gpus: [] })
+      describeServer({
+        name: 'cpu',
+        ready: true,
+        allocatedGPUs: 0,
+        usedGPUs: 0,
+        gpus: []
+      })
     ).toEqual('no GPU');
   });
   it('joins several devices', () => {
@@ -208,15 +222,21 @@ describe('numbers', () => {
 
 describe('provenance', () => {
   it('utilizationNote', () => {
-    expect(utilizationNote(gpu({ kind: 'mig', utilizationSource: 'none' }))).toEqual(
-      'no utilization data (MIG)'
+    expect(
+      utilizationNote(gpu({ kind: 'mig', utilizationSource: 'none' }))
+    ).toEqual('no utilization data (MIG)');
+    expect(
+      utilizationNote(gpu({ kind: 'gpu', utilizationSource: 'none' }))
+    ).toEqual('no utilization data');
+    expect(utilizationNote(gpu({ utilizationSource: 'simulated' }))).toEqual(
+      'simulated'
     );
-    expect(utilizationNote(gpu({ kind: 'gpu', utilizationSource: 'none' }))).toEqual(
-      'no utilization data'
+    expect(utilizationNote(gpu({ utilizationSource: 'nvml' }))).toEqual(
+      'measured (NVML)'
     );
-    expect(utilizationNote(gpu({ utilizationSource: 'simulated' }))).toEqual('simulated');
-    expect(utilizationNote(gpu({ utilizationSource: 'nvml' }))).toEqual('measured (NVML)');
-    expect(utilizationNote(gpu({ utilizationSource: 'dcgm' }))).toEqual('measured (DCGM)');
+    expect(utilizationNote(gpu({ utilizationSource: 'dcgm' }))).toEqual(
+      'measured (DCGM)'
+    );
   });
 
   it('provenanceOf', () => {
@@ -237,17 +257,35 @@ describe('provenance', () => {
 });
 
 describe('staleness', () => {
-  const cases: Record<string, { sampledAt: string; interval: number; want: boolean }> = {
+  const cases: Record<
+    string,
+    { sampledAt: string; interval: number; want: boolean }
+  > = {
     fresh: { sampledAt: '2026-11-22T10:00:05Z', interval: 5, want: false },
-    'under the 30 s floor': { sampledAt: '2026-11-22T09:59:45Z', interval: 5, want: false },
-    'older than 30 s': { sampledAt: '2026-11-22T09:59:30Z', interval: 5, want: true },
-    'slow interval allows 3 intervals': { sampledAt: '2026-11-22T09:59:00Z', interval: 30, want: false },
+    'under the 30 s floor': {
+      sampledAt: '2026-11-22T09:59:45Z',
+      interval: 5,
+      want: false
+    },
+    'older than 30 s': {
+      sampledAt: '2026-11-22T09:59:30Z',
+      interval: 5,
+      want: true
+    },
+    'slow interval allows 3 intervals': {
+      sampledAt: '2026-11-22T09:59:00Z',
+      interval: 30,
+      want: false
+    },
     'unknown time is not stale': { sampledAt: '', interval: 5, want: false }
   };
   it.each(Object.entries(cases))('%s', (_, tc) => {
-    expect(isStale(aliceMe({ sampledAt: tc.sampledAt, intervalSeconds: tc.interval }), NOW)).toBe(
-      tc.want
-    );
+    expect(
+      isStale(
+        aliceMe({ sampledAt: tc.sampledAt, intervalSeconds: tc.interval }),
+        NOW
+      )
+    ).toBe(tc.want);
   });
 });
 
@@ -257,18 +295,33 @@ describe('budget and idle cull', () => {
     expect(describeIdleCull(null, NOW)).toEqual('not configured');
   });
   const budgets: Record<string, [object, string]> = {
-    remaining: [{ remainingGPUHours: 4.5, limitGPUHours: 10, window: '7 days' }, '4.5 of 10 GPU-hours left (7 days)'],
-    'from used and limit': [{ usedGPUHours: 12, limitGPUHours: 10 }, '0 of 10 GPU-hours left'],
+    remaining: [
+      { remainingGPUHours: 4.5, limitGPUHours: 10, window: '7 days' },
+      '4.5 of 10 GPU-hours left (7 days)'
+    ],
+    'from used and limit': [
+      { usedGPUHours: 12, limitGPUHours: 10 },
+      '0 of 10 GPU-hours left'
+    ],
     'no figure': [{}, 'configured, no figure reported']
   };
   it.each(Object.entries(budgets))('budget %s', (_, [b, want]) => {
     expect(describeBudget(b)).toEqual(want);
   });
   const culls: Record<string, [object, string]> = {
-    countdown: [{ cullAt: '2026-11-22T10:12:10Z' }, 'stops in 12 min if still idle'],
+    countdown: [
+      { cullAt: '2026-11-22T10:12:10Z' },
+      'stops in 12 min if still idle'
+    ],
     past: [{ cullAt: '2026-11-22T09:00:00Z' }, 'stopping now (idle)'],
-    'from idle and timeout': [{ idleSeconds: 600, timeoutSeconds: 3600 }, 'stops in 50 min if still idle'],
-    'timeout only': [{ timeoutSeconds: 3600 }, 'stops after 1 h 00 min of GPU idleness']
+    'from idle and timeout': [
+      { idleSeconds: 600, timeoutSeconds: 3600 },
+      'stops in 50 min if still idle'
+    ],
+    'timeout only': [
+      { timeoutSeconds: 3600 },
+      'stops after 1 h 00 min of GPU idleness'
+    ]
   };
   it.each(Object.entries(culls))('idle cull %s', (_, [c, want]) => {
     expect(describeIdleCull(c, NOW)).toEqual(want);
@@ -278,9 +331,23 @@ describe('budget and idle cull', () => {
 describe('sparkline', () => {
   it('keeps the last hour with known values, in time order', () => {
     const me = aliceMe();
-    me.history.unshift({ t: '2026-11-22T08:00:00Z', allocatedGPUs: 0, usedGPUs: 0, smUtilPercent: 5, memoryUsedBytes: 0 });
-    me.history.push({ t: '2026-11-22T09:50:00Z', allocatedGPUs: 0, usedGPUs: 0, smUtilPercent: null, memoryUsedBytes: 0 });
-    expect(recentUtilization(me.history, NOW).map(p => p.v)).toEqual([10, 70, 49]);
+    me.history.unshift({
+      t: '2026-11-22T08:00:00Z',
+      allocatedGPUs: 0,
+      usedGPUs: 0,
+      smUtilPercent: 5,
+      memoryUsedBytes: 0
+    });
+    me.history.push({
+      t: '2026-11-22T09:50:00Z',
+      allocatedGPUs: 0,
+      usedGPUs: 0,
+      smUtilPercent: null,
+      memoryUsedBytes: 0
+    });
+    expect(recentUtilization(me.history, NOW).map(p => p.v)).toEqual([
+      10, 70, 49
+    ]);
   });
 
   it('draws time on x and 0–100 % on y, breaking long gaps', () => {
@@ -291,14 +358,18 @@ describe('sparkline', () => {
       { t: t0 + 1800_000, v: 50 },
       { t: NOW.getTime(), v: 50 }
     ];
-    expect(sparklinePath(points, NOW, 120, 40)).toEqual('M0,40 L2,0 M60,20 M120,20');
+    expect(sparklinePath(points, NOW, 120, 40)).toEqual(
+      'M0,40 L2,0 M60,20 M120,20'
+    );
   });
 
   it('summarises for screen readers', () => {
     expect(sparklineSummary([{ v: 10 }, { v: 70 }, { v: 49 }])).toEqual(
       'SM utilization over the last hour: latest 49 %, average 43 %, lowest 10 %, highest 70 %'
     );
-    expect(sparklineSummary([])).toEqual('SM utilization over the last hour: no data yet');
+    expect(sparklineSummary([])).toEqual(
+      'SM utilization over the last hour: no data yet'
+    );
   });
 });
 

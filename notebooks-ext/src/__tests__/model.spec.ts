@@ -37,7 +37,10 @@ function setHidden(hidden: boolean): void {
   document.dispatchEvent(new Event('visibilitychange'));
 }
 
-function model(fetchFn: jest.Mock, url: string | null = '/services/gpu-usage/api/v1/me'): UsageModel {
+function model(
+  fetchFn: jest.Mock,
+  url: string | null = '/services/gpu-usage/api/v1/me'
+): UsageModel {
   return new UsageModel({
     url,
     token: 't0ken',
@@ -66,13 +69,34 @@ describe('UsageModel states', () => {
     m.dispose();
   });
 
-  const cases: Record<string, { fetchFn: () => jest.Mock; want: Partial<UsageState> }> = {
-    ok: { fetchFn: okFetch, want: { status: 'ok', data: aliceMe(), fetchedAt: NOW } },
-    'service down': { fetchFn: downFetch, want: { status: 'unreachable', failures: 1, since: NOW } },
-    'proxy 503': { fetchFn: () => statusFetch(503), want: { status: 'unreachable' } },
-    'no such service (404)': { fetchFn: () => statusFetch(404), want: { status: 'unreachable' } },
-    'token refused': { fetchFn: () => statusFetch(403), want: { status: 'unauthorized' } },
-    'bad request': { fetchFn: () => statusFetch(400), want: { status: 'error' } }
+  const cases: Record<
+    string,
+    { fetchFn: () => jest.Mock; want: Partial<UsageState> }
+  > = {
+    ok: {
+      fetchFn: okFetch,
+      want: { status: 'ok', data: aliceMe(), fetchedAt: NOW }
+    },
+    'service down': {
+      fetchFn: downFetch,
+      want: { status: 'unreachable', failures: 1, since: NOW }
+    },
+    'proxy 503': {
+      fetchFn: () => statusFetch(503),
+      want: { status: 'unreachable' }
+    },
+    'no such service (404)': {
+      fetchFn: () => statusFetch(404),
+      want: { status: 'unreachable' }
+    },
+    'token refused': {
+      fetchFn: () => statusFetch(403),
+      want: { status: 'unauthorized' }
+    },
+    'bad request': {
+      fetchFn: () => statusFetch(400),
+      want: { status: 'error' }
+    }
   };
   it.each(Object.entries(cases))('%s', async (_, tc) => {
     const m = model(tc.fetchFn());
@@ -102,7 +126,11 @@ describe('UsageModel states', () => {
     await m.fetchOnce().catch(() => undefined);
     now = new Date(NOW.getTime() + 60_000);
     await m.fetchOnce().catch(() => undefined);
-    expect(m.state).toMatchObject({ status: 'unreachable', failures: 2, since: NOW });
+    expect(m.state).toMatchObject({
+      status: 'unreachable',
+      failures: 2,
+      since: NOW
+    });
     m.dispose();
   });
 
@@ -126,7 +154,11 @@ describe('UsageModel states', () => {
 });
 
 describe('UsageModel polling', () => {
-  async function callsIn(fetchFn: jest.Mock, seconds: number, hidden = false): Promise<number> {
+  async function callsIn(
+    fetchFn: jest.Mock,
+    seconds: number,
+    hidden = false
+  ): Promise<number> {
     jest.useFakeTimers();
     setHidden(hidden);
     const m = model(fetchFn);

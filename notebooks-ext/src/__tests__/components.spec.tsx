@@ -1,0 +1,197 @@
+import * as React from 'react';
+import { act } from 'react';
+import { createRoot, Root } from 'react-dom/client';
+
+import { GpuPanel, GpuStatus } from '../components';
+import type { UsageState } from '../model';
+import { NOW, aliceMe } from './fixtures';
+
+// React 18 wants this flag to accept act() outside a test renderer.
+(
+  globalThis as { IS_REACT_ACT_ENVIRONMENT?: boolean }
+).IS_REACT_ACT_ENVIRONMENT = true;
+
+let host: HTMLDivElement;
+let root: Root;
+
+beforeEach(() => {
+  host = document.createElement('div');
+  document.body.appendChild(host);
+  root = createRoot(host);
+});
+
+afterEach(() => {
+  act(() => root.unmount());
+  host.remove();
+});
+
+function renderPanel(state: UsageState, onRefresh = jest.fn()): HTMLDivElement {
+  act(() =>
+    root.render(
+      <GpuPanel
+        state={state}
+        now={NOW}
+        currentServer={{ user: 'alice', name: '' }}
+        hubBase="/"
+        onRefresh={onRefresh}
+      />
+    )
+  );
+  return host;
+}
+
+function text(sel: string): string {
+  return host.querySelector(sel)?.textContent ?? '';
+}
+
+describe('GpuPanel', () => {
+  it('shows the not-under-JupyterHub state without a refresh button', () => {
+    renderPanel({ status: 'not-hub' });
+    expect(text('[data-notice]')).toContain('Not running under JupyterHub');
+    expect(host.querySelector('button')).toBeNull();
+  });
+
+  it('explains an unreachable service and says JupyterLab keeps working', () => {
+    renderPanel({
+      status: 'unreachable',
+      message: 'usage API answered 503',
+      since: NOW,
+      failures: 3
+    });
+    expect(text('[role="status"]')).toContain('GPU usage service unreachable');
+    expect(text('[role="status"]')).toContain(
+      'JupyterLab and your kernels keep working'
+    );
+    expect(text('[role="status"]')).toContain('failed 3 times');
+  });
+
+  it('explains a refused token with the scope to grant', () => {
+    renderPanel({
+      status: 'unauthorized',
+      message: 'usage API answered 403',
+      since: NOW,
+      failures: 1
+    });
+    expect(text('[role="status"]')).toContain(
+      'access:services!service=gpu-usage'
+    );
+  });
+
+  it('shows the share, live numbers, provenance and hours', () => {
+    renderPanel({ status: 'ok', data: aliceMe(), fetchedAt: NOW });
+    expect(text('[data-field="description"]')).toBe(
+      'MIG 3g.20gb on an A100, 3/7 of a GPU'
+    );
+    expect(text('[data-field="util"] .jp-GpuPanel-meterValue')).toBe('49 %');
+    expect(text('[data-field="util"] .jp-GpuPanel-note')).toBe('simulated');
+    expect(text('[data-field="memory"] .jp-GpuPanel-meterValue')).toBe(
+      '1 GiB of 20 GiB'
+    );
+    expect(
+      host.querySelector('[data-provenance]')?.getAttribute('data-provenance')
+    ).toBe('simulated');
+    expect(text('[data-window="today"] [data-field="allocated"]')).toBe('0.5');
+    expect(text('[data-window="7d"] [data-field="used"]')).toBe('3.5');
+    expect(text('[data-field="budget"]')).toBe('not configured');
+    expect(text('[data-field="idle-cull"]')).toBe('not configured');
+    expect(text('.jp-GpuPanel-server')).toContain('this server');
+  });
+
+  it('is labelled for screen readers', () => {
+    renderPanel({ status: 'ok', data: aliceMe(), fetchedAt: NOW });
+    const svg = host.querySelector('svg[role="img"]');
+    expect(svg?.getAttribute('aria-label')).toBe(
+      'SM utilization over the last hour: latest 49 %, average 43 %, lowest 10 %, highest 70 %'
+    );
+    const meter = host.querySelector('[role="meter"]');
+    expect(meter?.getAttribute('aria-valuenow')).toBe('49');
+    expect(meter?.getAttribute('aria-label')).toBe('SM utilization');
+    for (const section of Array.from(host.querySelectorAll('section'))) {
+      const id = section.getAttribute('aria-labelledby');
+      expect(id && host.querySelector(`#${id}`)).toBeTruthy();
+    }
+    const button = host.querySelector('button');
+    expect(button?.getAttribute('aria-label')).toBe('Refresh GPU usage now');
+  });
+
+  it('calls refresh from the keyboard-reachable button', () => {
+    const onRefresh = jest.fn();
+    renderPanel({ status: 'ok', data: aliceMe(), fetchedAt: NOW }, onRefresh);
+    act(() => host.querySelector('button')!.click());
+    expect(onRefresh).toHaveBeenCalledTimes(1);
+  });
+
+  it('says no utilization data for MIG without DCGM, and measured when real', () => {
+    const me = aliceMe({ simulated: false });
+    me.servers[0].gpus[0].smUtilPercent = null;
+    me.servers[0].gpus[0].utilizationSource = 'none';
+    renderPanel({ status: 'ok', data: me, fetchedAt: NOW });
+    expect(text('[data-field="util"] .jp-GpuPanel-meterValue')).toBe(
+      'no utilization data (MIG)'
+    );
+    expect(host.querySelector('[data-field="util"] [role="meter"]')).toBeNull();
+    expect(
+      host.querySelector('[data-provenance]')?.getAttribute('data-provenance')
+    ).toBe('measured');
+  });
+
+  it('shows the no-GPU state with a link to the hub', () => {
+    const me = aliceMe({
+      servers: [
+        { name: '', ready: true, allocatedGPUs: 0, usedGPUs: 0, gpus: [] }
+      ]
+    });
+    renderPanel({ status: 'ok', data: me, fetchedAt: NOW });
+    expect(text('[data-notice="No GPU attached"]')).toContain('hold no GPU');
+    expect(host.querySelector('a')?.getAttribute('href')).toBe('/hub/home');
+  });
+
+  it('warns when the numbers are stale', () => {
+    const me = aliceMe({ sampledAt: '2026-11-22T09:55:00Z' });
+    renderPanel({ status: 'ok', data: me, fetchedAt: NOW });
+    expect(text('[data-notice="Numbers are stale"]')).toContain('5 min old');
+  });
+
+  it('shows budget and countdown once the services report them', () => {
+    const me = aliceMe({
+      budget: { remainingGPUHours: 4.5, limitGPUHours: 10 },
+      idleCull: { cullAt: '2026-11-22T10:12:10Z' }
+    });
+    renderPanel({ status: 'ok', data: me, fetchedAt: NOW });
+    expect(text('[data-field="budget"]')).toBe('4.5 of 10 GPU-hours left');
+    expect(text('[data-field="idle-cull"]')).toBe(
+      'stops in 12 min if still idle'
+    );
+  });
+});
+
+describe('GpuStatus', () => {
+  function renderStatus(state: UsageState, onClick = jest.fn()): void {
+    act(() => root.render(<GpuStatus state={state} onClick={onClick} />));
+  }
+
+  it('is a labelled button that opens the panel', () => {
+    const onClick = jest.fn();
+    renderStatus({ status: 'ok', data: aliceMe(), fetchedAt: NOW }, onClick);
+    const button = host.querySelector('button')!;
+    expect(button.textContent).toBe('GPU 49 %sim');
+    expect(button.getAttribute('aria-label')).toContain('(simulated)');
+    act(() => button.click());
+    expect(onClick).toHaveBeenCalled();
+  });
+
+  it('renders nothing outside JupyterHub', () => {
+    renderStatus({ status: 'not-hub' });
+    expect(host.innerHTML).toBe('');
+  });
+
+  it('shows a question mark when the service is unreachable', () => {
+    renderStatus({
+      status: 'unreachable',
+      message: 'x',
+      since: NOW,
+      failures: 1
+    });
+    expect(host.textContent).toBe('GPU ?');
+  });
+});

@@ -1,0 +1,304 @@
+// Test fixture (UI tests only): plays the usage API's `GET /services/gpu-usage/api/v1/me`
+// for the standalone UI test. It answers per Hub token, like the real service, and
+// derives a simulated SM utilization from the CPU time of the kernels it watches, the
+// way the gpu-agent's simulated backend does (docs/architecture.md), so a busy cell
+// makes the number rise.
+
+import * as fs from 'node:fs';
+import * as http from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+export const ME_PATH = '/services/gpu-usage/api/v1/me';
+
+type Json = Record<string, unknown>;
+
+export interface FixtureUser {
+  name: string;
+  /** Value of GPUHUB_SIM_POD_UID in the environment of this user's kernels. */
+  podUID: string;
+  /** Builds the `me` document from the live utilization (null = no kernel seen yet). */
+  me: (util: number | null, history: Json[], now: Date) => Json;
+}
+
+export class UsageFixture {
+  constructor(private readonly users: Record<string, FixtureUser>) {}
+
+  /** When set, every `me` request answers this status (service down behind the proxy). */
+  failWith: number | null = null;
+  /** Requests seen, by user name. */
+  readonly requests: Record<string, number> = {};
+
+  async start(host = '127.0.0.1'): Promise<string> {
+    this._server = http.createServer((req, res) => this._handle(req, res));
+    await new Promise<void>(resolve => this._server!.listen(0, host, resolve));
+    const { port } = this._server.address() as AddressInfo;
+    this._timer = setInterval(() => this._sample(), 1000);
+    return `http://${host}:${port}`;
+  }
+
+  async stop(): Promise<void> {
+    if (this._timer) {
+      clearInterval(this._timer);
+    }
+    await new Promise<void>(
+      resolve => this._server?.close(() => resolve()) ?? resolve()
+    );
+  }
+
+  /** The document the fixture would answer for a user now (for assertions). */
+  current(user: string): Json {
+    const u = Object.values(this.users).find(x => x.name === user);
+    if (!u) {
+      throw new Error(`fixture: no user ${user}`);
+    }
+    return u.me(
+      this._util.get(u.podUID) ?? null,
+      this._history.get(u.podUID) ?? [],
+      new Date()
+    );
+  }
+
+  private _handle(req: http.IncomingMessage, res: http.ServerResponse): void {
+    // JupyterLab runs on another port in the standalone test: allow the cross-origin call.
+    res.setHeader('Access-Control-Allow-Origin', '*');
+    res.setHeader('Access-Control-Allow-Headers', 'Authorization, Accept');
+    res.setHeader('Access-Control-Allow-Methods', 'GET, OPTIONS');
+    if (req.method === 'OPTIONS') {
+      res.writeHead(204).end();
+      return;
+    }
+    const url = new URL(req.url ?? '/', 'http://fixture');
+    if (req.method !== 'GET' || url.pathname !== ME_PATH) {
+      res
+        .writeHead(404, { 'Content-Type': 'application/json' })
+        .end('{"error":"not found"}');
+      return;
+    }
+    if (this.failWith !== null) {
+      res
+        .writeHead(this.failWith, { 'Content-Type': 'text/plain' })
+        .end('fixture says no');
+      return;
+    }
+    const m = /^token (.+)$/.exec(req.headers.authorization ?? '');
+    const user = m ? this.users[m[1]] : undefined;
+    if (!user) {
+      res
+        .writeHead(403, { 'Content-Type': 'application/json' })
+        .end('{"error":"forbidden"}');
+      return;
+    }
+    this.requests[user.name] = (this.requests[user.name] ?? 0) + 1;
+    res.writeHead(200, {
+      'Content-Type': 'application/json',
+      'Cache-Control': 'no-store'
+    });
+    res.end(JSON.stringify(this.current(user.name)));
+  }
+
+  /** One sampling round: CPU seconds of each user's kernels since the last round. */
+  private _sample(): void {
+    const now = Date.now();
+    const ticks = cpuTicksByPod(
+      new Set(Object.values(this.users).map(u => u.podUID))
+    );
+    for (const [uid, t] of ticks) {
+      const last = this._last.get(uid);
+      this._last.set(uid, { t: now, ticks: t });
+      if (!last || now <= last.t) {
+        continue;
+      }
+      const pct = Math.min(
+        100,
+        (((t - last.ticks) / CLK_TCK) * 1000 * 100) / (now - last.t)
+      );
+      this._util.set(uid, Math.round(Math.max(0, pct)));
+      const hist = this._history.get(uid) ?? [];
+      hist.push({
+        t: new Date(now).toISOString(),
+        smUtilPercent: Math.round(pct)
+      });
+      this._history.set(uid, hist.slice(-600));
+    }
+  }
+
+  private _server: http.Server | null = null;
+  private _timer: NodeJS.Timeout | null = null;
+  private _last = new Map<string, { t: number; ticks: number }>();
+  private _util = new Map<string, number>();
+  private _history = new Map<string, Json[]>();
+}
+
+const CLK_TCK = 100;
+
+/** utime+stime (in clock ticks) of IPython kernels whose environment carries a watched pod UID. */
+function cpuTicksByPod(uids: Set<string>): Map<string, number> {
+  const out = new Map<string, number>();
+  let pids: string[] = [];
+  try {
+    pids = fs.readdirSync('/proc').filter(p => /^\d+$/.test(p));
+  } catch {
+    return out;
+  }
+  for (const pid of pids) {
+    try {
+      const cmdline = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+      if (!cmdline.includes('ipykernel')) {
+        continue;
+      }
+      const env = fs.readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0');
+      const uid = env
+        .find(e => e.startsWith('GPUHUB_SIM_POD_UID='))
+        ?.slice('GPUHUB_SIM_POD_UID='.length);
+      if (!uid || !uids.has(uid)) {
+        continue;
+      }
+      const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      const ticks = Number(fields[11]) + Number(fields[12]);
+      out.set(uid, (out.get(uid) ?? 0) + ticks);
+    } catch {
+      // The process went away or is not ours to read.
+    }
+  }
+  return out;
+}
+
+/** A smooth past hour of utilization so the sparkline has something to show. */
+function pastHour(now: Date, base: number): Json[] {
+  const out: Json[] = [];
+  for (let i = 60; i >= 2; i--) {
+    const v = Math.max(
+      0,
+      Math.min(100, base + 25 * Math.sin(i / 6) + 10 * Math.cos(i / 2.3))
+    );
+    out.push({
+      t: new Date(now.getTime() - i * 60_000).toISOString(),
+      allocatedGPUs: 0.428571,
+      usedGPUs: (0.428571 * v) / 100,
+      smUtilPercent: Math.round(v),
+      memoryUsedBytes: 2147483648
+    });
+  }
+  return out;
+}
+
+export const ALICE_TOKEN = 'alice-fixture-token-0001';
+export const BOB_TOKEN = 'bob-fixture-token-0002';
+
+/** alice: MIG 3g.20gb on an A100 (the contract's example); bob: 1 of 4 time-sliced shares of a T4. */
+export function standardUsers(): Record<string, FixtureUser> {
+  return {
+    [ALICE_TOKEN]: {
+      name: 'alice',
+      podUID: 'fixture-pod-alice',
+      me: (util, history, now) => {
+        const sm = util ?? 12;
+        return {
+          user: 'alice',
+          sampledAt: new Date(now.getTime() - 2000).toISOString(),
+          intervalSeconds: 5,
+          simulated: true,
+          share: {
+            allocatedGPUs: 0.428571,
+            usedGPUs: (0.428571 * sm) / 100,
+            memoryUsedBytes: 3328599654,
+            memoryTotalBytes: 21474836480
+          },
+          servers: [
+            {
+              name: '',
+              pod: 'jupyter-alice',
+              node: 'gpu-a100-0',
+              ready: true,
+              allocatedGPUs: 0.428571,
+              usedGPUs: (0.428571 * sm) / 100,
+              gpus: [
+                {
+                  kind: 'mig',
+                  resource: 'nvidia.com/mig-3g.20gb',
+                  product: 'NVIDIA A100-SXM4-40GB',
+                  profile: '3g.20gb',
+                  share: 0.428571,
+                  shareNumerator: 3,
+                  shareDenominator: 7,
+                  description: 'MIG 3g.20gb on an A100, 3/7 of a GPU',
+                  uuid: 'MIG-5f3c2a8e-0b7d-5e1a-9c3b-alice0000001',
+                  smUtilPercent: sm,
+                  utilizationSource: 'simulated',
+                  memoryUsedBytes: 3328599654,
+                  memoryTotalBytes: 21474836480
+                }
+              ]
+            }
+          ],
+          history: [
+            ...pastHour(now, 35),
+            ...history.map(h => ({
+              allocatedGPUs: 0.428571,
+              usedGPUs: 0,
+              memoryUsedBytes: 3328599654,
+              ...h
+            }))
+          ],
+          gpuHours: {
+            today: { allocated: 2.57, used: 0.84 },
+            '7d': { allocated: 14.6, used: 5.12 },
+            '30d': { allocated: 48.2, used: 17.9 }
+          },
+          budget: null,
+          idleCull: null
+        };
+      }
+    },
+    [BOB_TOKEN]: {
+      name: 'bob',
+      podUID: 'fixture-pod-bob',
+      me: (util, _history, now) => ({
+        user: 'bob',
+        sampledAt: new Date(now.getTime() - 1000).toISOString(),
+        intervalSeconds: 5,
+        simulated: true,
+        share: {
+          allocatedGPUs: 0.25,
+          usedGPUs: 0.05,
+          memoryUsedBytes: 0,
+          memoryTotalBytes: 16106127360
+        },
+        servers: [
+          {
+            name: '',
+            pod: 'jupyter-bob',
+            node: 'gpu-t4-0',
+            ready: true,
+            allocatedGPUs: 0.25,
+            usedGPUs: 0.05,
+            gpus: [
+              {
+                kind: 'shared',
+                resource: 'nvidia.com/gpu.shared',
+                product: 'Tesla T4',
+                share: 0.25,
+                shareNumerator: 1,
+                shareDenominator: 4,
+                description: '1 of 4 time-sliced shares of a T4',
+                uuid: 'GPU-bob-t4',
+                smUtilPercent: util ?? 20,
+                utilizationSource: 'simulated',
+                memoryUsedBytes: 536870912,
+                memoryTotalBytes: 16106127360
+              }
+            ]
+          }
+        ],
+        history: [],
+        gpuHours: {
+          today: { allocated: 0.5, used: 0.1 },
+          '7d': { allocated: 3, used: 0.4 }
+        },
+        budget: null,
+        idleCull: null
+      })
+    }
+  };
+}

@@ -1,0 +1,333 @@
+// Standalone UI test: a real JupyterLab (from the venv, with the wheel installed)
+// that believes it runs under JupyterHub, a fixture playing the usage API, and
+// Debian's chromium. Screenshots (light and dark) go to the artifacts folder.
+//
+//   GPUHUB_UI_VENV       venv with jupyterlab and the wheel installed (required)
+//   GPUHUB_UI_ARTIFACTS  where screenshots go (default ui-tests/artifacts)
+//   CHROMIUM             browser binary (default /usr/bin/chromium)
+
+import assert from 'node:assert/strict';
+import { ChildProcess, execFileSync, spawn } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as net from 'node:net';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { after, before, test } from 'node:test';
+import type { Browser, Page } from 'playwright-core';
+
+import { ALICE_TOKEN, UsageFixture, standardUsers } from './fixture';
+import {
+  launchChromium,
+  openPanel,
+  openNewNotebook,
+  runCell,
+  setTheme,
+  snap,
+  waitForLab,
+  waitForPanel
+} from './panel';
+
+const venv = process.env.GPUHUB_UI_VENV ?? '';
+const fixture = new UsageFixture(standardUsers());
+let lab: ChildProcess | null = null;
+let labLog = '';
+let labUrl = '';
+let browser: Browser | null = null;
+let page: Page;
+let tmp = '';
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as net.AddressInfo;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+async function waitHttp(url: string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      const r = await fetch(url);
+      if (r.ok) {
+        return;
+      }
+    } catch {
+      // not up yet
+    }
+    if (Date.now() > deadline || lab?.exitCode !== null) {
+      throw new Error(
+        `jupyter lab did not come up at ${url}:\n${labLog.slice(-4000)}`
+      );
+    }
+    await new Promise(r => setTimeout(r, 500));
+  }
+}
+
+before(async () => {
+  assert.ok(
+    venv,
+    'set GPUHUB_UI_VENV to a venv with jupyterlab and the gpuhub wheel (make ui-test does)'
+  );
+  tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'gpuhub-ui-'));
+  const fixtureUrl = await fixture.start();
+  const port = await freePort();
+  labUrl = `http://127.0.0.1:${port}`;
+
+  // Make JupyterLab believe it runs under JupyterHub: the Hub settings LabApp reads, and a
+  // page config hook that puts the visitor's token in the page as jupyterhub-singleuser does.
+  fs.writeFileSync(
+    path.join(tmp, 'jupyter_server_config.py'),
+    [
+      'def _hub_page_config(handler, page_config):',
+      '    page_config["hubUser"] = "alice"',
+      '    page_config["hubServerUser"] = "alice"',
+      '    page_config["hubServerName"] = ""',
+      `    page_config["token"] = ${JSON.stringify(ALICE_TOKEN)}`,
+      '    return page_config',
+      '',
+      'c.ServerApp.tornado_settings = {',
+      `    "hub_prefix": "/hub/", "hub_host": ${JSON.stringify(fixtureUrl)}, "user": "alice",`,
+      '    "page_config_hook": _hub_page_config,',
+      '}',
+      ''
+    ].join('\n')
+  );
+  // A short refresh interval through the settings system (the schema's own key).
+  const settingsDir = path.join(tmp, 'settings');
+  fs.mkdirSync(path.join(settingsDir, '@gpuhub', 'jupyterlab-gpu-panel'), {
+    recursive: true
+  });
+  fs.writeFileSync(
+    path.join(
+      settingsDir,
+      '@gpuhub',
+      'jupyterlab-gpu-panel',
+      'plugin.jupyterlab-settings'
+    ),
+    JSON.stringify({ refreshInterval: 2 })
+  );
+  // No "get JupyterLab news?" toast over the screenshots (and no request to the internet).
+  fs.mkdirSync(path.join(settingsDir, '@jupyterlab', 'apputils-extension'), {
+    recursive: true
+  });
+  fs.writeFileSync(
+    path.join(
+      settingsDir,
+      '@jupyterlab',
+      'apputils-extension',
+      'notification.jupyterlab-settings'
+    ),
+    JSON.stringify({ fetchNews: 'false', checkForUpdates: false })
+  );
+  fs.mkdirSync(path.join(tmp, 'work'));
+
+  lab = spawn(
+    path.join(venv, 'bin', 'jupyter'),
+    [
+      'lab',
+      '--no-browser',
+      '--ServerApp.ip=127.0.0.1',
+      `--ServerApp.port=${port}`,
+      '--ServerApp.port_retries=0',
+      `--IdentityProvider.token=${ALICE_TOKEN}`,
+      `--ServerApp.root_dir=${path.join(tmp, 'work')}`,
+      '--LabApp.expose_app_in_browser=True',
+      `--config=${path.join(tmp, 'jupyter_server_config.py')}`,
+      ...(process.getuid?.() === 0 ? ['--allow-root'] : [])
+    ],
+    {
+      env: {
+        ...process.env,
+        // The kernels inherit this; the fixture turns their CPU time into "SM utilization".
+        GPUHUB_SIM_POD_UID: 'fixture-pod-alice',
+        JUPYTERLAB_SETTINGS_DIR: settingsDir,
+        JUPYTERLAB_WORKSPACES_DIR: path.join(tmp, 'workspaces'),
+        JUPYTER_RUNTIME_DIR: path.join(tmp, 'runtime')
+      },
+      stdio: ['ignore', 'pipe', 'pipe']
+    }
+  );
+  lab.stdout?.on('data', d => (labLog += d));
+  lab.stderr?.on('data', d => (labLog += d));
+  await waitHttp(`${labUrl}/api/status?token=${ALICE_TOKEN}`, 90_000);
+
+  browser = await launchChromium();
+  const context = await browser.newContext({
+    viewport: { width: 1366, height: 860 },
+    colorScheme: 'light'
+  });
+  page = await context.newPage();
+  page.on('pageerror', e => console.log(`page error: ${e.message}`));
+  await page.goto(`${labUrl}/lab?token=${ALICE_TOKEN}`);
+  await waitForLab(page);
+});
+
+after(async () => {
+  await browser?.close();
+  if (lab && lab.exitCode === null) {
+    lab.kill('SIGTERM');
+    await new Promise(r => lab!.once('exit', r));
+  }
+  await fixture.stop();
+  if (tmp) {
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+});
+
+test('the wheel installs an enabled prebuilt extension', () => {
+  // `labextension list` writes its report to stderr.
+  const out = execFileSync(
+    'sh',
+    ['-c', `"${path.join(venv, 'bin', 'jupyter')}" labextension list 2>&1`],
+    {
+      encoding: 'utf8'
+    }
+  );
+  assert.match(
+    out.replace(/\x1b\[[0-9;]*m/g, ''),
+    /@gpuhub\/jupyterlab-gpu-panel v[\d.]+ enabled OK \(python, gpuhub-jupyterlab-gpu-panel\)/
+  );
+});
+
+test('the panel shows the usage API numbers for alice', async () => {
+  await openPanel(page);
+  const r = await waitForPanel(
+    page,
+    x => x.descriptions.length > 0,
+    30_000,
+    'alice’s share'
+  );
+  const me = fixture.current('alice') as {
+    servers: { gpus: { description: string }[] }[];
+    gpuHours: Record<string, { allocated: number; used: number }>;
+  };
+  assert.deepEqual(r.descriptions, [me.servers[0].gpus[0].description]);
+  assert.equal(r.user, 'alice');
+  assert.equal(r.badge, 'simulated');
+  assert.deepEqual(r.hours, {
+    today: { allocated: '2.57', used: '0.84' },
+    '7d': { allocated: '14.6', used: '5.12' },
+    '30d': { allocated: '48.2', used: '17.9' }
+  });
+  assert.deepEqual(r.memoryText, ['3.1 GiB of 20 GiB']);
+  assert.equal(r.budget, 'not configured');
+  assert.equal(r.idleCull, 'not configured');
+  assert.match(
+    r.sparklineLabel ?? '',
+    /^SM utilization over the last hour: latest \d+ %/
+  );
+  assert.ok(
+    fixture.requests.alice > 0,
+    'the panel called the usage API with alice’s token'
+  );
+  const status = await page.locator('.jp-GpuStatus').textContent();
+  assert.match(status ?? '', /^GPU \d+ %sim$/);
+});
+
+test('a busy cell makes utilization rise', async () => {
+  await openNewNotebook(page);
+  // The fixture measures the kernel's CPU time, as the simulated gpu-agent backend does.
+  const idle = await waitForPanel(
+    page,
+    x => (x.utilization[0] ?? 100) < 10,
+    60_000,
+    'an idle kernel'
+  );
+  const start = idle.utilization[0] ?? 0;
+  await runCell(
+    page,
+    'import time\nt0 = time.time()\nwhile time.time() - t0 < 60:\n    pass\n'
+  );
+  // The machine running the tests may be busy: ask for a clear rise, not a full core.
+  const busy = await waitForPanel(
+    page,
+    x => (x.utilization[0] ?? 0) >= start + 10,
+    45_000,
+    'a rise'
+  );
+  assert.ok(
+    (busy.utilization[0] ?? 0) > start,
+    `utilization rose from ${start} to ${busy.utilization[0]}`
+  );
+  await page.waitForTimeout(4000);
+  await page
+    .locator('.jp-GpuPanel-section[data-section="history"]')
+    .scrollIntoViewIfNeeded();
+  await snap(page, 'gpu-panel-light');
+  await setTheme(page, 'JupyterLab Dark');
+  await snap(page, 'gpu-panel-dark');
+  await setTheme(page, 'JupyterLab Light');
+});
+
+test('the refresh button is keyboard reachable and labelled', async () => {
+  const button = page.locator(`.jp-GpuPanel-refresh`);
+  assert.equal(
+    await button.getAttribute('aria-label'),
+    'Refresh GPU usage now'
+  );
+  const n = fixture.requests.alice;
+  await button.focus();
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(() => true);
+  const deadline = Date.now() + 5000;
+  while (fixture.requests.alice === n && Date.now() < deadline) {
+    await page.waitForTimeout(100);
+  }
+  assert.ok(
+    fixture.requests.alice > n,
+    'Enter on the focused button refreshed'
+  );
+  assert.equal(
+    await page.locator('#gpuhub-gpu-panel').getAttribute('aria-label'),
+    'GPU usage'
+  );
+});
+
+test('an unreachable service is explained and JupyterLab keeps working', async () => {
+  fixture.failWith = 503;
+  try {
+    await page.locator('.jp-GpuPanel-refresh').click();
+    const r = await waitForPanel(
+      page,
+      x => x.notices.includes('GPU usage service unreachable'),
+      30_000,
+      'the unreachable notice'
+    );
+    assert.equal(
+      r.descriptions.length,
+      0,
+      'no stale numbers are shown as current'
+    );
+    await setTheme(page, 'JupyterLab Dark');
+    await snap(page, 'gpu-panel-unreachable-dark');
+    await setTheme(page, 'JupyterLab Light');
+    // JupyterLab still works: the file browser lists the notebook the test created.
+    const files = page.locator(
+      '.jp-SideBar.jp-mod-left .lm-TabBar-tab[data-id="filebrowser"]'
+    );
+    if ((await files.getAttribute('aria-selected')) !== 'true') {
+      await files.click();
+    }
+    await page
+      .locator('.jp-DirListing-item[title*="Untitled"]')
+      .first()
+      .waitFor({ timeout: 15_000 });
+    assert.match(
+      (await page.locator('.jp-GpuStatus').textContent()) ?? '',
+      /^GPU \?$/
+    );
+  } finally {
+    fixture.failWith = null;
+  }
+  await page.locator('.jp-GpuPanel-refresh').click();
+  await waitForPanel(
+    page,
+    x => x.descriptions.length === 1,
+    30_000,
+    'recovery after the service returns'
+  );
+});
