@@ -1,0 +1,104 @@
+//go:build e2e
+
+// Package e2etest runs end-to-end tests on the local GPU cluster: a real control plane and
+// scheduler, emulated GPU nodes, JupyterHub with KubeSpawner. Run with `make e2e`, which installs
+// and builds what the tests need and sets GPUHUB_KUBE_BIN, GPUHUB_HUB_VENV, GPUHUB_CHP,
+// GPUHUB_BROWSER_MODULES and GPUHUB_CHROMIUM.
+package e2etest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpuhub/gpuhub/e2e/cluster/stack"
+	"github.com/gpuhub/gpuhub/hubapi"
+)
+
+const password = "e2e-password"
+
+var (
+	st       *stack.Stack
+	hubAdmin *hubapi.Client
+	// timings of the harness, reported at the end.
+	controlPlaneReady time.Duration
+	stackReady        time.Duration
+)
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	need := map[string]string{}
+	for _, k := range []string{"GPUHUB_KUBE_BIN", "GPUHUB_HUB_VENV", "GPUHUB_CHP"} {
+		need[k] = os.Getenv(k)
+		if need[k] == "" {
+			fmt.Fprintf(os.Stderr, "e2e: %s is not set; run the suite with `make e2e`, which installs what it needs\n", k)
+			return 1
+		}
+	}
+	lvl := slog.LevelWarn
+	if os.Getenv("GPUHUB_E2E_DEBUG") != "" {
+		lvl = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	start := time.Now()
+	var err error
+	st, err = stack.Start(ctx, stack.Options{
+		KubeBinDir: need["GPUHUB_KUBE_BIN"], Venv: need["GPUHUB_HUB_VENV"], CHP: need["GPUHUB_CHP"],
+		Topology: filepath.Join("..", "topology.yaml"), Password: password, Logger: logger,
+		Progress: func(step string, took time.Duration) {
+			fmt.Fprintf(os.Stderr, "e2e: %s (%.1fs)\n", step, took.Seconds())
+			if controlPlaneReady == 0 {
+				controlPlaneReady = took
+			}
+		},
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: start local cluster: %v\n", err)
+		return 1
+	}
+	stackReady = time.Since(start)
+	fmt.Fprintf(os.Stderr, "e2e: local cluster ready in %.1fs (control plane %.1fs), Hub %s\n",
+		stackReady.Seconds(), controlPlaneReady.Seconds(), st.HubURL())
+	hubAdmin, err = hubapi.New(hubapi.Config{URL: st.HubURL() + "hub/api", Token: st.Hub.AdminToken()})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: hub client: %v\n", err)
+		st.Stop()
+		return 1
+	}
+
+	code := m.Run()
+
+	// Clean shutdown: no process of the harness may survive and its ports must be free.
+	pids := st.ControlPlane.Pids()
+	for k, v := range st.Emulator.Processes() {
+		for _, pid := range v {
+			pids["pod "+k] = pid
+		}
+	}
+	apiHost := st.ControlPlane.URL[len("https://"):]
+	t0 := time.Now()
+	st.Stop()
+	fmt.Fprintf(os.Stderr, "e2e: stopped in %.1fs\n", time.Since(t0).Seconds())
+	for name, pid := range pids {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			fmt.Fprintf(os.Stderr, "e2e: FAIL: %s (pid %d) still running after Stop\n", name, pid)
+			code = 1
+		}
+	}
+	if c, err := net.DialTimeout("tcp", apiHost, time.Second); err == nil {
+		c.Close()
+		fmt.Fprintf(os.Stderr, "e2e: FAIL: API server port %s still open after Stop\n", apiHost)
+		code = 1
+	}
+	return code
+}
