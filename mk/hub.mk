@@ -13,7 +13,7 @@ VENV_HUB6        := $(GPUHUB_CACHE)/venv/hub6
 CHP_VERSION      := 5.3.0
 NODE_PREFIX      := $(GPUHUB_CACHE)/node
 CHP              := $(NODE_PREFIX)/node_modules/.bin/configurable-http-proxy
-HUB_INT_PKGS     ?= ./e2e/hubint/...
+HUB_INT_PKGS     ?= ./e2e/hubint/... ./e2e/internal/hubproc/...
 HUB_INT_FLAGS    ?= -race -count=1 -timeout 10m
 
 # hub-venv builds venv $(1) from requirements file $(2) unless the venv's stamp holds the file's sha256.

@@ -323,3 +323,26 @@ func rawGet(t *testing.T, path, token string, v any) {
 		t.Fatalf("GET %s: %v", path, err)
 	}
 }
+
+// TestVersionGatedScopes: JupyterHub 6 split start:servers out of servers, so a role holding servers
+// also grants start:servers there; on 5.5 the scope does not exist (and would stop the Hub if a role
+// named it).
+func TestVersionGatedScopes(t *testing.T) {
+	who, err := client(t, svcServers).WhoAmI(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("jupyterhub %s: scopes of servers!user=alice + read:users:activity: %v", hub.Version(), who.Scopes)
+	want := []string{"servers!user=alice", "read:servers!user=alice", "delete:servers!user=alice", "read:users:activity"}
+	if strings.HasPrefix(hub.Version(), "6.") {
+		want = append(want, "start:servers!user=alice")
+	}
+	for _, s := range want {
+		if !slices.Contains(who.Scopes, s) {
+			t.Errorf("WhoAmI scopes lack %q: %v", s, who.Scopes)
+		}
+	}
+	if strings.HasPrefix(hub.Version(), "5.") && slices.Contains(who.Scopes, "start:servers!user=alice") {
+		t.Errorf("jupyterhub %s reports start:servers, a 6.x scope: %v", hub.Version(), who.Scopes)
+	}
+}

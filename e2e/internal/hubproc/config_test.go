@@ -145,7 +145,7 @@ func TestPyLiteral(t *testing.T) {
 func TestStartWithoutVenv(t *testing.T) {
 	t.Setenv(EnvVenv, "")
 	t.Setenv(EnvCHP, "")
-	_, err := prepare(Options{})
+	_, err := prepare(t.Context(), Options{})
 	if err == nil || !strings.Contains(err.Error(), EnvVenv) || !strings.Contains(err.Error(), "make") {
 		t.Errorf("prepare() error = %v, want one naming %s and the make target", err, EnvVenv)
 	}

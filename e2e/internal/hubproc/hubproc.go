@@ -4,6 +4,7 @@
 // a generated jupyterhub_config.py, a SQLite database and a private work dir. Stop shuts it down and
 // makes sure nothing it started outlives it: every process the Hub starts (proxy, single-user servers,
 // their kernels) carries a per-Hub marker in its environment, and Stop ends the ones that remain.
+// Linux only (process groups, Pdeathsig, /proc).
 package hubproc
 
 import (
@@ -140,11 +141,11 @@ type Hub struct {
 // Start launches the Hub and waits until GET /hub/api/ answers through the proxy. On error nothing
 // is left running; the error carries the tail of the Hub's log.
 func Start(ctx context.Context, opts Options) (*Hub, error) {
-	h, err := prepare(opts)
+	h, err := prepare(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := h.launch(); err != nil {
+	if err := h.launch(ctx); err != nil {
 		_ = h.Stop()
 		return nil, err
 	}
@@ -156,7 +157,7 @@ func Start(ctx context.Context, opts Options) (*Hub, error) {
 	return h, nil
 }
 
-func prepare(opts Options) (*Hub, error) {
+func prepare(ctx context.Context, opts Options) (*Hub, error) {
 	if opts.Venv == "" {
 		opts.Venv = os.Getenv(EnvVenv)
 	}
@@ -211,7 +212,7 @@ func prepare(opts Options) (*Hub, error) {
 	}
 	h.ports = ports
 
-	version, err := installedVersion(opts.Venv)
+	version, err := installedVersion(ctx, opts.Venv)
 	if err != nil {
 		h.cleanupDir()
 		return nil, err
@@ -251,10 +252,7 @@ func (h *Hub) configData() (configData, error) {
 	}}
 	h.services[AdminService] = h.adminToken
 	for _, r := range o.Roles {
-		roles = append(roles, roleConfig{
-			Name: r.Name, Description: r.Description, Scopes: r.Scopes,
-			Users: r.Users, Groups: r.Groups, Services: r.Services,
-		})
+		roles = append(roles, roleConfig(r))
 	}
 	for _, s := range o.Services {
 		if s.Name == "" || s.Name == AdminService {
@@ -326,14 +324,14 @@ func (h *Hub) configData() (configData, error) {
 	}, nil
 }
 
-func (h *Hub) launch() error {
+func (h *Hub) launch(ctx context.Context) error {
 	f, err := os.OpenFile(h.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("hubproc: %w", err)
 	}
 	h.logFile = f
-	// Not CommandContext: the Hub must outlive the context of Start; Stop ends it.
-	cmd := exec.Command(filepath.Join(h.opts.Venv, "bin", "jupyterhub"), "-f", h.ConfigPath()) //nolint:noctx // see above
+	// The Hub outlives the context of Start (Stop ends it), so that context must not kill it.
+	cmd := exec.CommandContext(context.WithoutCancel(ctx), filepath.Join(h.opts.Venv, "bin", "jupyterhub"), "-f", h.ConfigPath())
 	cmd.Dir = h.workDir
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), h.opts.Env...)
@@ -341,7 +339,10 @@ func (h *Hub) launch() error {
 		MarkerEnv+"="+h.marker,
 		"PATH="+filepath.Join(h.opts.Venv, "bin")+":"+filepath.Dir(h.opts.CHPPath)+":"+os.Getenv("PATH"),
 	)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Own process group, so a terminal's Ctrl-C reaches only the test binary; Pdeathsig gives the Hub
+	// its SIGTERM (and so its cleanup of servers and proxy) when the test binary dies without Stop,
+	// e.g. on a go test -timeout panic.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		close(h.exited)
 		return fmt.Errorf("hubproc: start jupyterhub: %w", err)
@@ -369,7 +370,7 @@ func (h *Hub) waitReady(ctx context.Context) error {
 		}
 		select {
 		case <-h.exited:
-			return fmt.Errorf("hubproc: jupyterhub exited before it was ready: %v", h.waitErr)
+			return fmt.Errorf("hubproc: jupyterhub exited before it was ready: %w", h.waitErr)
 		case <-ctx.Done():
 			return fmt.Errorf("hubproc: jupyterhub not ready at %s: %w", url, ctx.Err())
 		case <-tick.C:
@@ -497,8 +498,10 @@ func (h *Hub) WriteLog(w io.Writer) error {
 }
 
 // installedVersion asks the venv's Python rather than the Hub, so it works before the Hub is up.
-func installedVersion(venv string) (string, error) {
-	out, err := exec.Command(filepath.Join(venv, "bin", "python"), "-c", //nolint:noctx // short, bounded by Python
+func installedVersion(ctx context.Context, venv string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, filepath.Join(venv, "bin", "python"), "-c",
 		"import jupyterhub; print(jupyterhub.__version__)").Output()
 	if err != nil {
 		return "", fmt.Errorf("hubproc: jupyterhub version in %s: %w", venv, err)
@@ -522,7 +525,7 @@ func freePorts(want [3]int) ([3]int, error) {
 			got[i] = p
 			continue
 		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 		if err != nil {
 			return got, fmt.Errorf("hubproc: free port: %w", err)
 		}

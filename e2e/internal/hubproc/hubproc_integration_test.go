@@ -3,12 +3,17 @@
 package hubproc_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -77,7 +82,7 @@ func TestStartStop(t *testing.T) {
 		t.Errorf("processes left after Stop: %v", left)
 	}
 	for _, p := range []int{proxy, proxyAPI, hub} {
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		l, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:"+strconv.Itoa(p))
 		if err != nil {
 			t.Errorf("port %d not released: %v", p, err)
 			continue
@@ -105,5 +110,59 @@ func getJSON(t *testing.T, url, token string, v any) {
 	}
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatalf("GET %s: %v", url, err)
+	}
+}
+
+const envOrphanChild = "HUBPROC_TEST_ORPHAN_CHILD"
+
+// TestOrphanCleanup kills a test binary that started a Hub without calling Stop (as a go test
+// -timeout panic would) and checks that the Hub and its proxy go away on their own.
+func TestOrphanCleanup(t *testing.T) {
+	if os.Getenv(envOrphanChild) != "" {
+		h, err := hubproc.Start(context.Background(), hubproc.OptionsFromEnv())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("marker=%s workdir=%s\n", h.Marker(), h.WorkDir())
+		select {} // wait to be killed
+	}
+
+	child := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestOrphanCleanup$", "-test.v")
+	child.Env = append(os.Environ(), envOrphanChild+"=1")
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var marker, workDir string
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if _, err := fmt.Sscanf(sc.Text(), "marker=%s workdir=%s", &marker, &workDir); err == nil {
+			break
+		}
+	}
+	if marker == "" {
+		_ = child.Wait()
+		t.Fatal("child test binary did not report a started Hub")
+	}
+	t.Cleanup(func() { os.RemoveAll(workDir) })
+	if n := len(hubproc.MarkedProcesses(marker)); n < 2 {
+		t.Fatalf("marked processes before kill = %d, want hub and proxy", n)
+	}
+
+	_ = child.Process.Signal(syscall.SIGKILL)
+	_ = child.Wait()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(hubproc.MarkedProcesses(marker)) > 0 {
+		if time.Now().After(deadline) {
+			left := hubproc.MarkedProcesses(marker)
+			for _, pid := range left {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			t.Fatalf("processes of the orphaned Hub still running 30s after its parent died: %v", left)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
