@@ -1,0 +1,205 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/cluster"
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
+)
+
+// Cluster is the node-local view the backend needs (cluster.Watcher).
+type Cluster interface {
+	Node() (*corev1.Node, bool)
+	Pods() []cluster.Pod
+}
+
+// Options configure a Backend.
+type Options struct {
+	Node    string
+	Cluster Cluster
+	// Proc is the proc filesystem, e.g. os.DirFS("/proc").
+	Proc   fs.FS
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+type cpuSample struct {
+	ticks uint64
+	at    time.Time
+}
+
+// Backend emulates the node's GPUs. Not safe for concurrent Sample calls.
+type Backend struct {
+	opts Options
+	inv  *inventory
+	// holdings: which emulated devices each pod (by UID) holds. Kept across
+	// samples so a running pod never moves; new pods are served in UID order,
+	// which makes the assignment reproducible after a restart.
+	holdings map[string][]*device
+	prev     map[int]cpuSample
+}
+
+// New returns a simulated Backend.
+func New(opts Options) *Backend {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Backend{opts: opts, holdings: map[string][]*device{}, prev: map[int]cpuSample{}}
+}
+
+// Sample emulates one sample: the utilization of a pod's devices is the CPU
+// time its processes used since the previous sample over the wall time, capped
+// at 100 %; its memory is their resident set size.
+func (b *Backend) Sample(ctx context.Context) (snapshot.Reading, error) {
+	r := snapshot.Reading{Backend: snapshot.BackendSimulated, Holdings: map[string][]snapshot.Device{}}
+	node, ok := b.opts.Cluster.Node()
+	if !ok {
+		return r, fmt.Errorf("node %q is not in the cache: the simulated backend needs its labels and capacity", b.opts.Node)
+	}
+	if inv := newInventory(node); b.inv == nil || inv.key != b.inv.key {
+		if b.inv != nil {
+			b.opts.Logger.Info("node GPU inventory changed, reassigning emulated devices", "node", b.opts.Node)
+		}
+		b.inv, b.holdings = inv, map[string][]*device{}
+	}
+	b.assign(b.opts.Cluster.Pods())
+
+	procs, err := scan(b.opts.Proc, b.opts.Node)
+	if err != nil {
+		return r, err
+	}
+	now := b.opts.Now()
+	util := map[int]float64{}
+	next := make(map[int]cpuSample, len(procs))
+	for _, p := range procs {
+		next[p.pid] = cpuSample{ticks: p.cpuTicks, at: now}
+		prev, seen := b.prev[p.pid]
+		if !seen || p.cpuTicks < prev.ticks || !now.After(prev.at) {
+			util[p.pid] = 0 // first sight: no interval to measure yet
+			continue
+		}
+		cpu := float64(p.cpuTicks-prev.ticks) / userHZ
+		util[p.pid] = min(cpu/now.Sub(prev.at).Seconds()*100, 100)
+	}
+	b.prev = next
+
+	devUtil := map[*device]float64{}
+	devMem := map[*device]uint64{}
+	for _, p := range procs {
+		devs := b.holdings[p.podUID]
+		for i, d := range devs {
+			var mem uint64
+			if i == 0 { // memory counted once, on the pod's first device
+				mem = min(p.rssBytes, d.memTotal)
+			}
+			r.Processes = append(r.Processes, snapshot.ProcessReading{
+				PID: p.pid, PodUID: p.podUID, Device: d.dev, MemoryUsedBytes: mem,
+				SMUtilPercent: snapshot.Percent(util[p.pid]), UtilizationSource: snapshot.SourceSimulated,
+			})
+			devUtil[d] = min(devUtil[d]+util[p.pid], 100)
+			devMem[d] = min(devMem[d]+mem, d.memTotal)
+		}
+	}
+	for uid, devs := range b.holdings {
+		for _, d := range devs {
+			r.Holdings[uid] = append(r.Holdings[uid], d.dev)
+		}
+	}
+	for _, g := range b.inv.gpus {
+		out := snapshot.GPU{
+			UUID: g.uuid, Index: g.index, Product: g.product, MemoryTotalBytes: g.memTotal,
+			MIGMode: g.mig, MIGDevices: []snapshot.MIGDevice{},
+		}
+		for _, d := range g.devices {
+			out.MemoryUsedBytes = min(out.MemoryUsedBytes+devMem[d], g.memTotal)
+			if !g.mig {
+				out.UtilizationPercent, out.UtilizationSource = snapshot.Percent(devUtil[d]), snapshot.SourceSimulated
+				continue
+			}
+			out.MIGDevices = append(out.MIGDevices, snapshot.MIGDevice{
+				UUID: d.dev.UUID, Profile: d.dev.Profile, GPUInstanceID: d.gi, ComputeInstanceID: 0,
+				MemoryTotalBytes: d.memTotal, MemoryUsedBytes: devMem[d],
+				UtilizationPercent: snapshot.Percent(devUtil[d]), UtilizationSource: snapshot.SourceSimulated,
+			})
+		}
+		if g.mig {
+			// As on real hardware, a GPU in MIG mode has no whole-GPU utilization.
+			out.UtilizationSource = snapshot.SourceNone
+		} else if len(g.devices) == 0 {
+			out.UtilizationPercent, out.UtilizationSource = snapshot.Percent(0), snapshot.SourceSimulated
+		}
+		r.GPUs = append(r.GPUs, out)
+	}
+	return r, nil
+}
+
+// assign gives devices to pods that ask for NVIDIA resources and hold none yet.
+func (b *Backend) assign(pods []cluster.Pod) {
+	live := map[string]bool{}
+	for _, p := range pods {
+		if len(p.GPUResources) > 0 {
+			live[p.UID] = true
+		}
+	}
+	holders := map[*device]int{}
+	for uid, devs := range b.holdings {
+		if !live[uid] {
+			delete(b.holdings, uid)
+			continue
+		}
+		for _, d := range devs {
+			holders[d]++
+		}
+	}
+	for _, p := range pods { // sorted by UID
+		if !live[p.UID] || len(b.holdings[p.UID]) > 0 {
+			continue
+		}
+		var got []*device
+		for _, res := range slices.Sorted(maps.Keys(p.GPUResources)) {
+			for range p.GPUResources[res] {
+				d := b.pick(res, holders, got)
+				if d == nil {
+					b.opts.Logger.Warn("no emulated device left for pod", "pod", p.Namespace+"/"+p.Name, "resource", res)
+					break
+				}
+				holders[d]++
+				got = append(got, d)
+			}
+		}
+		if len(got) > 0 {
+			b.holdings[p.UID] = got
+		}
+	}
+}
+
+// pick returns the first device of resource with a free replica, preferring
+// one the pod does not hold yet.
+func (b *Backend) pick(resource string, holders map[*device]int, mine []*device) *device {
+	var fallback *device
+	for _, g := range b.inv.gpus {
+		for _, d := range g.devices {
+			if d.dev.Resource != resource || holders[d] >= d.replicas {
+				continue
+			}
+			if !slices.Contains(mine, d) {
+				return d
+			}
+			if fallback == nil {
+				fallback = d
+			}
+		}
+	}
+	return fallback
+}
