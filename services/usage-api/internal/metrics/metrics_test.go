@@ -1,0 +1,82 @@
+package metrics
+
+import (
+	"flag"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/usage"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata golden files")
+
+func TestMetricsGolden(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	state := usage.NewState(usage.NewHistory(time.Hour, 5*time.Second))
+	m, err := New(reg, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := 0.2
+	state.Publish(&usage.View{
+		SampledAt: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC),
+		Users: map[string]*usage.User{
+			"alice": {Name: "alice", Share: usage.Share{AllocatedGPUs: 3.0 / 7, UsedGPUs: &used}},
+			"dave":  {Name: "dave", Share: usage.Share{AllocatedGPUs: 1}}, // used unknown: no used series
+		},
+		Groups: map[string]usage.GroupShare{"physics": {AllocatedGPUs: 3.0 / 7, UsedGPUs: 0.2}},
+		Cluster: usage.Cluster{Classes: []usage.ClassStats{
+			{Class: "mig A100-SXM4-40GB 3g.20gb", Kind: "mig", CapacityGPUs: 6.0 / 7, AllocatedGPUs: 3.0 / 7},
+		}},
+	})
+	dir := usage.Directory{Users: map[string]usage.HubUser{"alice": {Name: "alice", Groups: []string{"physics"}}}}
+	k := ledger.Key{User: "alice", Kind: "mig", Class: "mig A100-SXM4-40GB 3g.20gb"}
+	for range 2 {
+		m.ObserveLedger(ledger.Result{PerKey: map[ledger.Key]ledger.Totals{k: {Allocated: 1800, Used: 360}}}, dir)
+	}
+	m.ObserveLedger(ledger.Result{Gap: 30 * time.Second}, dir)
+	m.ObserveRun("collect", 250*time.Millisecond, nil)
+	m.ObserveAgents(1, 0)
+
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	got := rec.Body.String()
+	golden := filepath.Join("testdata", "metrics.golden")
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create)", err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("/metrics (-want +got):\n%s", diff)
+	}
+	problems, err := promlint.NewWithMetricFamilies(mustGather(t, reg)).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("metric lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+func mustGather(t *testing.T, g prometheus.Gatherer) []*dto {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mfs
+}
