@@ -19,6 +19,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Defaults applied by New.
@@ -65,6 +67,11 @@ type Config struct {
 	Sleep func(ctx context.Context, d time.Duration) error
 	// Now is the clock for Retry-After dates, default time.Now.
 	Now func() time.Time
+	// Registerer, when set, gets the client's metrics
+	// (gpuhub_hubapi_requests_total{op,code}, ..._request_duration_seconds{op},
+	// ..._retries_total{op}, ..._in_flight_requests). Clients sharing a
+	// registry share the metrics.
+	Registerer prometheus.Registerer
 }
 
 const redacted = "<redacted>"
@@ -121,6 +128,7 @@ type Client struct {
 	log            *slog.Logger
 	sleep          func(ctx context.Context, d time.Duration) error
 	now            func() time.Time
+	metrics        *metrics
 }
 
 // New validates cfg and returns a Client. Errors never contain the token.
@@ -149,6 +157,9 @@ func New(cfg Config) (*Client, error) {
 		log:            cfg.Logger,
 		sleep:          cfg.Sleep,
 		now:            cfg.Now,
+	}
+	if c.metrics, err = newMetrics(cfg.Registerer); err != nil {
+		return nil, err
 	}
 	c.spawnTimeout = max(c.spawnTimeout, c.timeout)
 	switch {
@@ -255,7 +266,7 @@ func serverPath(user, server string) string {
 // Version returns the Hub's version from GET / (no auth needed), e.g. "5.5.0".
 func (c *Client) Version(ctx context.Context) (string, error) {
 	var v versionInfo
-	if _, err := c.do(ctx, request{method: http.MethodGet, path: "/", noAuth: true}, &v); err != nil {
+	if _, err := c.do(ctx, request{op: "version", method: http.MethodGet, path: "/", noAuth: true}, &v); err != nil {
 		return "", err
 	}
 	return v.Version, nil
@@ -264,7 +275,7 @@ func (c *Client) Version(ctx context.Context) (string, error) {
 // WhoAmI returns the model of the client's own token owner (GET /user).
 func (c *Client) WhoAmI(ctx context.Context) (*User, error) {
 	var u User
-	if _, err := c.do(ctx, request{method: http.MethodGet, path: "/user"}, &u); err != nil {
+	if _, err := c.do(ctx, request{op: "whoami", method: http.MethodGet, path: "/user"}, &u); err != nil {
 		return nil, err
 	}
 	return &u, nil
@@ -281,7 +292,7 @@ func (c *Client) WhoAmIWithToken(ctx context.Context, token string) (*User, erro
 		return nil, fmt.Errorf("hubapi: whoami: %w", err)
 	}
 	var u User
-	if _, err := c.do(ctx, request{method: http.MethodGet, path: "/user", token: token}, &u); err != nil {
+	if _, err := c.do(ctx, request{op: "whoami_token", method: http.MethodGet, path: "/user", token: token}, &u); err != nil {
 		return nil, err
 	}
 	return &u, nil
@@ -301,7 +312,7 @@ func (c *Client) Users(ctx context.Context, opts ListUsersOptions) iter.Seq2[Use
 	if opts.Sort != "" {
 		q.Set("sort", opts.Sort)
 	}
-	return paginate(ctx, c, "/users", q, opts.PageSize, func(u User) string { return u.Name })
+	return paginate(ctx, c, "users_list", "/users", q, opts.PageSize, func(u User) string { return u.Name })
 }
 
 // ListUsers collects Users.
@@ -312,7 +323,7 @@ func (c *Client) ListUsers(ctx context.Context, opts ListUsersOptions) ([]User, 
 // GetUser returns one user (GET /users/{name}).
 func (c *Client) GetUser(ctx context.Context, name string) (*User, error) {
 	var u User
-	if _, err := c.do(ctx, request{method: http.MethodGet, path: "/users/" + escape(name)}, &u); err != nil {
+	if _, err := c.do(ctx, request{op: "user_get", method: http.MethodGet, path: "/users/" + escape(name)}, &u); err != nil {
 		return nil, err
 	}
 	return &u, nil
@@ -320,7 +331,7 @@ func (c *Client) GetUser(ctx context.Context, name string) (*User, error) {
 
 // Groups iterates GET /groups page by page, each group at most once.
 func (c *Client) Groups(ctx context.Context) iter.Seq2[Group, error] {
-	return paginate(ctx, c, "/groups", url.Values{}, 0, func(g Group) string { return g.Name })
+	return paginate(ctx, c, "groups_list", "/groups", url.Values{}, 0, func(g Group) string { return g.Name })
 }
 
 // ListGroups collects Groups.
@@ -329,7 +340,7 @@ func (c *Client) ListGroups(ctx context.Context) ([]Group, error) { return colle
 // GetGroup returns one group (GET /groups/{name}).
 func (c *Client) GetGroup(ctx context.Context, name string) (*Group, error) {
 	var g Group
-	if _, err := c.do(ctx, request{method: http.MethodGet, path: "/groups/" + escape(name)}, &g); err != nil {
+	if _, err := c.do(ctx, request{op: "group_get", method: http.MethodGet, path: "/groups/" + escape(name)}, &g); err != nil {
 		return nil, err
 	}
 	return &g, nil
@@ -342,6 +353,7 @@ func (c *Client) AddGroupMembers(ctx context.Context, group string, users ...str
 		users = []string{}
 	}
 	_, err := c.do(ctx, request{
+		op:         "group_members_add",
 		method:     http.MethodPost,
 		path:       "/groups/" + escape(group) + "/users",
 		body:       map[string]any{"users": users},
@@ -356,7 +368,7 @@ func (c *Client) AddGroupMembers(ctx context.Context, group string, users ...str
 // 400 when the server is already running or has a stop pending: IsConflict.
 // It is retried only on 429 with Retry-After, since a start is not idempotent.
 func (c *Client) StartServer(ctx context.Context, user, server string, options map[string]any) (StartResult, error) {
-	req := request{method: http.MethodPost, path: serverPath(user, server), timeout: c.spawnTimeout}
+	req := request{op: "server_start", method: http.MethodPost, path: serverPath(user, server), timeout: c.spawnTimeout}
 	if options != nil {
 		req.body = options
 	}
@@ -371,7 +383,9 @@ func (c *Client) StartServer(ctx context.Context, user, server string, options m
 // named server (the Hub refuses remove for the default server).
 // 204 means stopped, 202 that it is still stopping (Pending).
 func (c *Client) StopServer(ctx context.Context, user, server string, remove bool) (StopResult, error) {
-	req := request{method: http.MethodDelete, path: serverPath(user, server), idempotent: true, timeout: c.spawnTimeout}
+	req := request{
+		op: "server_stop", method: http.MethodDelete, path: serverPath(user, server), idempotent: true, timeout: c.spawnTimeout,
+	}
 	if remove {
 		req.body = map[string]bool{"remove": true}
 	}
@@ -386,7 +400,7 @@ func (c *Client) StopServer(ctx context.Context, user, server string, remove boo
 // Not retried: a retry could mint two tokens.
 func (c *Client) CreateToken(ctx context.Context, user string, req TokenRequest) (*Token, error) {
 	var t Token
-	if _, err := c.do(ctx, request{method: http.MethodPost, path: "/users/" + escape(user) + "/tokens", body: req}, &t); err != nil {
+	if _, err := c.do(ctx, request{op: "token_create", method: http.MethodPost, path: "/users/" + escape(user) + "/tokens", body: req}, &t); err != nil {
 		return nil, err
 	}
 	return &t, nil
@@ -411,6 +425,7 @@ func (c *Client) NotifyActivity(ctx context.Context, user string, a Activity) er
 		return errors.New("hubapi: activity: need LastActivity or Servers")
 	}
 	_, err := c.do(ctx, request{
+		op:         "activity",
 		method:     http.MethodPost,
 		path:       "/users/" + escape(user) + "/activity",
 		body:       body,
@@ -446,7 +461,7 @@ type pageInfo struct {
 // paginate follows _pagination.next by offset and limit (not by its url,
 // whose host is the Hub's public one). A Hub or proxy that answers with a bare
 // list gets offset paging until a short page or a page with nothing new.
-func paginate[T any](ctx context.Context, c *Client, path string, q url.Values, pageSize int, key func(T) string) iter.Seq2[T, error] {
+func paginate[T any](ctx context.Context, c *Client, op, path string, q url.Values, pageSize int, key func(T) string) iter.Seq2[T, error] {
 	if pageSize <= 0 {
 		pageSize = DefaultPageSize
 	}
@@ -462,7 +477,7 @@ func paginate[T any](ctx context.Context, c *Client, path string, q url.Values, 
 			pq.Set("offset", strconv.Itoa(offset))
 			pq.Set("limit", strconv.Itoa(limit))
 			var raw json.RawMessage
-			_, err := c.do(ctx, request{method: http.MethodGet, path: path, query: pq, accept: PaginationMediaType}, &raw)
+			_, err := c.do(ctx, request{op: op, method: http.MethodGet, path: path, query: pq, accept: PaginationMediaType}, &raw)
 			if err != nil {
 				yield(zero, err)
 				return
@@ -523,6 +538,7 @@ func paginate[T any](ctx context.Context, c *Client, path string, q url.Values, 
 }
 
 type request struct {
+	op         string // metric label
 	method     string
 	path       string // escaped, relative to the API root, starting with "/"
 	query      url.Values
@@ -565,6 +581,7 @@ func (c *Client) do(ctx context.Context, req request, out any) (int, error) {
 		}
 		c.log.DebugContext(ctx, "retrying hub api request",
 			"method", req.method, "path", req.path, "attempt", attempt+1, "status", code, "wait", wait, "err", err)
+		c.metrics.retries.WithLabelValues(req.op).Inc()
 		if serr := c.sleep(ctx, wait); serr != nil {
 			return code, fmt.Errorf("%w (retry abandoned: %w)", err, serr)
 		}
@@ -680,10 +697,16 @@ func (c *Client) attempt(ctx context.Context, req request, body []byte, out any)
 		hr.Header.Set("Authorization", "token "+tok)
 	}
 
+	c.metrics.inFlight.Inc()
+	start := time.Now()
 	resp, err := c.http.Do(hr)
+	c.metrics.inFlight.Dec()
+	c.metrics.duration.WithLabelValues(req.op).Observe(time.Since(start).Seconds())
 	if err != nil {
+		c.metrics.requests.WithLabelValues(req.op, "error").Inc()
 		return 0, 0, fmt.Errorf("hub api: %s %s: %w", req.method, req.path, err)
 	}
+	c.metrics.requests.WithLabelValues(req.op, codeLabel(resp.StatusCode)).Inc()
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {

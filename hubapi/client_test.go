@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpuhub/gpuhub/hubapi"
 	"github.com/gpuhub/gpuhub/hubapi/hubapitest"
@@ -617,5 +619,41 @@ func TestSpawnTimeoutForStartAndStop(t *testing.T) {
 	}
 	if _, err := c.GetUser(t.Context(), "alice"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("get: err = %v, want the short Timeout to apply", err)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	h := newHub(t)
+	h.Fail(hubapitest.Failure{Path: "/users/root", Status: 503})
+	reg := prometheus.NewRegistry()
+	c := h.Client(adminToken, hubapi.Config{Registerer: reg, Sleep: (&sleeper{}).sleep})
+	if _, err := c.GetUser(t.Context(), "root"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GetUser(t.Context(), "nobody"); !hubapi.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	// a second client on the same registry shares the metrics
+	c2 := h.Client(adminToken, hubapi.Config{Registerer: reg})
+	if _, err := c2.Version(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP gpuhub_hubapi_requests_total JupyterHub API request attempts by operation and HTTP status code ("error" when no answer came).
+# TYPE gpuhub_hubapi_requests_total counter
+gpuhub_hubapi_requests_total{code="200",op="user_get"} 1
+gpuhub_hubapi_requests_total{code="200",op="version"} 1
+gpuhub_hubapi_requests_total{code="404",op="user_get"} 1
+gpuhub_hubapi_requests_total{code="503",op="user_get"} 1
+# HELP gpuhub_hubapi_retries_total JupyterHub API request retries by operation.
+# TYPE gpuhub_hubapi_retries_total counter
+gpuhub_hubapi_retries_total{op="user_get"} 1
+# HELP gpuhub_hubapi_in_flight_requests JupyterHub API requests being sent now (capped by MaxConcurrent).
+# TYPE gpuhub_hubapi_in_flight_requests gauge
+gpuhub_hubapi_in_flight_requests 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"gpuhub_hubapi_requests_total", "gpuhub_hubapi_retries_total", "gpuhub_hubapi_in_flight_requests"); err != nil {
+		t.Error(err)
 	}
 }
