@@ -1,0 +1,362 @@
+// Package api serves the usage API v1 under the Hub service prefix: me, users/{name}, users (admin) and cluster.
+// Live numbers come from memory (the latest view and the history); GPU-hours for today, 7 d and 30 d from the
+// ledger's in-memory window cache; custom windows from the store. The OpenAPI file services/usage-api/openapi.yaml
+// documents the shapes.
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/gpuhub/gpuhub/hubapi/hubauth"
+	"github.com/gpuhub/gpuhub/services/internal/server"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/usage"
+)
+
+// GPUHours is what the API needs of the ledger.
+type GPUHours interface {
+	UserWindows(user string) ledger.Windows
+	Hours(ctx context.Context, q ledger.Query) ([]ledger.Row, error)
+}
+
+// Options configure the handler.
+type Options struct {
+	Prefix string // e.g. /services/gpu-usage/
+	State  *usage.State
+	Ledger GPUHours
+	// Auth authenticates requests and puts a *hubauth.Identity in the context (hubauth's Middleware).
+	Auth   func(http.Handler) http.Handler
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+type handler struct{ opts Options }
+
+// New returns the API handler; it expects full paths (prefix included).
+func New(opts Options) http.Handler {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	opts.Prefix = server.NormalizePrefix(opts.Prefix)
+	h := &handler{opts: opts}
+	mux := http.NewServeMux()
+	p := opts.Prefix + "api/v1/"
+	mux.HandleFunc("GET "+p+"me", h.me)
+	mux.HandleFunc("GET "+p+"users/{name}", h.user)
+	mux.HandleFunc("GET "+p+"users", h.users)
+	mux.HandleFunc("GET "+p+"cluster", h.cluster)
+	mux.HandleFunc(opts.Prefix, func(w http.ResponseWriter, r *http.Request) {
+		server.WriteError(w, http.StatusNotFound, "no such endpoint %s; see %sapi/v1/ in openapi.yaml", r.URL.Path, opts.Prefix)
+	})
+	authed := opts.Auth(mux)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodOptions {
+			// Same origin through the proxy: no CORS, but say what is allowed (and do it without a token, since
+			// preflights carry none).
+			w.Header().Set("Allow", "GET, HEAD, OPTIONS")
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD, OPTIONS")
+			server.WriteError(w, http.StatusMethodNotAllowed, "the usage API is read-only: use GET")
+			return
+		}
+		authed.ServeHTTP(w, r)
+	})
+}
+
+// Window is GPU-hours over one window.
+type Window struct {
+	Allocated   float64    `json:"allocated"`
+	Used        float64    `json:"used"`
+	UsedUnknown float64    `json:"usedUnknown"`
+	From        *time.Time `json:"from,omitempty"`
+	To          *time.Time `json:"to,omitempty"`
+	// ByClass breaks a custom window down by GPU class.
+	ByClass []ClassHours `json:"byClass,omitempty"`
+}
+
+// ClassHours is GPU-hours of one GPU class.
+type ClassHours struct {
+	Kind  string `json:"kind"`
+	Class string `json:"class"`
+	ledger.Totals
+}
+
+// UserResponse is the body of me and users/{name}.
+type UserResponse struct {
+	User            string             `json:"user"`
+	Groups          []string           `json:"groups"`
+	SampledAt       *time.Time         `json:"sampledAt"`
+	IntervalSeconds float64            `json:"intervalSeconds"`
+	Simulated       bool               `json:"simulated"`
+	Stale           bool               `json:"stale"`
+	Share           usage.Share        `json:"share"`
+	Servers         []usage.Server     `json:"servers"`
+	History         []usage.Point      `json:"history"`
+	GPUHours        map[string]*Window `json:"gpuHours"`
+	Budget          any                `json:"budget"`
+	IdleCull        any                `json:"idleCull"`
+}
+
+func (h *handler) me(w http.ResponseWriter, r *http.Request) {
+	id, ok := hubauth.FromContext(r.Context())
+	if !ok {
+		server.WriteError(w, http.StatusUnauthorized, "authenticate with a Hub token")
+		return
+	}
+	if id.Kind != "user" {
+		server.WriteError(w, http.StatusBadRequest, "me is for user tokens; a service reads api/v1/users/{name}")
+		return
+	}
+	h.writeUser(w, r, id.Name, id.Groups)
+}
+
+func (h *handler) user(w http.ResponseWriter, r *http.Request) {
+	id, ok := hubauth.FromContext(r.Context())
+	if !ok {
+		server.WriteError(w, http.StatusUnauthorized, "authenticate with a Hub token")
+		return
+	}
+	name := r.PathValue("name")
+	if !id.CanReadUser(name) {
+		server.WriteError(w, http.StatusForbidden, "you may read only your own usage; %q is another user's", name)
+		return
+	}
+	v := h.opts.State.View()
+	var groups []string
+	if v != nil {
+		hu, known := v.Hub.Users[name]
+		if _, holding := v.Users[name]; !known && !holding && len(v.Hub.Users) > 0 && name != id.Name {
+			server.WriteError(w, http.StatusNotFound, "no user %q in the Hub", name)
+			return
+		}
+		groups = hu.Groups
+	}
+	h.writeUser(w, r, name, groups)
+}
+
+func (h *handler) writeUser(w http.ResponseWriter, r *http.Request, name string, groups []string) {
+	q := r.URL.Query()
+	resp := UserResponse{User: name, Groups: groups, Servers: []usage.Server{}, History: []usage.Point{}}
+	if v := h.opts.State.View(); v != nil {
+		t := v.SampledAt
+		resp.SampledAt, resp.IntervalSeconds = &t, v.Interval.Seconds()
+		if hu, ok := v.Hub.Users[name]; ok {
+			resp.Groups = hu.Groups
+		}
+		if u := v.Users[name]; u != nil {
+			resp.Simulated, resp.Stale, resp.Share, resp.Servers = u.Simulated, u.Stale, u.Share, u.Servers
+		} else {
+			resp.Share.UsedGPUs = new(float64)
+		}
+	}
+	if resp.Groups == nil {
+		resp.Groups = []string{}
+	}
+	if q.Get("history") != "false" {
+		var since time.Time
+		if s := q.Get("since"); s != "" {
+			t, err := time.Parse(time.RFC3339Nano, s)
+			if err != nil {
+				server.WriteError(w, http.StatusBadRequest, "since must be an RFC 3339 time, e.g. 2026-11-22T10:00:00Z")
+				return
+			}
+			since = t
+		}
+		resp.History = h.opts.State.History.User(name, since)
+	}
+	win := h.opts.Ledger.UserWindows(name)
+	resp.GPUHours = map[string]*Window{
+		"today": fromTotals(win.Today), "7d": fromTotals(win.Days7), "30d": fromTotals(win.Days30),
+	}
+	if q.Has("from") || q.Has("to") {
+		cw, err := h.custom(r, name)
+		if err != nil {
+			server.WriteError(w, http.StatusBadRequest, "%s", err.Error())
+			return
+		}
+		resp.GPUHours["custom"] = cw
+	}
+	server.WriteJSON(w, http.StatusOK, resp)
+}
+
+type badRequest string
+
+func (e badRequest) Error() string { return string(e) }
+
+func (h *handler) custom(r *http.Request, name string) (*Window, error) {
+	q := r.URL.Query()
+	to := h.opts.Now()
+	from := to.Add(-24 * time.Hour)
+	var err error
+	if s := q.Get("from"); s != "" {
+		if from, err = time.Parse(time.RFC3339, s); err != nil {
+			return nil, badRequest("from must be an RFC 3339 time, e.g. 2026-11-01T00:00:00Z")
+		}
+	}
+	if s := q.Get("to"); s != "" {
+		if to, err = time.Parse(time.RFC3339, s); err != nil {
+			return nil, badRequest("to must be an RFC 3339 time, e.g. 2026-11-22T00:00:00Z")
+		}
+	}
+	if !from.Before(to) {
+		return nil, badRequest("from must be before to")
+	}
+	rows, err := h.opts.Ledger.Hours(r.Context(), ledger.Query{From: from, To: to, User: name})
+	if err != nil {
+		h.opts.Logger.Error("ledger query failed", "user", name, "err", err)
+		return nil, badRequest("the ledger could not answer; try again")
+	}
+	// Buckets are hours: the window effectively starts at the hour of from.
+	f, t := from.UTC().Truncate(time.Hour), to.UTC()
+	out := &Window{From: &f, To: &t, ByClass: []ClassHours{}}
+	for _, row := range rows {
+		out.Allocated += row.Allocated
+		out.Used += row.Used
+		out.UsedUnknown += row.UsedUnknown
+		out.ByClass = append(out.ByClass, ClassHours{Kind: row.Kind, Class: row.Class, Totals: row.Totals})
+	}
+	return out, nil
+}
+
+func fromTotals(t ledger.Totals) *Window {
+	return &Window{Allocated: t.Allocated, Used: t.Used, UsedUnknown: t.UsedUnknown}
+}
+
+// UserSummary is one line of the users listing.
+type UserSummary struct {
+	Name          string             `json:"name"`
+	Groups        []string           `json:"groups"`
+	Servers       int                `json:"servers"`
+	AllocatedGPUs float64            `json:"allocatedGPUs"`
+	UsedGPUs      *float64           `json:"usedGPUs"`
+	Simulated     bool               `json:"simulated"`
+	Stale         bool               `json:"stale"`
+	GPUHours      map[string]*Window `json:"gpuHours"`
+}
+
+// Pagination follows the Hub's own (offset, limit, total, next).
+type Pagination struct {
+	Offset int       `json:"offset"`
+	Limit  int       `json:"limit"`
+	Total  int       `json:"total"`
+	Next   *NextPage `json:"next"`
+}
+
+// NextPage says how to get the next page.
+type NextPage struct {
+	Offset int    `json:"offset"`
+	Limit  int    `json:"limit"`
+	URL    string `json:"url"`
+}
+
+// UsersResponse is the body of users.
+type UsersResponse struct {
+	Items      []UserSummary `json:"items"`
+	Pagination Pagination    `json:"_pagination"`
+}
+
+const (
+	defaultLimit = 200
+	maxLimit     = 1000
+)
+
+func isAdmin(id *hubauth.Identity) bool {
+	// CanReadUser of a name no user can have is true only for admins and tokens with unfiltered user scopes.
+	return id.Admin || id.CanReadUser("\x00any")
+}
+
+func (h *handler) users(w http.ResponseWriter, r *http.Request) {
+	id, ok := hubauth.FromContext(r.Context())
+	if !ok {
+		server.WriteError(w, http.StatusUnauthorized, "authenticate with a Hub token")
+		return
+	}
+	if !isAdmin(id) {
+		server.WriteError(w, http.StatusForbidden, "listing users needs an admin; read your own usage at api/v1/me")
+		return
+	}
+	offset, err1 := intParam(r, "offset", 0)
+	limit, err2 := intParam(r, "limit", defaultLimit)
+	if err1 != nil || err2 != nil || offset < 0 || limit < 1 {
+		server.WriteError(w, http.StatusBadRequest, "offset must be >= 0 and limit >= 1 (integers)")
+		return
+	}
+	limit = min(limit, maxLimit)
+	v := h.opts.State.View()
+	var names []string
+	if v != nil {
+		names = make([]string, 0, len(v.Hub.Users)+len(v.Users))
+		for n := range v.Hub.Users {
+			names = append(names, n)
+		}
+		for n := range v.Users {
+			if _, ok := v.Hub.Users[n]; !ok {
+				names = append(names, n)
+			}
+		}
+		sort.Strings(names)
+	}
+	resp := UsersResponse{Items: []UserSummary{}, Pagination: Pagination{Offset: offset, Limit: limit, Total: len(names)}}
+	end := min(offset+limit, len(names))
+	for i := min(offset, len(names)); i < end; i++ {
+		n := names[i]
+		s := UserSummary{Name: n, Groups: v.Hub.Users[n].Groups, UsedGPUs: new(float64)}
+		if s.Groups == nil {
+			s.Groups = []string{}
+		}
+		if u := v.Users[n]; u != nil {
+			s.Servers, s.AllocatedGPUs, s.UsedGPUs, s.Simulated, s.Stale = len(u.Servers), u.Share.AllocatedGPUs, u.Share.UsedGPUs, u.Simulated, u.Stale
+		}
+		win := h.opts.Ledger.UserWindows(n)
+		s.GPUHours = map[string]*Window{"today": fromTotals(win.Today), "7d": fromTotals(win.Days7), "30d": fromTotals(win.Days30)}
+		resp.Items = append(resp.Items, s)
+	}
+	if end < len(names) {
+		resp.Pagination.Next = &NextPage{Offset: end, Limit: limit,
+			URL: h.opts.Prefix + "api/v1/users?offset=" + strconv.Itoa(end) + "&limit=" + strconv.Itoa(limit)}
+	}
+	server.WriteJSON(w, http.StatusOK, resp)
+}
+
+func intParam(r *http.Request, name string, def int) (int, error) {
+	s := r.URL.Query().Get(name)
+	if s == "" {
+		return def, nil
+	}
+	return strconv.Atoi(s)
+}
+
+// ClusterResponse is the body of cluster. It names no user, so any authenticated user may read it.
+type ClusterResponse struct {
+	usage.Cluster
+	// Users is how many users hold GPUs now (a count, no names).
+	Users int `json:"users"`
+}
+
+func (h *handler) cluster(w http.ResponseWriter, r *http.Request) {
+	if _, ok := hubauth.FromContext(r.Context()); !ok {
+		server.WriteError(w, http.StatusUnauthorized, "authenticate with a Hub token")
+		return
+	}
+	v := h.opts.State.View()
+	if v == nil {
+		server.WriteError(w, http.StatusServiceUnavailable, "no sample yet; retry after one sampling interval")
+		return
+	}
+	resp := ClusterResponse{Cluster: v.Cluster, Users: len(v.Users)}
+	if resp.Classes == nil {
+		resp.Classes = []usage.ClassStats{}
+	}
+	server.WriteJSON(w, http.StatusOK, resp)
+}
