@@ -29,6 +29,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/gpuhub/gpuhub/hubapi"
 )
 
@@ -94,6 +96,9 @@ type Options struct {
 	Logger        *slog.Logger
 	// AdminGroups makes members of these Hub groups admins for CanReadUser.
 	AdminGroups []string
+	// Registerer, when set, gets gpuhub_hubauth_* metrics (results, cache
+	// hits, Hub lookups, cache size).
+	Registerer prometheus.Registerer
 }
 
 var (
@@ -117,6 +122,7 @@ type Authenticator struct {
 	now           func() time.Time
 	log           *slog.Logger
 	adminGroups   []string
+	metrics       *metrics
 
 	mu       sync.Mutex
 	entries  map[[sha256.Size]byte]*list.Element // of *entry
@@ -147,6 +153,7 @@ func New(opts Options) *Authenticator {
 		now:           opts.Clock,
 		log:           opts.Logger,
 		adminGroups:   slices.Clone(opts.AdminGroups),
+		metrics:       newMetrics(opts.Registerer),
 		entries:       map[[sha256.Size]byte]*list.Element{},
 		lru:           list.New(),
 		inflight:      map[[sha256.Size]byte]*lookup{},
@@ -191,15 +198,17 @@ func TokenFromRequest(r *http.Request) string {
 // Authenticate validates the request's "Authorization: token X" or "Bearer X".
 // Errors: ErrNoToken, ErrInvalidToken, or one wrapping ErrHubUnavailable.
 func (a *Authenticator) Authenticate(ctx context.Context, r *http.Request) (*Identity, error) {
-	tok := TokenFromRequest(r)
-	if tok == "" {
-		return nil, ErrNoToken
-	}
-	return a.AuthenticateToken(ctx, tok)
+	return a.AuthenticateToken(ctx, TokenFromRequest(r))
 }
 
 // AuthenticateToken validates a token; see Authenticate.
 func (a *Authenticator) AuthenticateToken(ctx context.Context, tok string) (*Identity, error) {
+	id, err := a.authenticate(ctx, tok)
+	a.metrics.results.WithLabelValues(resultLabel(err)).Inc()
+	return id, err
+}
+
+func (a *Authenticator) authenticate(ctx context.Context, tok string) (*Identity, error) {
 	if tok == "" {
 		return nil, ErrNoToken
 	}
@@ -215,8 +224,10 @@ func (a *Authenticator) AuthenticateToken(ctx context.Context, tok string) (*Ide
 			a.lru.MoveToFront(el)
 			a.mu.Unlock()
 			if e.id == nil {
+				a.metrics.cacheHits.WithLabelValues("negative").Inc()
 				return nil, ErrInvalidToken
 			}
+			a.metrics.cacheHits.WithLabelValues("positive").Inc()
 			return e.id.clone(), nil
 		}
 		a.removeLocked(el)
@@ -255,14 +266,17 @@ func (a *Authenticator) resolve(ctx context.Context, key [sha256.Size]byte, tok 
 	defer close(l.done)
 	switch {
 	case err == nil:
+		a.metrics.lookups.WithLabelValues("ok").Inc()
 		l.id = a.identity(u)
 		a.storeLocked(key, l.id, a.posTTL)
 		a.log.DebugContext(ctx, "hub token accepted", "tokenHash", hash, "kind", l.id.Kind, "name", l.id.Name)
 	case hubapi.IsUnauthorized(err) || hubapi.IsForbidden(err):
+		a.metrics.lookups.WithLabelValues("rejected").Inc()
 		l.err = ErrInvalidToken
 		a.storeLocked(key, nil, a.negTTL)
 		a.log.DebugContext(ctx, "hub token rejected", "tokenHash", hash)
 	default:
+		a.metrics.lookups.WithLabelValues("error").Inc()
 		l.err = fmt.Errorf("%w: %w", ErrHubUnavailable, err)
 		a.log.WarnContext(ctx, "cannot validate hub token", "tokenHash", hash, "err", err)
 	}
@@ -298,11 +312,13 @@ func (a *Authenticator) storeLocked(key [sha256.Size]byte, id *Identity, ttl tim
 	for a.lru.Len() > a.maxEntries {
 		a.removeLocked(a.lru.Back())
 	}
+	a.metrics.entries.Set(float64(a.lru.Len()))
 }
 
 func (a *Authenticator) removeLocked(el *list.Element) {
 	a.lru.Remove(el)
 	delete(a.entries, el.Value.(*entry).key)
+	a.metrics.entries.Set(float64(a.lru.Len()))
 }
 
 func (i *Identity) clone() *Identity {

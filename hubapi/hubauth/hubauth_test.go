@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpuhub/gpuhub/hubapi"
 	"github.com/gpuhub/gpuhub/hubapi/hubapitest"
@@ -450,5 +452,39 @@ func TestWithFakeHub(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "cannot validate hub token") {
 		t.Errorf("outage not logged: %s", logs.String())
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	f := newChecker()
+	f.set("good", alice, nil)
+	f.set("down", nil, &hubapi.APIError{StatusCode: 503})
+	reg := prometheus.NewRegistry()
+	a := hubauth.New(hubauth.Options{Hub: f, Registerer: reg})
+	for _, tok := range []string{"good", "good", "bad", "bad", "down", ""} {
+		_, _ = a.AuthenticateToken(t.Context(), tok)
+	}
+	want := `
+# HELP gpuhub_hubauth_authentications_total Token authentications by result (ok, no_token, invalid, hub_unavailable).
+# TYPE gpuhub_hubauth_authentications_total counter
+gpuhub_hubauth_authentications_total{result="hub_unavailable"} 1
+gpuhub_hubauth_authentications_total{result="invalid"} 2
+gpuhub_hubauth_authentications_total{result="no_token"} 1
+gpuhub_hubauth_authentications_total{result="ok"} 2
+# HELP gpuhub_hubauth_cache_entries Tokens in the cache (positive and negative).
+# TYPE gpuhub_hubauth_cache_entries gauge
+gpuhub_hubauth_cache_entries 2
+# HELP gpuhub_hubauth_cache_hits_total Authentications answered from the token cache, by kind (positive, negative).
+# TYPE gpuhub_hubauth_cache_hits_total counter
+gpuhub_hubauth_cache_hits_total{kind="negative"} 1
+gpuhub_hubauth_cache_hits_total{kind="positive"} 1
+# HELP gpuhub_hubauth_hub_lookups_total GET /hub/api/user calls by result (ok, rejected, error).
+# TYPE gpuhub_hubauth_hub_lookups_total counter
+gpuhub_hubauth_hub_lookups_total{result="error"} 1
+gpuhub_hubauth_hub_lookups_total{result="ok"} 1
+gpuhub_hubauth_hub_lookups_total{result="rejected"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Error(err)
 	}
 }
