@@ -1,0 +1,297 @@
+// Package app wires the usage API: informers, agent polling, the Hub directory, the ledger, the live state and
+// the HTTP server. main parses flags and calls Run; tests call Run in-process with fakes.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpuhub/gpuhub/hubapi"
+	"github.com/gpuhub/gpuhub/services/internal/server"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/api"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/collect"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/inventory"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/metrics"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/usage"
+)
+
+// HubUsers lists the Hub's users (with their groups); *hubapi.Client satisfies it.
+type HubUsers interface {
+	Users(ctx context.Context, opts hubapi.ListUsersOptions) iter.Seq2[hubapi.User, error]
+}
+
+// Options configure Run.
+type Options struct {
+	Logger   *slog.Logger
+	Registry *prometheus.Registry
+	// Addr to listen on; Listener wins when set.
+	Addr     string
+	Listener net.Listener
+	Prefix   string // JUPYTERHUB_SERVICE_PREFIX
+
+	Kube           kubernetes.Interface
+	Namespace      string // singleuser pods; "" = all
+	AgentNamespace string // agent pods; "" = all
+	AgentPort      int
+	AgentClient    *http.Client
+
+	Hub        HubUsers
+	HubRefresh time.Duration // default 2 min
+	// Auth is hubauth's Middleware.
+	Auth func(http.Handler) http.Handler
+
+	// Database is a SQLite file path or a postgres:// URL.
+	Database string
+	Interval time.Duration // sampling interval, default 5 s
+	MaxGap   time.Duration // default 6 intervals
+	History  time.Duration // default 1 h
+
+	Now func() time.Time
+	// OnServing, if set, gets the server once it listens (tests read its address).
+	OnServing func(*server.Server)
+}
+
+// Run serves until ctx ends.
+func Run(ctx context.Context, o Options) error {
+	if o.Logger == nil || o.Registry == nil || o.Kube == nil || o.Hub == nil || o.Auth == nil || o.Database == "" {
+		return errors.New("usage-api: Logger, Registry, Kube, Hub, Auth and Database are required")
+	}
+	if o.Interval <= 0 {
+		o.Interval = 5 * time.Second
+	}
+	if o.HubRefresh <= 0 {
+		o.HubRefresh = 2 * time.Minute
+	}
+	if o.History <= 0 {
+		o.History = time.Hour
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	store, err := ledger.Open(ctx, o.Database)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = store.Close() }()
+	led, err := ledger.New(ctx, store, ledger.Options{Interval: o.Interval, MaxGap: o.MaxGap}, o.Now())
+	if err != nil {
+		return err
+	}
+	if cp, ok := led.Checkpoint(); ok {
+		o.Logger.Info("ledger resumed", "checkpoint", cp.At, "ticks", cp.Ticks, "gapSeconds", cp.GapSeconds)
+	}
+
+	state := usage.NewState(usage.NewHistory(o.History, o.Interval))
+	mets, err := metrics.New(o.Registry, state)
+	if err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	inv := inventory.New(inventory.Options{Client: o.Kube, Namespace: o.Namespace, AgentNamespace: o.AgentNamespace})
+	inv.Start(ctx)
+	s := &service{o: o, inv: inv, led: led, state: state, mets: mets,
+		coll: collect.New(collect.Options{Client: o.AgentClient, Port: o.AgentPort, Logger: o.Logger, Now: o.Now})}
+
+	srv, err := server.New(server.Options{
+		Addr: o.Addr, Listener: o.Listener, Prefix: o.Prefix, Registry: o.Registry, Logger: o.Logger, Subsystem: "usage",
+		Handler: api.New(api.Options{Prefix: o.Prefix, State: state, Ledger: led, Auth: o.Auth, Now: o.Now, Logger: o.Logger}),
+		ReadyChecks: []server.Check{
+			{Name: "informers", Fn: inv.Synced},
+			{Name: "ledger", Fn: store.Ping},
+			{Name: "hub", Fn: s.hubReady},
+			{Name: "sampled", Fn: s.sampled},
+		},
+	})
+	if err != nil {
+		return err
+	}
+
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); s.hubLoop(ctx) }()
+	go func() { defer wg.Done(); s.tickLoop(ctx) }()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Run(ctx) }()
+	if o.OnServing != nil {
+		for srv.Addr() == nil {
+			select {
+			case err := <-errc:
+				cancel()
+				wg.Wait()
+				return err
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		o.OnServing(srv)
+	}
+	err = <-errc
+	cancel()
+	wg.Wait()
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+type service struct {
+	o     Options
+	inv   *inventory.Inventory
+	coll  *collect.Collector
+	led   *ledger.Ledger
+	state *usage.State
+	mets  *metrics.Metrics
+
+	dir    atomic.Pointer[usage.Directory]
+	hubErr atomic.Pointer[error]
+	ticked atomic.Bool
+}
+
+func (s *service) hubReady(context.Context) error {
+	if s.dir.Load() != nil {
+		return nil
+	}
+	if e := s.hubErr.Load(); e != nil {
+		return fmt.Errorf("hub users not read yet: %w", *e)
+	}
+	return errors.New("hub users not read yet")
+}
+
+func (s *service) sampled(context.Context) error {
+	if s.ticked.Load() {
+		return nil
+	}
+	return errors.New("no sample taken yet")
+}
+
+// hubLoop keeps the last known users and groups; on errors it retries with backoff and keeps serving the old
+// directory.
+func (s *service) hubLoop(ctx context.Context) {
+	backoff := time.Second
+	for {
+		start := time.Now()
+		dir, err := s.readHub(ctx)
+		s.mets.ObserveRun("hub", time.Since(start), err)
+		wait := s.o.HubRefresh
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.hubErr.Store(&err)
+			s.o.Logger.Warn("reading Hub users failed; keeping the last known", "err", err, "retryIn", backoff)
+			wait = backoff
+			backoff = min(2*backoff, s.o.HubRefresh)
+		} else {
+			s.dir.Store(dir)
+			backoff = time.Second
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (s *service) readHub(ctx context.Context) (*usage.Directory, error) {
+	dir := &usage.Directory{Users: map[string]usage.HubUser{}, FetchedAt: s.o.Now()}
+	for u, err := range s.o.Hub.Users(ctx, hubapi.ListUsersOptions{}) {
+		if err != nil {
+			return nil, fmt.Errorf("list hub users: %w", err)
+		}
+		dir.Users[u.Name] = usage.HubUser{Name: u.Name, Groups: u.Groups, Admin: u.Admin}
+	}
+	return dir, nil
+}
+
+func (s *service) tickLoop(ctx context.Context) {
+	if err := s.inv.WaitForSync(ctx); err != nil {
+		return
+	}
+	t := time.NewTicker(s.o.Interval)
+	defer t.Stop()
+	for {
+		s.tick(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// tick joins one sample, commits it to the ledger and publishes it.
+func (s *service) tick(ctx context.Context) {
+	start := time.Now()
+	err := s.tickOnce(ctx)
+	s.mets.ObserveRun("collect", time.Since(start), err)
+	if err != nil && ctx.Err() == nil {
+		s.o.Logger.Warn("tick failed", "err", err)
+	}
+}
+
+func (s *service) tickOnce(ctx context.Context) error {
+	agents, err := s.inv.Agents()
+	if err != nil {
+		return err
+	}
+	targets := make([]collect.Agent, 0, len(agents))
+	for _, a := range agents {
+		targets = append(targets, collect.Agent{Pod: a.Pod, Node: a.Node, IP: a.IP})
+	}
+	pollCtx, cancel := context.WithTimeout(ctx, s.o.Interval)
+	results, pollErr := s.coll.Poll(pollCtx, targets)
+	cancel()
+	pods, err := s.inv.GPUPods()
+	if err != nil {
+		return err
+	}
+	nodes, err := s.inv.Nodes()
+	if err != nil {
+		return err
+	}
+	var dir usage.Directory
+	if d := s.dir.Load(); d != nil {
+		dir = *d
+	}
+	now := s.o.Now()
+	v := usage.Build(usage.Input{Now: now, Interval: s.o.Interval, Pods: pods, Nodes: nodes, Agents: results, Hub: dir})
+	failed := 0
+	for _, r := range results {
+		if r.Err != nil {
+			failed++
+		}
+	}
+	s.mets.ObserveAgents(failed, v.Cluster.StaleAgents)
+	lstart := time.Now()
+	res, lerr := s.led.Record(ctx, now, v.Samples)
+	s.mets.ObserveRun("ledger", time.Since(lstart), lerr)
+	if lerr == nil {
+		s.mets.ObserveLedger(res, dir)
+		if res.Gap > 0 {
+			s.o.Logger.Warn("ledger gap not filled: the service was down longer than the gap limit", "gap", res.Gap)
+		}
+	}
+	s.state.Publish(v)
+	s.ticked.Store(true)
+	if lerr != nil {
+		return fmt.Errorf("ledger: %w", lerr)
+	}
+	if pollErr != nil {
+		return fmt.Errorf("%d of %d agents failed: %w", failed, len(targets), pollErr)
+	}
+	return nil
+}

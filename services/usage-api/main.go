@@ -1,0 +1,104 @@
+// Command usage-api is the Hub service gpu-usage: live GPU shares per user and server, a durable GPU-hours
+// ledger and the API the JupyterLab panel reads. See services/usage-api/README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuhub/gpuhub/hubapi"
+	"github.com/gpuhub/gpuhub/hubapi/hubauth"
+	"github.com/gpuhub/gpuhub/services/internal/config"
+	"github.com/gpuhub/gpuhub/services/internal/kube"
+	"github.com/gpuhub/gpuhub/services/internal/logging"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/app"
+)
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("usage-api", flag.ContinueOnError)
+	var (
+		listen         = fs.String("listen", ":8000", "address to serve the API, probes and metrics on")
+		prefix         = fs.String("prefix", "/services/gpu-usage/", "URL prefix of the API (the Hub service prefix)")
+		interval       = fs.Duration("interval", 5*time.Second, "sampling and ledger integration interval")
+		maxGap         = fs.Duration("ledger-max-gap", 0, "longest gap since the ledger checkpoint that is integrated in full (default 6 intervals)")
+		database       = fs.String("database", "/var/lib/gpuhub/ledger.db", "ledger: SQLite file path, or a postgres:// URL")
+		databaseURL    = fs.String("database-url", "", "ledger: PostgreSQL URL; wins over --database when set")
+		namespace      = fs.String("namespace", "", "namespace of the single-user pods (empty: all namespaces)")
+		agentNamespace = fs.String("agent-namespace", "", "namespace of the gpu-agent pods (default: --namespace)")
+		agentPort      = fs.Int("agent-port", 9400, "port of the gpu-agents' snapshot endpoint")
+		kubeconfig     = fs.String("kubeconfig", "", "kubeconfig path (empty: in-cluster, then $KUBECONFIG)")
+		hubRefresh     = fs.Duration("hub-refresh", 2*time.Minute, "how often the Hub's users and groups are re-read")
+		adminGroups    = fs.String("admin-groups", "", "comma-separated Hub groups whose members may read every user's data")
+		logFormat      = fs.String("log-format", "text", "log format: text or json")
+		logLevel       = fs.String("log-level", "info", "log level: debug, info, warn or error")
+	)
+	err := config.Parse(fs, args, map[string]string{
+		"listen": "GPUHUB_LISTEN", "prefix": config.HubEnv.ServicePrefix, "interval": "GPUHUB_INTERVAL",
+		"ledger-max-gap": "GPUHUB_LEDGER_MAX_GAP", "database": "GPUHUB_DATABASE", "database-url": "GPUHUB_DATABASE_URL",
+		"namespace": "GPUHUB_NAMESPACE", "agent-namespace": "GPUHUB_AGENT_NAMESPACE", "agent-port": "GPUHUB_AGENT_PORT",
+		"kubeconfig": "KUBECONFIG", "hub-refresh": "GPUHUB_HUB_REFRESH", "admin-groups": "GPUHUB_ADMIN_GROUPS",
+		"log-format": "GPUHUB_LOG_FORMAT", "log-level": "GPUHUB_LOG_LEVEL",
+	}, nil)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	logger, err := logging.New(os.Stderr, *logFormat, *logLevel)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	hubCfg := hubapi.ConfigFromEnv()
+	hubCfg.Logger, hubCfg.UserAgent = logger, "gpuhub-usage-api"
+	hub, err := hubapi.New(hubCfg)
+	if err != nil {
+		logger.Error("hub client", "err", err)
+		return 2
+	}
+	kc, err := kube.NewClient(kube.Options{Kubeconfig: *kubeconfig, UserAgent: "gpuhub-usage-api"})
+	if err != nil {
+		logger.Error("kubernetes client", "err", err)
+		return 2
+	}
+	var groups []string
+	for g := range strings.SplitSeq(*adminGroups, ",") {
+		if g = strings.TrimSpace(g); g != "" {
+			groups = append(groups, g)
+		}
+	}
+	auth := hubauth.New(hubauth.Options{Hub: hub, Logger: logger, AdminGroups: groups})
+	db := *database
+	if *databaseURL != "" {
+		db = *databaseURL
+	}
+	if *agentNamespace == "" {
+		*agentNamespace = *namespace
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err = app.Run(ctx, app.Options{
+		Logger: logger, Registry: prometheus.NewRegistry(), Addr: *listen, Prefix: *prefix,
+		Kube: kc, Namespace: *namespace, AgentNamespace: *agentNamespace, AgentPort: *agentPort,
+		Hub: hub, HubRefresh: *hubRefresh, Auth: auth.Middleware,
+		Database: db, Interval: *interval, MaxGap: *maxGap,
+	})
+	if err != nil {
+		logger.Error("usage-api stopped", "err", err)
+		return 1
+	}
+	return 0
+}
