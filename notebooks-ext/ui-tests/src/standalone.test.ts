@@ -188,6 +188,7 @@ test('the wheel installs an enabled prebuilt extension', () => {
     }
   );
   assert.match(
+    // eslint-disable-next-line no-control-regex -- strip the ANSI colours of the report
     out.replace(/\x1b\[[0-9;]*m/g, ''),
     /@gpuhub\/jupyterlab-gpu-panel v[\d.]+ enabled OK \(python, gpuhub-jupyterlab-gpu-panel\)/
   );

@@ -1,0 +1,77 @@
+# JupyterLab 4 GPU panel (notebooks-ext/): npm for the TypeScript build and unit tests, the JupyterLab
+# of $(VENV_HUB55) for the federated bundle, a Python wheel for the single-user environment, and UI tests
+# in Debian's chromium driven by playwright-core (never a downloaded browser).
+#
+# Other fragments use: ext-install (puts the wheel into $(VENV_HUB55), the local cluster's single-user env)
+# and EXT_WHEEL_GLOB. The `chromium` target (Debian apt) is defined in mk/cluster.mk and shared.
+
+EXT_DIR          := $(CURDIR)/notebooks-ext
+EXT_NPM_STAMP    := $(EXT_DIR)/node_modules/.package-lock.json
+EXT_WHEEL_DIR    := $(EXT_DIR)/dist
+EXT_WHEEL_GLOB   := $(EXT_WHEEL_DIR)/gpuhub_jupyterlab_gpu_panel-*.whl
+EXT_ARTIFACTS    ?= $(EXT_DIR)/ui-tests/artifacts
+CHROMIUM         ?= /usr/bin/chromium
+# Run every npm script with the venv's `jupyter` first on PATH (jupyter labextension build).
+# Recursive (=): VENV_HUB55 comes from mk/hub.mk, which is read after this file.
+EXT_ENV           = PATH="$(VENV_HUB55)/bin:$$PATH"
+
+.PHONY: ext-deps
+ext-deps: ## npm ci for notebooks-ext (only when package-lock.json changed).
+	@command -v node >/dev/null && command -v npm >/dev/null || { \
+	  echo "ERROR: node/npm not found; install them: apt-get install -y nodejs npm (Node >= 20)"; exit 1; }
+	@if [[ -f "$(EXT_NPM_STAMP)" && "$(EXT_NPM_STAMP)" -nt "$(EXT_DIR)/package-lock.json" ]]; then \
+	  echo "==> notebooks-ext npm packages are up to date (node $$(node --version))"; \
+	else \
+	  echo "==> npm ci in notebooks-ext (JupyterLab 4 packages, TypeScript, jest, eslint, prettier, playwright-core; npm registry)"; \
+	  cd "$(EXT_DIR)" && npm ci --no-audit --no-fund --loglevel=error; \
+	fi
+
+.PHONY: ext-build
+ext-build: venv-hub55 ext-deps ## Build the GPU panel: TypeScript + prebuilt JupyterLab extension (notebooks-ext/gpuhub_panel/labextension).
+	@echo "==> building the GPU panel with $$("$(VENV_HUB55)/bin/jupyter" lab --version 2>/dev/null | sed 's/^/jupyterlab /')"
+	cd "$(EXT_DIR)" && rm -rf lib tsconfig.tsbuildinfo gpuhub_panel/labextension && $(EXT_ENV) npm run --silent build
+
+.PHONY: ext-test
+ext-test: ext-deps ## GPU panel: eslint + prettier + type checks, then the jest unit tests.
+	cd "$(EXT_DIR)" && npm run --silent lint
+	cd "$(EXT_DIR)" && npx jest --ci
+
+.PHONY: ext-wheel
+ext-wheel: ext-build ## Python wheel of the GPU panel (notebooks-ext/dist), installable into a single-user env.
+	@echo "==> building the wheel (pip fetches hatchling + hatch-jupyter-builder from PyPI into an isolated build env)"
+	rm -rf "$(EXT_WHEEL_DIR)" && mkdir -p "$(EXT_WHEEL_DIR)"
+	cd "$(EXT_DIR)" && "$(VENV_HUB55)/bin/python" -m pip wheel --disable-pip-version-check --quiet --no-deps \
+	  --wheel-dir "$(EXT_WHEEL_DIR)" .
+	@ls -1 $(EXT_WHEEL_GLOB)
+
+.PHONY: ext-install
+ext-install: ext-wheel ## Install the GPU panel wheel into $(VENV_HUB55) (the local cluster's single-user env).
+	@echo "==> installing $$(basename $(EXT_WHEEL_GLOB)) into $(VENV_HUB55)"
+	"$(VENV_HUB55)/bin/python" -m pip install --disable-pip-version-check --quiet --no-deps --force-reinstall $(EXT_WHEEL_GLOB)
+	@"$(VENV_HUB55)/bin/jupyter" labextension list 2>&1 | grep -E '@gpuhub/jupyterlab-gpu-panel .*enabled' || { \
+	  echo "ERROR: @gpuhub/jupyterlab-gpu-panel is not listed as enabled by jupyter labextension list"; exit 1; }
+
+.PHONY: ui-test
+ui-test: ext-install chromium ## GPU panel in a real JupyterLab + chromium against a usage-API fixture; screenshots in notebooks-ext/ui-tests/artifacts.
+	cd "$(EXT_DIR)" && npm run --silent build:ui-tests
+	cd "$(EXT_DIR)" && GPUHUB_UI_VENV="$(VENV_HUB55)" GPUHUB_UI_ARTIFACTS="$(EXT_ARTIFACTS)" CHROMIUM="$(CHROMIUM)" \
+	  node --test-reporter=spec ui-tests/lib/standalone.test.js
+	@echo "==> screenshots: $(EXT_ARTIFACTS)"
+
+.PHONY: ui-test-cluster
+ui-test-cluster: ext-deps chromium ## GPU panel on the running local cluster (needs GPUHUB_UI_HUB_URL and passwords, see notebooks-ext/README.md).
+	@[[ -n "$${GPUHUB_UI_HUB_URL:-}" ]] || { \
+	  echo "ERROR: GPUHUB_UI_HUB_URL is not set; start the local cluster (make demo) and set GPUHUB_UI_HUB_URL, GPUHUB_UI_ALICE_PASSWORD, GPUHUB_UI_BOB_PASSWORD"; exit 1; }
+	cd "$(EXT_DIR)" && npm run --silent build:ui-tests
+	cd "$(EXT_DIR)" && GPUHUB_UI_ARTIFACTS="$(EXT_ARTIFACTS)" CHROMIUM="$(CHROMIUM)" \
+	  node --test-reporter=spec ui-tests/lib/cluster.test.js
+	@echo "==> screenshots: $(EXT_ARTIFACTS)"
+
+.PHONY: ext-screenshots
+ext-screenshots: ## Copy the UI test's light/dark panel screenshots to notebooks-ext/docs (referenced by its README).
+	@test -f "$(EXT_ARTIFACTS)/gpu-panel-light.png" || { echo "ERROR: no screenshots yet; run make ui-test"; exit 1; }
+	mkdir -p "$(EXT_DIR)/docs"
+	cp "$(EXT_ARTIFACTS)/gpu-panel-light-window.png" "$(EXT_ARTIFACTS)/gpu-panel-dark-window.png" \
+	  "$(EXT_ARTIFACTS)/gpu-panel-light.png" "$(EXT_ARTIFACTS)/gpu-panel-dark.png" "$(EXT_DIR)/docs/"
+
+TEST_TARGETS += ext-test ui-test
