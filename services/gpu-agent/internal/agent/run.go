@@ -1,0 +1,187 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/attribution"
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/cluster"
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/dcgm"
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/nvidia"
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/sim"
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
+	"github.com/gpuhub/gpuhub/services/internal/server"
+)
+
+// Options configure Run.
+type Options struct {
+	Logger   *slog.Logger
+	Registry *prometheus.Registry
+	// Kube may be nil only with the nvml backend in --once/--bench mode
+	// (no pod metadata then: pods are named by UID only).
+	Kube     kubernetes.Interface
+	Node     string
+	Backend  string // snapshot.BackendNVML or snapshot.BackendSimulated
+	Interval time.Duration
+	// Listen is the address to serve on; Listener, when set, replaces it.
+	Listen   string
+	Listener net.Listener
+	// Proc is the host's /proc, e.g. os.DirFS("/proc").
+	Proc fs.FS
+	// NVML is the library handle for the nvml backend (nvml.New()).
+	NVML nvml.Interface
+	// DCGMExporterURL, when set, supplies MIG utilization.
+	DCGMExporterURL string
+	HTTPClient      *http.Client
+	// SnapshotAuth is AuthNone or AuthTokenReview; SnapshotAllowedUsers
+	// restricts tokenreview to these identities (e.g.
+	// system:serviceaccount:jhub:gpu-usage); empty allows any authenticated one.
+	SnapshotAuth         string
+	SnapshotAllowedUsers []string
+	Now                  func() time.Time
+	// Bench > 0 takes that many samples, Interval apart, writes the last
+	// snapshot as JSON and the per-call cost table to Out, and returns.
+	Bench int
+	Out   io.Writer
+}
+
+// Run runs the agent until ctx is done.
+func Run(ctx context.Context, o Options) error {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+	}
+	if o.Interval <= 0 {
+		return fmt.Errorf("interval must be positive, got %s", o.Interval)
+	}
+	if o.Kube == nil && (o.Bench == 0 || o.Backend == snapshot.BackendSimulated) {
+		return errors.New("a Kubernetes client is required (only --once/--bench with --backend=nvml can run without one)")
+	}
+	switch o.SnapshotAuth {
+	case AuthNone, AuthTokenReview:
+	default:
+		return fmt.Errorf("unknown --snapshot-auth %q (want %s or %s)", o.SnapshotAuth, AuthNone, AuthTokenReview)
+	}
+
+	var watcher *cluster.Watcher
+	var pods PodSource = noPods{}
+	if o.Kube != nil {
+		w, err := cluster.NewWatcher(o.Kube, o.Node, 0)
+		if err != nil {
+			return err
+		}
+		watcher, pods = w, w
+		watcher.Start(ctx)
+	}
+
+	calls := newCallHistogram()
+	rec := &callRecorder{}
+	var sampler Sampler
+	switch o.Backend {
+	case snapshot.BackendNVML:
+		if o.NVML == nil {
+			return errors.New("nvml backend without an NVML handle")
+		}
+		var mig nvidia.MIGUtilizationSource
+		if o.DCGMExporterURL != "" {
+			mig = dcgm.New(o.DCGMExporterURL, o.HTTPClient)
+		}
+		b := nvidia.New(nvidia.Options{
+			Lib: o.NVML, Now: o.Now, Interval: o.Interval, MIG: mig, Logger: o.Logger,
+			Observe: func(call string, d time.Duration) {
+				calls.WithLabelValues(call).Observe(d.Seconds())
+				if o.Bench > 0 {
+					rec.add(call, d)
+				}
+			},
+		})
+		if err := b.Init(); err != nil {
+			return err
+		}
+		defer func() {
+			if err := b.Shutdown(); err != nil {
+				o.Logger.Warn("nvml shutdown", "err", err)
+			}
+		}()
+		sampler = b
+	case snapshot.BackendSimulated:
+		sampler = sim.New(sim.Options{Node: o.Node, Cluster: watcher, Proc: o.Proc, Now: o.Now, Logger: o.Logger})
+	default:
+		return fmt.Errorf("unknown backend %q (want %s or %s)", o.Backend, snapshot.BackendNVML, snapshot.BackendSimulated)
+	}
+
+	a := New(Config{
+		Node: o.Node, Backend: o.Backend, Interval: o.Interval, Sampler: sampler, Pods: pods,
+		Resolver: attribution.NewResolver(o.Proc), Now: o.Now, Logger: o.Logger,
+	})
+	if err := o.Registry.Register(collector{a: a}); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	if err := o.Registry.Register(calls); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+
+	synced := func(ctx context.Context) error {
+		if watcher != nil && !watcher.HasSynced() {
+			return errors.New("pod and node caches not synced")
+		}
+		return nil
+	}
+	waitSync := func(ctx context.Context) error {
+		if watcher != nil && !watcher.WaitForSync(ctx) {
+			return fmt.Errorf("pod and node caches did not sync: %w", context.Cause(ctx))
+		}
+		return nil
+	}
+
+	if o.Bench > 0 {
+		if err := waitSync(ctx); err != nil {
+			return err
+		}
+		return bench(ctx, a, o, rec)
+	}
+
+	var handler http.Handler = a.Handler()
+	if o.SnapshotAuth == AuthTokenReview {
+		handler = newTokenReviewer(o.Kube, o.SnapshotAllowedUsers, o.Now, o.Logger).wrap(handler)
+	} else {
+		o.Logger.Warn("snapshot served without authentication: restrict port access with a NetworkPolicy",
+			"flag", "--snapshot-auth")
+	}
+	srv, err := server.New(server.Options{
+		Addr: o.Listen, Listener: o.Listener, Handler: handler, Registry: o.Registry,
+		Namespace: namespace, Subsystem: subsystem, Logger: o.Logger,
+		ReadyChecks: []server.Check{{Name: "informers", Fn: synced}, {Name: "sample", Fn: a.Ready}},
+	})
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := waitSync(ctx); err != nil {
+			return // ctx done
+		}
+		o.Logger.Info("sampling", "node", o.Node, "backend", o.Backend, "interval", o.Interval)
+		a.Loop(ctx)
+	})
+	err = srv.Run(ctx)
+	wg.Wait()
+	return err
+}

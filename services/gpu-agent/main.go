@@ -1,0 +1,111 @@
+// Command gpu-agent is the gpuhub node agent (a DaemonSet on GPU nodes): it
+// samples the node's GPUs through NVML, or emulates them with
+// --backend=simulated, attributes GPU processes to pods and JupyterHub users,
+// and serves a JSON snapshot and Prometheus metrics. See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/agent"
+	"github.com/gpuhub/gpuhub/services/internal/config"
+	"github.com/gpuhub/gpuhub/services/internal/kube"
+	"github.com/gpuhub/gpuhub/services/internal/logging"
+)
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("gpu-agent", flag.ContinueOnError)
+	var (
+		node         = fs.String("node-name", "", "name of this node (downward API spec.nodeName)")
+		backend      = fs.String("backend", "nvml", "GPU backend: nvml, or simulated (emulated GPUs for machines without any)")
+		interval     = fs.Duration("interval", 5*time.Second, "sampling interval")
+		kubeconfig   = fs.String("kubeconfig", "", "kubeconfig path (empty: in-cluster, then $KUBECONFIG)")
+		listen       = fs.String("listen", ":9400", "address to serve the snapshot, probes and metrics on")
+		procRoot     = fs.String("proc-root", "/proc", "the host's /proc (GPU PIDs are host PIDs: use hostPID or mount the host's /proc here)")
+		nvmlLib      = fs.String("nvml-library", "", "path of libnvidia-ml.so.1 (empty: the dynamic loader's search path)")
+		dcgmURL      = fs.String("dcgm-exporter-url", "", "dcgm-exporter metrics URL for MIG utilization, e.g. http://127.0.0.1:9400/metrics (empty: MIG utilization is reported as unknown)")
+		snapAuth     = fs.String("snapshot-auth", agent.AuthNone, "who may read /api/v1/snapshot (it holds user names): tokenreview (Kubernetes bearer token checked with a TokenReview) or none (restrict with a NetworkPolicy)")
+		allowedUsers = fs.String("snapshot-allowed-users", "", "with tokenreview: comma-separated identities allowed, e.g. system:serviceaccount:jhub:gpu-usage (empty: any authenticated)")
+		once         = fs.Bool("once", false, "take one sample, print the snapshot and the per-call NVML cost, and exit")
+		benchN       = fs.Int("bench", 0, "take this many samples --interval apart, print the last snapshot and per-call cost statistics, and exit")
+		logFormat    = fs.String("log-format", "text", "log format: text or json")
+		logLevel     = fs.String("log-level", "info", "log level: debug, info, warn or error")
+	)
+	err := config.Parse(fs, args, map[string]string{
+		"node-name": "NODE_NAME", "backend": "GPUHUB_AGENT_BACKEND", "interval": "GPUHUB_AGENT_INTERVAL",
+		"kubeconfig": "KUBECONFIG", "listen": "GPUHUB_AGENT_LISTEN", "proc-root": "GPUHUB_AGENT_PROC_ROOT",
+		"nvml-library": "GPUHUB_AGENT_NVML_LIBRARY", "dcgm-exporter-url": "GPUHUB_AGENT_DCGM_EXPORTER_URL",
+		"snapshot-auth": "GPUHUB_AGENT_SNAPSHOT_AUTH", "snapshot-allowed-users": "GPUHUB_AGENT_SNAPSHOT_ALLOWED_USERS",
+		"log-format": "GPUHUB_LOG_FORMAT", "log-level": "GPUHUB_LOG_LEVEL",
+	}, nil)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	logger, err := logging.New(os.Stderr, *logFormat, *logLevel)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	if *once && *benchN == 0 {
+		*benchN = 1
+	}
+
+	var kc kubernetes.Interface
+	kc, err = kube.NewClient(kube.Options{Kubeconfig: *kubeconfig, UserAgent: "gpuhub-gpu-agent"})
+	if err != nil {
+		if *benchN == 0 || *backend != "nvml" {
+			logger.Error("kubernetes client", "err", err)
+			return 2
+		}
+		// A bare GPU machine can still measure NVML cost; pods are then unnamed.
+		logger.Warn("no Kubernetes client: pods will be named by UID only", "err", err)
+		kc = nil
+	}
+	var lib nvml.Interface
+	if *backend == "nvml" {
+		// Loading happens at Init, inside Run: a machine without the library
+		// gets a clear error there, and --backend=simulated never loads it.
+		var opts []nvml.LibraryOption
+		if *nvmlLib != "" {
+			opts = append(opts, nvml.WithLibraryPath(*nvmlLib))
+		}
+		lib = nvml.New(opts...)
+	}
+	var allowed []string
+	for u := range strings.SplitSeq(*allowedUsers, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			allowed = append(allowed, u)
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	err = agent.Run(ctx, agent.Options{
+		Logger: logger, Registry: prometheus.NewRegistry(), Kube: kc, Node: *node, Backend: *backend,
+		Interval: *interval, Listen: *listen, Proc: os.DirFS(*procRoot), NVML: lib, DCGMExporterURL: *dcgmURL,
+		SnapshotAuth: *snapAuth, SnapshotAllowedUsers: allowed, Bench: *benchN, Out: os.Stdout,
+	})
+	if err != nil {
+		logger.Error("gpu-agent", "err", err)
+		return 1
+	}
+	return 0
+}
