@@ -16,18 +16,25 @@ CHP              := $(NODE_PREFIX)/node_modules/.bin/configurable-http-proxy
 HUB_INT_PKGS     ?= ./e2e/hubint/... ./e2e/internal/hubproc/...
 HUB_INT_FLAGS    ?= -race -count=1 -timeout 10m
 
-# hub-venv builds venv $(1) from requirements file $(2) unless the venv's stamp holds the file's sha256.
-# A failed install leaves no stamp, so the next run starts over.
+# hub-venv builds venv $(1) from requirements file $(2) unless the venv's stamp holds the sha256 of
+# that file and of the Python version. A failed install leaves no stamp, so the next run starts over.
 define hub-venv
 	@command -v $(PYTHON3) >/dev/null || { \
 	  echo "ERROR: $(PYTHON3) not found; install it: apt-get install -y python3 python3-venv python3-pip"; exit 1; }
-	@$(PYTHON3) -c 'import venv, ensurepip' 2>/dev/null || { \
-	  echo "ERROR: $(PYTHON3) cannot create virtualenvs; install it: apt-get install -y python3-venv python3-pip"; exit 1; }
-	@want=$$(sha256sum "$(2)" | cut -d' ' -f1); \
+	@if ! $(PYTHON3) -c 'import venv, ensurepip' 2>/dev/null; then \
+	  if command -v apt-get >/dev/null && [[ $$(id -u) -eq 0 ]]; then \
+	    echo "==> $(PYTHON3) cannot create virtualenvs: installing Debian package python3-venv (apt-get)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv; \
+	  fi; \
+	  $(PYTHON3) -c 'import venv, ensurepip' 2>/dev/null || { \
+	    echo "ERROR: $(PYTHON3) cannot create virtualenvs; install it: apt-get install -y python3-venv python3-pip"; exit 1; }; \
+	fi
+	@want=$$( { cat "$(2)"; $(PYTHON3) --version; } | sha256sum | cut -d' ' -f1); \
 	if [[ -x "$(1)/bin/jupyterhub" && "$$(cat "$(1)/.requirements.sha256" 2>/dev/null)" == "$$want" ]]; then \
-	  echo "==> venv $(1) is up to date ($(notdir $(2)) sha256 $${want:0:12})"; \
+	  echo "==> venv $(1) is up to date ($(notdir $(2)), stamp $${want:0:12})"; \
 	else \
-	  echo "==> building venv $(1) from $(notdir $(2)) (PyPI):"; sed -e '/^#/d' -e '/^$$/d' -e 's/^/      /' "$(2)"; \
+	  echo "==> building venv $(1) with $$($(PYTHON3) --version) from $(notdir $(2)) (PyPI):"; \
+	  sed -e '/^#/d' -e '/^$$/d' -e 's/^/      /' "$(2)"; \
 	  rm -rf "$(1)"; mkdir -p "$(dir $(1))"; \
 	  $(PYTHON3) -m venv "$(1)"; \
 	  "$(1)/bin/python" -m pip install --disable-pip-version-check --quiet --upgrade pip; \
@@ -38,15 +45,15 @@ define hub-venv
 endef
 
 .PHONY: venv-hub55
-venv-hub55: ## Python venv with JupyterHub 5.5 + KubeSpawner + idle culler + JupyterLab (in $(GPUHUB_CACHE)/venv).
+venv-hub55: ## Python venv: JupyterHub 5.5 + KubeSpawner + idle culler + JupyterLab (under $GPUHUB_CACHE/venv).
 	$(call hub-venv,$(VENV_HUB55),$(HUB_REQ_55))
 
 .PHONY: venv-hub6
-venv-hub6: ## Python venv with the newest JupyterHub 6.x + JupyterLab (in $(GPUHUB_CACHE)/venv).
+venv-hub6: ## Python venv: newest JupyterHub 6.x + JupyterLab (under $GPUHUB_CACHE/venv).
 	$(call hub-venv,$(VENV_HUB6),$(HUB_REQ_6))
 
 .PHONY: chp
-chp: ## configurable-http-proxy from npm (pinned) under $(GPUHUB_CACHE)/node.
+chp: ## configurable-http-proxy from npm (pinned) under $GPUHUB_CACHE/node.
 	@command -v $(NPM) >/dev/null && command -v node >/dev/null || { \
 	  echo "ERROR: node/npm not found; install them: apt-get install -y nodejs npm"; exit 1; }
 	@have=$$(node -p 'require(process.argv[1]).version' "$(NODE_PREFIX)/node_modules/configurable-http-proxy/package.json" 2>/dev/null || true); \
