@@ -44,11 +44,11 @@ const (
 
 // Identity is the owner of a validated token.
 type Identity struct {
-	Kind   string // "user" or "service"
-	Name   string
-	Groups []string
-	Admin  bool
-	Scopes []string // the token's expanded scopes as the Hub reports them
+	Kind   string   `json:"kind"` // "user" or "service"
+	Name   string   `json:"name"`
+	Groups []string `json:"groups,omitempty"`
+	Admin  bool     `json:"admin"`
+	Scopes []string `json:"scopes,omitempty"` // the token's expanded scopes as the Hub reports them
 }
 
 // CanReadUser reports whether the identity may read data of user name:
