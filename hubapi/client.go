@@ -367,6 +367,8 @@ func (c *Client) AddGroupMembers(ctx context.Context, group string, users ...str
 // 201 means started, 202 that the spawn goes on (Pending). The Hub answers
 // 400 when the server is already running or has a stop pending: IsConflict.
 // It is retried only on 429 with Retry-After, since a start is not idempotent.
+// options are sent as the whole body, which 5.5 reads as user_options and 6.x
+// too (for compatibility) unless it has a "user_options" or "display_name" key.
 func (c *Client) StartServer(ctx context.Context, user, server string, options map[string]any) (StartResult, error) {
 	req := request{op: "server_start", method: http.MethodPost, path: serverPath(user, server), timeout: c.spawnTimeout}
 	if options != nil {
