@@ -394,7 +394,8 @@ func httpReady(c *http.Client, url string) func(context.Context) error {
 
 // freePort returns a TCP port that was free on 127.0.0.1 a moment ago.
 func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		panic(fmt.Sprintf("no free port on loopback: %v", err))
 	}

@@ -95,7 +95,8 @@ func run(m *testing.M) int {
 			code = 1
 		}
 	}
-	if c, err := net.DialTimeout("tcp", apiHost, time.Second); err == nil {
+	d := net.Dialer{Timeout: time.Second}
+	if c, err := d.DialContext(context.Background(), "tcp", apiHost); err == nil {
 		c.Close()
 		fmt.Fprintf(os.Stderr, "e2e: FAIL: API server port %s still open after Stop\n", apiHost)
 		code = 1

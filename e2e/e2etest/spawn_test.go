@@ -197,7 +197,7 @@ func TestNotAllowedProgram(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "not-allowed", Namespace: namespace},
 		Spec: corev1.PodSpec{
 			NodeSelector: map[string]string{"kubernetes.io/hostname": "cpu-0"},
-			Containers: []corev1.Container{{Name: "sh", Image: "busybox", Command: []string{"/bin/sh", "-c", "touch /tmp/pwned"}}},
+			Containers:   []corev1.Container{{Name: "sh", Image: "busybox", Command: []string{"/bin/sh", "-c", "touch /tmp/pwned"}}},
 		},
 	}
 	created, err := st.Client.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{})

@@ -93,7 +93,8 @@ func Start(ctx context.Context, opts Options) (*hubproc.Hub, error) {
 }
 
 func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		panic(fmt.Sprintf("no free port on loopback: %v", err))
 	}
