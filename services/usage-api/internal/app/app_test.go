@@ -90,7 +90,7 @@ func start(t *testing.T, hub *hubapitest.Hub, db string, agentPort int) *running
 		gpuPod("jupyter-bob", "bob", "gpu-t4-0", "nvidia.com/gpu.shared"),
 		agentPod("gpu-a100-0"), agentPod("gpu-t4-0"),
 	)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,8 +52,8 @@ func TestPoll(t *testing.T) {
 		GPUs: []GPU{{UUID: "GPU-1", Product: "NVIDIA A100-SXM4-40GB", MemoryTotalBytes: 42949672960, MemoryUsedBytes: 1 << 30, MIGMode: true,
 			MIGDevices: []MIGDevice{{UUID: "MIG-1", Profile: "3g.20gb", MemoryTotalBytes: 20 << 30, UtilizationPercent: ptr(49), UtilizationSource: "simulated"}}}},
 		Pods: []Pod{{UID: "u1", Namespace: "jhub", Name: "jupyter-alice", User: "alice",
-			Devices:   []Device{{UUID: "MIG-1", ParentUUID: "GPU-1", Resource: "nvidia.com/mig-3g.20gb"}},
-			Processes: []Process{{PID: 4242, DeviceUUID: "MIG-1", MemoryUsedBytes: 1 << 20}},
+			Devices:       []Device{{UUID: "MIG-1", ParentUUID: "GPU-1", Resource: "nvidia.com/mig-3g.20gb"}},
+			Processes:     []Process{{PID: 4242, DeviceUUID: "MIG-1", MemoryUsedBytes: 1 << 20}},
 			SMUtilPercent: ptr(55), UtilizationSource: "simulated", MemoryUsedBytes: 1 << 20}},
 	}
 	if diff := cmp.Diff(want, got["gpu-a100-0"].Snapshot); diff != "" {

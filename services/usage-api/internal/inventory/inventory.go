@@ -145,7 +145,9 @@ type Inventory struct {
 
 // stripManagedFields keeps 10,000 pods cheap in memory.
 func stripManagedFields(obj any) (any, error) {
-	if a, ok := obj.(interface{ SetManagedFields([]metav1.ManagedFieldsEntry) }); ok {
+	if a, ok := obj.(interface {
+		SetManagedFields([]metav1.ManagedFieldsEntry)
+	}); ok {
 		a.SetManagedFields(nil)
 	}
 	return obj, nil

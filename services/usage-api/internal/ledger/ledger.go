@@ -34,8 +34,8 @@ type Ledger struct {
 	store *Store
 	opts  Options
 
-	mu   sync.Mutex // serializes Record
-	cp   *Checkpoint
+	mu sync.Mutex // serializes Record
+	cp *Checkpoint
 
 	cacheMu sync.RWMutex
 	cache   windowCache

@@ -149,10 +149,10 @@ func TestSplitHours(t *testing.T) {
 		from, to time.Time
 		want     []span
 	}{
-		"inside one hour":  {t0.Add(time.Minute), t0.Add(2 * time.Minute), []span{{t0, time.Minute}}},
+		"inside one hour":      {t0.Add(time.Minute), t0.Add(2 * time.Minute), []span{{t0, time.Minute}}},
 		"starts at a boundary": {t0, t0.Add(5 * time.Second), []span{{t0, 5 * time.Second}}},
-		"crosses a boundary": {t0.Add(-2 * time.Second), t0.Add(3 * time.Second), []span{{t0.Add(-time.Hour), 2 * time.Second}, {t0, 3 * time.Second}}},
-		"ends at a boundary": {t0.Add(-2 * time.Second), t0, []span{{t0.Add(-time.Hour), 2 * time.Second}}},
+		"crosses a boundary":   {t0.Add(-2 * time.Second), t0.Add(3 * time.Second), []span{{t0.Add(-time.Hour), 2 * time.Second}, {t0, 3 * time.Second}}},
+		"ends at a boundary":   {t0.Add(-2 * time.Second), t0, []span{{t0.Add(-time.Hour), 2 * time.Second}}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

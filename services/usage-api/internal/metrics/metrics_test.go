@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"context"
 	"flag"
 	"net/http/httptest"
 	"os"
@@ -48,7 +49,7 @@ func TestMetricsGolden(t *testing.T) {
 	m.ObserveAgents(1, 0)
 
 	rec := httptest.NewRecorder()
-	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequestWithContext(context.Background(), "GET", "/metrics", nil))
 	got := rec.Body.String()
 	golden := filepath.Join("testdata", "metrics.golden")
 	if *update {

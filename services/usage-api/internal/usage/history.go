@@ -11,9 +11,9 @@ import (
 // hour after their last sample.
 type History struct {
 	mu    sync.RWMutex
-	size  int       // ticks per window
-	times []int64   // unix ms of tick seq, at seq % size
-	seq   uint32    // last tick's sequence number (1-based)
+	size  int     // ticks per window
+	times []int64 // unix ms of tick seq, at seq % size
+	seq   uint32  // last tick's sequence number (1-based)
 	users map[string]*ring
 }
 
