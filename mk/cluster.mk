@@ -65,6 +65,6 @@ demo: cluster-deps build ## Run the local GPU JupyterHub (real control plane, em
 e2e: cluster-deps chromium browser-deps ## End-to-end tests on the local cluster (spawns per GPU profile, scheduling, browser).
 	GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_HUB_VENV="$(VENV_HUB55)" GPUHUB_CHP="$(CHP)" \
 	GPUHUB_BROWSER_MODULES="$(BROWSER_MODULES)/node_modules" GPUHUB_CHROMIUM="$(CHROMIUM)" \
-	  $(GO) test $(E2E_FLAGS) -tags e2e ./e2e/e2etest/...
+	  $(GO) test $(E2E_FLAGS) -tags e2e ./e2e/cluster/... ./e2e/e2etest/...
 
 TEST_TARGETS += e2e
