@@ -197,7 +197,7 @@ func TestSnapshotGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			rec := httptest.NewRecorder()
-			a.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/v1/snapshot", nil))
+			a.Handler().ServeHTTP(rec, httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/api/v1/snapshot", nil))
 			if rec.Code != http.StatusOK {
 				t.Fatalf("status %d", rec.Code)
 			}
@@ -278,7 +278,7 @@ func TestSampleFailureKeepsLastSnapshot(t *testing.T) {
 		t.Error("ready before any sample")
 	}
 	rec := httptest.NewRecorder()
-	a.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/v1/snapshot", nil))
+	a.Handler().ServeHTTP(rec, httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/api/v1/snapshot", nil))
 	if rec.Code != http.StatusServiceUnavailable {
 		t.Errorf("snapshot before any sample: status %d, want 503", rec.Code)
 	}

@@ -158,7 +158,7 @@ func Run(ctx context.Context, o Options) error {
 		return bench(ctx, a, o, rec)
 	}
 
-	var handler http.Handler = a.Handler()
+	handler := a.Handler()
 	if o.SnapshotAuth == AuthTokenReview {
 		handler = newTokenReviewer(o.Kube, o.SnapshotAllowedUsers, o.Now, o.Logger).wrap(handler)
 	} else {

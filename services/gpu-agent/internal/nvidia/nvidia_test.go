@@ -45,7 +45,9 @@ func server(t *testing.T) *dgxa100.Server {
 // profiles, and exposes them as MIG device handles (which the mock lacks).
 func enableMIG(t *testing.T, dev *dgxa100.Device, procs map[int][]nvml.ProcessInfo, profiles ...int) {
 	t.Helper()
-	dev.SetMigMode(nvml.DEVICE_MIG_ENABLE)
+	if _, ret := dev.SetMigMode(nvml.DEVICE_MIG_ENABLE); ret != nvml.SUCCESS {
+		t.Fatal(ret)
+	}
 	var handles []nvml.Device
 	for slot, profile := range profiles {
 		giInfo, ret := dev.GetGpuInstanceProfileInfo(profile)

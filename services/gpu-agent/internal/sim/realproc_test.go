@@ -19,7 +19,7 @@ func TestRealProcBusyVersusIdle(t *testing.T) {
 		t.Skip("needs /proc")
 	}
 	start := func(uid, script string) {
-		cmd := exec.Command("sh", "-c", script)
+		cmd := exec.CommandContext(t.Context(), "sh", "-c", script)
 		cmd.Env = append(os.Environ(), EnvNode+"=test-node-realproc", EnvPodUID+"="+uid)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

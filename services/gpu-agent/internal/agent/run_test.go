@@ -1,0 +1,231 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"github.com/prometheus/client_golang/prometheus"
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
+)
+
+const usageSA = "system:serviceaccount:jhub:gpu-usage"
+
+func simCluster() *fake.Clientset {
+	c := fake.NewClientset(
+		&corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: "gpu-a100-0", Labels: map[string]string{
+				"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "nvidia.com/gpu.memory": "40960", "nvidia.com/mig.strategy": "mixed"}},
+			Status: corev1.NodeStatus{Capacity: corev1.ResourceList{"nvidia.com/mig-3g.20gb": resource.MustParse("2")}},
+		},
+		&corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "jupyter-alice", Namespace: "jhub", UID: "uid-alice",
+				Annotations: map[string]string{"hub.jupyter.org/username": "alice"}},
+			Spec: corev1.PodSpec{NodeName: "gpu-a100-0", Containers: []corev1.Container{{Name: "notebook",
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/mig-3g.20gb": resource.MustParse("1")}}}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning},
+		},
+	)
+	// The API server's TokenReview: two known tokens.
+	c.PrependReactor("create", "tokenreviews", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		tr := action.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview).DeepCopy()
+		switch tr.Spec.Token {
+		case "usage-token":
+			tr.Status = authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: usageSA}}
+		case "other-token":
+			tr.Status = authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: "system:serviceaccount:jhub:default"}}
+		}
+		return true, tr, nil
+	})
+	return c
+}
+
+func get(t *testing.T, url, token string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
+// TestRunSimulated starts the whole agent in-process on 127.0.0.1:0 with
+// the simulated backend, a fake API server and a fake /proc.
+func TestRunSimulated(t *testing.T) {
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + ln.Addr().String()
+	proc := fstest.MapFS{
+		"4242/environ": {Data: []byte("GPUHUB_SIM_NODE=gpu-a100-0\x00GPUHUB_SIM_POD_UID=uid-alice\x00")},
+		"4242/stat":    {Data: []byte("4242 (python) S 1 1 1 0 -1 0 0 0 0 0 10 5 0 0 20 0 1 0 1 1 1")},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{
+			Kube: simCluster(), Node: "gpu-a100-0", Backend: snapshot.BackendSimulated, Interval: 20 * time.Millisecond,
+			Listener: ln, Proc: proc, Registry: prometheus.NewRegistry(),
+			SnapshotAuth: AuthTokenReview, SnapshotAllowedUsers: []string{usageSA},
+		})
+	}()
+
+	if code, _ := get(t, base+"/healthz", ""); code != http.StatusOK {
+		t.Errorf("/healthz %d", code)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, body := get(t, base+"/readyz", "")
+		if code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never ready: %s", body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	cases := map[string]struct {
+		token    string
+		wantCode int
+	}{
+		"no token":           {wantCode: http.StatusUnauthorized},
+		"unknown token":      {token: "nope", wantCode: http.StatusUnauthorized},
+		"not an allowed SA":  {token: "other-token", wantCode: http.StatusForbidden},
+		"usage API's token":  {token: "usage-token", wantCode: http.StatusOK},
+		"cached second time": {token: "usage-token", wantCode: http.StatusOK},
+	}
+	for _, name := range []string{"no token", "unknown token", "not an allowed SA", "usage API's token", "cached second time"} {
+		tc := cases[name]
+		code, body := get(t, base+"/api/v1/snapshot", tc.token)
+		if code != tc.wantCode {
+			t.Errorf("%s: status %d, want %d (%s)", name, code, tc.wantCode, body)
+		}
+		if strings.Contains(string(body), "usage-token") {
+			t.Errorf("%s: the token is echoed in the answer", name)
+		}
+		if code != http.StatusOK {
+			continue
+		}
+		var snap snapshot.Snapshot
+		if err := json.Unmarshal(body, &snap); err != nil {
+			t.Fatal(err)
+		}
+		if snap.Backend != "simulated" || len(snap.GPUs) != 1 || len(snap.GPUs[0].MIGDevices) != 2 || len(snap.Pods) != 1 {
+			t.Fatalf("snapshot: %s", body)
+		}
+		p := snap.Pods[0]
+		if p.User != "alice" || len(p.Devices) != 1 || p.Devices[0].Resource != "nvidia.com/mig-3g.20gb" ||
+			p.UtilizationSource != "simulated" || len(p.Processes) != 1 || p.Processes[0].PID != 4242 {
+			t.Errorf("alice's pod: %+v", p)
+		}
+	}
+
+	_, metrics := get(t, base+"/metrics", "")
+	for _, want := range []string{
+		`gpuhub_agent_info{backend="simulated",node="gpu-a100-0"} 1`,
+		`gpuhub_agent_last_sample_success 1`,
+		`gpuhub_agent_pod_sm_utilization_ratio{backend="simulated",gpu="0",mig="3g.20gb",namespace="jhub",node="gpu-a100-0",pod="jupyter-alice",source="simulated",user="alice"`,
+	} {
+		if !bytes.Contains(metrics, []byte(want)) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run after cancel: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}
+
+func TestRunErrors(t *testing.T) {
+	missing := &mock.Interface{InitFunc: func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }}
+	cases := map[string]struct {
+		opts Options
+		want string
+	}{
+		"unknown backend": {opts: Options{Kube: simCluster(), Node: "n", Backend: "cuda", Interval: time.Second, SnapshotAuth: AuthNone}, want: "unknown backend"},
+		"no library": {opts: Options{Kube: simCluster(), Node: "n", Backend: "nvml", NVML: missing, Interval: time.Second, SnapshotAuth: AuthNone},
+			want: "--backend=simulated"},
+		"no node":     {opts: Options{Kube: simCluster(), Backend: "simulated", Interval: time.Second, SnapshotAuth: AuthNone}, want: "NODE_NAME"},
+		"bad auth":    {opts: Options{Kube: simCluster(), Node: "n", Backend: "simulated", Interval: time.Second, SnapshotAuth: "basic"}, want: "snapshot-auth"},
+		"no interval": {opts: Options{Kube: simCluster(), Node: "n", Backend: "simulated", SnapshotAuth: AuthNone}, want: "interval"},
+		"no kube":     {opts: Options{Node: "n", Backend: "simulated", Interval: time.Second, SnapshotAuth: AuthNone}, want: "Kubernetes client"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := Run(ctx, tc.opts)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Run = %v, want an error about %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestRunBenchDGXA100 runs --bench against the DGX A100 mock without a
+// cluster: the snapshot and the per-call cost table come out.
+func TestRunBenchDGXA100(t *testing.T) {
+	s := dgxa100.New()
+	for _, d := range s.Devices {
+		dev := d.(*dgxa100.Device)
+		dev.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{Gpu: 5}, nvml.SUCCESS }
+		dev.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+			return []nvml.ProcessInfo{{Pid: 1, UsedGpuMemory: 1 << 20}}, nvml.SUCCESS
+		}
+		dev.GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) { return nil, nvml.ERROR_NOT_FOUND }
+	}
+	var out bytes.Buffer
+	err := Run(context.Background(), Options{
+		Node: "bare", Backend: "nvml", NVML: s, Interval: time.Millisecond, SnapshotAuth: AuthNone,
+		Proc: fstest.MapFS{"1/cgroup": {Data: []byte("0::/init.scope\n")}}, Bench: 3, Out: &out,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"backend": "nvml"`, "DeviceGetProcessUtilization", "(whole sample)", "of one core"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("bench output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if i := strings.Index(out.String(), "call "); i >= 0 {
+		t.Logf("per-call table:\n%s", out.String()[i:])
+	}
+}
