@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -77,12 +78,39 @@ func run(m *testing.M) int {
 	code := m.Run()
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "hubint: jupyterhub %s log %s (tail):\n%s\n", h.Version(), h.LogPath(), h.LogTail(100))
+		saveLog(h)
 	}
 	if err := h.Stop(); err != nil {
 		fmt.Fprintf(os.Stderr, "hubint: stop: %v\n", err)
 		code = 1
 	}
 	return code
+}
+
+// saveLog keeps the whole Hub log in e2e/artifacts (git-ignored) for CI, since Stop removes the work dir.
+func saveLog(h *hubproc.Hub) {
+	dir := filepath.Join("..", "artifacts")
+	path := filepath.Join(dir, "hubint-jupyterhub-"+h.Version()+".log")
+	if err := writeLog(h, dir, path); err != nil {
+		fmt.Fprintf(os.Stderr, "hubint: save log: %v\n", err)
+		return
+	}
+	fmt.Fprintf(os.Stderr, "hubint: full log in %s\n", path)
+}
+
+func writeLog(h *hubproc.Hub, dir, path string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := h.WriteLog(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // client returns a hubapi client holding the token of service svc.
