@@ -122,8 +122,9 @@ func New(t testing.TB) *Hub {
 // URL returns the API root, ".../hub/api".
 func (h *Hub) URL() string { return h.srv.URL + "/hub/api" }
 
-// Client returns a hubapi client for this Hub with token, with retries
-// that do not sleep. cfg may tune it; its URL and Token are overwritten.
+// Client returns a hubapi client for this Hub with token. cfg may tune it:
+// URL and Token are always set; HTTPClient, RetryBaseDelay (1ms) and
+// RetryMaxDelay (2ms) default so that retries barely wait.
 func (h *Hub) Client(token string, cfg ...hubapi.Config) *hubapi.Client {
 	h.t.Helper()
 	var c hubapi.Config
@@ -131,9 +132,15 @@ func (h *Hub) Client(token string, cfg ...hubapi.Config) *hubapi.Client {
 		c = cfg[0]
 	}
 	c.URL, c.Token = h.URL(), token
-	c.HTTPClient = h.srv.Client()
-	c.RetryBaseDelay = time.Millisecond
-	c.RetryMaxDelay = 2 * time.Millisecond
+	if c.HTTPClient == nil {
+		c.HTTPClient = h.srv.Client()
+	}
+	if c.RetryBaseDelay == 0 {
+		c.RetryBaseDelay = time.Millisecond
+	}
+	if c.RetryMaxDelay == 0 {
+		c.RetryMaxDelay = 2 * time.Millisecond
+	}
 	cl, err := hubapi.New(c)
 	if err != nil {
 		h.t.Fatalf("hubapitest: client: %v", err)
