@@ -708,6 +708,7 @@ func (h *Hub) userModel(c *caller, rec *userRec, includeStopped bool, extra []st
 		"read:users:activity": {"kind", "name", "last_activity"},
 		"read:servers":        {"kind", "name", "servers"},
 		"read:roles:users":    {"kind", "name", "roles", "admin"},
+		"admin:auth_state":    {"kind", "name", "auth_state"},
 	}
 	scopes := c.scopes
 	if extra != nil {

@@ -121,6 +121,7 @@ func TestUserModelWire(t *testing.T) {
 	want := map[string]any{
 		"kind": "user", "name": "bob", "admin": false, "roles": []any{"user"}, "groups": []any{},
 		"server": nil, "pending": nil, "created": "2026-11-22T10:00:00Z", "last_activity": nil, "servers": map[string]any{},
+		"auth_state": nil,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("admin view of bob (-want +got):\n%s", diff)
