@@ -102,7 +102,7 @@ type UserResponse struct {
 	Stale           bool               `json:"stale"`
 	Share           usage.Share        `json:"share"`
 	Servers         []usage.Server     `json:"servers"`
-	History         []usage.Point      `json:"history"`
+	History         usage.Points       `json:"history"`
 	GPUHours        map[string]*Window `json:"gpuHours"`
 	Budget          any                `json:"budget"`
 	IdleCull        any                `json:"idleCull"`
@@ -147,7 +147,7 @@ func (h *handler) user(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) writeUser(w http.ResponseWriter, r *http.Request, name string, groups []string) {
 	q := r.URL.Query()
-	resp := UserResponse{User: name, Groups: groups, Servers: []usage.Server{}, History: []usage.Point{}}
+	resp := UserResponse{User: name, Groups: groups, Servers: []usage.Server{}, History: usage.Points{}}
 	if v := h.opts.State.View(); v != nil {
 		t := v.SampledAt
 		resp.SampledAt, resp.IntervalSeconds = &t, v.Interval.Seconds()

@@ -2,27 +2,30 @@ package usage
 
 import (
 	"math"
+	"strconv"
 	"sync"
 	"time"
 )
 
-// History keeps each user's last hour at sampling resolution in compact fixed-size samples (16 bytes): the
+// History keeps each user's last hour at sampling resolution in compact fixed-size samples (12 bytes): the
 // tick's time is stored once for all users, a user's ring grows only while they hold GPUs and is dropped an
 // hour after their last sample.
 type History struct {
 	mu    sync.RWMutex
 	size  int     // ticks per window
 	times []int64 // unix ms of tick seq, at seq % size
-	seq   uint32  // last tick's sequence number (1-based)
+	seq   uint64  // last tick's sequence number; samples keep its low 16 bits
 	users map[string]*ring
 }
 
 type sample struct {
-	seq       uint32
 	allocated float32
 	used      float32 // NaN when unknown
-	memMiB    uint32
+	seq       uint16
+	mem16MiB  uint16 // memory used in 16 MiB units, saturating at 1 TiB
 }
+
+const memUnit = 16 << 20
 
 type ring struct {
 	buf  []sample
@@ -49,21 +52,22 @@ func (h *History) Add(v *View) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.seq++
-	h.times[int(h.seq)%h.size] = v.SampledAt.UnixMilli()
+	h.times[h.seq%uint64(h.size)] = v.SampledAt.UnixMilli()
 	for name, u := range v.Users {
 		r := h.users[name]
 		if r == nil {
 			r = &ring{}
 			h.users[name] = r
 		}
-		s := sample{seq: h.seq, allocated: float32(u.Share.AllocatedGPUs), used: float32(math.NaN()), memMiB: uint32(u.Share.MemoryUsedBytes >> 20)}
+		s := sample{seq: uint16(h.seq), allocated: float32(u.Share.AllocatedGPUs), used: float32(math.NaN()),
+			mem16MiB: uint16(min(u.Share.MemoryUsedBytes/memUnit, math.MaxUint16))}
 		if u.Share.UsedGPUs != nil {
 			s.used = float32(*u.Share.UsedGPUs)
 		}
-		r.push(s, h.size)
+		r.push(s, h.size, h.inWindow)
 	}
 	// Forget users whose newest sample left the window.
-	if h.seq%uint32(h.size) == 0 {
+	if h.seq%uint64(h.size) == 0 {
 		for name, r := range h.users {
 			if !h.inWindow(r.newest().seq) {
 				delete(h.users, name)
@@ -72,7 +76,18 @@ func (h *History) Add(v *View) {
 	}
 }
 
-func (r *ring) push(s sample, size int) {
+func (r *ring) push(s sample, size int, inWindow func(uint16) bool) {
+	if len(r.buf) > 0 && !inWindow(r.oldest().seq) {
+		// A user with gaps: drop what left the window, so that a ring never spans more ticks than its 16-bit
+		// sequence numbers can tell apart.
+		kept := make([]sample, 0, cap(r.buf))
+		for i := range len(r.buf) {
+			if o := r.at(i); inWindow(o.seq) {
+				kept = append(kept, o)
+			}
+		}
+		r.buf, r.head = kept, 0
+	}
 	if len(r.buf) < size {
 		if len(r.buf) == cap(r.buf) {
 			// Grow by doubling but never past the window: a full ring is exactly size samples.
@@ -87,6 +102,16 @@ func (r *ring) push(s sample, size int) {
 	r.head = (r.head + 1) % size
 }
 
+// at returns the i-th oldest sample.
+func (r *ring) at(i int) sample {
+	if len(r.buf) == cap(r.buf) {
+		return r.buf[(r.head+i)%len(r.buf)]
+	}
+	return r.buf[i]
+}
+
+func (r *ring) oldest() sample { return r.at(0) }
+
 func (r *ring) newest() sample {
 	if len(r.buf) < cap(r.buf) || r.head == 0 {
 		return r.buf[len(r.buf)-1]
@@ -94,17 +119,21 @@ func (r *ring) newest() sample {
 	return r.buf[r.head-1]
 }
 
-func (h *History) inWindow(seq uint32) bool { return seq != 0 && h.seq-seq < uint32(h.size) }
+// age is how many ticks ago a sample was taken (its low 16 bits suffice: a ring never holds a sample older than
+// two windows, far below 2^16 ticks).
+func (h *History) age(seq uint16) uint64 { return uint64(uint16(h.seq) - seq) }
+
+func (h *History) inWindow(seq uint16) bool { return h.age(seq) < uint64(h.size) }
 
 // User returns a user's samples of the last window, oldest first, those after since only (zero: all).
-func (h *History) User(name string, since time.Time) []Point {
+func (h *History) User(name string, since time.Time) Points {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	r := h.users[name]
 	if r == nil {
-		return []Point{}
+		return Points{}
 	}
-	out := make([]Point, 0, len(r.buf))
+	out := make(Points, 0, len(r.buf))
 	n := len(r.buf)
 	start := 0
 	if n == h.size {
@@ -116,16 +145,16 @@ func (h *History) User(name string, since time.Time) []Point {
 		if !h.inWindow(s.seq) {
 			continue
 		}
-		t := h.times[int(s.seq)%h.size]
+		t := h.times[(h.seq-h.age(s.seq))%uint64(h.size)]
 		if !since.IsZero() && t <= sinceMS {
 			continue
 		}
-		p := Point{T: time.UnixMilli(t).UTC(), AllocatedGPUs: float64(s.allocated), MemoryUsedBytes: uint64(s.memMiB) << 20}
+		p := Point{T: time.UnixMilli(t).UTC(), AllocatedGPUs: float64(s.allocated), MemoryUsedBytes: uint64(s.mem16MiB) * memUnit}
 		if !math.IsNaN(float64(s.used)) {
 			used := float64(s.used)
 			p.UsedGPUs = &used
 			if s.allocated > 0 {
-				u := min(100, used/float64(s.allocated)*100)
+				u := math.Round(min(100, used/float64(s.allocated)*100)*100) / 100
 				p.SMUtilPercent = &u
 			}
 		}
@@ -139,4 +168,38 @@ func (h *History) Len() int {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	return len(h.users)
+}
+
+// Points is a history as the API returns it, with a fast JSON encoding: the panel reads up to an hour of
+// points every poll, so encoding them is the hot path. Numbers are stored as float32 and written as such.
+type Points []Point
+
+// MarshalJSON writes the same shape encoding/json would, with float32 precision.
+func (ps Points) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, 16+len(ps)*128)
+	b = append(b, '[')
+	for i, p := range ps {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"t":"`...)
+		b = p.T.AppendFormat(b, "2006-01-02T15:04:05.999Z07:00")
+		b = append(b, `","allocatedGPUs":`...)
+		b = strconv.AppendFloat(b, p.AllocatedGPUs, 'g', -1, 32)
+		b = append(b, `,"usedGPUs":`...)
+		b = appendOptFloat(b, p.UsedGPUs, 32)
+		b = append(b, `,"smUtilPercent":`...)
+		b = appendOptFloat(b, p.SMUtilPercent, 64)
+		b = append(b, `,"memoryUsedBytes":`...)
+		b = strconv.AppendUint(b, p.MemoryUsedBytes, 10)
+		b = append(b, '}')
+	}
+	return append(b, ']'), nil
+}
+
+func appendOptFloat(b []byte, f *float64, bits int) []byte {
+	if f == nil {
+		return append(b, "null"...)
+	}
+	return strconv.AppendFloat(b, *f, 'g', -1, bits)
 }

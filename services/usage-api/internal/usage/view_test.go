@@ -176,3 +176,40 @@ func TestHistory(t *testing.T) {
 		t.Errorf("users with history after an idle hour: %d, want 0", h.Len())
 	}
 }
+
+func TestHistoryGappyUserAcrossSequenceWrap(t *testing.T) {
+	h := NewHistory(time.Hour, 5*time.Second) // 720 slots
+	one := map[string]*User{"gappy": {Name: "gappy", Share: Share{AllocatedGPUs: 1}}}
+	const ticks = 70000 // more than 2^16
+	for i := range ticks {
+		v := &View{SampledAt: now.Add(time.Duration(i) * 5 * time.Second), Users: map[string]*User{}}
+		if i%100 == 0 {
+			v.Users = one
+		}
+		h.Add(v)
+	}
+	got := h.User("gappy", time.Time{})
+	oldest := now.Add(time.Duration(ticks-720) * 5 * time.Second)
+	if len(got) != 7 { // ticks 69300, 69400, ..., 69900
+		t.Errorf("%d points, want the 7 of the last hour", len(got))
+	}
+	for _, p := range got {
+		if p.T.Before(oldest) {
+			t.Errorf("point at %v is older than the window start %v", p.T, oldest)
+		}
+	}
+}
+
+func TestPointsJSON(t *testing.T) {
+	ps := Points{{T: now, AllocatedGPUs: float64(float32(3.0 / 7)), UsedGPUs: f(float64(float32(0.1))), SMUtilPercent: f(23.33), MemoryUsedBytes: 1 << 24},
+		{T: now.Add(5 * time.Second), AllocatedGPUs: 1}}
+	b, err := ps.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `[{"t":"2026-11-22T10:00:10Z","allocatedGPUs":0.42857143,"usedGPUs":0.1,"smUtilPercent":23.33,"memoryUsedBytes":16777216},` +
+		`{"t":"2026-11-22T10:00:15Z","allocatedGPUs":1,"usedGPUs":null,"smUtilPercent":null,"memoryUsedBytes":0}]`
+	if diff := cmp.Diff(want, string(b)); diff != "" {
+		t.Errorf("Points JSON (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,113 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuhub/gpuhub/hubapi"
+	"github.com/gpuhub/gpuhub/hubapi/hubauth"
+	"github.com/gpuhub/gpuhub/services/internal/logging"
+	"github.com/gpuhub/gpuhub/services/internal/server"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/api"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/metrics"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/usage"
+)
+
+// SUTOptions configure the system under test.
+type SUTOptions struct {
+	Users, GPUs, Pods, Replicas int
+	Interval                    time.Duration
+	Dir                         string // for the SQLite ledger
+	Listener                    net.Listener
+	// Ready gets the number of history users once the history is filled and the server listens.
+	Ready func(historyUsers int)
+}
+
+// tokenChecker stands in for the Hub behind hubauth: token "tok-<user>" belongs to <user>. hubauth's cache
+// then works as in production (one lookup per token per minute).
+type tokenChecker struct{}
+
+func (tokenChecker) WhoAmIWithToken(_ context.Context, tok string) (*hubapi.User, error) {
+	name, ok := strings.CutPrefix(tok, "tok-")
+	if !ok {
+		return nil, &hubapi.APIError{StatusCode: 403, Message: "invalid token"}
+	}
+	return &hubapi.User{Kind: "user", Name: name}, nil
+}
+
+// ServeSUT serves the usage API over a synthetic cluster: the real handler, server, auth cache, ledger (SQLite)
+// and metrics, with an hour of history pre-filled and a tick every Interval while it serves.
+func ServeSUT(ctx context.Context, o SUTOptions) error {
+	now := time.Now()
+	c := Synthesize(o.Users, o.GPUs, o.Pods, o.Replicas, now)
+	store, err := ledger.OpenSQLite(ctx, filepath.Join(o.Dir, "ledger.db"))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = store.Close() }()
+	led, err := ledger.New(ctx, store, ledger.Options{Interval: o.Interval}, now)
+	if err != nil {
+		return err
+	}
+	state := usage.NewState(usage.NewHistory(time.Hour, o.Interval))
+	// An hour of history: the same cluster at every tick of the past hour.
+	v := usage.Build(c.Input(now, o.Interval))
+	for i := int(time.Hour/o.Interval) - 1; i > 0; i-- {
+		past := *v
+		past.SampledAt = now.Add(-time.Duration(i) * o.Interval)
+		state.History.Add(&past)
+	}
+	reg := prometheus.NewRegistry()
+	mets, err := metrics.New(reg, state)
+	if err != nil {
+		return err
+	}
+	tick := func(at time.Time) error {
+		v := usage.Build(c.Input(at, o.Interval))
+		res, err := led.Record(ctx, at, v.Samples)
+		if err != nil {
+			return err
+		}
+		mets.ObserveLedger(res, c.Hub)
+		state.Publish(v)
+		return nil
+	}
+	if err := tick(now); err != nil {
+		return err
+	}
+	auth := hubauth.New(hubauth.Options{Hub: tokenChecker{}, MaxEntries: 2 * o.Users})
+	log := logging.Discard()
+	srv, err := server.New(server.Options{Listener: o.Listener, Prefix: "/services/gpu-usage/", Registry: reg, Logger: log, Subsystem: "usage",
+		Handler: api.New(api.Options{Prefix: "/services/gpu-usage/", State: state, Ledger: led, Auth: auth.Middleware, Logger: log})})
+	if err != nil {
+		return err
+	}
+	go func() {
+		t := time.NewTicker(o.Interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case at := <-t.C:
+				if err := tick(at); err != nil {
+					fmt.Println("tick:", err)
+				}
+			}
+		}
+	}()
+	if o.Ready != nil {
+		o.Ready(state.History.Len())
+	}
+	if err := srv.Run(ctx); err != nil && ctx.Err() == nil {
+		return err
+	}
+	return nil
+}
