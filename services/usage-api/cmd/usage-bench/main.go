@@ -84,9 +84,14 @@ func run(ctx context.Context, cmd string, args []string) error {
 		kind, url, _ := strings.Cut(*target, "=")
 		var build func(ctx context.Context, i int) (*http.Request, error)
 		switch kind {
-		case "usage":
+		case "usage", "usage-since":
 			build = func(ctx context.Context, i int) (*http.Request, error) {
-				req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/services/gpu-usage/api/v1/me", nil)
+				u := url + "/services/gpu-usage/api/v1/me"
+				if kind == "usage-since" {
+					// A panel that already holds the history asks only for what is new since its last poll.
+					u += "?since=" + time.Now().Add(-5*time.Second).UTC().Format(time.RFC3339)
+				}
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 				if err == nil {
 					req.Header.Set("Authorization", "token tok-"+bench.UserName(i%*users))
 				}
@@ -102,7 +107,7 @@ func run(ctx context.Context, cmd string, args []string) error {
 				return req, err
 			}
 		default:
-			return fmt.Errorf("--target must be usage=<url> or hub=<url>|<token>")
+			return fmt.Errorf("--target must be usage=<url>, usage-since=<url> or hub=<url>|<token>")
 		}
 		res := bench.Load(ctx, bench.LoadOptions{Rate: *rate, Duration: *duration, Warmup: *warmup, Timeout: 10 * time.Second, Request: build})
 		return json.NewEncoder(os.Stdout).Encode(res)

@@ -1,0 +1,36 @@
+# Usage API (services/usage-api): the PostgreSQL ledger tests and the B1/B5 benchmark.
+# The SQLite ledger (incl. the kill -9 test) runs in `make unit`; PostgreSQL needs a server, started here.
+
+USAGE_PKGS        := ./services/usage-api/...
+USAGE_BENCH_BIN   := $(GPUHUB_CACHE)/bin/usage-bench
+USAGE_BENCH_FLAGS ?=
+PG_BIN_CANDIDATES := $(wildcard /usr/local/bin/initdb /usr/lib/postgresql/*/bin/initdb)
+
+.PHONY: test-usage
+test-usage: ## Usage API unit tests with -race (share model, ledger incl. kill -9, API, metrics golden).
+	$(GO) test $(GO_TEST_FLAGS) $(USAGE_PKGS)
+
+.PHONY: postgres-server
+postgres-server: ## Ensure PostgreSQL server binaries exist (installs the Debian package when missing and root).
+	@if command -v initdb >/dev/null || [[ -n "$(PG_BIN_CANDIDATES)" ]]; then \
+	  echo "==> PostgreSQL binaries present: $$(command -v initdb || echo $(firstword $(PG_BIN_CANDIDATES)))"; \
+	elif command -v apt-get >/dev/null && [[ $$(id -u) -eq 0 ]]; then \
+	  echo "==> installing Debian package postgresql (apt-get) for the ledger tests"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; \
+	else \
+	  echo "ERROR: PostgreSQL (initdb, pg_ctl) not found; install it: apt-get install -y postgresql"; exit 1; \
+	fi
+
+.PHONY: test-usage-postgres
+test-usage-postgres: postgres-server ## Ledger tests against a throw-away PostgreSQL on 127.0.0.1 (never skipped).
+	services/usage-api/scripts/with-postgres.sh \
+	  $(GO) test $(GO_TEST_FLAGS) -v -run 'Test(Postgres|Record|UserWindows)' ./services/usage-api/internal/ledger/
+
+TEST_TARGETS += test-usage-postgres
+
+.PHONY: bench-usage
+bench-usage: venv-hub55 chp ## B1/B5: usage API me vs the Hub's GET /users/{name} at 2,000 req/s, 10k users; history RSS. Prints a table.
+	@command -v taskset >/dev/null || { echo "ERROR: taskset not found; install it: apt-get install -y util-linux"; exit 1; }
+	@mkdir -p $(dir $(USAGE_BENCH_BIN))
+	$(GO) build -o $(USAGE_BENCH_BIN) ./services/usage-api/cmd/usage-bench
+	$(USAGE_BENCH_BIN) run --hub-venv $(VENV_HUB55) --chp $(CHP) $(USAGE_BENCH_FLAGS)
