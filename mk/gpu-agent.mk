@@ -1,0 +1,34 @@
+# gpu-agent (services/gpu-agent): fuzzing of the cgroup parser in `make test`, golden files, and the
+# real-GPU benchmark (benchmarks.md B6), which needs an NVIDIA driver and is not part of `make test`.
+
+GPU_AGENT_FUZZTIME  ?= 15s
+GPU_AGENT_BENCH_N   ?= 60
+# A command that runs a CUDA workload in the background during the bench, e.g.
+#   CUDA_LOAD='python3 -c "import torch; x=torch.randn(8192,8192,device=\"cuda\"); [x@x for _ in range(10**6)]"'
+CUDA_LOAD           ?=
+
+.PHONY: gpu-agent-fuzz
+gpu-agent-fuzz: ## Fuzz the gpu-agent's /proc/<pid>/cgroup parser for $(GPU_AGENT_FUZZTIME).
+	$(GO) test -run '^$$' -fuzz '^FuzzParseCgroup$$' -fuzztime $(GPU_AGENT_FUZZTIME) ./services/gpu-agent/internal/attribution
+
+TEST_TARGETS += gpu-agent-fuzz
+
+.PHONY: gpu-agent-golden
+gpu-agent-golden: ## Rewrite the gpu-agent's snapshot and /metrics golden files.
+	$(GO) test -count=1 -run Golden ./services/gpu-agent/internal/agent -args -update
+
+.PHONY: gpu-agent-bench
+gpu-agent-bench: ## B6 on a GPU machine: NVML per-call cost, agent CPU and RSS at 1 s sampling (CUDA_LOAD=cmd adds a workload).
+	@if ! ldconfig -p 2>/dev/null | grep -q 'libnvidia-ml.so.1'; then \
+	  echo "ERROR: libnvidia-ml.so.1 not found: gpu-agent-bench needs a machine with an NVIDIA GPU and driver"; exit 1; fi
+	@mkdir -p $(BIN) out
+	$(GO) build -o $(BIN)/gpu-agent ./services/gpu-agent
+	@if [[ -z "$(CUDA_LOAD)" ]]; then \
+	  echo "==> NOTE: no CUDA_LOAD given: NVML sees no process of ours, so per-process calls and attribution are not exercised"; \
+	  $(BIN)/gpu-agent --backend=nvml --node-name=$$(hostname) --interval=1s --bench=$(GPU_AGENT_BENCH_N) | tee out/gpu-agent-bench.txt; \
+	else \
+	  echo "==> starting CUDA load: $(CUDA_LOAD)"; \
+	  bash -c '$(CUDA_LOAD)' & load=$$!; trap 'kill $$load 2>/dev/null' EXIT; sleep 5; \
+	  $(BIN)/gpu-agent --backend=nvml --node-name=$$(hostname) --interval=1s --bench=$(GPU_AGENT_BENCH_N) | tee out/gpu-agent-bench.txt; \
+	fi
+	@echo "==> results in out/gpu-agent-bench.txt (record them in benchmarks.md B6)"
