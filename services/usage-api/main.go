@@ -80,7 +80,8 @@ func run(args []string) int {
 			groups = append(groups, g)
 		}
 	}
-	auth := hubauth.New(hubauth.Options{Hub: hub, Logger: logger, AdminGroups: groups})
+	reg := prometheus.NewRegistry()
+	auth := hubauth.New(hubauth.Options{Hub: hub, Logger: logger, AdminGroups: groups, Registerer: reg})
 	db := *database
 	if *databaseURL != "" {
 		db = *databaseURL
@@ -91,7 +92,7 @@ func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err = app.Run(ctx, app.Options{
-		Logger: logger, Registry: prometheus.NewRegistry(), Addr: *listen, Prefix: *prefix,
+		Logger: logger, Registry: reg, Addr: *listen, Prefix: *prefix,
 		Kube: kc, Namespace: *namespace, AgentNamespace: *agentNamespace, AgentPort: *agentPort,
 		Hub: hub, HubRefresh: *hubRefresh, Auth: auth.Middleware,
 		Database: db, Interval: *interval, MaxGap: *maxGap,
