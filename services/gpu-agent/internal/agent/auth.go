@@ -52,6 +52,9 @@ type tokenReviewer struct {
 }
 
 func newTokenReviewer(client kubernetes.Interface, allowed []string, now func() time.Time, logger *slog.Logger) *tokenReviewer {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	t := &tokenReviewer{client: client, allowed: map[string]bool{}, now: now, logger: logger, cache: map[[32]byte]authEntry{}}
 	for _, u := range allowed {
 		if u = strings.TrimSpace(u); u != "" {

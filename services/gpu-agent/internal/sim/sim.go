@@ -45,6 +45,8 @@ type Backend struct {
 	// which makes the assignment reproducible after a restart.
 	holdings map[string][]*device
 	prev     map[int]cpuSample
+	// warned: pods already reported as unservable, so the log says it once.
+	warned map[string]bool
 }
 
 // New returns a simulated Backend.
@@ -55,7 +57,7 @@ func New(opts Options) *Backend {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Backend{opts: opts, holdings: map[string][]*device{}, prev: map[int]cpuSample{}}
+	return &Backend{opts: opts, holdings: map[string][]*device{}, prev: map[int]cpuSample{}, warned: map[string]bool{}}
 }
 
 // Sample emulates one sample: the utilization of a pod's devices is the CPU
@@ -153,6 +155,11 @@ func (b *Backend) assign(pods []cluster.Pod) {
 		}
 	}
 	holders := map[*device]int{}
+	for uid := range b.warned {
+		if !live[uid] {
+			delete(b.warned, uid)
+		}
+	}
 	for uid, devs := range b.holdings {
 		if !live[uid] {
 			delete(b.holdings, uid)
@@ -171,7 +178,10 @@ func (b *Backend) assign(pods []cluster.Pod) {
 			for range p.GPUResources[res] {
 				d := b.pick(res, holders, got)
 				if d == nil {
-					b.opts.Logger.Warn("no emulated device left for pod", "pod", p.Namespace+"/"+p.Name, "resource", res)
+					if !b.warned[p.UID] {
+						b.opts.Logger.Warn("no emulated device left for pod", "pod", p.Namespace+"/"+p.Name, "resource", res)
+						b.warned[p.UID] = true
+					}
 					break
 				}
 				holders[d]++
