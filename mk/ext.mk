@@ -59,9 +59,9 @@ ui-test: ext-install chromium ## GPU panel in a real JupyterLab + chromium again
 	@echo "==> screenshots: $(EXT_ARTIFACTS)"
 
 .PHONY: ui-test-cluster
-ui-test-cluster: ext-deps chromium ## GPU panel on the running local cluster (needs GPUHUB_UI_HUB_URL and passwords, see notebooks-ext/README.md).
+ui-test-cluster: ext-deps chromium ## GPU panel on the running local cluster (needs GPUHUB_UI_HUB_URL; see notebooks-ext/README.md).
 	@[[ -n "$${GPUHUB_UI_HUB_URL:-}" ]] || { \
-	  echo "ERROR: GPUHUB_UI_HUB_URL is not set; start the local cluster (make demo) and set GPUHUB_UI_HUB_URL, GPUHUB_UI_ALICE_PASSWORD, GPUHUB_UI_BOB_PASSWORD"; exit 1; }
+	  echo "ERROR: GPUHUB_UI_HUB_URL is not set; start the local cluster (make demo) and set GPUHUB_UI_HUB_URL=http://127.0.0.1:8000/ (passwords default to make demo's)"; exit 1; }
 	cd "$(EXT_DIR)" && npm run --silent build:ui-tests
 	cd "$(EXT_DIR)" && GPUHUB_UI_ARTIFACTS="$(EXT_ARTIFACTS)" CHROMIUM="$(CHROMIUM)" \
 	  node --test-reporter=spec ui-tests/lib/cluster.test.js
@@ -71,7 +71,11 @@ ui-test-cluster: ext-deps chromium ## GPU panel on the running local cluster (ne
 ext-screenshots: ## Copy the UI test's light/dark panel screenshots to notebooks-ext/docs (referenced by its README).
 	@test -f "$(EXT_ARTIFACTS)/gpu-panel-light.png" || { echo "ERROR: no screenshots yet; run make ui-test"; exit 1; }
 	mkdir -p "$(EXT_DIR)/docs"
-	cp "$(EXT_ARTIFACTS)/gpu-panel-light-window.png" "$(EXT_ARTIFACTS)/gpu-panel-dark-window.png" \
-	  "$(EXT_ARTIFACTS)/gpu-panel-light.png" "$(EXT_ARTIFACTS)/gpu-panel-dark.png" "$(EXT_DIR)/docs/"
+	cp "$(EXT_ARTIFACTS)/gpu-panel-light.png" "$(EXT_ARTIFACTS)/gpu-panel-dark.png" \
+	  "$(EXT_ARTIFACTS)/gpu-panel-dark-window.png" "$(EXT_DIR)/docs/"
 
 TEST_TARGETS += ext-test ui-test
+
+# The local cluster's single-user servers run from $(VENV_HUB55): install the panel there before
+# make demo / make e2e start them, so a user who just logged in sees it (issue 5, item 5).
+cluster-deps: ext-install

@@ -48,7 +48,7 @@ export function GpuPanel(props: PanelProps): JSX.Element {
         {state.status !== 'not-hub' && (
           <button
             type="button"
-            className="jp-GpuPanel-refresh jp-mod-styled"
+            className="jp-GpuPanel-refresh"
             onClick={props.onRefresh}
             title="Refresh GPU usage now"
             aria-label="Refresh GPU usage now"
@@ -225,10 +225,8 @@ function Usage(
         </p>
       </Section>
       <footer className="jp-GpuPanel-footer">
-        Updated {formatClock(props.fetchedAt)}
-        {age !== null &&
-          !stale &&
-          ` · sample ${formatDuration(age)} old`} · {data.user}
+        {data.user} · updated {formatClock(props.fetchedAt)}
+        {age !== null && !stale && ` · sample ${formatDuration(age)} old`}
       </footer>
     </div>
   );

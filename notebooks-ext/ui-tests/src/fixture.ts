@@ -25,8 +25,12 @@ export class UsageFixture {
 
   /** When set, every `me` request answers this status (service down behind the proxy). */
   failWith: number | null = null;
+  /** When true, every user's servers hold no GPU (a CPU-only server). */
+  noGpu = false;
   /** Requests seen, by user name. */
   readonly requests: Record<string, number> = {};
+  /** Every request for the `me` document, answered or not. */
+  total = 0;
 
   async start(host = '127.0.0.1'): Promise<string> {
     this._server = http.createServer((req, res) => this._handle(req, res));
@@ -51,11 +55,26 @@ export class UsageFixture {
     if (!u) {
       throw new Error(`fixture: no user ${user}`);
     }
-    return u.me(
+    const me = u.me(
       this._util.get(u.podUID) ?? null,
       this._history.get(u.podUID) ?? [],
       new Date()
     );
+    if (this.noGpu) {
+      me.servers = (me.servers as Json[]).map(s => ({
+        ...s,
+        allocatedGPUs: 0,
+        usedGPUs: 0,
+        gpus: []
+      }));
+      me.share = {
+        allocatedGPUs: 0,
+        usedGPUs: 0,
+        memoryUsedBytes: 0,
+        memoryTotalBytes: 0
+      };
+    }
+    return me;
   }
 
   private _handle(req: http.IncomingMessage, res: http.ServerResponse): void {
@@ -74,6 +93,7 @@ export class UsageFixture {
         .end('{"error":"not found"}');
       return;
     }
+    this.total++;
     if (this.failWith !== null) {
       res
         .writeHead(this.failWith, { 'Content-Type': 'text/plain' })

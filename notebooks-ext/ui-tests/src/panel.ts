@@ -86,7 +86,7 @@ export async function readPanel(page: Page): Promise<PanelReading> {
     }
     const footer = txt('.jp-GpuPanel-footer');
     return {
-      user: footer.split('·').pop()?.trim() ?? '',
+      user: footer.split('·')[0]?.trim() ?? '',
       badge:
         root
           .querySelector('[data-provenance]')
@@ -148,24 +148,18 @@ export async function snap(page: Page, name: string): Promise<string> {
   return file;
 }
 
+/** Switch theme through the Settings → Theme menu, as a user would. */
 export async function setTheme(
   page: Page,
   theme: 'JupyterLab Light' | 'JupyterLab Dark'
 ): Promise<void> {
-  // Settings menu → Theme, as a user would; the command is what the menu runs.
-  await page.evaluate(async t => {
-    const app = (
-      window as unknown as {
-        jupyterapp?: {
-          commands: { execute(id: string, args: object): Promise<unknown> };
-        };
-      }
-    ).jupyterapp;
-    if (!app) {
-      throw new Error('window.jupyterapp missing (expose_app_in_browser)');
-    }
-    await app.commands.execute('apputils:change-theme', { theme: t });
-  }, theme);
+  await page
+    .locator('.lm-MenuBar-itemLabel', { hasText: /^Settings$/ })
+    .click();
+  await page.locator('.lm-Menu-itemLabel', { hasText: /^Theme$/ }).hover();
+  await page
+    .locator('.lm-Menu-itemLabel', { hasText: new RegExp(`${theme}$`) })
+    .click();
   await page.waitForFunction(
     t => document.body.dataset.jpThemeName === t,
     theme,

@@ -83,6 +83,11 @@ before(async () => {
     path.join(tmp, 'jupyter_server_config.py'),
     [
       'def _hub_page_config(handler, page_config):',
+      '    if handler.get_argument("nohub", ""):',
+      '        # A plain JupyterLab: no Hub keys at all.',
+      '        for key in ("hubPrefix", "hubHost", "hubUser", "hubServerName", "hubServerUser"):',
+      '            page_config.pop(key, None)',
+      '        return page_config',
       '    page_config["hubUser"] = "alice"',
       '    page_config["hubServerUser"] = "alice"',
       '    page_config["hubServerName"] = ""',
@@ -135,7 +140,6 @@ before(async () => {
       '--ServerApp.port_retries=0',
       `--IdentityProvider.token=${ALICE_TOKEN}`,
       `--ServerApp.root_dir=${path.join(tmp, 'work')}`,
-      '--LabApp.expose_app_in_browser=True',
       `--config=${path.join(tmp, 'jupyter_server_config.py')}`,
       ...(process.getuid?.() === 0 ? ['--allow-root'] : [])
     ],
@@ -331,4 +335,62 @@ test('an unreachable service is explained and JupyterLab keeps working', async (
     30_000,
     'recovery after the service returns'
   );
+});
+
+test('a server without a GPU says so', async () => {
+  fixture.noGpu = true;
+  try {
+    await page.locator('.jp-GpuPanel-refresh').click();
+    const r = await waitForPanel(
+      page,
+      x => x.notices.includes('No GPU attached'),
+      30_000,
+      'the no-GPU notice'
+    );
+    assert.equal(r.descriptions.length, 0);
+    assert.match(
+      (await page.locator('.jp-GpuStatus').textContent()) ?? '',
+      /^GPU none/
+    );
+    await snap(page, 'gpu-panel-no-gpu-light');
+  } finally {
+    fixture.noGpu = false;
+  }
+});
+
+test('outside JupyterHub the panel says so and sends no request', async () => {
+  const other = await page.context().newPage();
+  // Only this page's requests count: the first page keeps polling meanwhile.
+  const sent: string[] = [];
+  other.on('request', r => {
+    if (r.url().includes('/api/v1/me')) {
+      sent.push(r.url());
+    }
+  });
+  try {
+    await other.goto(`${labUrl}/lab?nohub=1`);
+    await waitForLab(other);
+    await openPanel(other);
+    const r = await waitForPanel(
+      other,
+      x => x.notices.includes('Not running under JupyterHub'),
+      30_000,
+      'the not-under-JupyterHub notice'
+    );
+    assert.equal(r.descriptions.length, 0);
+    assert.equal(
+      await other.locator('.jp-GpuStatus').count(),
+      0,
+      'no status bar item outside a Hub'
+    );
+    await other.waitForTimeout(3000);
+    assert.deepEqual(
+      sent,
+      [],
+      'no request to the usage API outside JupyterHub'
+    );
+    await snap(other, 'gpu-panel-not-hub-light');
+  } finally {
+    await other.close();
+  }
 });
