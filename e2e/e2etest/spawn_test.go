@@ -342,4 +342,20 @@ func checkProxy(ctx context.Context, t *testing.T, user, serverURL string) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "kernels") {
 		t.Errorf("GET %s through the proxy: %s %s", url, resp.Status, body)
 	}
+	// JupyterLab's page config: the news feed (an outside URL) is off.
+	lab := strings.TrimSuffix(st.HubURL(), "/") + serverURL + "lab"
+	req, err = http.NewRequestWithContext(ctx, http.MethodGet, lab, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "token "+tok.Token)
+	resp2, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", lab, err)
+	}
+	defer resp2.Body.Close()
+	page, _ := io.ReadAll(resp2.Body)
+	if !strings.Contains(string(page), `"news": {"disabled": true}`) {
+		t.Errorf("JupyterLab at %s does not have its news feed disabled (%s)", lab, resp2.Status)
+	}
 }

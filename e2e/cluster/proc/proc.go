@@ -148,7 +148,7 @@ func (p *Process) StopWithGrace(grace time.Duration) {
 			select {
 			case <-p.done:
 			case <-time.After(grace):
-				p.logger.Warn("did not stop in time, killing", "grace", grace)
+				p.logger.Info("did not stop within its grace period, killing", "grace", grace)
 			}
 		}
 		// Children that outlived the leader (or ignored SIGTERM) go too.

@@ -134,9 +134,10 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("emulator client: %w", err)
 	}
-	singleuserArgs := []string(nil)
+	// JupyterLab would fetch its news feed and check PyPI for updates: keep it on loopback.
+	singleuserArgs := []string{"--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"}
 	if os.Geteuid() == 0 {
-		singleuserArgs = []string{"--allow-root"} // jupyter-server refuses root otherwise
+		singleuserArgs = append(singleuserArgs, "--allow-root") // jupyter-server refuses root otherwise
 	}
 	programs := []emulator.Program{
 		{Name: "jupyterhub-singleuser", Aliases: []string{"start-singleuser.sh"},
