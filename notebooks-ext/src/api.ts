@@ -21,6 +21,8 @@ export interface GpuHolding {
   utilizationSource: UtilizationSource;
   memoryUsedBytes: number;
   memoryTotalBytes: number;
+  /** The node agent's last snapshot is older than 3 intervals: utilization is unknown. */
+  stale?: boolean;
 }
 
 export interface ServerUsage {
@@ -29,21 +31,27 @@ export interface ServerUsage {
   node?: string;
   ready: boolean;
   allocatedGPUs: number;
-  usedGPUs: number;
+  /** null when the utilization of any allocated unit is unknown. */
+  usedGPUs: number | null;
+  stale?: boolean;
+  simulated?: boolean;
   gpus: GpuHolding[];
 }
 
 export interface HistoryPoint {
   t: string;
   allocatedGPUs: number;
-  usedGPUs: number;
+  usedGPUs: number | null;
   smUtilPercent: number | null;
   memoryUsedBytes: number;
 }
 
 export interface GpuHoursWindow {
   allocated: number;
+  /** Used GPU-hours over the part whose utilization was known. */
   used: number;
+  /** Allocated GPU-hours whose utilization was unknown (MIG without DCGM, a stale agent). */
+  usedUnknown?: number;
 }
 
 /**
@@ -72,9 +80,11 @@ export interface MeResponse {
   sampledAt: string;
   intervalSeconds: number;
   simulated: boolean;
+  /** True when any server's agent data is stale. */
+  stale?: boolean;
   share: {
     allocatedGPUs: number;
-    usedGPUs: number;
+    usedGPUs: number | null;
     memoryUsedBytes: number;
     memoryTotalBytes: number;
   };
@@ -222,7 +232,7 @@ export async function requestMe(
   if (!response.ok) {
     let detail = '';
     try {
-      detail = (await response.text()).slice(0, 200);
+      detail = errorDetail(await response.text());
     } catch {
       // The status is what matters.
     }
@@ -239,6 +249,19 @@ export async function requestMe(
     throw new ParseError(`usage API sent invalid JSON: ${reason}`);
   }
   return parseMe(body);
+}
+
+/** The service's `{"status", "message"}` error message, or the start of a non-JSON body. */
+function errorDetail(body: string): string {
+  try {
+    const parsed: unknown = JSON.parse(body);
+    if (isObject(parsed) && typeof parsed.message === 'string') {
+      return parsed.message.slice(0, 300);
+    }
+  } catch {
+    // Not JSON (a proxy's HTML page): keep a short excerpt.
+  }
+  return body.replace(/\s+/g, ' ').trim().slice(0, 200);
 }
 
 function isObject(v: unknown): v is Record<string, unknown> {
@@ -277,7 +300,8 @@ function parseGpu(v: unknown): GpuHolding {
     smUtilPercent: numOrNull(g.smUtilPercent),
     utilizationSource: SOURCES.includes(source) ? source : 'none',
     memoryUsedBytes: num(g.memoryUsedBytes),
-    memoryTotalBytes: num(g.memoryTotalBytes)
+    memoryTotalBytes: num(g.memoryTotalBytes),
+    stale: g.stale === true
   };
 }
 
@@ -285,7 +309,11 @@ function parseWindow(v: unknown): GpuHoursWindow | undefined {
   if (!isObject(v)) {
     return undefined;
   }
-  return { allocated: num(v.allocated), used: num(v.used) };
+  const w: GpuHoursWindow = { allocated: num(v.allocated), used: num(v.used) };
+  if (typeof v.usedUnknown === 'number' && Number.isFinite(v.usedUnknown)) {
+    w.usedUnknown = v.usedUnknown;
+  }
+  return w;
 }
 
 /**
@@ -303,9 +331,10 @@ export function parseMe(body: unknown): MeResponse {
     sampledAt: str(body.sampledAt),
     intervalSeconds: num(body.intervalSeconds, 5),
     simulated: body.simulated === true,
+    stale: body.stale === true,
     share: {
       allocatedGPUs: num(share.allocatedGPUs),
-      usedGPUs: num(share.usedGPUs),
+      usedGPUs: numOrNull(share.usedGPUs),
       memoryUsedBytes: num(share.memoryUsedBytes),
       memoryTotalBytes: num(share.memoryTotalBytes)
     },
@@ -317,7 +346,9 @@ export function parseMe(body: unknown): MeResponse {
         node: typeof o.node === 'string' ? o.node : undefined,
         ready: o.ready !== false,
         allocatedGPUs: num(o.allocatedGPUs),
-        usedGPUs: num(o.usedGPUs),
+        usedGPUs: numOrNull(o.usedGPUs),
+        stale: o.stale === true,
+        simulated: o.simulated === true,
         gpus: (Array.isArray(o.gpus) ? o.gpus : []).map(parseGpu)
       };
     }),
@@ -326,7 +357,7 @@ export function parseMe(body: unknown): MeResponse {
       .map(h => ({
         t: str(h.t),
         allocatedGPUs: num(h.allocatedGPUs),
-        usedGPUs: num(h.usedGPUs),
+        usedGPUs: numOrNull(h.usedGPUs),
         smUtilPercent: numOrNull(h.smUtilPercent),
         memoryUsedBytes: num(h.memoryUsedBytes)
       })),

@@ -22,6 +22,7 @@ import {
   sparklinePath,
   sparklineSummary,
   statusBarText,
+  unknownUsageNote,
   utilizationNote
 } from './format';
 import type { UsageState } from './model';
@@ -128,9 +129,9 @@ function Usage(
     <div className="jp-GpuPanel-body">
       {stale && (
         <Notice kind="warn" title="Numbers are stale">
-          The last sample is{' '}
-          {age === null ? 'of unknown age' : `${formatDuration(age)} old`}; the
-          GPU agent or the usage service has stopped updating.
+          {data.stale || data.servers.some(s => s.stale)
+            ? 'The GPU agent on a node running your server has stopped reporting; utilization there is unknown.'
+            : `The last sample is ${age === null ? 'of unknown age' : `${formatDuration(age)} old`}; the usage service has stopped updating.`}
         </Notice>
       )}
       <Section title="Your share" id="share">
@@ -207,6 +208,11 @@ function Usage(
             })}
           </tbody>
         </table>
+        {unknownUsageNote(data.gpuHours) && (
+          <p className="jp-GpuPanel-footnote">
+            {unknownUsageNote(data.gpuHours)}
+          </p>
+        )}
       </Section>
       <Section title="Budget" id="budget">
         <p

@@ -220,6 +220,9 @@ export function provenanceOf(
 
 /** The label beside a utilization number. */
 export function utilizationNote(g: GpuHolding): string {
+  if (g.stale) {
+    return 'stale: utilization unknown';
+  }
   switch (g.utilizationSource) {
     case 'none':
       return g.kind === 'mig'
@@ -253,10 +256,14 @@ export function sampleAgeSeconds(me: MeResponse, now: Date): number | null {
 }
 
 /**
- * A sample is stale when it is older than three sampling intervals (at least
- * 30 s): the agent or the usage API stopped updating.
+ * Stale when the API says so (a node agent's snapshot is older than three
+ * intervals) or when the document itself is older than three sampling
+ * intervals (at least 30 s): the usage API stopped updating.
  */
 export function isStale(me: MeResponse, now: Date): boolean {
+  if (me.stale || me.servers.some(s => s.stale)) {
+    return true;
+  }
   const age = sampleAgeSeconds(me, now);
   if (age === null) {
     return false;
@@ -394,4 +401,18 @@ export function statusBarText(me: MeResponse | null): string {
   }
   const mean = utils.reduce((a, b) => a + b, 0) / utils.length;
   return `GPU ${formatPercent(mean)}`;
+}
+
+/**
+ * The footnote under the GPU-hours table when some allocated time had no
+ * utilization: "used" then counts only the known part.
+ */
+export function unknownUsageNote(hours: MeResponse['gpuHours']): string | null {
+  const w = hours['7d'] ?? hours.today;
+  const unknown = w?.usedUnknown ?? 0;
+  if (!w || unknown <= 0) {
+    return null;
+  }
+  const span = hours['7d'] ? '7 days' : 'today';
+  return `Used counts only time with known utilization; ${formatGpuHours(unknown)} allocated GPU-hours (${span}) had none.`;
 }

@@ -164,6 +164,17 @@ describe('requestMe', () => {
     expect(String(err.message)).not.toContain(TOKEN);
   });
 
+  it("uses the message of the service's JSON error", async () => {
+    const fetchFn = respond(403, {
+      status: 403,
+      message: 'bob may not read alice'
+    });
+    const err = await requestMe('/me', TOKEN, fetchFn).catch(e => e);
+    expect(err.message).toBe(
+      'usage API answered 403 Error: bob may not read alice'
+    );
+  });
+
   it('marks 401 and 403 as unauthorized', () => {
     expect(new ResponseError(401, 'x').unauthorized).toBe(true);
     expect(new ResponseError(403, 'x').unauthorized).toBe(true);
@@ -179,9 +190,10 @@ describe('parseMe', () => {
       sampledAt: '',
       intervalSeconds: 5,
       simulated: false,
+      stale: false,
       share: {
         allocatedGPUs: 0,
-        usedGPUs: 0,
+        usedGPUs: null,
         memoryUsedBytes: 0,
         memoryTotalBytes: 0
       },
@@ -190,6 +202,46 @@ describe('parseMe', () => {
       gpuHours: { today: undefined, '7d': undefined, '30d': undefined },
       budget: null,
       idleCull: null
+    });
+  });
+
+  it('reads the OpenAPI extras: stale flags, null used GPUs, usedUnknown', () => {
+    const got = parseMe({
+      user: 'dave',
+      sampledAt: null,
+      stale: true,
+      share: { allocatedGPUs: 1, usedGPUs: null },
+      servers: [
+        {
+          name: '',
+          usedGPUs: null,
+          stale: true,
+          simulated: true,
+          gpus: [
+            {
+              kind: 'mig',
+              smUtilPercent: null,
+              utilizationSource: 'none',
+              stale: true
+            }
+          ]
+        }
+      ],
+      gpuHours: { today: { allocated: 1, used: 0.2, usedUnknown: 0.5 } }
+    });
+    expect(got.stale).toBe(true);
+    expect(got.sampledAt).toBe('');
+    expect(got.share.usedGPUs).toBeNull();
+    expect(got.servers[0]).toMatchObject({
+      usedGPUs: null,
+      stale: true,
+      simulated: true
+    });
+    expect(got.servers[0].gpus[0].stale).toBe(true);
+    expect(got.gpuHours.today).toEqual({
+      allocated: 1,
+      used: 0.2,
+      usedUnknown: 0.5
     });
   });
 

@@ -9,6 +9,7 @@ export function aliceMe(overrides: Partial<MeResponse> = {}): MeResponse {
     sampledAt: '2026-11-22T10:00:05Z',
     intervalSeconds: 5,
     simulated: true,
+    stale: false,
     share: {
       allocatedGPUs: 0.428571,
       usedGPUs: 0.21,
@@ -23,6 +24,8 @@ export function aliceMe(overrides: Partial<MeResponse> = {}): MeResponse {
         ready: true,
         allocatedGPUs: 0.428571,
         usedGPUs: 0.21,
+        stale: false,
+        simulated: true,
         gpus: [
           {
             kind: 'mig',
@@ -37,7 +40,8 @@ export function aliceMe(overrides: Partial<MeResponse> = {}): MeResponse {
             smUtilPercent: 49,
             utilizationSource: 'simulated',
             memoryUsedBytes: 1073741824,
-            memoryTotalBytes: 21474836480
+            memoryTotalBytes: 21474836480,
+            stale: false
           }
         ]
       }

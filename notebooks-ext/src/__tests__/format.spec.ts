@@ -20,6 +20,7 @@ import {
   sparklinePath,
   sparklineSummary,
   statusBarText,
+  unknownUsageNote,
   utilizationNote
 } from '../format';
 import { NOW, aliceMe } from './fixtures';
@@ -279,6 +280,12 @@ describe('staleness', () => {
     },
     'unknown time is not stale': { sampledAt: '', interval: 5, want: false }
   };
+  it("trusts the API's stale flags", () => {
+    expect(isStale(aliceMe({ stale: true }), NOW)).toBe(true);
+    const me = aliceMe();
+    me.servers[0].stale = true;
+    expect(isStale(me, NOW)).toBe(true);
+  });
   it.each(Object.entries(cases))('%s', (_, tc) => {
     expect(
       isStale(
@@ -369,6 +376,20 @@ describe('sparkline', () => {
     );
     expect(sparklineSummary([])).toEqual(
       'SM utilization over the last hour: no data yet'
+    );
+  });
+});
+
+describe('unknownUsageNote', () => {
+  it('explains used hours that exclude unknown utilization', () => {
+    expect(unknownUsageNote({ today: { allocated: 1, used: 0.5 } })).toBeNull();
+    expect(
+      unknownUsageNote({
+        today: { allocated: 1, used: 0.5 },
+        '7d': { allocated: 9, used: 2, usedUnknown: 4.25 }
+      })
+    ).toEqual(
+      'Used counts only time with known utilization; 4.25 allocated GPU-hours (7 days) had none.'
     );
   });
 });

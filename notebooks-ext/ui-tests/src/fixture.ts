@@ -219,6 +219,8 @@ export function standardUsers(): Record<string, FixtureUser> {
           sampledAt: new Date(now.getTime() - 2000).toISOString(),
           intervalSeconds: 5,
           simulated: true,
+          stale: false,
+          groups: [],
           share: {
             allocatedGPUs: 0.428571,
             usedGPUs: (0.428571 * sm) / 100,
@@ -231,6 +233,12 @@ export function standardUsers(): Record<string, FixtureUser> {
               pod: 'jupyter-alice',
               node: 'gpu-a100-0',
               ready: true,
+              stale: false,
+              simulated: true,
+              namespace: 'jhub',
+              stale: false,
+              simulated: true,
+              namespace: 'jhub',
               allocatedGPUs: 0.428571,
               usedGPUs: (0.428571 * sm) / 100,
               gpus: [
@@ -246,6 +254,10 @@ export function standardUsers(): Record<string, FixtureUser> {
                   uuid: 'MIG-5f3c2a8e-0b7d-5e1a-9c3b-alice0000001',
                   smUtilPercent: sm,
                   utilizationSource: 'simulated',
+                  stale: false,
+                  class: 'shared Tesla-T4',
+                  stale: false,
+                  class: 'mig A100-SXM4-40GB 3g.20gb',
                   memoryUsedBytes: 3328599654,
                   memoryTotalBytes: 21474836480
                 }
@@ -262,9 +274,9 @@ export function standardUsers(): Record<string, FixtureUser> {
             }))
           ],
           gpuHours: {
-            today: { allocated: 2.57, used: 0.84 },
-            '7d': { allocated: 14.6, used: 5.12 },
-            '30d': { allocated: 48.2, used: 17.9 }
+            today: { allocated: 2.57, used: 0.84, usedUnknown: 0 },
+            '7d': { allocated: 14.6, used: 5.12, usedUnknown: 0 },
+            '30d': { allocated: 48.2, used: 17.9, usedUnknown: 0 }
           },
           budget: null,
           idleCull: null
@@ -279,6 +291,8 @@ export function standardUsers(): Record<string, FixtureUser> {
         sampledAt: new Date(now.getTime() - 1000).toISOString(),
         intervalSeconds: 5,
         simulated: true,
+        stale: false,
+        groups: ['students'],
         share: {
           allocatedGPUs: 0.25,
           usedGPUs: 0.05,
@@ -291,6 +305,9 @@ export function standardUsers(): Record<string, FixtureUser> {
             pod: 'jupyter-bob',
             node: 'gpu-t4-0',
             ready: true,
+            stale: false,
+            simulated: true,
+            namespace: 'jhub',
             allocatedGPUs: 0.25,
             usedGPUs: 0.05,
             gpus: [
@@ -305,6 +322,8 @@ export function standardUsers(): Record<string, FixtureUser> {
                 uuid: 'GPU-bob-t4',
                 smUtilPercent: util ?? 20,
                 utilizationSource: 'simulated',
+                stale: false,
+                class: 'shared Tesla-T4',
                 memoryUsedBytes: 536870912,
                 memoryTotalBytes: 16106127360
               }
