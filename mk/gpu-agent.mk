@@ -32,3 +32,9 @@ gpu-agent-bench: ## B6 on a GPU machine: NVML per-call cost, agent CPU and RSS a
 	  $(BIN)/gpu-agent --backend=nvml --node-name=$$(hostname) --interval=1s --bench=$(GPU_AGENT_BENCH_N) | tee out/gpu-agent-bench.txt; \
 	fi
 	@echo "==> results in out/gpu-agent-bench.txt (record them in benchmarks.md B6)"
+
+.PHONY: gpu-agent-apiserver-test
+gpu-agent-apiserver-test: etcd kube-binaries ## The gpu-agent binary (simulated) against a real kube-apiserver with the chart's RBAC.
+	GPUHUB_KUBE_BIN="$(KUBE_BIN)" $(GO) test -count=1 -tags apiserver -run TestAgentAgainstAPIServer ./services/gpu-agent
+
+TEST_TARGETS += gpu-agent-apiserver-test

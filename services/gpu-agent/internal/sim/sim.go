@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"time"
 
@@ -92,7 +93,8 @@ func (b *Backend) Sample(ctx context.Context) (snapshot.Reading, error) {
 			continue
 		}
 		cpu := float64(p.cpuTicks-prev.ticks) / userHZ
-		util[p.pid] = min(cpu/now.Sub(prev.at).Seconds()*100, 100)
+		// One decimal: finer digits would only be noise from tick granularity.
+		util[p.pid] = min(math.Round(cpu/now.Sub(prev.at).Seconds()*1000)/10, 100)
 	}
 	b.prev = next
 
