@@ -236,9 +236,6 @@ export function standardUsers(): Record<string, FixtureUser> {
               stale: false,
               simulated: true,
               namespace: 'jhub',
-              stale: false,
-              simulated: true,
-              namespace: 'jhub',
               allocatedGPUs: 0.428571,
               usedGPUs: (0.428571 * sm) / 100,
               gpus: [
@@ -254,8 +251,6 @@ export function standardUsers(): Record<string, FixtureUser> {
                   uuid: 'MIG-5f3c2a8e-0b7d-5e1a-9c3b-alice0000001',
                   smUtilPercent: sm,
                   utilizationSource: 'simulated',
-                  stale: false,
-                  class: 'shared Tesla-T4',
                   stale: false,
                   class: 'mig A100-SXM4-40GB 3g.20gb',
                   memoryUsedBytes: 3328599654,
