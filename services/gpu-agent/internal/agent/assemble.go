@@ -68,7 +68,7 @@ func assemble(r snapshot.Reading, node string, sampledAt time.Time, interval tim
 		idleSource = snapshot.SourceSimulated
 	}
 	out := assembly{snap: snapshot.Snapshot{
-		Node: node, Backend: r.Backend, SampledAt: sampledAt.UTC(), IntervalSeconds: interval.Seconds(),
+		Node: node, Backend: r.Backend, SampledAt: sampledAt.UTC().Truncate(time.Millisecond), IntervalSeconds: interval.Seconds(),
 		GPUs: r.GPUs, Pods: []snapshot.Pod{},
 	}}
 	if out.snap.GPUs == nil {
