@@ -175,6 +175,52 @@ func TestAssembleNVML(t *testing.T) {
 	}
 }
 
+// With a GPU that could not be read, a pod without a seen process may be
+// on that GPU: its utilization is unknown, not 0.
+func TestAssembleWithFailedGPU(t *testing.T) {
+	r := nvmlReading()
+	r.GPUs = append(r.GPUs, snapshot.GPU{UUID: "GPU-lost", Index: 2, UtilizationSource: "none",
+		MIGDevices: []snapshot.MIGDevice{}, Error: "gpu 2: DeviceGetComputeRunningProcesses: ERROR_GPU_IS_LOST"})
+	a := newTestAgent(r, nvmlPIDs)
+	if err := a.SampleOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range a.Snapshot().Pods {
+		switch p.User {
+		case "dave":
+			if p.SMUtilPercent != nil || p.UtilizationSource != "none" {
+				t.Errorf("dave = %v/%s, want null/none", p.SMUtilPercent, p.UtilizationSource)
+			}
+		case "alice":
+			if p.SMUtilPercent == nil || *p.SMUtilPercent != 55 {
+				t.Errorf("alice = %v, want 55 (her GPU was read)", p.SMUtilPercent)
+			}
+		}
+	}
+	if n := testutil.ToFloat64(gpuUp(collector{a: a}, "2")); n != 0 {
+		t.Errorf("gpu_up for the lost GPU = %v, want 0", n)
+	}
+	if n := testutil.ToFloat64(gpuUp(collector{a: a}, "0")); n != 1 {
+		t.Errorf("gpu_up for GPU 0 = %v, want 1", n)
+	}
+}
+
+func gpuUp(c prometheus.Collector, index string) prometheus.Collector {
+	return prometheus.CollectorFunc(func(ch chan<- prometheus.Metric) {
+		for m := range collectAll(c) {
+			var pb dto.Metric
+			if err := m.Write(&pb); err != nil || !strings.Contains(m.Desc().String(), "gpu_up") {
+				continue
+			}
+			for _, l := range pb.GetLabel() {
+				if l.GetName() == "gpu" && l.GetValue() == index {
+					ch <- m
+				}
+			}
+		}
+	})
+}
+
 func TestSnapshotGolden(t *testing.T) {
 	cases := map[string]struct {
 		r   snapshot.Reading

@@ -75,7 +75,9 @@ func assemble(r snapshot.Reading, node string, sampledAt time.Time, interval tim
 		out.snap.GPUs = []snapshot.GPU{}
 	}
 	migUtil := map[string]snapshot.MIGDevice{}
+	partial := false // a GPU could not be read: "no process seen" no longer means idle
 	for _, g := range r.GPUs {
+		partial = partial || g.Error != ""
 		for _, m := range g.MIGDevices {
 			migUtil[m.UUID] = m
 		}
@@ -165,6 +167,8 @@ func assemble(r snapshot.Reading, node string, sampledAt time.Time, interval tim
 		}
 		switch {
 		case !known:
+			a.pod.UtilizationSource = snapshot.SourceNone
+		case len(a.devices) == 0 && partial:
 			a.pod.UtilizationSource = snapshot.SourceNone
 		case len(a.devices) == 0:
 			a.pod.SMUtilPercent, a.pod.UtilizationSource = snapshot.Percent(0), idleSource

@@ -24,6 +24,8 @@ var (
 	descGPUUtil = desc("gpu_utilization_ratio",
 		"Utilization of a GPU or MIG device (0-1). Absent when no component measures it (a GPU in MIG mode; a MIG device without dcgm-exporter).",
 		append(deviceLabels, "source")...)
+	descGPUUp = desc("gpu_up", "1 if the GPU was read in the last sample, 0 if reading it failed (see the snapshot's gpus[].error).",
+		"node", "gpu", "uuid", "backend")
 	descGPUMemUsed  = desc("gpu_memory_used_bytes", "Memory used on a GPU or MIG device.", deviceLabels...)
 	descGPUMemTotal = desc("gpu_memory_total_bytes", "Memory of a GPU or MIG device.", deviceLabels...)
 	descPodUtil     = desc("pod_sm_utilization_ratio",
@@ -42,7 +44,7 @@ type collector struct {
 }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInfo, descGPUUtil, descGPUMemUsed, descGPUMemTotal, descPodUtil, descPodMem,
+	for _, d := range []*prometheus.Desc{descInfo, descGPUUp, descGPUUtil, descGPUMemUsed, descGPUMemTotal, descPodUtil, descPodMem,
 		descSampleDur, descSampleOK, descSampleTime, descUnattrib} {
 		ch <- d
 	}
@@ -69,6 +71,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 
 	for _, g := range snap.GPUs {
 		idx := strconv.Itoa(g.Index)
+		if g.Error != "" {
+			gauge(descGPUUp, 0, snap.Node, idx, g.UUID, snap.Backend)
+			continue
+		}
+		gauge(descGPUUp, 1, snap.Node, idx, g.UUID, snap.Backend)
 		l := []string{snap.Node, idx, g.UUID, "", snap.Backend}
 		if g.UtilizationPercent != nil {
 			gauge(descGPUUtil, *g.UtilizationPercent/100, append(l, g.UtilizationSource)...)

@@ -108,14 +108,18 @@ func (b *Backend) Sample(ctx context.Context) (snapshot.Reading, error) {
 		return r, err
 	}
 	var migUtil map[dcgm.Key]float64
+	var errs []error
 	for i := range n {
-		dev, err := call(b, "DeviceGetHandleByIndex", func() (nvml.Device, nvml.Return) { return b.opts.Lib.DeviceGetHandleByIndex(i) })
+		g, procs, err := b.device(i)
 		if err != nil {
-			return r, fmt.Errorf("gpu %d: %w", i, err)
-		}
-		g, procs, err := b.gpu(i, dev)
-		if err != nil {
-			return r, fmt.Errorf("gpu %d: %w", i, err)
+			// One broken GPU (e.g. fallen off the bus) must not blind the agent
+			// to the others: report it as failed and keep going.
+			err = fmt.Errorf("gpu %d: %w", i, err)
+			errs = append(errs, err)
+			g = snapshot.GPU{UUID: g.UUID, Index: i, Product: g.Product, UtilizationSource: snapshot.SourceNone,
+				MIGDevices: []snapshot.MIGDevice{}, Error: err.Error()}
+			r.GPUs = append(r.GPUs, g)
+			continue
 		}
 		if g.MIGMode && b.opts.MIG != nil && migUtil == nil {
 			migUtil = b.migUtilization(ctx)
@@ -129,7 +133,21 @@ func (b *Backend) Sample(ctx context.Context) (snapshot.Reading, error) {
 		r.GPUs = append(r.GPUs, g)
 		r.Processes = append(r.Processes, procs...)
 	}
+	if n > 0 && len(errs) == n {
+		return r, errors.Join(errs...)
+	}
+	for _, err := range errs {
+		b.opts.Logger.Warn("gpu sample failed", "err", err)
+	}
 	return r, nil
+}
+
+func (b *Backend) device(i int) (snapshot.GPU, []snapshot.ProcessReading, error) {
+	dev, err := call(b, "DeviceGetHandleByIndex", func() (nvml.Device, nvml.Return) { return b.opts.Lib.DeviceGetHandleByIndex(i) })
+	if err != nil {
+		return snapshot.GPU{}, nil, err
+	}
+	return b.gpu(i, dev)
 }
 
 func (b *Backend) migUtilization(ctx context.Context) map[dcgm.Key]float64 {

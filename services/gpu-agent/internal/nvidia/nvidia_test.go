@@ -246,13 +246,31 @@ func TestSampleMIG(t *testing.T) {
 }
 
 func TestSampleErrors(t *testing.T) {
+	lost := func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.ERROR_GPU_IS_LOST }
+
+	// One GPU lost: reported as failed, the other seven still sampled.
 	s := server(t)
-	s.Devices[3].(*dgxa100.Device).GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
-		return nil, nvml.ERROR_GPU_IS_LOST
+	s.Devices[3].(*dgxa100.Device).GetComputeRunningProcessesFunc = lost
+	r, err := newBackend(t, s, nil, nil).Sample(context.Background())
+	if err != nil {
+		t.Fatalf("one lost GPU failed the whole sample: %v", err)
 	}
-	_, err := newBackend(t, s, nil, nil).Sample(context.Background())
-	if !errors.Is(err, nvml.ERROR_GPU_IS_LOST) || !strings.Contains(err.Error(), "gpu 3") {
-		t.Errorf("Sample error = %v, want ERROR_GPU_IS_LOST on gpu 3", err)
+	g := r.GPUs[3]
+	if len(r.GPUs) != 8 || !strings.Contains(g.Error, "gpu 3") || !strings.Contains(g.Error, "ERROR_GPU_IS_LOST") ||
+		g.UUID != gpuUUID(3) || g.UtilizationPercent != nil || g.UtilizationSource != "none" {
+		t.Errorf("lost GPU = %+v, want it listed with its error and no numbers", g)
+	}
+	if r.GPUs[4].Error != "" || r.GPUs[4].UtilizationPercent == nil {
+		t.Errorf("GPU 4 = %+v, want it sampled", r.GPUs[4])
+	}
+
+	// Every GPU lost: the sample fails.
+	for _, d := range s.Devices {
+		d.(*dgxa100.Device).GetComputeRunningProcessesFunc = lost
+	}
+	_, err = newBackend(t, s, nil, nil).Sample(context.Background())
+	if !errors.Is(err, nvml.ERROR_GPU_IS_LOST) {
+		t.Errorf("all GPUs lost: error = %v, want ERROR_GPU_IS_LOST", err)
 	}
 }
 

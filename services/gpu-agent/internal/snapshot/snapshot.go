@@ -43,6 +43,10 @@ type GPU struct {
 	UtilizationSource string      `json:"utilizationSource"`
 	MIGMode           bool        `json:"migMode"`
 	MIGDevices        []MIGDevice `json:"migDevices"`
+	// Error is an addition to the contract: set when this GPU could not be
+	// read in this sample (the other GPUs still were); its numbers are then
+	// absent, and so are its processes.
+	Error string `json:"error,omitempty"`
 }
 
 // MIGDevice is one MIG instance (GPU instance + compute instance).
