@@ -48,6 +48,7 @@ func run(ctx context.Context, cmd string, args []string) error {
 	hubVenv := fs.String("hub-venv", "", "JupyterHub virtualenv for the anchor; empty: no anchor")
 	chp := fs.String("chp", "", "configurable-http-proxy for the anchor Hub")
 	fpGPUs := fs.Int("footprint-gpus", 1000, "GPUs of history for the footprint measurement")
+	anchorRate := fs.Float64("anchor-rate", 200, "also compare with the Hub at this rate, which it can sustain (0: no)")
 	_ = fs.Parse(args)
 
 	switch cmd {
@@ -64,7 +65,7 @@ func run(ctx context.Context, cmd string, args []string) error {
 		}
 		return bench.Run(ctx, bench.RunOptions{Self: self, Users: *users, GPUs: *gpus, Pods: *pods, Rate: *rate,
 			Duration: *duration, Warmup: *warmup, Runs: *runs, SaturationRates: sat, SUTCPU: *sutCPU, LoadCPU: *loadCPU,
-			HubVenv: *hubVenv, CHP: *chp, Out: os.Stdout, FootprintGPUs: *fpGPUs})
+			HubVenv: *hubVenv, CHP: *chp, Out: os.Stdout, FootprintGPUs: *fpGPUs, AnchorRate: *anchorRate})
 	case "sut":
 		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 		if err != nil {

@@ -6,6 +6,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"sort"
@@ -102,7 +103,7 @@ type UserResponse struct {
 	Stale           bool               `json:"stale"`
 	Share           usage.Share        `json:"share"`
 	Servers         []usage.Server     `json:"servers"`
-	History         usage.Points       `json:"history"`
+	History         usage.Points       `json:"-"` // spliced in by writeUserJSON
 	GPUHours        map[string]*Window `json:"gpuHours"`
 	Budget          any                `json:"budget"`
 	IdleCull        any                `json:"idleCull"`
@@ -187,7 +188,26 @@ func (h *handler) writeUser(w http.ResponseWriter, r *http.Request, name string,
 		}
 		resp.GPUHours["custom"] = cw
 	}
-	server.WriteJSON(w, http.StatusOK, resp)
+	writeUserJSON(w, resp)
+}
+
+// writeUserJSON writes resp with its history spliced in as the last member: encoding/json would re-validate the
+// history's pre-encoded text (up to 720 points), which costs more than encoding it.
+func writeUserJSON(w http.ResponseWriter, resp UserResponse) {
+	body, err := json.Marshal(resp)
+	if err != nil {
+		server.WriteError(w, http.StatusInternalServerError, "encode answer: %v", err)
+		return
+	}
+	hist, _ := resp.History.MarshalJSON()
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)-1+len(`,"history":`)+len(hist)+2))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body[:len(body)-1])
+	_, _ = w.Write([]byte(`,"history":`))
+	_, _ = w.Write(hist)
+	_, _ = w.Write([]byte("}\n"))
 }
 
 type badRequest string

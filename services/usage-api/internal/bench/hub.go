@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -124,8 +125,17 @@ func (h *Hub) do(ctx context.Context, method, path string, body []byte) (int, er
 	return resp.StatusCode, nil
 }
 
-// Stop ends the Hub and its proxy (its process group) and removes its directory.
+// Stop ends the Hub and its proxy and removes its directory.
 func (h *Hub) Stop() {
+	// The Hub starts the proxy in its own session; if the Hub dies before stopping it, end it by its pid file.
+	defer func() {
+		if b, err := os.ReadFile(filepath.Join(h.dir, "jupyterhub-proxy.pid")); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
+				_ = syscall.Kill(pid, syscall.SIGTERM)
+			}
+		}
+		_ = os.RemoveAll(h.dir)
+	}()
 	if h.cmd.Process != nil {
 		_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGTERM)
 		done := make(chan struct{})
@@ -137,5 +147,4 @@ func (h *Hub) Stop() {
 			<-done
 		}
 	}
-	_ = os.RemoveAll(h.dir)
 }

@@ -27,6 +27,8 @@ type RunOptions struct {
 	HubVenv, CHP      string // empty HubVenv: no anchor (reported as such)
 	Out               io.Writer
 	FootprintGPUs     int
+	// AnchorRate adds a run of both at a rate the Hub can sustain, for latency ratios; 0: none.
+	AnchorRate float64
 }
 
 type measured struct {
@@ -133,27 +135,38 @@ func Run(ctx context.Context, o RunOptions) error {
 		}
 	}
 
-	var usageRuns, sinceRuns, hubRuns []measured
+	type series struct {
+		name, target string
+		pid          int
+		rate         float64
+		hub          bool
+		runs         []measured
+	}
+	all := []*series{
+		{name: "usage-api me (1 h history)", target: usageTarget, pid: sut.Process.Pid, rate: o.Rate},
+		{name: "usage-api me?since", target: "usage-since=http://" + ready.Addr, pid: sut.Process.Pid, rate: o.Rate},
+	}
+	if hub != nil {
+		all = append(all, &series{name: "JupyterHub GET /users/{name}", target: "hub=" + hub.APIURL + "|" + hub.Token, pid: hub.Pid, rate: o.Rate, hub: true})
+	}
+	if o.AnchorRate > 0 && hub != nil {
+		all = append(all,
+			&series{name: fmt.Sprintf("usage-api me (1 h history) @%.0f/s", o.AnchorRate), target: usageTarget, pid: sut.Process.Pid, rate: o.AnchorRate},
+			&series{name: fmt.Sprintf("JupyterHub GET /users/{name} @%.0f/s", o.AnchorRate), target: "hub=" + hub.APIURL + "|" + hub.Token, pid: hub.Pid, rate: o.AnchorRate, hub: true})
+	}
 	for run := range o.Runs {
-		m, err := o.load(ctx, usageTarget, sut.Process.Pid, o.Rate)
-		if err != nil {
-			return err
-		}
-		usageRuns = append(usageRuns, m)
-		fmt.Fprintf(o.Out, "  run %d usage-api me (full hour of history): %s\n", run+1, m)
-		m, err = o.load(ctx, "usage-since=http://"+ready.Addr, sut.Process.Pid, o.Rate)
-		if err != nil {
-			return err
-		}
-		sinceRuns = append(sinceRuns, m)
-		fmt.Fprintf(o.Out, "  run %d usage-api me?since (panel steady state): %s\n", run+1, m)
-		if hub != nil {
-			m, err := o.load(ctx, "hub="+hub.APIURL+"|"+hub.Token, hub.Pid, o.Rate)
+		for _, s := range all {
+			m, err := o.load(ctx, s.target, s.pid, s.rate)
 			if err != nil {
 				return err
 			}
-			hubRuns = append(hubRuns, m)
-			fmt.Fprintf(o.Out, "  run %d hub GET /users/{name}: %s\n", run+1, m)
+			s.runs = append(s.runs, m)
+			fmt.Fprintf(o.Out, "  run %d %s @%.0f/s: %s\n", run+1, s.name, s.rate, m)
+			if s.hub {
+				// The Hub keeps working through requests its clients gave up on; let it finish before the next
+				// measurement shares its CPU.
+				drain(ctx, s.pid, 2*time.Minute)
+			}
 		}
 	}
 	sutRSS := rssBytes(sut.Process.Pid)
@@ -163,7 +176,11 @@ func Run(ctx context.Context, o RunOptions) error {
 		if err != nil {
 			return err
 		}
-		sat = append(sat, fmt.Sprintf("%6.0f req/s offered: %s", r, m))
+		sat = append(sat, fmt.Sprintf("%6.0f req/s offered (1 h history): %s", r, m))
+		if m, err = o.load(ctx, "usage-since=http://"+ready.Addr, sut.Process.Pid, r); err != nil {
+			return err
+		}
+		sat = append(sat, fmt.Sprintf("%6.0f req/s offered (since):       %s", r, m))
 	}
 
 	fp, err := o.footprint(ctx)
@@ -171,29 +188,48 @@ func Run(ctx context.Context, o RunOptions) error {
 		return err
 	}
 
-	fmt.Fprintf(o.Out, "\nB1: GET api/v1/me vs the Hub's GET /hub/api/users/{name}, %.0f req/s, median [min-max] of %d runs\n", o.Rate, o.Runs)
-	fmt.Fprintf(o.Out, "| metric | usage-api me (1 h history) | usage-api me?since | JupyterHub | Hub / usage-api (1 h history) | target (usage-api) |\n|---|---|---|---|---|---|\n")
-	row := func(name string, get func(measured) float64, unit string, target string) {
-		u := stats(usageRuns, get)
-		us := stats(sinceRuns, get)
-		h := "not measured"
-		ratio := "-"
-		if len(hubRuns) > 0 {
-			hs := stats(hubRuns, get)
-			h = hs.format(unit)
-			if u.med > 0 {
-				ratio = fmt.Sprintf("%.1fx", hs.med/u.med)
-			}
-		}
-		fmt.Fprintf(o.Out, "| %s | %s | %s | %s | %s | %s |\n", name, u.format(unit), us.format(unit), h, ratio, target)
-	}
+	fmt.Fprintf(o.Out, "\nB1: median [min-max] of %d runs, open loop, latency from the scheduled send time\n", o.Runs)
 	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
-	row("p50 latency", func(m measured) float64 { return ms(m.P50) }, "ms", "<= 2 ms")
-	row("p99 latency", func(m measured) float64 { return ms(m.P99) }, "ms", "<= 20 ms")
-	row("max latency", func(m measured) float64 { return ms(m.Max) }, "ms", "")
-	row("errors", func(m measured) float64 { return float64(m.Errors) }, "", "0")
-	row("achieved rate", func(m measured) float64 { return m.AchievedRate }, "req/s", fmt.Sprintf("%.0f", o.Rate))
-	row("server CPU", func(m measured) float64 { return m.CPUPercent }, "% of a core", "<= 50 %")
+	metrics := []struct {
+		name string
+		get  func(measured) float64
+		unit string
+	}{
+		{"p50 ms", func(m measured) float64 { return ms(m.P50) }, ""},
+		{"p99 ms", func(m measured) float64 { return ms(m.P99) }, ""},
+		{"errors", func(m measured) float64 { return float64(m.Errors) }, ""},
+		{"achieved req/s", func(m measured) float64 { return m.AchievedRate }, ""},
+		{"server CPU % of a core", func(m measured) float64 { return m.CPUPercent }, ""},
+	}
+	fmt.Fprintf(o.Out, "| series | offered req/s |")
+	for _, mt := range metrics {
+		fmt.Fprintf(o.Out, " %s |", mt.name)
+	}
+	fmt.Fprintf(o.Out, "\n|---|---|%s\n", strings.Repeat("---|", len(metrics)))
+	for _, s := range all {
+		fmt.Fprintf(o.Out, "| %s | %.0f |", s.name, s.rate)
+		for _, mt := range metrics {
+			fmt.Fprintf(o.Out, " %s |", stats(s.runs, mt.get).format(mt.unit))
+		}
+		fmt.Fprintln(o.Out)
+	}
+	if hub != nil {
+		ratio := func(a, b *series, get func(measured) float64) string {
+			x, y := stats(a.runs, get).med, stats(b.runs, get).med
+			if x == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.1fx", y/x)
+		}
+		p99 := func(m measured) float64 { return ms(m.P99) }
+		p50 := func(m measured) float64 { return ms(m.P50) }
+		fmt.Fprintf(o.Out, "\nratios Hub / usage-api (medians): at %.0f/s p50 %s, p99 %s (vs me?since: p50 %s, p99 %s)\n",
+			o.Rate, ratio(all[0], all[2], p50), ratio(all[0], all[2], p99), ratio(all[1], all[2], p50), ratio(all[1], all[2], p99))
+		if len(all) > 3 {
+			fmt.Fprintf(o.Out, "                                      at %.0f/s p50 %s, p99 %s\n", o.AnchorRate, ratio(all[3], all[4], p50), ratio(all[3], all[4], p99))
+		}
+	}
+	fmt.Fprintf(o.Out, "targets (usage-api at 2,000 req/s): p50 <= 2 ms, p99 <= 20 ms, 0 errors, <= 50%% of one core; saturation >= 8,000 req/s\n")
 	fmt.Fprintf(o.Out, "\nusage-api saturation (one run each):\n")
 	for _, s := range sat {
 		fmt.Fprintf(o.Out, "  %s\n", s)
@@ -204,6 +240,22 @@ func Run(ctx context.Context, o RunOptions) error {
 	fmt.Fprintf(o.Out, "  usage-api SUT (%d users, %d GPUs, %d pods, 1 h history of %d users, after load): RSS %s (target <= 256 MiB)\n",
 		o.Users, o.GPUs, o.Pods, ready.HistoryUsers, mib(sutRSS))
 	return nil
+}
+
+// drain waits until pid stops using CPU (under 5% over a second) or max passes.
+func drain(ctx context.Context, pid int, max time.Duration) {
+	deadline := time.Now().Add(max)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		t0, err := cpuTicks(pid)
+		if err != nil {
+			return
+		}
+		time.Sleep(time.Second)
+		t1, _ := cpuTicks(pid)
+		if t1-t0 < 5 {
+			return
+		}
+	}
 }
 
 func (m measured) String() string {

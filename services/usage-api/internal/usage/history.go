@@ -11,11 +11,12 @@ import (
 // tick's time is stored once for all users, a user's ring grows only while they hold GPUs and is dropped an
 // hour after their last sample.
 type History struct {
-	mu    sync.RWMutex
-	size  int     // ticks per window
-	times []int64 // unix ms of tick seq, at seq % size
-	seq   uint64  // last tick's sequence number; samples keep its low 16 bits
-	users map[string]*ring
+	mu     sync.RWMutex
+	size   int      // ticks per window
+	times  []int64  // unix ms of tick seq, at seq % size
+	stamps [][]byte // the same times formatted for JSON; each slice is immutable once stored
+	seq    uint64   // last tick's sequence number; samples keep its low 16 bits
+	users  map[string]*ring
 }
 
 type sample struct {
@@ -32,19 +33,23 @@ type ring struct {
 	head int // next write position once len(buf) == cap
 }
 
-// Point is one history sample as the API returns it.
+// Point is one history sample as the API returns it (JSON through Points.MarshalJSON).
 type Point struct {
-	T               time.Time `json:"t"`
-	AllocatedGPUs   float64   `json:"allocatedGPUs"`
-	UsedGPUs        *float64  `json:"usedGPUs"`
-	SMUtilPercent   *float64  `json:"smUtilPercent"`
-	MemoryUsedBytes uint64    `json:"memoryUsedBytes"`
+	T             time.Time
+	AllocatedGPUs float64
+	// UsedGPUs and SMUtilPercent are known when UsedKnown (null in JSON otherwise); SMUtilPercent also needs
+	// AllocatedGPUs > 0.
+	UsedGPUs        float64
+	SMUtilPercent   float64
+	UsedKnown       bool
+	MemoryUsedBytes uint64
+	stamp           []byte // T formatted once per tick, shared and never modified
 }
 
 // NewHistory keeps window at interval resolution.
 func NewHistory(window, interval time.Duration) *History {
 	size := max(1, int(window/interval))
-	return &History{size: size, times: make([]int64, size), users: map[string]*ring{}}
+	return &History{size: size, times: make([]int64, size), stamps: make([][]byte, size), users: map[string]*ring{}}
 }
 
 // Add records one tick for every user in v.
@@ -53,6 +58,7 @@ func (h *History) Add(v *View) {
 	defer h.mu.Unlock()
 	h.seq++
 	h.times[h.seq%uint64(h.size)] = v.SampledAt.UnixMilli()
+	h.stamps[h.seq%uint64(h.size)] = v.SampledAt.UTC().AppendFormat(make([]byte, 0, 24), stampLayout)
 	for name, u := range v.Users {
 		r := h.users[name]
 		if r == nil {
@@ -133,7 +139,10 @@ func (h *History) User(name string, since time.Time) Points {
 	if r == nil {
 		return Points{}
 	}
-	out := make(Points, 0, len(r.buf))
+	var out Points
+	if since.IsZero() {
+		out = make(Points, 0, len(r.buf))
+	}
 	n := len(r.buf)
 	start := 0
 	if n == h.size {
@@ -145,23 +154,28 @@ func (h *History) User(name string, since time.Time) Points {
 		if !h.inWindow(s.seq) {
 			continue
 		}
-		t := h.times[(h.seq-h.age(s.seq))%uint64(h.size)]
+		slot := (h.seq - h.age(s.seq)) % uint64(h.size)
+		t := h.times[slot]
 		if !since.IsZero() && t <= sinceMS {
 			continue
 		}
-		p := Point{T: time.UnixMilli(t).UTC(), AllocatedGPUs: float64(s.allocated), MemoryUsedBytes: uint64(s.mem16MiB) * memUnit}
+		p := Point{T: time.UnixMilli(t).UTC(), AllocatedGPUs: float64(s.allocated), MemoryUsedBytes: uint64(s.mem16MiB) * memUnit,
+			stamp: h.stamps[slot]}
 		if !math.IsNaN(float64(s.used)) {
-			used := float64(s.used)
-			p.UsedGPUs = &used
+			p.UsedKnown, p.UsedGPUs = true, float64(s.used)
 			if s.allocated > 0 {
-				u := math.Round(min(100, used/float64(s.allocated)*100)*100) / 100
-				p.SMUtilPercent = &u
+				p.SMUtilPercent = math.Round(min(100, p.UsedGPUs/p.AllocatedGPUs*100)*100) / 100
 			}
 		}
 		out = append(out, p)
 	}
+	if out == nil {
+		out = Points{}
+	}
 	return out
 }
+
+const stampLayout = "2006-01-02T15:04:05.999Z07:00"
 
 // Len is the number of users with history (for tests and the footprint benchmark).
 func (h *History) Len() int {
@@ -174,22 +188,36 @@ func (h *History) Len() int {
 // points every poll, so encoding them is the hot path. Numbers are stored as float32 and written as such.
 type Points []Point
 
-// MarshalJSON writes the same shape encoding/json would, with float32 precision.
+// MarshalJSON writes [{"t", "allocatedGPUs", "usedGPUs", "smUtilPercent", "memoryUsedBytes"}], with float32
+// precision. Consecutive points mostly repeat their numbers, so each number's text is reused while it repeats.
 func (ps Points) MarshalJSON() ([]byte, error) {
 	b := make([]byte, 0, 16+len(ps)*128)
 	b = append(b, '[')
+	var alloc, used, util cachedFloat
 	for i, p := range ps {
 		if i > 0 {
 			b = append(b, ',')
 		}
 		b = append(b, `{"t":"`...)
-		b = p.T.AppendFormat(b, "2006-01-02T15:04:05.999Z07:00")
+		if p.stamp != nil {
+			b = append(b, p.stamp...)
+		} else {
+			b = p.T.UTC().AppendFormat(b, stampLayout)
+		}
 		b = append(b, `","allocatedGPUs":`...)
-		b = strconv.AppendFloat(b, p.AllocatedGPUs, 'g', -1, 32)
+		b = alloc.append(b, p.AllocatedGPUs, 32)
 		b = append(b, `,"usedGPUs":`...)
-		b = appendOptFloat(b, p.UsedGPUs, 32)
+		if p.UsedKnown {
+			b = used.append(b, p.UsedGPUs, 32)
+		} else {
+			b = append(b, "null"...)
+		}
 		b = append(b, `,"smUtilPercent":`...)
-		b = appendOptFloat(b, p.SMUtilPercent, 64)
+		if p.UsedKnown && p.AllocatedGPUs > 0 {
+			b = util.append(b, p.SMUtilPercent, 64)
+		} else {
+			b = append(b, "null"...)
+		}
 		b = append(b, `,"memoryUsedBytes":`...)
 		b = strconv.AppendUint(b, p.MemoryUsedBytes, 10)
 		b = append(b, '}')
@@ -197,9 +225,14 @@ func (ps Points) MarshalJSON() ([]byte, error) {
 	return append(b, ']'), nil
 }
 
-func appendOptFloat(b []byte, f *float64, bits int) []byte {
-	if f == nil {
-		return append(b, "null"...)
+type cachedFloat struct {
+	v    float64
+	text []byte
+}
+
+func (c *cachedFloat) append(b []byte, v float64, bits int) []byte {
+	if c.text == nil || v != c.v {
+		c.v, c.text = v, strconv.AppendFloat(c.text[:0], v, 'g', -1, bits)
 	}
-	return strconv.AppendFloat(b, *f, 'g', -1, bits)
+	return append(b, c.text...)
 }

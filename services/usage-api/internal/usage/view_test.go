@@ -157,10 +157,10 @@ func TestHistory(t *testing.T) {
 	}
 	got := h.User("alice", time.Time{})
 	// Ticks 18..29 are in the window; alice has 18..24.
-	if len(got) != 7 || !got[0].T.Equal(now.Add(18*5*time.Second)) || got[1].UsedGPUs != nil {
+	if len(got) != 7 || !got[0].T.Equal(now.Add(18*5*time.Second)) || got[1].UsedKnown {
 		t.Fatalf("alice history: %d points, first %v; want 7 from tick 18", len(got), got[0].T)
 	}
-	if got[0].SMUtilPercent == nil || *got[0].SMUtilPercent < 17.99 || *got[0].SMUtilPercent > 18.01 {
+	if !got[0].UsedKnown || got[0].SMUtilPercent < 17.99 || got[0].SMUtilPercent > 18.01 {
 		t.Errorf("tick 18 util = %v, want 18", got[0].SMUtilPercent)
 	}
 	if since := h.User("alice", now.Add(23*5*time.Second)); len(since) != 1 {
@@ -201,7 +201,7 @@ func TestHistoryGappyUserAcrossSequenceWrap(t *testing.T) {
 }
 
 func TestPointsJSON(t *testing.T) {
-	ps := Points{{T: now, AllocatedGPUs: float64(float32(3.0 / 7)), UsedGPUs: f(float64(float32(0.1))), SMUtilPercent: f(23.33), MemoryUsedBytes: 1 << 24},
+	ps := Points{{T: now, AllocatedGPUs: float64(float32(3.0 / 7)), UsedGPUs: float64(float32(0.1)), UsedKnown: true, SMUtilPercent: 23.33, MemoryUsedBytes: 1 << 24},
 		{T: now.Add(5 * time.Second), AllocatedGPUs: 1}}
 	b, err := ps.MarshalJSON()
 	if err != nil {

@@ -1,0 +1,81 @@
+package bench
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/gpuhub/gpuhub/hubapi/hubauth"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/api"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/usage"
+)
+
+type noLedger struct{}
+
+func (noLedger) UserWindows(string) ledger.Windows { return ledger.Windows{} }
+func (noLedger) Hours(context.Context, ledger.Query) ([]ledger.Row, error) {
+	return nil, nil
+}
+
+// meHandler is the API over the synthetic cluster (10,000 users, 1,000 GPUs, 10,000 pods) with an hour of
+// history, authenticated through hubauth's cache.
+func meHandler(tb testing.TB) http.Handler {
+	tb.Helper()
+	now := time.Now()
+	c := Synthesize(10000, 1000, 10000, 10, now)
+	state := usage.NewState(usage.NewHistory(time.Hour, 5*time.Second))
+	v := usage.Build(c.Input(now, 5*time.Second))
+	for i := 719; i >= 0; i-- {
+		past := *v
+		past.SampledAt = now.Add(-time.Duration(i) * 5 * time.Second)
+		state.Publish(&past)
+	}
+	auth := hubauth.New(hubauth.Options{Hub: tokenChecker{}, MaxEntries: 20000})
+	return api.New(api.Options{Prefix: "/services/gpu-usage/", State: state, Ledger: noLedger{}, Auth: auth.Middleware})
+}
+
+func TestSynthesize(t *testing.T) {
+	c := Synthesize(10000, 1000, 10000, 10, time.Now())
+	v := usage.Build(c.Input(time.Now(), 5*time.Second))
+	if v.Cluster.Nodes != 125 || len(c.Pods) != 10000 || v.Cluster.CapacityGPUs < 999.99 || v.Cluster.CapacityGPUs > 1000.01 {
+		t.Errorf("nodes %d pods %d capacity %v; want 125, 10000, 1000", v.Cluster.Nodes, len(c.Pods), v.Cluster.CapacityGPUs)
+	}
+	if len(v.Users) != 9400 {
+		t.Errorf("%d users hold GPUs, want 9400 (1400 MIG slices + 8000 T4 replicas)", len(v.Users))
+	}
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/services/gpu-usage/api/v1/me", nil)
+	req.Header.Set("Authorization", "token tok-"+UserName(42))
+	meHandler(t).ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("me: %d %s", rec.Code, rec.Body)
+	}
+}
+
+func benchmarkMe(b *testing.B, query string) {
+	h := meHandler(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/services/gpu-usage/api/v1/me"+query, nil)
+		req.Header.Set("Authorization", "token tok-"+UserName(i%10000))
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			b.Fatalf("status %d", rec.Code)
+		}
+		i++
+	}
+}
+
+// BenchmarkMeFullHistory is the CPU cost of one me answer with an hour of history (720 points).
+func BenchmarkMeFullHistory(b *testing.B) { benchmarkMe(b, "") }
+
+// BenchmarkMeSince is a polling panel's request: only the newest point.
+func BenchmarkMeSince(b *testing.B) {
+	benchmarkMe(b, "?since="+time.Now().Add(-5*time.Second).UTC().Format(time.RFC3339))
+}
