@@ -211,6 +211,7 @@ func TestRunBenchDGXA100(t *testing.T) {
 			return []nvml.ProcessInfo{{Pid: 1, UsedGpuMemory: 1 << 20}}, nvml.SUCCESS
 		}
 		dev.GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) { return nil, nvml.ERROR_NOT_FOUND }
+		dev.GetMPSComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.ERROR_NOT_SUPPORTED }
 	}
 	var out bytes.Buffer
 	err := Run(context.Background(), Options{

@@ -201,7 +201,7 @@ func (b *Backend) gpu(index int, dev nvml.Device) (snapshot.GPU, []snapshot.Proc
 	default:
 		return g, nil, err
 	}
-	infos, err := call(b, "DeviceGetComputeRunningProcesses", dev.GetComputeRunningProcesses)
+	infos, err := b.processes(dev)
 	if err != nil {
 		return g, nil, err
 	}
@@ -315,7 +315,7 @@ func (b *Backend) migDevice(g *snapshot.GPU, mdev nvml.Device) (snapshot.MIGDevi
 		return m, nil, err
 	}
 	m.Profile = ProfileName(attr, g.MemoryTotalBytes)
-	infos, err := call(b, "DeviceGetComputeRunningProcesses", mdev.GetComputeRunningProcesses)
+	infos, err := b.processes(mdev)
 	if err != nil {
 		return m, nil, err
 	}
@@ -348,4 +348,32 @@ func ProfileName(attr nvml.DeviceAttributes, parentTotalBytes uint64) string {
 		name = strconv.Itoa(int(attr.ComputeInstanceSliceCount)) + "c." + name
 	}
 	return name
+}
+
+// processes lists the compute processes on dev, including MPS clients, which
+// NVML lists separately (under MPS the compute list shows only the server).
+func (b *Backend) processes(dev nvml.Device) ([]nvml.ProcessInfo, error) {
+	infos, err := call(b, "DeviceGetComputeRunningProcesses", dev.GetComputeRunningProcesses)
+	if err != nil {
+		return nil, err
+	}
+	mps, err := call(b, "DeviceGetMPSComputeRunningProcesses", dev.GetMPSComputeRunningProcesses)
+	switch {
+	case err == nil:
+	case errors.Is(err, nvml.ERROR_NOT_SUPPORTED), errors.Is(err, nvml.ERROR_FUNCTION_NOT_FOUND):
+		return infos, nil // no MPS on this GPU or driver
+	default:
+		return nil, err
+	}
+	seen := make(map[uint32]bool, len(infos))
+	for _, p := range infos {
+		seen[p.Pid] = true
+	}
+	for _, p := range mps {
+		if !seen[p.Pid] {
+			infos = append(infos, p)
+			seen[p.Pid] = true
+		}
+	}
+	return infos, nil
 }

@@ -33,6 +33,7 @@ func server(t *testing.T) *dgxa100.Server {
 		dev.MemoryInfo = nvml.Memory{Total: 42949672960, Used: 1 << 30}
 		dev.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{}, nvml.SUCCESS }
 		dev.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
+		dev.GetMPSComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.ERROR_NOT_SUPPORTED }
 		dev.GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
 			return nil, nvml.ERROR_NOT_FOUND
 		}
@@ -78,6 +79,9 @@ func enableMIG(t *testing.T, dev *dgxa100.Device, procs map[int][]nvml.ProcessIn
 					MemorySizeMB: giInfo.MemorySizeMB, MultiprocessorCount: giInfo.MultiprocessorCount}, nvml.SUCCESS
 			},
 			GetComputeRunningProcessesFunc: func() ([]nvml.ProcessInfo, nvml.Return) { return p, nvml.SUCCESS },
+			GetMPSComputeRunningProcessesFunc: func() ([]nvml.ProcessInfo, nvml.Return) {
+				return nil, nvml.ERROR_FUNCTION_NOT_FOUND // an older driver
+			},
 		})
 	}
 	dev.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 7, nvml.SUCCESS }
@@ -170,6 +174,30 @@ func TestSampleFullGPU(t *testing.T) {
 	}
 	if calls["DeviceGetProcessUtilization"] != 16 || calls["DeviceGetCount"] != 2 {
 		t.Errorf("observed calls = %v", calls)
+	}
+}
+
+// Under MPS the clients are listed by a separate call; the server may also
+// appear in the plain compute list.
+func TestSampleMPSClients(t *testing.T) {
+	s := server(t)
+	d0 := s.Devices[0].(*dgxa100.Device)
+	d0.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+		return []nvml.ProcessInfo{{Pid: 10, UsedGpuMemory: 1}}, nvml.SUCCESS
+	}
+	d0.GetMPSComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+		return []nvml.ProcessInfo{{Pid: 10, UsedGpuMemory: 1}, {Pid: 11, UsedGpuMemory: 2}, {Pid: 12, UsedGpuMemory: 3}}, nvml.SUCCESS
+	}
+	r, err := newBackend(t, s, nil, nil).Sample(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, p := range r.Processes {
+		pids = append(pids, p.PID)
+	}
+	if diff := cmp.Diff([]int{10, 11, 12}, pids); diff != "" {
+		t.Errorf("processes (-want +got):\n%s", diff)
 	}
 }
 
