@@ -49,3 +49,19 @@ func TestRealProcBusyVersusIdle(t *testing.T) {
 		t.Errorf("busy GPU %.1f %%, idle GPU %.1f %%: want busy >= 10 and idle <= 5", busy, idle)
 	}
 }
+
+// BenchmarkScanRealProc measures one scan of this machine's /proc, the
+// simulated backend's main cost per sample.
+func BenchmarkScanRealProc(b *testing.B) {
+	if runtime.GOOS != "linux" {
+		b.Skip("needs /proc")
+	}
+	proc := os.DirFS("/proc")
+	for b.Loop() {
+		if _, err := scan(proc, "bench-node"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	entries, _ := os.ReadDir("/proc")
+	b.ReportMetric(float64(len(entries)), "proc-entries")
+}
