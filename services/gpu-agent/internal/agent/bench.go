@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
 )
 
 // callRecorder keeps every call duration of a bench run.
@@ -72,8 +74,9 @@ func bench(ctx context.Context, a *Agent, o Options, rec *callRecorder) error {
 		return fmt.Errorf("write table: %w", err)
 	}
 	cpu := (ru1.cpu - ru0.cpu).Seconds()
-	_, err := fmt.Fprintf(o.Out, "samples %d over %s: agent CPU %.3fs (%.3f%% of one core), max RSS %d KiB\n",
-		o.Bench, wall.Round(time.Millisecond), cpu, 100*cpu/wall.Seconds(), ru1.maxRSSKiB)
+	_, err := fmt.Fprintf(o.Out, "samples %d over %s: agent CPU %.3fs (%.3f%% of one core), max RSS %d KiB; "+
+		"last sample: %d GPU processes in pods, %d in no pod\n",
+		o.Bench, wall.Round(time.Millisecond), cpu, 100*cpu/wall.Seconds(), ru1.maxRSSKiB, attributed(a.Snapshot()), a.state().unattributed)
 	if err != nil {
 		return fmt.Errorf("write summary: %w", err)
 	}
@@ -109,4 +112,14 @@ func rusage() usage {
 		cpu:       time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
 		maxRSSKiB: ru.Maxrss,
 	}
+}
+
+func attributed(s *snapshot.Snapshot) int {
+	n := 0
+	if s != nil {
+		for _, p := range s.Pods {
+			n += len(p.Processes)
+		}
+	}
+	return n
 }
