@@ -62,8 +62,10 @@ demo: cluster-deps build ## Run the local GPU JupyterHub (real control plane, em
 	  $(BIN)/localcluster $(DEMO_FLAGS)
 
 .PHONY: e2e
-e2e: cluster-deps chromium browser-deps ## End-to-end tests on the local cluster (spawns per GPU profile, scheduling, browser).
-	GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_HUB_VENV="$(VENV_HUB55)" GPUHUB_CHP="$(CHP)" \
+e2e: cluster-deps chromium browser-deps ## End-to-end tests on the local cluster (spawns per GPU profile, scheduling, agents, browser).
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/gpu-agent ./services/gpu-agent
+	GPUHUB_GPU_AGENT="$(BIN)/gpu-agent" GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_HUB_VENV="$(VENV_HUB55)" GPUHUB_CHP="$(CHP)" \
 	GPUHUB_BROWSER_MODULES="$(BROWSER_MODULES)/node_modules" GPUHUB_CHROMIUM="$(CHROMIUM)" \
 	  $(GO) test $(E2E_FLAGS) -tags e2e ./e2e/cluster/... ./e2e/e2etest/...
 

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -147,7 +148,8 @@ func (cp *ControlPlane) etcdDataDir() (string, error) {
 }
 
 func (cp *ControlPlane) startEtcd(ctx context.Context) error {
-	client, peer := freePort(), freePort()
+	pp := FreePorts(2)
+	client, peer := pp[0], pp[1]
 	data, err := cp.etcdDataDir()
 	if err != nil {
 		return fmt.Errorf("etcd data dir: %w", err)
@@ -276,7 +278,7 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context) error {
 			"--leader-elect=false", "--profiling=false",
 			"--controllers=" + strings.Join(cp.opts.Controllers, ","),
 			"--root-ca-file=" + cp.caFile,
-			"--use-service-account-credentials=false",
+			"--use-service-account-credentials=true", // each controller with its own RBAC role, as kubeadm runs it
 			"--v=1",
 		},
 		LogFile: cp.logFile("kube-controller-manager"),
@@ -392,16 +394,34 @@ func httpReady(c *http.Client, url string) func(context.Context) error {
 	}
 }
 
-// freePort returns a TCP port that was free on 127.0.0.1 a moment ago.
+// freePort returns a TCP port that was free on 127.0.0.1 a moment ago. Ports come from
+// 20000-32767, below Linux's ephemeral range (32768-60999), so neither outgoing connections nor
+// other programs' bind(0) take them between the check and the use.
 func freePort() int {
-	var lc net.ListenConfig
-	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(fmt.Sprintf("no free port on loopback: %v", err))
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return FreePorts(1)[0]
 }
 
-// FreePort is freePort for the other parts of the harness.
-func FreePort() int { return freePort() }
+// FreePorts returns n distinct free ports, holding them all open together while choosing.
+func FreePorts(n int) []int {
+	var lc net.ListenConfig
+	held := make([]net.Listener, 0, n)
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for tries := 0; len(ports) < n && tries < 1000; tries++ {
+		port := 20000 + mrand.IntN(12768)
+		l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		held = append(held, l)
+		ports = append(ports, port)
+	}
+	if len(ports) < n {
+		panic("no free ports on loopback in 20000-32767")
+	}
+	return ports
+}

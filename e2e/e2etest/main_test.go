@@ -55,6 +55,7 @@ func run(m *testing.M) int {
 	st, err = stack.Start(ctx, stack.Options{
 		KubeBinDir: need["GPUHUB_KUBE_BIN"], Venv: need["GPUHUB_HUB_VENV"], CHP: need["GPUHUB_CHP"],
 		Topology: filepath.Join("..", "topology.yaml"), Password: password, Logger: logger,
+		GPUAgent: os.Getenv("GPUHUB_GPU_AGENT"),
 		Progress: func(step string, took time.Duration) {
 			fmt.Fprintf(os.Stderr, "e2e: %s (%.1fs)\n", step, took.Seconds())
 			if controlPlaneReady == 0 {

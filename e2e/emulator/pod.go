@@ -228,7 +228,7 @@ func (w *podWorker) block(ctx context.Context, reason, msg string) {
 }
 
 func (w *podWorker) start(ctx context.Context, c *container) {
-	port := containerPort(c.spec)
+	port := containerPort(c.spec, c.inv.program.Port)
 	args := bindArgs(c.inv, w.ip, port)
 	home := filepath.Join(w.e.opts.Dir, "home", homeName(w.pod))
 	if err := os.MkdirAll(home, 0o755); err != nil {
@@ -360,11 +360,14 @@ func resolvePort(p intstr.IntOrString, c corev1.Container) int32 {
 	return 0
 }
 
-func containerPort(c corev1.Container) int32 {
+func containerPort(c corev1.Container, def int32) int32 {
 	if len(c.Ports) > 0 {
 		return c.Ports[0].ContainerPort
 	}
-	return 8888
+	if def == 0 {
+		return 8888
+	}
+	return def
 }
 
 // homeName keeps one home directory per Hub user (like a per-user PVC), else per pod.

@@ -29,6 +29,8 @@ type Program struct {
 	Kind    Kind
 	// Args are added to every invocation (e.g. --allow-root for jupyter-server run as root).
 	Args []string
+	// Port is the port the program serves on when the container declares none (8888, 9400).
+	Port int32
 }
 
 // invocation is what the emulator runs for one container.
@@ -126,9 +128,8 @@ func bindArgs(inv invocation, podIP string, port int32) []string {
 				return args
 			}
 		}
-		if port > 0 {
-			args = append(args, "--listen="+net.JoinHostPort(podIP, fmt.Sprint(port)))
-		}
+		// Always bind the pod IP: a program's own default (":9400") would listen on every interface.
+		args = append(args, "--listen="+net.JoinHostPort(podIP, fmt.Sprint(port)))
 	}
 	return args
 }

@@ -7,10 +7,10 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 
+	"github.com/gpuhub/gpuhub/e2e/cluster"
 	"github.com/gpuhub/gpuhub/e2e/internal/hubproc"
 )
 
@@ -63,7 +63,11 @@ func Start(ctx context.Context, opts Options) (*hubproc.Hub, error) {
 			return nil, fmt.Errorf("write values: %w", err)
 		}
 	}
-	hubPort := freePort()
+	ports := cluster.FreePorts(3)
+	proxyPort, proxyAPIPort, hubPort := ports[0], ports[1], ports[2]
+	if opts.ProxyPort != 0 {
+		proxyPort = opts.ProxyPort
+	}
 	env := []string{
 		"KUBECONFIG=" + opts.Kubeconfig,
 		"GPUHUB_HUB_VALUES=" + values,
@@ -74,30 +78,21 @@ func Start(ctx context.Context, opts Options) (*hubproc.Hub, error) {
 		env = append(env, "GPUHUB_EXTRA_CONFIG_DIR="+opts.ExtraConfigDir)
 	}
 	return hubproc.Start(ctx, hubproc.Options{
-		Venv:        opts.Venv,
-		CHPPath:     opts.CHP,
-		Users:       Users,
-		Admins:      Admins,
-		Groups:      Groups,
-		Password:    opts.Password,
-		Spawner:     "kubespawner.KubeSpawner",
-		ExtraConfig: kubespawnerConfig,
-		Env:         env,
-		Services:    opts.Services,
-		Roles:       opts.Roles,
-		ProxyPort:   opts.ProxyPort,
-		HubPort:     hubPort,
-		WorkDir:     opts.Dir,
-		LogLevel:    opts.LogLevel,
+		Venv:         opts.Venv,
+		CHPPath:      opts.CHP,
+		Users:        Users,
+		Admins:       Admins,
+		Groups:       Groups,
+		Password:     opts.Password,
+		Spawner:      "kubespawner.KubeSpawner",
+		ExtraConfig:  kubespawnerConfig,
+		Env:          env,
+		Services:     opts.Services,
+		Roles:        opts.Roles,
+		ProxyPort:    proxyPort,
+		ProxyAPIPort: proxyAPIPort,
+		HubPort:      hubPort,
+		WorkDir:      opts.Dir,
+		LogLevel:     opts.LogLevel,
 	})
-}
-
-func freePort() int {
-	var lc net.ListenConfig
-	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(fmt.Sprintf("no free port on loopback: %v", err))
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

@@ -107,8 +107,14 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}()
 
 	t0 := time.Now()
-	s.ControlPlane, err = cluster.Start(ctx, cluster.Options{
-		BinDir: opts.KubeBinDir, Etcd: opts.Etcd, Dir: filepath.Join(s.Dir, "cluster"), Logger: opts.Logger,
+	// Ports are picked free on 127.0.0.1 just before use; on a busy machine another process can take
+	// one in between, so a failed start is retried in a fresh directory.
+	err = retry(ctx, opts.Logger, "control plane", func(attempt int) error {
+		var err error
+		s.ControlPlane, err = cluster.Start(ctx, cluster.Options{
+			BinDir: opts.KubeBinDir, Etcd: opts.Etcd, Dir: filepath.Join(s.Dir, attemptDir("cluster", attempt)), Logger: opts.Logger,
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("control plane: %w", err)
@@ -141,8 +147,8 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 	programs := []emulator.Program{
 		{Name: "jupyterhub-singleuser", Aliases: []string{"start-singleuser.sh"},
-			Path: filepath.Join(opts.Venv, "bin", "jupyterhub-singleuser"), Kind: emulator.Singleuser, Args: singleuserArgs},
-		{Name: "gpu-agent", Path: existing(opts.GPUAgent), Kind: emulator.Service},
+			Path: filepath.Join(opts.Venv, "bin", "jupyterhub-singleuser"), Kind: emulator.Singleuser, Args: singleuserArgs, Port: 8888},
+		{Name: "gpu-agent", Path: existing(opts.GPUAgent), Kind: emulator.Service, Port: 9400},
 	}
 	s.Emulator, err = emulator.New(emulator.Options{
 		Client: emuClient, Topology: topo, Programs: programs, Dir: filepath.Join(s.Dir, "nodes"),
@@ -172,11 +178,15 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s.Hub, err = hub.Start(ctx, hub.Options{
-		Venv: opts.Venv, CHP: opts.CHP, Kubeconfig: hubKC, Namespace: opts.Namespace,
-		Dir: filepath.Join(s.Dir, "hub"), Password: opts.Password, Values: opts.HubValues,
-		ExtraConfigDir: opts.HubExtraConfigDir, ProxyPort: opts.ProxyPort,
-		Services: opts.HubServices, Roles: opts.HubRoles,
+	err = retry(ctx, opts.Logger, "jupyterhub", func(attempt int) error {
+		var err error
+		s.Hub, err = hub.Start(ctx, hub.Options{
+			Venv: opts.Venv, CHP: opts.CHP, Kubeconfig: hubKC, Namespace: opts.Namespace,
+			Dir: filepath.Join(s.Dir, attemptDir("hub", attempt)), Password: opts.Password, Values: opts.HubValues,
+			ExtraConfigDir: opts.HubExtraConfigDir, ProxyPort: opts.ProxyPort,
+			Services: opts.HubServices, Roles: opts.HubRoles,
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("jupyterhub: %w", err)
@@ -203,6 +213,25 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		opts.Progress(c.Name+" ready", time.Since(t0))
 	}
 	return s, nil
+}
+
+// retry runs start up to three times; start must leave nothing running when it fails.
+func retry(ctx context.Context, logger *slog.Logger, what string, start func(attempt int) error) error {
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		if err = start(attempt); err == nil || ctx.Err() != nil {
+			return err
+		}
+		logger.Warn("start failed, retrying", "what", what, "attempt", attempt, "err", err)
+	}
+	return err
+}
+
+func attemptDir(name string, attempt int) string {
+	if attempt == 1 {
+		return name
+	}
+	return fmt.Sprintf("%s-%d", name, attempt)
 }
 
 func existing(path string) string {
