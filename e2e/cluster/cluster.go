@@ -425,3 +425,6 @@ func FreePorts(n int) []int {
 	}
 	return ports
 }
+
+// FreePort returns one port from FreePorts.
+func FreePort() int { return freePort() }
