@@ -212,7 +212,7 @@ func (b *Backend) gpu(index int, dev nvml.Device) (snapshot.GPU, []snapshot.Proc
 	procs := make([]snapshot.ProcessReading, 0, len(infos))
 	for _, p := range infos {
 		pr := snapshot.ProcessReading{
-			PID: int(p.Pid), Device: self, MemoryUsedBytes: p.UsedGpuMemory,
+			PID: int(p.Pid), Device: self, MemoryUsedBytes: usedMemory(p),
 			UtilizationSource: snapshot.SourceNone,
 		}
 		if supported {
@@ -323,7 +323,7 @@ func (b *Backend) migDevice(g *snapshot.GPU, mdev nvml.Device) (snapshot.MIGDevi
 	procs := make([]snapshot.ProcessReading, 0, len(infos))
 	for _, p := range infos {
 		procs = append(procs, snapshot.ProcessReading{
-			PID: int(p.Pid), Device: dev, MemoryUsedBytes: p.UsedGpuMemory,
+			PID: int(p.Pid), Device: dev, MemoryUsedBytes: usedMemory(p),
 			UtilizationSource: snapshot.SourceNone,
 		})
 	}
@@ -376,4 +376,15 @@ func (b *Backend) processes(dev nvml.Device) ([]nvml.ProcessInfo, error) {
 		}
 	}
 	return infos, nil
+}
+
+// notAvailable is NVML_VALUE_NOT_AVAILABLE: the driver cannot report a
+// process's memory (e.g. without permission); counted as 0, not 16 EiB.
+const notAvailable = math.MaxUint64
+
+func usedMemory(p nvml.ProcessInfo) uint64 {
+	if p.UsedGpuMemory == notAvailable {
+		return 0
+	}
+	return p.UsedGpuMemory
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -186,17 +187,18 @@ func TestSampleMPSClients(t *testing.T) {
 		return []nvml.ProcessInfo{{Pid: 10, UsedGpuMemory: 1}}, nvml.SUCCESS
 	}
 	d0.GetMPSComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
-		return []nvml.ProcessInfo{{Pid: 10, UsedGpuMemory: 1}, {Pid: 11, UsedGpuMemory: 2}, {Pid: 12, UsedGpuMemory: 3}}, nvml.SUCCESS
+		return []nvml.ProcessInfo{{Pid: 10, UsedGpuMemory: 1}, {Pid: 11, UsedGpuMemory: 2}, {Pid: 12, UsedGpuMemory: math.MaxUint64}}, nvml.SUCCESS
 	}
 	r, err := newBackend(t, s, nil, nil).Sample(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pids []int
+	var pids []string
 	for _, p := range r.Processes {
-		pids = append(pids, p.PID)
+		pids = append(pids, fmt.Sprintf("%d:%d", p.PID, p.MemoryUsedBytes))
 	}
-	if diff := cmp.Diff([]int{10, 11, 12}, pids); diff != "" {
+	// 12's memory is NVML_VALUE_NOT_AVAILABLE: 0, not 16 EiB.
+	if diff := cmp.Diff([]string{"10:1", "11:2", "12:0"}, pids); diff != "" {
 		t.Errorf("processes (-want +got):\n%s", diff)
 	}
 }
