@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 
@@ -79,16 +78,6 @@ func run(args []string) int {
 		logger.Warn("no Kubernetes client: pods will be named by UID only", "err", err)
 		kc = nil
 	}
-	var lib nvml.Interface
-	if *backend == "nvml" {
-		// Loading happens at Init, inside Run: a machine without the library
-		// gets a clear error there, and --backend=simulated never loads it.
-		var opts []nvml.LibraryOption
-		if *nvmlLib != "" {
-			opts = append(opts, nvml.WithLibraryPath(*nvmlLib))
-		}
-		lib = nvml.New(opts...)
-	}
 	var allowed []string
 	for u := range strings.SplitSeq(*allowedUsers, ",") {
 		if u = strings.TrimSpace(u); u != "" {
@@ -100,7 +89,7 @@ func run(args []string) int {
 	defer stop()
 	err = agent.Run(ctx, agent.Options{
 		Logger: logger, Registry: prometheus.NewRegistry(), Kube: kc, Node: *node, Backend: *backend,
-		Interval: *interval, Listen: *listen, Proc: os.DirFS(*procRoot), NVML: lib, DCGMExporterURL: *dcgmURL,
+		Interval: *interval, Listen: *listen, Proc: os.DirFS(*procRoot), NVMLLibrary: *nvmlLib, DCGMExporterURL: *dcgmURL,
 		SnapshotAuth: *snapAuth, SnapshotAllowedUsers: allowed, Bench: *benchN, Out: os.Stdout,
 	})
 	if err != nil {

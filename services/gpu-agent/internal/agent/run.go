@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 
@@ -40,8 +39,11 @@ type Options struct {
 	Listener net.Listener
 	// Proc is the host's /proc, e.g. os.DirFS("/proc").
 	Proc fs.FS
-	// NVML is the library handle for the nvml backend (nvml.New()).
-	NVML nvml.Interface
+	// NVMLLibrary is the path of libnvidia-ml.so.1; empty: the dynamic
+	// loader's search path.
+	NVMLLibrary string
+	// OpenNVML replaces nvidia.Open (tests pass go-nvml's mock servers).
+	OpenNVML func(path string, s nvidia.Settings) (*nvidia.Backend, error)
 	// DCGMExporterURL, when set, supplies MIG utilization.
 	DCGMExporterURL string
 	HTTPClient      *http.Client
@@ -96,15 +98,16 @@ func Run(ctx context.Context, o Options) error {
 	var sampler Sampler
 	switch o.Backend {
 	case snapshot.BackendNVML:
-		if o.NVML == nil {
-			return errors.New("nvml backend without an NVML handle")
-		}
 		var mig nvidia.MIGUtilizationSource
 		if o.DCGMExporterURL != "" {
 			mig = dcgm.New(o.DCGMExporterURL, o.HTTPClient)
 		}
-		b := nvidia.New(nvidia.Options{
-			Lib: o.NVML, Now: o.Now, Interval: o.Interval, MIG: mig, Logger: o.Logger,
+		open := o.OpenNVML
+		if open == nil {
+			open = nvidia.Open
+		}
+		b, err := open(o.NVMLLibrary, nvidia.Settings{
+			Now: o.Now, Interval: o.Interval, MIG: mig, Logger: o.Logger,
 			Observe: func(call string, d time.Duration) {
 				calls.WithLabelValues(call).Observe(d.Seconds())
 				if o.Bench > 0 {
@@ -112,7 +115,7 @@ func Run(ctx context.Context, o Options) error {
 				}
 			},
 		})
-		if err := b.Init(); err != nil {
+		if err != nil {
 			return err
 		}
 		defer func() {

@@ -12,9 +12,6 @@ import (
 	"testing/fstest"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 	"github.com/prometheus/client_golang/prometheus"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -175,14 +172,13 @@ func TestRunSimulated(t *testing.T) {
 }
 
 func TestRunErrors(t *testing.T) {
-	missing := &mock.Interface{InitFunc: func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }}
 	cases := map[string]struct {
 		opts Options
 		want string
 	}{
 		"unknown backend": {opts: Options{Kube: simCluster(), Node: "n", Backend: "cuda", Interval: time.Second, SnapshotAuth: AuthNone}, want: "unknown backend"},
-		"no library": {opts: Options{Kube: simCluster(), Node: "n", Backend: "nvml", NVML: missing, Interval: time.Second, SnapshotAuth: AuthNone},
-			want: "--backend=simulated"},
+		"no library": {opts: Options{Kube: simCluster(), Node: "n", Backend: "nvml", NVMLLibrary: "/nonexistent/libnvidia-ml.so.1",
+			Interval: time.Second, SnapshotAuth: AuthNone}, want: "--backend=simulated"},
 		"no node":     {opts: Options{Kube: simCluster(), Backend: "simulated", Interval: time.Second, SnapshotAuth: AuthNone}, want: "NODE_NAME"},
 		"bad auth":    {opts: Options{Kube: simCluster(), Node: "n", Backend: "simulated", Interval: time.Second, SnapshotAuth: "basic"}, want: "snapshot-auth"},
 		"no interval": {opts: Options{Kube: simCluster(), Node: "n", Backend: "simulated", SnapshotAuth: AuthNone}, want: "interval"},
@@ -197,36 +193,5 @@ func TestRunErrors(t *testing.T) {
 				t.Errorf("Run = %v, want an error about %q", err, tc.want)
 			}
 		})
-	}
-}
-
-// TestRunBenchDGXA100 runs --bench against the DGX A100 mock without a
-// cluster: the snapshot and the per-call cost table come out.
-func TestRunBenchDGXA100(t *testing.T) {
-	s := dgxa100.New()
-	for _, d := range s.Devices {
-		dev := d.(*dgxa100.Device)
-		dev.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{Gpu: 5}, nvml.SUCCESS }
-		dev.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
-			return []nvml.ProcessInfo{{Pid: 1, UsedGpuMemory: 1 << 20}}, nvml.SUCCESS
-		}
-		dev.GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) { return nil, nvml.ERROR_NOT_FOUND }
-		dev.GetMPSComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.ERROR_NOT_SUPPORTED }
-	}
-	var out bytes.Buffer
-	err := Run(context.Background(), Options{
-		Node: "bare", Backend: "nvml", NVML: s, Interval: time.Millisecond, SnapshotAuth: AuthNone,
-		Proc: fstest.MapFS{"1/cgroup": {Data: []byte("0::/init.scope\n")}}, Bench: 3, Out: &out,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{`"backend": "nvml"`, "DeviceGetProcessUtilization", "(whole sample)", "of one core"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("bench output lacks %q:\n%s", want, out.String())
-		}
-	}
-	if i := strings.Index(out.String(), "call "); i >= 0 {
-		t.Logf("per-call table:\n%s", out.String()[i:])
 	}
 }

@@ -1,8 +1,5 @@
-// Package nvidia is the NVML backend: the only code in gpuhub that talks to
-// the NVIDIA driver. The NVML handle is injected (nvml.Interface), so tests
-// run against go-nvml's mock servers and production against libnvidia-ml,
-// which go-nvml dlopens at Init: a binary built with this package starts on
-// a machine without the library as long as Init is never called.
+//go:build cgo
+
 package nvidia
 
 import (
@@ -20,24 +17,24 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
 )
 
-// MIGUtilizationSource gives utilization per MIG GPU instance (dcgm.Client).
-type MIGUtilizationSource interface {
-	MIGUtilization(ctx context.Context) (map[dcgm.Key]float64, error)
+// Options configure a Backend: the NVML handle and the Settings.
+type Options struct {
+	Settings
+	Lib nvml.Interface
 }
 
-// Options configure a Backend.
-type Options struct {
-	Lib nvml.Interface
-	// Now is the clock; it also times NVML calls.
-	Now func() time.Time
-	// Interval is the sampling interval, used for the first utilization window.
-	Interval time.Duration
-	// Observe, when set, receives the duration of every NVML call by name
-	// (the gpuhub_agent_nvml_call_duration_seconds histogram, --once timings).
-	Observe func(call string, d time.Duration)
-	// MIG, when set, supplies MIG utilization (dcgm-exporter).
-	MIG    MIGUtilizationSource
-	Logger *slog.Logger
+// Open loads libnvidia-ml (from path, or the dynamic loader's search path
+// when path is empty), initialises NVML and returns the Backend.
+func Open(path string, s Settings) (*Backend, error) {
+	var opts []nvml.LibraryOption
+	if path != "" {
+		opts = append(opts, nvml.WithLibraryPath(path))
+	}
+	b := New(Options{Settings: s, Lib: nvml.New(opts...)})
+	if err := b.Init(); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // Backend samples GPUs through NVML. Not safe for concurrent Sample calls.

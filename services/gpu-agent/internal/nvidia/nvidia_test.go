@@ -1,3 +1,5 @@
+//go:build cgo
+
 package nvidia
 
 import (
@@ -104,12 +106,12 @@ func (f fakeDCGM) MIGUtilization(context.Context) (map[dcgm.Key]float64, error) 
 
 func newBackend(t *testing.T, s *dgxa100.Server, mig MIGUtilizationSource, calls map[string]int) *Backend {
 	t.Helper()
-	b := New(Options{Lib: s, Now: func() time.Time { return now }, Interval: 5 * time.Second, MIG: mig,
+	b := New(Options{Lib: s, Settings: Settings{Now: func() time.Time { return now }, Interval: 5 * time.Second, MIG: mig,
 		Observe: func(call string, _ time.Duration) {
 			if calls != nil {
 				calls[call]++
 			}
-		}})
+		}}})
 	if err := b.Init(); err != nil {
 		t.Fatal(err)
 	}
@@ -326,8 +328,7 @@ func TestInitErrors(t *testing.T) {
 
 // The real library, absent here, must fail Init with the clear message, not crash.
 func TestInitRealLibraryMissing(t *testing.T) {
-	lib := nvml.New(nvml.WithLibraryPath("/nonexistent/libnvidia-ml.so.1"))
-	err := New(Options{Lib: lib}).Init()
+	_, err := Open("/nonexistent/libnvidia-ml.so.1", Settings{})
 	if err == nil || !strings.Contains(err.Error(), "--backend=simulated") {
 		t.Errorf("Init() with no library = %v, want the not-found message", err)
 	}
