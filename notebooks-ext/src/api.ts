@@ -259,9 +259,10 @@ function errorDetail(body: string): string {
       return parsed.message.slice(0, 300);
     }
   } catch {
-    // Not JSON (a proxy's HTML page): keep a short excerpt.
+    // Not JSON: a proxy's or the Hub's page.
   }
-  return body.replace(/\s+/g, ' ').trim().slice(0, 200);
+  const text = body.replace(/\s+/g, ' ').trim();
+  return text.startsWith('<') ? '' : text.slice(0, 200);
 }
 
 function isObject(v: unknown): v is Record<string, unknown> {

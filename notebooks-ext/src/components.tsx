@@ -8,6 +8,7 @@ import {
   describeBudget,
   describeHolding,
   describeIdleCull,
+  documentProvenance,
   formatGpuHours,
   formatMemory,
   formatNumber,
@@ -39,12 +40,15 @@ export interface PanelProps {
 
 export function GpuPanel(props: PanelProps): JSX.Element {
   const { state } = props;
-  const simulated = state.status === 'ok' ? isSimulated(state.data) : null;
+  const provenance =
+    state.status === 'ok' ? documentProvenance(state.data) : null;
   return (
     <div className="jp-GpuPanel-content">
       <header className="jp-GpuPanel-header">
         <h2 className="jp-GpuPanel-title">GPU</h2>
-        {simulated !== null && <ProvenanceBadge simulated={simulated} />}
+        {provenance !== null && (
+          <ProvenanceBadge simulated={provenance === 'simulated'} />
+        )}
         <span className="jp-GpuPanel-spacer" />
         {state.status !== 'not-hub' && (
           <button

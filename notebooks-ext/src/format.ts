@@ -246,6 +246,26 @@ export function isSimulated(me: MeResponse): boolean {
   );
 }
 
+/**
+ * The document's badge: "simulated" when any number is simulated, "measured"
+ * when some device has a real utilization source, else none (nothing measured).
+ */
+export function documentProvenance(
+  me: MeResponse
+): 'simulated' | 'measured' | null {
+  if (isSimulated(me)) {
+    return 'simulated';
+  }
+  const measured = me.servers.some(s =>
+    s.gpus.some(
+      g =>
+        !g.stale &&
+        (g.utilizationSource === 'nvml' || g.utilizationSource === 'dcgm')
+    )
+  );
+  return measured ? 'measured' : null;
+}
+
 /** Age of the sample in seconds, or null when `sampledAt` is missing or bad. */
 export function sampleAgeSeconds(me: MeResponse, now: Date): number | null {
   const t = Date.parse(me.sampledAt);

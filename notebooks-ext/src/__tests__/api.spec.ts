@@ -175,6 +175,15 @@ describe('requestMe', () => {
     );
   });
 
+  it('leaves an HTML error page out of the message', async () => {
+    const fetchFn = respond(
+      404,
+      '<!DOCTYPE HTML><html><title>JupyterHub</title></html>'
+    );
+    const err = await requestMe('/me', TOKEN, fetchFn).catch(e => e);
+    expect(err.message).toBe('usage API answered 404 Error');
+  });
+
   it('marks 401 and 403 as unauthorized', () => {
     expect(new ResponseError(401, 'x').unauthorized).toBe(true);
     expect(new ResponseError(403, 'x').unauthorized).toBe(true);

@@ -121,8 +121,9 @@ describe('GpuPanel', () => {
     expect(onRefresh).toHaveBeenCalledTimes(1);
   });
 
-  it('says no utilization data for MIG without DCGM, and measured when real', () => {
+  it('says no utilization data for MIG without DCGM and claims no measurement', () => {
     const me = aliceMe({ simulated: false });
+    me.servers[0].simulated = false;
     me.servers[0].gpus[0].smUtilPercent = null;
     me.servers[0].gpus[0].utilizationSource = 'none';
     renderPanel({ status: 'ok', data: me, fetchedAt: NOW });
@@ -130,9 +131,19 @@ describe('GpuPanel', () => {
       'no utilization data (MIG)'
     );
     expect(host.querySelector('[data-field="util"] [role="meter"]')).toBeNull();
+    expect(host.querySelector('[data-provenance]')).toBeNull();
+  });
+
+  it('marks NVML numbers as measured', () => {
+    const me = aliceMe({ simulated: false });
+    me.servers[0].gpus[0].utilizationSource = 'nvml';
+    renderPanel({ status: 'ok', data: me, fetchedAt: NOW });
     expect(
       host.querySelector('[data-provenance]')?.getAttribute('data-provenance')
     ).toBe('measured');
+    expect(text('[data-field="util"] .jp-GpuPanel-note')).toBe(
+      'measured (NVML)'
+    );
   });
 
   it('shows the no-GPU state with a link to the hub', () => {

@@ -164,15 +164,41 @@ async function refreshAndCapture(
   const response: Promise<Response> = page.waitForResponse(
     r =>
       r.url().includes(`/services/${service}/api/v1/me`) &&
-      r.request().method() === 'GET',
+      r.request().method() === 'GET' &&
+      // The Hub answers a missing service with a redirect first: wait for the final answer.
+      (r.status() < 300 || r.status() >= 400),
     { timeout: 30_000 }
   );
   await page.locator('.jp-GpuPanel-refresh').click();
   const r = await response;
+  if (r.status() !== 200) {
+    const panel = await readPanel(page);
+    throw new Error(
+      `the usage API answered ${r.status()} to the panel (${r.url()}); is the ${service} service running and ` +
+        `does the user hold access:services!service=${service}? The panel shows: ${panel.notices.join('; ')}`
+    );
+  }
   const me = (await r.json()) as Me;
   // Let React render the document it just received.
   await page.waitForTimeout(300);
   return { me, panel: await readPanel(page), status: r.status() };
+}
+
+/** Run a step; on failure keep a screenshot of the panel for the artifacts. */
+async function step(
+  page: () => Page | undefined,
+  name: string,
+  body: () => Promise<void>
+): Promise<void> {
+  try {
+    await body();
+  } catch (err) {
+    const p = page();
+    if (p) {
+      await snap(p, `cluster-failure-${name}`).catch(() => undefined);
+    }
+    throw err;
+  }
 }
 
 /** A panel number ("12.3") matches the API's (12.25) up to the panel's rounding. */
@@ -220,90 +246,116 @@ let alice: Page;
 
 test('alice logs in, starts a GPU server and the panel shows the usage API numbers', async () => {
   alice = await startSession(users.alice);
-  await openPanel(alice);
-  await waitForPanel(
-    alice,
-    x => x.descriptions.length > 0 || x.notices.length > 0,
-    60_000,
-    'the panel'
+  await step(
+    () => alice,
+    'alice',
+    async () => {
+      await openPanel(alice);
+      await waitForPanel(
+        alice,
+        x => x.descriptions.length > 0 || x.notices.length > 0,
+        60_000,
+        'the panel'
+      );
+      const { me, panel, status } = await refreshAndCapture(alice);
+      assert.equal(
+        status,
+        200,
+        'the panel’s request with the page’s Hub token was accepted'
+      );
+      assertPanelShows(panel, me, users.alice.name);
+      assert.ok(panel.badge === 'simulated' || panel.badge === 'measured');
+      aliceMe = me;
+    }
   );
-  const { me, panel, status } = await refreshAndCapture(alice);
-  assert.equal(
-    status,
-    200,
-    'the panel’s request with the page’s Hub token was accepted'
-  );
-  assertPanelShows(panel, me, users.alice.name);
-  assert.ok(panel.badge === 'simulated' || panel.badge === 'measured');
-  aliceMe = me;
 });
 
 test('a busy cell makes alice’s utilization rise', async () => {
-  await openNewNotebook(alice);
-  const idle = await waitForPanel(
-    alice,
-    x => x.utilization.length > 0 && x.utilization[0] !== null,
-    120_000,
-    'a utilization number (MIG without DCGM has none: use a profile with simulated or measured utilization)'
+  assert.ok(
+    aliceMe,
+    'not run: the panel did not show alice’s numbers (previous test)'
   );
-  const start = idle.utilization[0] ?? 0;
-  await runCell(
-    alice,
-    'import time\nt0 = time.time()\nwhile time.time() - t0 < 120:\n    pass\n'
+  await step(
+    () => alice,
+    'busy',
+    async () => {
+      await openNewNotebook(alice);
+      const idle = await waitForPanel(
+        alice,
+        x => x.utilization.length > 0 && x.utilization[0] !== null,
+        120_000,
+        'a utilization number (MIG without DCGM has none: use a profile with simulated or measured utilization)'
+      );
+      const start = idle.utilization[0] ?? 0;
+      await runCell(
+        alice,
+        'import time\nt0 = time.time()\nwhile time.time() - t0 < 120:\n    pass\n'
+      );
+      const busy = await waitForPanel(
+        alice,
+        x => (x.utilization[0] ?? 0) >= Math.min(start + 10, 95),
+        110_000,
+        `utilization above ${start} %`
+      );
+      assert.ok((busy.utilization[0] ?? 0) > start);
+      const { me, panel } = await refreshAndCapture(alice);
+      assertPanelShows(panel, me, users.alice.name);
+      await snap(alice, 'cluster-alice-light');
+      await setTheme(alice, 'JupyterLab Dark');
+      await snap(alice, 'cluster-alice-dark');
+      await setTheme(alice, 'JupyterLab Light');
+    }
   );
-  const busy = await waitForPanel(
-    alice,
-    x => (x.utilization[0] ?? 0) >= Math.min(start + 10, 95),
-    110_000,
-    `utilization above ${start} %`
-  );
-  assert.ok((busy.utilization[0] ?? 0) > start);
-  const { me, panel } = await refreshAndCapture(alice);
-  assertPanelShows(panel, me, users.alice.name);
-  await snap(alice, 'cluster-alice-light');
-  await setTheme(alice, 'JupyterLab Dark');
-  await snap(alice, 'cluster-alice-dark');
-  await setTheme(alice, 'JupyterLab Light');
 });
 
 test('bob sees only his own share', async () => {
-  const bob = await startSession(users.bob);
-  await openPanel(bob);
-  await waitForPanel(
-    bob,
-    x => x.descriptions.length > 0 || x.notices.length > 0,
-    60_000,
-    'the panel'
-  );
-  const { me, panel } = await refreshAndCapture(bob);
-  assert.equal(me.user, users.bob.name);
-  assert.equal(panel.user, users.bob.name);
-  const alicePods = aliceMe.servers
-    .map(s => s.pod)
-    .filter((p): p is string => !!p);
-  const aliceUUIDs = aliceMe.servers
-    .flatMap(s => s.gpus.map(g => g.uuid))
-    .filter((u): u is string => !!u);
-  for (const s of me.servers) {
-    assert.ok(
-      !alicePods.includes(s.pod ?? ''),
-      `bob's document lists alice's pod ${s.pod}`
-    );
-  }
-  for (const u of aliceUUIDs) {
-    assert.ok(
-      !JSON.stringify(me).includes(u),
-      `bob's document mentions alice's device ${u}`
-    );
-  }
   assert.ok(
-    !panel.text.includes(users.alice.name),
-    'bob’s panel mentions alice'
+    aliceMe,
+    'not run: alice’s document is needed to compare (first test)'
   );
-  if (me.servers.some(s => s.gpus.length > 0)) {
-    assertPanelShows(panel, me, users.bob.name);
-  } else {
-    assert.ok(panel.notices.includes('No GPU attached'));
-  }
-  await snap(bob, 'cluster-bob-light');
+  const bob = await startSession(users.bob);
+  await step(
+    () => bob,
+    'bob',
+    async () => {
+      await openPanel(bob);
+      await waitForPanel(
+        bob,
+        x => x.descriptions.length > 0 || x.notices.length > 0,
+        60_000,
+        'the panel'
+      );
+      const { me, panel } = await refreshAndCapture(bob);
+      assert.equal(me.user, users.bob.name);
+      assert.equal(panel.user, users.bob.name);
+      const alicePods = aliceMe.servers
+        .map(s => s.pod)
+        .filter((p): p is string => !!p);
+      const aliceUUIDs = aliceMe.servers
+        .flatMap(s => s.gpus.map(g => g.uuid))
+        .filter((u): u is string => !!u);
+      for (const s of me.servers) {
+        assert.ok(
+          !alicePods.includes(s.pod ?? ''),
+          `bob's document lists alice's pod ${s.pod}`
+        );
+      }
+      for (const u of aliceUUIDs) {
+        assert.ok(
+          !JSON.stringify(me).includes(u),
+          `bob's document mentions alice's device ${u}`
+        );
+      }
+      assert.ok(
+        !panel.text.includes(users.alice.name),
+        'bob’s panel mentions alice'
+      );
+      if (me.servers.some(s => s.gpus.length > 0)) {
+        assertPanelShows(panel, me, users.bob.name);
+      } else {
+        assert.ok(panel.notices.includes('No GPU attached'));
+      }
+      await snap(bob, 'cluster-bob-light');
+    }
+  );
 });
