@@ -430,7 +430,8 @@ export function statusBarText(me: MeResponse | null): string {
 export function unknownUsageNote(hours: MeResponse['gpuHours']): string | null {
   const w = hours['7d'] ?? hours.today;
   const unknown = w?.usedUnknown ?? 0;
-  if (!w || unknown <= 0) {
+  // Below the shown precision the note would read "0 GPU-hours had none".
+  if (!w || unknown <= 0 || formatGpuHours(unknown) === '0') {
     return null;
   }
   const span = hours['7d'] ? '7 days' : 'today';

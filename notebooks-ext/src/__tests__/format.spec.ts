@@ -385,6 +385,11 @@ describe('unknownUsageNote', () => {
     expect(unknownUsageNote({ today: { allocated: 1, used: 0.5 } })).toBeNull();
     expect(
       unknownUsageNote({
+        '7d': { allocated: 0.01, used: 0, usedUnknown: 0.004 }
+      })
+    ).toBeNull();
+    expect(
+      unknownUsageNote({
         today: { allocated: 1, used: 0.5 },
         '7d': { allocated: 9, used: 2, usedUnknown: 4.25 }
       })
