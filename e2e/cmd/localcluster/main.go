@@ -112,6 +112,8 @@ type Info struct {
 	Users      []string `json:"users"`
 	Password   string   `json:"password"`
 	StateDir   string   `json:"stateDir"`
+	// AdminToken is a Hub API token with broad admin scopes, for scripts (the file is mode 0600).
+	AdminToken string `json:"adminToken"`
 }
 
 // Run starts the cluster, reports readiness and blocks until ctx ends.
@@ -151,7 +153,7 @@ func Run(ctx context.Context, o Options) error {
 	users := append(append([]string{}, hub.Users...), hub.Admins...)
 	if o.InfoFile != "" {
 		data, _ := json.MarshalIndent(Info{HubURL: s.HubURL(), Kubeconfig: kubeconfig, Users: users,
-			Password: o.Stack.Password, StateDir: s.Dir}, "", "  ")
+			Password: o.Stack.Password, StateDir: s.Dir, AdminToken: s.Hub.AdminToken()}, "", "  ")
 		if err := os.WriteFile(o.InfoFile, data, 0o600); err != nil {
 			return fmt.Errorf("info file: %w", err)
 		}
