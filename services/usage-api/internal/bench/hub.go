@@ -103,9 +103,14 @@ c.JupyterHub.load_roles = [{"name": "bench", "scopes": ["admin:users", "read:use
 	}
 	for start := 0; start < users; start += 1000 {
 		body, _ := json.Marshal(map[string]any{"usernames": names[start:min(start+1000, users)]})
-		if code, err := h.do(ctx, http.MethodPost, "/users", body); err != nil || code != http.StatusCreated {
+		code, err := h.do(ctx, http.MethodPost, "/users", body)
+		if err != nil {
 			h.Stop()
-			return nil, fmt.Errorf("create hub users: status %d: %v", code, err)
+			return nil, fmt.Errorf("create hub users: %w", err)
+		}
+		if code != http.StatusCreated {
+			h.Stop()
+			return nil, fmt.Errorf("create hub users: status %d, want 201", code)
 		}
 	}
 	return h, nil
