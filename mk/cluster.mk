@@ -7,7 +7,7 @@ KUBE_VERSION     := $(shell awk '$$1=="require" && $$2=="k8s.io/kubernetes" {pri
 KUBE_BIN         := $(GPUHUB_CACHE)/kube/$(KUBE_VERSION)/bin
 BROWSER_MODULES  := $(GPUHUB_CACHE)/browser
 CHROMIUM         ?= /usr/bin/chromium
-E2E_FLAGS        ?= -count=1 -timeout 15m
+E2E_FLAGS        ?= -race -count=1 -timeout 15m
 DEMO_FLAGS       ?=
 APT_GET          := DEBIAN_FRONTEND=noninteractive apt-get
 

@@ -22,7 +22,7 @@ func TestParseFlags(t *testing.T) {
 				Topology: "e2e/topology.yaml", Port: 8000},
 		},
 		"env fallback": {
-			env: map[string]string{"GPUHUB_CACHE": "/c", "GPUHUB_KUBE_BIN": "/k", "GPUHUB_DEMO_PORT": "9000", "GPUHUB_DEMO_PASSWORD": "pw"},
+			env:  map[string]string{"GPUHUB_CACHE": "/c", "GPUHUB_KUBE_BIN": "/k", "GPUHUB_DEMO_PORT": "9000", "GPUHUB_DEMO_PASSWORD": "pw"},
 			want: got{KubeBin: "/k", Venv: "/c/venv/hub55", Password: "pw", Topology: "e2e/topology.yaml", Port: 9000},
 		},
 		"flag beats env": {
