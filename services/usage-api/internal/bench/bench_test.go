@@ -20,15 +20,15 @@ func (noLedger) Hours(context.Context, ledger.Query) ([]ledger.Row, error) {
 	return nil, nil
 }
 
-// meHandler is the API over the synthetic cluster (10,000 users, 1,000 GPUs, 10,000 pods) with an hour of
-// history, authenticated through hubauth's cache.
-func meHandler(tb testing.TB) http.Handler {
+// meHandler is the API over the synthetic cluster (10,000 users, 1,000 GPUs, 10,000 pods) with ticks samples
+// of history (720: an hour), authenticated through hubauth's cache.
+func meHandler(tb testing.TB, ticks int) http.Handler {
 	tb.Helper()
 	now := time.Now()
 	c := Synthesize(10000, 1000, 10000, 10, now)
 	state := usage.NewState(usage.NewHistory(time.Hour, 5*time.Second))
 	v := usage.Build(c.Input(now, 5*time.Second))
-	for i := 719; i >= 0; i-- {
+	for i := ticks - 1; i >= 0; i-- {
 		past := *v
 		past.SampledAt = now.Add(-time.Duration(i) * 5 * time.Second)
 		state.Publish(&past)
@@ -49,14 +49,14 @@ func TestSynthesize(t *testing.T) {
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/services/gpu-usage/api/v1/me", nil)
 	req.Header.Set("Authorization", "token tok-"+UserName(42))
-	meHandler(t).ServeHTTP(rec, req)
+	meHandler(t, 3).ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK {
 		t.Fatalf("me: %d %s", rec.Code, rec.Body)
 	}
 }
 
 func benchmarkMe(b *testing.B, query string) {
-	h := meHandler(b)
+	h := meHandler(b, 720)
 	b.ReportAllocs()
 	b.ResetTimer()
 	i := 0
