@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/transport"
 
 	"github.com/gpuhub/gpuhub/hubapi"
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
@@ -69,9 +72,21 @@ func run(args []string) int {
 		logger.Error("hub client", "err", err)
 		return 2
 	}
-	kc, err := kube.NewClient(kube.Options{Kubeconfig: *kubeconfig, UserAgent: "gpuhub-usage-api"})
+	restCfg, err := kube.RESTConfig(kube.Options{Kubeconfig: *kubeconfig, UserAgent: "gpuhub-usage-api"})
 	if err != nil {
 		logger.Error("kubernetes client", "err", err)
+		return 2
+	}
+	kc, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		logger.Error("kubernetes client", "err", err)
+		return 2
+	}
+	// Agents authenticate the snapshot reader with a TokenReview of our service-account token (the
+	// snapshot names users); the round tripper re-reads a projected token file as the kubelet rotates it.
+	agentRT, err := transport.NewBearerAuthWithRefreshRoundTripper(restCfg.BearerToken, restCfg.BearerTokenFile, http.DefaultTransport)
+	if err != nil {
+		logger.Error("agent client", "err", err)
 		return 2
 	}
 	var groups []string
@@ -94,7 +109,8 @@ func run(args []string) int {
 	err = app.Run(ctx, app.Options{
 		Logger: logger, Registry: reg, Addr: *listen, Prefix: *prefix,
 		Kube: kc, Namespace: *namespace, AgentNamespace: *agentNamespace, AgentPort: *agentPort,
-		Hub: hub, HubRefresh: *hubRefresh, Auth: auth.Middleware,
+		AgentClient: &http.Client{Timeout: 2 * time.Second, Transport: agentRT},
+		Hub:         hub, HubRefresh: *hubRefresh, Auth: auth.Middleware,
 		Database: db, Interval: *interval, MaxGap: *maxGap,
 	})
 	if err != nil {
