@@ -26,7 +26,7 @@ func helm(t *testing.T, args ...string) (string, error) {
 	if bin == "" {
 		t.Fatal("HELM is not set: run `make chart-test`, which installs helm")
 	}
-	cmd := exec.Command(bin, args...)
+	cmd := exec.CommandContext(t.Context(), bin, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
