@@ -90,9 +90,9 @@ func (a Allocation) Description() string {
 	var s string
 	switch a.Kind {
 	case KindMIG:
-		s = fmt.Sprintf("MIG %s on an %s, %d/%d of a GPU", a.Profile, familyName(p), a.Numerator, a.Denominator)
+		s = fmt.Sprintf("MIG %s on %s, %d/%d of a GPU", a.Profile, withArticle(familyName(p)), a.Numerator, a.Denominator)
 	case KindShared:
-		s = fmt.Sprintf("Time-sliced %s, 1/%d of a GPU", familyName(p), a.Denominator)
+		s = fmt.Sprintf("1 of %d time-sliced shares of %s", a.Denominator, withArticle(familyName(p)))
 	default:
 		s = fmt.Sprintf("Whole %s", p)
 	}
@@ -100,6 +100,19 @@ func (a Allocation) Description() string {
 		s += " (" + a.Assumed + ")"
 	}
 	return s
+}
+
+// withArticle puts "a" or "an" before a model name as it is spoken: letters such as A, H or M start with a
+// vowel sound ("an A100", "an H100"), others do not ("a T4", "a B200").
+func withArticle(name string) string {
+	if name == "" {
+		return name
+	}
+	switch name[0] {
+	case 'A', 'E', 'F', 'H', 'I', 'L', 'M', 'N', 'O', 'R', 'S', 'X', 'a', 'e', 'i', 'o', 'u':
+		return "an " + name
+	}
+	return "a " + name
 }
 
 // ShortProduct strips the vendor and the GFD suffixes: "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb" -> "A100-SXM4-40GB".

@@ -80,19 +80,19 @@ func TestAllocations(t *testing.T) {
 			resources: map[string]int64{"nvidia.com/gpu.shared": 1},
 			node:      Node{Labels: map[string]string{LabelProduct: "Tesla-T4-SHARED", LabelSharingStrategy: "time-slicing", LabelReplicas: "4", LabelMemoryMiB: "15360"}},
 			want: []want{{Kind: KindShared, Resource: "nvidia.com/gpu.shared", Product: "Tesla-T4", Class: "shared T4",
-				Count: 1, Numerator: 1, Denominator: 4, Share: 0.25, Description: "Time-sliced T4, 1/4 of a GPU", MemoryTotalBytes: 15360 << 20}},
+				Count: 1, Numerator: 1, Denominator: 4, Share: 0.25, Description: "1 of 4 time-sliced shares of a T4", MemoryTotalBytes: 15360 << 20}},
 		},
 		"time-sliced without rename: nvidia.com/gpu is a replica": {
 			resources: map[string]int64{"nvidia.com/gpu": 1},
 			node:      Node{Labels: map[string]string{LabelProduct: "Tesla-T4-SHARED", LabelSharingStrategy: "time-slicing", LabelReplicas: "4"}},
 			want: []want{{Kind: KindShared, Resource: "nvidia.com/gpu", Product: "Tesla-T4", Class: "shared T4",
-				Count: 1, Numerator: 1, Denominator: 4, Share: 0.25, Description: "Time-sliced T4, 1/4 of a GPU"}},
+				Count: 1, Numerator: 1, Denominator: 4, Share: 0.25, Description: "1 of 4 time-sliced shares of a T4"}},
 		},
 		"shared without replicas label is charged whole": {
 			resources: map[string]int64{"nvidia.com/gpu.shared": 1},
 			node:      Node{Labels: map[string]string{LabelProduct: "Tesla-T4-SHARED"}},
 			want: []want{{Kind: KindShared, Resource: "nvidia.com/gpu.shared", Product: "Tesla-T4", Class: "shared T4",
-				Count: 1, Numerator: 1, Denominator: 1, Share: 1, Description: "Time-sliced T4, 1/1 of a GPU (replicas unknown, charged as a whole GPU)"}},
+				Count: 1, Numerator: 1, Denominator: 1, Share: 1, Description: "1 of 1 time-sliced shares of a T4 (replicas unknown, charged as a whole GPU)"}},
 		},
 		"no GPU": {
 			resources: map[string]int64{"cpu": 1, "memory": 1 << 30, "nvidia.com/gpu": 0},

@@ -74,7 +74,7 @@ func TestBuild(t *testing.T) {
 	}
 	bob := Server{Pod: "jupyter-bob", Namespace: "jhub", Node: "gpu-t4-0", Ready: true, AllocatedGPUs: 0.25, UsedGPUs: f(0), Simulated: true,
 		GPUs: []GPU{{Kind: "shared", Resource: "nvidia.com/gpu.shared", Product: "Tesla-T4", Class: "shared T4", Share: 0.25, ShareNumerator: 1, ShareDenominator: 4,
-			Description: "Time-sliced T4, 1/4 of a GPU", UUID: "GPU-T", SMUtilPercent: f(0), UtilizationSource: "simulated", MemoryTotalBytes: 15 << 30}}}
+			Description: "1 of 4 time-sliced shares of a T4", UUID: "GPU-T", SMUtilPercent: f(0), UtilizationSource: "simulated", MemoryTotalBytes: 15 << 30}}}
 
 	cases := map[string]struct {
 		agents      map[string]collect.Result
