@@ -1,5 +1,6 @@
 // The panel's model: polls the usage API's `me` endpoint with backoff, stands
 // by while the browser tab is hidden, and exposes one discriminated state.
+// After one full document it polls incrementally (`?since=`, src/history.ts).
 
 import { IDisposable } from '@lumino/disposable';
 import { IPoll, Poll } from '@lumino/polling';
@@ -7,12 +8,21 @@ import { ISignal, Signal } from '@lumino/signaling';
 
 import {
   FetchFn,
+  HistoryPoint,
   MeResponse,
   NetworkError,
   ResponseError,
   UsageApiError,
   requestMe
 } from './api';
+import {
+  HISTORY_WINDOW_MS,
+  mergeIncremental,
+  newestPoint,
+  normalizeHistory,
+  referenceMs,
+  sinceUrl
+} from './history';
 
 /** Everything the view needs to render one of the panel's states. */
 export type UsageState =
@@ -122,12 +132,7 @@ export class UsageModel implements IDisposable {
     const abort = new AbortController();
     this._abort = abort;
     try {
-      const data = await requestMe(
-        this._url,
-        this._token,
-        this._fetch,
-        abort.signal
-      );
+      const data = await this._request(this._url, abort.signal);
       if (this._disposed) {
         return;
       }
@@ -138,6 +143,8 @@ export class UsageModel implements IDisposable {
         return;
       }
       this._failures++;
+      // The held history may have missed points: start again from a full document.
+      this._held = null;
       const since =
         this._state.status === 'unreachable' ||
         this._state.status === 'unauthorized' ||
@@ -152,6 +159,46 @@ export class UsageModel implements IDisposable {
       });
       throw err;
     }
+  }
+
+  /**
+   * A full document when nothing usable is held (first poll, after an error,
+   * after more than the history window without an answer), otherwise only the
+   * points after the newest held one, merged into the held copy. An answer
+   * that cannot continue the copy (restart, gap, another user) is followed at
+   * once by a full request.
+   */
+  private async _request(
+    url: string,
+    signal: AbortSignal
+  ): Promise<MeResponse> {
+    const held = this._held;
+    const nowMs = this._now().getTime();
+    const newest = held ? newestPoint(held.points) : null;
+    if (held && newest && nowMs - held.receivedMs <= HISTORY_WINDOW_MS) {
+      const doc = await requestMe(
+        sinceUrl(url, newest.t),
+        this._token,
+        this._fetch,
+        signal
+      );
+      const merged = mergeIncremental(held.points, held.user, doc);
+      if (merged.kind === 'merged') {
+        this._held = {
+          user: doc.user,
+          points: merged.history,
+          receivedMs: nowMs
+        };
+        return { ...doc, history: merged.history };
+      }
+    }
+    const doc = await requestMe(url, this._token, this._fetch, signal);
+    const history = normalizeHistory(
+      doc.history,
+      referenceMs(doc.sampledAt, doc.history)
+    );
+    this._held = { user: doc.user, points: history, receivedMs: nowMs };
+    return { ...doc, history };
   }
 
   dispose(): void {
@@ -186,6 +233,12 @@ export class UsageModel implements IDisposable {
   private _poll: Poll | null;
   private _state: UsageState;
   private _failures = 0;
+  /** The history held for incremental polls; null: the next poll is full. */
+  private _held: {
+    user: string;
+    points: HistoryPoint[];
+    receivedMs: number;
+  } | null = null;
   private _abort: AbortController | null = null;
   private _disposed = false;
   private _stateChanged = new Signal<this, UsageState>(this);

@@ -1,4 +1,4 @@
-import type { FetchFn } from '../api';
+import type { FetchFn, HistoryPoint, MeResponse } from '../api';
 import { UsageModel, UsageState, classify } from '../model';
 import { NetworkError, ResponseError, ParseError } from '../api';
 import { NOW, aliceMe } from './fixtures';
@@ -234,5 +234,212 @@ describe('UsageModel polling', () => {
     await jest.advanceTimersByTimeAsync(30_000);
     expect(fetchFn.mock.calls.length).toBe(n);
     expect(m.isDisposed).toBe(true);
+  });
+});
+
+describe('UsageModel incremental polling (?since=)', () => {
+  const URL = '/services/gpu-usage/api/v1/me';
+
+  function point(t: string, sm: number): HistoryPoint {
+    return {
+      t: `2026-11-22T${t}Z`,
+      allocatedGPUs: 0.43,
+      usedGPUs: (0.43 * sm) / 100,
+      smUtilPercent: sm,
+      memoryUsedBytes: 0
+    };
+  }
+
+  /** Answers the queued bodies in turn (an Error: the request fails) and records each URL. */
+  function scripted(answers: (MeResponse | Error)[]): {
+    fetchFn: jest.Mock;
+    urls: string[];
+  } {
+    const urls: string[] = [];
+    const fetchFn = jest.fn(async (url: string) => {
+      urls.push(url);
+      const next = answers.shift();
+      if (next === undefined) {
+        throw new Error('test: no answer left');
+      }
+      if (next instanceof Error) {
+        throw next;
+      }
+      return {
+        ok: true,
+        status: 200,
+        statusText: 'OK',
+        json: async () => next,
+        text: async () => ''
+      };
+    });
+    return { fetchFn, urls };
+  }
+
+  function clocked(fetchFn: jest.Mock): {
+    m: UsageModel;
+    advance: (ms: number) => void;
+  } {
+    let now = NOW.getTime();
+    const m = new UsageModel({
+      url: URL,
+      token: 't0ken',
+      refreshSeconds: 10,
+      fetch: fetchFn as unknown as FetchFn,
+      now: () => new Date(now)
+    });
+    return { m, advance: ms => (now += ms) };
+  }
+
+  function history(m: UsageModel): string[] {
+    const s = m.state;
+    return s.status === 'ok'
+      ? s.data.history.map(p => `${p.t.slice(11, 19)}=${p.smUtilPercent}`)
+      : [];
+  }
+
+  const since = (t: string) =>
+    `${URL}?since=${encodeURIComponent(`2026-11-22T${t}Z`)}`;
+
+  it('asks for the full document first, then only what is newer, and merges it', async () => {
+    const { fetchFn, urls } = scripted([
+      aliceMe(),
+      aliceMe({
+        sampledAt: '2026-11-22T10:00:10Z',
+        share: { ...aliceMe().share, usedGPUs: 0.4 },
+        history: [point('10:00:05', 60), point('10:00:10', 80)]
+      }),
+      aliceMe({
+        sampledAt: '2026-11-22T10:00:20Z',
+        stale: true,
+        history: [point('10:00:15', 90), point('10:00:20', 95)]
+      })
+    ]);
+    const { m, advance } = clocked(fetchFn);
+    await m.fetchOnce();
+    advance(10_000);
+    await m.fetchOnce();
+    expect(history(m)).toEqual([
+      '09:10:00=10',
+      '09:30:00=70',
+      '10:00:00=49',
+      '10:00:05=60',
+      '10:00:10=80'
+    ]);
+    // Everything but the history comes from each answer as it is.
+    expect(m.state).toMatchObject({
+      status: 'ok',
+      data: { share: { usedGPUs: 0.4 }, stale: false }
+    });
+    advance(10_000);
+    await m.fetchOnce();
+    expect(urls).toEqual([URL, since('10:00:00'), since('10:00:10')]);
+    expect(history(m)).toHaveLength(7);
+    expect(m.state).toMatchObject({ status: 'ok', data: { stale: true } });
+    m.dispose();
+  });
+
+  it('requests the full document again after an error', async () => {
+    const { fetchFn, urls } = scripted([
+      aliceMe(),
+      new TypeError('Failed to fetch'),
+      aliceMe({ history: [point('10:00:05', 5)] })
+    ]);
+    const { m, advance } = clocked(fetchFn);
+    await m.fetchOnce();
+    advance(10_000);
+    await expect(m.fetchOnce()).rejects.toThrow();
+    expect(m.state.status).toBe('unreachable');
+    advance(10_000);
+    await m.fetchOnce();
+    expect(urls).toEqual([URL, since('10:00:00'), URL]);
+    // The full answer replaces what was held.
+    expect(history(m)).toEqual(['10:00:05=5']);
+    m.dispose();
+  });
+
+  it('falls back to a full request at once when the service restarted', async () => {
+    const { fetchFn, urls } = scripted([
+      aliceMe(),
+      // A restarted service has nothing before its first tick: a gap after since.
+      aliceMe({
+        sampledAt: '2026-11-22T10:05:00Z',
+        history: [point('10:05:00', 7)]
+      }),
+      aliceMe({
+        sampledAt: '2026-11-22T10:05:00Z',
+        history: [point('10:04:55', 6), point('10:05:00', 7)]
+      })
+    ]);
+    const { m, advance } = clocked(fetchFn);
+    await m.fetchOnce();
+    advance(300_000);
+    await m.fetchOnce();
+    expect(urls).toEqual([URL, since('10:00:00'), URL]);
+    expect(history(m)).toEqual(['10:04:55=6', '10:05:00=7']);
+    m.dispose();
+  });
+
+  it('falls back to a full request when the history went backwards', async () => {
+    const { fetchFn, urls } = scripted([
+      aliceMe(),
+      aliceMe({ sampledAt: '2026-11-22T09:00:00Z', history: [] }),
+      aliceMe({ sampledAt: '2026-11-22T09:00:00Z', history: [] })
+    ]);
+    const { m } = clocked(fetchFn);
+    await m.fetchOnce();
+    await m.fetchOnce();
+    expect(urls).toEqual([URL, since('10:00:00'), URL]);
+    expect(history(m)).toEqual([]);
+    m.dispose();
+  });
+
+  it('requests the full document when another user answers', async () => {
+    const bob = aliceMe({ user: 'bob', history: [point('10:00:05', 1)] });
+    const { fetchFn, urls } = scripted([aliceMe(), bob, bob]);
+    const { m } = clocked(fetchFn);
+    await m.fetchOnce();
+    await m.fetchOnce();
+    expect(urls).toEqual([URL, since('10:00:00'), URL]);
+    expect(m.state).toMatchObject({ status: 'ok', data: { user: 'bob' } });
+    expect(history(m)).toEqual(['10:00:05=1']);
+    m.dispose();
+  });
+
+  it('requests the full document after more than the history window without an answer', async () => {
+    const { fetchFn, urls } = scripted([aliceMe(), aliceMe()]);
+    const { m, advance } = clocked(fetchFn);
+    await m.fetchOnce();
+    advance(3600_000 + 1);
+    await m.fetchOnce();
+    expect(urls).toEqual([URL, URL]);
+    m.dispose();
+  });
+
+  it('keeps asking for the full document while no history is held', async () => {
+    const { fetchFn, urls } = scripted([
+      aliceMe({ history: [] }),
+      aliceMe({ history: [] })
+    ]);
+    const { m } = clocked(fetchFn);
+    await m.fetchOnce();
+    await m.fetchOnce();
+    expect(urls).toEqual([URL, URL]);
+    m.dispose();
+  });
+
+  it('carries since on the scheduled polls after the first', async () => {
+    jest.useFakeTimers();
+    const fetchFn = okFetch();
+    const m = model(fetchFn);
+    await m.start();
+    await jest.advanceTimersByTimeAsync(5_000);
+    const urls = fetchFn.mock.calls.map(c => c[0] as string);
+    expect(urls.length).toBeGreaterThanOrEqual(3);
+    expect(urls[0]).toBe(URL);
+    for (const u of urls.slice(1)) {
+      expect(u).toBe(since('10:00:00'));
+    }
+    m.dispose();
   });
 });
