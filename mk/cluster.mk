@@ -55,18 +55,30 @@ browser-deps: ## playwright-core (pinned in e2e/browser/package-lock.json) under
 cluster-deps: etcd kube-binaries venv-hub55 chp
 
 .PHONY: demo
-demo: cluster-deps build ## Run the local GPU JupyterHub (real control plane, emulated GPU nodes) until Ctrl-C.
+demo: cluster-deps build $(HELM) ## Run the local GPU JupyterHub with gpuhub (chart agents, usage API, panel) until Ctrl-C.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/localcluster ./e2e/cmd/localcluster
-	GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_HUB_VENV="$(VENV_HUB55)" GPUHUB_CHP="$(CHP)" GPUHUB_GPU_AGENT="$(BIN)/gpu-agent" \
-	  $(BIN)/localcluster $(DEMO_FLAGS)
+	$(LOCALCLUSTER_ENV) $(BIN)/localcluster $(DEMO_FLAGS)
+
+# What localcluster needs: the cluster, gpuhub's binaries and helm to render chart/gpuhub.
+LOCALCLUSTER_ENV = GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_HUB_VENV="$(VENV_HUB55)" GPUHUB_CHP="$(CHP)" \
+	GPUHUB_GPU_AGENT="$(BIN)/gpu-agent" GPUHUB_USAGE_API="$(BIN)/usage-api" GPUHUB_HELM="$(HELM)" GPUHUB_CHART=chart/gpuhub
 
 .PHONY: e2e
-e2e: cluster-deps chromium browser-deps ## End-to-end tests on the local cluster (spawns per GPU profile, scheduling, agents, browser).
+e2e: cluster-deps chromium browser-deps $(HELM) ## End-to-end tests on the local cluster (spawns per GPU profile, scheduling, chart agents + usage API, browser).
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/gpu-agent ./services/gpu-agent
-	GPUHUB_GPU_AGENT="$(BIN)/gpu-agent" GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_HUB_VENV="$(VENV_HUB55)" GPUHUB_CHP="$(CHP)" \
+	$(GO) build -o $(BIN)/ ./services/gpu-agent ./services/usage-api
+	$(LOCALCLUSTER_ENV) GPUHUB_CHART="$(CURDIR)/chart/gpuhub" \
 	GPUHUB_BROWSER_MODULES="$(BROWSER_MODULES)/node_modules" GPUHUB_CHROMIUM="$(CHROMIUM)" \
 	  $(GO) test $(E2E_FLAGS) -tags e2e ./e2e/cluster/... ./e2e/e2etest/...
 
 TEST_TARGETS += e2e
+
+.PHONY: e2e-ui
+e2e-ui: cluster-deps build $(HELM) ext-deps chromium ## GPU panel on a local cluster started for the test (alice busy on a100-3g, bob's share, screenshots), stopped after.
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/localcluster ./e2e/cmd/localcluster
+	$(LOCALCLUSTER_ENV) LOCALCLUSTER="$(BIN)/localcluster" e2e/scripts/with-localcluster.sh \
+	  $(MAKE) --no-print-directory ui-test-cluster
+
+TEST_TARGETS += e2e-ui

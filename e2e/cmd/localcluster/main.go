@@ -19,7 +19,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpuhub/gpuhub/e2e/cluster"
 	"github.com/gpuhub/gpuhub/e2e/cluster/stack"
+	"github.com/gpuhub/gpuhub/e2e/gpuhubstack"
 	"github.com/gpuhub/gpuhub/e2e/hub"
 )
 
@@ -49,8 +51,11 @@ type Options struct {
 	KubeconfigOut string
 	// ExitWhenReady stops the cluster right after it is ready (for timing the start).
 	ExitWhenReady bool
-	Out           io.Writer
-	Logger        *slog.Logger
+	// GPUHub runs gpuhub on the cluster (chart-rendered agents + RBAC, usage API); NoGPUHub leaves it out.
+	GPUHub   gpuhubstack.Options
+	NoGPUHub bool
+	Out      io.Writer
+	Logger   *slog.Logger
 }
 
 func parseFlags(args []string, getenv func(string) string) (Options, error) {
@@ -82,6 +87,12 @@ func parseFlags(args []string, getenv func(string) string) (Options, error) {
 	fs.StringVar(&o.InfoFile, "info-file", env("GPUHUB_INFO_FILE", ""), "write URL, kubeconfig and logins as JSON here when ready (env GPUHUB_INFO_FILE)")
 	fs.StringVar(&o.KubeconfigOut, "kubeconfig-out", env("GPUHUB_KUBECONFIG_OUT", filepath.Join(cache, "localcluster", "kubeconfig")),
 		"copy of the admin kubeconfig (env GPUHUB_KUBECONFIG_OUT)")
+	fs.StringVar(&o.GPUHub.Chart.Helm, "helm", env("GPUHUB_HELM", filepath.Join(cache, "bin", "helm-v3.22.0")),
+		"helm executable that renders chart/gpuhub (env GPUHUB_HELM; make helm installs it)")
+	fs.StringVar(&o.GPUHub.Chart.Dir, "chart", env("GPUHUB_CHART", "chart/gpuhub"), "gpuhub Helm chart directory (env GPUHUB_CHART)")
+	fs.StringVar(&o.GPUHub.UsageAPI, "usage-api", env("GPUHUB_USAGE_API", "bin/usage-api"), "usage-api executable (env GPUHUB_USAGE_API)")
+	fs.IntVar(&o.GPUHub.Port, "usage-port", atoi(env("GPUHUB_USAGE_PORT", "0")), "usage API port on 127.0.0.1, 0 for a free one (env GPUHUB_USAGE_PORT)")
+	fs.BoolVar(&o.NoGPUHub, "no-gpuhub", false, "run the bare cluster without gpu-agents and usage API")
 	fs.BoolVar(&o.ExitWhenReady, "exit-when-ready", false, "stop right after reaching ready (timing)")
 	fs.StringVar(&logLevel, "log-level", env("GPUHUB_LOG_LEVEL", "warn"), "log level: debug, info, warn, error (env GPUHUB_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
@@ -107,7 +118,9 @@ func atoi(s string) int {
 
 // Info is what InfoFile holds.
 type Info struct {
-	HubURL     string   `json:"hubURL"`
+	HubURL string `json:"hubURL"`
+	// UsageURL is the usage API through the Hub's proxy (empty with --no-gpuhub).
+	UsageURL   string   `json:"usageURL,omitempty"`
 	Kubeconfig string   `json:"kubeconfig"`
 	Users      []string `json:"users"`
 	Password   string   `json:"password"`
@@ -129,6 +142,17 @@ func Run(ctx context.Context, o Options) error {
 	o.Stack.Progress = func(step string, took time.Duration) {
 		fmt.Fprintf(o.Out, "==> %-90s %6.1fs\n", step, took.Seconds())
 	}
+	if !o.NoGPUHub {
+		if o.GPUHub.Port == 0 {
+			o.GPUHub.Port = cluster.FreePort()
+		}
+		if o.GPUHub.Token == "" {
+			o.GPUHub.Token = gpuhubstack.NewToken()
+		}
+		o.Stack.HubServices = append(o.Stack.HubServices, gpuhubstack.HubService(o.GPUHub.Port, o.GPUHub.Token))
+		o.Stack.HubRoles = append(o.Stack.HubRoles, gpuhubstack.HubRoles()...)
+		o.Stack.Components = append(o.Stack.Components, gpuhubstack.Component(o.GPUHub))
+	}
 	fmt.Fprintf(o.Out, "==> starting the local GPU cluster (topology %s)\n", o.Stack.Topology)
 	s, err := stack.Start(ctx, o.Stack)
 	if err != nil {
@@ -138,7 +162,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer func() {
-		fmt.Fprintln(o.Out, "==> stopping: Hub (and its servers), node emulator, control plane")
+		fmt.Fprintln(o.Out, "==> stopping: usage API, Hub (and its servers), node emulator (agents), control plane")
 		t0 := time.Now()
 		s.Stop()
 		fmt.Fprintf(o.Out, "==> stopped cleanly in %.1fs\n", time.Since(t0).Seconds())
@@ -151,8 +175,14 @@ func Run(ctx context.Context, o Options) error {
 		kubeconfig = o.KubeconfigOut
 	}
 	users := append(append([]string{}, hub.Users...), hub.Admins...)
+	usageURL, usageLine := "", ""
+	if !o.NoGPUHub {
+		usageURL = s.HubURL() + "services/" + gpuhubstack.ServiceName + "/api/v1/"
+		usageLine = fmt.Sprintf("    usage API:   %sme (through the Hub; direct: %s)\n", usageURL,
+			gpuhubstack.Usage{Port: o.GPUHub.Port}.URL())
+	}
 	if o.InfoFile != "" {
-		data, _ := json.MarshalIndent(Info{HubURL: s.HubURL(), Kubeconfig: kubeconfig, Users: users,
+		data, _ := json.MarshalIndent(Info{HubURL: s.HubURL(), UsageURL: usageURL, Kubeconfig: kubeconfig, Users: users,
 			Password: o.Stack.Password, StateDir: s.Dir, AdminToken: s.Hub.AdminToken()}, "", "  ")
 		if err := os.WriteFile(o.InfoFile, data, 0o600); err != nil {
 			return fmt.Errorf("info file: %w", err)
@@ -162,13 +192,13 @@ func Run(ctx context.Context, o Options) error {
 ==> ready in %.1fs
 
     JupyterHub:  %s
-    logins:      %s (password %q)
+%s    logins:      %s (password %q)
                  groups: students = alice, bob; researchers = carol; admin is a Hub admin
     kubectl:     KUBECONFIG=%s kubectl get nodes,pods -A
     state, logs: %s
 
     Press Ctrl-C to stop everything.
-`, time.Since(start).Seconds(), s.HubURL(), strings.Join(users, ", "), o.Stack.Password, kubeconfig, s.Dir)
+`, time.Since(start).Seconds(), s.HubURL(), usageLine, strings.Join(users, ", "), o.Stack.Password, kubeconfig, s.Dir)
 	if o.ExitWhenReady {
 		return nil
 	}

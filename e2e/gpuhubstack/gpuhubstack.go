@@ -1,0 +1,353 @@
+// Package gpuhubstack wires gpuhub into the local cluster the way a real install does: the gpu-agent
+// DaemonSet and the RBAC of both services come from chart/gpuhub (rendered with helm template), the
+// usage API runs as a local process on 127.0.0.1 with a token of the chart's usage ServiceAccount and
+// is registered with the Hub as service gpu-usage. `make demo` and the e2e tests both use it.
+package gpuhubstack
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpuhub/gpuhub/e2e/cluster/proc"
+	"github.com/gpuhub/gpuhub/e2e/internal/hubproc"
+)
+
+// ServiceName is the usage API's Hub service name (chart value usage.serviceName).
+const ServiceName = "gpu-usage"
+
+// GPUNodeSelector is the label the agent DaemonSet selects (GPU Feature Discovery; the emulated
+// GPU nodes carry it as real ones do).
+var GPUNodeSelector = map[string]string{"nvidia.com/gpu.present": "true"}
+
+// ServiceScopes are what the usage API needs from the Hub: list users with their groups (the Hub
+// directory) and read single users. Groups come with the users, so no group scopes.
+var ServiceScopes = []string{"list:users", "read:users", "read:users:groups"}
+
+// HubService registers the usage API at http://127.0.0.1:<port> with token (>= 8 characters).
+func HubService(port int, token string) hubproc.Service {
+	return hubproc.Service{Name: ServiceName, Token: token, URL: "http://127.0.0.1:" + strconv.Itoa(port), Scopes: ServiceScopes}
+}
+
+// HubRoles overrides the Hub's default `user` role so a user who just logged in may reach the
+// service through the proxy (z2jh: hub.loadRoles.user).
+func HubRoles() []hubproc.Role {
+	return []hubproc.Role{{
+		Name:        "user",
+		Description: "default user role plus access to the GPU usage service",
+		Scopes:      []string{"self", "access:services!service=" + ServiceName},
+	}}
+}
+
+// NewToken returns a random service token.
+func NewToken() string {
+	b := make([]byte, 24)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Chart describes how to render chart/gpuhub for the local cluster.
+type Chart struct {
+	Helm      string // helm executable
+	Dir       string // chart/gpuhub
+	Release   string // release name (default gpuhub)
+	Namespace string // release namespace
+	// AgentInterval is the agents' sampling interval (default 1s: the demo should move quickly).
+	AgentInterval string
+	// KubeVersion is the cluster's version (the chart's kubeVersion constraint is checked against it;
+	// helm template alone assumes an old default). See ServerVersion.
+	KubeVersion string
+}
+
+// ServerVersion asks the API server for its version (e.g. v1.36.3).
+func ServerVersion(c kubernetes.Interface) (string, error) {
+	v, err := c.Discovery().ServerVersion()
+	if err != nil {
+		return "", fmt.Errorf("server version: %w", err)
+	}
+	return v.GitVersion, nil
+}
+
+// Render runs helm template with the values the local cluster needs: simulated GPUs, no
+// RuntimeClass (no container runtime), agents on the emulated GPU nodes. The chart's image
+// reference names gpu-agent, which the node emulator maps to bin/gpu-agent.
+func (c Chart) Render(ctx context.Context) ([]runtime.Object, error) {
+	if c.Release == "" {
+		c.Release = "gpuhub"
+	}
+	if c.AgentInterval == "" {
+		c.AgentInterval = "1s"
+	}
+	if _, err := os.Stat(c.Helm); err != nil {
+		return nil, fmt.Errorf("helm %q not found (run `make helm`): %w", c.Helm, err)
+	}
+	args := []string{"template", c.Release, c.Dir, "--namespace", c.Namespace,
+		"--set", "agent.backend=simulated", "--set", "agent.runtimeClassName=",
+		"--set", "agent.interval=" + c.AgentInterval, "--set", "logFormat=text"}
+	if c.KubeVersion != "" {
+		args = append(args, "--kube-version", c.KubeVersion)
+	}
+	for k, v := range GPUNodeSelector {
+		args = append(args, "--set-string", "agent.nodeSelector."+escapeKey(k)+"="+v)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, c.Helm, args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("helm template: %w: %s", err, stderr.String())
+	}
+	return decode(out)
+}
+
+// escapeKey escapes dots in a label key for helm --set.
+func escapeKey(k string) string {
+	var b bytes.Buffer
+	for _, r := range k {
+		if r == '.' {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func decode(manifests []byte) ([]runtime.Object, error) {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(manifests)))
+	var objs []runtime.Object
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read rendered chart: %w", err)
+		}
+		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+			continue
+		}
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
+		if err != nil {
+			return nil, fmt.Errorf("decode rendered chart: %w", err)
+		}
+		objs = append(objs, obj)
+	}
+}
+
+// stripComments drops comment-only lines (helm's "# Source:" headers).
+func stripComments(doc []byte) []byte {
+	var out [][]byte
+	for _, l := range bytes.Split(doc, []byte("\n")) {
+		if t := bytes.TrimSpace(l); len(t) > 0 && t[0] != '#' {
+			out = append(out, l)
+		}
+	}
+	return bytes.Join(out, []byte("\n"))
+}
+
+// Installed is what Install created.
+type Installed struct {
+	Namespace string
+	// UsageServiceAccount is the chart's usage ServiceAccount (the identity the agents admit).
+	UsageServiceAccount string
+	AgentSelector       string
+	clusterRoles        []string
+	clusterBindings     []string
+}
+
+// Install creates what the local cluster can run: ServiceAccounts, ClusterRoles and their bindings,
+// and the agent DaemonSet. Skipped: the usage Deployment (it runs as a local process), its PVC (no
+// storage provisioner), Services (no kube-proxy) and NetworkPolicies (no CNI enforces them).
+func Install(ctx context.Context, c kubernetes.Interface, ns string, objs []runtime.Object) (*Installed, error) {
+	in := &Installed{Namespace: ns}
+	_, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("namespace %s: %w", ns, err)
+	}
+	for _, o := range objs {
+		var err error
+		switch o := o.(type) {
+		case *corev1.ServiceAccount:
+			if o.Labels["app.kubernetes.io/component"] == "usage-api" {
+				in.UsageServiceAccount = o.Name
+			}
+			_, err = c.CoreV1().ServiceAccounts(ns).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.ClusterRole:
+			in.clusterRoles = append(in.clusterRoles, o.Name)
+			_, err = c.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.ClusterRoleBinding:
+			in.clusterBindings = append(in.clusterBindings, o.Name)
+			_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.Role:
+			_, err = c.RbacV1().Roles(ns).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.RoleBinding:
+			_, err = c.RbacV1().RoleBindings(ns).Create(ctx, o, metav1.CreateOptions{})
+		case *appsv1.DaemonSet:
+			in.AgentSelector = metav1.FormatLabelSelector(o.Spec.Selector)
+			_, err = c.AppsV1().DaemonSets(ns).Create(ctx, o, metav1.CreateOptions{})
+		}
+		if err != nil {
+			return in, fmt.Errorf("apply %T: %w", o, err)
+		}
+	}
+	if in.UsageServiceAccount == "" || in.AgentSelector == "" {
+		return in, errors.New("rendered chart has no usage ServiceAccount or no agent DaemonSet")
+	}
+	return in, nil
+}
+
+// Uninstall removes what Install created (the namespace takes its objects with it).
+func (in *Installed) Uninstall(ctx context.Context, c kubernetes.Interface) {
+	_ = c.CoreV1().Namespaces().Delete(ctx, in.Namespace, metav1.DeleteOptions{})
+	for _, n := range in.clusterBindings {
+		_ = c.RbacV1().ClusterRoleBindings().Delete(ctx, n, metav1.DeleteOptions{})
+	}
+	for _, n := range in.clusterRoles {
+		_ = c.RbacV1().ClusterRoles().Delete(ctx, n, metav1.DeleteOptions{})
+	}
+}
+
+// WaitAgents waits until every GPU node runs a ready agent pod.
+func (in *Installed) WaitAgents(ctx context.Context, c kubernetes.Interface, timeout time.Duration) error {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: metav1.FormatLabelSelector(&metav1.LabelSelector{MatchLabels: GPUNodeSelector})})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		pods, err := c.CoreV1().Pods(in.Namespace).List(ctx, metav1.ListOptions{LabelSelector: in.AgentSelector})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		ready := 0
+		for _, p := range pods.Items {
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+					ready++
+				}
+			}
+		}
+		last = fmt.Sprintf("%d of %d GPU nodes have a ready agent", ready, len(nodes.Items))
+		return len(nodes.Items) > 0 && ready == len(nodes.Items), nil
+	})
+	if err != nil {
+		return fmt.Errorf("gpu-agents: %w (%s)", err, last)
+	}
+	return nil
+}
+
+// WriteUsageKubeconfig writes a kubeconfig at path with a TokenRequest token of the usage
+// ServiceAccount: the usage API gets the chart's RBAC, and the agents' TokenReview admits it.
+func (in *Installed) WriteUsageKubeconfig(ctx context.Context, c kubernetes.Interface, server string, ca []byte, path string) error {
+	tr, err := c.CoreV1().ServiceAccounts(in.Namespace).CreateToken(ctx, in.UsageServiceAccount, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](24 * 3600)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("token for serviceaccount %s/%s: %w", in.Namespace, in.UsageServiceAccount, err)
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
+	cfg.AuthInfos[in.UsageServiceAccount] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: in.UsageServiceAccount, Namespace: in.Namespace}
+	cfg.CurrentContext = "local"
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("kubeconfig dir: %w", err)
+	}
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return fmt.Errorf("write usage kubeconfig: %w", err)
+	}
+	return os.Chmod(path, 0o600)
+}
+
+// Usage describes the usage API process.
+type Usage struct {
+	Binary          string // usage-api executable
+	Port            int    // on 127.0.0.1 (the Hub service URL names it)
+	Kubeconfig      string
+	Database        string // SQLite ledger
+	Namespace       string // single-user pods
+	AgentNamespace  string
+	HubAPIURL       string
+	Token           string // the service's Hub token
+	Interval        string // default 1s
+	HubRefresh      string // default 10s
+	LogLevel        string // default info
+	ExtraEnvForTest []string
+}
+
+// URL is the API's base URL on loopback (direct, not through the proxy).
+func (u Usage) URL() string {
+	return fmt.Sprintf("http://127.0.0.1:%d/services/%s/api/v1/", u.Port, ServiceName)
+}
+
+// Spec is the process description for proc.Start (readiness: /readyz).
+func (u Usage) Spec() proc.Spec {
+	def := func(v, d string) string {
+		if v == "" {
+			return d
+		}
+		return v
+	}
+	env := []string{
+		"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8",
+		"JUPYTERHUB_API_URL=" + u.HubAPIURL, "JUPYTERHUB_API_TOKEN=" + u.Token, "JUPYTERHUB_SERVICE_NAME=" + ServiceName,
+	}
+	env = append(env, u.ExtraEnvForTest...)
+	ready := fmt.Sprintf("http://127.0.0.1:%d/readyz", u.Port)
+	return proc.Spec{
+		Name: "usage-api",
+		Path: u.Binary,
+		Args: []string{
+			"--listen=127.0.0.1:" + strconv.Itoa(u.Port), "--prefix=/services/" + ServiceName + "/",
+			"--interval=" + def(u.Interval, "1s"), "--hub-refresh=" + def(u.HubRefresh, "10s"),
+			"--namespace=" + u.Namespace, "--agent-namespace=" + u.AgentNamespace,
+			"--database=" + u.Database, "--kubeconfig=" + u.Kubeconfig, "--log-level=" + def(u.LogLevel, "info"),
+		},
+		Env: env,
+		Ready: func(ctx context.Context) error {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, ready, nil)
+			if err != nil {
+				return err
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("readyz: %s", resp.Status)
+			}
+			return nil
+		},
+		ReadyTimeout: 90 * time.Second,
+		StopGrace:    20 * time.Second,
+	}
+}
