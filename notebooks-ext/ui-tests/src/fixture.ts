@@ -29,6 +29,8 @@ export class UsageFixture {
   noGpu = false;
   /** Requests seen, by user name. */
   readonly requests: Record<string, number> = {};
+  /** Of those, the incremental ones (`?since=`), by user name. */
+  readonly sinceRequests: Record<string, number> = {};
   /** Every request for the `me` document, answered or not. */
   total = 0;
 
@@ -108,12 +110,30 @@ export class UsageFixture {
         .end('{"error":"forbidden"}');
       return;
     }
+    // since=<RFC 3339>: only history points strictly after it, as the service does.
+    const since = url.searchParams.get('since');
+    const sinceMs = since === null ? NaN : Date.parse(since);
+    if (since !== null && !Number.isFinite(sinceMs)) {
+      res
+        .writeHead(400, { 'Content-Type': 'application/json' })
+        .end('{"status":400,"message":"since must be an RFC 3339 time"}');
+      return;
+    }
     this.requests[user.name] = (this.requests[user.name] ?? 0) + 1;
+    if (since !== null) {
+      this.sinceRequests[user.name] = (this.sinceRequests[user.name] ?? 0) + 1;
+    }
+    const me = this.current(user.name);
+    if (since !== null && Array.isArray(me.history)) {
+      me.history = (me.history as Json[]).filter(
+        h => Date.parse(String(h.t)) > sinceMs
+      );
+    }
     res.writeHead(200, {
       'Content-Type': 'application/json',
       'Cache-Control': 'no-store'
     });
-    res.end(JSON.stringify(this.current(user.name)));
+    res.end(JSON.stringify(me));
   }
 
   /** One sampling round: CPU seconds of each user's kernels since the last round. */
@@ -186,6 +206,9 @@ function cpuTicksByPod(uids: Set<string>): Map<string, number> {
 
 /** A smooth past hour of utilization so the sparkline has something to show. */
 function pastHour(now: Date, base: number): Json[] {
+  // On whole minutes: a point keeps its time from one answer to the next, as on
+  // the service, so an incremental (since) poll never sees the same one moved.
+  now = new Date(Math.floor(now.getTime() / 60_000) * 60_000);
   const out: Json[] = [];
   for (let i = 60; i >= 2; i--) {
     const v = Math.max(
