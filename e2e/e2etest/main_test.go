@@ -18,7 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuhub/gpuhub/e2e/cluster"
 	"github.com/gpuhub/gpuhub/e2e/cluster/stack"
+	"github.com/gpuhub/gpuhub/e2e/gpuhubstack"
+	"github.com/gpuhub/gpuhub/e2e/internal/hubproc"
 	"github.com/gpuhub/gpuhub/hubapi"
 )
 
@@ -27,6 +30,8 @@ const password = "e2e-password"
 var (
 	st       *stack.Stack
 	hubAdmin *hubapi.Client
+	// usagePort is where TestUsageAPI runs the usage API; the Hub knows it as service gpu-usage.
+	usagePort int
 	// timings of the harness, reported at the end.
 	controlPlaneReady time.Duration
 	stackReady        time.Duration
@@ -52,8 +57,11 @@ func run(m *testing.M) int {
 	defer cancel()
 	start := time.Now()
 	var err error
+	usagePort = cluster.FreePort()
 	st, err = stack.Start(ctx, stack.Options{
-		KubeBinDir: need["GPUHUB_KUBE_BIN"], Venv: need["GPUHUB_HUB_VENV"], CHP: need["GPUHUB_CHP"],
+		HubServices: []hubproc.Service{gpuhubstack.HubService(usagePort, gpuhubstack.NewToken())},
+		HubRoles:    gpuhubstack.HubRoles(),
+		KubeBinDir:  need["GPUHUB_KUBE_BIN"], Venv: need["GPUHUB_HUB_VENV"], CHP: need["GPUHUB_CHP"],
 		Topology: filepath.Join("..", "topology.yaml"), Password: password, Logger: logger,
 		GPUAgent: os.Getenv("GPUHUB_GPU_AGENT"),
 		Progress: func(step string, took time.Duration) {

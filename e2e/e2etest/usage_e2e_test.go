@@ -6,23 +6,22 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/gpuhub/gpuhub/e2e/cluster/proc"
 	"github.com/gpuhub/gpuhub/e2e/emulator"
+	"github.com/gpuhub/gpuhub/e2e/gpuhubstack"
 	"github.com/gpuhub/gpuhub/hubapi"
 )
 
@@ -52,18 +51,14 @@ func (m usageMe) gpu() (kind string, num, den int64, util float64, ok bool) {
 	return g.Kind, g.ShareNumerator, g.ShareDenominator, *g.SMUtilPercent, true
 }
 
-// usageAPI is a running usage-api process.
-type usageAPI struct {
-	cmd  *exec.Cmd
-	base string // http://127.0.0.1:port/services/gpu-usage/api/v1/
-}
-
 // TestUsageAPI (issue 4, item 6): alice runs a busy "cell" on her MIG 3g.20gb slice, bob idles on a
 // time-sliced T4 replica; api/v1/me shows each the right kind and share (3/7 vs 1/4) and a utilization that
 // rises and falls with the cell; bob's token cannot read alice's data; after a restart of the usage API the
-// GPU-hours continue. The gpu-agents run as a DaemonSet with the simulated backend; the usage API runs as a
-// process with an admin kubeconfig and the Hub's admin service token, and is called directly (not through the
-// proxy) with tokens minted for alice and bob.
+// GPU-hours continue. Wired as `make demo` wires it (e2e/gpuhubstack): the gpu-agent DaemonSet and both
+// services' RBAC come from chart/gpuhub (helm template, simulated backend), the agents admit only the chart's
+// usage ServiceAccount (TokenReview), and the usage API runs as a process with a token of that
+// ServiceAccount and the Hub service token of gpu-usage (least scopes). It is called directly (not through
+// the proxy) with tokens minted for alice and bob.
 func TestUsageAPI(t *testing.T) {
 	if os.Getenv("GPUHUB_GPU_AGENT") == "" {
 		t.Fatal("GPUHUB_GPU_AGENT is not set; run `make e2e` (it builds bin/gpu-agent)")
@@ -71,7 +66,7 @@ func TestUsageAPI(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	const ns = "gpuhub-usage"
-	startAgents(ctx, t, ns)
+	in := installChart(ctx, t, ns)
 
 	for user, profile := range map[string]string{"alice": "a100-3g", "bob": "t4-shared"} {
 		if _, err := hubAdmin.StartServer(ctx, user, "", map[string]any{"profile": profile}); err != nil {
@@ -91,13 +86,17 @@ func TestUsageAPI(t *testing.T) {
 		tokens[user] = tok.Token
 	}
 
-	bin := usageBinary(ctx, t)
-	kubeconfig, err := st.ControlPlane.WriteKubeconfig("usage-api", "usage-api", []string{"system:masters"})
-	if err != nil {
+	kubeconfig := filepath.Join(t.TempDir(), "usage.kubeconfig")
+	if err := in.WriteUsageKubeconfig(ctx, st.Client, st.ControlPlane.URL, st.ControlPlane.CAData(), kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	db := filepath.Join(t.TempDir(), "ledger.db")
-	api := startUsageAPI(ctx, t, bin, kubeconfig, db, ns)
+	usage := gpuhubstack.Usage{
+		Binary: usageBinary(ctx, t), Port: usagePort, Kubeconfig: kubeconfig, Database: filepath.Join(t.TempDir(), "ledger.db"),
+		Namespace: namespace, AgentNamespace: ns, HubAPIURL: st.Hub.APIURL(), Token: st.Hub.ServiceToken(gpuhubstack.ServiceName),
+		LogLevel: "debug",
+	}
+	checkSnapshotAuth(ctx, t, in, tokens["alice"])
+	api := startUsageAPI(ctx, t, usage)
 
 	me := func(user string) (usageMe, int) {
 		var m usageMe
@@ -179,7 +178,7 @@ func TestUsageAPI(t *testing.T) {
 
 	// Restart on the same ledger: the hours continue.
 	api.stop(t)
-	api = startUsageAPI(ctx, t, bin, kubeconfig, db, ns)
+	api = startUsageAPI(ctx, t, usage)
 	poll("GPU-hours continue after a restart", func() (bool, string) {
 		m, code := me("alice")
 		after := m.GPUHours["today"].Allocated
@@ -194,70 +193,43 @@ func TestUsageAPI(t *testing.T) {
 	api.stop(t)
 }
 
-// startAgents runs the gpu-agent DaemonSet (simulated backend) in namespace ns and waits for its pods.
-func startAgents(ctx context.Context, t *testing.T, ns string) {
+// usageAPI is a running usage-api process.
+type usageAPI struct {
+	p    *proc.Process
+	base string // http://127.0.0.1:port/services/gpu-usage/api/v1/
+}
+
+// installChart renders chart/gpuhub into namespace ns and applies what the local cluster runs
+// (agents and RBAC), then waits for a ready agent on every GPU node.
+func installChart(ctx context.Context, t *testing.T, ns string) *gpuhubstack.Installed {
 	t.Helper()
-	c := st.Client
-	labels := map[string]string{"app.kubernetes.io/component": "gpu-agent", "app.kubernetes.io/part-of": "gpuhub"}
-	must := func(_ any, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
+	ch := gpuhubstack.Chart{Helm: os.Getenv("GPUHUB_HELM"), Dir: os.Getenv("GPUHUB_CHART"), Namespace: ns}
+	if ch.Helm == "" || ch.Dir == "" {
+		t.Fatal("GPUHUB_HELM or GPUHUB_CHART is not set; run `make e2e`")
 	}
-	must(c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}))
-	must(c.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "gpu-agent"}}, metav1.CreateOptions{}))
-	must(c.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: ns + "-gpu-agent"},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods", "nodes"}, Verbs: []string{"get", "list", "watch"}}},
-	}, metav1.CreateOptions{}))
-	must(c.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: ns + "-gpu-agent"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: ns + "-gpu-agent"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "gpu-agent", Namespace: ns}},
-	}, metav1.CreateOptions{}))
-	must(c.AppsV1().DaemonSets(ns).Create(ctx, &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "gpu-agent", Namespace: ns, Labels: labels},
-		Spec: appsv1.DaemonSetSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					ServiceAccountName: "gpu-agent",
-					NodeSelector:       map[string]string{"nvidia.com/gpu.present": "true"},
-					Containers: []corev1.Container{{
-						Name: "agent", Image: "ghcr.io/gpuhub/gpu-agent:dev",
-						Args:  []string{"--backend=simulated", "--listen=:9400", "--interval=1s"},
-						Env:   []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
-						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 9400}},
-					}},
-				},
-			},
-		},
-	}, metav1.CreateOptions{}))
+	var err error
+	if ch.KubeVersion, err = gpuhubstack.ServerVersion(st.Client); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := ch.Render(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := gpuhubstack.Install(ctx, st.Client, ns, objs)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		_ = c.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
-		_ = c.RbacV1().ClusterRoleBindings().Delete(ctx, ns+"-gpu-agent", metav1.DeleteOptions{})
-		_ = c.RbacV1().ClusterRoles().Delete(ctx, ns+"-gpu-agent", metav1.DeleteOptions{})
-	})
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=gpu-agent"})
-		if err != nil {
-			return false, nil
+		if in != nil {
+			in.Uninstall(ctx, st.Client)
 		}
-		running := 0
-		for _, p := range list.Items {
-			if p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
-				running++
-			}
-		}
-		return running == 3, nil
 	})
 	if err != nil {
-		t.Fatalf("gpu-agent pods not running: %v", err)
+		t.Fatal(err)
 	}
+	if err := in.WaitAgents(ctx, st.Client, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	return in
 }
 
 // usageBinary is $GPUHUB_USAGE_API, or the usage API built for this test.
@@ -274,62 +246,38 @@ func usageBinary(ctx context.Context, t *testing.T) string {
 	return bin
 }
 
-func startUsageAPI(ctx context.Context, t *testing.T, bin, kubeconfig, db, agentNS string) *usageAPI {
+func startUsageAPI(ctx context.Context, t *testing.T, u gpuhubstack.Usage) *usageAPI {
 	t.Helper()
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+	spec := u.Spec()
+	spec.LogFile = filepath.Join(t.TempDir(), "usage-api.log")
+	p, err := proc.Start(ctx, slog.New(slog.DiscardHandler), spec)
 	if err != nil {
-		t.Fatal(err)
+		b, _ := os.ReadFile(spec.LogFile)
+		t.Fatalf("usage-api: %v\n%s", err, b)
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
-	cmd := exec.CommandContext(ctx, bin,
-		"--listen=127.0.0.1:"+strconv.Itoa(port), "--prefix=/services/gpu-usage/", "--interval=1s",
-		"--namespace="+namespace, "--agent-namespace="+agentNS, "--database="+db, "--kubeconfig="+kubeconfig,
-		"--hub-refresh=10s", "--log-level=debug")
-	cmd.Env = append(os.Environ(), "JUPYTERHUB_API_URL="+st.Hub.APIURL(), "JUPYTERHUB_API_TOKEN="+st.Hub.AdminToken())
-	logPath := filepath.Join(t.TempDir(), "usage-api.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	u := &usageAPI{cmd: cmd, base: fmt.Sprintf("http://127.0.0.1:%d/services/gpu-usage/api/v1/", port)}
+	api := &usageAPI{p: p, base: u.URL()}
 	t.Cleanup(func() {
-		u.stop(t)
+		api.stop(t)
 		if t.Failed() {
-			if b, err := os.ReadFile(logPath); err == nil {
+			if b, err := os.ReadFile(spec.LogFile); err == nil {
 				t.Logf("usage-api log:\n%s", b)
 			}
 		}
 	})
-	ready := fmt.Sprintf("http://127.0.0.1:%d/readyz", port)
-	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		return getUsage(ctx, t, ready, "", nil) == http.StatusOK, nil
-	})
-	if err != nil {
-		b, _ := os.ReadFile(logPath)
-		t.Fatalf("usage-api not ready: %v\n%s", err, b)
-	}
-	return u
+	return api
 }
 
 func (u *usageAPI) stop(t *testing.T) {
 	t.Helper()
-	if u.cmd.ProcessState != nil {
-		return
-	}
-	_ = u.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = u.cmd.Wait(); close(done) }()
 	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		_ = u.cmd.Process.Kill()
-		<-done
-		t.Error("usage-api did not stop within 20 s of SIGTERM")
+	case <-u.p.Done():
+		return
+	default:
+	}
+	t0 := time.Now()
+	u.p.Stop()
+	if d := time.Since(t0); d > 20*time.Second {
+		t.Errorf("usage-api took %s to stop after SIGTERM", d)
 	}
 }
 
@@ -355,4 +303,49 @@ func getUsage(ctx context.Context, t *testing.T, url, token string, into any) in
 		}
 	}
 	return resp.StatusCode
+}
+
+// checkSnapshotAuth: an agent's snapshot names users, so without a token, or with a Hub token, or
+// with a Kubernetes identity other than the chart's usage ServiceAccount it answers 401/403; the
+// usage ServiceAccount's token is admitted.
+func checkSnapshotAuth(ctx context.Context, t *testing.T, in *gpuhubstack.Installed, hubToken string) {
+	t.Helper()
+	pods, err := st.Client.CoreV1().Pods(in.Namespace).List(ctx, metav1.ListOptions{LabelSelector: in.AgentSelector})
+	if err != nil || len(pods.Items) == 0 {
+		t.Fatalf("agent pods: %v (%d)", err, len(pods.Items))
+	}
+	url := fmt.Sprintf("http://%s/api/v1/snapshot", net.JoinHostPort(pods.Items[0].Status.PodIP, "9400"))
+	other, err := st.Client.CoreV1().ServiceAccounts(in.Namespace).CreateToken(ctx, "default", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	usage, err := st.Client.CoreV1().ServiceAccounts(in.Namespace).CreateToken(ctx, in.UsageServiceAccount, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		auth string
+		ok   bool
+	}{
+		"no token":                 {"", false},
+		"Hub token":                {"Bearer " + hubToken, false},
+		"default ServiceAccount":   {"Bearer " + other.Status.Token, false},
+		"usage-api ServiceAccount": {"Bearer " + usage.Status.Token, true},
+	} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		resp.Body.Close()
+		if ok := resp.StatusCode == http.StatusOK; ok != tc.ok {
+			t.Errorf("snapshot with %s: status %d, want ok=%v", name, resp.StatusCode, tc.ok)
+		}
+	}
 }

@@ -35,7 +35,7 @@ stop() {
   fi
   wait "$pid" 2>/dev/null || true
   tail -n 3 "$log" | sed 's/^/    /'
-  rm -rf "$work"
+  if [[ ${rc:-1} -eq 0 ]]; then rm -rf "$work"; else echo "==> cluster log kept: $log"; fi
 }
 trap stop EXIT
 trap 'exit 130' INT TERM
@@ -52,6 +52,7 @@ done
 sed -n '/==> ready/,/Ctrl-C/p' "$log"
 
 hub_url=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["hubURL"])' "$info")
+rc=1
 set +e
 GPUHUB_UI_HUB_URL=$hub_url GPUHUB_INFO_FILE=$info GPUHUB_DEMO_PASSWORD=$password "$@"
 rc=$?

@@ -9,7 +9,8 @@ import (
 func TestParseFlags(t *testing.T) {
 	type got struct {
 		KubeBin, Venv, Password, Topology string
-		Port                              int
+		Helm, UsageAPI                    string
+		Port, UsagePort                   int
 	}
 	tests := map[string]struct {
 		args []string
@@ -19,16 +20,19 @@ func TestParseFlags(t *testing.T) {
 		"defaults from GPUHUB_CACHE": {
 			env: map[string]string{"GPUHUB_CACHE": "/c"},
 			want: got{KubeBin: "/c/kube/v1.36.3/bin", Venv: "/c/venv/hub55", Password: "gpuhub-demo",
-				Topology: "e2e/topology.yaml", Port: 8000},
+				Topology: "e2e/topology.yaml", Port: 8000, Helm: "/c/bin/helm-v3.22.0", UsageAPI: "bin/usage-api"},
 		},
 		"env fallback": {
-			env:  map[string]string{"GPUHUB_CACHE": "/c", "GPUHUB_KUBE_BIN": "/k", "GPUHUB_DEMO_PORT": "9000", "GPUHUB_DEMO_PASSWORD": "pw"},
-			want: got{KubeBin: "/k", Venv: "/c/venv/hub55", Password: "pw", Topology: "e2e/topology.yaml", Port: 9000},
+			env: map[string]string{"GPUHUB_CACHE": "/c", "GPUHUB_KUBE_BIN": "/k", "GPUHUB_DEMO_PORT": "9000", "GPUHUB_DEMO_PASSWORD": "pw",
+				"GPUHUB_HELM": "/h", "GPUHUB_USAGE_API": "/u", "GPUHUB_USAGE_PORT": "9001"},
+			want: got{KubeBin: "/k", Venv: "/c/venv/hub55", Password: "pw", Topology: "e2e/topology.yaml", Port: 9000,
+				Helm: "/h", UsageAPI: "/u", UsagePort: 9001},
 		},
 		"flag beats env": {
-			args: []string{"--port=0", "--kube-bin=/f", "--topology=t.yaml"},
-			env:  map[string]string{"GPUHUB_CACHE": "/c", "GPUHUB_KUBE_BIN": "/k", "GPUHUB_DEMO_PORT": "9000"},
-			want: got{KubeBin: "/f", Venv: "/c/venv/hub55", Password: "gpuhub-demo", Topology: "t.yaml", Port: 0},
+			args: []string{"--port=0", "--kube-bin=/f", "--topology=t.yaml", "--helm=/hf", "--usage-port=0"},
+			env:  map[string]string{"GPUHUB_CACHE": "/c", "GPUHUB_KUBE_BIN": "/k", "GPUHUB_DEMO_PORT": "9000", "GPUHUB_HELM": "/h", "GPUHUB_USAGE_PORT": "9001"},
+			want: got{KubeBin: "/f", Venv: "/c/venv/hub55", Password: "gpuhub-demo", Topology: "t.yaml", Port: 0,
+				Helm: "/hf", UsageAPI: "bin/usage-api"},
 		},
 	}
 	for name, tc := range tests {
@@ -38,7 +42,8 @@ func TestParseFlags(t *testing.T) {
 				t.Fatal(err)
 			}
 			g := got{KubeBin: o.Stack.KubeBinDir, Venv: o.Stack.Venv, Password: o.Stack.Password,
-				Topology: o.Stack.Topology, Port: o.Stack.ProxyPort}
+				Topology: o.Stack.Topology, Port: o.Stack.ProxyPort, Helm: o.GPUHub.Chart.Helm, UsageAPI: o.GPUHub.UsageAPI,
+				UsagePort: o.GPUHub.Port}
 			if diff := cmp.Diff(tc.want, g); diff != "" {
 				t.Errorf("options (-want +got):\n%s", diff)
 			}
