@@ -61,7 +61,7 @@ ui-test: ext-install chromium ## GPU panel in a real JupyterLab + chromium again
 .PHONY: ui-test-cluster
 ui-test-cluster: ext-deps chromium ## GPU panel on the running local cluster (needs GPUHUB_UI_HUB_URL; see notebooks-ext/README.md).
 	@[[ -n "$${GPUHUB_UI_HUB_URL:-}" ]] || { \
-	  echo "ERROR: GPUHUB_UI_HUB_URL is not set; start the local cluster (make demo) and set GPUHUB_UI_HUB_URL=http://127.0.0.1:8000/ (passwords default to make demo's)"; exit 1; }
+	  echo "ERROR: GPUHUB_UI_HUB_URL is not set; run make e2e-ui (starts and stops a local cluster for the test), or start make demo and set GPUHUB_UI_HUB_URL=http://127.0.0.1:8000/ (passwords default to make demo's)"; exit 1; }
 	cd "$(EXT_DIR)" && npm run --silent build:ui-tests
 	cd "$(EXT_DIR)" && GPUHUB_UI_ARTIFACTS="$(EXT_ARTIFACTS)" CHROMIUM="$(CHROMIUM)" \
 	  node --test-reporter=spec ui-tests/lib/cluster.test.js
