@@ -170,10 +170,15 @@ export async function setTheme(
 
 /** Open a new Python notebook from the launcher and wait for its kernel to be idle. */
 export async function openNewNotebook(page: Page): Promise<void> {
+  // Only a visible card: a Launcher in a background tab has hidden cards too.
   const card = page
-    .locator('.jp-LauncherCard[data-category="Notebook"]')
+    .locator('.jp-LauncherCard[data-category="Notebook"]:visible')
     .first();
-  if (!(await card.isVisible())) {
+  // JupyterLab opens its Launcher once the layout is restored, which can take a while on a busy
+  // machine; open one only when none appears (checking once raced the restore and left two).
+  try {
+    await card.waitFor({ state: 'visible', timeout: 15_000 });
+  } catch {
     await page.keyboard.press('Control+Shift+L');
   }
   await card.click();
@@ -191,7 +196,21 @@ export async function openNewNotebook(page: Page): Promise<void> {
 
 /** Type `code` into the active notebook's first cell and run it. */
 export async function runCell(page: Page, code: string): Promise<void> {
-  await page.locator('.jp-NotebookPanel .jp-Cell .cm-content').first().click();
+  const cell = page.locator('.jp-NotebookPanel .jp-Cell').first();
+  await cell.locator('.cm-content').click();
   await page.keyboard.insertText(code);
   await page.keyboard.press('Shift+Enter');
+  // A run issued while a new notebook's kernel is still connecting can be dropped (the prompt stays
+  // "[ ]"): run the cell again in place until it is queued or running.
+  const started = cell.locator('.jp-InputPrompt', { hasText: /\[(\*|\d+)\]/ });
+  for (let attempt = 0; attempt < 4; attempt++) {
+    try {
+      await started.waitFor({ state: 'visible', timeout: 15_000 });
+      return;
+    } catch {
+      await cell.locator('.cm-content').click();
+      await page.keyboard.press('Control+Enter');
+    }
+  }
+  throw new Error('the cell did not start running');
 }
