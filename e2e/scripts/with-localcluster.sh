@@ -42,7 +42,8 @@ trap 'exit 130' INT TERM
 
 echo "==> starting the local cluster in the background (log $log)"
 for ((i = 0; i < ready_timeout; i++)); do
-  [[ -s $info ]] && break
+  # The info file is written just before the ready banner; wait for both.
+  [[ -s $info ]] && grep -q 'Press Ctrl-C' "$log" && break
   if ! kill -0 "$pid" 2>/dev/null; then
     echo "ERROR: localcluster exited before it was ready:" >&2; cat "$log" >&2; exit 1
   fi
