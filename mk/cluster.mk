@@ -70,7 +70,7 @@ e2e: cluster-deps chromium browser-deps $(HELM) ## End-to-end tests on the local
 	$(GO) build -o $(BIN)/ ./services/gpu-agent ./services/usage-api
 	$(LOCALCLUSTER_ENV) GPUHUB_CHART="$(CURDIR)/chart/gpuhub" \
 	GPUHUB_BROWSER_MODULES="$(BROWSER_MODULES)/node_modules" GPUHUB_CHROMIUM="$(CHROMIUM)" \
-	  $(GO) test $(E2E_FLAGS) -tags e2e ./e2e/cluster/... ./e2e/e2etest/...
+	  $(GO) test $(E2E_FLAGS) -tags e2e ./e2e/gpuhubstack/... ./e2e/cluster/... ./e2e/e2etest/...
 
 TEST_TARGETS += e2e
 

@@ -98,6 +98,14 @@ func ServerVersion(c kubernetes.Interface) (string, error) {
 // RuntimeClass (no container runtime), agents on the emulated GPU nodes. The chart's image
 // reference names gpu-agent, which the node emulator maps to bin/gpu-agent.
 func (c Chart) Render(ctx context.Context) ([]runtime.Object, error) {
+	out, err := c.renderYAML(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return decode(out)
+}
+
+func (c Chart) renderYAML(ctx context.Context) ([]byte, error) {
 	if c.Release == "" {
 		c.Release = "gpuhub"
 	}
@@ -123,7 +131,7 @@ func (c Chart) Render(ctx context.Context) ([]runtime.Object, error) {
 	if err != nil {
 		return nil, fmt.Errorf("helm template: %w: %s", err, stderr.String())
 	}
-	return decode(out)
+	return out, nil
 }
 
 // escapeKey escapes dots in a label key for helm --set.

@@ -1,7 +1,9 @@
 package gpuhubstack
 
 import (
+	"bytes"
 	"context"
+	"flag"
 	"os"
 	"sort"
 	"testing"
@@ -10,6 +12,33 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 )
+
+var update = flag.Bool("update", false, "rewrite testdata/rendered.yaml with $GPUHUB_HELM")
+
+// TestRenderedCurrent keeps testdata/rendered.yaml equal to what Chart.Render gets from helm for
+// chart/gpuhub (make e2e runs it with GPUHUB_HELM; -update rewrites the file).
+func TestRenderedCurrent(t *testing.T) {
+	helm := os.Getenv("GPUHUB_HELM")
+	if helm == "" {
+		t.Skip("GPUHUB_HELM is not set; make e2e runs this check with helm")
+	}
+	got, err := Chart{Helm: helm, Dir: "../../chart/gpuhub", Namespace: "jhub", KubeVersion: "v1.36.3"}.renderYAML(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *update {
+		if err := os.WriteFile("testdata/rendered.yaml", got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile("testdata/rendered.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(want, got) {
+		t.Errorf("testdata/rendered.yaml is stale: chart/gpuhub changed; run `GPUHUB_HELM=%s go test ./e2e/gpuhubstack -run TestRenderedCurrent -args -update`", helm)
+	}
+}
 
 // TestInstall applies a helm template output of chart/gpuhub (testdata/rendered.yaml, rendered with
 // the values Chart.Render passes) to a fake clientset: only what the local cluster runs is created.
