@@ -163,6 +163,22 @@ func TestUsageAPI(t *testing.T) {
 		}
 		return ok && util < 10, fmt.Sprintf("%+v", m)
 	})
+	// carol has no server: she is listed only if the usage API read the Hub's user list with its
+	// least-scope service token.
+	poll("the Hub directory through the gpu-usage service token", func() (bool, string) {
+		var page struct {
+			Items []struct {
+				Name string `json:"name"`
+			} `json:"items"`
+		}
+		code := getUsage(ctx, t, api.base+"users?limit=100", st.Hub.AdminToken(), &page)
+		for _, it := range page.Items {
+			if it.Name == "carol" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d %+v", code, page)
+	})
 	if code := getUsage(ctx, t, api.base+"users/alice", tokens["bob"], nil); code != http.StatusForbidden {
 		t.Errorf("bob reads alice's usage: status %d, want 403", code)
 	}

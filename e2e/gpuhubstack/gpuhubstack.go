@@ -46,9 +46,11 @@ const ServiceName = "gpu-usage"
 // GPU nodes carry it as real ones do).
 var GPUNodeSelector = map[string]string{"nvidia.com/gpu.present": "true"}
 
-// ServiceScopes are what the usage API needs from the Hub: list users with their groups (the Hub
-// directory) and read single users. Groups come with the users, so no group scopes.
-var ServiceScopes = []string{"list:users", "read:users", "read:users:groups"}
+// ServiceScopes are what the usage API needs from the Hub: the user list (GET /users) with each
+// user's name and admin flag (read:users:name carries `admin` in JupyterHub 5.5 and 6) and groups.
+// Callers are resolved with their own token (GET /user), and the groups API is never called, so
+// neither read:users (activity, servers) nor list:groups/read:groups.
+var ServiceScopes = []string{"list:users", "read:users:name", "read:users:groups"}
 
 // HubService registers the usage API at http://127.0.0.1:<port> with token (>= 8 characters).
 func HubService(port int, token string) hubproc.Service {
