@@ -165,13 +165,17 @@ export function formatMemory(used: number, total: number): string {
   return `${formatBytes(used)} of ${formatBytes(total)}`;
 }
 
-/** GPU-hours with sensible precision: "0", "0.04", "1.5", "132". */
+/** GPU-hours with sensible precision: "0", "< 0.01", "0.04", "1.5", "132". */
 export function formatGpuHours(h: number | undefined): string {
   if (h === undefined || !Number.isFinite(h)) {
     return '–';
   }
   if (h === 0) {
     return '0';
+  }
+  // A server that just started has spent a little: say so rather than round it to a misleading 0.
+  if (Math.abs(h) < 0.005) {
+    return h > 0 ? '< 0.01' : '> -0.01';
   }
   if (Math.abs(h) < 10) {
     return formatNumber(h, 2);
@@ -430,8 +434,8 @@ export function statusBarText(me: MeResponse | null): string {
 export function unknownUsageNote(hours: MeResponse['gpuHours']): string | null {
   const w = hours['7d'] ?? hours.today;
   const unknown = w?.usedUnknown ?? 0;
-  // Below the shown precision the note would read "0 GPU-hours had none".
-  if (!w || unknown <= 0 || formatGpuHours(unknown) === '0') {
+  // Below the shown precision (0.01 GPU-hours) the note would only add noise.
+  if (!w || unknown < 0.005) {
     return null;
   }
   const span = hours['7d'] ? '7 days' : 'today';

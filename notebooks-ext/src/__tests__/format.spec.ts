@@ -195,6 +195,8 @@ describe('numbers', () => {
   const hours: Record<string, [number | undefined, string]> = {
     missing: [undefined, '–'],
     zero: [0, '0'],
+    'just started': [0.000357, '< 0.01'],
+    'rounds up to 0.01': [0.0051, '0.01'],
     small: [0.04321, '0.04'],
     half: [0.5, '0.5'],
     tens: [12.25, '12.3'],
