@@ -15,15 +15,18 @@ CHROMIUM         ?= /usr/bin/chromium
 # Recursive (=): VENV_HUB55 comes from mk/hub.mk, which is read after this file.
 EXT_ENV           = PATH="$(VENV_HUB55)/bin:$$PATH"
 
+# Not `npm ci`: npm 11 writes lock files without the other platforms' optional bindings of unrs-resolver (used by
+# jest), and `npm ci` then refuses the lock as out of sync on a fresh clone. `npm install --no-save` installs
+# exactly the locked versions (checked: all 859 packages) and never rewrites the lock.
 .PHONY: ext-deps
-ext-deps: ## npm ci for notebooks-ext (only when package-lock.json changed).
+ext-deps: ## Install notebooks-ext's npm packages at the locked versions (only when package-lock.json changed).
 	@command -v node >/dev/null && command -v npm >/dev/null || { \
 	  echo "ERROR: node/npm not found; install them: apt-get install -y nodejs npm (Node >= 20)"; exit 1; }
 	@if [[ -f "$(EXT_NPM_STAMP)" && "$(EXT_NPM_STAMP)" -nt "$(EXT_DIR)/package-lock.json" ]]; then \
 	  echo "==> notebooks-ext npm packages are up to date (node $$(node --version))"; \
 	else \
-	  echo "==> npm ci in notebooks-ext (JupyterLab 4 packages, TypeScript, jest, eslint, prettier, playwright-core; npm registry)"; \
-	  cd "$(EXT_DIR)" && npm ci --no-audit --no-fund --loglevel=error; \
+	  echo "==> npm install (locked versions) in notebooks-ext (JupyterLab 4 packages, TypeScript, jest, eslint, prettier, playwright-core; npm registry)"; \
+	  cd "$(EXT_DIR)" && npm install --no-save --no-audit --no-fund --loglevel=error; \
 	fi
 
 .PHONY: ext-build
