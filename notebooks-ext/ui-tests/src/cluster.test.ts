@@ -206,6 +206,10 @@ function approxHours(text: string, v: number | undefined): boolean {
   if (v === undefined) {
     return text === '–';
   }
+  // The panel shows a few GPU-seconds as "< 0.01" rather than a misleading 0.
+  if (text === '< 0.01') {
+    return v > 0 && v < 0.01;
+  }
   return Math.abs(Number(text) - v) <= Math.max(0.005, 0.051 * Math.abs(v));
 }
 
