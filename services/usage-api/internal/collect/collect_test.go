@@ -50,7 +50,7 @@ func TestPoll(t *testing.T) {
 	want := &Snapshot{
 		Node: "gpu-a100-0", Backend: "simulated", SampledAt: time.Date(2026, 11, 22, 10, 0, 5, 123e6, time.UTC), IntervalSeconds: 5,
 		GPUs: []GPU{{UUID: "GPU-1", Product: "NVIDIA A100-SXM4-40GB", MemoryTotalBytes: 42949672960, MemoryUsedBytes: 1 << 30, MIGMode: true,
-			MIGDevices: []MIGDevice{{UUID: "MIG-1", Profile: "3g.20gb", MemoryTotalBytes: 20 << 30, UtilizationPercent: ptr(49), UtilizationSource: "simulated"}}}},
+			MIGDevices: []MIGDevice{{UUID: "MIG-1", Profile: "3g.20gb", GPUInstanceID: 1, MemoryTotalBytes: 20 << 30, UtilizationPercent: ptr(49), UtilizationSource: "simulated"}}}},
 		Pods: []Pod{{UID: "u1", Namespace: "jhub", Name: "jupyter-alice", User: "alice",
 			Devices:       []Device{{UUID: "MIG-1", ParentUUID: "GPU-1", Resource: "nvidia.com/mig-3g.20gb"}},
 			Processes:     []Process{{PID: 4242, DeviceUUID: "MIG-1", MemoryUsedBytes: 1 << 20}},
