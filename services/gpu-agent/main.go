@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -78,12 +77,7 @@ func run(args []string) int {
 		logger.Warn("no Kubernetes client: pods will be named by UID only", "err", err)
 		kc = nil
 	}
-	var allowed []string
-	for u := range strings.SplitSeq(*allowedUsers, ",") {
-		if u = strings.TrimSpace(u); u != "" {
-			allowed = append(allowed, u)
-		}
-	}
+	allowed := config.List(*allowedUsers)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

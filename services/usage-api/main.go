@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -89,12 +88,7 @@ func run(args []string) int {
 		logger.Error("agent client", "err", err)
 		return 2
 	}
-	var groups []string
-	for g := range strings.SplitSeq(*adminGroups, ",") {
-		if g = strings.TrimSpace(g); g != "" {
-			groups = append(groups, g)
-		}
-	}
+	groups := config.List(*adminGroups)
 	reg := prometheus.NewRegistry()
 	auth := hubauth.New(hubauth.Options{Hub: hub, Logger: logger, AdminGroups: groups, Registerer: reg})
 	db := *database

@@ -59,6 +59,17 @@ func Parse(fs *flag.FlagSet, args []string, envs map[string]string, lookup Looku
 	return errors.Join(errs...)
 }
 
+// List splits a comma-separated flag value ("a, b,,c") into its non-empty, trimmed items; nil when none.
+func List(v string) []string {
+	var items []string
+	for item := range strings.SplitSeq(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			items = append(items, item)
+		}
+	}
+	return items
+}
+
 // HubEnv is the environment JupyterHub gives its managed services; external services (all of ours) get the
 // same names from their Deployment so a service runs unchanged either way.
 var HubEnv = struct {

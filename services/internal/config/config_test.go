@@ -88,3 +88,18 @@ func TestParseUnknownFlag(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestList(t *testing.T) {
+	tests := map[string][]string{
+		"":                 nil,
+		" , ,":             nil,
+		"students":         {"students"},
+		"a, b,,c ":         {"a", "b", "c"},
+		"system:sa:jhub:x": {"system:sa:jhub:x"},
+	}
+	for in, want := range tests {
+		if diff := cmp.Diff(want, List(in)); diff != "" {
+			t.Errorf("List(%q) (-want +got):\n%s", in, diff)
+		}
+	}
+}
