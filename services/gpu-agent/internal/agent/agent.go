@@ -5,7 +5,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -147,9 +146,7 @@ func (a *Agent) Handler() http.Handler {
 			server.WriteError(w, http.StatusServiceUnavailable, "no sample yet; retry after the sampling interval")
 			return
 		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		_ = json.NewEncoder(w).Encode(snap)
+		server.WriteJSON(w, http.StatusOK, snap)
 	})
 	return mux
 }
