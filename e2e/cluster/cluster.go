@@ -8,7 +8,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"log/slog"
-	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -23,6 +22,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/gpuhub/gpuhub/e2e/cluster/proc"
+	"github.com/gpuhub/gpuhub/e2e/internal/netport"
 )
 
 // DefaultControllers are the kube-controller-manager controllers the harness needs: service
@@ -394,34 +394,15 @@ func httpReady(c *http.Client, url string) func(context.Context) error {
 	}
 }
 
-// freePort returns a TCP port that was free on 127.0.0.1 a moment ago. Ports come from
-// 20000-32767, below Linux's ephemeral range (32768-60999), so neither outgoing connections nor
-// other programs' bind(0) take them between the check and the use.
 func freePort() int {
 	return FreePorts(1)[0]
 }
 
-// FreePorts returns n distinct free ports, holding them all open together while choosing.
+// FreePorts returns n distinct free loopback ports (netport.Free); it panics when none are left.
 func FreePorts(n int) []int {
-	var lc net.ListenConfig
-	held := make([]net.Listener, 0, n)
-	defer func() {
-		for _, l := range held {
-			l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for tries := 0; len(ports) < n && tries < 1000; tries++ {
-		port := 20000 + mrand.IntN(12768)
-		l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			continue
-		}
-		held = append(held, l)
-		ports = append(ports, port)
-	}
-	if len(ports) < n {
-		panic("no free ports on loopback in 20000-32767")
+	ports, err := netport.Free(n)
+	if err != nil {
+		panic(err)
 	}
 	return ports
 }

@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -130,7 +129,7 @@ func TestAgentAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	port := freePort(t)
+	port := cluster.FreePort()
 	agent := exec.CommandContext(ctx, agentBin, "--backend=simulated", "--node-name=gpu-a100-0", "--kubeconfig="+agentKubeconfig,
 		fmt.Sprintf("--listen=127.0.0.1:%d", port), "--interval=1s", "--snapshot-auth=tokenreview",
 		"--snapshot-allowed-users=system:serviceaccount:jhub:gpu-usage")
@@ -200,15 +199,4 @@ func TestAgentAgainstAPIServer(t *testing.T) {
 	if bob.SMUtilPercent == nil || *bob.SMUtilPercent > 5 || len(bob.Devices) != 1 || bob.Devices[0].Resource != "nvidia.com/gpu" {
 		t.Errorf("bob (idle notebook on a whole GPU): %+v", bob)
 	}
-}
-
-// freePort picks a free loopback port for the agent to listen on.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }

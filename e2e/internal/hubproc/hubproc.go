@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,6 +25,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gpuhub/gpuhub/e2e/internal/netport"
 )
 
 // Environment variables read by OptionsFromEnv; make integration sets them.
@@ -509,28 +510,18 @@ func installedVersion(ctx context.Context, venv string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// freePorts picks free loopback ports for the zero entries, holding all listeners open together so
-// the picks differ. Another process could still take one before the Hub binds it; that is rare and
-// shows up as a startup error naming the port.
+// freePorts picks free loopback ports (netport.Free) for the zero entries. Another process could
+// still take one before the Hub binds it; that is rare and shows up as a startup error naming the port.
 func freePorts(want [3]int) ([3]int, error) {
-	var got [3]int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
+	got := want
+	picked, err := netport.Free(3)
+	if err != nil {
+		return got, fmt.Errorf("hubproc: free port: %w", err)
+	}
+	for i, p := range got {
+		if p == 0 {
+			got[i] = picked[i]
 		}
-	}()
-	for i, p := range want {
-		if p != 0 {
-			got[i] = p
-			continue
-		}
-		l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-		if err != nil {
-			return got, fmt.Errorf("hubproc: free port: %w", err)
-		}
-		ls = append(ls, l)
-		got[i] = l.Addr().(*net.TCPAddr).Port
 	}
 	return got, nil
 }
