@@ -5,6 +5,7 @@ import * as React from 'react';
 
 import type { GpuHolding, MeResponse, ServerUsage } from './api';
 import {
+  asSentence,
   describeBudget,
   describeHolding,
   describeIdleCull,
@@ -139,7 +140,7 @@ function Usage(
     <div className="jp-GpuPanel-body">
       {notice && (
         <Notice kind="warn" title="No fresh GPU reading">
-          {notice.reasons.map(r => `No fresh GPU reading: ${r}. `).join('')}
+          {notice.reasons.map(r => `${asSentence(r)} `).join('')}
           {notice.until}
         </Notice>
       )}

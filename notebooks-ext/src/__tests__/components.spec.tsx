@@ -172,7 +172,7 @@ describe('GpuPanel', () => {
     renderPanel({ status: 'ok', data: me, fetchedAt: NOW });
     expect(text('[data-notice="No fresh GPU reading"]')).toBe(
       'No fresh GPU reading' +
-        'No fresh GPU reading: the usage service’s last update is 5 min old. ' +
+        'The usage service’s last update is 5 min old. ' +
         'Utilization is not shown until the usage service updates again.'
     );
     // The document's last number is not shown as current.
@@ -208,7 +208,7 @@ describe('GpuPanel: stale, unknown and unavailable (issue 9)', () => {
     const notice = host.querySelector('[data-notice="No fresh GPU reading"]');
     expect(notice?.getAttribute('role')).toBe('status');
     expect(notice?.textContent).toContain(
-      `No fresh GPU reading: ${STALE_REASON}. Utilization is not shown until the node agent reports again.`
+      `The ${STALE_REASON.slice('the '.length)}. Utilization is not shown until the node agent reports again.`
     );
     const util = host.querySelector('[data-field="util"]')!;
     expect(util.querySelector('[role="meter"]')).toBeNull();
@@ -253,7 +253,7 @@ describe('GpuPanel: stale, unknown and unavailable (issue 9)', () => {
     delete (server.gpus as Record<string, unknown>[])[0].staleReason;
     renderJson(me);
     expect(text('[data-notice="No fresh GPU reading"]')).toContain(
-      'No fresh GPU reading: the GPU agent on node gpu-a100-0 has stopped reporting.'
+      'The GPU agent on node gpu-a100-0 has stopped reporting.'
     );
   });
 

@@ -239,7 +239,13 @@ function markStale(me: Json, seconds: number, now: Date): void {
     }
     any = true;
     const reason = `the GPU agent on node ${String(s.node)} has not sampled since ${since} UTC (${seconds} s)`;
-    Object.assign(s, { stale: true, staleReason: reason, usedGPUs: null });
+    // The service sets simulated from a fresh snapshot only.
+    Object.assign(s, {
+      stale: true,
+      staleReason: reason,
+      usedGPUs: null,
+      simulated: false
+    });
     for (const g of gpus) {
       Object.assign(g, {
         stale: true,
@@ -256,6 +262,7 @@ function markStale(me: Json, seconds: number, now: Date): void {
   }
   if (any) {
     me.stale = true;
+    me.simulated = (me.servers as Json[]).some(s => s.simulated === true);
     me.share = { ...(me.share as Json), usedGPUs: null, memoryUsedBytes: 0 };
   }
 }

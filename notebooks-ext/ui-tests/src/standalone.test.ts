@@ -387,7 +387,7 @@ test('a stale node agent: no number, the reason in plain words', async () => {
     );
     assert.match(
       r.text,
-      /No fresh GPU reading: the GPU agent on node gpu-a100-0 has not sampled since \d\d:\d\d:\d\d UTC \(47 s\)\. Utilization is not shown until the node agent reports again\./
+      /No fresh GPU readingThe GPU agent on node gpu-a100-0 has not sampled since \d\d:\d\d:\d\d UTC \(47 s\)\. Utilization is not shown until the node agent reports again\./
     );
     assert.deepEqual(r.utilization, [null], 'no utilization number');
     assert.deepEqual(r.utilizationText, ['no fresh reading']);
