@@ -4,8 +4,11 @@
 /** Where a utilization number comes from. */
 export type UtilizationSource = 'nvml' | 'dcgm' | 'simulated' | 'none';
 
-/** How a device is held: a whole card, a MIG slice, or a time-sliced replica. */
-export type GpuKind = 'gpu' | 'mig' | 'shared';
+/**
+ * How a device is held (the usage API's GPU vocabulary): a whole card, a MIG
+ * slice, a time-sliced replica, an MPS replica, or a time-sliced MIG slice.
+ */
+export type GpuKind = 'gpu' | 'mig' | 'shared' | 'mps' | 'mig-shared';
 
 export interface GpuHolding {
   kind: GpuKind;
@@ -23,6 +26,10 @@ export interface GpuHolding {
   memoryTotalBytes: number;
   /** The node agent's last snapshot is older than 3 intervals: utilization is unknown. */
   stale?: boolean;
+  /** Why the unit is stale, in the service's plain words. */
+  staleReason?: string;
+  /** Why `smUtilPercent` is null (stale agent, MIG without DCGM, no agent on the node). */
+  utilizationUnknownReason?: string;
 }
 
 export interface ServerUsage {
@@ -34,6 +41,7 @@ export interface ServerUsage {
   /** null when the utilization of any allocated unit is unknown. */
   usedGPUs: number | null;
   stale?: boolean;
+  staleReason?: string;
   simulated?: boolean;
   gpus: GpuHolding[];
 }
@@ -47,9 +55,14 @@ export interface HistoryPoint {
 }
 
 export interface GpuHoursWindow {
-  allocated: number;
-  /** Used GPU-hours over the part whose utilization was known. */
-  used: number;
+  /** null when the service sent no figure: shown as unknown, never as 0. */
+  allocated: number | null;
+  /**
+   * Used GPU-hours over the part whose utilization was known: the physical
+   * GPU time the work kept busy, so on a time-sliced GPU it can exceed
+   * `allocated` (the share held).
+   */
+  used: number | null;
   /** Allocated GPU-hours whose utilization was unknown (MIG without DCGM, a stale agent). */
   usedUnknown?: number;
 }
@@ -82,6 +95,7 @@ export interface MeResponse {
   simulated: boolean;
   /** True when any server's agent data is stale. */
   stale?: boolean;
+  staleReason?: string;
   share: {
     allocatedGPUs: number;
     usedGPUs: number | null;
@@ -95,9 +109,17 @@ export interface MeResponse {
     '7d'?: GpuHoursWindow;
     '30d'?: GpuHoursWindow;
   };
+  /**
+   * `unavailable` while the ledger cannot be read (the windows are then
+   * null); an API without the field is `ok`.
+   */
+  gpuHoursStatus: GpuHoursStatus;
+  gpuHoursReason?: string;
   budget: Budget | null;
   idleCull: IdleCull | null;
 }
+
+export type GpuHoursStatus = 'ok' | 'unavailable';
 
 /** Base class of every failure of {@link requestMe}. */
 export class UsageApiError extends Error {
@@ -204,6 +226,41 @@ export function usageUrl(
 }
 
 /**
+ * The `me` URL with its query: `since` (incremental history) and `tz` (what
+ * "today" means for the GPU-hours), each only when non-empty. Keeps a query
+ * the URL already has (a `usageUrl` override).
+ */
+export function meUrl(
+  url: string,
+  query: { since?: string; tz?: string }
+): string {
+  const params: string[] = [];
+  if (query.since) {
+    params.push(`since=${encodeURIComponent(query.since)}`);
+  }
+  if (query.tz) {
+    params.push(`tz=${encodeURIComponent(query.tz)}`);
+  }
+  if (params.length === 0) {
+    return url;
+  }
+  return `${url}${url.includes('?') ? '&' : '?'}${params.join('&')}`;
+}
+
+/**
+ * The browser's IANA time zone ("Europe/Berlin"), or '' when it has none or
+ * Intl is missing: then the service's default (UTC) decides what "today" is.
+ */
+export function browserTimeZone(): string {
+  try {
+    const tz: unknown = Intl.DateTimeFormat().resolvedOptions().timeZone;
+    return typeof tz === 'string' ? tz.trim() : '';
+  } catch {
+    return '';
+  }
+}
+
+/**
  * GET the `me` document with the Hub token. Every failure is a typed
  * {@link UsageApiError}; the token never appears in an error message.
  */
@@ -281,8 +338,13 @@ function str(v: unknown, fallback = ''): string {
   return typeof v === 'string' ? v : fallback;
 }
 
+/** A plain-words reason: a non-blank string, else undefined. */
+function reason(v: unknown): string | undefined {
+  return typeof v === 'string' && v.trim() ? v.trim() : undefined;
+}
+
 const SOURCES: UtilizationSource[] = ['nvml', 'dcgm', 'simulated', 'none'];
-const KINDS: GpuKind[] = ['gpu', 'mig', 'shared'];
+const KINDS: GpuKind[] = ['gpu', 'mig', 'shared', 'mps', 'mig-shared'];
 
 function parseGpu(v: unknown): GpuHolding {
   const g = isObject(v) ? v : {};
@@ -302,7 +364,9 @@ function parseGpu(v: unknown): GpuHolding {
     utilizationSource: SOURCES.includes(source) ? source : 'none',
     memoryUsedBytes: num(g.memoryUsedBytes),
     memoryTotalBytes: num(g.memoryTotalBytes),
-    stale: g.stale === true
+    stale: g.stale === true,
+    staleReason: reason(g.staleReason),
+    utilizationUnknownReason: reason(g.utilizationUnknownReason)
   };
 }
 
@@ -310,7 +374,10 @@ function parseWindow(v: unknown): GpuHoursWindow | undefined {
   if (!isObject(v)) {
     return undefined;
   }
-  const w: GpuHoursWindow = { allocated: num(v.allocated), used: num(v.used) };
+  const w: GpuHoursWindow = {
+    allocated: numOrNull(v.allocated),
+    used: numOrNull(v.used)
+  };
   if (typeof v.usedUnknown === 'number' && Number.isFinite(v.usedUnknown)) {
     w.usedUnknown = v.usedUnknown;
   }
@@ -327,12 +394,18 @@ export function parseMe(body: unknown): MeResponse {
   }
   const share = isObject(body.share) ? body.share : {};
   const hours = isObject(body.gpuHours) ? body.gpuHours : {};
+  const gpuHours = {
+    today: parseWindow(hours.today),
+    '7d': parseWindow(hours['7d']),
+    '30d': parseWindow(hours['30d'])
+  };
   return {
     user: body.user,
     sampledAt: str(body.sampledAt),
     intervalSeconds: num(body.intervalSeconds, 5),
     simulated: body.simulated === true,
     stale: body.stale === true,
+    staleReason: reason(body.staleReason),
     share: {
       allocatedGPUs: num(share.allocatedGPUs),
       usedGPUs: numOrNull(share.usedGPUs),
@@ -349,6 +422,7 @@ export function parseMe(body: unknown): MeResponse {
         allocatedGPUs: num(o.allocatedGPUs),
         usedGPUs: numOrNull(o.usedGPUs),
         stale: o.stale === true,
+        staleReason: reason(o.staleReason),
         simulated: o.simulated === true,
         gpus: (Array.isArray(o.gpus) ? o.gpus : []).map(parseGpu)
       };
@@ -362,12 +436,28 @@ export function parseMe(body: unknown): MeResponse {
         smUtilPercent: numOrNull(h.smUtilPercent),
         memoryUsedBytes: num(h.memoryUsedBytes)
       })),
-    gpuHours: {
-      today: parseWindow(hours.today),
-      '7d': parseWindow(hours['7d']),
-      '30d': parseWindow(hours['30d'])
-    },
+    gpuHours,
+    gpuHoursStatus: hoursStatus(body.gpuHoursStatus, gpuHours),
+    gpuHoursReason: reason(body.gpuHoursReason),
     budget: isObject(body.budget) ? (body.budget as Budget) : null,
     idleCull: isObject(body.idleCull) ? (body.idleCull as IdleCull) : null
   };
+}
+
+/**
+ * `ok` when the field is missing (an API from before it existed) or `ok`;
+ * `unavailable` when it says so. A status this panel does not know is taken
+ * as unavailable unless the document carries some GPU-hours figure.
+ */
+function hoursStatus(
+  v: unknown,
+  hours: MeResponse['gpuHours']
+): GpuHoursStatus {
+  if (v === undefined || v === null || v === 'ok') {
+    return 'ok';
+  }
+  if (v === 'unavailable') {
+    return 'unavailable';
+  }
+  return Object.values(hours).some(w => w !== undefined) ? 'ok' : 'unavailable';
 }

@@ -5,26 +5,30 @@ import * as React from 'react';
 
 import type { GpuHolding, MeResponse, ServerUsage } from './api';
 import {
+  asSentence,
   describeBudget,
   describeHolding,
   describeIdleCull,
+  documentIsOld,
   documentProvenance,
   formatGpuHours,
-  formatMemory,
   formatNumber,
-  formatPercent,
   formatDuration,
+  gpuHoursUnavailableText,
   holdsGpu,
   isSimulated,
-  isStale,
+  memoryText,
   recentUtilization,
   sampleAgeSeconds,
   serverLabel,
   sparklinePath,
   sparklineSummary,
+  staleNotice,
   statusBarText,
+  unitIsStale,
   unknownUsageNote,
-  utilizationNote
+  usedAboveAllocatedNote,
+  utilizationView
 } from './format';
 import type { UsageState } from './model';
 
@@ -126,16 +130,18 @@ function Usage(
   props: PanelProps & { data: MeResponse; fetchedAt: Date }
 ): JSX.Element {
   const { data, now } = props;
-  const stale = isStale(data, now);
+  const notice = staleNotice(data, now);
+  const stale = notice !== null;
+  const docOld = documentIsOld(data, now);
   const age = sampleAgeSeconds(data, now);
   const points = recentUtilization(data.history, now);
+  const hoursUnavailable = gpuHoursUnavailableText(data);
   return (
     <div className="jp-GpuPanel-body">
-      {stale && (
-        <Notice kind="warn" title="Numbers are stale">
-          {data.stale || data.servers.some(s => s.stale)
-            ? 'The GPU agent on a node running your server has stopped reporting; utilization there is unknown.'
-            : `The last sample is ${age === null ? 'of unknown age' : `${formatDuration(age)} old`}; the usage service has stopped updating.`}
+      {notice && (
+        <Notice kind="warn" title="No fresh GPU reading">
+          {notice.reasons.map(r => `${asSentence(r)} `).join('')}
+          {notice.until}
         </Notice>
       )}
       <Section title="Your share" id="share">
@@ -146,6 +152,7 @@ function Usage(
               <Server
                 key={s.name || '(default)'}
                 server={s}
+                docOld={docOld}
                 current={
                   s.name === props.currentServer.name &&
                   data.user === props.currentServer.user
@@ -180,42 +187,15 @@ function Usage(
           ))}
       </Section>
       <Section title="Last hour" id="history">
-        <Sparkline points={points} now={now} />
+        <Sparkline points={points} now={now} stale={stale} />
       </Section>
       <Section title="GPU-hours" id="hours">
-        <table className="jp-GpuPanel-hours">
-          <thead>
-            <tr>
-              <th scope="col">
-                <span className="jp-GpuPanel-visuallyHidden">Window</span>
-              </th>
-              <th scope="col">Allocated</th>
-              <th scope="col">Used</th>
-            </tr>
-          </thead>
-          <tbody>
-            {(
-              [
-                ['today', 'Today'],
-                ['7d', '7 days'],
-                ['30d', '30 days']
-              ] as const
-            ).map(([key, label]) => {
-              const w = data.gpuHours[key];
-              return (
-                <tr key={key} data-window={key}>
-                  <th scope="row">{label}</th>
-                  <td data-field="allocated">{formatGpuHours(w?.allocated)}</td>
-                  <td data-field="used">{formatGpuHours(w?.used)}</td>
-                </tr>
-              );
-            })}
-          </tbody>
-        </table>
-        {unknownUsageNote(data.gpuHours) && (
-          <p className="jp-GpuPanel-footnote">
-            {unknownUsageNote(data.gpuHours)}
-          </p>
+        {hoursUnavailable ? (
+          <Notice kind="warn" title="GPU-hours unavailable">
+            {hoursUnavailable}
+          </Notice>
+        ) : (
+          <GpuHours hours={data.gpuHours} />
         )}
       </Section>
       <Section title="Budget" id="budget">
@@ -242,7 +222,56 @@ function Usage(
   );
 }
 
-function Server(props: { server: ServerUsage; current: boolean }): JSX.Element {
+function GpuHours(props: { hours: MeResponse['gpuHours'] }): JSX.Element {
+  const { hours } = props;
+  const notes = [usedAboveAllocatedNote(hours), unknownUsageNote(hours)].filter(
+    (n): n is string => n !== null
+  );
+  return (
+    <>
+      <table className="jp-GpuPanel-hours">
+        <thead>
+          <tr>
+            <th scope="col">
+              <span className="jp-GpuPanel-visuallyHidden">Window</span>
+            </th>
+            <th scope="col">Allocated</th>
+            <th scope="col">Used</th>
+          </tr>
+        </thead>
+        <tbody>
+          {(
+            [
+              ['today', 'Today'],
+              ['7d', '7 days'],
+              ['30d', '30 days']
+            ] as const
+          ).map(([key, label]) => {
+            const w = hours[key];
+            return (
+              <tr key={key} data-window={key}>
+                <th scope="row">{label}</th>
+                <td data-field="allocated">{formatGpuHours(w?.allocated)}</td>
+                <td data-field="used">{formatGpuHours(w?.used)}</td>
+              </tr>
+            );
+          })}
+        </tbody>
+      </table>
+      {notes.map(n => (
+        <p key={n} className="jp-GpuPanel-footnote">
+          {n}
+        </p>
+      ))}
+    </>
+  );
+}
+
+function Server(props: {
+  server: ServerUsage;
+  current: boolean;
+  docOld: boolean;
+}): JSX.Element {
   const { server } = props;
   const label = serverLabel(server.name);
   return (
@@ -262,16 +291,19 @@ function Server(props: { server: ServerUsage; current: boolean }): JSX.Element {
         )}
       </div>
       {server.gpus.map((g, i) => (
-        <Holding key={g.uuid ?? i} gpu={g} />
+        <Holding
+          key={g.uuid ?? i}
+          gpu={g}
+          stale={unitIsStale(g, server, props.docOld)}
+        />
       ))}
     </article>
   );
 }
 
-function Holding(props: { gpu: GpuHolding }): JSX.Element {
-  const { gpu } = props;
-  const util = gpu.smUtilPercent;
-  const note = utilizationNote(gpu);
+function Holding(props: { gpu: GpuHolding; stale: boolean }): JSX.Element {
+  const { gpu, stale } = props;
+  const util = utilizationView(gpu, stale);
   return (
     <div className="jp-GpuPanel-holding" data-uuid={gpu.uuid}>
       <p className="jp-GpuPanel-description" data-field="description">
@@ -280,20 +312,36 @@ function Holding(props: { gpu: GpuHolding }): JSX.Element {
       <Meter
         label="SM utilization"
         field="util"
-        value={util}
-        text={util === null ? note : formatPercent(util)}
-        note={util === null ? undefined : note}
-        simulated={gpu.utilizationSource === 'simulated'}
+        state={util.state}
+        value={util.state === 'value' ? util.percent : null}
+        text={util.text}
+        valueText={util.state === 'value' ? util.valueText : undefined}
+        note={
+          util.state === 'value'
+            ? util.note
+            : util.state === 'unknown'
+              ? util.reason
+              : undefined
+        }
+        simulated={
+          util.state === 'value' && gpu.utilizationSource === 'simulated'
+        }
       />
+      {util.state === 'value' && util.meaning && (
+        <p className="jp-GpuPanel-meaning" data-field="util-meaning">
+          {util.meaning}
+        </p>
+      )}
       <Meter
         label="Memory"
         field="memory"
+        state={stale ? 'stale' : 'value'}
         value={
-          gpu.memoryTotalBytes > 0
+          !stale && gpu.memoryTotalBytes > 0
             ? (gpu.memoryUsedBytes / gpu.memoryTotalBytes) * 100
             : null
         }
-        text={formatMemory(gpu.memoryUsedBytes, gpu.memoryTotalBytes)}
+        text={memoryText(gpu, stale)}
       />
     </div>
   );
@@ -302,15 +350,25 @@ function Holding(props: { gpu: GpuHolding }): JSX.Element {
 function Meter(props: {
   label: string;
   field: string;
+  /** value: a current number; stale / unknown: none is shown. */
+  state: 'value' | 'stale' | 'unknown';
   value: number | null;
   text: string;
+  /** What a screen reader hears for the bar (default: text). */
+  valueText?: string;
   note?: string;
   simulated?: boolean;
 }): JSX.Element {
   const pct =
-    props.value === null ? null : Math.min(Math.max(props.value, 0), 100);
+    props.state !== 'value' || props.value === null
+      ? null
+      : Math.min(Math.max(props.value, 0), 100);
   return (
-    <div className="jp-GpuPanel-meter" data-field={props.field}>
+    <div
+      className={`jp-GpuPanel-meter jp-mod-${props.state}`}
+      data-field={props.field}
+      data-state={props.state}
+    >
       <div className="jp-GpuPanel-meterHead">
         <span className="jp-GpuPanel-meterLabel">{props.label}</span>
         <span
@@ -328,7 +386,7 @@ function Meter(props: {
           aria-valuemin={0}
           aria-valuemax={100}
           aria-valuenow={Math.round(pct)}
-          aria-valuetext={props.text}
+          aria-valuetext={props.valueText ?? props.text}
         >
           <div
             className={
@@ -357,8 +415,9 @@ const SPARK_H = 48;
 export function Sparkline(props: {
   points: { t: number; v: number }[];
   now: Date;
+  stale?: boolean;
 }): JSX.Element {
-  const summary = sparklineSummary(props.points);
+  const summary = sparklineSummary(props.points, props.stale);
   const d = sparklinePath(props.points, props.now, SPARK_W, SPARK_H);
   const area = d
     ? d
@@ -499,10 +558,13 @@ export function GpuStatus(props: StatusProps): JSX.Element | null {
   switch (state.status) {
     case 'ok':
       text = statusBarText(state.data);
-      simulated = isSimulated(state.data);
+      simulated = isSimulated(state.data) && text !== 'GPU stale';
       detail = holdsGpu(state.data)
         ? `You hold ${formatNumber(state.data.share.allocatedGPUs, 2)} GPU`
         : 'No GPU attached';
+      if (text === 'GPU stale') {
+        detail = `No fresh GPU reading. ${detail}`;
+      }
       break;
     case 'loading':
       text = 'GPU …';

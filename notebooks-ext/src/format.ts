@@ -99,14 +99,23 @@ export function fallbackDescription(g: GpuHolding): string {
       );
       return `MIG ${profile} on ${on}, ${frac} of a GPU`;
     }
-    case 'shared': {
-      const n = g.shareNumerator || 1;
-      const d =
-        g.shareDenominator || (g.share > 0 ? Math.round(1 / g.share) : 0);
-      if (d > 1) {
-        return `${n} of ${d} time-sliced shares of ${on}`;
+    case 'shared':
+    case 'mps': {
+      const what = g.kind === 'mps' ? 'MPS' : 'time-sliced';
+      const parts = shareParts(g);
+      if (parts) {
+        return `${parts.n} of ${parts.d} ${what} shares of ${on}`;
       }
-      return `a time-sliced share of ${on}`;
+      return `${g.kind === 'mps' ? 'an' : 'a'} ${what} share of ${on}`;
+    }
+    case 'mig-shared': {
+      const profile = g.profile || profileFromResource(g.resource) || 'slice';
+      const frac = formatFraction(
+        g.share,
+        g.shareNumerator,
+        g.shareDenominator
+      );
+      return `a time-sliced share of MIG ${profile} on ${on}, ${frac} of a GPU`;
     }
     case 'gpu':
     default:
@@ -115,8 +124,15 @@ export function fallbackDescription(g: GpuHolding): string {
 }
 
 function profileFromResource(resource: string | undefined): string {
-  const m = /^nvidia\.com\/mig-(.+)$/.exec(resource ?? '');
+  const m = /^nvidia\.com\/mig-(.+?)(\.shared)?$/.exec(resource ?? '');
   return m ? m[1] : '';
+}
+
+/** "1 of 4" of a replica share, from the API's fraction or the share itself. */
+function shareParts(g: GpuHolding): { n: number; d: number } | null {
+  const n = g.shareNumerator || 1;
+  const d = g.shareDenominator || (g.share > 0 ? Math.round(1 / g.share) : 0);
+  return d > 1 ? { n, d } : null;
 }
 
 /** What a server holds: its devices in words, or "no GPU". */
@@ -165,9 +181,9 @@ export function formatMemory(used: number, total: number): string {
   return `${formatBytes(used)} of ${formatBytes(total)}`;
 }
 
-/** GPU-hours with sensible precision: "0", "< 0.01", "0.04", "1.5", "132". */
-export function formatGpuHours(h: number | undefined): string {
-  if (h === undefined || !Number.isFinite(h)) {
+/** GPU-hours with sensible precision: "0", "< 0.01", "0.04", "1.5", "132"; "–" when unknown. */
+export function formatGpuHours(h: number | null | undefined): string {
+  if (h === undefined || h === null || !Number.isFinite(h)) {
     return '–';
   }
   if (h === 0) {
@@ -225,7 +241,7 @@ export function provenanceOf(
 /** The label beside a utilization number. */
 export function utilizationNote(g: GpuHolding): string {
   if (g.stale) {
-    return 'stale: utilization unknown';
+    return 'no fresh reading';
   }
   switch (g.utilizationSource) {
     case 'none':
@@ -285,14 +301,10 @@ export function sampleAgeSeconds(me: MeResponse, now: Date): number | null {
  * intervals (at least 30 s): the usage API stopped updating.
  */
 export function isStale(me: MeResponse, now: Date): boolean {
-  if (me.stale || me.servers.some(s => s.stale)) {
+  if (me.stale || me.servers.some(s => s.stale || s.gpus.some(g => g.stale))) {
     return true;
   }
-  const age = sampleAgeSeconds(me, now);
-  if (age === null) {
-    return false;
-  }
-  return age > Math.max(3 * (me.intervalSeconds || 5), 30);
+  return documentIsOld(me, now);
 }
 
 /** Whether the user holds any GPU on any running server. */
@@ -316,18 +328,29 @@ export function recentUtilization(
     .sort((a, b) => a.t - b.t);
 }
 
-/** What a screen reader hears for the sparkline. */
-export function sparklineSummary(points: { v: number }[]): string {
+/**
+ * What a screen reader hears for the sparkline. While the readings are not
+ * fresh the newest point is not "latest": it says so.
+ */
+export function sparklineSummary(
+  points: { v: number }[],
+  stale = false
+): string {
   if (points.length === 0) {
-    return 'SM utilization over the last hour: no data yet';
+    return stale
+      ? 'SM utilization over the last hour: no fresh reading now, no earlier data'
+      : 'SM utilization over the last hour: no data yet';
   }
   const vs = points.map(p => p.v);
   const latest = vs[vs.length - 1];
   const min = Math.min(...vs);
   const max = Math.max(...vs);
   const mean = vs.reduce((a, b) => a + b, 0) / vs.length;
+  const head = stale
+    ? `no fresh reading now; last known ${formatPercent(latest)}`
+    : `latest ${formatPercent(latest)}`;
   return (
-    `SM utilization over the last hour: latest ${formatPercent(latest)}, ` +
+    `SM utilization over the last hour: ${head}, ` +
     `average ${formatPercent(mean)}, lowest ${formatPercent(min)}, highest ${formatPercent(max)}`
   );
 }
@@ -416,15 +439,44 @@ export function statusBarText(me: MeResponse | null): string {
   if (!holdsGpu(me)) {
     return 'GPU none';
   }
-  const utils = me.servers
-    .flatMap(s => s.gpus)
-    .map(g => g.smUtilPercent)
+  const units = me.servers.flatMap(s =>
+    s.gpus.map(g => ({ g, stale: s.stale === true || g.stale === true }))
+  );
+  // A stale unit's number, should an API send one, is the last one: not now.
+  const utils = units
+    .filter(u => !u.stale)
+    .map(u => u.g.smUtilPercent)
     .filter((v): v is number => v !== null);
   if (utils.length === 0) {
+    if (units.some(u => u.stale)) {
+      return 'GPU stale';
+    }
     return `GPU ${formatNumber(me.share.allocatedGPUs, 2)}`;
   }
   const mean = utils.reduce((a, b) => a + b, 0) / utils.length;
   return `GPU ${formatPercent(mean)}`;
+}
+
+/**
+ * The footnote under the GPU-hours table when used exceeds allocated in some
+ * window: on a time-sliced or MPS GPU, allocated is the share held and used is
+ * the physical GPU time the work kept busy (usage API, issue 9), so one user
+ * alone on a 4-way T4 at 100 % uses four times what they hold.
+ */
+export function usedAboveAllocatedNote(
+  hours: MeResponse['gpuHours']
+): string | null {
+  const above = Object.values(hours).some(
+    w =>
+      w !== undefined &&
+      w.used !== null &&
+      w.allocated !== null &&
+      // Only when the table shows it: both rounded to its 0.01 precision.
+      w.used - w.allocated >= 0.005
+  );
+  return above
+    ? 'Used can exceed allocated on a shared GPU: allocated counts the share you hold, used counts the GPU time your work kept busy.'
+    : null;
 }
 
 /**
@@ -440,4 +492,215 @@ export function unknownUsageNote(hours: MeResponse['gpuHours']): string | null {
   }
   const span = hours['7d'] ? '7 days' : 'today';
   return `Used counts only time with known utilization; ${formatGpuHours(unknown)} allocated GPU-hours (${span}) had none.`;
+}
+
+/** "the usage database is unreachable" → "The usage database is unreachable." */
+export function asSentence(text: string): string {
+  const t = text.trim().replace(/[.\s]+$/, '');
+  if (!t) {
+    return '';
+  }
+  return `${t.charAt(0).toUpperCase()}${t.slice(1)}.`;
+}
+
+/** A reason to follow a colon: trimmed, without a final full stop. */
+function clause(text: string): string {
+  return text.trim().replace(/[.\s]+$/, '');
+}
+
+/**
+ * Whether the document itself is old (the usage service stopped updating):
+ * then no number in it is current, whatever its flags say.
+ */
+export function documentIsOld(me: MeResponse, now: Date): boolean {
+  const age = sampleAgeSeconds(me, now);
+  return age !== null && age > Math.max(3 * (me.intervalSeconds || 5), 30);
+}
+
+/** Whether a unit's reading is not fresh: the API says so, or the document is old. */
+export function unitIsStale(
+  g: GpuHolding,
+  s: ServerUsage,
+  docOld: boolean
+): boolean {
+  return docOld || s.stale === true || g.stale === true;
+}
+
+/** What the panel says about one unit's SM utilization. */
+export type UtilizationView =
+  | {
+      state: 'value';
+      percent: number;
+      /** "49 %". */
+      text: string;
+      /** What a screen reader hears for the bar: "100 % of the T4". */
+      valueText: string;
+      /** Provenance: "simulated", "measured (NVML)". */
+      note: string;
+      /** For a share of a GPU, what the percentage is of, in a sentence. */
+      meaning: string | null;
+    }
+  | { state: 'stale'; text: string }
+  | { state: 'unknown'; text: string; reason: string };
+
+/**
+ * A unit's utilization: the number only when it is fresh and known; a stale
+ * unit shows none (not the last one), and an unknown one says why.
+ */
+export function utilizationView(
+  g: GpuHolding,
+  stale: boolean
+): UtilizationView {
+  if (stale) {
+    return { state: 'stale', text: 'no fresh reading' };
+  }
+  const v = g.smUtilPercent;
+  if (v === null || !Number.isFinite(v)) {
+    return {
+      state: 'unknown',
+      text: 'not known',
+      reason: asSentence(
+        g.utilizationUnknownReason ??
+          (g.kind === 'mig' || g.kind === 'mig-shared'
+            ? 'no utilization data for this MIG slice: NVML reports none for MIG'
+            : 'no utilization data for this GPU')
+      )
+    };
+  }
+  const text = formatPercent(v);
+  const scope = utilizationScope(g);
+  return {
+    state: 'value',
+    percent: Math.min(Math.max(v, 0), 100),
+    text,
+    valueText: scope ? `${text} of ${scope}` : text,
+    note: utilizationNote(g),
+    meaning: utilizationMeaning(g, text)
+  };
+}
+
+/**
+ * What a shared unit's percentage is of. Per-process NVML utilization of a
+ * time-sliced or MPS replica is a fraction of the physical GPU, not of the
+ * share; a time-sliced MIG slice's is the slice's. Null where the unit held
+ * is the thing measured (a whole GPU, a MIG slice).
+ */
+function utilizationScope(g: GpuHolding): string | null {
+  switch (g.kind) {
+    case 'shared':
+    case 'mps':
+      return `the ${shortProduct(g.product)}`;
+    case 'mig-shared':
+      return `the MIG ${g.profile || profileFromResource(g.resource) || 'slice'} slice`;
+    default:
+      return null;
+  }
+}
+
+/**
+ * The sentence that relates use to holding for a shared unit: "You keep
+ * 100 % of the T4 busy while holding 1 of 4 shares." (used 1.0 GPU, held 0.25).
+ */
+export function utilizationMeaning(
+  g: GpuHolding,
+  percentText: string
+): string | null {
+  switch (g.kind) {
+    case 'shared':
+    case 'mps': {
+      const parts = shareParts(g);
+      const mps = g.kind === 'mps' ? 'MPS ' : '';
+      const holding = parts
+        ? `${parts.n} of ${parts.d} ${mps}shares`
+        : `${g.kind === 'mps' ? 'an MPS' : 'a time-sliced'} share`;
+      return `You keep ${percentText} of ${utilizationScope(g)} busy while holding ${holding}.`;
+    }
+    case 'mig-shared':
+      return `${asSentence(`${utilizationScope(g)} you share is ${percentText} busy`)}`;
+    default:
+      return null;
+  }
+}
+
+/** Whose numbers are not fresh, and why: the stale notice's content. */
+export interface StaleNotice {
+  /** One plain-words reason per node agent (or the service), deduplicated. */
+  reasons: string[];
+  /** How the notice ends: who has to report again. */
+  until: string;
+}
+
+/**
+ * The stale notice: null when every number shown is fresh. Reasons come from
+ * the API (`staleReason` of the servers, units and document); an older API
+ * without them gets one naming the node.
+ */
+export function staleNotice(me: MeResponse, now: Date): StaleNotice | null {
+  const reasons: string[] = [];
+  const add = (r: string): void => {
+    const c = clause(r);
+    if (c && !reasons.includes(c)) {
+      reasons.push(c);
+    }
+  };
+  let agents = false;
+  for (const s of me.servers) {
+    const units = s.gpus.filter(g => g.stale);
+    if (!s.stale && units.length === 0) {
+      continue;
+    }
+    agents = true;
+    const fromUnits = units.map(g => g.staleReason).filter(r => r);
+    add(
+      s.staleReason ??
+        fromUnits[0] ??
+        (s.node
+          ? `the GPU agent on node ${s.node} has stopped reporting`
+          : `the GPU agent on the node of ${serverLabel(s.name)} has stopped reporting`)
+    );
+    for (const r of fromUnits.slice(1)) {
+      add(r as string);
+    }
+  }
+  if (me.stale && !agents) {
+    agents = true;
+    add(
+      me.staleReason ??
+        'a GPU agent on a node running your server has stopped reporting'
+    );
+  }
+  const age = sampleAgeSeconds(me, now);
+  const old = documentIsOld(me, now);
+  if (old) {
+    add(`the usage service’s last update is ${formatDuration(age ?? 0)} old`);
+  }
+  if (reasons.length === 0) {
+    return null;
+  }
+  const until =
+    agents && old
+      ? 'Utilization is not shown until fresh readings arrive.'
+      : agents
+        ? 'Utilization is not shown until the node agent reports again.'
+        : 'Utilization is not shown until the usage service updates again.';
+  return { reasons, until };
+}
+
+/** The GPU-hours notice while the ledger is unavailable; null when they are ok. */
+export function gpuHoursUnavailableText(me: MeResponse): string | null {
+  if (me.gpuHoursStatus !== 'unavailable') {
+    return null;
+  }
+  const why = me.gpuHoursReason ? `: ${clause(me.gpuHoursReason)}` : '';
+  return `GPU-hours are unavailable right now${why}. Your live share above is current.`;
+}
+
+/** A unit's memory: no "0 B" for a unit nobody sampled. */
+export function memoryText(g: GpuHolding, stale: boolean): string {
+  if (stale) {
+    return g.memoryTotalBytes > 0
+      ? `not known (${formatBytes(g.memoryTotalBytes)} total)`
+      : 'not known';
+  }
+  return formatMemory(g.memoryUsedBytes, g.memoryTotalBytes);
 }

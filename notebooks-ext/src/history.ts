@@ -4,6 +4,7 @@
 // merges them here: ~1 KB per poll instead of ~80 KB, which is what keeps
 // 10,000 open panels cheap (benchmark B1).
 
+import { meUrl } from './api';
 import type { HistoryPoint, MeResponse } from './api';
 
 /** The usage API keeps one hour of history; so does the panel. */
@@ -133,6 +134,5 @@ export function mergeIncremental(
  * wrote it (millisecond precision, compared exclusively by the service).
  */
 export function sinceUrl(url: string, t: string): string {
-  const sep = url.includes('?') ? '&' : '?';
-  return `${url}${sep}since=${encodeURIComponent(t)}`;
+  return meUrl(url, { since: t });
 }

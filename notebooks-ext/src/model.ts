@@ -13,6 +13,8 @@ import {
   NetworkError,
   ResponseError,
   UsageApiError,
+  browserTimeZone,
+  meUrl,
   requestMe
 } from './api';
 import {
@@ -20,8 +22,7 @@ import {
   mergeIncremental,
   newestPoint,
   normalizeHistory,
-  referenceMs,
-  sinceUrl
+  referenceMs
 } from './history';
 
 /** Everything the view needs to render one of the panel's states. */
@@ -48,6 +49,11 @@ export interface UsageModelOptions {
   maxBackoffSeconds?: number;
   fetch?: FetchFn;
   now?: () => Date;
+  /**
+   * IANA zone sent as `tz` so "today" in the GPU-hours is the user's day;
+   * default the browser's ({@link browserTimeZone}); '' sends none.
+   */
+  timeZone?: string;
 }
 
 const POLL_NAME = '@gpuhub/jupyterlab-gpu-panel:usage';
@@ -58,6 +64,7 @@ export class UsageModel implements IDisposable {
     this._token = options.token;
     this._fetch = options.fetch ?? ((input, init) => window.fetch(input, init));
     this._now = options.now ?? (() => new Date());
+    this._tz = (options.timeZone ?? browserTimeZone()).trim();
     this._maxBackoffMs = (options.maxBackoffSeconds ?? 300) * 1000;
     this._state = this._url ? { status: 'loading' } : { status: 'not-hub' };
     this._poll = this._url
@@ -176,12 +183,7 @@ export class UsageModel implements IDisposable {
     const nowMs = this._now().getTime();
     const newest = held ? newestPoint(held.points) : null;
     if (held && newest && nowMs - held.receivedMs <= HISTORY_WINDOW_MS) {
-      const doc = await requestMe(
-        sinceUrl(url, newest.t),
-        this._token,
-        this._fetch,
-        signal
-      );
+      const doc = await this._get(url, newest.t, signal);
       const merged = mergeIncremental(held.points, held.user, doc);
       if (merged.kind === 'merged') {
         this._held = {
@@ -192,13 +194,47 @@ export class UsageModel implements IDisposable {
         return { ...doc, history: merged.history };
       }
     }
-    const doc = await requestMe(url, this._token, this._fetch, signal);
+    const doc = await this._get(url, '', signal);
     const history = normalizeHistory(
       doc.history,
       referenceMs(doc.sampledAt, doc.history)
     );
     this._held = { user: doc.user, points: history, receivedMs: nowMs };
     return { ...doc, history };
+  }
+
+  /**
+   * One `me` request with the time zone. A service that refuses the zone
+   * (400: its tzdata lacks a zone the browser knows) is asked again without
+   * it, and the zone is dropped for good: "today" is then the service's
+   * default day, which beats no panel at all.
+   */
+  private async _get(
+    url: string,
+    since: string,
+    signal: AbortSignal
+  ): Promise<MeResponse> {
+    const tz = this._tz;
+    try {
+      return await requestMe(
+        meUrl(url, { since, tz }),
+        this._token,
+        this._fetch,
+        signal
+      );
+    } catch (err) {
+      if (!tz || !(err instanceof ResponseError) || err.status !== 400) {
+        throw err;
+      }
+      const doc = await requestMe(
+        meUrl(url, { since }),
+        this._token,
+        this._fetch,
+        signal
+      );
+      this._tz = '';
+      return doc;
+    }
   }
 
   dispose(): void {
@@ -229,6 +265,8 @@ export class UsageModel implements IDisposable {
   private _token: string;
   private _fetch: FetchFn;
   private _now: () => Date;
+  /** The zone sent as `tz`; '' once the service refused it. */
+  private _tz: string;
   private _maxBackoffMs: number;
   private _poll: Poll | null;
   private _state: UsageState;

@@ -3,7 +3,9 @@ import {
   NetworkError,
   ParseError,
   ResponseError,
+  browserTimeZone,
   hubBaseUrl,
+  meUrl,
   parseMe,
   requestMe,
   usageUrl
@@ -209,6 +211,7 @@ describe('parseMe', () => {
       servers: [],
       history: [],
       gpuHours: { today: undefined, '7d': undefined, '30d': undefined },
+      gpuHoursStatus: 'ok',
       budget: null,
       idleCull: null
     });
@@ -271,5 +274,187 @@ describe('parseMe', () => {
       smUtilPercent: null,
       utilizationSource: 'none'
     });
+  });
+});
+
+describe('parseMe: issue 9 fields', () => {
+  it('reads stale and unknown reasons at every level', () => {
+    const got = parseMe({
+      user: 'alice',
+      stale: true,
+      staleReason:
+        'the GPU agent on node a has not sampled since 10:00:00 UTC (47 s)',
+      servers: [
+        {
+          name: '',
+          stale: true,
+          staleReason: 'server reason',
+          gpus: [
+            {
+              kind: 'mig',
+              stale: true,
+              staleReason: 'unit reason',
+              smUtilPercent: null,
+              utilizationSource: 'none',
+              utilizationUnknownReason: 'unknown reason'
+            }
+          ]
+        }
+      ]
+    });
+    expect(got.staleReason).toBe(
+      'the GPU agent on node a has not sampled since 10:00:00 UTC (47 s)'
+    );
+    expect(got.servers[0].staleReason).toBe('server reason');
+    expect(got.servers[0].gpus[0]).toMatchObject({
+      staleReason: 'unit reason',
+      utilizationUnknownReason: 'unknown reason'
+    });
+  });
+
+  it('ignores reasons that are not strings or are blank', () => {
+    const got = parseMe({
+      user: 'alice',
+      staleReason: 42,
+      gpuHoursReason: '  ',
+      servers: [
+        {
+          name: '',
+          staleReason: null,
+          gpus: [{ utilizationUnknownReason: {} }]
+        }
+      ]
+    });
+    expect(got.staleReason).toBeUndefined();
+    expect(got.gpuHoursReason).toBeUndefined();
+    expect(got.servers[0].staleReason).toBeUndefined();
+    expect(got.servers[0].gpus[0].utilizationUnknownReason).toBeUndefined();
+  });
+
+  const statuses: Record<
+    string,
+    { body: Record<string, unknown>; want: 'ok' | 'unavailable' }
+  > = {
+    'missing (older API)': {
+      body: { gpuHours: { today: { allocated: 1, used: 0 } } },
+      want: 'ok'
+    },
+    ok: { body: { gpuHoursStatus: 'ok' }, want: 'ok' },
+    unavailable: {
+      body: {
+        gpuHoursStatus: 'unavailable',
+        gpuHours: { today: null, '7d': null, '30d': null }
+      },
+      want: 'unavailable'
+    },
+    'an unknown status with no numbers': {
+      body: { gpuHoursStatus: 'degraded', gpuHours: { today: null } },
+      want: 'unavailable'
+    },
+    'an unknown status with numbers': {
+      body: {
+        gpuHoursStatus: 'partial',
+        gpuHours: { today: { allocated: 1, used: 0.5 } }
+      },
+      want: 'ok'
+    }
+  };
+  it.each(Object.entries(statuses))('gpuHoursStatus %s', (_, tc) => {
+    expect(parseMe({ user: 'a', ...tc.body }).gpuHoursStatus).toBe(tc.want);
+  });
+
+  it('keeps the reason and null windows of unavailable GPU-hours', () => {
+    const got = parseMe({
+      user: 'a',
+      gpuHoursStatus: 'unavailable',
+      gpuHoursReason: 'the usage database is unreachable',
+      gpuHours: { today: null, '7d': null, '30d': null }
+    });
+    expect(got.gpuHoursReason).toBe('the usage database is unreachable');
+    expect(got.gpuHours).toEqual({
+      today: undefined,
+      '7d': undefined,
+      '30d': undefined
+    });
+  });
+
+  it('never turns a missing or null GPU-hours figure into 0', () => {
+    const got = parseMe({
+      user: 'a',
+      gpuHours: { today: { allocated: 1, used: null }, '7d': { used: 2 } }
+    });
+    expect(got.gpuHours.today).toEqual({ allocated: 1, used: null });
+    expect(got.gpuHours['7d']).toEqual({ allocated: null, used: 2 });
+  });
+
+  it('knows the MPS and time-sliced MIG kinds', () => {
+    const got = parseMe({
+      user: 'a',
+      servers: [{ name: '', gpus: [{ kind: 'mps' }, { kind: 'mig-shared' }] }]
+    });
+    expect(got.servers[0].gpus.map(g => g.kind)).toEqual(['mps', 'mig-shared']);
+  });
+});
+
+describe('meUrl', () => {
+  const cases: Record<
+    string,
+    { url: string; q: { since?: string; tz?: string }; want: string }
+  > = {
+    'nothing to add': { url: '/me', q: {}, want: '/me' },
+    'time zone': {
+      url: '/me',
+      q: { tz: 'Europe/Berlin' },
+      want: '/me?tz=Europe%2FBerlin'
+    },
+    'empty time zone is left out': { url: '/me', q: { tz: '' }, want: '/me' },
+    'since and time zone': {
+      url: '/me',
+      q: {
+        since: '2026-11-22T10:00:00.123Z',
+        tz: 'America/Argentina/Buenos_Aires'
+      },
+      want: '/me?since=2026-11-22T10%3A00%3A00.123Z&tz=America%2FArgentina%2FBuenos_Aires'
+    },
+    'override URL with a query': {
+      url: 'http://127.0.0.1:9/me?x=1',
+      q: { tz: 'UTC' },
+      want: 'http://127.0.0.1:9/me?x=1&tz=UTC'
+    }
+  };
+  it.each(Object.entries(cases))('%s', (_, tc) => {
+    expect(meUrl(tc.url, tc.q)).toBe(tc.want);
+  });
+});
+
+describe('browserTimeZone', () => {
+  afterEach(() => jest.restoreAllMocks());
+
+  function zone(tz: unknown): void {
+    jest.spyOn(Intl, 'DateTimeFormat').mockImplementation(
+      () =>
+        ({
+          resolvedOptions: () => ({ timeZone: tz })
+        }) as unknown as Intl.DateTimeFormat
+    );
+  }
+
+  it('is the browser’s IANA zone', () => {
+    zone('Europe/Berlin');
+    expect(browserTimeZone()).toBe('Europe/Berlin');
+  });
+
+  it('is empty when the browser has none', () => {
+    zone(undefined);
+    expect(browserTimeZone()).toBe('');
+    zone('');
+    expect(browserTimeZone()).toBe('');
+  });
+
+  it('is empty when Intl throws', () => {
+    jest.spyOn(Intl, 'DateTimeFormat').mockImplementation(() => {
+      throw new RangeError('no Intl');
+    });
+    expect(browserTimeZone()).toBe('');
   });
 });

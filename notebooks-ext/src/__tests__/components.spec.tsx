@@ -2,9 +2,16 @@ import * as React from 'react';
 import { act } from 'react';
 import { createRoot, Root } from 'react-dom/client';
 
+import { parseMe } from '../api';
 import { GpuPanel, GpuStatus } from '../components';
 import type { UsageState } from '../model';
-import { NOW, aliceMe } from './fixtures';
+import {
+  NOW,
+  aliceMe,
+  bobAloneOnT4Json,
+  ledgerDownAliceJson,
+  staleAliceJson
+} from './fixtures';
 
 // React 18 wants this flag to accept act() outside a test renderer.
 (
@@ -128,7 +135,10 @@ describe('GpuPanel', () => {
     me.servers[0].gpus[0].utilizationSource = 'none';
     renderPanel({ status: 'ok', data: me, fetchedAt: NOW });
     expect(text('[data-field="util"] .jp-GpuPanel-meterValue')).toBe(
-      'no utilization data (MIG)'
+      'not known'
+    );
+    expect(text('[data-field="util"] .jp-GpuPanel-note')).toBe(
+      'No utilization data for this MIG slice: NVML reports none for MIG.'
     );
     expect(host.querySelector('[data-field="util"] [role="meter"]')).toBeNull();
     expect(host.querySelector('[data-provenance]')).toBeNull();
@@ -160,7 +170,15 @@ describe('GpuPanel', () => {
   it('warns when the numbers are stale', () => {
     const me = aliceMe({ sampledAt: '2026-11-22T09:55:00Z' });
     renderPanel({ status: 'ok', data: me, fetchedAt: NOW });
-    expect(text('[data-notice="Numbers are stale"]')).toContain('5 min old');
+    expect(text('[data-notice="No fresh GPU reading"]')).toBe(
+      'No fresh GPU reading' +
+        'The usage service’s last update is 5 min old. ' +
+        'Utilization is not shown until the usage service updates again.'
+    );
+    // The document's last number is not shown as current.
+    expect(text('[data-field="util"] .jp-GpuPanel-meterValue')).toBe(
+      'no fresh reading'
+    );
   });
 
   it('shows budget and countdown once the services report them', () => {
@@ -172,6 +190,144 @@ describe('GpuPanel', () => {
     expect(text('[data-field="budget"]')).toBe('4.5 of 10 GPU-hours left');
     expect(text('[data-field="idle-cull"]')).toBe(
       'stops in 12 min if still idle'
+    );
+  });
+});
+
+// Issue 9: what the panel shows when the numbers cannot be trusted. Each
+// document is raw JSON as the usage API writes it, read through parseMe.
+describe('GpuPanel: stale, unknown and unavailable (issue 9)', () => {
+  function renderJson(json: unknown): HTMLDivElement {
+    return renderPanel({ status: 'ok', data: parseMe(json), fetchedAt: NOW });
+  }
+  const STALE_REASON =
+    'the GPU agent on node gpu-a100-0 has not sampled since 09:59:23 UTC (47 s)';
+
+  it('says there is no fresh reading, in the API’s words, and shows no number', () => {
+    renderJson(staleAliceJson());
+    const notice = host.querySelector('[data-notice="No fresh GPU reading"]');
+    expect(notice?.getAttribute('role')).toBe('status');
+    expect(notice?.textContent).toContain(
+      `The ${STALE_REASON.slice('the '.length)}. Utilization is not shown until the node agent reports again.`
+    );
+    const util = host.querySelector('[data-field="util"]')!;
+    expect(util.querySelector('[role="meter"]')).toBeNull();
+    expect(util.textContent).not.toMatch(/\d+ %/);
+    expect(
+      util.querySelector('.jp-GpuPanel-meterValue')?.getAttribute('data-value')
+    ).toBe('');
+    expect(util.getAttribute('data-state')).toBe('stale');
+    // The 0 bytes of an unsampled unit are not a measurement.
+    const memory = host.querySelector('[data-field="memory"]')!;
+    expect(memory.textContent).not.toContain('0 B');
+    expect(memory.querySelector('[role="meter"]')).toBeNull();
+    // The share itself is still known and shown.
+    expect(text('[data-field="description"]')).toBe(
+      'MIG 3g.20gb on an A100, 3/7 of a GPU'
+    );
+  });
+
+  it('hides a number the API sent for a unit it marks stale', () => {
+    const me = staleAliceJson();
+    const unit = (
+      (me.servers as { gpus: Record<string, unknown>[] }[])[0].gpus as Record<
+        string,
+        unknown
+      >[]
+    )[0];
+    unit.smUtilPercent = 97;
+    unit.utilizationSource = 'nvml';
+    unit.memoryUsedBytes = 1073741824;
+    renderJson(me);
+    expect(
+      host.querySelector('[data-field="util"]')?.textContent
+    ).not.toContain('97');
+    expect(host.querySelector('[data-provenance]')).toBeNull();
+  });
+
+  it('names the node when an older API sends no stale reason', () => {
+    const me = staleAliceJson();
+    delete me.staleReason;
+    const server = (me.servers as Record<string, unknown>[])[0];
+    delete server.staleReason;
+    delete (server.gpus as Record<string, unknown>[])[0].staleReason;
+    renderJson(me);
+    expect(text('[data-notice="No fresh GPU reading"]')).toContain(
+      'The GPU agent on node gpu-a100-0 has stopped reporting.'
+    );
+  });
+
+  it('says why utilization is unknown when the API gives a reason', () => {
+    const me = JSON.parse(JSON.stringify(aliceMe({ simulated: false })));
+    const unit = me.servers[0].gpus[0];
+    unit.smUtilPercent = null;
+    unit.utilizationSource = 'none';
+    unit.utilizationUnknownReason =
+      'this MIG slice reports no utilization: the node has no DCGM exporter';
+    me.servers[0].simulated = false;
+    renderJson(me);
+    const util = host.querySelector('[data-field="util"]')!;
+    expect(util.getAttribute('data-state')).toBe('unknown');
+    expect(util.textContent).toContain(
+      'This MIG slice reports no utilization: the node has no DCGM exporter.'
+    );
+    expect(util.textContent).not.toMatch(/\d+ %/);
+    expect(
+      host.querySelector('[data-notice="No fresh GPU reading"]')
+    ).toBeNull();
+  });
+
+  it('says GPU-hours are unavailable and shows no numbers for them', () => {
+    renderJson(ledgerDownAliceJson());
+    const notice = host.querySelector('[data-notice="GPU-hours unavailable"]');
+    expect(notice?.getAttribute('role')).toBe('status');
+    expect(notice?.textContent).toContain(
+      'GPU-hours are unavailable right now: the usage database is unreachable; retrying. Your live share above is current.'
+    );
+    expect(host.querySelector('[data-window]')).toBeNull();
+    const hours = host.querySelector('[data-section="hours"]')!;
+    expect(hours.textContent).not.toMatch(/\d/);
+    // The live share still answers.
+    expect(text('[data-field="util"] .jp-GpuPanel-meterValue')).toBe('49 %');
+  });
+
+  it('treats a missing gpuHoursStatus (older API) as ok', () => {
+    const me = JSON.parse(JSON.stringify(aliceMe()));
+    delete me.gpuHoursStatus;
+    renderJson(me);
+    expect(
+      host.querySelector('[data-notice="GPU-hours unavailable"]')
+    ).toBeNull();
+    expect(text('[data-window="7d"] [data-field="used"]')).toBe('3.5');
+  });
+
+  it('does not call an MPS share without a description a whole GPU', () => {
+    const me = bobAloneOnT4Json();
+    const unit = (me.servers as { gpus: Record<string, unknown>[] }[])[0]
+      .gpus[0];
+    unit.kind = 'mps';
+    delete unit.description;
+    renderJson(me);
+    expect(text('[data-field="description"]')).toBe(
+      '1 of 4 MPS shares of a T4'
+    );
+  });
+
+  it('words time-sliced use against the physical GPU, above what is held', () => {
+    renderJson(bobAloneOnT4Json());
+    expect(text('[data-field="util"] .jp-GpuPanel-meterValue')).toBe('100 %');
+    expect(text('[data-field="util-meaning"]')).toBe(
+      'You keep 100 % of the T4 busy while holding 1 of 4 shares.'
+    );
+    expect(
+      host
+        .querySelector('[data-field="util"] [role="meter"]')
+        ?.getAttribute('aria-valuetext')
+    ).toBe('100 % of the T4');
+    expect(text('[data-window="today"] [data-field="allocated"]')).toBe('0.5');
+    expect(text('[data-window="today"] [data-field="used"]')).toBe('2');
+    expect(text('.jp-GpuPanel-footnote')).toContain(
+      'Used can exceed allocated on a shared GPU'
     );
   });
 });
@@ -194,6 +350,17 @@ describe('GpuStatus', () => {
   it('renders nothing outside JupyterHub', () => {
     renderStatus({ status: 'not-hub' });
     expect(host.innerHTML).toBe('');
+  });
+
+  it('says stale instead of a number when no unit has a fresh reading', () => {
+    renderStatus({
+      status: 'ok',
+      data: parseMe(staleAliceJson()),
+      fetchedAt: NOW
+    });
+    const button = host.querySelector('button')!;
+    expect(button.textContent).toBe('GPU stale');
+    expect(button.getAttribute('aria-label')).toContain('No fresh GPU reading');
   });
 
   it('shows a question mark when the service is unreachable', () => {

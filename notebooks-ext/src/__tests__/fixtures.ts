@@ -74,8 +74,110 @@ export function aliceMe(overrides: Partial<MeResponse> = {}): MeResponse {
       '7d': { allocated: 12.25, used: 3.5 },
       '30d': { allocated: 40, used: 9 }
     },
+    gpuHoursStatus: 'ok',
     budget: null,
     idleCull: null,
     ...overrides
+  };
+}
+
+/**
+ * alice's document as the issue-9 usage API writes it while the GPU agent on
+ * her node has stopped sampling: stale flags with their reasons, utilization
+ * null, and memory not measured (0 in the JSON, which is not a measurement).
+ * Raw JSON on purpose: the tests read it through parseMe as the panel does.
+ */
+export function staleAliceJson(): Record<string, unknown> {
+  const reason =
+    'the GPU agent on node gpu-a100-0 has not sampled since 09:59:23 UTC (47 s)';
+  const me = JSON.parse(JSON.stringify(aliceMe())) as Record<string, unknown>;
+  const server = (me.servers as Record<string, unknown>[])[0];
+  const unit = (server.gpus as Record<string, unknown>[])[0];
+  Object.assign(unit, {
+    stale: true,
+    staleReason: reason,
+    smUtilPercent: null,
+    utilizationSource: 'none',
+    utilizationUnknownReason: reason,
+    memoryUsedBytes: 0
+  });
+  Object.assign(server, { stale: true, staleReason: reason, usedGPUs: null });
+  Object.assign(me, {
+    stale: true,
+    staleReason: reason,
+    simulated: false,
+    share: { ...(me.share as object), usedGPUs: null, memoryUsedBytes: 0 },
+    gpuHoursStatus: 'ok'
+  });
+  server.simulated = false;
+  return me;
+}
+
+/** alice while the ledger (database) is unreachable: live share, GPU-hours null. */
+export function ledgerDownAliceJson(): Record<string, unknown> {
+  const me = JSON.parse(JSON.stringify(aliceMe())) as Record<string, unknown>;
+  return {
+    ...me,
+    gpuHoursStatus: 'unavailable',
+    gpuHoursReason: 'the usage database is unreachable; retrying',
+    gpuHours: { today: null, '7d': null, '30d': null }
+  };
+}
+
+/**
+ * bob alone on a 4-way time-sliced T4, keeping it 100 % busy: he holds 0.25
+ * GPU and uses 1.0 (issue 9 contract 2), so used exceeds allocated.
+ */
+export function bobAloneOnT4Json(): Record<string, unknown> {
+  return {
+    user: 'bob',
+    sampledAt: '2026-11-22T10:00:05Z',
+    intervalSeconds: 5,
+    simulated: false,
+    stale: false,
+    share: {
+      allocatedGPUs: 0.25,
+      usedGPUs: 1,
+      memoryUsedBytes: 536870912,
+      memoryTotalBytes: 16106127360
+    },
+    servers: [
+      {
+        name: '',
+        pod: 'jupyter-bob',
+        node: 'gpu-t4-0',
+        ready: true,
+        allocatedGPUs: 0.25,
+        usedGPUs: 1,
+        stale: false,
+        simulated: false,
+        gpus: [
+          {
+            kind: 'shared',
+            resource: 'nvidia.com/gpu.shared',
+            product: 'Tesla T4',
+            share: 0.25,
+            shareNumerator: 1,
+            shareDenominator: 4,
+            description: '1 of 4 time-sliced shares of a T4',
+            uuid: 'GPU-bob-t4',
+            smUtilPercent: 100,
+            utilizationSource: 'nvml',
+            memoryUsedBytes: 536870912,
+            memoryTotalBytes: 16106127360,
+            stale: false
+          }
+        ]
+      }
+    ],
+    history: [],
+    gpuHoursStatus: 'ok',
+    gpuHours: {
+      today: { allocated: 0.5, used: 2, usedUnknown: 0 },
+      '7d': { allocated: 0.5, used: 2, usedUnknown: 0 },
+      '30d': { allocated: 0.5, used: 2, usedUnknown: 0 }
+    },
+    budget: null,
+    idleCull: null
   };
 }

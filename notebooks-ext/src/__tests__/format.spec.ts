@@ -1,6 +1,8 @@
-import type { GpuHolding } from '../api';
+import { parseMe } from '../api';
+import type { GpuHolding, MeResponse } from '../api';
 import {
   article,
+  asSentence,
   describeBudget,
   describeHolding,
   describeIdleCull,
@@ -11,19 +13,31 @@ import {
   formatGpuHours,
   formatMemory,
   formatPercent,
+  gpuHoursUnavailableText,
   holdsGpu,
   isSimulated,
   isStale,
+  memoryText,
   provenanceOf,
   recentUtilization,
   shortProduct,
   sparklinePath,
   sparklineSummary,
+  staleNotice,
   statusBarText,
   unknownUsageNote,
-  utilizationNote
+  usedAboveAllocatedNote,
+  utilizationMeaning,
+  utilizationNote,
+  utilizationView
 } from '../format';
-import { NOW, aliceMe } from './fixtures';
+import {
+  NOW,
+  aliceMe,
+  bobAloneOnT4Json,
+  ledgerDownAliceJson,
+  staleAliceJson
+} from './fixtures';
 
 function gpu(over: Partial<GpuHolding>): GpuHolding {
   return {
@@ -121,6 +135,27 @@ describe('fallbackDescription (no description from the API)', () => {
     'time-sliced with unknown share': {
       g: gpu({ kind: 'shared', product: 'Tesla T4', share: 0 }),
       want: 'a time-sliced share of a T4'
+    },
+    'MPS share of a T4': {
+      g: gpu({
+        kind: 'mps',
+        product: 'Tesla T4',
+        share: 0.25,
+        shareNumerator: 1,
+        shareDenominator: 4
+      }),
+      want: '1 of 4 MPS shares of a T4'
+    },
+    'time-sliced MIG slice': {
+      g: gpu({
+        kind: 'mig-shared',
+        product: 'NVIDIA A100-SXM4-40GB',
+        resource: 'nvidia.com/mig-1g.5gb.shared',
+        share: 1 / 14,
+        shareNumerator: 1,
+        shareDenominator: 14
+      }),
+      want: 'a time-sliced share of MIG 1g.5gb on an A100, 1/14 of a GPU'
     },
     'whole card': {
       g: gpu({ kind: 'gpu', product: 'NVIDIA H100 80GB HBM3' }),
@@ -410,5 +445,228 @@ describe('statusBarText', () => {
     mig.servers[0].gpus[0].smUtilPercent = null;
     expect(statusBarText(mig)).toEqual('GPU 0.43');
     expect(holdsGpu(mig)).toBe(true);
+  });
+});
+
+describe('utilizationView (issue 9)', () => {
+  const t4 = {
+    product: 'Tesla T4',
+    share: 0.25,
+    shareNumerator: 1,
+    shareDenominator: 4
+  };
+  const cases: Record<
+    string,
+    { g: GpuHolding; stale?: boolean; want: ReturnType<typeof utilizationView> }
+  > = {
+    'a whole GPU': {
+      g: gpu({ smUtilPercent: 49, utilizationSource: 'nvml' }),
+      want: {
+        state: 'value',
+        percent: 49,
+        text: '49 %',
+        valueText: '49 %',
+        note: 'measured (NVML)',
+        meaning: null
+      }
+    },
+    'alone on a 4-way T4 at 100 %: of the T4, above the share': {
+      g: gpu({
+        kind: 'shared',
+        ...t4,
+        smUtilPercent: 100,
+        utilizationSource: 'nvml'
+      }),
+      want: {
+        state: 'value',
+        percent: 100,
+        text: '100 %',
+        valueText: '100 % of the T4',
+        note: 'measured (NVML)',
+        meaning: 'You keep 100 % of the T4 busy while holding 1 of 4 shares.'
+      }
+    },
+    'an MPS share at 25 %': {
+      g: gpu({
+        kind: 'mps',
+        ...t4,
+        smUtilPercent: 25,
+        utilizationSource: 'nvml'
+      }),
+      want: {
+        state: 'value',
+        percent: 25,
+        text: '25 %',
+        valueText: '25 % of the T4',
+        note: 'measured (NVML)',
+        meaning: 'You keep 25 % of the T4 busy while holding 1 of 4 MPS shares.'
+      }
+    },
+    'a time-sliced MIG slice': {
+      g: gpu({
+        kind: 'mig-shared',
+        product: 'NVIDIA A100-SXM4-40GB',
+        profile: '1g.5gb',
+        share: 1 / 14,
+        smUtilPercent: 60,
+        utilizationSource: 'dcgm'
+      }),
+      want: {
+        state: 'value',
+        percent: 60,
+        text: '60 %',
+        valueText: '60 % of the MIG 1g.5gb slice',
+        note: 'measured (DCGM)',
+        meaning: 'The MIG 1g.5gb slice you share is 60 % busy.'
+      }
+    },
+    'stale: no number even when one was sent': {
+      g: gpu({ smUtilPercent: 97, utilizationSource: 'nvml', stale: true }),
+      stale: true,
+      want: { state: 'stale', text: 'no fresh reading' }
+    },
+    'unknown with the API’s reason': {
+      g: gpu({
+        kind: 'mig',
+        utilizationUnknownReason: 'no GPU agent runs on node gpu-t4-3.'
+      }),
+      want: {
+        state: 'unknown',
+        text: 'not known',
+        reason: 'No GPU agent runs on node gpu-t4-3.'
+      }
+    },
+    'unknown from an older API': {
+      g: gpu({ kind: 'gpu' }),
+      want: {
+        state: 'unknown',
+        text: 'not known',
+        reason: 'No utilization data for this GPU.'
+      }
+    }
+  };
+  it.each(Object.entries(cases))('%s', (_, tc) => {
+    expect(utilizationView(tc.g, tc.stale ?? false)).toEqual(tc.want);
+  });
+
+  it('has no sentence for what is measured as held', () => {
+    expect(utilizationMeaning(gpu({ kind: 'mig' }), '49 %')).toBeNull();
+    expect(
+      utilizationMeaning(gpu({ kind: 'shared', product: 'NVIDIA L4' }), '10 %')
+    ).toBe('You keep 10 % of the L4 busy while holding a time-sliced share.');
+  });
+});
+
+describe('staleNotice (issue 9)', () => {
+  it('is null when everything is fresh', () => {
+    expect(staleNotice(aliceMe(), NOW)).toBeNull();
+  });
+
+  it('uses the API’s reason, once', () => {
+    expect(staleNotice(parseMe(staleAliceJson()), NOW)).toEqual({
+      reasons: [
+        'the GPU agent on node gpu-a100-0 has not sampled since 09:59:23 UTC (47 s)'
+      ],
+      until: 'Utilization is not shown until the node agent reports again.'
+    });
+  });
+
+  it('names each node whose agent is stale, and the service when it is old', () => {
+    const me: MeResponse = aliceMe({ sampledAt: '2026-11-22T09:58:10Z' });
+    const second = {
+      ...me.servers[0],
+      name: 'big',
+      node: 'gpu-h100-1',
+      stale: true,
+      staleReason: 'the GPU agent on node gpu-h100-1 answers no sample.'
+    };
+    me.servers = [{ ...me.servers[0], stale: true }, second];
+    expect(staleNotice(me, NOW)).toEqual({
+      reasons: [
+        'the GPU agent on node gpu-a100-0 has stopped reporting',
+        'the GPU agent on node gpu-h100-1 answers no sample',
+        'the usage service’s last update is 2 min old'
+      ],
+      until: 'Utilization is not shown until fresh readings arrive.'
+    });
+  });
+
+  it('trusts a document-level stale flag alone', () => {
+    expect(
+      staleNotice(aliceMe({ stale: true, staleReason: 'why not' }), NOW)
+    ).toEqual({
+      reasons: ['why not'],
+      until: 'Utilization is not shown until the node agent reports again.'
+    });
+  });
+});
+
+describe('GPU-hours unavailable and used above allocated (issue 9)', () => {
+  it('says why, in the API’s words', () => {
+    expect(gpuHoursUnavailableText(parseMe(ledgerDownAliceJson()))).toBe(
+      'GPU-hours are unavailable right now: the usage database is unreachable; retrying. Your live share above is current.'
+    );
+    expect(
+      gpuHoursUnavailableText(
+        aliceMe({ gpuHoursStatus: 'unavailable', gpuHoursReason: 'db down.' })
+      )
+    ).toBe(
+      'GPU-hours are unavailable right now: db down. Your live share above is current.'
+    );
+    expect(
+      gpuHoursUnavailableText(aliceMe({ gpuHoursStatus: 'unavailable' }))
+    ).toBe(
+      'GPU-hours are unavailable right now. Your live share above is current.'
+    );
+    expect(gpuHoursUnavailableText(aliceMe())).toBeNull();
+  });
+
+  it('explains used above allocated only when the table shows it', () => {
+    expect(usedAboveAllocatedNote(aliceMe().gpuHours)).toBeNull();
+    expect(
+      usedAboveAllocatedNote(parseMe(bobAloneOnT4Json()).gpuHours)
+    ).toContain('Used can exceed allocated on a shared GPU');
+    expect(
+      usedAboveAllocatedNote({ today: { allocated: 0.5, used: 0.504 } })
+    ).toBeNull();
+    expect(
+      usedAboveAllocatedNote({ today: { allocated: null, used: 3 } })
+    ).toBeNull();
+  });
+
+  it('shows an unknown figure as a dash, never as 0', () => {
+    expect(formatGpuHours(null)).toBe('–');
+  });
+});
+
+describe('stale wording helpers (issue 9)', () => {
+  it('memoryText has no 0 B for an unsampled unit', () => {
+    const g = gpu({ memoryUsedBytes: 0, memoryTotalBytes: 21474836480 });
+    expect(memoryText(g, true)).toBe('not known (20 GiB total)');
+    expect(memoryText(gpu({}), true)).toBe('not known');
+    expect(memoryText(g, false)).toBe('0 B of 20 GiB');
+  });
+
+  it('statusBarText says stale instead of the last number', () => {
+    expect(statusBarText(parseMe(staleAliceJson()))).toBe('GPU stale');
+    const json = staleAliceJson();
+    const unit = (json.servers as { gpus: Record<string, unknown>[] }[])[0]
+      .gpus[0];
+    unit.smUtilPercent = 97;
+    expect(statusBarText(parseMe(json))).toBe('GPU stale');
+  });
+
+  it('the sparkline does not call an old point latest', () => {
+    expect(sparklineSummary([{ v: 97 }], true)).toBe(
+      'SM utilization over the last hour: no fresh reading now; last known 97 %, average 97 %, lowest 97 %, highest 97 %'
+    );
+  });
+
+  it('asSentence', () => {
+    expect(asSentence('the node has no DCGM exporter')).toBe(
+      'The node has no DCGM exporter.'
+    );
+    expect(asSentence(' done. ')).toBe('Done.');
+    expect(asSentence('')).toBe('');
   });
 });

@@ -47,7 +47,8 @@ function model(
     refreshSeconds: 1,
     maxBackoffSeconds: 300,
     fetch: fetchFn as unknown as FetchFn,
-    now: () => NOW
+    now: () => NOW,
+    timeZone: ''
   });
 }
 
@@ -276,7 +277,10 @@ describe('UsageModel incremental polling (?since=)', () => {
     return { fetchFn, urls };
   }
 
-  function clocked(fetchFn: jest.Mock): {
+  function clocked(
+    fetchFn: jest.Mock,
+    timeZone = ''
+  ): {
     m: UsageModel;
     advance: (ms: number) => void;
   } {
@@ -286,7 +290,8 @@ describe('UsageModel incremental polling (?since=)', () => {
       token: 't0ken',
       refreshSeconds: 10,
       fetch: fetchFn as unknown as FetchFn,
-      now: () => new Date(now)
+      now: () => new Date(now),
+      timeZone
     });
     return { m, advance: ms => (now += ms) };
   }
@@ -440,6 +445,119 @@ describe('UsageModel incremental polling (?since=)', () => {
     for (const u of urls.slice(1)) {
       expect(u).toBe(since('10:00:00'));
     }
+    m.dispose();
+  });
+});
+
+describe('UsageModel time zone (?tz=)', () => {
+  const URL = '/services/gpu-usage/api/v1/me';
+
+  function answering(
+    respond: (url: string) => { status: number; body: unknown }
+  ): { fetchFn: jest.Mock; urls: string[] } {
+    const urls: string[] = [];
+    const fetchFn = jest.fn(async (url: string) => {
+      urls.push(url);
+      const { status, body } = respond(url);
+      return {
+        ok: status === 200,
+        status,
+        statusText: status === 200 ? 'OK' : 'Bad Request',
+        json: async () => body,
+        text: async () => JSON.stringify(body)
+      };
+    });
+    return { fetchFn, urls };
+  }
+
+  function zoned(fetchFn: jest.Mock, timeZone?: string): UsageModel {
+    return new UsageModel({
+      url: URL,
+      token: 't0ken',
+      refreshSeconds: 10,
+      fetch: fetchFn as unknown as FetchFn,
+      now: () => NOW,
+      ...(timeZone === undefined ? {} : { timeZone })
+    });
+  }
+
+  it('sends the browser’s zone on full and incremental requests', async () => {
+    const { fetchFn, urls } = answering(() => ({
+      status: 200,
+      body: aliceMe()
+    }));
+    const m = zoned(fetchFn, 'Europe/Berlin');
+    await m.fetchOnce();
+    await m.fetchOnce();
+    expect(urls).toEqual([
+      `${URL}?tz=Europe%2FBerlin`,
+      `${URL}?since=${encodeURIComponent('2026-11-22T10:00:00Z')}&tz=Europe%2FBerlin`
+    ]);
+    m.dispose();
+  });
+
+  it('takes the zone from Intl by default', async () => {
+    const spy = jest.spyOn(Intl, 'DateTimeFormat').mockImplementation(
+      () =>
+        ({
+          resolvedOptions: () => ({ timeZone: 'Asia/Kolkata' })
+        }) as unknown as Intl.DateTimeFormat
+    );
+    try {
+      const { fetchFn, urls } = answering(() => ({
+        status: 200,
+        body: aliceMe()
+      }));
+      const m = zoned(fetchFn);
+      await m.fetchOnce();
+      expect(urls).toEqual([`${URL}?tz=Asia%2FKolkata`]);
+      m.dispose();
+    } finally {
+      spy.mockRestore();
+    }
+  });
+
+  it('sends no tz when the browser has no zone', async () => {
+    const { fetchFn, urls } = answering(() => ({
+      status: 200,
+      body: aliceMe()
+    }));
+    const m = zoned(fetchFn, '');
+    await m.fetchOnce();
+    expect(urls).toEqual([URL]);
+    m.dispose();
+  });
+
+  it('drops a zone the service refuses (400) and keeps working in its default', async () => {
+    const { fetchFn, urls } = answering(url =>
+      url.includes('tz=')
+        ? {
+            status: 400,
+            body: { status: 400, message: 'tz: unknown time zone Mars/Olympus' }
+          }
+        : { status: 200, body: aliceMe() }
+    );
+    const m = zoned(fetchFn, 'Mars/Olympus');
+    await m.fetchOnce();
+    expect(m.state.status).toBe('ok');
+    await m.fetchOnce();
+    expect(urls).toEqual([
+      `${URL}?tz=Mars%2FOlympus`,
+      URL,
+      `${URL}?since=${encodeURIComponent('2026-11-22T10:00:00Z')}`
+    ]);
+    m.dispose();
+  });
+
+  it('still reports a 400 that the zone did not cause', async () => {
+    const { fetchFn, urls } = answering(() => ({
+      status: 400,
+      body: { status: 400, message: 'since must be an RFC 3339 time' }
+    }));
+    const m = zoned(fetchFn, 'Europe/Berlin');
+    await expect(m.fetchOnce()).rejects.toThrow('since must be');
+    expect(m.state.status).toBe('error');
+    expect(urls).toEqual([`${URL}?tz=Europe%2FBerlin`, URL]);
     m.dispose();
   });
 });

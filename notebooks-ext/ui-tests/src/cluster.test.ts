@@ -60,11 +60,16 @@ interface Gpu {
   description?: string;
   uuid?: string;
   smUtilPercent: number | null;
+  stale?: boolean;
 }
 interface Me {
   user: string;
-  servers: { name: string; pod?: string; gpus: Gpu[] }[];
-  gpuHours: Record<string, { allocated: number; used: number } | undefined>;
+  servers: { name: string; pod?: string; stale?: boolean; gpus: Gpu[] }[];
+  gpuHours: Record<
+    string,
+    { allocated: number; used: number } | null | undefined
+  >;
+  gpuHoursStatus?: 'ok' | 'unavailable';
 }
 
 let browser: Browser;
@@ -222,14 +227,23 @@ function assertPanelShows(panel: PanelReading, me: Me, user: string): void {
     panel.descriptions,
     gpus.map(g => g.description ?? panel.descriptions[0])
   );
+  // A stale unit shows no number, whatever the document carries (issue 9).
+  const stale = new Set(
+    me.servers.flatMap(s => s.gpus.filter(g => s.stale || g.stale))
+  );
   assert.deepEqual(
     panel.utilization,
     gpus.map(g =>
-      g.smUtilPercent === null
+      g.smUtilPercent === null || stale.has(g)
         ? null
         : Math.round(Math.min(Math.max(g.smUtilPercent, 0), 100))
     )
   );
+  if (me.gpuHoursStatus === 'unavailable') {
+    assert.ok(panel.notices.includes('GPU-hours unavailable'));
+    assert.deepEqual(panel.hours, {});
+    return;
+  }
   for (const [key, w] of Object.entries(me.gpuHours)) {
     const shown = panel.hours[key];
     if (!w || !shown) {

@@ -27,6 +27,18 @@ export class UsageFixture {
   failWith: number | null = null;
   /** When true, every user's servers hold no GPU (a CPU-only server). */
   noGpu = false;
+  /**
+   * When set, the GPU agent on every node "stopped sampling" this many
+   * seconds ago: the document is marked stale with the usage API's reasons
+   * and no utilization or memory reading (issue 9, contract 4).
+   */
+  staleAgentSeconds: number | null = null;
+  /** When true, the ledger is "unreachable": GPU-hours null and unavailable (contract 5). */
+  ledgerDown = false;
+  /** The last `tz` each user's panel sent (absent: none sent). */
+  readonly tz: Record<string, string> = {};
+  /** Requests refused for a bad `tz`. */
+  badTz = 0;
   /** Requests seen, by user name. */
   readonly requests: Record<string, number> = {};
   /** Of those, the incremental ones (`?since=`), by user name. */
@@ -76,6 +88,17 @@ export class UsageFixture {
         memoryTotalBytes: 0
       };
     }
+    if (this.staleAgentSeconds !== null) {
+      markStale(me, this.staleAgentSeconds, new Date());
+    }
+    if (this.ledgerDown) {
+      me.gpuHoursStatus = 'unavailable';
+      me.gpuHoursReason =
+        'the usage database is unreachable; the usage service keeps retrying';
+      me.gpuHours = { today: null, '7d': null, '30d': null };
+    } else {
+      me.gpuHoursStatus = 'ok';
+    }
     return me;
   }
 
@@ -118,6 +141,21 @@ export class UsageFixture {
         .writeHead(400, { 'Content-Type': 'application/json' })
         .end('{"status":400,"message":"since must be an RFC 3339 time"}');
       return;
+    }
+    // tz=<IANA zone>: what "today" means, validated like the service (400 on a bad zone).
+    const tz = url.searchParams.get('tz');
+    if (tz !== null) {
+      if (!isIanaZone(tz)) {
+        this.badTz++;
+        res.writeHead(400, { 'Content-Type': 'application/json' }).end(
+          JSON.stringify({
+            status: 400,
+            message: `tz must be an IANA time zone such as Europe/Berlin, not ${JSON.stringify(tz)}`
+          })
+        );
+        return;
+      }
+      this.tz[user.name] = tz;
     }
     this.requests[user.name] = (this.requests[user.name] ?? 0) + 1;
     if (since !== null) {
@@ -170,6 +208,64 @@ export class UsageFixture {
 }
 
 const CLK_TCK = 100;
+
+/** An IANA zone name ("Europe/Berlin", "UTC"): no offsets, no empty string. */
+export function isIanaZone(tz: string): boolean {
+  if (!/^[A-Za-z][A-Za-z0-9_+-]*(\/[A-Za-z0-9_+-]+)*$/.test(tz)) {
+    return false;
+  }
+  try {
+    new Intl.DateTimeFormat('en-US', { timeZone: tz });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * What the usage API answers while the GPU agents have not sampled for
+ * `seconds`: stale flags with reasons at every level, utilization null with a
+ * reason, memory not measured.
+ */
+function markStale(me: Json, seconds: number, now: Date): void {
+  const since = new Date(now.getTime() - seconds * 1000)
+    .toISOString()
+    .slice(11, 19);
+  let any = false;
+  for (const s of me.servers as Json[]) {
+    const gpus = s.gpus as Json[];
+    if (gpus.length === 0) {
+      continue;
+    }
+    any = true;
+    const reason = `the GPU agent on node ${String(s.node)} has not sampled since ${since} UTC (${seconds} s)`;
+    // The service sets simulated from a fresh snapshot only.
+    Object.assign(s, {
+      stale: true,
+      staleReason: reason,
+      usedGPUs: null,
+      simulated: false
+    });
+    for (const g of gpus) {
+      Object.assign(g, {
+        stale: true,
+        staleReason: reason,
+        smUtilPercent: null,
+        utilizationSource: 'none',
+        utilizationUnknownReason: reason,
+        memoryUsedBytes: 0
+      });
+    }
+    if (!me.staleReason) {
+      me.staleReason = reason;
+    }
+  }
+  if (any) {
+    me.stale = true;
+    me.simulated = (me.servers as Json[]).some(s => s.simulated === true);
+    me.share = { ...(me.share as Json), usedGPUs: null, memoryUsedBytes: 0 };
+  }
+}
 
 /** utime+stime (in clock ticks) of IPython kernels whose environment carries a watched pod UID. */
 function cpuTicksByPod(uids: Set<string>): Map<string, number> {

@@ -15,7 +15,7 @@ import * as path from 'node:path';
 import { after, before, test } from 'node:test';
 import type { Browser, Page } from 'playwright-core';
 
-import { ALICE_TOKEN, UsageFixture, standardUsers } from './fixture';
+import { ALICE_TOKEN, ME_PATH, UsageFixture, standardUsers } from './fixture';
 import {
   launchChromium,
   openPanel,
@@ -35,6 +35,9 @@ let labUrl = '';
 let browser: Browser | null = null;
 let page: Page;
 let tmp = '';
+let fixtureUrl = '';
+/** The browser's zone: the panel sends it as `tz` (issue 9). */
+const BROWSER_ZONE = 'Europe/Berlin';
 
 function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -73,7 +76,7 @@ before(async () => {
     'set GPUHUB_UI_VENV to a venv with jupyterlab and the gpuhub wheel (make ui-test does)'
   );
   tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'gpuhub-ui-'));
-  const fixtureUrl = await fixture.start();
+  fixtureUrl = await fixture.start();
   const port = await freePort();
   labUrl = `http://127.0.0.1:${port}`;
 
@@ -162,7 +165,8 @@ before(async () => {
   browser = await launchChromium();
   const context = await browser.newContext({
     viewport: { width: 1366, height: 860 },
-    colorScheme: 'light'
+    colorScheme: 'light',
+    timezoneId: BROWSER_ZONE
   });
   page = await context.newPage();
   page.on('pageerror', e => console.log(`page error: ${e.message}`));
@@ -356,6 +360,101 @@ test('a server without a GPU says so', async () => {
   } finally {
     fixture.noGpu = false;
   }
+});
+
+test('the panel sends the browser’s time zone, which the fixture validates', async () => {
+  assert.equal(fixture.tz.alice, BROWSER_ZONE);
+  assert.equal(fixture.badTz, 0, 'the fixture refused no zone the panel sent');
+  const bad = await fetch(`${fixtureUrl}${ME_PATH}?tz=Mars%2FOlympus`, {
+    headers: { Authorization: `token ${ALICE_TOKEN}` }
+  });
+  assert.equal(bad.status, 400);
+  assert.match(
+    ((await bad.json()) as { message: string }).message,
+    /IANA time zone/
+  );
+});
+
+test('a stale node agent: no number, the reason in plain words', async () => {
+  fixture.staleAgentSeconds = 47;
+  try {
+    await page.locator('.jp-GpuPanel-refresh').click();
+    const r = await waitForPanel(
+      page,
+      x => x.notices.includes('No fresh GPU reading'),
+      30_000,
+      'the stale notice'
+    );
+    assert.match(
+      r.text,
+      /No fresh GPU readingThe GPU agent on node gpu-a100-0 has not sampled since \d\d:\d\d:\d\d UTC \(47 s\)\. Utilization is not shown until the node agent reports again\./
+    );
+    assert.deepEqual(r.utilization, [null], 'no utilization number');
+    assert.deepEqual(r.utilizationText, ['no fresh reading']);
+    assert.deepEqual(r.memoryText, ['not known (20 GiB total)']);
+    assert.equal(r.badge, null, 'nothing is claimed as measured or simulated');
+    assert.deepEqual(
+      r.descriptions,
+      ['MIG 3g.20gb on an A100, 3/7 of a GPU'],
+      'the share itself is still shown'
+    );
+    assert.equal(
+      await page
+        .locator('#gpuhub-gpu-panel [data-field="util"] [role="meter"]')
+        .count(),
+      0,
+      'no utilization bar'
+    );
+    assert.equal(
+      (await page.locator('.jp-GpuStatus').textContent()) ?? '',
+      'GPU stale'
+    );
+    await snap(page, 'gpu-panel-stale-light');
+    await setTheme(page, 'JupyterLab Dark');
+    await snap(page, 'gpu-panel-stale-dark');
+    await setTheme(page, 'JupyterLab Light');
+  } finally {
+    fixture.staleAgentSeconds = null;
+  }
+  await page.locator('.jp-GpuPanel-refresh').click();
+  const back = await waitForPanel(
+    page,
+    x => x.utilization.length === 1 && x.utilization[0] !== null,
+    30_000,
+    'numbers once the agent reports again'
+  );
+  assert.ok(!back.notices.includes('No fresh GPU reading'));
+});
+
+test('GPU-hours unavailable: said in plain words, the live share stays', async () => {
+  fixture.ledgerDown = true;
+  try {
+    await page.locator('.jp-GpuPanel-refresh').click();
+    const r = await waitForPanel(
+      page,
+      x => x.notices.includes('GPU-hours unavailable'),
+      30_000,
+      'the GPU-hours unavailable notice'
+    );
+    assert.match(
+      r.text,
+      /GPU-hours are unavailable right now: the usage database is unreachable; the usage service keeps retrying\. Your live share above is current\./
+    );
+    assert.deepEqual(r.hours, {}, 'no GPU-hours figures, not even 0');
+    assert.equal(r.descriptions.length, 1);
+    assert.equal(r.utilization.length, 1);
+    assert.notEqual(r.utilization[0], null, 'the live share still answers');
+    await snap(page, 'gpu-panel-hours-unavailable-light');
+  } finally {
+    fixture.ledgerDown = false;
+  }
+  await page.locator('.jp-GpuPanel-refresh').click();
+  await waitForPanel(
+    page,
+    x => Object.keys(x.hours).length === 3,
+    30_000,
+    'GPU-hours once the ledger is back'
+  );
 });
 
 test('outside JupyterHub the panel says so and sends no request', async () => {
