@@ -29,9 +29,19 @@ type Options struct {
 	Location *time.Location
 }
 
+// store is what the ledger needs of its database; *Store implements it, tests inject faults through it.
+type store interface {
+	// Checkpoint reads the integration state; ok is false for a new ledger.
+	Checkpoint(ctx context.Context) (cp Checkpoint, ok bool, err error)
+	// Commit adds incs and moves the checkpoint from prev to next atomically, or returns ErrConflict.
+	Commit(ctx context.Context, prev *Checkpoint, next Checkpoint, incs []Increment) error
+	Sum(ctx context.Context, q Query) ([]Row, error)
+	userWindows(ctx context.Context, today, d7, d30, toExcl time.Time) (map[string][3]Totals, error)
+}
+
 // Ledger integrates samples into the store and keeps per-user window totals in memory for the fast path.
 type Ledger struct {
-	store *Store
+	store store
 	opts  Options
 
 	mu sync.Mutex // serializes Record
@@ -54,7 +64,7 @@ type Result struct {
 }
 
 // New loads the checkpoint and the window cache.
-func New(ctx context.Context, store *Store, opts Options, now time.Time) (*Ledger, error) {
+func New(ctx context.Context, st store, opts Options, now time.Time) (*Ledger, error) {
 	if opts.Interval <= 0 {
 		return nil, fmt.Errorf("ledger: interval must be positive")
 	}
@@ -65,8 +75,8 @@ func New(ctx context.Context, store *Store, opts Options, now time.Time) (*Ledge
 	if opts.Location == nil {
 		opts.Location = time.UTC
 	}
-	l := &Ledger{store: store, opts: opts}
-	cp, ok, err := store.Checkpoint(ctx)
+	l := &Ledger{store: st, opts: opts}
+	cp, ok, err := st.Checkpoint(ctx)
 	if err != nil {
 		return nil, err
 	}
