@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -61,6 +62,9 @@ type Result struct {
 	Gap time.Duration
 	// PerKey is GPU-seconds added per key.
 	PerKey map[Key]Totals
+	// Conflict is true when another writer had moved the checkpoint since this ledger's last commit: the tick
+	// re-read the checkpoint and integrated from there.
+	Conflict bool
 }
 
 // New loads the checkpoint and the window cache.
@@ -101,17 +105,61 @@ func (l *Ledger) Checkpoint() (Checkpoint, bool) {
 
 // Record integrates the state observed at now (samples) over the time since the checkpoint, in one
 // transaction with the new checkpoint. The state observed at a tick is charged for the interval that ends at
-// that tick.
+// that tick. When another writer moved the checkpoint (ErrConflict), Record re-reads it and integrates from
+// there: each instant is charged once whichever writer charges it.
 func (l *Ledger) Record(ctx context.Context, now time.Time, samples []Sample) (Result, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now = now.UTC()
-	res := Result{At: now, PerKey: map[Key]Totals{}}
-	next := Checkpoint{At: now, Ticks: 1}
+	conflict := false
+	for attempt := 0; ; attempt++ {
+		res, next, incs, ok := l.integrate(now, samples)
+		if !ok {
+			res.Conflict = conflict
+			return res, nil
+		}
+		err := l.store.Commit(ctx, l.cp, next, incs)
+		if err == nil {
+			l.cp = &next
+			l.applyToCache(ctx, now, incs)
+			res.Conflict = conflict
+			return res, nil
+		}
+		if !errors.Is(err, ErrConflict) || attempt == maxConflictRetries {
+			return Result{}, err
+		}
+		conflict = true
+		if err := l.reload(ctx, now); err != nil {
+			return Result{}, fmt.Errorf("after a ledger conflict: %w", err)
+		}
+	}
+}
+
+// maxConflictRetries bounds how often one Record re-reads the checkpoint when other writers keep moving it.
+const maxConflictRetries = 3
+
+// reload replaces the in-memory checkpoint and window cache with the store's, after another writer moved them.
+func (l *Ledger) reload(ctx context.Context, now time.Time) error {
+	cp, ok, err := l.store.Checkpoint(ctx)
+	if err != nil {
+		return err
+	}
+	l.cp = nil
+	if ok {
+		l.cp = &cp
+	}
+	return l.refreshCache(ctx, now)
+}
+
+// integrate computes the increments and the next checkpoint for a tick at now; ok is false when there is
+// nothing to commit.
+func (l *Ledger) integrate(now time.Time, samples []Sample) (res Result, next Checkpoint, incs []Increment, ok bool) {
+	res = Result{At: now, PerKey: map[Key]Totals{}}
+	next = Checkpoint{At: now, Ticks: 1}
 	var from time.Time
 	if l.cp != nil {
 		if !now.After(l.cp.At) {
-			return res, nil // clock did not move; nothing to integrate, nothing to commit
+			return res, next, nil, false // clock did not move; nothing to integrate, nothing to commit
 		}
 		next = *l.cp
 		next.At, next.Ticks = now, l.cp.Ticks+1
@@ -125,7 +173,6 @@ func (l *Ledger) Record(ctx context.Context, now time.Time, samples []Sample) (R
 		}
 		res.Charged = now.Sub(from)
 	}
-	var incs []Increment
 	if res.Charged > 0 {
 		perKey := map[Key]Totals{}
 		for _, s := range samples {
@@ -153,12 +200,7 @@ func (l *Ledger) Record(ctx context.Context, now time.Time, samples []Sample) (R
 			}
 		}
 	}
-	if err := l.store.Commit(ctx, l.cp, next, incs); err != nil {
-		return Result{}, err
-	}
-	l.cp = &next
-	l.applyToCache(ctx, now, incs)
-	return res, nil
+	return res, next, incs, true
 }
 
 type span struct {

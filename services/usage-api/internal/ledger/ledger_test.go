@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"errors"
 	"math"
 	"path/filepath"
 	"testing"
@@ -18,15 +17,35 @@ const interval = 5 * time.Second
 
 func openTestStore(t *testing.T) *Store {
 	t.Helper()
-	if dsn := testPostgresURL(); dsn != "" {
-		return openTestPostgres(t, dsn)
+	return testDatabase(t)()
+}
+
+// testDatabase creates an empty ledger database (PostgreSQL when GPUHUB_TEST_POSTGRES_URL is set, else a SQLite
+// file) and returns a function that opens one more handle on it, as another process would.
+func testDatabase(t *testing.T) func() *Store {
+	t.Helper()
+	if url := testPostgresURL(); url != "" {
+		url = testPostgresSchema(t, url)
+		return func() *Store {
+			t.Helper()
+			s, err := OpenPostgres(context.Background(), url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		}
 	}
-	s, err := OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "ledger.db"))
-	if err != nil {
-		t.Fatal(err)
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	return func() *Store {
+		t.Helper()
+		s, err := OpenSQLite(context.Background(), path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
 	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
 }
 
 var (
@@ -204,15 +223,20 @@ func TestRestartContinuesWithoutDoubleCounting(t *testing.T) {
 	}
 	checkConsistent(t, s2)
 
-	// The stale first instance must not write again.
+	// The stale first instance finds the checkpoint moved, re-reads it and charges nothing twice: its tick
+	// (t0+20 s) lies before the second instance's checkpoint (t0+22 s).
 	s3, err := OpenSQLite(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = s3.Close() }()
 	l.store = s3
-	if _, err := l.Record(ctx, t0.Add(4*interval), one); !errors.Is(err, ErrConflict) {
-		t.Errorf("stale writer: err = %v, want ErrConflict", err)
+	res, err := l.Record(ctx, t0.Add(4*interval), one)
+	if err != nil || !res.Conflict || len(res.PerKey) != 0 {
+		t.Errorf("stale writer: conflict=%v perKey=%v err=%v, want a conflict that charges nothing", res.Conflict, res.PerKey, err)
+	}
+	if got := allocated(t, s2, aliceMIG); got != 22 {
+		t.Errorf("allocated after the stale writer's tick = %v GPU-s, want 22", got)
 	}
 	checkConsistent(t, s2)
 }
