@@ -1,9 +1,13 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -11,6 +15,11 @@ import (
 // Sample is what a user held of one GPU class at a tick.
 type Sample struct {
 	Key
+	// Pod is the UID of the pod that holds it; empty when unknown.
+	Pod string
+	// Since is when the pod started holding (its phase became Running: the earliest container start still
+	// recorded, else status.startTime); zero when unknown.
+	Since time.Time
 	// Allocated GPU-equivalents.
 	Allocated float64
 	// Used GPU-equivalents (allocated x utilization) when UsedKnown.
@@ -62,6 +71,9 @@ type Result struct {
 	Gap time.Duration
 	// PerKey is GPU-seconds added per key.
 	PerKey map[Key]Totals
+	// Ended counts pods held at the checkpoint and gone after a gap longer than MaxGap: charged up to the
+	// checkpoint only, as their end is unknown.
+	Ended int
 	// Conflict is true when another writer had moved the checkpoint since this ledger's last commit: the tick
 	// re-read the checkpoint and integrated from there.
 	Conflict bool
@@ -153,54 +165,165 @@ func (l *Ledger) reload(ctx context.Context, now time.Time) error {
 
 // integrate computes the increments and the next checkpoint for a tick at now; ok is false when there is
 // nothing to commit.
+//
+// Each sample is charged from the checkpoint to now, except a pod that started holding since the checkpoint,
+// charged from its start. After a gap longer than MaxGap (the service or its database was down), the
+// observation at now stands for the last interval only: before it utilization is unknown. A pod held at the
+// checkpoint and still held now was Running all along (a pod never goes back to Pending), so it is charged for
+// the whole gap; a pod gone since is charged up to the checkpoint (its end is unknown); a sample with neither
+// identity nor start time gets only the last interval. Such unknown holdings add the gap to GapSeconds.
 func (l *Ledger) integrate(now time.Time, samples []Sample) (res Result, next Checkpoint, incs []Increment, ok bool) {
 	res = Result{At: now, PerKey: map[Key]Totals{}}
-	next = Checkpoint{At: now, Ticks: 1}
-	var from time.Time
-	if l.cp != nil {
-		if !now.After(l.cp.At) {
-			return res, next, nil, false // clock did not move; nothing to integrate, nothing to commit
+	held := holdings(samples)
+	if l.cp == nil {
+		// A new ledger starts now: nothing before it is charged.
+		return res, Checkpoint{At: now, Ticks: 1, Held: held}, nil, true
+	}
+	if !now.After(l.cp.At) {
+		return res, next, nil, false // clock did not move; nothing to integrate, nothing to commit
+	}
+	next = *l.cp
+	next.At, next.Ticks, next.Held = now, l.cp.Ticks+1, held
+	from := l.cp.At
+	res.Charged = now.Sub(from)
+	long := res.Charged > l.opts.MaxGap
+	observedFrom := from
+	if long {
+		observedFrom = now.Add(-l.opts.Interval)
+	}
+	wasHeld := make(map[string]bool, len(l.cp.Held))
+	for _, h := range l.cp.Held {
+		wasHeld[h.Pod] = true
+	}
+	unknown := false
+	var c charger
+	for _, s := range samples {
+		begin := from
+		switch {
+		case s.Pod != "" && wasHeld[s.Pod]:
+		case !s.Since.IsZero():
+			begin = maxTime(from, s.Since)
+		case long:
+			begin, unknown = observedFrom, true
 		}
-		next = *l.cp
-		next.At, next.Ticks = now, l.cp.Ticks+1
-		from = l.cp.At
-		if gap := now.Sub(from); gap > l.opts.MaxGap {
-			// The pods' state over the gap is unknown: charge only the last interval, for which the
-			// observation stands.
-			from = now.Add(-l.opts.Interval)
-			res.Gap = gap - l.opts.Interval
+		c.add(s, minTime(begin, now), observedFrom, now)
+	}
+	if long {
+		present := make(map[string]bool, len(samples))
+		for _, s := range samples {
+			present[s.Pod] = true
+		}
+		for i, h := range l.cp.Held {
+			if !present[h.Pod] && (i == 0 || l.cp.Held[i-1].Pod != h.Pod) {
+				res.Ended++
+			}
+		}
+		if unknown || res.Ended > 0 {
+			res.Gap = res.Charged - l.opts.Interval
 			next.GapSeconds += res.Gap.Seconds()
 		}
-		res.Charged = now.Sub(from)
 	}
-	if res.Charged > 0 {
-		perKey := map[Key]Totals{}
-		for _, s := range samples {
-			t := perKey[s.Key]
-			t.Allocated += s.Allocated
-			if s.UsedKnown {
-				t.Used += s.Used
-			} else {
-				t.UsedUnknown += s.Allocated
-			}
-			perKey[s.Key] = t
-		}
-		for _, span := range splitHours(from, now) {
-			secs := span.d.Seconds()
-			for k, t := range perKey {
-				if t == (Totals{}) {
-					continue
-				}
-				v := t.scale(secs)
-				incs = append(incs, Increment{Key: k, Bucket: span.bucket, Totals: v})
-				next.Sums.add(v)
-				pk := res.PerKey[k]
-				pk.add(v)
-				res.PerKey[k] = pk
-			}
-		}
-	}
+	incs = c.increments(&next.Sums, res.PerKey)
 	return res, next, incs, true
+}
+
+// holdings are the samples' pods' holdings, sorted by pod and key.
+func holdings(samples []Sample) []Holding {
+	type podKey struct {
+		pod string
+		Key
+	}
+	idx := map[podKey]int{}
+	var out []Holding
+	for _, s := range samples {
+		if s.Pod == "" {
+			continue
+		}
+		k := podKey{s.Pod, s.Key}
+		if i, ok := idx[k]; ok {
+			out[i].Allocated += s.Allocated
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, Holding{Pod: s.Pod, Key: s.Key, Allocated: s.Allocated, Since: s.Since.Round(0).UTC()})
+	}
+	slices.SortFunc(out, func(a, b Holding) int {
+		return cmp.Or(strings.Compare(a.Pod, b.Pod), strings.Compare(a.User, b.User), strings.Compare(a.Kind, b.Kind),
+			strings.Compare(a.Class, b.Class))
+	})
+	return out
+}
+
+// charger accumulates per-second rates over time pieces, then cuts them into hour-bucket increments.
+type charger struct {
+	rates map[piece]map[Key]Totals
+}
+
+type piece struct {
+	from, to time.Time
+}
+
+func (c *charger) rate(p piece, k Key, t Totals) {
+	if !p.from.Before(p.to) || t == (Totals{}) {
+		return
+	}
+	if c.rates == nil {
+		c.rates = map[piece]map[Key]Totals{}
+	}
+	m := c.rates[p]
+	if m == nil {
+		m = map[Key]Totals{}
+		c.rates[p] = m
+	}
+	r := m[k]
+	r.add(t)
+	m[k] = r
+}
+
+// add charges s over (begin, end]: before observedFrom its utilization is unknown, after it the observation.
+func (c *charger) add(s Sample, begin, observedFrom, end time.Time) {
+	c.rate(piece{begin, observedFrom}, s.Key, Totals{Allocated: s.Allocated, UsedUnknown: s.Allocated})
+	obs := Totals{Allocated: s.Allocated, UsedUnknown: s.Allocated}
+	if s.UsedKnown {
+		obs = Totals{Allocated: s.Allocated, Used: s.Used}
+	}
+	c.rate(piece{maxTime(begin, observedFrom), end}, s.Key, obs)
+}
+
+// increments returns one increment per key and hour bucket, sorted, and adds them to sums and perKey.
+func (c *charger) increments(sums *Totals, perKey map[Key]Totals) []Increment {
+	type bucketKey struct {
+		Key
+		bucket time.Time
+	}
+	pieces := slices.SortedFunc(maps.Keys(c.rates), func(a, b piece) int {
+		return cmp.Or(a.from.Compare(b.from), a.to.Compare(b.to))
+	})
+	acc := map[bucketKey]Totals{}
+	for _, p := range pieces {
+		for _, sp := range splitHours(p.from, p.to) {
+			secs := sp.d.Seconds()
+			for k, r := range c.rates[p] {
+				bk := bucketKey{k, sp.bucket}
+				t := acc[bk]
+				t.add(r.scale(secs))
+				acc[bk] = t
+			}
+		}
+	}
+	incs := make([]Increment, 0, len(acc))
+	for bk, t := range acc {
+		incs = append(incs, Increment{Key: bk.Key, Bucket: bk.bucket, Totals: t})
+		sums.add(t)
+		pk := perKey[bk.Key]
+		pk.add(t)
+		perKey[bk.Key] = pk
+	}
+	slices.SortFunc(incs, func(a, b Increment) int {
+		return cmp.Or(strings.Compare(a.User, b.User), strings.Compare(a.Kind, b.Kind), strings.Compare(a.Class, b.Class),
+			a.Bucket.Compare(b.Bucket))
+	})
+	return incs
 }
 
 type span struct {
@@ -227,6 +350,13 @@ func minTime(a, b time.Time) time.Time {
 	return b
 }
 
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // Windows are the per-user GPU-hours the fast path serves.
 type Windows struct {
 	Today, Days7, Days30 Totals
@@ -235,7 +365,8 @@ type Windows struct {
 // windowCache holds per-user sums of completed hour buckets per window plus the current hour, so that
 // answering "today, 7 d, 30 d" needs no query. Completed buckets are re-summed once per hour.
 type windowCache struct {
-	hour      time.Time // current hour bucket
+	hour      time.Time    // current hour bucket
+	starts    [3]time.Time // first bucket of today, 7 d, 30 d
 	completed map[string][3]Totals
 	current   map[string]Totals
 }
@@ -264,7 +395,7 @@ func (l *Ledger) refreshCache(ctx context.Context, now time.Time) error {
 		current[r.User] = t
 	}
 	l.cacheMu.Lock()
-	l.cache = windowCache{hour: hour, completed: completed, current: current}
+	l.cache = windowCache{hour: hour, starts: [3]time.Time{today, d7, d30}, completed: completed, current: current}
 	l.cacheMu.Unlock()
 	return nil
 }
@@ -283,10 +414,20 @@ func (l *Ledger) applyToCache(ctx context.Context, now time.Time, incs []Increme
 	l.cacheMu.Lock()
 	defer l.cacheMu.Unlock()
 	for _, inc := range incs {
-		if inc.Bucket.Equal(l.cache.hour) {
+		switch {
+		case inc.Bucket.Equal(l.cache.hour):
 			t := l.cache.current[inc.User]
 			t.add(inc.Totals)
 			l.cache.current[inc.User] = t
+		case inc.Bucket.Before(l.cache.hour):
+			// An earlier hour: the first tick after an outage fills it.
+			w := l.cache.completed[inc.User]
+			for i, start := range l.cache.starts {
+				if !inc.Bucket.Before(start) {
+					w[i].add(inc.Totals)
+				}
+			}
+			l.cache.completed[inc.User] = w
 		}
 	}
 }

@@ -60,6 +60,15 @@ func samples() []Sample {
 	}
 }
 
+// podSamples are samples() held by two pods that started at since.
+func podSamples(since time.Time) []Sample {
+	out := samples()
+	for i := range out {
+		out[i].Pod, out[i].Since = "uid-"+out[i].User, since
+	}
+	return out
+}
+
 var approx = cmpopts.EquateApprox(0, 1e-9)
 
 func TestRecord(t *testing.T) {
@@ -86,12 +95,29 @@ func TestRecord(t *testing.T) {
 			},
 			wantTicks: 2, wantCharged: interval,
 		},
-		"a gap longer than MaxGap charges one interval": {
+		"a gap longer than MaxGap charges one interval to a sample of no known pod": {
 			ticks: []tick{{t0, nil}, {t0.Add(10 * time.Minute), samples()[1:]}},
 			wantRows: []Row{
 				{Key: bobT4, Totals: Totals{Allocated: 1.25, UsedUnknown: 1.25}},
 			},
-			wantGap: 600 - 5, wantTicks: 2, wantCharged: interval,
+			wantGap: 600 - 5, wantTicks: 2, wantCharged: 10 * time.Minute,
+		},
+		"a gap longer than MaxGap is charged in full to a pod held before and after it, start time unknown": {
+			ticks: []tick{{t0, podSamples(time.Time{})}, {t0.Add(10 * time.Minute), podSamples(time.Time{})}},
+			wantRows: []Row{
+				// Utilization over the gap is unknown; the observation (50 %) stands for the last interval.
+				{Key: aliceMIG, Totals: Totals{Allocated: 600 * 3.0 / 7, Used: 5 * 1.5 / 7, UsedUnknown: 595 * 3.0 / 7}},
+				{Key: bobT4, Totals: Totals{Allocated: 150, UsedUnknown: 150}},
+			},
+			wantTicks: 2, wantCharged: 10 * time.Minute,
+		},
+		"a pod that started between ticks is charged from its start": {
+			ticks: []tick{{t0, nil}, {t0.Add(interval), podSamples(t0.Add(3 * time.Second))}},
+			wantRows: []Row{
+				{Key: aliceMIG, Totals: Totals{Allocated: 2 * 3.0 / 7, Used: 2 * 1.5 / 7}},
+				{Key: bobT4, Totals: Totals{Allocated: 0.5, UsedUnknown: 0.5}},
+			},
+			wantTicks: 2, wantCharged: interval,
 		},
 		"a gap within MaxGap is charged in full": {
 			ticks: []tick{{t0, nil}, {t0.Add(20 * time.Second), samples()[1:]}},
