@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -37,6 +38,10 @@ type Options struct {
 	MaxGap time.Duration
 	// Location defines "today"; default UTC.
 	Location *time.Location
+	// Monotonic reads a monotonic clock (time since any fixed origin); tests inject one. By default the ledger
+	// uses the monotonic reading that time.Now() puts in the now passed to Record; a now without one (a fake
+	// clock) is integrated on wall time alone.
+	Monotonic func() time.Duration
 }
 
 // store is what the ledger needs of its database; *Store implements it, tests inject faults through it.
@@ -46,7 +51,7 @@ type store interface {
 	// Commit adds incs and moves the checkpoint from prev to next atomically, or returns ErrConflict.
 	Commit(ctx context.Context, prev *Checkpoint, next Checkpoint, incs []Increment) error
 	Sum(ctx context.Context, q Query) ([]Row, error)
-	userWindows(ctx context.Context, today, d7, d30, toExcl time.Time) (map[string][3]Totals, error)
+	userWindows(ctx context.Context, today, d7, d30, current time.Time) (map[string][3]Totals, error)
 }
 
 // Ledger integrates samples into the store and keeps per-user window totals in memory for the fast path.
@@ -56,6 +61,14 @@ type Ledger struct {
 
 	mu sync.Mutex // serializes Record
 	cp *Checkpoint
+	// mark is the monotonic reading at cp.At when this process committed cp (marked); a checkpoint re-read
+	// from the store has none.
+	mark   time.Duration
+	marked bool
+	// origin is the first now with a monotonic reading; readings are taken relative to it.
+	origin    time.Time
+	hasOrigin bool
+	steps     atomic.Int64
 
 	cacheMu sync.RWMutex
 	cache   windowCache
@@ -71,6 +84,9 @@ type Result struct {
 	Gap time.Duration
 	// PerKey is GPU-seconds added per key.
 	PerKey map[Key]Totals
+	// ClockStep is how far the wall clock stepped since the last tick (wall minus monotonic elapsed time), zero
+	// if it did not: the tick integrated monotonic time and re-anchored the checkpoint on the wall clock.
+	ClockStep time.Duration
 	// Ended counts pods held at the checkpoint and gone after a gap longer than MaxGap: charged up to the
 	// checkpoint only, as their end is unknown.
 	Ended int
@@ -105,6 +121,23 @@ func New(ctx context.Context, st store, opts Options, now time.Time) (*Ledger, e
 	return l, nil
 }
 
+// ClockSteps counts the wall-clock steps the ledger has re-anchored on (a metric's counter).
+func (l *Ledger) ClockSteps() int64 { return l.steps.Load() }
+
+// monotonic reads the monotonic clock at now; ok is false when there is none (a fake clock without Monotonic).
+func (l *Ledger) monotonic(now time.Time) (time.Duration, bool) {
+	if l.opts.Monotonic != nil {
+		return l.opts.Monotonic(), true
+	}
+	if now == now.Round(0) { // == compares the monotonic readings too: now has none
+		return 0, false
+	}
+	if !l.hasOrigin {
+		l.origin, l.hasOrigin = now, true
+	}
+	return now.Sub(l.origin), true // both carry monotonic readings: Sub uses them
+}
+
 // Checkpoint returns the last committed checkpoint; ok is false before the first commit.
 func (l *Ledger) Checkpoint() (Checkpoint, bool) {
 	l.mu.Lock()
@@ -122,10 +155,11 @@ func (l *Ledger) Checkpoint() (Checkpoint, bool) {
 func (l *Ledger) Record(ctx context.Context, now time.Time, samples []Sample) (Result, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now = now.UTC()
+	mono, hasMono := l.monotonic(now)
+	now = now.Round(0).UTC()
 	conflict := false
 	for attempt := 0; ; attempt++ {
-		res, next, incs, ok := l.integrate(now, samples)
+		res, next, incs, ok := l.integrate(now, mono, hasMono, samples)
 		if !ok {
 			res.Conflict = conflict
 			return res, nil
@@ -133,6 +167,10 @@ func (l *Ledger) Record(ctx context.Context, now time.Time, samples []Sample) (R
 		err := l.store.Commit(ctx, l.cp, next, incs)
 		if err == nil {
 			l.cp = &next
+			l.mark, l.marked = mono, hasMono
+			if res.ClockStep != 0 {
+				l.steps.Add(1)
+			}
 			l.applyToCache(ctx, now, incs)
 			res.Conflict = conflict
 			return res, nil
@@ -156,7 +194,7 @@ func (l *Ledger) reload(ctx context.Context, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	l.cp = nil
+	l.cp, l.marked = nil, false
 	if ok {
 		l.cp = &cp
 	}
@@ -172,19 +210,39 @@ func (l *Ledger) reload(ctx context.Context, now time.Time) error {
 // checkpoint and still held now was Running all along (a pod never goes back to Pending), so it is charged for
 // the whole gap; a pod gone since is charged up to the checkpoint (its end is unknown); a sample with neither
 // identity nor start time gets only the last interval. Such unknown holdings add the gap to GapSeconds.
-func (l *Ledger) integrate(now time.Time, samples []Sample) (res Result, next Checkpoint, incs []Increment, ok bool) {
+//
+// How long since the checkpoint is measured on the monotonic clock when this process committed it, so that a
+// wall-clock step neither stops accrual (back) nor charges the step (forward): the integrated span is then
+// re-anchored to end at the wall clock's now. A checkpoint from the store (a restart, another writer) is
+// measured on the wall clock; if that is more than an interval behind it, the clock stepped back and how long
+// passed is unknown: the checkpoint is re-anchored at now and nothing is charged.
+func (l *Ledger) integrate(now time.Time, mono time.Duration, hasMono bool, samples []Sample) (res Result, next Checkpoint, incs []Increment, ok bool) {
 	res = Result{At: now, PerKey: map[Key]Totals{}}
 	held := holdings(samples)
 	if l.cp == nil {
 		// A new ledger starts now: nothing before it is charged.
 		return res, Checkpoint{At: now, Ticks: 1, Held: held}, nil, true
 	}
-	if !now.After(l.cp.At) {
-		return res, next, nil, false // clock did not move; nothing to integrate, nothing to commit
-	}
 	next = *l.cp
 	next.At, next.Ticks, next.Held = now, l.cp.Ticks+1, held
 	from := l.cp.At
+	switch wallElapsed := now.Sub(l.cp.At); {
+	case l.marked && hasMono:
+		elapsed := mono - l.mark
+		if elapsed <= 0 {
+			return res, next, nil, false // the same instant: nothing to integrate
+		}
+		if step := wallElapsed - elapsed; step.Abs() > stepTolerance(elapsed) {
+			res.ClockStep, from = step, now.Add(-elapsed)
+		}
+	case wallElapsed > 0:
+	case -wallElapsed <= l.opts.Interval:
+		// The same instant, or the checkpoint of a writer whose clock is slightly ahead: wait for it.
+		return res, next, nil, false
+	default:
+		res.ClockStep = wallElapsed
+		return res, next, nil, true
+	}
 	res.Charged = now.Sub(from)
 	long := res.Charged > l.opts.MaxGap
 	observedFrom := from
@@ -226,6 +284,10 @@ func (l *Ledger) integrate(now time.Time, samples []Sample) (res Result, next Ch
 	incs = c.increments(&next.Sums, res.PerKey)
 	return res, next, incs, true
 }
+
+// stepTolerance is how far wall and monotonic elapsed times may differ before it counts as a clock step: NTP
+// slews both clocks alike, by at most 500 ppm, so a second plus 0.1 % leaves room.
+func stepTolerance(elapsed time.Duration) time.Duration { return time.Second + elapsed/1000 }
 
 // holdings are the samples' pods' holdings, sorted by pod and key.
 func holdings(samples []Sample) []Holding {
@@ -419,8 +481,9 @@ func (l *Ledger) applyToCache(ctx context.Context, now time.Time, incs []Increme
 			t := l.cache.current[inc.User]
 			t.add(inc.Totals)
 			l.cache.current[inc.User] = t
-		case inc.Bucket.Before(l.cache.hour):
-			// An earlier hour: the first tick after an outage fills it.
+		default:
+			// Another hour: the first tick after an outage fills earlier ones; after the wall clock stepped
+			// back, later ones hold what was charged before the step.
 			w := l.cache.completed[inc.User]
 			for i, start := range l.cache.starts {
 				if !inc.Bucket.Before(start) {

@@ -126,9 +126,14 @@ func TestRecord(t *testing.T) {
 			},
 			wantTicks: 2, wantCharged: 20 * time.Second,
 		},
-		"clock going backwards commits nothing": {
+		"a wall clock within an interval behind the checkpoint commits nothing (another writer slightly ahead)": {
 			ticks:     []tick{{t0, nil}, {t0.Add(-time.Second), samples()}},
 			wantTicks: 1,
+		},
+		"a wall clock far behind the checkpoint, no monotonic reading: re-anchored, nothing charged": {
+			ticks:     []tick{{t0, nil}, {t0.Add(-time.Hour), samples()}, {t0.Add(-time.Hour + interval), samples()[1:]}},
+			wantRows:  []Row{{Key: bobT4, Totals: Totals{Allocated: 1.25, UsedUnknown: 1.25}}},
+			wantTicks: 3, wantCharged: interval,
 		},
 	}
 	for name, tc := range cases {

@@ -409,15 +409,16 @@ func (s *Store) Sum(ctx context.Context, qr Query) ([]Row, error) {
 	return out, nil
 }
 
-// userWindows sums every user's buckets in [from30d, toExcl) into three windows at once (one scan).
-func (s *Store) userWindows(ctx context.Context, today, d7, d30, toExcl time.Time) (map[string][3]Totals, error) {
+// userWindows sums every user's buckets from d30 on, except the current hour's, into three windows at once (one
+// scan). Buckets after the current hour exist only after the wall clock stepped back; they count.
+func (s *Store) userWindows(ctx context.Context, today, d7, d30, current time.Time) (map[string][3]Totals, error) {
 	query := `SELECT user_name,
 		SUM(CASE WHEN bucket >= ? THEN allocated_s ELSE 0 END), SUM(CASE WHEN bucket >= ? THEN used_s ELSE 0 END), SUM(CASE WHEN bucket >= ? THEN unknown_s ELSE 0 END),
 		SUM(CASE WHEN bucket >= ? THEN allocated_s ELSE 0 END), SUM(CASE WHEN bucket >= ? THEN used_s ELSE 0 END), SUM(CASE WHEN bucket >= ? THEN unknown_s ELSE 0 END),
 		SUM(allocated_s), SUM(used_s), SUM(unknown_s)
-		FROM gpu_usage WHERE bucket >= ? AND bucket < ? GROUP BY user_name`
+		FROM gpu_usage WHERE bucket >= ? AND bucket <> ? GROUP BY user_name`
 	t, w, m := today.Unix(), d7.Unix(), d30.Unix()
-	rows, err := s.db.QueryContext(ctx, s.q(query), t, t, t, w, w, w, m, toExcl.Unix())
+	rows, err := s.db.QueryContext(ctx, s.q(query), t, t, t, w, w, w, m, current.Unix())
 	if err != nil {
 		return nil, fmt.Errorf("query ledger windows: %w", err)
 	}
