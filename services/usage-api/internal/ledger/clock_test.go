@@ -14,7 +14,7 @@ type stepClock struct {
 	mono time.Duration
 }
 
-func (c *stepClock) advance(d time.Duration) { c.wall, c.mono = c.wall.Add(d), c.mono+d }
+func (c *stepClock) advance(d time.Duration)  { c.wall, c.mono = c.wall.Add(d), c.mono+d }
 func (c *stepClock) monotonic() time.Duration { return c.mono }
 
 // A wall-clock step (NTP correcting a clock, an operator setting it) neither stops accrual nor charges the step:
@@ -92,17 +92,17 @@ func TestRecordClockSteps(t *testing.T) {
 // time.Date does not (then wall time alone is integrated, as before).
 func TestMonotonicReading(t *testing.T) {
 	l := &Ledger{}
-	real := time.Now()
-	if _, ok := l.monotonic(real); !ok {
+	clockNow := time.Now()
+	if _, ok := l.monotonic(clockNow); !ok {
 		t.Error("time.Now(): no monotonic reading found")
 	}
-	if d, ok := l.monotonic(real.Add(3 * time.Second)); !ok || d != 3*time.Second {
+	if d, ok := l.monotonic(clockNow.Add(3 * time.Second)); !ok || d != 3*time.Second {
 		t.Errorf("3 s later: reading %v %v, want 3s true", d, ok)
 	}
 	if _, ok := l.monotonic(t0); ok {
 		t.Error("time.Date(...): a monotonic reading found")
 	}
-	if _, ok := l.monotonic(real.Round(0)); ok {
+	if _, ok := l.monotonic(clockNow.Round(0)); ok {
 		t.Error("a stripped reading still found")
 	}
 }

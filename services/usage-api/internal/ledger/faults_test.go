@@ -19,7 +19,6 @@ type faultyStore struct {
 	failCommit     error
 	failCheckpoint error
 	beforeCommit   func() // runs once, before the next Commit (e.g. a second writer commits first)
-	commits        int    // Commit calls that reached the real store
 }
 
 func (f *faultyStore) set(fn func(f *faultyStore)) {
@@ -42,7 +41,6 @@ func (f *faultyStore) Commit(ctx context.Context, prev *Checkpoint, next Checkpo
 	f.mu.Lock()
 	err, before := f.failCommit, f.beforeCommit
 	if err == nil {
-		f.commits++
 		f.beforeCommit = nil
 	}
 	f.mu.Unlock()

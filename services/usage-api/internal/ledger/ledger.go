@@ -32,9 +32,9 @@ type Sample struct {
 type Options struct {
 	// Interval is the sampling interval.
 	Interval time.Duration
-	// MaxGap is the longest stretch since the checkpoint that a tick may integrate. A longer gap (the service
-	// was down) is not filled: only the last Interval is charged, with the state observed now, and the rest is
-	// counted in Checkpoint.GapSeconds. Default 6 intervals.
+	// MaxGap is the longest stretch since the checkpoint over which the state observed now stands. Over a
+	// longer gap (the service or its database was down) utilization is unknown but the pods' holding is
+	// charged from the held set and their start times (see integrate). Default 6 intervals.
 	MaxGap time.Duration
 	// Location defines "today"; default UTC.
 	Location *time.Location
@@ -77,10 +77,11 @@ type Ledger struct {
 // Result tells what one Record did.
 type Result struct {
 	At time.Time
-	// Charged is the time integrated by this tick; zero on the first tick of a new ledger or when the clock
-	// did not move forward.
+	// Charged is the time since the checkpoint that this tick integrated (monotonic time after a clock step);
+	// zero on the first tick of a new ledger, when the clock did not move forward, or on a re-anchoring.
 	Charged time.Duration
-	// Gap is time since the checkpoint that was not filled.
+	// Gap is the part of a gap longer than MaxGap, beyond the last interval, over which some holding was
+	// unknown (a pod ended during it, a sample with no pod or start time) and so not charged in full.
 	Gap time.Duration
 	// PerKey is GPU-seconds added per key.
 	PerKey map[Key]Totals
@@ -214,7 +215,7 @@ func (l *Ledger) reload(ctx context.Context, now time.Time) error {
 // How long since the checkpoint is measured on the monotonic clock when this process committed it, so that a
 // wall-clock step neither stops accrual (back) nor charges the step (forward): the integrated span is then
 // re-anchored to end at the wall clock's now. A checkpoint from the store (a restart, another writer) is
-// measured on the wall clock; if that is more than an interval behind it, the clock stepped back and how long
+// measured on the wall clock; if that is more than MaxGap behind it, the clock stepped back and how long
 // passed is unknown: the checkpoint is re-anchored at now and nothing is charged.
 func (l *Ledger) integrate(now time.Time, mono time.Duration, hasMono bool, samples []Sample) (res Result, next Checkpoint, incs []Increment, ok bool) {
 	res = Result{At: now, PerKey: map[Key]Totals{}}
@@ -236,10 +237,14 @@ func (l *Ledger) integrate(now time.Time, mono time.Duration, hasMono bool, samp
 			res.ClockStep, from = step, now.Add(-elapsed)
 		}
 	case wallElapsed > 0:
-	case -wallElapsed <= l.opts.Interval:
-		// The same instant, or the checkpoint of a writer whose clock is slightly ahead: wait for it.
+		// A checkpoint read from the store: wall time since it.
+	case -wallElapsed <= l.opts.MaxGap:
+		// The same instant, or the checkpoint of another writer whose clock is ahead: wait until the wall
+		// clock passes it, then charge from it (delayed, nothing lost). Re-anchoring here would let two
+		// writers with skewed clocks each charge the skew.
 		return res, next, nil, false
 	default:
+		// Far behind: this clock stepped back across a restart. How long passed is unknown; re-anchor.
 		res.ClockStep = wallElapsed
 		return res, next, nil, true
 	}
@@ -249,16 +254,13 @@ func (l *Ledger) integrate(now time.Time, mono time.Duration, hasMono bool, samp
 	if long {
 		observedFrom = now.Add(-l.opts.Interval)
 	}
-	wasHeld := make(map[string]bool, len(l.cp.Held))
-	for _, h := range l.cp.Held {
-		wasHeld[h.Pod] = true
-	}
 	unknown := false
 	var c charger
 	for _, s := range samples {
 		begin := from
 		switch {
-		case s.Pod != "" && wasHeld[s.Pod]:
+		case s.Pod != "" && l.cp.holds(s.Pod):
+			// Held at the checkpoint and now: Running all along.
 		case !s.Since.IsZero():
 			begin = maxTime(from, s.Since)
 		case long:
@@ -289,31 +291,30 @@ func (l *Ledger) integrate(now time.Time, mono time.Duration, hasMono bool, samp
 // slews both clocks alike, by at most 500 ppm, so a second plus 0.1 % leaves room.
 func stepTolerance(elapsed time.Duration) time.Duration { return time.Second + elapsed/1000 }
 
-// holdings are the samples' pods' holdings, sorted by pod and key.
+// holdings are the samples' pods' holdings, sorted by pod and key, a pod's units of one key summed.
 func holdings(samples []Sample) []Holding {
-	type podKey struct {
-		pod string
-		Key
-	}
-	idx := map[podKey]int{}
-	var out []Holding
+	out := make([]Holding, 0, len(samples))
 	for _, s := range samples {
-		if s.Pod == "" {
-			continue
+		if s.Pod != "" {
+			out = append(out, Holding{Pod: s.Pod, Key: s.Key, Allocated: s.Allocated, Since: s.Since.Round(0).UTC()})
 		}
-		k := podKey{s.Pod, s.Key}
-		if i, ok := idx[k]; ok {
-			out[i].Allocated += s.Allocated
-			continue
-		}
-		idx[k] = len(out)
-		out = append(out, Holding{Pod: s.Pod, Key: s.Key, Allocated: s.Allocated, Since: s.Since.Round(0).UTC()})
 	}
 	slices.SortFunc(out, func(a, b Holding) int {
 		return cmp.Or(strings.Compare(a.Pod, b.Pod), strings.Compare(a.User, b.User), strings.Compare(a.Kind, b.Kind),
 			strings.Compare(a.Class, b.Class))
 	})
-	return out
+	merged := out[:0]
+	for _, h := range out {
+		if n := len(merged); n > 0 && merged[n-1].Pod == h.Pod && merged[n-1].Key == h.Key {
+			merged[n-1].Allocated += h.Allocated
+			continue
+		}
+		merged = append(merged, h)
+	}
+	if len(merged) == 0 {
+		return nil
+	}
+	return slices.Clip(merged)
 }
 
 // charger accumulates per-second rates over time pieces, then cuts them into hour-bucket increments.

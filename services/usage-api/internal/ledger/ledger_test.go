@@ -126,9 +126,14 @@ func TestRecord(t *testing.T) {
 			},
 			wantTicks: 2, wantCharged: 20 * time.Second,
 		},
-		"a wall clock within an interval behind the checkpoint commits nothing (another writer slightly ahead)": {
-			ticks:     []tick{{t0, nil}, {t0.Add(-time.Second), samples()}},
+		"a wall clock within MaxGap behind the checkpoint waits for it (another writer's clock ahead)": {
+			ticks:     []tick{{t0, nil}, {t0.Add(-20 * time.Second), samples()}, {t0.Add(-time.Second), samples()}},
 			wantTicks: 1,
+		},
+		"... and charges from it once the wall clock passes it: nothing lost": {
+			ticks:     []tick{{t0, nil}, {t0.Add(-20 * time.Second), samples()}, {t0.Add(2 * time.Second), samples()[1:]}},
+			wantRows:  []Row{{Key: bobT4, Totals: Totals{Allocated: 0.5, UsedUnknown: 0.5}}},
+			wantTicks: 2, wantCharged: 2 * time.Second,
 		},
 		"a wall clock far behind the checkpoint, no monotonic reading: re-anchored, nothing charged": {
 			ticks:     []tick{{t0, nil}, {t0.Add(-time.Hour), samples()}, {t0.Add(-time.Hour + interval), samples()[1:]}},

@@ -14,15 +14,15 @@ import (
 func TestRecordAcrossOutage(t *testing.T) {
 	hour10 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	hour11 := hour10.Add(time.Hour)
-	start := hour10.Add(50 * time.Minute)            // 10:50:00, the ledger's first tick
-	down := hour10.Add(55 * time.Minute)             // 10:55:00, the last tick committed before the outage
+	start := hour10.Add(50 * time.Minute)             // 10:50:00, the ledger's first tick
+	down := hour10.Add(55 * time.Minute)              // 10:55:00, the last tick committed before the outage
 	back := hour11.Add(5*time.Minute + 3*time.Second) // 11:05:03, the first tick after it
 	end := hour11.Add(7*time.Minute + 3*time.Second)  // 11:07:03, the last tick
 
 	carolGPU := Key{User: "carol", Kind: "gpu", Class: "gpu A100-SXM4-40GB"}
 	alice := Sample{Key: aliceMIG, Pod: "uid-alice", Since: start.Add(2 * time.Second), Allocated: 3.0 / 7, Used: 3.0 / 7 * 0.5, UsedKnown: true}
-	bob := Sample{Key: bobT4, Pod: "uid-bob", Since: start.Add(12 * time.Second), Allocated: 0.25}                  // ends at 11:01
-	carol := Sample{Key: carolGPU, Pod: "uid-carol", Since: hour11, Allocated: 1, Used: 1, UsedKnown: true}          // starts at 11:00
+	bob := Sample{Key: bobT4, Pod: "uid-bob", Since: start.Add(12 * time.Second), Allocated: 0.25}          // ends at 11:01
+	carol := Sample{Key: carolGPU, Pod: "uid-carol", Since: hour11, Allocated: 1, Used: 1, UsedKnown: true} // starts at 11:00
 	observed := func(at time.Time) []Sample {
 		var out []Sample
 		if !at.Before(alice.Since) {
@@ -132,7 +132,7 @@ func TestRecordHeldRoundTrip(t *testing.T) {
 	b := Sample{Key: bobT4, Pod: "uid-b", Since: since, Allocated: 0.25}
 	b2 := Sample{Key: Key{User: "bob", Kind: "gpu", Class: "gpu T4"}, Pod: "uid-b", Since: since, Allocated: 1}
 	c := Sample{Key: bobT4, Pod: "uid-c", Allocated: 0.25} // start time unknown
-	anon := Sample{Key: bobT4, Allocated: 0.25}              // no pod: not held
+	anon := Sample{Key: bobT4, Allocated: 0.25}            // no pod: not held
 	for i, tick := range [][]Sample{
 		{a, b},
 		{a, b, a, c},    // a holds two units; c comes

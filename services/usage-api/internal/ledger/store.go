@@ -75,6 +75,12 @@ type Holding struct {
 	Since     time.Time // when the pod started holding; zero when unknown
 }
 
+// holds reports whether pod held anything at the checkpoint.
+func (cp *Checkpoint) holds(pod string) bool {
+	_, found := slices.BinarySearchFunc(cp.Held, pod, func(h Holding, pod string) int { return strings.Compare(h.Pod, pod) })
+	return found
+}
+
 func (h Holding) equal(o Holding) bool {
 	return h.Pod == o.Pod && h.Key == o.Key && h.Allocated == o.Allocated && h.Since.Equal(o.Since)
 }
@@ -317,16 +323,26 @@ func (s *Store) writeHeld(ctx context.Context, tx *sql.Tx, prev *Checkpoint, nex
 		}
 		put = next
 	} else {
-		before, after := byPod(prev.Held), byPod(next)
-		for pod, hs := range before {
-			if now, ok := after[pod]; !ok || !slices.EqualFunc(hs, now, Holding.equal) {
-				drop = append(drop, pod)
+		// Both sorted by pod: walk them together, a pod at a time.
+		before, after := prev.Held, next
+		for len(before) > 0 || len(after) > 0 {
+			var b, a []Holding
+			switch {
+			case len(after) == 0 || len(before) > 0 && before[0].Pod < after[0].Pod:
+				b, before = cutPod(before)
+			case len(before) == 0 || after[0].Pod < before[0].Pod:
+				a, after = cutPod(after)
+			default:
+				b, before = cutPod(before)
+				a, after = cutPod(after)
+				if slices.EqualFunc(b, a, Holding.equal) {
+					continue
+				}
 			}
-		}
-		for pod, hs := range after {
-			if was, ok := before[pod]; !ok || !slices.EqualFunc(was, hs, Holding.equal) {
-				put = append(put, hs...)
+			if len(b) > 0 {
+				drop = append(drop, b[0].Pod)
 			}
+			put = append(put, a...)
 		}
 	}
 	slices.Sort(drop)
@@ -360,18 +376,13 @@ func (s *Store) writeHeld(ctx context.Context, tx *sql.Tx, prev *Checkpoint, nex
 	return nil
 }
 
-// byPod groups holdings sorted by pod.
-func byPod(hs []Holding) map[string][]Holding {
-	out := map[string][]Holding{}
-	for i := 0; i < len(hs); {
-		j := i + 1
-		for j < len(hs) && hs[j].Pod == hs[i].Pod {
-			j++
-		}
-		out[hs[i].Pod] = hs[i:j:j]
-		i = j
+// cutPod splits the first pod's holdings off hs (sorted by pod).
+func cutPod(hs []Holding) (first, rest []Holding) {
+	n := 1
+	for n < len(hs) && hs[n].Pod == hs[0].Pod {
+		n++
 	}
-	return out
+	return hs[:n:n], hs[n:]
 }
 
 // Query selects rows of the ledger. Buckets are hours: a window [From, To) covers the buckets that start in
