@@ -282,7 +282,13 @@ func (s *service) tickOnce(ctx context.Context) error {
 	if lerr == nil {
 		s.mets.ObserveLedger(res, dir)
 		if res.Gap > 0 {
-			s.o.Logger.Warn("ledger gap not filled: the service was down longer than the gap limit", "gap", res.Gap)
+			s.o.Logger.Warn("ledger: part of an outage not charged: pods ended during it or had no start time", "gap", res.Gap, "endedPods", res.Ended)
+		}
+		if res.ClockStep != 0 {
+			s.o.Logger.Warn("ledger: the wall clock stepped; integrated monotonic time and re-anchored the checkpoint", "step", res.ClockStep)
+		}
+		if res.Conflict {
+			s.o.Logger.Warn("ledger: another writer moved the checkpoint; continued from it")
 		}
 	}
 	s.state.Publish(v)

@@ -37,6 +37,10 @@ type Pod struct {
 	IP                   string
 	// GPU resources the pod holds (limits, else requests), e.g. {"nvidia.com/mig-3g.20gb": 1}.
 	Resources map[string]int64
+	// Started is when the pod started holding them (its phase became Running): the earliest container start
+	// still in its status, else status.startTime; zero when unknown. The ledger charges a pod first seen after
+	// an outage from here.
+	Started time.Time
 }
 
 // Allocated reports whether the pod holds its GPUs: bound to a node and Running. Pending pods hold nothing.
@@ -58,8 +62,34 @@ func PodFrom(p *corev1.Pod) (Pod, bool) {
 	return Pod{
 		UID: string(p.UID), Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName,
 		User: p.Annotations[AnnotationUser], Server: p.Annotations[AnnotationServer],
-		Phase: p.Status.Phase, Ready: podReady(p), IP: p.Status.PodIP, Resources: res,
+		Phase: p.Status.Phase, Ready: podReady(p), IP: p.Status.PodIP, Resources: res, Started: podStarted(p),
 	}, true
+}
+
+// podStarted is the earliest start of the pod's containers still recorded (running, terminated, or the
+// instance before a restart), else status.startTime (which also counts image pulls, so only a fallback).
+func podStarted(p *corev1.Pod) time.Time {
+	var first time.Time
+	see := func(t metav1.Time) {
+		if !t.IsZero() && (first.IsZero() || t.Time.Before(first)) {
+			first = t.UTC()
+		}
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if r := c.State.Running; r != nil {
+			see(r.StartedAt)
+		}
+		if t := c.State.Terminated; t != nil {
+			see(t.StartedAt)
+		}
+		if t := c.LastTerminationState.Terminated; t != nil {
+			see(t.StartedAt)
+		}
+	}
+	if first.IsZero() && p.Status.StartTime != nil {
+		first = p.Status.StartTime.UTC()
+	}
+	return first
 }
 
 // gpuResources is the effective GPU request of a pod: the larger of the containers' sum and any init

@@ -52,11 +52,27 @@ func (b *podBuilder) running(node, ip string, ready bool) *podBuilder {
 	return b
 }
 
+// started records the pod's start (status.startTime) and, if containerAt is not zero, its container's.
+func (b *podBuilder) started(podAt, containerAt time.Time, restarted bool) *podBuilder {
+	b.p.Status.StartTime = &metav1.Time{Time: podAt}
+	if containerAt.IsZero() {
+		return b
+	}
+	st := corev1.ContainerStatus{Name: "notebook", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(containerAt)}}}
+	if restarted {
+		// The instance before the restart started a minute after the pod; the running one later.
+		st.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{StartedAt: metav1.NewTime(podAt.Add(time.Minute))}
+	}
+	b.p.Status.ContainerStatuses = []corev1.ContainerStatus{st}
+	return b
+}
+
 func (b *podBuilder) label(k, v string) *podBuilder { b.p.Labels[k] = v; return b }
 
 func (b *podBuilder) obj() *corev1.Pod { return b.p }
 
 func TestPodFrom(t *testing.T) {
+	podStart := time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)
 	cases := map[string]struct {
 		pod    *corev1.Pod
 		want   Pod
@@ -75,6 +91,27 @@ func TestPodFrom(t *testing.T) {
 			wantOK: true,
 		},
 		"no GPU": {pod: newPod("jhub", "jupyter-carol").user("carol", "").limit("cpu", 1).obj()},
+		"started: the running container's start, not the pod's (image pulls)": {
+			pod: newPod("jhub", "jupyter-dave").user("dave", "").limit("nvidia.com/gpu", 1).running("gpu-h100-0", "127.0.0.7", true).
+				started(podStart, podStart.Add(3*time.Minute), false).obj(),
+			want: Pod{UID: "uid-jupyter-dave", Namespace: "jhub", Name: "jupyter-dave", Node: "gpu-h100-0", User: "dave",
+				Phase: corev1.PodRunning, Ready: true, IP: "127.0.0.7", Resources: map[string]int64{"nvidia.com/gpu": 1}, Started: podStart.Add(3 * time.Minute)},
+			wantOK: true,
+		},
+		"started: a restarted container keeps the earlier instance's start": {
+			pod: newPod("jhub", "jupyter-dave").user("dave", "").limit("nvidia.com/gpu", 1).running("gpu-h100-0", "127.0.0.7", true).
+				started(podStart, podStart.Add(30*time.Minute), true).obj(),
+			want: Pod{UID: "uid-jupyter-dave", Namespace: "jhub", Name: "jupyter-dave", Node: "gpu-h100-0", User: "dave",
+				Phase: corev1.PodRunning, Ready: true, IP: "127.0.0.7", Resources: map[string]int64{"nvidia.com/gpu": 1}, Started: podStart.Add(time.Minute)},
+			wantOK: true,
+		},
+		"started: no container status yet, status.startTime": {
+			pod: newPod("jhub", "jupyter-dave").user("dave", "").limit("nvidia.com/gpu", 1).running("gpu-h100-0", "127.0.0.7", false).
+				started(podStart, time.Time{}, false).obj(),
+			want: Pod{UID: "uid-jupyter-dave", Namespace: "jhub", Name: "jupyter-dave", Node: "gpu-h100-0", User: "dave",
+				Phase: corev1.PodRunning, IP: "127.0.0.7", Resources: map[string]int64{"nvidia.com/gpu": 1}, Started: podStart},
+			wantOK: true,
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -47,7 +47,8 @@ func crashChild(path string) error {
 	}
 	var batch []Sample
 	for i := range 200 {
-		batch = append(batch, Sample{Key: Key{User: fmt.Sprintf("user%03d", i), Kind: "gpu", Class: "gpu A100"}, Allocated: 1, Used: 0.5, UsedKnown: true})
+		batch = append(batch, Sample{Key: Key{User: fmt.Sprintf("user%03d", i), Kind: "gpu", Class: "gpu A100"}, Pod: fmt.Sprintf("uid-%03d", i),
+			Allocated: 1, Used: 0.5, UsedKnown: true})
 	}
 	for i := 0; ; i++ {
 		if _, err := l.Record(ctx, start.Add(time.Duration(i)*interval), batch); err != nil {
@@ -100,6 +101,9 @@ func TestKill9DuringWrites(t *testing.T) {
 		rows, err := s.Sum(context.Background(), Query{From: time.Unix(0, 0), To: time.Unix(1<<40, 0)})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if len(cp.Held) != 200 {
+			t.Fatalf("round %d: %d pods held at the checkpoint, want 200", round, len(cp.Held))
 		}
 		if len(rows) != 200 {
 			t.Fatalf("round %d: %d users in the ledger, want 200", round, len(rows))

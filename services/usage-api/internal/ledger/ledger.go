@@ -1,15 +1,26 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // Sample is what a user held of one GPU class at a tick.
 type Sample struct {
 	Key
+	// Pod is the UID of the pod that holds it; empty when unknown.
+	Pod string
+	// Since is when the pod started holding (its phase became Running: the earliest container start still
+	// recorded, else status.startTime); zero when unknown.
+	Since time.Time
 	// Allocated GPU-equivalents.
 	Allocated float64
 	// Used GPU-equivalents (allocated x utilization) when UsedKnown.
@@ -21,21 +32,43 @@ type Sample struct {
 type Options struct {
 	// Interval is the sampling interval.
 	Interval time.Duration
-	// MaxGap is the longest stretch since the checkpoint that a tick may integrate. A longer gap (the service
-	// was down) is not filled: only the last Interval is charged, with the state observed now, and the rest is
-	// counted in Checkpoint.GapSeconds. Default 6 intervals.
+	// MaxGap is the longest stretch since the checkpoint over which the state observed now stands. Over a
+	// longer gap (the service or its database was down) utilization is unknown but the pods' holding is
+	// charged from the held set and their start times (see integrate). Default 6 intervals.
 	MaxGap time.Duration
 	// Location defines "today"; default UTC.
 	Location *time.Location
+	// Monotonic reads a monotonic clock (time since any fixed origin); tests inject one. By default the ledger
+	// uses the monotonic reading that time.Now() puts in the now passed to Record; a now without one (a fake
+	// clock) is integrated on wall time alone.
+	Monotonic func() time.Duration
+}
+
+// store is what the ledger needs of its database; *Store implements it, tests inject faults through it.
+type store interface {
+	// Checkpoint reads the integration state; ok is false for a new ledger.
+	Checkpoint(ctx context.Context) (cp Checkpoint, ok bool, err error)
+	// Commit adds incs and moves the checkpoint from prev to next atomically, or returns ErrConflict.
+	Commit(ctx context.Context, prev *Checkpoint, next Checkpoint, incs []Increment) error
+	Sum(ctx context.Context, q Query) ([]Row, error)
+	userWindows(ctx context.Context, today, d7, d30, current time.Time) (map[string][3]Totals, error)
 }
 
 // Ledger integrates samples into the store and keeps per-user window totals in memory for the fast path.
 type Ledger struct {
-	store *Store
+	store store
 	opts  Options
 
 	mu sync.Mutex // serializes Record
 	cp *Checkpoint
+	// mark is the monotonic reading at cp.At when this process committed cp (marked); a checkpoint re-read
+	// from the store has none.
+	mark   time.Duration
+	marked bool
+	// origin is the first now with a monotonic reading; readings are taken relative to it.
+	origin    time.Time
+	hasOrigin bool
+	steps     atomic.Int64
 
 	cacheMu sync.RWMutex
 	cache   windowCache
@@ -44,17 +77,27 @@ type Ledger struct {
 // Result tells what one Record did.
 type Result struct {
 	At time.Time
-	// Charged is the time integrated by this tick; zero on the first tick of a new ledger or when the clock
-	// did not move forward.
+	// Charged is the time since the checkpoint that this tick integrated (monotonic time after a clock step);
+	// zero on the first tick of a new ledger, when the clock did not move forward, or on a re-anchoring.
 	Charged time.Duration
-	// Gap is time since the checkpoint that was not filled.
+	// Gap is the part of a gap longer than MaxGap, beyond the last interval, over which some holding was
+	// unknown (a pod ended during it, a sample with no pod or start time) and so not charged in full.
 	Gap time.Duration
 	// PerKey is GPU-seconds added per key.
 	PerKey map[Key]Totals
+	// ClockStep is how far the wall clock stepped since the last tick (wall minus monotonic elapsed time), zero
+	// if it did not: the tick integrated monotonic time and re-anchored the checkpoint on the wall clock.
+	ClockStep time.Duration
+	// Ended counts pods held at the checkpoint and gone after a gap longer than MaxGap: charged up to the
+	// checkpoint only, as their end is unknown.
+	Ended int
+	// Conflict is true when another writer had moved the checkpoint since this ledger's last commit: the tick
+	// re-read the checkpoint and integrated from there.
+	Conflict bool
 }
 
 // New loads the checkpoint and the window cache.
-func New(ctx context.Context, store *Store, opts Options, now time.Time) (*Ledger, error) {
+func New(ctx context.Context, st store, opts Options, now time.Time) (*Ledger, error) {
 	if opts.Interval <= 0 {
 		return nil, fmt.Errorf("ledger: interval must be positive")
 	}
@@ -65,8 +108,8 @@ func New(ctx context.Context, store *Store, opts Options, now time.Time) (*Ledge
 	if opts.Location == nil {
 		opts.Location = time.UTC
 	}
-	l := &Ledger{store: store, opts: opts}
-	cp, ok, err := store.Checkpoint(ctx)
+	l := &Ledger{store: st, opts: opts}
+	cp, ok, err := st.Checkpoint(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -77,6 +120,23 @@ func New(ctx context.Context, store *Store, opts Options, now time.Time) (*Ledge
 		return nil, err
 	}
 	return l, nil
+}
+
+// ClockSteps counts the wall-clock steps the ledger has re-anchored on (a metric's counter).
+func (l *Ledger) ClockSteps() int64 { return l.steps.Load() }
+
+// monotonic reads the monotonic clock at now; ok is false when there is none (a fake clock without Monotonic).
+func (l *Ledger) monotonic(now time.Time) (time.Duration, bool) {
+	if l.opts.Monotonic != nil {
+		return l.opts.Monotonic(), true
+	}
+	if now == now.Round(0) { // == compares the monotonic readings too: now has none
+		return 0, false
+	}
+	if !l.hasOrigin {
+		l.origin, l.hasOrigin = now, true
+	}
+	return now.Sub(l.origin), true // both carry monotonic readings: Sub uses them
 }
 
 // Checkpoint returns the last committed checkpoint; ok is false before the first commit.
@@ -91,64 +151,242 @@ func (l *Ledger) Checkpoint() (Checkpoint, bool) {
 
 // Record integrates the state observed at now (samples) over the time since the checkpoint, in one
 // transaction with the new checkpoint. The state observed at a tick is charged for the interval that ends at
-// that tick.
+// that tick. When another writer moved the checkpoint (ErrConflict), Record re-reads it and integrates from
+// there: each instant is charged once whichever writer charges it.
 func (l *Ledger) Record(ctx context.Context, now time.Time, samples []Sample) (Result, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now = now.UTC()
-	res := Result{At: now, PerKey: map[Key]Totals{}}
-	next := Checkpoint{At: now, Ticks: 1}
-	var from time.Time
-	if l.cp != nil {
-		if !now.After(l.cp.At) {
-			return res, nil // clock did not move; nothing to integrate, nothing to commit
+	mono, hasMono := l.monotonic(now)
+	now = now.Round(0).UTC()
+	conflict := false
+	for attempt := 0; ; attempt++ {
+		res, next, incs, ok := l.integrate(now, mono, hasMono, samples)
+		if !ok {
+			res.Conflict = conflict
+			return res, nil
 		}
-		next = *l.cp
-		next.At, next.Ticks = now, l.cp.Ticks+1
-		from = l.cp.At
-		if gap := now.Sub(from); gap > l.opts.MaxGap {
-			// The pods' state over the gap is unknown: charge only the last interval, for which the
-			// observation stands.
-			from = now.Add(-l.opts.Interval)
-			res.Gap = gap - l.opts.Interval
+		err := l.store.Commit(ctx, l.cp, next, incs)
+		if err == nil {
+			l.cp = &next
+			l.mark, l.marked = mono, hasMono
+			if res.ClockStep != 0 {
+				l.steps.Add(1)
+			}
+			l.applyToCache(ctx, now, incs)
+			res.Conflict = conflict
+			return res, nil
+		}
+		if !errors.Is(err, ErrConflict) || attempt == maxConflictRetries {
+			return Result{}, err
+		}
+		conflict = true
+		if err := l.reload(ctx, now); err != nil {
+			return Result{}, fmt.Errorf("after a ledger conflict: %w", err)
+		}
+	}
+}
+
+// maxConflictRetries bounds how often one Record re-reads the checkpoint when other writers keep moving it.
+const maxConflictRetries = 3
+
+// reload replaces the in-memory checkpoint and window cache with the store's, after another writer moved them.
+func (l *Ledger) reload(ctx context.Context, now time.Time) error {
+	cp, ok, err := l.store.Checkpoint(ctx)
+	if err != nil {
+		return err
+	}
+	l.cp, l.marked = nil, false
+	if ok {
+		l.cp = &cp
+	}
+	return l.refreshCache(ctx, now)
+}
+
+// integrate computes the increments and the next checkpoint for a tick at now; ok is false when there is
+// nothing to commit.
+//
+// Each sample is charged from the checkpoint to now, except a pod that started holding since the checkpoint,
+// charged from its start. After a gap longer than MaxGap (the service or its database was down), the
+// observation at now stands for the last interval only: before it utilization is unknown. A pod held at the
+// checkpoint and still held now was Running all along (a pod never goes back to Pending), so it is charged for
+// the whole gap; a pod gone since is charged up to the checkpoint (its end is unknown); a sample with neither
+// identity nor start time gets only the last interval. Such unknown holdings add the gap to GapSeconds.
+//
+// How long since the checkpoint is measured on the monotonic clock when this process committed it, so that a
+// wall-clock step neither stops accrual (back) nor charges the step (forward): the integrated span is then
+// re-anchored to end at the wall clock's now. A checkpoint from the store (a restart, another writer) is
+// measured on the wall clock; if that is more than MaxGap behind it, the clock stepped back and how long
+// passed is unknown: the checkpoint is re-anchored at now and nothing is charged.
+func (l *Ledger) integrate(now time.Time, mono time.Duration, hasMono bool, samples []Sample) (res Result, next Checkpoint, incs []Increment, ok bool) {
+	res = Result{At: now, PerKey: map[Key]Totals{}}
+	held := holdings(samples)
+	if l.cp == nil {
+		// A new ledger starts now: nothing before it is charged.
+		return res, Checkpoint{At: now, Ticks: 1, Held: held}, nil, true
+	}
+	next = *l.cp
+	next.At, next.Ticks, next.Held = now, l.cp.Ticks+1, held
+	from := l.cp.At
+	switch wallElapsed := now.Sub(l.cp.At); {
+	case l.marked && hasMono:
+		elapsed := mono - l.mark
+		if elapsed <= 0 {
+			return res, next, nil, false // the same instant: nothing to integrate
+		}
+		if step := wallElapsed - elapsed; step.Abs() > stepTolerance(elapsed) {
+			res.ClockStep, from = step, now.Add(-elapsed)
+		}
+	case wallElapsed > 0:
+		// A checkpoint read from the store: wall time since it.
+	case -wallElapsed <= l.opts.MaxGap:
+		// The same instant, or the checkpoint of another writer whose clock is ahead: wait until the wall
+		// clock passes it, then charge from it (delayed, nothing lost). Re-anchoring here would let two
+		// writers with skewed clocks each charge the skew.
+		return res, next, nil, false
+	default:
+		// Far behind: this clock stepped back across a restart. How long passed is unknown; re-anchor.
+		res.ClockStep = wallElapsed
+		return res, next, nil, true
+	}
+	res.Charged = now.Sub(from)
+	long := res.Charged > l.opts.MaxGap
+	observedFrom := from
+	if long {
+		observedFrom = now.Add(-l.opts.Interval)
+	}
+	unknown := false
+	var c charger
+	for _, s := range samples {
+		begin := from
+		switch {
+		case s.Pod != "" && l.cp.holds(s.Pod):
+			// Held at the checkpoint and now: Running all along.
+		case !s.Since.IsZero():
+			begin = maxTime(from, s.Since)
+		case long:
+			begin, unknown = observedFrom, true
+		}
+		c.add(s, minTime(begin, now), observedFrom, now)
+	}
+	if long {
+		present := make(map[string]bool, len(samples))
+		for _, s := range samples {
+			present[s.Pod] = true
+		}
+		for i, h := range l.cp.Held {
+			if !present[h.Pod] && (i == 0 || l.cp.Held[i-1].Pod != h.Pod) {
+				res.Ended++
+			}
+		}
+		if unknown || res.Ended > 0 {
+			res.Gap = res.Charged - l.opts.Interval
 			next.GapSeconds += res.Gap.Seconds()
 		}
-		res.Charged = now.Sub(from)
 	}
-	var incs []Increment
-	if res.Charged > 0 {
-		perKey := map[Key]Totals{}
-		for _, s := range samples {
-			t := perKey[s.Key]
-			t.Allocated += s.Allocated
-			if s.UsedKnown {
-				t.Used += s.Used
-			} else {
-				t.UsedUnknown += s.Allocated
-			}
-			perKey[s.Key] = t
-		}
-		for _, span := range splitHours(from, now) {
-			secs := span.d.Seconds()
-			for k, t := range perKey {
-				if t == (Totals{}) {
-					continue
-				}
-				v := t.scale(secs)
-				incs = append(incs, Increment{Key: k, Bucket: span.bucket, Totals: v})
-				next.Sums.add(v)
-				pk := res.PerKey[k]
-				pk.add(v)
-				res.PerKey[k] = pk
-			}
+	incs = c.increments(&next.Sums, res.PerKey)
+	return res, next, incs, true
+}
+
+// stepTolerance is how far wall and monotonic elapsed times may differ before it counts as a clock step: NTP
+// slews both clocks alike, by at most 500 ppm, so a second plus 0.1 % leaves room.
+func stepTolerance(elapsed time.Duration) time.Duration { return time.Second + elapsed/1000 }
+
+// holdings are the samples' pods' holdings, sorted by pod and key, a pod's units of one key summed.
+func holdings(samples []Sample) []Holding {
+	out := make([]Holding, 0, len(samples))
+	for _, s := range samples {
+		if s.Pod != "" {
+			out = append(out, Holding{Pod: s.Pod, Key: s.Key, Allocated: s.Allocated, Since: s.Since.Round(0).UTC()})
 		}
 	}
-	if err := l.store.Commit(ctx, l.cp, next, incs); err != nil {
-		return Result{}, err
+	slices.SortFunc(out, func(a, b Holding) int {
+		return cmp.Or(strings.Compare(a.Pod, b.Pod), strings.Compare(a.User, b.User), strings.Compare(a.Kind, b.Kind),
+			strings.Compare(a.Class, b.Class))
+	})
+	merged := out[:0]
+	for _, h := range out {
+		if n := len(merged); n > 0 && merged[n-1].Pod == h.Pod && merged[n-1].Key == h.Key {
+			merged[n-1].Allocated += h.Allocated
+			continue
+		}
+		merged = append(merged, h)
 	}
-	l.cp = &next
-	l.applyToCache(ctx, now, incs)
-	return res, nil
+	if len(merged) == 0 {
+		return nil
+	}
+	return slices.Clip(merged)
+}
+
+// charger accumulates per-second rates over time pieces, then cuts them into hour-bucket increments.
+type charger struct {
+	rates map[piece]map[Key]Totals
+}
+
+type piece struct {
+	from, to time.Time
+}
+
+func (c *charger) rate(p piece, k Key, t Totals) {
+	if !p.from.Before(p.to) || t == (Totals{}) {
+		return
+	}
+	if c.rates == nil {
+		c.rates = map[piece]map[Key]Totals{}
+	}
+	m := c.rates[p]
+	if m == nil {
+		m = map[Key]Totals{}
+		c.rates[p] = m
+	}
+	r := m[k]
+	r.add(t)
+	m[k] = r
+}
+
+// add charges s over (begin, end]: before observedFrom its utilization is unknown, after it the observation.
+func (c *charger) add(s Sample, begin, observedFrom, end time.Time) {
+	c.rate(piece{begin, observedFrom}, s.Key, Totals{Allocated: s.Allocated, UsedUnknown: s.Allocated})
+	obs := Totals{Allocated: s.Allocated, UsedUnknown: s.Allocated}
+	if s.UsedKnown {
+		obs = Totals{Allocated: s.Allocated, Used: s.Used}
+	}
+	c.rate(piece{maxTime(begin, observedFrom), end}, s.Key, obs)
+}
+
+// increments returns one increment per key and hour bucket, sorted, and adds them to sums and perKey.
+func (c *charger) increments(sums *Totals, perKey map[Key]Totals) []Increment {
+	type bucketKey struct {
+		Key
+		bucket time.Time
+	}
+	pieces := slices.SortedFunc(maps.Keys(c.rates), func(a, b piece) int {
+		return cmp.Or(a.from.Compare(b.from), a.to.Compare(b.to))
+	})
+	acc := map[bucketKey]Totals{}
+	for _, p := range pieces {
+		for _, sp := range splitHours(p.from, p.to) {
+			secs := sp.d.Seconds()
+			for k, r := range c.rates[p] {
+				bk := bucketKey{k, sp.bucket}
+				t := acc[bk]
+				t.add(r.scale(secs))
+				acc[bk] = t
+			}
+		}
+	}
+	incs := make([]Increment, 0, len(acc))
+	for bk, t := range acc {
+		incs = append(incs, Increment{Key: bk.Key, Bucket: bk.bucket, Totals: t})
+		sums.add(t)
+		pk := perKey[bk.Key]
+		pk.add(t)
+		perKey[bk.Key] = pk
+	}
+	slices.SortFunc(incs, func(a, b Increment) int {
+		return cmp.Or(strings.Compare(a.User, b.User), strings.Compare(a.Kind, b.Kind), strings.Compare(a.Class, b.Class),
+			a.Bucket.Compare(b.Bucket))
+	})
+	return incs
 }
 
 type span struct {
@@ -175,6 +413,13 @@ func minTime(a, b time.Time) time.Time {
 	return b
 }
 
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // Windows are the per-user GPU-hours the fast path serves.
 type Windows struct {
 	Today, Days7, Days30 Totals
@@ -183,7 +428,8 @@ type Windows struct {
 // windowCache holds per-user sums of completed hour buckets per window plus the current hour, so that
 // answering "today, 7 d, 30 d" needs no query. Completed buckets are re-summed once per hour.
 type windowCache struct {
-	hour      time.Time // current hour bucket
+	hour      time.Time    // current hour bucket
+	starts    [3]time.Time // first bucket of today, 7 d, 30 d
 	completed map[string][3]Totals
 	current   map[string]Totals
 }
@@ -212,7 +458,7 @@ func (l *Ledger) refreshCache(ctx context.Context, now time.Time) error {
 		current[r.User] = t
 	}
 	l.cacheMu.Lock()
-	l.cache = windowCache{hour: hour, completed: completed, current: current}
+	l.cache = windowCache{hour: hour, starts: [3]time.Time{today, d7, d30}, completed: completed, current: current}
 	l.cacheMu.Unlock()
 	return nil
 }
@@ -231,10 +477,21 @@ func (l *Ledger) applyToCache(ctx context.Context, now time.Time, incs []Increme
 	l.cacheMu.Lock()
 	defer l.cacheMu.Unlock()
 	for _, inc := range incs {
-		if inc.Bucket.Equal(l.cache.hour) {
+		switch {
+		case inc.Bucket.Equal(l.cache.hour):
 			t := l.cache.current[inc.User]
 			t.add(inc.Totals)
 			l.cache.current[inc.User] = t
+		default:
+			// Another hour: the first tick after an outage fills earlier ones; after the wall clock stepped
+			// back, later ones hold what was charged before the step.
+			w := l.cache.completed[inc.User]
+			for i, start := range l.cache.starts {
+				if !inc.Bucket.Before(start) {
+					w[i].add(inc.Totals)
+				}
+			}
+			l.cache.completed[inc.User] = w
 		}
 	}
 }

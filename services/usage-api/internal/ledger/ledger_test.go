@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"errors"
 	"math"
 	"path/filepath"
 	"testing"
@@ -18,15 +17,35 @@ const interval = 5 * time.Second
 
 func openTestStore(t *testing.T) *Store {
 	t.Helper()
-	if dsn := testPostgresURL(); dsn != "" {
-		return openTestPostgres(t, dsn)
+	return testDatabase(t)()
+}
+
+// testDatabase creates an empty ledger database (PostgreSQL when GPUHUB_TEST_POSTGRES_URL is set, else a SQLite
+// file) and returns a function that opens one more handle on it, as another process would.
+func testDatabase(t *testing.T) func() *Store {
+	t.Helper()
+	if url := testPostgresURL(); url != "" {
+		url = testPostgresSchema(t, url)
+		return func() *Store {
+			t.Helper()
+			s, err := OpenPostgres(context.Background(), url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		}
 	}
-	s, err := OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "ledger.db"))
-	if err != nil {
-		t.Fatal(err)
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	return func() *Store {
+		t.Helper()
+		s, err := OpenSQLite(context.Background(), path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
 	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
 }
 
 var (
@@ -39,6 +58,15 @@ func samples() []Sample {
 		{Key: aliceMIG, Allocated: 3.0 / 7, Used: 3.0 / 7 * 0.5, UsedKnown: true},
 		{Key: bobT4, Allocated: 0.25}, // utilization unknown
 	}
+}
+
+// podSamples are samples() held by two pods that started at since.
+func podSamples(since time.Time) []Sample {
+	out := samples()
+	for i := range out {
+		out[i].Pod, out[i].Since = "uid-"+out[i].User, since
+	}
+	return out
 }
 
 var approx = cmpopts.EquateApprox(0, 1e-9)
@@ -67,12 +95,29 @@ func TestRecord(t *testing.T) {
 			},
 			wantTicks: 2, wantCharged: interval,
 		},
-		"a gap longer than MaxGap charges one interval": {
+		"a gap longer than MaxGap charges one interval to a sample of no known pod": {
 			ticks: []tick{{t0, nil}, {t0.Add(10 * time.Minute), samples()[1:]}},
 			wantRows: []Row{
 				{Key: bobT4, Totals: Totals{Allocated: 1.25, UsedUnknown: 1.25}},
 			},
-			wantGap: 600 - 5, wantTicks: 2, wantCharged: interval,
+			wantGap: 600 - 5, wantTicks: 2, wantCharged: 10 * time.Minute,
+		},
+		"a gap longer than MaxGap is charged in full to a pod held before and after it, start time unknown": {
+			ticks: []tick{{t0, podSamples(time.Time{})}, {t0.Add(10 * time.Minute), podSamples(time.Time{})}},
+			wantRows: []Row{
+				// Utilization over the gap is unknown; the observation (50 %) stands for the last interval.
+				{Key: aliceMIG, Totals: Totals{Allocated: 600 * 3.0 / 7, Used: 5 * 1.5 / 7, UsedUnknown: 595 * 3.0 / 7}},
+				{Key: bobT4, Totals: Totals{Allocated: 150, UsedUnknown: 150}},
+			},
+			wantTicks: 2, wantCharged: 10 * time.Minute,
+		},
+		"a pod that started between ticks is charged from its start": {
+			ticks: []tick{{t0, nil}, {t0.Add(interval), podSamples(t0.Add(3 * time.Second))}},
+			wantRows: []Row{
+				{Key: aliceMIG, Totals: Totals{Allocated: 2 * 3.0 / 7, Used: 2 * 1.5 / 7}},
+				{Key: bobT4, Totals: Totals{Allocated: 0.5, UsedUnknown: 0.5}},
+			},
+			wantTicks: 2, wantCharged: interval,
 		},
 		"a gap within MaxGap is charged in full": {
 			ticks: []tick{{t0, nil}, {t0.Add(20 * time.Second), samples()[1:]}},
@@ -81,9 +126,19 @@ func TestRecord(t *testing.T) {
 			},
 			wantTicks: 2, wantCharged: 20 * time.Second,
 		},
-		"clock going backwards commits nothing": {
-			ticks:     []tick{{t0, nil}, {t0.Add(-time.Second), samples()}},
+		"a wall clock within MaxGap behind the checkpoint waits for it (another writer's clock ahead)": {
+			ticks:     []tick{{t0, nil}, {t0.Add(-20 * time.Second), samples()}, {t0.Add(-time.Second), samples()}},
 			wantTicks: 1,
+		},
+		"... and charges from it once the wall clock passes it: nothing lost": {
+			ticks:     []tick{{t0, nil}, {t0.Add(-20 * time.Second), samples()}, {t0.Add(2 * time.Second), samples()[1:]}},
+			wantRows:  []Row{{Key: bobT4, Totals: Totals{Allocated: 0.5, UsedUnknown: 0.5}}},
+			wantTicks: 2, wantCharged: 2 * time.Second,
+		},
+		"a wall clock far behind the checkpoint, no monotonic reading: re-anchored, nothing charged": {
+			ticks:     []tick{{t0, nil}, {t0.Add(-time.Hour), samples()}, {t0.Add(-time.Hour + interval), samples()[1:]}},
+			wantRows:  []Row{{Key: bobT4, Totals: Totals{Allocated: 1.25, UsedUnknown: 1.25}}},
+			wantTicks: 3, wantCharged: interval,
 		},
 	}
 	for name, tc := range cases {
@@ -204,15 +259,20 @@ func TestRestartContinuesWithoutDoubleCounting(t *testing.T) {
 	}
 	checkConsistent(t, s2)
 
-	// The stale first instance must not write again.
+	// The stale first instance finds the checkpoint moved, re-reads it and charges nothing twice: its tick
+	// (t0+20 s) lies before the second instance's checkpoint (t0+22 s).
 	s3, err := OpenSQLite(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = s3.Close() }()
 	l.store = s3
-	if _, err := l.Record(ctx, t0.Add(4*interval), one); !errors.Is(err, ErrConflict) {
-		t.Errorf("stale writer: err = %v, want ErrConflict", err)
+	res, err := l.Record(ctx, t0.Add(4*interval), one)
+	if err != nil || !res.Conflict || len(res.PerKey) != 0 {
+		t.Errorf("stale writer: conflict=%v perKey=%v err=%v, want a conflict that charges nothing", res.Conflict, res.PerKey, err)
+	}
+	if got := allocated(t, s2, aliceMIG); got != 22 {
+		t.Errorf("allocated after the stale writer's tick = %v GPU-s, want 22", got)
 	}
 	checkConsistent(t, s2)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -12,8 +13,9 @@ import (
 // starts a throw-away server and sets it).
 func testPostgresURL() string { return os.Getenv("GPUHUB_TEST_POSTGRES_URL") }
 
-// openTestPostgres gives each test its own schema so tests do not see each other's rows.
-func openTestPostgres(t *testing.T, url string) *Store {
+// testPostgresSchema creates a schema of its own for a test, so tests do not see each other's rows, and returns
+// the URL that selects it.
+func testPostgresSchema(t *testing.T, url string) string {
 	t.Helper()
 	ctx := context.Background()
 	schemaName := fmt.Sprintf("t%d", time.Now().UnixNano())
@@ -26,17 +28,10 @@ func openTestPostgres(t *testing.T, url string) *Store {
 	}
 	_ = admin.Close()
 	sep := "?"
-	for _, c := range url {
-		if c == '?' {
-			sep = "&"
-		}
+	if strings.Contains(url, "?") {
+		sep = "&"
 	}
-	s, err := OpenPostgres(ctx, url+sep+"search_path="+schemaName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
+	return url + sep + "search_path=" + schemaName
 }
 
 func TestPostgresSelected(t *testing.T) {

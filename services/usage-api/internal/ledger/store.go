@@ -8,6 +8,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -58,9 +59,30 @@ type Checkpoint struct {
 	Ticks int64
 	// Sums of every increment ever committed, in GPU-seconds: they must equal the sums over the usage table.
 	Sums Totals
-	// GapSeconds is wall time the ledger did not integrate because the service was down longer than the gap
-	// limit.
+	// GapSeconds is wall time after an outage longer than the gap limit over which some holding was unknown
+	// (a pod ended at an unknown moment, a pod without a start time) and not charged.
 	GapSeconds float64
+	// Held is what the pods held at At, sorted by pod and key: after an outage, a pod held then and still held
+	// is charged for all of it.
+	Held []Holding
+}
+
+// Holding is what one pod held of one key at a checkpoint.
+type Holding struct {
+	Pod string // UID
+	Key
+	Allocated float64
+	Since     time.Time // when the pod started holding; zero when unknown
+}
+
+// holds reports whether pod held anything at the checkpoint.
+func (cp *Checkpoint) holds(pod string) bool {
+	_, found := slices.BinarySearchFunc(cp.Held, pod, func(h Holding, pod string) int { return strings.Compare(h.Pod, pod) })
+	return found
+}
+
+func (h Holding) equal(o Holding) bool {
+	return h.Pod == o.Pod && h.Key == o.Key && h.Allocated == o.Allocated && h.Since.Equal(o.Since)
 }
 
 // Row is one line of a Sum answer, in GPU-seconds.
@@ -95,6 +117,15 @@ CREATE TABLE IF NOT EXISTS ledger_checkpoint (
 	used_s      DOUBLE PRECISION NOT NULL,
 	unknown_s   DOUBLE PRECISION NOT NULL,
 	gap_s       DOUBLE PRECISION NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ledger_held (
+	pod         TEXT NOT NULL,
+	user_name   TEXT NOT NULL,
+	kind        TEXT NOT NULL,
+	class       TEXT NOT NULL,
+	allocated   DOUBLE PRECISION NOT NULL,
+	since_ns    BIGINT NOT NULL,
+	PRIMARY KEY (pod, user_name, kind, class)
 );
 `
 
@@ -177,8 +208,18 @@ func (s *Store) q(query string) string {
 
 // Checkpoint returns the integration state; ok is false for a new ledger.
 func (s *Store) Checkpoint(ctx context.Context) (cp Checkpoint, ok bool, err error) {
+	// One transaction, so that the checkpoint row and the held rows are of the same commit.
+	var opts *sql.TxOptions
+	if s.postgres {
+		opts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
+	}
+	tx, err := s.db.BeginTx(ctx, opts)
+	if err != nil {
+		return Checkpoint{}, false, fmt.Errorf("read ledger checkpoint: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
 	var atNS int64
-	err = s.db.QueryRowContext(ctx, s.q(`SELECT at_ns, ticks, allocated_s, used_s, unknown_s, gap_s FROM ledger_checkpoint WHERE id = 1`)).
+	err = tx.QueryRowContext(ctx, s.q(`SELECT at_ns, ticks, allocated_s, used_s, unknown_s, gap_s FROM ledger_checkpoint WHERE id = 1`)).
 		Scan(&atNS, &cp.Ticks, &cp.Sums.Allocated, &cp.Sums.Used, &cp.Sums.UsedUnknown, &cp.GapSeconds)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Checkpoint{}, false, nil
@@ -187,6 +228,25 @@ func (s *Store) Checkpoint(ctx context.Context) (cp Checkpoint, ok bool, err err
 		return Checkpoint{}, false, fmt.Errorf("read ledger checkpoint: %w", err)
 	}
 	cp.At = time.Unix(0, atNS).UTC()
+	rows, err := tx.QueryContext(ctx, `SELECT pod, user_name, kind, class, allocated, since_ns FROM ledger_held ORDER BY pod, user_name, kind, class`)
+	if err != nil {
+		return Checkpoint{}, false, fmt.Errorf("read ledger holdings: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	for rows.Next() {
+		var h Holding
+		var sinceNS int64
+		if err := rows.Scan(&h.Pod, &h.User, &h.Kind, &h.Class, &h.Allocated, &sinceNS); err != nil {
+			return Checkpoint{}, false, fmt.Errorf("scan ledger holding: %w", err)
+		}
+		if sinceNS != 0 {
+			h.Since = time.Unix(0, sinceNS).UTC()
+		}
+		cp.Held = append(cp.Held, h)
+	}
+	if err := rows.Err(); err != nil {
+		return Checkpoint{}, false, fmt.Errorf("read ledger holdings: %w", err)
+	}
 	return cp, true, nil
 }
 
@@ -223,6 +283,9 @@ func (s *Store) Commit(ctx context.Context, prev *Checkpoint, next Checkpoint, i
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
 		return ErrConflict
 	}
+	if err = s.writeHeld(ctx, tx, prev, next.Held); err != nil {
+		return err
+	}
 	for start := 0; start < len(incs); start += rowsPerInsert {
 		chunk := incs[start:min(start+rowsPerInsert, len(incs))]
 		var b strings.Builder
@@ -247,6 +310,79 @@ func (s *Store) Commit(ctx context.Context, prev *Checkpoint, next Checkpoint, i
 		return fmt.Errorf("commit ledger transaction: %w", err)
 	}
 	return nil
+}
+
+// writeHeld moves the held rows from prev's to next (both sorted by pod), rewriting only the pods that came,
+// went or changed: pods keep what they hold for their lifetime, so most ticks write nothing here.
+func (s *Store) writeHeld(ctx context.Context, tx *sql.Tx, prev *Checkpoint, next []Holding) error {
+	var drop []string
+	var put []Holding
+	if prev == nil {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM ledger_held`); err != nil {
+			return fmt.Errorf("write ledger holdings: %w", err)
+		}
+		put = next
+	} else {
+		// Both sorted by pod: walk them together, a pod at a time.
+		before, after := prev.Held, next
+		for len(before) > 0 || len(after) > 0 {
+			var b, a []Holding
+			switch {
+			case len(after) == 0 || len(before) > 0 && before[0].Pod < after[0].Pod:
+				b, before = cutPod(before)
+			case len(before) == 0 || after[0].Pod < before[0].Pod:
+				a, after = cutPod(after)
+			default:
+				b, before = cutPod(before)
+				a, after = cutPod(after)
+				if slices.EqualFunc(b, a, Holding.equal) {
+					continue
+				}
+			}
+			if len(b) > 0 {
+				drop = append(drop, b[0].Pod)
+			}
+			put = append(put, a...)
+		}
+	}
+	slices.Sort(drop)
+	for start := 0; start < len(drop); start += rowsPerInsert {
+		chunk := drop[start:min(start+rowsPerInsert, len(drop))]
+		args := make([]any, len(chunk))
+		for i, pod := range chunk {
+			args[i] = pod
+		}
+		query := `DELETE FROM ledger_held WHERE pod IN (?` + strings.Repeat(",?", len(chunk)-1) + `)`
+		if _, err := tx.ExecContext(ctx, s.q(query), args...); err != nil {
+			return fmt.Errorf("write ledger holdings: %w", err)
+		}
+	}
+	for start := 0; start < len(put); start += rowsPerInsert {
+		chunk := put[start:min(start+rowsPerInsert, len(put))]
+		args := make([]any, 0, 6*len(chunk))
+		for _, h := range chunk {
+			var sinceNS int64
+			if !h.Since.IsZero() {
+				sinceNS = h.Since.UnixNano()
+			}
+			args = append(args, h.Pod, h.User, h.Kind, h.Class, h.Allocated, sinceNS)
+		}
+		query := `INSERT INTO ledger_held (pod, user_name, kind, class, allocated, since_ns) VALUES (?,?,?,?,?,?)` +
+			strings.Repeat(",(?,?,?,?,?,?)", len(chunk)-1)
+		if _, err := tx.ExecContext(ctx, s.q(query), args...); err != nil {
+			return fmt.Errorf("write ledger holdings: %w", err)
+		}
+	}
+	return nil
+}
+
+// cutPod splits the first pod's holdings off hs (sorted by pod).
+func cutPod(hs []Holding) (first, rest []Holding) {
+	n := 1
+	for n < len(hs) && hs[n].Pod == hs[0].Pod {
+		n++
+	}
+	return hs[:n:n], hs[n:]
 }
 
 // Query selects rows of the ledger. Buckets are hours: a window [From, To) covers the buckets that start in
@@ -284,15 +420,16 @@ func (s *Store) Sum(ctx context.Context, qr Query) ([]Row, error) {
 	return out, nil
 }
 
-// userWindows sums every user's buckets in [from30d, toExcl) into three windows at once (one scan).
-func (s *Store) userWindows(ctx context.Context, today, d7, d30, toExcl time.Time) (map[string][3]Totals, error) {
+// userWindows sums every user's buckets from d30 on, except the current hour's, into three windows at once (one
+// scan). Buckets after the current hour exist only after the wall clock stepped back; they count.
+func (s *Store) userWindows(ctx context.Context, today, d7, d30, current time.Time) (map[string][3]Totals, error) {
 	query := `SELECT user_name,
 		SUM(CASE WHEN bucket >= ? THEN allocated_s ELSE 0 END), SUM(CASE WHEN bucket >= ? THEN used_s ELSE 0 END), SUM(CASE WHEN bucket >= ? THEN unknown_s ELSE 0 END),
 		SUM(CASE WHEN bucket >= ? THEN allocated_s ELSE 0 END), SUM(CASE WHEN bucket >= ? THEN used_s ELSE 0 END), SUM(CASE WHEN bucket >= ? THEN unknown_s ELSE 0 END),
 		SUM(allocated_s), SUM(used_s), SUM(unknown_s)
-		FROM gpu_usage WHERE bucket >= ? AND bucket < ? GROUP BY user_name`
+		FROM gpu_usage WHERE bucket >= ? AND bucket <> ? GROUP BY user_name`
 	t, w, m := today.Unix(), d7.Unix(), d30.Unix()
-	rows, err := s.db.QueryContext(ctx, s.q(query), t, t, t, w, w, w, m, toExcl.Unix())
+	rows, err := s.db.QueryContext(ctx, s.q(query), t, t, t, w, w, w, m, current.Unix())
 	if err != nil {
 		return nil, fmt.Errorf("query ledger windows: %w", err)
 	}

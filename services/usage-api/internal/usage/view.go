@@ -202,7 +202,7 @@ func Build(in Input) *View {
 				c.UsedUnknownGPUs += g.Share
 			}
 			if p.User != "" {
-				s := ledger.Sample{Key: ledger.Key{User: p.User, Kind: string(g.Kind), Class: g.Class}, Allocated: g.Share}
+				s := ledger.Sample{Key: ledger.Key{User: p.User, Kind: string(g.Kind), Class: g.Class}, Pod: p.UID, Since: p.Started, Allocated: g.Share}
 				if g.SMUtilPercent != nil {
 					s.Used, s.UsedKnown = g.Share**g.SMUtilPercent/100, true
 				}

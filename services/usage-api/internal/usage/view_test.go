@@ -30,7 +30,8 @@ func nodes() map[string]inventory.Node {
 
 func pods() []inventory.Pod {
 	return []inventory.Pod{
-		{UID: "ua", Namespace: "jhub", Name: "jupyter-alice", Node: "gpu-a100-0", User: "alice", Phase: corev1.PodRunning, Ready: true, Resources: map[string]int64{"nvidia.com/mig-3g.20gb": 1}},
+		{UID: "ua", Namespace: "jhub", Name: "jupyter-alice", Node: "gpu-a100-0", User: "alice", Phase: corev1.PodRunning, Ready: true, Resources: map[string]int64{"nvidia.com/mig-3g.20gb": 1},
+			Started: now.Add(-time.Hour)},
 		{UID: "ub", Namespace: "jhub", Name: "jupyter-bob", Node: "gpu-t4-0", User: "bob", Phase: corev1.PodRunning, Ready: true, Resources: map[string]int64{"nvidia.com/gpu.shared": 1}},
 		{UID: "uc", Namespace: "jhub", Name: "jupyter-carol", User: "carol", Phase: corev1.PodPending, Resources: map[string]int64{"nvidia.com/gpu.shared": 1}},
 	}
@@ -86,8 +87,8 @@ func TestBuild(t *testing.T) {
 			agents:    agents(now.Add(-time.Second), f(80)),
 			wantAlice: alice(f(80), "simulated", false),
 			wantSamples: []ledger.Sample{
-				{Key: ledger.Key{User: "alice", Kind: "mig", Class: "mig A100-SXM4-40GB 3g.20gb"}, Allocated: 3.0 / 7, Used: 3.0 / 7 * 0.8, UsedKnown: true},
-				{Key: ledger.Key{User: "bob", Kind: "shared", Class: "shared T4"}, Allocated: 0.25, Used: 0, UsedKnown: true},
+				{Key: ledger.Key{User: "alice", Kind: "mig", Class: "mig A100-SXM4-40GB 3g.20gb"}, Pod: "ua", Since: now.Add(-time.Hour), Allocated: 3.0 / 7, Used: 3.0 / 7 * 0.8, UsedKnown: true},
+				{Key: ledger.Key{User: "bob", Kind: "shared", Class: "shared T4"}, Pod: "ub", Allocated: 0.25, Used: 0, UsedKnown: true},
 			},
 			wantGroups: map[string]GroupShare{"physics": {AllocatedGPUs: 3.0/7 + 0.25, UsedGPUs: 3.0 / 7 * 0.8}, "students": {AllocatedGPUs: 0.25}},
 		},
@@ -95,8 +96,8 @@ func TestBuild(t *testing.T) {
 			agents:    agents(now.Add(-time.Second), nil),
 			wantAlice: alice(nil, "none", false),
 			wantSamples: []ledger.Sample{
-				{Key: ledger.Key{User: "alice", Kind: "mig", Class: "mig A100-SXM4-40GB 3g.20gb"}, Allocated: 3.0 / 7},
-				{Key: ledger.Key{User: "bob", Kind: "shared", Class: "shared T4"}, Allocated: 0.25, Used: 0, UsedKnown: true},
+				{Key: ledger.Key{User: "alice", Kind: "mig", Class: "mig A100-SXM4-40GB 3g.20gb"}, Pod: "ua", Since: now.Add(-time.Hour), Allocated: 3.0 / 7},
+				{Key: ledger.Key{User: "bob", Kind: "shared", Class: "shared T4"}, Pod: "ub", Allocated: 0.25, Used: 0, UsedKnown: true},
 			},
 			wantGroups: map[string]GroupShare{"physics": {AllocatedGPUs: 3.0/7 + 0.25}, "students": {AllocatedGPUs: 0.25}},
 		},
