@@ -1,3 +1,6 @@
+// Package collect polls the gpu-agents' snapshots. Agents are found through the Kubernetes API (pods labelled
+// app.kubernetes.io/component=gpu-agent); their snapshot JSON is the contract in docs/architecture.md, defined
+// once in services/internal/snapshot (the agent writes it with the same types).
 package collect
 
 import (
@@ -12,6 +15,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 )
 
 // Agent is one gpu-agent pod to poll.
@@ -24,7 +29,7 @@ type Agent struct {
 // Result is the latest snapshot of one node's agent.
 type Result struct {
 	Agent    Agent
-	Snapshot *Snapshot // the last good snapshot; nil if none yet
+	Snapshot *snapshot.Snapshot // the last good snapshot; nil if none yet
 	// FetchedAt is when Snapshot was fetched (collector clock); staleness is judged against it and SampledAt.
 	FetchedAt time.Time
 	Err       error // the last poll's error, nil when it succeeded
@@ -74,7 +79,7 @@ const maxSnapshotBytes = 32 << 20
 func (c *Collector) Poll(ctx context.Context, agents []Agent) (map[string]Result, error) {
 	type out struct {
 		agent Agent
-		snap  *Snapshot
+		snap  *snapshot.Snapshot
 		at    time.Time
 		err   error
 	}
@@ -122,7 +127,7 @@ func (c *Collector) Poll(ctx context.Context, agents []Agent) (map[string]Result
 	return copyOut, errors.Join(errs...)
 }
 
-func (c *Collector) fetch(ctx context.Context, a Agent) (*Snapshot, error) {
+func (c *Collector) fetch(ctx context.Context, a Agent) (*snapshot.Snapshot, error) {
 	url := "http://" + net.JoinHostPort(a.IP, strconv.Itoa(c.opts.Port)) + "/api/v1/snapshot"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -138,7 +143,7 @@ func (c *Collector) fetch(ctx context.Context, a Agent) (*Snapshot, error) {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 		return nil, fmt.Errorf("agent %s: snapshot answered %s", a.Pod, resp.Status)
 	}
-	var s Snapshot
+	var s snapshot.Snapshot
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxSnapshotBytes)).Decode(&s); err != nil {
 		return nil, fmt.Errorf("agent %s: decode snapshot: %w", a.Pod, err)
 	}

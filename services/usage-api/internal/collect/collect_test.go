@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 )
 
 const agentJSON = `{
@@ -47,13 +49,13 @@ func TestPoll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &Snapshot{
+	want := &snapshot.Snapshot{
 		Node: "gpu-a100-0", Backend: "simulated", SampledAt: time.Date(2026, 11, 22, 10, 0, 5, 123e6, time.UTC), IntervalSeconds: 5,
-		GPUs: []GPU{{UUID: "GPU-1", Product: "NVIDIA A100-SXM4-40GB", MemoryTotalBytes: 42949672960, MemoryUsedBytes: 1 << 30, MIGMode: true,
-			MIGDevices: []MIGDevice{{UUID: "MIG-1", Profile: "3g.20gb", GPUInstanceID: 1, MemoryTotalBytes: 20 << 30, UtilizationPercent: ptr(49), UtilizationSource: "simulated"}}}},
-		Pods: []Pod{{UID: "u1", Namespace: "jhub", Name: "jupyter-alice", User: "alice",
-			Devices:       []Device{{UUID: "MIG-1", ParentUUID: "GPU-1", Resource: "nvidia.com/mig-3g.20gb"}},
-			Processes:     []Process{{PID: 4242, DeviceUUID: "MIG-1", MemoryUsedBytes: 1 << 20}},
+		GPUs: []snapshot.GPU{{UUID: "GPU-1", Product: "NVIDIA A100-SXM4-40GB", MemoryTotalBytes: 42949672960, MemoryUsedBytes: 1 << 30, MIGMode: true,
+			MIGDevices: []snapshot.MIGDevice{{UUID: "MIG-1", Profile: "3g.20gb", GPUInstanceID: 1, MemoryTotalBytes: 20 << 30, UtilizationPercent: ptr(49), UtilizationSource: "simulated"}}}},
+		Pods: []snapshot.Pod{{UID: "u1", Namespace: "jhub", Name: "jupyter-alice", User: "alice",
+			Devices:       []snapshot.Device{{UUID: "MIG-1", ParentUUID: "GPU-1", Resource: "nvidia.com/mig-3g.20gb"}},
+			Processes:     []snapshot.Process{{PID: 4242, DeviceUUID: "MIG-1", MemoryUsedBytes: 1 << 20}},
 			SMUtilPercent: ptr(55), UtilizationSource: "simulated", MemoryUsedBytes: 1 << 20}},
 	}
 	if diff := cmp.Diff(want, got["gpu-a100-0"].Snapshot); diff != "" {

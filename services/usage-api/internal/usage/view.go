@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/collect"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/inventory"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
@@ -275,8 +276,8 @@ func isStale(r collect.Result, now time.Time, interval time.Duration) bool {
 // buildServer details one pod. fresh: the node's agent snapshot is recent; stale: it exists but is old.
 func buildServer(p inventory.Pod, allocs []share.Allocation, agent collect.Result, fresh, stale bool) Server {
 	srv := Server{Name: p.Server, Pod: p.Name, Namespace: p.Namespace, Node: p.Node, Ready: p.Ready, Stale: stale, UsedGPUs: new(float64)}
-	var ap *collect.Pod
-	var snap *collect.Snapshot
+	var ap *snapshot.Pod
+	var snap *snapshot.Snapshot
 	if fresh {
 		snap = agent.Snapshot
 		srv.Simulated = snap.Backend == "simulated"
@@ -287,8 +288,8 @@ func buildServer(p inventory.Pod, allocs []share.Allocation, agent collect.Resul
 			}
 		}
 	}
-	devices := map[string][]collect.Device{}
-	var loose []collect.Device
+	devices := map[string][]snapshot.Device{}
+	var loose []snapshot.Device
 	if ap != nil {
 		for _, d := range ap.Devices {
 			if d.Resource == "" {
@@ -309,7 +310,7 @@ func buildServer(p inventory.Pod, allocs []share.Allocation, agent collect.Resul
 				Share: a.UnitShare(), ShareNumerator: a.Numerator, ShareDenominator: a.Denominator,
 				Description: a.Description(), MemoryTotalBytes: a.MemoryTotalBytes, UtilizationSource: "none", Stale: stale,
 			}
-			var dev *collect.Device
+			var dev *snapshot.Device
 			if ds := devices[a.Resource]; int(i) < len(ds) {
 				dev = &ds[i]
 			} else if len(loose) > 0 {
@@ -335,14 +336,14 @@ func buildServer(p inventory.Pod, allocs []share.Allocation, agent collect.Resul
 
 // fillMeasured sets utilization and memory of one unit from a fresh snapshot. A fresh snapshot that does not
 // list the pod means the agent saw no GPU process of it: utilization 0, measured, not invented.
-func fillMeasured(g *GPU, snap *collect.Snapshot, ap *collect.Pod, dev *collect.Device, units int) {
+func fillMeasured(g *GPU, snap *snapshot.Snapshot, ap *snapshot.Pod, dev *snapshot.Device, units int) {
 	if ap == nil {
 		zero := 0.0
 		g.SMUtilPercent, g.UtilizationSource = &zero, snap.Backend
 		return
 	}
-	var gpu *collect.GPU
-	var mig *collect.MIGDevice
+	var gpu *snapshot.GPU
+	var mig *snapshot.MIGDevice
 	if dev != nil {
 		g.UUID = dev.UUID
 		for i := range snap.GPUs {

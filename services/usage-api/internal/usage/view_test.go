@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/collect"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/inventory"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
@@ -38,16 +39,16 @@ func pods() []inventory.Pod {
 
 func agents(fetched time.Time, aliceUtil *float64) map[string]collect.Result {
 	return map[string]collect.Result{
-		"gpu-a100-0": {FetchedAt: fetched, Snapshot: &collect.Snapshot{Node: "gpu-a100-0", Backend: "simulated", SampledAt: fetched,
-			GPUs: []collect.GPU{{UUID: "GPU-A", Product: "NVIDIA A100-SXM4-40GB", MemoryTotalBytes: 40 << 30, MIGMode: true,
-				MIGDevices: []collect.MIGDevice{{UUID: "MIG-1", Profile: "3g.20gb", MemoryTotalBytes: 20 << 30, UtilizationSource: "none"}}}},
-			Pods: []collect.Pod{{UID: "ua", Namespace: "jhub", Name: "jupyter-alice", User: "alice",
-				Devices:       []collect.Device{{UUID: "MIG-1", ParentUUID: "GPU-A", Resource: "nvidia.com/mig-3g.20gb"}},
+		"gpu-a100-0": {FetchedAt: fetched, Snapshot: &snapshot.Snapshot{Node: "gpu-a100-0", Backend: "simulated", SampledAt: fetched,
+			GPUs: []snapshot.GPU{{UUID: "GPU-A", Product: "NVIDIA A100-SXM4-40GB", MemoryTotalBytes: 40 << 30, MIGMode: true,
+				MIGDevices: []snapshot.MIGDevice{{UUID: "MIG-1", Profile: "3g.20gb", MemoryTotalBytes: 20 << 30, UtilizationSource: "none"}}}},
+			Pods: []snapshot.Pod{{UID: "ua", Namespace: "jhub", Name: "jupyter-alice", User: "alice",
+				Devices:       []snapshot.Device{{UUID: "MIG-1", ParentUUID: "GPU-A", Resource: "nvidia.com/mig-3g.20gb"}},
 				SMUtilPercent: aliceUtil, UtilizationSource: "simulated", MemoryUsedBytes: 1 << 20}}}},
-		"gpu-t4-0": {FetchedAt: fetched, Snapshot: &collect.Snapshot{Node: "gpu-t4-0", Backend: "simulated", SampledAt: fetched,
-			GPUs: []collect.GPU{{UUID: "GPU-T", Product: "Tesla T4", MemoryTotalBytes: 15 << 30}},
-			Pods: []collect.Pod{{UID: "ub", Namespace: "jhub", Name: "jupyter-bob", User: "bob",
-				Devices:       []collect.Device{{UUID: "GPU-T", Resource: "nvidia.com/gpu.shared"}},
+		"gpu-t4-0": {FetchedAt: fetched, Snapshot: &snapshot.Snapshot{Node: "gpu-t4-0", Backend: "simulated", SampledAt: fetched,
+			GPUs: []snapshot.GPU{{UUID: "GPU-T", Product: "Tesla T4", MemoryTotalBytes: 15 << 30}},
+			Pods: []snapshot.Pod{{UID: "ub", Namespace: "jhub", Name: "jupyter-bob", User: "bob",
+				Devices:       []snapshot.Device{{UUID: "GPU-T", Resource: "nvidia.com/gpu.shared"}},
 				SMUtilPercent: f(0), UtilizationSource: "simulated"}}}},
 	}
 }
