@@ -4,7 +4,11 @@
 package usage
 
 import (
+	"fmt"
+	"math"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/gpuhub/gpuhub/services/internal/snapshot"
@@ -39,6 +43,9 @@ type Input struct {
 	Nodes    map[string]inventory.Node
 	Agents   map[string]collect.Result // by node
 	Hub      Directory
+	// StaleAfter is the age past which a node's telemetry is stale; 0: StaleIntervals sampling intervals (the
+	// agent's intervalSeconds or Interval, whichever is longer).
+	StaleAfter time.Duration
 }
 
 // Share is a user's live share.
@@ -67,7 +74,10 @@ type GPU struct {
 	MemoryUsedBytes   uint64     `json:"memoryUsedBytes"`
 	MemoryTotalBytes  uint64     `json:"memoryTotalBytes"`
 	// Stale is true when the agent's last snapshot is older than StaleIntervals: utilization is then unknown.
-	Stale bool `json:"stale"`
+	Stale       bool   `json:"stale"`
+	StaleReason string `json:"staleReason,omitempty"`
+	// UtilizationUnknownReason says in plain words why SMUtilPercent is null.
+	UtilizationUnknownReason string `json:"utilizationUnknownReason,omitempty"`
 }
 
 // Server is one running single-user server that holds GPUs.
@@ -80,6 +90,7 @@ type Server struct {
 	AllocatedGPUs float64  `json:"allocatedGPUs"`
 	UsedGPUs      *float64 `json:"usedGPUs"`
 	Stale         bool     `json:"stale"`
+	StaleReason   string   `json:"staleReason,omitempty"`
 	Simulated     bool     `json:"simulated"`
 	GPUs          []GPU    `json:"gpus"`
 }
@@ -90,8 +101,10 @@ type User struct {
 	Groups    []string
 	Simulated bool
 	Stale     bool
-	Share     Share
-	Servers   []Server
+	// StaleReason joins the distinct reasons of the user's stale servers.
+	StaleReason string
+	Share       Share
+	Servers     []Server
 }
 
 // GroupShare is the live share of a group's members.
@@ -129,6 +142,20 @@ type Cluster struct {
 	UsedGPUs        float64      `json:"usedGPUs"`
 	UsedUnknownGPUs float64      `json:"usedUnknownGPUs"`
 	Classes         []ClassStats `json:"classes"`
+	// AgentStatus is the freshness of every node agent's telemetry, by node name.
+	AgentStatus []AgentStatus `json:"agentStatus"`
+}
+
+// AgentStatus is how fresh one node's GPU agent telemetry is. It names no user.
+type AgentStatus struct {
+	Node string `json:"node"`
+	// SampledAt is when the agent sampled (its clock); null when it never answered.
+	SampledAt *time.Time `json:"sampledAt"`
+	// AgeSeconds is the telemetry's age at the tick: the longer of now - sampledAt and the time since this
+	// service first fetched that sample (which holds when the agent's clock is ahead); null without a snapshot.
+	AgeSeconds  *float64 `json:"ageSeconds"`
+	Stale       bool     `json:"stale"`
+	StaleReason string   `json:"staleReason,omitempty"`
 }
 
 // View is one tick's immutable join.
@@ -167,16 +194,22 @@ func Build(in Input) *View {
 			c.CapacityGPUs += a.Share()
 		}
 	}
-	stale := map[string]bool{}
+	status := make(map[string]*AgentStatus, len(in.Agents))
+	v.Cluster.AgentStatus = make([]AgentStatus, 0, len(in.Agents))
 	for node, r := range in.Agents {
 		v.Cluster.Agents++
-		if isStale(r, in.Now, in.Interval) {
-			stale[node] = true
+		st := judgeAgent(node, r, in)
+		if st.Stale {
 			v.Cluster.StaleAgents++
 		}
-		if r.Snapshot != nil && r.Snapshot.Backend == "simulated" {
+		if r.Snapshot != nil && r.Snapshot.Backend == snapshot.BackendSimulated {
 			v.Cluster.Simulated = true
 		}
+		v.Cluster.AgentStatus = append(v.Cluster.AgentStatus, st)
+	}
+	sort.Slice(v.Cluster.AgentStatus, func(i, j int) bool { return v.Cluster.AgentStatus[i].Node < v.Cluster.AgentStatus[j].Node })
+	for i := range v.Cluster.AgentStatus {
+		status[v.Cluster.AgentStatus[i].Node] = &v.Cluster.AgentStatus[i]
 	}
 
 	for _, p := range in.Pods {
@@ -185,8 +218,7 @@ func Build(in Input) *View {
 		}
 		node := in.Nodes[p.Node]
 		allocs := share.Allocations(p.Resources, share.Node{Labels: node.Labels})
-		agent, hasAgent := in.Agents[p.Node]
-		srv := buildServer(p, allocs, agent, hasAgent && !stale[p.Node], hasAgent && stale[p.Node])
+		srv := buildServer(p, allocs, in.Agents[p.Node], status[p.Node])
 		for _, g := range srv.GPUs {
 			c := classes[g.Class]
 			if c == nil {
@@ -234,6 +266,13 @@ func Build(in Input) *View {
 	}
 	for _, u := range v.Users {
 		sort.Slice(u.Servers, func(i, j int) bool { return u.Servers[i].Name < u.Servers[j].Name })
+		var reasons []string
+		for _, srv := range u.Servers {
+			if srv.Stale && !slices.Contains(reasons, srv.StaleReason) {
+				reasons = append(reasons, srv.StaleReason)
+			}
+		}
+		u.StaleReason = strings.Join(reasons, "; ")
 		var used float64
 		for _, s := range u.Servers {
 			for _, g := range s.GPUs {
@@ -266,21 +305,104 @@ func Build(in Input) *View {
 	return v
 }
 
-func isStale(r collect.Result, now time.Time, interval time.Duration) bool {
-	if r.Snapshot == nil {
-		return true
+// judgeAgent says whether a node's telemetry is stale and why. Freshness is judged by when the agent sampled,
+// not by when this service fetched: an agent whose NVML or DCGM is wedged keeps answering with its last
+// sample. Two clocks are used, and the older age wins: now - sampledAt (the agent's clock against ours) and the
+// time since this service first fetched that sampledAt (ours alone), so that a sample that does not move is
+// stale even when the agent's clock is ahead.
+func judgeAgent(node string, r collect.Result, in Input) AgentStatus {
+	st := AgentStatus{Node: node}
+	s := r.Snapshot
+	if s == nil {
+		st.Stale = true
+		if r.Err != nil {
+			st.StaleReason = fmt.Sprintf("the GPU agent on node %s is unreachable: %v", node, r.Err)
+		} else {
+			st.StaleReason = fmt.Sprintf("the GPU agent on node %s has sent no snapshot yet", node)
+		}
+		return st
 	}
-	return now.Sub(r.FetchedAt) > StaleIntervals*interval
+	limit := staleAfter(in, s.IntervalSeconds)
+	sampled, seen := s.SampledAt, r.SampleSeenAt
+	if seen.IsZero() {
+		seen = r.FetchedAt
+	}
+	agentAge, seenAge := in.Now.Sub(sampled), in.Now.Sub(seen)
+	age := max(agentAge, seenAge)
+	ageS := math.Round(age.Seconds()*1000) / 1000
+	st.SampledAt, st.AgeSeconds = &sampled, &ageS
+	h := s.Health
+	// Health is reported when the agent stamped an attempt; it fails "that long" when its last success is older
+	// than the limit (agents keep serving the last good sample meanwhile).
+	failing := !h.LastAttemptAt.IsZero() && !h.OK && (h.LastSuccessAt.IsZero() || in.Now.Sub(h.LastSuccessAt) > limit)
+	switch {
+	case age > limit && r.Err != nil:
+		st.StaleReason = fmt.Sprintf("the GPU agent on node %s has not answered since %s (%s): agent unreachable: %v",
+			node, clock(r.FetchedAt, in.Now), ago(in.Now.Sub(r.FetchedAt)), r.Err)
+	case failing && h.LastSuccessAt.IsZero():
+		st.StaleReason = fmt.Sprintf("the GPU agent on node %s has never sampled successfully (%d attempts)", node, h.ConsecutiveFailures)
+	case failing:
+		st.StaleReason = fmt.Sprintf("the GPU agent on node %s has failed to sample %d times in a row since %s (%s)",
+			node, h.ConsecutiveFailures, clock(h.LastSuccessAt, in.Now), ago(in.Now.Sub(h.LastSuccessAt)))
+	case age <= limit:
+		return st
+	case agentAge >= seenAge:
+		st.StaleReason = fmt.Sprintf("the GPU agent on node %s has not sampled since %s (%s)", node, clock(sampled, in.Now), ago(agentAge))
+	default:
+		st.StaleReason = fmt.Sprintf("the GPU agent on node %s has served the same sample for %s (stamped %s by the agent's clock)",
+			node, ago(seenAge), clock(sampled, in.Now))
+	}
+	if failing && h.LastError != "" {
+		st.StaleReason += ": " + h.LastError
+	}
+	st.Stale = true
+	return st
 }
 
-// buildServer details one pod. fresh: the node's agent snapshot is recent; stale: it exists but is old.
-func buildServer(p inventory.Pod, allocs []share.Allocation, agent collect.Result, fresh, stale bool) Server {
-	srv := Server{Name: p.Server, Pod: p.Name, Namespace: p.Namespace, Node: p.Node, Ready: p.Ready, Stale: stale, UsedGPUs: new(float64)}
+// staleAfter is the telemetry age limit for an agent that samples every intervalSeconds. By default it is
+// StaleIntervals sampling intervals, counted in the agent's interval or this service's, whichever is longer:
+// this service cannot see a sample sooner than it polls.
+func staleAfter(in Input, intervalSeconds float64) time.Duration {
+	if in.StaleAfter > 0 {
+		return in.StaleAfter
+	}
+	return StaleIntervals * max(in.Interval, time.Duration(intervalSeconds*float64(time.Second)))
+}
+
+// clock writes a time of day for a reason ("14:02:11 UTC"), with the date when it is not recent.
+func clock(t, now time.Time) string {
+	if d := now.Sub(t); d > 20*time.Hour || d < -20*time.Hour {
+		return t.UTC().Format("2006-01-02 15:04:05 UTC")
+	}
+	return t.UTC().Format("15:04:05 UTC")
+}
+
+// ago writes a duration for a reason: "47 s", "12 min", "5 h", "3 days".
+func ago(d time.Duration) string {
+	switch d = max(d, 0); {
+	case d < 2*time.Minute:
+		return fmt.Sprintf("%d s", int(d.Round(time.Second)/time.Second))
+	case d < 2*time.Hour:
+		return fmt.Sprintf("%d min", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%d h", int(d/time.Hour))
+	}
+	return fmt.Sprintf("%d days", int(d/(24*time.Hour)))
+}
+
+// buildServer details one pod. st is the node agent's status, nil when no agent runs on the node.
+func buildServer(p inventory.Pod, allocs []share.Allocation, agent collect.Result, st *AgentStatus) Server {
+	fresh := st != nil && !st.Stale
+	srv := Server{Name: p.Server, Pod: p.Name, Namespace: p.Namespace, Node: p.Node, Ready: p.Ready, UsedGPUs: new(float64)}
+	unknown := fmt.Sprintf("no GPU agent runs on node %s", p.Node)
+	if st != nil && st.Stale {
+		srv.Stale, srv.StaleReason, unknown = true, st.StaleReason, st.StaleReason
+	}
 	var ap *snapshot.Pod
 	var snap *snapshot.Snapshot
 	if fresh {
 		snap = agent.Snapshot
-		srv.Simulated = snap.Backend == "simulated"
+		srv.Simulated = snap.Backend == snapshot.BackendSimulated
 		for i := range snap.Pods {
 			if snap.Pods[i].UID == p.UID || (snap.Pods[i].UID == "" && snap.Pods[i].Namespace == p.Namespace && snap.Pods[i].Name == p.Name) {
 				ap = &snap.Pods[i]
@@ -308,7 +430,8 @@ func buildServer(p inventory.Pod, allocs []share.Allocation, agent collect.Resul
 			g := GPU{
 				Kind: a.Kind, Resource: a.Resource, Product: a.Product, Profile: a.Profile, Class: a.Class(),
 				Share: a.UnitShare(), ShareNumerator: a.Numerator, ShareDenominator: a.Denominator,
-				Description: a.Description(), MemoryTotalBytes: a.MemoryTotalBytes, UtilizationSource: "none", Stale: stale,
+				Description: a.Description(), MemoryTotalBytes: a.MemoryTotalBytes, UtilizationSource: snapshot.SourceNone,
+				Stale: srv.Stale, StaleReason: srv.StaleReason, UtilizationUnknownReason: unknown,
 			}
 			var dev *snapshot.Device
 			if ds := devices[a.Resource]; int(i) < len(ds) {
@@ -317,7 +440,7 @@ func buildServer(p inventory.Pod, allocs []share.Allocation, agent collect.Resul
 				dev, loose = &loose[0], loose[1:]
 			}
 			if fresh {
-				fillMeasured(&g, snap, ap, dev, units)
+				fillMeasured(&g, p.Node, snap, ap, dev, units)
 			}
 			srv.GPUs = append(srv.GPUs, g)
 			srv.AllocatedGPUs += g.Share
@@ -336,10 +459,11 @@ func buildServer(p inventory.Pod, allocs []share.Allocation, agent collect.Resul
 
 // fillMeasured sets utilization and memory of one unit from a fresh snapshot. A fresh snapshot that does not
 // list the pod means the agent saw no GPU process of it: utilization 0, measured, not invented.
-func fillMeasured(g *GPU, snap *snapshot.Snapshot, ap *snapshot.Pod, dev *snapshot.Device, units int) {
+func fillMeasured(g *GPU, node string, snap *snapshot.Snapshot, ap *snapshot.Pod, dev *snapshot.Device, units int) {
+	g.UtilizationUnknownReason = ""
 	if ap == nil {
 		zero := 0.0
-		g.SMUtilPercent, g.UtilizationSource = &zero, snap.Backend
+		g.SMUtilPercent, g.UtilizationSource = &zero, string(snap.Backend)
 		return
 	}
 	var gpu *snapshot.GPU
@@ -381,14 +505,40 @@ func fillMeasured(g *GPU, snap *snapshot.Snapshot, ap *snapshot.Pod, dev *snapsh
 		case mig != nil:
 			g.SMUtilPercent, g.UtilizationSource = capPct(mig.UtilizationPercent), mig.UtilizationSource
 		case gpu != nil && g.Kind == share.KindGPU:
-			g.SMUtilPercent, g.UtilizationSource = capPct(gpu.UtilizationPercent), snap.Backend
+			g.SMUtilPercent, g.UtilizationSource = capPct(gpu.UtilizationPercent), string(snap.Backend)
 		}
 	}
-	if g.SMUtilPercent == nil {
-		g.UtilizationSource = "none"
-	} else if g.UtilizationSource == "" || g.UtilizationSource == "none" {
-		g.UtilizationSource = snap.Backend
+	switch {
+	case g.SMUtilPercent != nil:
+		if g.UtilizationSource == "" || g.UtilizationSource == snapshot.SourceNone {
+			g.UtilizationSource = string(snap.Backend)
+		}
+		return
+	case gpu != nil && gpu.Error != "":
+		g.UtilizationUnknownReason = fmt.Sprintf("the GPU agent on node %s could not read GPU %d: %s", node, gpu.Index, gpu.Error)
+	case gpu == nil && failedGPU(snap) != nil:
+		// The agent lists a pod whose GPU it cannot tell with null while any GPU of the node failed to read.
+		fg := failedGPU(snap)
+		g.UtilizationUnknownReason = fmt.Sprintf("the GPU agent on node %s could not read GPU %d: %s", node, fg.Index, fg.Error)
+	case g.Kind == share.KindMIG:
+		g.UtilizationUnknownReason = fmt.Sprintf("the GPU agent on node %s does not measure MIG instances (that needs DCGM)", node)
+	case units > 1 && dev == nil:
+		g.UtilizationUnknownReason = fmt.Sprintf("the GPU agent on node %s did not say which device this unit of the pod is", node)
+	case units > 1:
+		g.UtilizationUnknownReason = fmt.Sprintf("the GPU agent on node %s does not split the pod's utilization between its time-sliced units", node)
+	default:
+		g.UtilizationUnknownReason = fmt.Sprintf("the GPU agent on node %s reported no utilization for this pod", node)
 	}
+	g.UtilizationSource = snapshot.SourceNone
+}
+
+func failedGPU(snap *snapshot.Snapshot) *snapshot.GPU {
+	for i := range snap.GPUs {
+		if snap.GPUs[i].Error != "" {
+			return &snap.GPUs[i]
+		}
+	}
+	return nil
 }
 
 func capPct(p *float64) *float64 {
