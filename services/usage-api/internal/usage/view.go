@@ -48,16 +48,28 @@ type Input struct {
 	StaleAfter time.Duration
 }
 
-// Share is a user's live share.
+// Share is a user's live share: what they hold and how much of a GPU's time they use, summed over their units.
+//
+// Held (AllocatedGPUs) is GPU-equivalents: a whole GPU 1, a MIG instance g/slices (3g.20gb on an A100: 3/7), a
+// time-sliced replica 1/replicas (a 4-way T4: 1/4). Used (UsedGPUs) is the fraction of a physical GPU's time the
+// user's processes keep busy: SM utilization / 100 x the unit's scale (see utilScale). On a 4-way time-sliced
+// T4, one user alone keeping it 100 % busy holds 0.25 and uses 1.0; four users each keeping it 25 % busy hold
+// and use 0.25 each, 1.0 together; one busy and three idle use 1.0, 0, 0, 0. A 3g.20gb MIG instance 50 % busy
+// holds 3/7 and uses 3/14. Used may exceed held on shared GPUs: time-slicing does not cap a replica.
 type Share struct {
 	AllocatedGPUs float64 `json:"allocatedGPUs"`
-	// UsedGPUs is allocated x SM utilization; null when the utilization of any allocated GPU is unknown.
+	// UsedGPUs is null when the utilization of any held unit is unknown (stale telemetry, MIG without DCGM).
 	UsedGPUs         *float64 `json:"usedGPUs"`
 	MemoryUsedBytes  uint64   `json:"memoryUsedBytes"`
 	MemoryTotalBytes uint64   `json:"memoryTotalBytes"`
 }
 
-// GPU is one allocated unit (a whole GPU, a MIG instance or a time-sliced replica).
+// GPU is one allocated unit (a whole GPU, a MIG instance or a time-sliced replica). Share is what it holds in
+// GPU-equivalents (1, g/slices, 1/replicas); SMUtilPercent is the pod's utilization as the agent measures it
+// (of the whole GPU for whole and time-sliced units, per process through NVML; of the instance for MIG, through
+// DCGM); UsedGPUs is the fraction of a physical GPU's time it keeps busy, SMUtilPercent / 100 x utilScale: a
+// time-sliced T4 replica at 25 % uses 0.25 while holding 0.25, alone at 100 % it uses 1.0; a 3g.20gb instance
+// at 50 % uses 3/14.
 type GPU struct {
 	Kind              share.Kind `json:"kind"`
 	Resource          string     `json:"resource"`
@@ -71,6 +83,7 @@ type GPU struct {
 	UUID              string     `json:"uuid,omitempty"`
 	SMUtilPercent     *float64   `json:"smUtilPercent"`
 	UtilizationSource string     `json:"utilizationSource"`
+	UsedGPUs          *float64   `json:"usedGPUs"` // null when SMUtilPercent is
 	MemoryUsedBytes   uint64     `json:"memoryUsedBytes"`
 	MemoryTotalBytes  uint64     `json:"memoryTotalBytes"`
 	// Stale is true when the agent's last snapshot is older than StaleIntervals: utilization is then unknown.
@@ -104,7 +117,10 @@ type User struct {
 	// StaleReason joins the distinct reasons of the user's stale servers.
 	StaleReason string
 	Share       Share
-	Servers     []Server
+	// SMUtilPercent is the user's utilization: used / the GPU time their units can reach (the sum of utilScale),
+	// so a single unit's is its own smUtilPercent; nil when used is. The history keeps it.
+	SMUtilPercent *float64
+	Servers       []Server
 }
 
 // GroupShare is the live share of a group's members.
@@ -124,7 +140,7 @@ type ClassStats struct {
 	AllocatedGPUs    float64    `json:"allocatedGPUs"`
 	UsedGPUs         float64    `json:"usedGPUs"`         // known part
 	UsedUnknownGPUs  float64    `json:"usedUnknownGPUs"`  // allocated GPUs whose utilization is unknown
-	SMUtilPercent    *float64   `json:"smUtilPercent"`    // used / allocated over the known part
+	SMUtilPercent    *float64   `json:"smUtilPercent"`    // used / the class's GPUs (capacity), known part
 	MemoryUsedBytes  uint64     `json:"memoryUsedBytes"`  // of allocated units
 	MemoryTotalBytes uint64     `json:"memoryTotalBytes"` // of allocated units
 }
@@ -212,13 +228,14 @@ func Build(in Input) *View {
 		status[v.Cluster.AgentStatus[i].Node] = &v.Cluster.AgentStatus[i]
 	}
 
+	scales := map[string]float64{} // by user: the GPU time their units can reach
 	for _, p := range in.Pods {
 		if !p.Allocated() {
 			continue
 		}
 		node := in.Nodes[p.Node]
 		allocs := share.Allocations(p.Resources, share.Node{Labels: node.Labels})
-		srv := buildServer(p, allocs, in.Agents[p.Node], status[p.Node])
+		srv, scale := buildServer(p, allocs, in.Agents[p.Node], status[p.Node])
 		for _, g := range srv.GPUs {
 			c := classes[g.Class]
 			if c == nil {
@@ -229,15 +246,15 @@ func Build(in Input) *View {
 			c.AllocatedGPUs += g.Share
 			c.MemoryUsedBytes += g.MemoryUsedBytes
 			c.MemoryTotalBytes += g.MemoryTotalBytes
-			if g.SMUtilPercent != nil {
-				c.UsedGPUs += g.Share * *g.SMUtilPercent / 100
+			if g.UsedGPUs != nil {
+				c.UsedGPUs += *g.UsedGPUs
 			} else {
 				c.UsedUnknownGPUs += g.Share
 			}
 			if p.User != "" {
 				s := ledger.Sample{Key: ledger.Key{User: p.User, Kind: string(g.Kind), Class: g.Class}, Allocated: g.Share}
-				if g.SMUtilPercent != nil {
-					s.Used, s.UsedKnown = g.Share**g.SMUtilPercent/100, true
+				if g.UsedGPUs != nil {
+					s.Used, s.UsedKnown = *g.UsedGPUs, true
 				}
 				v.Samples = append(v.Samples, s)
 			}
@@ -251,6 +268,7 @@ func Build(in Input) *View {
 			v.Users[p.User] = u
 		}
 		u.Servers = append(u.Servers, srv)
+		scales[p.User] += scale
 		u.Simulated = u.Simulated || srv.Simulated
 		u.Stale = u.Stale || srv.Stale
 		u.Share.AllocatedGPUs += srv.AllocatedGPUs
@@ -273,13 +291,17 @@ func Build(in Input) *View {
 			}
 		}
 		u.StaleReason = strings.Join(reasons, "; ")
-		var used float64
+		var used float64 // the known part, for the groups
 		for _, s := range u.Servers {
 			for _, g := range s.GPUs {
-				if g.SMUtilPercent != nil {
-					used += g.Share * *g.SMUtilPercent / 100
+				if g.UsedGPUs != nil {
+					used += *g.UsedGPUs
 				}
 			}
+		}
+		if u.Share.UsedGPUs != nil && scales[u.Name] > 0 {
+			util := min(100, *u.Share.UsedGPUs/scales[u.Name]*100)
+			u.SMUtilPercent = &util
 		}
 		for _, grp := range u.Groups {
 			gs := v.Groups[grp]
@@ -291,8 +313,15 @@ func Build(in Input) *View {
 	v.Cluster.SampledAt, v.Cluster.IntervalSeconds = in.Now, in.Interval.Seconds()
 	v.Cluster.Classes = make([]ClassStats, 0, len(classes))
 	for _, c := range classes {
+		// The share of the class's GPU time that is busy: used over the class's physical GPU-equivalents
+		// (capacity), less the held part whose utilization is unknown. Over what is allocated instead, a replica
+		// alone on a time-sliced GPU would read 400 %.
 		if known := c.AllocatedGPUs - c.UsedUnknownGPUs; known > 1e-12 {
-			u := min(100, c.UsedGPUs/known*100)
+			gpus := c.CapacityGPUs - c.UsedUnknownGPUs
+			if gpus < known {
+				gpus = known // pods on a node that no longer advertises the resource
+			}
+			u := min(100, c.UsedGPUs/gpus*100)
 			c.SMUtilPercent = &u
 		}
 		v.Cluster.CapacityGPUs += c.CapacityGPUs
@@ -390,8 +419,9 @@ func ago(d time.Duration) string {
 	return fmt.Sprintf("%d days", int(d/(24*time.Hour)))
 }
 
-// buildServer details one pod. st is the node agent's status, nil when no agent runs on the node.
-func buildServer(p inventory.Pod, allocs []share.Allocation, agent collect.Result, st *AgentStatus) Server {
+// buildServer details one pod and returns the GPU time its units can reach (the sum of their utilScale). st is
+// the node agent's status, nil when no agent runs on the node.
+func buildServer(p inventory.Pod, allocs []share.Allocation, agent collect.Result, st *AgentStatus) (Server, float64) {
 	fresh := st != nil && !st.Stale
 	srv := Server{Name: p.Server, Pod: p.Name, Namespace: p.Namespace, Node: p.Node, Ready: p.Ready, UsedGPUs: new(float64)}
 	unknown := fmt.Sprintf("no GPU agent runs on node %s", p.Node)
@@ -421,7 +451,7 @@ func buildServer(p inventory.Pod, allocs []share.Allocation, agent collect.Resul
 			}
 		}
 	}
-	units := 0
+	units, scale := 0, 0.0
 	for _, a := range allocs {
 		units += int(a.Count)
 	}
@@ -442,19 +472,42 @@ func buildServer(p inventory.Pod, allocs []share.Allocation, agent collect.Resul
 			if fresh {
 				fillMeasured(&g, p.Node, snap, ap, dev, units)
 			}
+			g.UsedGPUs = usedGPUs(g.SMUtilPercent, a)
+			scale += utilScale(a)
 			srv.GPUs = append(srv.GPUs, g)
 			srv.AllocatedGPUs += g.Share
-			if g.SMUtilPercent == nil {
+			if g.UsedGPUs == nil {
 				srv.UsedGPUs = nil
 			} else if srv.UsedGPUs != nil {
-				*srv.UsedGPUs += g.Share * *g.SMUtilPercent / 100
+				*srv.UsedGPUs += *g.UsedGPUs
 			}
 		}
 	}
 	if !fresh {
 		srv.UsedGPUs = nil
 	}
-	return srv
+	return srv, scale
+}
+
+// usedGPUs is the one definition of "used": the fraction of a physical GPU's time a unit keeps busy,
+// utilization / 100 x utilScale; nil when the utilization is unknown.
+func usedGPUs(utilPercent *float64, a share.Allocation) *float64 {
+	if utilPercent == nil {
+		return nil
+	}
+	u := *utilPercent / 100 * utilScale(a)
+	return &u
+}
+
+// utilScale is how much of a physical GPU's time 100 % utilization of one unit is. The agent measures whole
+// and time-sliced units per process through NVML, already as a fraction of the whole GPU: 1. It measures a MIG
+// instance through DCGM as a fraction of the instance: g/slices.
+// TODO(issue 9, vocab): becomes gpu.Allocation.UtilizationScale() when services/internal/gpu lands.
+func utilScale(a share.Allocation) float64 {
+	if a.Kind == share.KindMIG {
+		return a.UnitShare()
+	}
+	return 1
 }
 
 // fillMeasured sets utilization and memory of one unit from a fresh snapshot. A fresh snapshot that does not

@@ -71,6 +71,7 @@ func TestBuild(t *testing.T) {
 		}
 		if util != nil {
 			s.UsedGPUs = f(3.0 / 7 * *util / 100)
+			s.GPUs[0].UsedGPUs = s.UsedGPUs
 		} else {
 			s.GPUs[0].UtilizationUnknownReason = "the GPU agent on node gpu-a100-0 does not measure MIG instances (that needs DCGM)"
 		}
@@ -78,7 +79,7 @@ func TestBuild(t *testing.T) {
 	}
 	bob := Server{Pod: "jupyter-bob", Namespace: "jhub", Node: "gpu-t4-0", Ready: true, AllocatedGPUs: 0.25, UsedGPUs: f(0), Simulated: true,
 		GPUs: []GPU{{Kind: "shared", Resource: "nvidia.com/gpu.shared", Product: "Tesla-T4", Class: "shared T4", Share: 0.25, ShareNumerator: 1, ShareDenominator: 4,
-			Description: "1 of 4 time-sliced shares of a T4", UUID: "GPU-T", SMUtilPercent: f(0), UtilizationSource: "simulated", MemoryTotalBytes: 15 << 30}}}
+			Description: "1 of 4 time-sliced shares of a T4", UUID: "GPU-T", SMUtilPercent: f(0), UtilizationSource: "simulated", UsedGPUs: f(0), MemoryTotalBytes: 15 << 30}}}
 
 	cases := map[string]struct {
 		agents      map[string]collect.Result
@@ -356,6 +357,137 @@ func TestUtilizationUnknownReason(t *testing.T) {
 			}
 			if bob := v.Users["bob"].Servers[0].GPUs[0]; bob.SMUtilPercent == nil || bob.UtilizationUnknownReason != "" {
 				t.Errorf("bob's known utilization: %v, reason %q", bob.SMUtilPercent, bob.UtilizationUnknownReason)
+			}
+		})
+	}
+}
+
+// TestUsedIsAFractionOfThePhysicalGPU: "held" is 1/replicas of a time-sliced T4, "used" the fraction of the
+// physical GPU's time the pod keeps busy (contract 2 of issue 9). NVML's per-process utilization on a
+// time-sliced GPU is already a fraction of the whole GPU, so it must not be scaled by 1/replicas again.
+func TestUsedIsAFractionOfThePhysicalGPU(t *testing.T) {
+	t4 := nodes()["gpu-t4-0"]
+	a100 := nodes()["gpu-a100-0"]
+	type result struct {
+		Held, Used      map[string]float64 // by user
+		SampleUsed      map[string]float64
+		ClusterUsed     float64
+		GroupUsed       float64
+		ClassUtil       map[string]float64 // smUtilPercent by class
+		HistoryUtil     map[string]float64 // the user's history point
+		HistoryUsedGPUs map[string]float64
+	}
+	cases := map[string]struct {
+		node  inventory.Node
+		res   string
+		utils map[string]float64 // by user
+		want  result
+	}{
+		"alone on a 4-way T4 at 100 %": {
+			node: t4, res: "nvidia.com/gpu.shared", utils: map[string]float64{"u1": 100},
+			want: result{Held: map[string]float64{"u1": 0.25}, Used: map[string]float64{"u1": 1}, SampleUsed: map[string]float64{"u1": 1},
+				ClusterUsed: 1, GroupUsed: 1, ClassUtil: map[string]float64{"shared T4": 100},
+				HistoryUtil: map[string]float64{"u1": 100}, HistoryUsedGPUs: map[string]float64{"u1": 1}},
+		},
+		"4 users x 25 % on a 4-way T4": {
+			node: t4, res: "nvidia.com/gpu.shared", utils: map[string]float64{"u1": 25, "u2": 25, "u3": 25, "u4": 25},
+			want: result{Held: map[string]float64{"u1": 0.25, "u2": 0.25, "u3": 0.25, "u4": 0.25},
+				Used:        map[string]float64{"u1": 0.25, "u2": 0.25, "u3": 0.25, "u4": 0.25},
+				SampleUsed:  map[string]float64{"u1": 0.25, "u2": 0.25, "u3": 0.25, "u4": 0.25},
+				ClusterUsed: 1, GroupUsed: 1, ClassUtil: map[string]float64{"shared T4": 100},
+				HistoryUtil:     map[string]float64{"u1": 25, "u2": 25, "u3": 25, "u4": 25},
+				HistoryUsedGPUs: map[string]float64{"u1": 0.25, "u2": 0.25, "u3": 0.25, "u4": 0.25}},
+		},
+		"one busy and three idle on a 4-way T4": {
+			node: t4, res: "nvidia.com/gpu.shared", utils: map[string]float64{"u1": 100, "u2": 0, "u3": 0, "u4": 0},
+			want: result{Held: map[string]float64{"u1": 0.25, "u2": 0.25, "u3": 0.25, "u4": 0.25},
+				Used:        map[string]float64{"u1": 1, "u2": 0, "u3": 0, "u4": 0},
+				SampleUsed:  map[string]float64{"u1": 1, "u2": 0, "u3": 0, "u4": 0},
+				ClusterUsed: 1, GroupUsed: 1, ClassUtil: map[string]float64{"shared T4": 100},
+				HistoryUtil:     map[string]float64{"u1": 100, "u2": 0, "u3": 0, "u4": 0},
+				HistoryUsedGPUs: map[string]float64{"u1": 1, "u2": 0, "u3": 0, "u4": 0}},
+		},
+		"MIG 3g.20gb at 50 %": {
+			node: a100, res: "nvidia.com/mig-3g.20gb", utils: map[string]float64{"u1": 50},
+			want: result{Held: map[string]float64{"u1": 3.0 / 7}, Used: map[string]float64{"u1": 3.0 / 14}, SampleUsed: map[string]float64{"u1": 3.0 / 14},
+				ClusterUsed: 3.0 / 14, GroupUsed: 3.0 / 14,
+				// the class's GPU time: 3/14 of the two 3g.20gb instances' 6/7 GPU
+				ClassUtil:   map[string]float64{"mig A100-SXM4-40GB 3g.20gb": 25},
+				HistoryUtil: map[string]float64{"u1": 50}, HistoryUsedGPUs: map[string]float64{"u1": 3.0 / 14}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			snap := &snapshot.Snapshot{Node: tc.node.Name, Backend: "nvml", SampledAt: now, IntervalSeconds: 5,
+				GPUs: []snapshot.GPU{{UUID: "GPU-0", Product: "Tesla T4"}}}
+			var ps []inventory.Pod
+			hubUsers := map[string]HubUser{}
+			for u, util := range tc.utils {
+				uid := "uid-" + u
+				ps = append(ps, inventory.Pod{UID: uid, Namespace: "jhub", Name: "jupyter-" + u, Node: tc.node.Name, User: u,
+					Phase: corev1.PodRunning, Ready: true, Resources: map[string]int64{tc.res: 1}})
+				snap.Pods = append(snap.Pods, snapshot.Pod{UID: uid, Namespace: "jhub", Name: "jupyter-" + u, User: u,
+					SMUtilPercent: f(util), UtilizationSource: "nvml"})
+				hubUsers[u] = HubUser{Name: u, Groups: []string{"lab"}}
+			}
+			v := Build(Input{Now: now, Interval: 5 * time.Second, Pods: ps, Nodes: map[string]inventory.Node{tc.node.Name: tc.node},
+				Agents: map[string]collect.Result{tc.node.Name: {FetchedAt: now, SampleSeenAt: now, Snapshot: snap}}, Hub: Directory{Users: hubUsers}})
+			h := NewHistory(time.Hour, 5*time.Second)
+			h.Add(v)
+			got := result{Held: map[string]float64{}, Used: map[string]float64{}, SampleUsed: map[string]float64{},
+				ClusterUsed: v.Cluster.UsedGPUs, GroupUsed: v.Groups["lab"].UsedGPUs, ClassUtil: map[string]float64{},
+				HistoryUtil: map[string]float64{}, HistoryUsedGPUs: map[string]float64{}}
+			for name, u := range v.Users {
+				got.Held[name] = u.Share.AllocatedGPUs
+				if u.Share.UsedGPUs != nil {
+					got.Used[name] = *u.Share.UsedGPUs
+				}
+				if ps := h.User(name, time.Time{}); len(ps) == 1 && ps[0].UsedKnown {
+					got.HistoryUtil[name], got.HistoryUsedGPUs[name] = ps[0].SMUtilPercent, ps[0].UsedGPUs
+				}
+			}
+			for _, s := range v.Samples {
+				if s.UsedKnown {
+					got.SampleUsed[s.User] = s.Used
+				}
+			}
+			for _, c := range v.Cluster.Classes {
+				if c.SMUtilPercent != nil {
+					got.ClassUtil[c.Class] = *c.SMUtilPercent
+				}
+			}
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateApprox(0, 1e-6)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestHistoryKeepsUsedAndUtilization: the 12-byte samples give back the user's used GPUs and utilization.
+func TestHistoryKeepsUsedAndUtilization(t *testing.T) {
+	type point struct{ Used, Util float64 }
+	cases := map[string]struct {
+		share Share
+		util  *float64
+		want  point
+	}{
+		"alone on a 4-way time-sliced GPU":       {share: Share{AllocatedGPUs: 0.25, UsedGPUs: f(1)}, util: f(100), want: point{1, 100}},
+		"a quarter of a time-sliced GPU":         {share: Share{AllocatedGPUs: 0.25, UsedGPUs: f(0.25)}, util: f(25), want: point{0.25, 25}},
+		"MIG 3g.20gb at 50 %":                    {share: Share{AllocatedGPUs: 3.0 / 7, UsedGPUs: f(3.0 / 14)}, util: f(50), want: point{3.0 / 14, 50}},
+		"8 whole GPUs at 37.5 %":                 {share: Share{AllocatedGPUs: 8, UsedGPUs: f(3)}, util: f(37.5), want: point{3, 37.5}},
+		"idle":                                   {share: Share{AllocatedGPUs: 1, UsedGPUs: f(0)}, util: f(0), want: point{0, 0}},
+		"no utilization given: used / allocated": {share: Share{AllocatedGPUs: 2, UsedGPUs: f(0.5)}, want: point{0.5, 25}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := NewHistory(time.Hour, 5*time.Second)
+			h.Add(&View{SampledAt: now, Users: map[string]*User{"u": {Name: "u", Share: tc.share, SMUtilPercent: tc.util}}})
+			ps := h.User("u", time.Time{})
+			if len(ps) != 1 || !ps[0].UsedKnown {
+				t.Fatalf("points %+v, want one known", ps)
+			}
+			if diff := cmp.Diff(tc.want, point{ps[0].UsedGPUs, ps[0].SMUtilPercent}, cmpopts.EquateApprox(1e-6, 0)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
 	}
