@@ -103,7 +103,10 @@ func Synthesize(users, gpus, pods, replicas int, now time.Time) Cluster {
 func (c Cluster) Input(now time.Time, interval time.Duration) usage.Input {
 	agents := make(map[string]collect.Result, len(c.Agents))
 	for k, r := range c.Agents {
-		r.FetchedAt = now
+		// Agents that sample at every tick: telemetry is judged by sampledAt, so a frozen one would go stale.
+		snap := *r.Snapshot
+		snap.SampledAt = now
+		r.Snapshot, r.FetchedAt, r.SampleSeenAt = &snap, now, now
 		agents[k] = r
 	}
 	return usage.Input{Now: now, Interval: interval, Pods: c.Pods, Nodes: c.Nodes, Agents: agents, Hub: c.Hub}
