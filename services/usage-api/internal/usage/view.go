@@ -18,7 +18,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/share"
 )
 
-// StaleIntervals is how many sampling intervals an agent snapshot may age before its numbers are stale.
+// StaleIntervals is how many sampling intervals telemetry may age, by default, before it is stale.
 const StaleIntervals = 3
 
 // Directory is the Hub's view of users and groups, the last one known.
@@ -86,7 +86,7 @@ type GPU struct {
 	UsedGPUs          *float64   `json:"usedGPUs"` // null when SMUtilPercent is
 	MemoryUsedBytes   uint64     `json:"memoryUsedBytes"`
 	MemoryTotalBytes  uint64     `json:"memoryTotalBytes"`
-	// Stale is true when the agent's last snapshot is older than StaleIntervals: utilization is then unknown.
+	// Stale is true when the node's telemetry is stale (judgeAgent): utilization is then unknown, StaleReason says why.
 	Stale       bool   `json:"stale"`
 	StaleReason string `json:"staleReason,omitempty"`
 	// UtilizationUnknownReason says in plain words why SMUtilPercent is null.
