@@ -34,6 +34,7 @@ func run(args []string) int {
 		prefix         = fs.String("prefix", "/services/gpu-usage/", "URL prefix of the API (the Hub service prefix)")
 		interval       = fs.Duration("interval", 5*time.Second, "sampling and ledger integration interval")
 		maxGap         = fs.Duration("ledger-max-gap", 0, "longest gap since the ledger checkpoint that is integrated in full (default 6 intervals)")
+		staleAfter     = fs.Duration("stale-after", 0, "age past which a node's GPU telemetry is stale: utilization null, not billed as used (default 3 sampling intervals of the node's agent, at least 3 x --interval)")
 		database       = fs.String("database", "/var/lib/gpuhub/ledger.db", "ledger: SQLite file path, or a postgres:// URL")
 		databaseURL    = fs.String("database-url", "", "ledger: PostgreSQL URL; wins over --database when set")
 		namespace      = fs.String("namespace", "", "namespace of the single-user pods (empty: all namespaces)")
@@ -47,7 +48,7 @@ func run(args []string) int {
 	)
 	err := config.Parse(fs, args, map[string]string{
 		"listen": "GPUHUB_LISTEN", "prefix": config.HubEnv.ServicePrefix, "interval": "GPUHUB_INTERVAL",
-		"ledger-max-gap": "GPUHUB_LEDGER_MAX_GAP", "database": "GPUHUB_DATABASE", "database-url": "GPUHUB_DATABASE_URL",
+		"ledger-max-gap": "GPUHUB_LEDGER_MAX_GAP", "stale-after": "GPUHUB_STALE_AFTER", "database": "GPUHUB_DATABASE", "database-url": "GPUHUB_DATABASE_URL",
 		"namespace": "GPUHUB_NAMESPACE", "agent-namespace": "GPUHUB_AGENT_NAMESPACE", "agent-port": "GPUHUB_AGENT_PORT",
 		"kubeconfig": "KUBECONFIG", "hub-refresh": "GPUHUB_HUB_REFRESH", "admin-groups": "GPUHUB_ADMIN_GROUPS",
 		"log-format": "GPUHUB_LOG_FORMAT", "log-level": "GPUHUB_LOG_LEVEL",
@@ -105,7 +106,7 @@ func run(args []string) int {
 		Kube: kc, Namespace: *namespace, AgentNamespace: *agentNamespace, AgentPort: *agentPort,
 		AgentClient: &http.Client{Timeout: 2 * time.Second, Transport: agentRT},
 		Hub:         hub, HubRefresh: *hubRefresh, Auth: auth.Middleware,
-		Database: db, Interval: *interval, MaxGap: *maxGap,
+		Database: db, Interval: *interval, MaxGap: *maxGap, StaleAfter: *staleAfter,
 	})
 	if err != nil {
 		logger.Error("usage-api stopped", "err", err)

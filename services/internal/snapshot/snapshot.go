@@ -27,8 +27,20 @@ type Snapshot struct {
 	Backend         string    `json:"backend"`
 	SampledAt       time.Time `json:"sampledAt"`
 	IntervalSeconds float64   `json:"intervalSeconds"`
-	GPUs            []GPU     `json:"gpus"`
-	Pods            []Pod     `json:"pods"`
+	// Health is the truth about the sampler's latest attempt: the agent keeps serving its last good sample
+	// (SampledAt) when sampling fails, and says so here. Zero (LastAttemptAt unset) when the agent predates it.
+	Health SamplerHealth `json:"health"`
+	GPUs   []GPU         `json:"gpus"`
+	Pods   []Pod         `json:"pods"`
+}
+
+// SamplerHealth is the state of the agent's sampling loop.
+type SamplerHealth struct {
+	OK                  bool      `json:"ok"`
+	ConsecutiveFailures int       `json:"consecutiveFailures"`
+	LastAttemptAt       time.Time `json:"lastAttemptAt"`
+	LastSuccessAt       time.Time `json:"lastSuccessAt"`
+	LastError           string    `json:"lastError,omitempty"`
 }
 
 // GPU is a physical (or emulated) GPU.

@@ -101,6 +101,7 @@ type UserResponse struct {
 	IntervalSeconds float64            `json:"intervalSeconds"`
 	Simulated       bool               `json:"simulated"`
 	Stale           bool               `json:"stale"`
+	StaleReason     string             `json:"staleReason,omitempty"`
 	Share           usage.Share        `json:"share"`
 	Servers         []usage.Server     `json:"servers"`
 	History         usage.Points       `json:"-"` // spliced in by writeUserJSON
@@ -156,7 +157,7 @@ func (h *handler) writeUser(w http.ResponseWriter, r *http.Request, name string,
 			resp.Groups = hu.Groups
 		}
 		if u := v.Users[name]; u != nil {
-			resp.Simulated, resp.Stale, resp.Share, resp.Servers = u.Simulated, u.Stale, u.Share, u.Servers
+			resp.Simulated, resp.Stale, resp.StaleReason, resp.Share, resp.Servers = u.Simulated, u.Stale, u.StaleReason, u.Share, u.Servers
 		} else {
 			resp.Share.UsedGPUs = new(float64)
 		}
@@ -262,6 +263,7 @@ type UserSummary struct {
 	UsedGPUs      *float64           `json:"usedGPUs"`
 	Simulated     bool               `json:"simulated"`
 	Stale         bool               `json:"stale"`
+	StaleReason   string             `json:"staleReason,omitempty"`
 	GPUHours      map[string]*Window `json:"gpuHours"`
 }
 
@@ -337,6 +339,7 @@ func (h *handler) users(w http.ResponseWriter, r *http.Request) {
 		}
 		if u := v.Users[n]; u != nil {
 			s.Servers, s.AllocatedGPUs, s.UsedGPUs, s.Simulated, s.Stale = len(u.Servers), u.Share.AllocatedGPUs, u.Share.UsedGPUs, u.Simulated, u.Stale
+			s.StaleReason = u.StaleReason
 		}
 		win := h.opts.Ledger.UserWindows(n)
 		s.GPUHours = map[string]*Window{"today": fromTotals(win.Today), "7d": fromTotals(win.Days7), "30d": fromTotals(win.Days30)}
@@ -377,6 +380,9 @@ func (h *handler) cluster(w http.ResponseWriter, r *http.Request) {
 	resp := ClusterResponse{Cluster: v.Cluster, Users: len(v.Users)}
 	if resp.Classes == nil {
 		resp.Classes = []usage.ClassStats{}
+	}
+	if resp.AgentStatus == nil {
+		resp.AgentStatus = []usage.AgentStatus{}
 	}
 	server.WriteJSON(w, http.StatusOK, resp)
 }

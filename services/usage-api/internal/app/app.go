@@ -57,6 +57,8 @@ type Options struct {
 	Interval time.Duration // sampling interval, default 5 s
 	MaxGap   time.Duration // default 6 intervals
 	History  time.Duration // default 1 h
+	// StaleAfter is the age past which a node's GPU telemetry is stale; 0: 3 sampling intervals (usage.Input).
+	StaleAfter time.Duration
 
 	Now func() time.Time
 	// OnServing, if set, gets the server once it listens (tests read its address).
@@ -268,7 +270,7 @@ func (s *service) tickOnce(ctx context.Context) error {
 		dir = *d
 	}
 	now := s.o.Now()
-	v := usage.Build(usage.Input{Now: now, Interval: s.o.Interval, Pods: pods, Nodes: nodes, Agents: results, Hub: dir})
+	v := usage.Build(usage.Input{Now: now, Interval: s.o.Interval, Pods: pods, Nodes: nodes, Agents: results, Hub: dir, StaleAfter: s.o.StaleAfter})
 	failed := 0
 	for _, r := range results {
 		if r.Err != nil {

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/collect"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/inventory"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/usage"
@@ -43,7 +44,7 @@ func Synthesize(users, gpus, pods, replicas int, now time.Time) Cluster {
 		mig := g < migGPUs
 		name := fmt.Sprintf("gpu-node-%04d", g/8)
 		n := inventory.Node{Name: name, Allocatable: map[string]int64{}}
-		snap := &collect.Snapshot{Node: name, Backend: "simulated", SampledAt: now, IntervalSeconds: 5}
+		snap := &snapshot.Snapshot{Node: name, Backend: "simulated", SampledAt: now, IntervalSeconds: 5}
 		count := min(8, gpus-g)
 		if mig {
 			n.Labels = map[string]string{"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "nvidia.com/mig.strategy": "mixed",
@@ -56,11 +57,11 @@ func Synthesize(users, gpus, pods, replicas int, now time.Time) Cluster {
 		}
 		for k := range count {
 			uuid := fmt.Sprintf("GPU-%04d", g+k)
-			gpu := collect.GPU{UUID: uuid, Index: k, Product: "Tesla T4", MemoryTotalBytes: 15 << 30}
+			gpu := snapshot.GPU{UUID: uuid, Index: k, Product: "Tesla T4", MemoryTotalBytes: 15 << 30}
 			if mig {
 				gpu.Product, gpu.MIGMode, gpu.MemoryTotalBytes = "NVIDIA A100-SXM4-40GB", true, 40<<30
 				for s := range 7 {
-					m := collect.MIGDevice{UUID: fmt.Sprintf("MIG-%04d-%d", g+k, s), Profile: "1g.5gb", MemoryTotalBytes: 4864 << 20, UtilizationSource: "simulated"}
+					m := snapshot.MIGDevice{UUID: fmt.Sprintf("MIG-%04d-%d", g+k, s), Profile: "1g.5gb", MemoryTotalBytes: 4864 << 20, UtilizationSource: "simulated"}
 					gpu.MIGDevices = append(gpu.MIGDevices, m)
 					units = append(units, unit{name, "nvidia.com/mig-1g.5gb", m.UUID})
 				}
@@ -88,8 +89,8 @@ func Synthesize(users, gpus, pods, replicas int, now time.Time) Cluster {
 			p.Node, p.Phase, p.Ready = un.node, corev1.PodRunning, true
 			util := float64(i % 101)
 			snap := c.Agents[un.node].Snapshot
-			snap.Pods = append(snap.Pods, collect.Pod{UID: p.UID, Namespace: p.Namespace, Name: p.Name, User: u, Server: p.Server,
-				Devices:       []collect.Device{{UUID: un.uuid, Resource: un.res}},
+			snap.Pods = append(snap.Pods, snapshot.Pod{UID: p.UID, Namespace: p.Namespace, Name: p.Name, User: u, Server: p.Server,
+				Devices:       []snapshot.Device{{UUID: un.uuid, Resource: un.res}},
 				SMUtilPercent: &util, UtilizationSource: "simulated", MemoryUsedBytes: uint64(i%16) << 28})
 		}
 		p.Resources = map[string]int64{res: 1}
@@ -102,7 +103,10 @@ func Synthesize(users, gpus, pods, replicas int, now time.Time) Cluster {
 func (c Cluster) Input(now time.Time, interval time.Duration) usage.Input {
 	agents := make(map[string]collect.Result, len(c.Agents))
 	for k, r := range c.Agents {
-		r.FetchedAt = now
+		// Agents that sample at every tick: telemetry is judged by sampledAt, so a frozen one would go stale.
+		snap := *r.Snapshot
+		snap.SampledAt = now
+		r.Snapshot, r.FetchedAt, r.SampleSeenAt = &snap, now, now
 		agents[k] = r
 	}
 	return usage.Input{Now: now, Interval: interval, Pods: c.Pods, Nodes: c.Nodes, Agents: agents, Hub: c.Hub}

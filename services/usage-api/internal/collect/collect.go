@@ -1,3 +1,6 @@
+// Package collect polls the gpu-agents' snapshots. Agents are found through the Kubernetes API (pods labelled
+// app.kubernetes.io/component=gpu-agent); their snapshot JSON is the contract in docs/architecture.md, defined
+// once in services/internal/snapshot (the agent writes it with the same types).
 package collect
 
 import (
@@ -12,6 +15,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 )
 
 // Agent is one gpu-agent pod to poll.
@@ -24,10 +29,16 @@ type Agent struct {
 // Result is the latest snapshot of one node's agent.
 type Result struct {
 	Agent    Agent
-	Snapshot *Snapshot // the last good snapshot; nil if none yet
-	// FetchedAt is when Snapshot was fetched (collector clock); staleness is judged against it and SampledAt.
+	Snapshot *snapshot.Snapshot // the last good snapshot; nil if none yet
+	// FetchedAt is when Snapshot was fetched (collector clock).
 	FetchedAt time.Time
-	Err       error // the last poll's error, nil when it succeeded
+	// SampleSeenAt is when the collector first fetched a snapshot with Snapshot.SampledAt (collector clock). A
+	// sample that does not move ages on this clock even when the agent's clock is ahead of ours.
+	SampleSeenAt time.Time
+	// Err is the last poll's error, nil when it succeeded; FailingSince is when the polls started failing
+	// (collector clock), zero when the last one succeeded.
+	Err          error
+	FailingSince time.Time
 }
 
 // Options configure a Collector.
@@ -70,11 +81,13 @@ func New(opts Options) *Collector {
 const maxSnapshotBytes = 32 << 20
 
 // Poll fetches every agent's snapshot once, concurrently, and returns the latest result per node. A failed poll
-// keeps the node's previous snapshot (its age then tells it is stale); nodes whose agent is gone are dropped.
+// keeps the node's previous snapshot and its times (its age then tells it is stale) and records the error;
+// when several agent pods serve one node (a rolling update), the newest good snapshot wins. Nodes whose agent
+// is gone are dropped.
 func (c *Collector) Poll(ctx context.Context, agents []Agent) (map[string]Result, error) {
 	type out struct {
 		agent Agent
-		snap  *Snapshot
+		snap  *snapshot.Snapshot
 		at    time.Time
 		err   error
 	}
@@ -99,20 +112,30 @@ func (c *Collector) Poll(ctx context.Context, agents []Agent) (map[string]Result
 	next := make(map[string]Result, len(agents))
 	var errs []error
 	for r := range results {
-		prev, had := c.last[r.agent.Node]
-		switch {
-		case r.err == nil:
-			next[r.agent.Node] = Result{Agent: r.agent, Snapshot: r.snap, FetchedAt: r.at}
-		case had:
-			prev.Agent, prev.Err = r.agent, r.err
-			next[r.agent.Node] = prev
-		default:
-			next[r.agent.Node] = Result{Agent: r.agent, Err: r.err}
-		}
+		node := r.agent.Node
 		if r.err != nil {
 			errs = append(errs, r.err)
-			c.opts.Logger.Warn("agent snapshot failed", "agent", r.agent.Pod, "node", r.agent.Node, "err", r.err)
+			c.opts.Logger.Warn("agent snapshot failed", "agent", r.agent.Pod, "node", node, "err", r.err)
+			if _, ok := next[node]; ok {
+				continue // another agent pod of this node (a rolling update) already answered or failed in this poll
+			}
+			// A failed poll refreshes nothing: the previous snapshot keeps its fetch and first-seen times.
+			res := c.last[node]
+			res.Agent, res.Err = r.agent, r.err
+			if res.FailingSince.IsZero() {
+				res.FailingSince = r.at
+			}
+			next[node] = res
+			continue
 		}
+		if cur, ok := next[node]; ok && cur.Err == nil && !r.snap.SampledAt.After(cur.Snapshot.SampledAt) {
+			continue // two agent pods answered for one node: keep the newer sample
+		}
+		res := Result{Agent: r.agent, Snapshot: r.snap, FetchedAt: r.at, SampleSeenAt: r.at}
+		if prev := c.last[node]; prev.Snapshot != nil && prev.Snapshot.SampledAt.Equal(r.snap.SampledAt) {
+			res.SampleSeenAt = prev.SampleSeenAt
+		}
+		next[node] = res
 	}
 	c.last = next
 	copyOut := make(map[string]Result, len(next))
@@ -122,7 +145,7 @@ func (c *Collector) Poll(ctx context.Context, agents []Agent) (map[string]Result
 	return copyOut, errors.Join(errs...)
 }
 
-func (c *Collector) fetch(ctx context.Context, a Agent) (*Snapshot, error) {
+func (c *Collector) fetch(ctx context.Context, a Agent) (*snapshot.Snapshot, error) {
 	url := "http://" + net.JoinHostPort(a.IP, strconv.Itoa(c.opts.Port)) + "/api/v1/snapshot"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -138,7 +161,7 @@ func (c *Collector) fetch(ctx context.Context, a Agent) (*Snapshot, error) {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 		return nil, fmt.Errorf("agent %s: snapshot answered %s", a.Pod, resp.Status)
 	}
-	var s Snapshot
+	var s snapshot.Snapshot
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxSnapshotBytes)).Decode(&s); err != nil {
 		return nil, fmt.Errorf("agent %s: decode snapshot: %w", a.Pod, err)
 	}

@@ -25,9 +25,9 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 
 var (
 	userAllocated  = desc("user_allocated_gpus", "GPU-equivalents allocated to the user's running servers.", "user")
-	userUsed       = desc("user_used_gpus", "GPU-equivalents used (allocated x SM utilization) by the user; absent when unknown.", "user")
+	userUsed       = desc("user_used_gpus", "Fraction of a physical GPU's time the user's processes keep busy, summed over their units (may exceed allocated on time-sliced GPUs); absent when unknown.", "user")
 	groupAllocated = desc("group_allocated_gpus", "GPU-equivalents allocated to the group's members.", "group")
-	groupUsed      = desc("group_used_gpus", "GPU-equivalents used by the group's members, over the part whose utilization is known.", "group")
+	groupUsed      = desc("group_used_gpus", "Fraction of a physical GPU's time the group's members keep busy, over the part whose utilization is known.", "group")
 	userAllocH     = desc("user_allocated_gpu_seconds_total", "Allocated GPU-seconds (GPU-hours x 3600) integrated by the ledger since the process started.", "user", "kind", "class")
 	userUsedH      = desc("user_used_gpu_seconds_total", "Used GPU-seconds integrated by the ledger since the process started.", "user", "kind", "class")
 	userUnknownH   = desc("user_used_unknown_gpu_seconds_total", "Allocated GPU-seconds whose utilization was unknown, since the process started.", "user", "kind", "class")
@@ -35,6 +35,7 @@ var (
 	groupUsedH     = desc("group_used_gpu_seconds_total", "Used GPU-seconds of the group's members since the process started.", "group", "kind", "class")
 	clusterCap     = desc("cluster_capacity_gpus", "GPU-equivalents the nodes offer, by GPU class.", "kind", "class")
 	clusterAlloc   = desc("cluster_allocated_gpus", "GPU-equivalents allocated to running pods, by GPU class.", "kind", "class")
+	agentAge       = desc("agent_snapshot_age_seconds", "Age of the node agent's GPU telemetry at the last tick: the longer of now - sampledAt and the time since that sample was first fetched; absent when the agent never answered.", "node")
 )
 
 type seriesKey struct{ who, kind, class string }
@@ -65,7 +66,7 @@ func New(reg prometheus.Registerer, state *usage.State) (*Metrics, error) {
 		agentErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Subsystem: subsystem, Name: "agent_poll_errors_total",
 			Help: "Agent snapshot polls that failed."}),
 		staleAgents: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: subsystem, Name: "stale_agents",
-			Help: "Agents whose last good snapshot is older than the staleness limit."}),
+			Help: "Agents whose telemetry is stale (not sampled for --stale-after, failing to sample, or unreachable)."}),
 		ledgerGapSec: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Subsystem: subsystem, Name: "ledger_gap_seconds_total",
 			Help: "Seconds since the checkpoint that the ledger did not integrate because the service was down too long."}),
 	}
@@ -115,7 +116,7 @@ func addTotals(a, b ledger.Totals) ledger.Totals {
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{userAllocated, userUsed, groupAllocated, groupUsed, userAllocH, userUsedH, userUnknownH, groupAllocH, groupUsedH, clusterCap, clusterAlloc} {
+	for _, d := range []*prometheus.Desc{userAllocated, userUsed, groupAllocated, groupUsed, userAllocH, userUsedH, userUnknownH, groupAllocH, groupUsedH, clusterCap, clusterAlloc, agentAge} {
 		ch <- d
 	}
 }
@@ -136,6 +137,11 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		for _, c := range v.Cluster.Classes {
 			ch <- prometheus.MustNewConstMetric(clusterCap, prometheus.GaugeValue, c.CapacityGPUs, string(c.Kind), c.Class)
 			ch <- prometheus.MustNewConstMetric(clusterAlloc, prometheus.GaugeValue, c.AllocatedGPUs, string(c.Kind), c.Class)
+		}
+		for _, a := range v.Cluster.AgentStatus {
+			if a.AgeSeconds != nil {
+				ch <- prometheus.MustNewConstMetric(agentAge, prometheus.GaugeValue, *a.AgeSeconds, a.Node)
+			}
 		}
 	}
 	m.mu.Lock()

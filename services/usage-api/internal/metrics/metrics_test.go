@@ -27,7 +27,7 @@ func TestMetricsGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	used := 0.2
+	used, fresh, old := 0.2, 1.5, 600.0
 	state.Publish(&usage.View{
 		SampledAt: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC),
 		Users: map[string]*usage.User{
@@ -37,6 +37,10 @@ func TestMetricsGolden(t *testing.T) {
 		Groups: map[string]usage.GroupShare{"physics": {AllocatedGPUs: 3.0 / 7, UsedGPUs: 0.2}},
 		Cluster: usage.Cluster{Classes: []usage.ClassStats{
 			{Class: "mig A100-SXM4-40GB 3g.20gb", Kind: "mig", CapacityGPUs: 6.0 / 7, AllocatedGPUs: 3.0 / 7},
+		}, AgentStatus: []usage.AgentStatus{
+			{Node: "gpu-a100-0", AgeSeconds: &fresh},
+			{Node: "gpu-t4-0", AgeSeconds: &old, Stale: true, StaleReason: "the GPU agent on node gpu-t4-0 has not sampled since 09:50:00 UTC (10 min)"},
+			{Node: "gpu-t4-1", Stale: true, StaleReason: "the GPU agent on node gpu-t4-1 is unreachable: refused"}, // never answered: no age
 		}},
 	})
 	dir := usage.Directory{Users: map[string]usage.HubUser{"alice": {Name: "alice", Groups: []string{"physics"}}}}
@@ -46,7 +50,7 @@ func TestMetricsGolden(t *testing.T) {
 	}
 	m.ObserveLedger(ledger.Result{Gap: 30 * time.Second}, dir)
 	m.ObserveRun("collect", 250*time.Millisecond, nil)
-	m.ObserveAgents(1, 0)
+	m.ObserveAgents(1, 2)
 
 	rec := httptest.NewRecorder()
 	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequestWithContext(context.Background(), "GET", "/metrics", nil))

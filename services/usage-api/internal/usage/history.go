@@ -19,14 +19,30 @@ type History struct {
 	users  map[string]*ring
 }
 
+// sample keeps used as utilization x scale (used = util / 100 x scale) so that both the user's utilization and
+// their used GPUs come back in 12 bytes: on a time-sliced GPU used is not allocated x utilization.
 type sample struct {
 	allocated float32
-	used      float32 // NaN when unknown
+	util      uint16 // hundredths of a percent; utilUnknown when used is unknown
+	scale     uint16 // the GPU time the user's units can reach, in 1/scaleUnits GPUs, saturating at ~390 GPUs
 	seq       uint16
 	mem16MiB  uint16 // memory used in 16 MiB units, saturating at 1 TiB
 }
 
-const memUnit = 16 << 20
+const (
+	memUnit     = 16 << 20
+	utilUnknown = math.MaxUint16
+	// scaleUnits is divisible by the slice counts of MIG GPUs (7, 4) and by 1, 2, 3, 6 and 8, so that MIG
+	// scales (g/slices) are stored exactly.
+	scaleUnits = 168
+)
+
+// known reports whether used and utilization are known.
+func (s sample) known() bool { return s.util != utilUnknown }
+
+func (s sample) utilPercent() float64 { return float64(s.util) / 100 }
+
+func (s sample) used() float64 { return s.utilPercent() / 100 * float64(s.scale) / scaleUnits }
 
 type ring struct {
 	buf  []sample
@@ -65,10 +81,10 @@ func (h *History) Add(v *View) {
 			r = &ring{}
 			h.users[name] = r
 		}
-		s := sample{seq: uint16(h.seq), allocated: float32(u.Share.AllocatedGPUs), used: float32(math.NaN()),
+		s := sample{seq: uint16(h.seq), allocated: float32(u.Share.AllocatedGPUs), util: utilUnknown,
 			mem16MiB: uint16(min(u.Share.MemoryUsedBytes/memUnit, math.MaxUint16))}
 		if u.Share.UsedGPUs != nil {
-			s.used = float32(*u.Share.UsedGPUs)
+			s.util, s.scale = encodeUse(*u.Share.UsedGPUs, u.SMUtilPercent, u.Share.AllocatedGPUs)
 		}
 		r.push(s, h.size, h.inWindow)
 	}
@@ -80,6 +96,24 @@ func (h *History) Add(v *View) {
 			}
 		}
 	}
+}
+
+// encodeUse splits used into utilization and scale. A user without SMUtilPercent (a view not made by Build)
+// is taken as used / allocated.
+func encodeUse(used float64, utilPercent *float64, allocated float64) (util, scale uint16) {
+	var pct float64
+	switch {
+	case utilPercent != nil:
+		pct = *utilPercent
+	case allocated > 0:
+		pct = used / allocated * 100
+	}
+	pct = min(max(pct, 0), 100)
+	util = uint16(math.Round(pct * 100))
+	if util == 0 {
+		return 0, 0 // used is 0 whatever the scale
+	}
+	return util, uint16(min(math.Round(used/(float64(util)/10000)*scaleUnits), math.MaxUint16))
 }
 
 func (r *ring) push(s sample, size int, inWindow func(uint16) bool) {
@@ -161,11 +195,8 @@ func (h *History) User(name string, since time.Time) Points {
 		}
 		p := Point{T: time.UnixMilli(t).UTC(), AllocatedGPUs: float64(s.allocated), MemoryUsedBytes: uint64(s.mem16MiB) * memUnit,
 			stamp: h.stamps[slot]}
-		if !math.IsNaN(float64(s.used)) {
-			p.UsedKnown, p.UsedGPUs = true, float64(s.used)
-			if s.allocated > 0 {
-				p.SMUtilPercent = math.Round(min(100, p.UsedGPUs/p.AllocatedGPUs*100)*100) / 100
-			}
+		if s.known() {
+			p.UsedKnown, p.UsedGPUs, p.SMUtilPercent = true, s.used(), s.utilPercent()
 		}
 		out = append(out, p)
 	}

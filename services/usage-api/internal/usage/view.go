@@ -4,16 +4,21 @@
 package usage
 
 import (
+	"fmt"
+	"math"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
+	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/collect"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/inventory"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/share"
 )
 
-// StaleIntervals is how many sampling intervals an agent snapshot may age before its numbers are stale.
+// StaleIntervals is how many sampling intervals telemetry may age, by default, before it is stale.
 const StaleIntervals = 3
 
 // Directory is the Hub's view of users and groups, the last one known.
@@ -38,18 +43,33 @@ type Input struct {
 	Nodes    map[string]inventory.Node
 	Agents   map[string]collect.Result // by node
 	Hub      Directory
+	// StaleAfter is the age past which a node's telemetry is stale; 0: StaleIntervals sampling intervals (the
+	// agent's intervalSeconds or Interval, whichever is longer).
+	StaleAfter time.Duration
 }
 
-// Share is a user's live share.
+// Share is a user's live share: what they hold and how much of a GPU's time they use, summed over their units.
+//
+// Held (AllocatedGPUs) is GPU-equivalents: a whole GPU 1, a MIG instance g/slices (3g.20gb on an A100: 3/7), a
+// time-sliced replica 1/replicas (a 4-way T4: 1/4). Used (UsedGPUs) is the fraction of a physical GPU's time the
+// user's processes keep busy: SM utilization / 100 x the unit's scale (see utilScale). On a 4-way time-sliced
+// T4, one user alone keeping it 100 % busy holds 0.25 and uses 1.0; four users each keeping it 25 % busy hold
+// and use 0.25 each, 1.0 together; one busy and three idle use 1.0, 0, 0, 0. A 3g.20gb MIG instance 50 % busy
+// holds 3/7 and uses 3/14. Used may exceed held on shared GPUs: time-slicing does not cap a replica.
 type Share struct {
 	AllocatedGPUs float64 `json:"allocatedGPUs"`
-	// UsedGPUs is allocated x SM utilization; null when the utilization of any allocated GPU is unknown.
+	// UsedGPUs is null when the utilization of any held unit is unknown (stale telemetry, MIG without DCGM).
 	UsedGPUs         *float64 `json:"usedGPUs"`
 	MemoryUsedBytes  uint64   `json:"memoryUsedBytes"`
 	MemoryTotalBytes uint64   `json:"memoryTotalBytes"`
 }
 
-// GPU is one allocated unit (a whole GPU, a MIG instance or a time-sliced replica).
+// GPU is one allocated unit (a whole GPU, a MIG instance or a time-sliced replica). Share is what it holds in
+// GPU-equivalents (1, g/slices, 1/replicas); SMUtilPercent is the pod's utilization as the agent measures it
+// (of the whole GPU for whole and time-sliced units, per process through NVML; of the instance for MIG, through
+// DCGM); UsedGPUs is the fraction of a physical GPU's time it keeps busy, SMUtilPercent / 100 x utilScale: a
+// time-sliced T4 replica at 25 % uses 0.25 while holding 0.25, alone at 100 % it uses 1.0; a 3g.20gb instance
+// at 50 % uses 3/14.
 type GPU struct {
 	Kind              share.Kind `json:"kind"`
 	Resource          string     `json:"resource"`
@@ -63,10 +83,14 @@ type GPU struct {
 	UUID              string     `json:"uuid,omitempty"`
 	SMUtilPercent     *float64   `json:"smUtilPercent"`
 	UtilizationSource string     `json:"utilizationSource"`
+	UsedGPUs          *float64   `json:"usedGPUs"` // null when SMUtilPercent is
 	MemoryUsedBytes   uint64     `json:"memoryUsedBytes"`
 	MemoryTotalBytes  uint64     `json:"memoryTotalBytes"`
-	// Stale is true when the agent's last snapshot is older than StaleIntervals: utilization is then unknown.
-	Stale bool `json:"stale"`
+	// Stale is true when the node's telemetry is stale (judgeAgent): utilization is then unknown, StaleReason says why.
+	Stale       bool   `json:"stale"`
+	StaleReason string `json:"staleReason,omitempty"`
+	// UtilizationUnknownReason says in plain words why SMUtilPercent is null.
+	UtilizationUnknownReason string `json:"utilizationUnknownReason,omitempty"`
 }
 
 // Server is one running single-user server that holds GPUs.
@@ -79,6 +103,7 @@ type Server struct {
 	AllocatedGPUs float64  `json:"allocatedGPUs"`
 	UsedGPUs      *float64 `json:"usedGPUs"`
 	Stale         bool     `json:"stale"`
+	StaleReason   string   `json:"staleReason,omitempty"`
 	Simulated     bool     `json:"simulated"`
 	GPUs          []GPU    `json:"gpus"`
 }
@@ -89,8 +114,13 @@ type User struct {
 	Groups    []string
 	Simulated bool
 	Stale     bool
-	Share     Share
-	Servers   []Server
+	// StaleReason joins the distinct reasons of the user's stale servers.
+	StaleReason string
+	Share       Share
+	// SMUtilPercent is the user's utilization: used / the GPU time their units can reach (the sum of utilScale),
+	// so a single unit's is its own smUtilPercent; nil when used is. The history keeps it.
+	SMUtilPercent *float64
+	Servers       []Server
 }
 
 // GroupShare is the live share of a group's members.
@@ -110,7 +140,7 @@ type ClassStats struct {
 	AllocatedGPUs    float64    `json:"allocatedGPUs"`
 	UsedGPUs         float64    `json:"usedGPUs"`         // known part
 	UsedUnknownGPUs  float64    `json:"usedUnknownGPUs"`  // allocated GPUs whose utilization is unknown
-	SMUtilPercent    *float64   `json:"smUtilPercent"`    // used / allocated over the known part
+	SMUtilPercent    *float64   `json:"smUtilPercent"`    // used / the class's GPUs (capacity), known part
 	MemoryUsedBytes  uint64     `json:"memoryUsedBytes"`  // of allocated units
 	MemoryTotalBytes uint64     `json:"memoryTotalBytes"` // of allocated units
 }
@@ -128,6 +158,20 @@ type Cluster struct {
 	UsedGPUs        float64      `json:"usedGPUs"`
 	UsedUnknownGPUs float64      `json:"usedUnknownGPUs"`
 	Classes         []ClassStats `json:"classes"`
+	// AgentStatus is the freshness of every node agent's telemetry, by node name.
+	AgentStatus []AgentStatus `json:"agentStatus"`
+}
+
+// AgentStatus is how fresh one node's GPU agent telemetry is. It names no user.
+type AgentStatus struct {
+	Node string `json:"node"`
+	// SampledAt is when the agent sampled (its clock); null when it never answered.
+	SampledAt *time.Time `json:"sampledAt"`
+	// AgeSeconds is the telemetry's age at the tick: the longer of now - sampledAt and the time since this
+	// service first fetched that sample (which holds when the agent's clock is ahead); null without a snapshot.
+	AgeSeconds  *float64 `json:"ageSeconds"`
+	Stale       bool     `json:"stale"`
+	StaleReason string   `json:"staleReason,omitempty"`
 }
 
 // View is one tick's immutable join.
@@ -166,26 +210,32 @@ func Build(in Input) *View {
 			c.CapacityGPUs += a.Share()
 		}
 	}
-	stale := map[string]bool{}
+	status := make(map[string]*AgentStatus, len(in.Agents))
+	v.Cluster.AgentStatus = make([]AgentStatus, 0, len(in.Agents))
 	for node, r := range in.Agents {
 		v.Cluster.Agents++
-		if isStale(r, in.Now, in.Interval) {
-			stale[node] = true
+		st := judgeAgent(node, r, in)
+		if st.Stale {
 			v.Cluster.StaleAgents++
 		}
-		if r.Snapshot != nil && r.Snapshot.Backend == "simulated" {
+		if r.Snapshot != nil && r.Snapshot.Backend == snapshot.BackendSimulated {
 			v.Cluster.Simulated = true
 		}
+		v.Cluster.AgentStatus = append(v.Cluster.AgentStatus, st)
+	}
+	sort.Slice(v.Cluster.AgentStatus, func(i, j int) bool { return v.Cluster.AgentStatus[i].Node < v.Cluster.AgentStatus[j].Node })
+	for i := range v.Cluster.AgentStatus {
+		status[v.Cluster.AgentStatus[i].Node] = &v.Cluster.AgentStatus[i]
 	}
 
+	scales := map[string]float64{} // by user: the GPU time their units can reach
 	for _, p := range in.Pods {
 		if !p.Allocated() {
 			continue
 		}
 		node := in.Nodes[p.Node]
 		allocs := share.Allocations(p.Resources, share.Node{Labels: node.Labels})
-		agent, hasAgent := in.Agents[p.Node]
-		srv := buildServer(p, allocs, agent, hasAgent && !stale[p.Node], hasAgent && stale[p.Node])
+		srv, scale := buildServer(p, allocs, in.Agents[p.Node], status[p.Node])
 		for _, g := range srv.GPUs {
 			c := classes[g.Class]
 			if c == nil {
@@ -196,15 +246,15 @@ func Build(in Input) *View {
 			c.AllocatedGPUs += g.Share
 			c.MemoryUsedBytes += g.MemoryUsedBytes
 			c.MemoryTotalBytes += g.MemoryTotalBytes
-			if g.SMUtilPercent != nil {
-				c.UsedGPUs += g.Share * *g.SMUtilPercent / 100
+			if g.UsedGPUs != nil {
+				c.UsedGPUs += *g.UsedGPUs
 			} else {
 				c.UsedUnknownGPUs += g.Share
 			}
 			if p.User != "" {
 				s := ledger.Sample{Key: ledger.Key{User: p.User, Kind: string(g.Kind), Class: g.Class}, Pod: p.UID, Since: p.Started, Allocated: g.Share}
-				if g.SMUtilPercent != nil {
-					s.Used, s.UsedKnown = g.Share**g.SMUtilPercent/100, true
+				if g.UsedGPUs != nil {
+					s.Used, s.UsedKnown = *g.UsedGPUs, true
 				}
 				v.Samples = append(v.Samples, s)
 			}
@@ -218,6 +268,7 @@ func Build(in Input) *View {
 			v.Users[p.User] = u
 		}
 		u.Servers = append(u.Servers, srv)
+		scales[p.User] += scale
 		u.Simulated = u.Simulated || srv.Simulated
 		u.Stale = u.Stale || srv.Stale
 		u.Share.AllocatedGPUs += srv.AllocatedGPUs
@@ -233,13 +284,24 @@ func Build(in Input) *View {
 	}
 	for _, u := range v.Users {
 		sort.Slice(u.Servers, func(i, j int) bool { return u.Servers[i].Name < u.Servers[j].Name })
-		var used float64
+		var reasons []string
+		for _, srv := range u.Servers {
+			if srv.Stale && !slices.Contains(reasons, srv.StaleReason) {
+				reasons = append(reasons, srv.StaleReason)
+			}
+		}
+		u.StaleReason = strings.Join(reasons, "; ")
+		var used float64 // the known part, for the groups
 		for _, s := range u.Servers {
 			for _, g := range s.GPUs {
-				if g.SMUtilPercent != nil {
-					used += g.Share * *g.SMUtilPercent / 100
+				if g.UsedGPUs != nil {
+					used += *g.UsedGPUs
 				}
 			}
+		}
+		if u.Share.UsedGPUs != nil && scales[u.Name] > 0 {
+			util := min(100, *u.Share.UsedGPUs/scales[u.Name]*100)
+			u.SMUtilPercent = &util
 		}
 		for _, grp := range u.Groups {
 			gs := v.Groups[grp]
@@ -251,8 +313,15 @@ func Build(in Input) *View {
 	v.Cluster.SampledAt, v.Cluster.IntervalSeconds = in.Now, in.Interval.Seconds()
 	v.Cluster.Classes = make([]ClassStats, 0, len(classes))
 	for _, c := range classes {
+		// The share of the class's GPU time that is busy: used over the class's physical GPU-equivalents
+		// (capacity), less the held part whose utilization is unknown. Over what is allocated instead, a replica
+		// alone on a time-sliced GPU would read 400 %.
 		if known := c.AllocatedGPUs - c.UsedUnknownGPUs; known > 1e-12 {
-			u := min(100, c.UsedGPUs/known*100)
+			gpus := c.CapacityGPUs - c.UsedUnknownGPUs
+			if gpus < known {
+				gpus = known // pods on a node that no longer advertises the resource
+			}
+			u := min(100, c.UsedGPUs/gpus*100)
 			c.SMUtilPercent = &u
 		}
 		v.Cluster.CapacityGPUs += c.CapacityGPUs
@@ -265,21 +334,105 @@ func Build(in Input) *View {
 	return v
 }
 
-func isStale(r collect.Result, now time.Time, interval time.Duration) bool {
-	if r.Snapshot == nil {
-		return true
+// judgeAgent says whether a node's telemetry is stale and why. Freshness is judged by when the agent sampled,
+// not by when this service fetched: an agent whose NVML or DCGM is wedged keeps answering with its last
+// sample. Two clocks are used, and the older age wins: now - sampledAt (the agent's clock against ours) and the
+// time since this service first fetched that sampledAt (ours alone), so that a sample that does not move is
+// stale even when the agent's clock is ahead.
+func judgeAgent(node string, r collect.Result, in Input) AgentStatus {
+	st := AgentStatus{Node: node}
+	s := r.Snapshot
+	if s == nil {
+		st.Stale = true
+		if r.Err != nil {
+			st.StaleReason = fmt.Sprintf("the GPU agent on node %s is unreachable: %v", node, r.Err)
+		} else {
+			st.StaleReason = fmt.Sprintf("the GPU agent on node %s has sent no snapshot yet", node)
+		}
+		return st
 	}
-	return now.Sub(r.FetchedAt) > StaleIntervals*interval
+	limit := staleAfter(in, s.IntervalSeconds)
+	sampled, seen := s.SampledAt, r.SampleSeenAt
+	if seen.IsZero() {
+		seen = r.FetchedAt
+	}
+	agentAge, seenAge := in.Now.Sub(sampled), in.Now.Sub(seen)
+	age := max(agentAge, seenAge)
+	ageS := math.Round(age.Seconds()*1000) / 1000
+	st.SampledAt, st.AgeSeconds = &sampled, &ageS
+	h := s.Health
+	// Health is reported when the agent stamped an attempt; it fails "that long" when its last success is older
+	// than the limit (agents keep serving the last good sample meanwhile).
+	failing := !h.LastAttemptAt.IsZero() && !h.OK && (h.LastSuccessAt.IsZero() || in.Now.Sub(h.LastSuccessAt) > limit)
+	switch {
+	case age > limit && r.Err != nil:
+		st.StaleReason = fmt.Sprintf("the GPU agent on node %s has not answered since %s (%s): agent unreachable: %v",
+			node, clock(r.FetchedAt, in.Now), ago(in.Now.Sub(r.FetchedAt)), r.Err)
+	case failing && h.LastSuccessAt.IsZero():
+		st.StaleReason = fmt.Sprintf("the GPU agent on node %s has never sampled successfully (%d attempts)", node, h.ConsecutiveFailures)
+	case failing:
+		st.StaleReason = fmt.Sprintf("the GPU agent on node %s has failed to sample %d times in a row since %s (%s)",
+			node, h.ConsecutiveFailures, clock(h.LastSuccessAt, in.Now), ago(in.Now.Sub(h.LastSuccessAt)))
+	case age <= limit:
+		return st
+	case agentAge >= seenAge:
+		st.StaleReason = fmt.Sprintf("the GPU agent on node %s has not sampled since %s (%s)", node, clock(sampled, in.Now), ago(agentAge))
+	default:
+		st.StaleReason = fmt.Sprintf("the GPU agent on node %s has served the same sample for %s (stamped %s by the agent's clock)",
+			node, ago(seenAge), clock(sampled, in.Now))
+	}
+	if failing && h.LastError != "" {
+		st.StaleReason += ": " + h.LastError
+	}
+	st.Stale = true
+	return st
 }
 
-// buildServer details one pod. fresh: the node's agent snapshot is recent; stale: it exists but is old.
-func buildServer(p inventory.Pod, allocs []share.Allocation, agent collect.Result, fresh, stale bool) Server {
-	srv := Server{Name: p.Server, Pod: p.Name, Namespace: p.Namespace, Node: p.Node, Ready: p.Ready, Stale: stale, UsedGPUs: new(float64)}
-	var ap *collect.Pod
-	var snap *collect.Snapshot
+// staleAfter is the telemetry age limit for an agent that samples every intervalSeconds. By default it is
+// StaleIntervals sampling intervals, counted in the agent's interval or this service's, whichever is longer:
+// this service cannot see a sample sooner than it polls.
+func staleAfter(in Input, intervalSeconds float64) time.Duration {
+	if in.StaleAfter > 0 {
+		return in.StaleAfter
+	}
+	return StaleIntervals * max(in.Interval, time.Duration(intervalSeconds*float64(time.Second)))
+}
+
+// clock writes a time of day for a reason ("14:02:11 UTC"), with the date when it is not recent.
+func clock(t, now time.Time) string {
+	if d := now.Sub(t); d > 20*time.Hour || d < -20*time.Hour {
+		return t.UTC().Format("2006-01-02 15:04:05 UTC")
+	}
+	return t.UTC().Format("15:04:05 UTC")
+}
+
+// ago writes a duration for a reason: "47 s", "12 min", "5 h", "3 days".
+func ago(d time.Duration) string {
+	switch d = max(d, 0); {
+	case d < 2*time.Minute:
+		return fmt.Sprintf("%d s", int(d.Round(time.Second)/time.Second))
+	case d < 2*time.Hour:
+		return fmt.Sprintf("%d min", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%d h", int(d/time.Hour))
+	}
+	return fmt.Sprintf("%d days", int(d/(24*time.Hour)))
+}
+
+// buildServer details one pod and returns the GPU time its units can reach (the sum of their utilScale). st is
+// the node agent's status, nil when no agent runs on the node.
+func buildServer(p inventory.Pod, allocs []share.Allocation, agent collect.Result, st *AgentStatus) (Server, float64) {
+	fresh := st != nil && !st.Stale
+	srv := Server{Name: p.Server, Pod: p.Name, Namespace: p.Namespace, Node: p.Node, Ready: p.Ready, UsedGPUs: new(float64)}
+	unknown := fmt.Sprintf("no GPU agent runs on node %s", p.Node)
+	if st != nil && st.Stale {
+		srv.Stale, srv.StaleReason, unknown = true, st.StaleReason, st.StaleReason
+	}
+	var ap *snapshot.Pod
+	var snap *snapshot.Snapshot
 	if fresh {
 		snap = agent.Snapshot
-		srv.Simulated = snap.Backend == "simulated"
+		srv.Simulated = snap.Backend == snapshot.BackendSimulated
 		for i := range snap.Pods {
 			if snap.Pods[i].UID == p.UID || (snap.Pods[i].UID == "" && snap.Pods[i].Namespace == p.Namespace && snap.Pods[i].Name == p.Name) {
 				ap = &snap.Pods[i]
@@ -287,8 +440,8 @@ func buildServer(p inventory.Pod, allocs []share.Allocation, agent collect.Resul
 			}
 		}
 	}
-	devices := map[string][]collect.Device{}
-	var loose []collect.Device
+	devices := map[string][]snapshot.Device{}
+	var loose []snapshot.Device
 	if ap != nil {
 		for _, d := range ap.Devices {
 			if d.Resource == "" {
@@ -298,7 +451,7 @@ func buildServer(p inventory.Pod, allocs []share.Allocation, agent collect.Resul
 			}
 		}
 	}
-	units := 0
+	units, scale := 0, 0.0
 	for _, a := range allocs {
 		units += int(a.Count)
 	}
@@ -307,42 +460,67 @@ func buildServer(p inventory.Pod, allocs []share.Allocation, agent collect.Resul
 			g := GPU{
 				Kind: a.Kind, Resource: a.Resource, Product: a.Product, Profile: a.Profile, Class: a.Class(),
 				Share: a.UnitShare(), ShareNumerator: a.Numerator, ShareDenominator: a.Denominator,
-				Description: a.Description(), MemoryTotalBytes: a.MemoryTotalBytes, UtilizationSource: "none", Stale: stale,
+				Description: a.Description(), MemoryTotalBytes: a.MemoryTotalBytes, UtilizationSource: snapshot.SourceNone,
+				Stale: srv.Stale, StaleReason: srv.StaleReason, UtilizationUnknownReason: unknown,
 			}
-			var dev *collect.Device
+			var dev *snapshot.Device
 			if ds := devices[a.Resource]; int(i) < len(ds) {
 				dev = &ds[i]
 			} else if len(loose) > 0 {
 				dev, loose = &loose[0], loose[1:]
 			}
 			if fresh {
-				fillMeasured(&g, snap, ap, dev, units)
+				fillMeasured(&g, p.Node, snap, ap, dev, units)
 			}
+			g.UsedGPUs = usedGPUs(g.SMUtilPercent, a)
+			scale += utilScale(a)
 			srv.GPUs = append(srv.GPUs, g)
 			srv.AllocatedGPUs += g.Share
-			if g.SMUtilPercent == nil {
+			if g.UsedGPUs == nil {
 				srv.UsedGPUs = nil
 			} else if srv.UsedGPUs != nil {
-				*srv.UsedGPUs += g.Share * *g.SMUtilPercent / 100
+				*srv.UsedGPUs += *g.UsedGPUs
 			}
 		}
 	}
 	if !fresh {
 		srv.UsedGPUs = nil
 	}
-	return srv
+	return srv, scale
+}
+
+// usedGPUs is the one definition of "used": the fraction of a physical GPU's time a unit keeps busy,
+// utilization / 100 x utilScale; nil when the utilization is unknown.
+func usedGPUs(utilPercent *float64, a share.Allocation) *float64 {
+	if utilPercent == nil {
+		return nil
+	}
+	u := *utilPercent / 100 * utilScale(a)
+	return &u
+}
+
+// utilScale is how much of a physical GPU's time 100 % utilization of one unit is. The agent measures whole
+// and time-sliced units per process through NVML, already as a fraction of the whole GPU: 1. It measures a MIG
+// instance through DCGM as a fraction of the instance: g/slices.
+// TODO(issue 9, vocab): becomes gpu.Allocation.UtilizationScale() when services/internal/gpu lands.
+func utilScale(a share.Allocation) float64 {
+	if a.Kind == share.KindMIG {
+		return a.UnitShare()
+	}
+	return 1
 }
 
 // fillMeasured sets utilization and memory of one unit from a fresh snapshot. A fresh snapshot that does not
 // list the pod means the agent saw no GPU process of it: utilization 0, measured, not invented.
-func fillMeasured(g *GPU, snap *collect.Snapshot, ap *collect.Pod, dev *collect.Device, units int) {
+func fillMeasured(g *GPU, node string, snap *snapshot.Snapshot, ap *snapshot.Pod, dev *snapshot.Device, units int) {
+	g.UtilizationUnknownReason = ""
 	if ap == nil {
 		zero := 0.0
-		g.SMUtilPercent, g.UtilizationSource = &zero, snap.Backend
+		g.SMUtilPercent, g.UtilizationSource = &zero, string(snap.Backend)
 		return
 	}
-	var gpu *collect.GPU
-	var mig *collect.MIGDevice
+	var gpu *snapshot.GPU
+	var mig *snapshot.MIGDevice
 	if dev != nil {
 		g.UUID = dev.UUID
 		for i := range snap.GPUs {
@@ -380,14 +558,40 @@ func fillMeasured(g *GPU, snap *collect.Snapshot, ap *collect.Pod, dev *collect.
 		case mig != nil:
 			g.SMUtilPercent, g.UtilizationSource = capPct(mig.UtilizationPercent), mig.UtilizationSource
 		case gpu != nil && g.Kind == share.KindGPU:
-			g.SMUtilPercent, g.UtilizationSource = capPct(gpu.UtilizationPercent), snap.Backend
+			g.SMUtilPercent, g.UtilizationSource = capPct(gpu.UtilizationPercent), string(snap.Backend)
 		}
 	}
-	if g.SMUtilPercent == nil {
-		g.UtilizationSource = "none"
-	} else if g.UtilizationSource == "" || g.UtilizationSource == "none" {
-		g.UtilizationSource = snap.Backend
+	switch {
+	case g.SMUtilPercent != nil:
+		if g.UtilizationSource == "" || g.UtilizationSource == snapshot.SourceNone {
+			g.UtilizationSource = string(snap.Backend)
+		}
+		return
+	case gpu != nil && gpu.Error != "":
+		g.UtilizationUnknownReason = fmt.Sprintf("the GPU agent on node %s could not read GPU %d: %s", node, gpu.Index, gpu.Error)
+	case gpu == nil && failedGPU(snap) != nil:
+		// The agent lists a pod whose GPU it cannot tell with null while any GPU of the node failed to read.
+		fg := failedGPU(snap)
+		g.UtilizationUnknownReason = fmt.Sprintf("the GPU agent on node %s could not read GPU %d: %s", node, fg.Index, fg.Error)
+	case g.Kind == share.KindMIG:
+		g.UtilizationUnknownReason = fmt.Sprintf("the GPU agent on node %s does not measure MIG instances (that needs DCGM)", node)
+	case units > 1 && dev == nil:
+		g.UtilizationUnknownReason = fmt.Sprintf("the GPU agent on node %s did not say which device this unit of the pod is", node)
+	case units > 1:
+		g.UtilizationUnknownReason = fmt.Sprintf("the GPU agent on node %s does not split the pod's utilization between its time-sliced units", node)
+	default:
+		g.UtilizationUnknownReason = fmt.Sprintf("the GPU agent on node %s reported no utilization for this pod", node)
 	}
+	g.UtilizationSource = snapshot.SourceNone
+}
+
+func failedGPU(snap *snapshot.Snapshot) *snapshot.GPU {
+	for i := range snap.GPUs {
+		if snap.GPUs[i].Error != "" {
+			return &snap.GPUs[i]
+		}
+	}
+	return nil
 }
 
 func capPct(p *float64) *float64 {
