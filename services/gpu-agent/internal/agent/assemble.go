@@ -8,6 +8,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/attribution"
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/cluster"
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
+	"github.com/gpuhub/gpuhub/services/internal/gpu"
 )
 
 // PodSource is the node-local pod cache (cluster.Watcher).
@@ -191,8 +192,8 @@ func assemble(r snapshot.Reading, node string, sampledAt time.Time, interval tim
 // only GPU resource.
 func resourceFor(dev snapshot.Device, requested map[string]int64) string {
 	if dev.Profile != "" {
-		if _, ok := requested["nvidia.com/mig-"+dev.Profile]; ok {
-			return "nvidia.com/mig-" + dev.Profile
+		if _, ok := requested[gpu.MIGResource(dev.Profile)]; ok {
+			return gpu.MIGResource(dev.Profile)
 		}
 	}
 	if len(requested) == 1 {

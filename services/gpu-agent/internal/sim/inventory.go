@@ -17,20 +17,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
+	"github.com/gpuhub/gpuhub/services/internal/gpu"
 )
 
-// GFD labels and device-plugin resources read from the Node.
+// What the simulator assumes where the Node's labels say nothing.
 const (
-	LabelProduct     = "nvidia.com/gpu.product"
-	LabelMemory      = "nvidia.com/gpu.memory" // MiB
-	LabelCount       = "nvidia.com/gpu.count"
-	LabelReplicas    = "nvidia.com/gpu.replicas"
-	LabelMIGStrategy = "nvidia.com/mig.strategy"
-
-	ResourceGPU       = "nvidia.com/gpu"
-	ResourceShared    = "nvidia.com/gpu.shared"
-	ResourceMIGPrefix = "nvidia.com/mig-"
-
 	defaultProduct   = "Simulated GPU"
 	defaultMemoryMiB = 16384
 	slicesPerGPU     = 7 // compute slices of an A100/H100
@@ -44,8 +35,8 @@ type device struct {
 	gi       int
 }
 
-// gpu is one emulated physical GPU.
-type gpu struct {
+// card is one emulated physical GPU.
+type card struct {
 	uuid     string
 	index    int
 	product  string
@@ -56,7 +47,7 @@ type gpu struct {
 
 // inventory is the emulated hardware of a node.
 type inventory struct {
-	gpus []*gpu
+	gpus []*card
 	// key identifies the Node's GPU labels and capacity: assignments are
 	// redone when it changes.
 	key string
@@ -73,37 +64,34 @@ func newInventory(node *corev1.Node) *inventory {
 		}
 		return int(q.Value())
 	}
-	product := labels[LabelProduct]
+	product := labels[gpu.LabelProduct]
 	if product == "" {
 		product = defaultProduct
 	}
 	// GFD appends -SHARED under time-slicing and the MIG profile under the
 	// single strategy; the product is the same card.
-	product = strings.TrimSuffix(product, "-SHARED")
-	if i := strings.Index(product, "-MIG-"); i >= 0 {
-		product = product[:i]
-	}
-	memMiB := atoiDefault(labels[LabelMemory], defaultMemoryMiB)
-	replicas := max(atoiDefault(labels[LabelReplicas], 1), 1)
-	strategy := labels[LabelMIGStrategy]
+	product = gpu.BaseProduct(product)
+	memMiB := atoiDefault(labels[gpu.LabelMemoryMiB], defaultMemoryMiB)
+	replicas := max(atoiDefault(labels[gpu.LabelReplicas], 1), 1)
+	strategy := labels[gpu.LabelMIGStrategy]
 
 	inv := &inventory{}
 	var keyParts []string
 	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		if strings.HasPrefix(k, "nvidia.com/") {
+		if gpu.IsNVIDIAName(k) {
 			keyParts = append(keyParts, k+"="+labels[k])
 		}
 	}
 	for name, q := range node.Status.Capacity {
-		if strings.HasPrefix(string(name), "nvidia.com/") {
+		if gpu.IsNVIDIAName(string(name)) {
 			keyParts = append(keyParts, string(name)+":"+q.String())
 		}
 	}
 	slices.Sort(keyParts)
 	inv.key = strings.Join(keyParts, ",")
 
-	newGPU := func() *gpu {
-		g := &gpu{index: len(inv.gpus), product: product, memTotal: uint64(memMiB) << 20}
+	newGPU := func() *card {
+		g := &card{index: len(inv.gpus), product: product, memTotal: uint64(memMiB) << 20}
 		g.uuid = "GPU-sim-" + hashUUID(node.Name, "gpu", strconv.Itoa(g.index))
 		inv.gpus = append(inv.gpus, g)
 		return g
@@ -127,14 +115,14 @@ func newInventory(node *corev1.Node) *inventory {
 	var migs []migReq
 	if strategy == "single" {
 		if p := singleProfile(labels); p != "" {
-			migs = append(migs, migReq{profile: p, resource: ResourceGPU, n: capacity(ResourceGPU)})
+			migs = append(migs, migReq{profile: p, resource: gpu.ResourceGPU, n: capacity(gpu.ResourceGPU)})
 		}
 	} else {
-		whole(ResourceGPU, capacity(ResourceGPU), replicasFor(ResourceGPU, replicas, capacity(ResourceShared)))
+		whole(gpu.ResourceGPU, capacity(gpu.ResourceGPU), replicasFor(gpu.ResourceGPU, replicas, capacity(gpu.ResourceGPUShared)))
 	}
-	whole(ResourceShared, capacity(ResourceShared), replicas)
+	whole(gpu.ResourceGPUShared, capacity(gpu.ResourceGPUShared), replicas)
 	for name := range node.Status.Capacity {
-		if p, ok := strings.CutPrefix(string(name), ResourceMIGPrefix); ok && strategy != "single" {
+		if p, ok := gpu.MIGProfile(string(name)); ok && strategy != "single" {
 			migs = append(migs, migReq{profile: p, resource: string(name), n: capacity(string(name))})
 		}
 	}
@@ -146,13 +134,13 @@ func newInventory(node *corev1.Node) *inventory {
 		}
 		return strings.Compare(a.profile, b.profile)
 	})
-	var migGPUs []*gpu
-	used := map[*gpu]int{}
+	var migGPUs []*card
+	used := map[*card]int{}
 	for _, m := range migs {
 		s := profileSlices(m.profile)
-		mem := uint64(atoiDefault(labels[ResourceMIGPrefix+m.profile+".memory"], profileMemMiB(m.profile))) << 20
+		mem := uint64(atoiDefault(labels[gpu.LabelMIGMemoryMiB(m.profile)], profileMemMiB(m.profile))) << 20
 		for range m.n {
-			var g *gpu
+			var g *card
 			for _, c := range migGPUs {
 				if used[c]+s <= slicesPerGPU {
 					g = c
@@ -181,19 +169,15 @@ func newInventory(node *corev1.Node) *inventory {
 // replicasFor: without renameByDefault, time-sliced replicas are advertised
 // as nvidia.com/gpu itself.
 func replicasFor(resource string, replicas, sharedCapacity int) int {
-	if resource == ResourceGPU && sharedCapacity == 0 {
+	if resource == gpu.ResourceGPU && sharedCapacity == 0 {
 		return replicas
 	}
 	return 1
 }
 
 func singleProfile(labels map[string]string) string {
-	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		if rest, ok := strings.CutPrefix(k, ResourceMIGPrefix); ok {
-			if p, ok := strings.CutSuffix(rest, ".count"); ok {
-				return p
-			}
-		}
+	if ps := gpu.MIGProfilesLabelled(labels); len(ps) > 0 {
+		return ps[0]
 	}
 	return ""
 }

@@ -7,10 +7,10 @@ import (
 	"sort"
 	"time"
 
+	"github.com/gpuhub/gpuhub/services/internal/gpu"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/collect"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/inventory"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
-	"github.com/gpuhub/gpuhub/services/usage-api/internal/share"
 )
 
 // StaleIntervals is how many sampling intervals an agent snapshot may age before its numbers are stale.
@@ -51,20 +51,20 @@ type Share struct {
 
 // GPU is one allocated unit (a whole GPU, a MIG instance or a time-sliced replica).
 type GPU struct {
-	Kind              share.Kind `json:"kind"`
-	Resource          string     `json:"resource"`
-	Product           string     `json:"product"`
-	Profile           string     `json:"profile,omitempty"`
-	Class             string     `json:"class"`
-	Share             float64    `json:"share"`
-	ShareNumerator    int64      `json:"shareNumerator"`
-	ShareDenominator  int64      `json:"shareDenominator"`
-	Description       string     `json:"description"`
-	UUID              string     `json:"uuid,omitempty"`
-	SMUtilPercent     *float64   `json:"smUtilPercent"`
-	UtilizationSource string     `json:"utilizationSource"`
-	MemoryUsedBytes   uint64     `json:"memoryUsedBytes"`
-	MemoryTotalBytes  uint64     `json:"memoryTotalBytes"`
+	Kind              gpu.Kind `json:"kind"`
+	Resource          string   `json:"resource"`
+	Product           string   `json:"product"`
+	Profile           string   `json:"profile,omitempty"`
+	Class             string   `json:"class"`
+	Share             float64  `json:"share"`
+	ShareNumerator    int64    `json:"shareNumerator"`
+	ShareDenominator  int64    `json:"shareDenominator"`
+	Description       string   `json:"description"`
+	UUID              string   `json:"uuid,omitempty"`
+	SMUtilPercent     *float64 `json:"smUtilPercent"`
+	UtilizationSource string   `json:"utilizationSource"`
+	MemoryUsedBytes   uint64   `json:"memoryUsedBytes"`
+	MemoryTotalBytes  uint64   `json:"memoryTotalBytes"`
 	// Stale is true when the agent's last snapshot is older than StaleIntervals: utilization is then unknown.
 	Stale bool `json:"stale"`
 }
@@ -100,19 +100,19 @@ type GroupShare struct {
 
 // ClassStats is the cluster's inventory and use of one GPU class.
 type ClassStats struct {
-	Class            string     `json:"class"`
-	Kind             share.Kind `json:"kind"`
-	Product          string     `json:"product"`
-	Profile          string     `json:"profile,omitempty"`
-	CapacityUnits    int64      `json:"capacityUnits"`
-	AllocatedUnits   int64      `json:"allocatedUnits"`
-	CapacityGPUs     float64    `json:"capacityGPUs"`
-	AllocatedGPUs    float64    `json:"allocatedGPUs"`
-	UsedGPUs         float64    `json:"usedGPUs"`         // known part
-	UsedUnknownGPUs  float64    `json:"usedUnknownGPUs"`  // allocated GPUs whose utilization is unknown
-	SMUtilPercent    *float64   `json:"smUtilPercent"`    // used / allocated over the known part
-	MemoryUsedBytes  uint64     `json:"memoryUsedBytes"`  // of allocated units
-	MemoryTotalBytes uint64     `json:"memoryTotalBytes"` // of allocated units
+	Class            string   `json:"class"`
+	Kind             gpu.Kind `json:"kind"`
+	Product          string   `json:"product"`
+	Profile          string   `json:"profile,omitempty"`
+	CapacityUnits    int64    `json:"capacityUnits"`
+	AllocatedUnits   int64    `json:"allocatedUnits"`
+	CapacityGPUs     float64  `json:"capacityGPUs"`
+	AllocatedGPUs    float64  `json:"allocatedGPUs"`
+	UsedGPUs         float64  `json:"usedGPUs"`         // known part
+	UsedUnknownGPUs  float64  `json:"usedUnknownGPUs"`  // allocated GPUs whose utilization is unknown
+	SMUtilPercent    *float64 `json:"smUtilPercent"`    // used / allocated over the known part
+	MemoryUsedBytes  uint64   `json:"memoryUsedBytes"`  // of allocated units
+	MemoryTotalBytes uint64   `json:"memoryTotalBytes"` // of allocated units
 }
 
 // Cluster is the cluster-wide view; it names no user.
@@ -146,7 +146,7 @@ type View struct {
 func Build(in Input) *View {
 	v := &View{SampledAt: in.Now, Interval: in.Interval, Users: map[string]*User{}, Groups: map[string]GroupShare{}, Hub: in.Hub}
 	classes := map[string]*ClassStats{}
-	classOf := func(a share.Allocation) *ClassStats {
+	classOf := func(a gpu.Allocation) *ClassStats {
 		c := classes[a.Class()]
 		if c == nil {
 			c = &ClassStats{Class: a.Class(), Kind: a.Kind, Product: a.Product, Profile: a.Profile}
@@ -160,7 +160,7 @@ func Build(in Input) *View {
 			continue
 		}
 		v.Cluster.Nodes++
-		for _, a := range share.Allocations(n.Allocatable, share.Node{Labels: n.Labels}) {
+		for _, a := range gpu.Allocations(n.Allocatable, gpu.Node{Labels: n.Labels}) {
 			c := classOf(a)
 			c.CapacityUnits += a.Count
 			c.CapacityGPUs += a.Share()
@@ -183,7 +183,7 @@ func Build(in Input) *View {
 			continue
 		}
 		node := in.Nodes[p.Node]
-		allocs := share.Allocations(p.Resources, share.Node{Labels: node.Labels})
+		allocs := gpu.Allocations(p.Resources, gpu.Node{Labels: node.Labels})
 		agent, hasAgent := in.Agents[p.Node]
 		srv := buildServer(p, allocs, agent, hasAgent && !stale[p.Node], hasAgent && stale[p.Node])
 		for _, g := range srv.GPUs {
@@ -273,7 +273,7 @@ func isStale(r collect.Result, now time.Time, interval time.Duration) bool {
 }
 
 // buildServer details one pod. fresh: the node's agent snapshot is recent; stale: it exists but is old.
-func buildServer(p inventory.Pod, allocs []share.Allocation, agent collect.Result, fresh, stale bool) Server {
+func buildServer(p inventory.Pod, allocs []gpu.Allocation, agent collect.Result, fresh, stale bool) Server {
 	srv := Server{Name: p.Server, Pod: p.Name, Namespace: p.Namespace, Node: p.Node, Ready: p.Ready, Stale: stale, UsedGPUs: new(float64)}
 	var ap *collect.Pod
 	var snap *collect.Snapshot
@@ -341,30 +341,30 @@ func fillMeasured(g *GPU, snap *collect.Snapshot, ap *collect.Pod, dev *collect.
 		g.SMUtilPercent, g.UtilizationSource = &zero, snap.Backend
 		return
 	}
-	var gpu *collect.GPU
+	var phys *collect.GPU
 	var mig *collect.MIGDevice
 	if dev != nil {
 		g.UUID = dev.UUID
 		for i := range snap.GPUs {
 			sg := &snap.GPUs[i]
 			if sg.UUID == dev.UUID || sg.UUID == dev.ParentUUID {
-				gpu = sg
+				phys = sg
 			}
 			for j := range sg.MIGDevices {
 				if sg.MIGDevices[j].UUID == dev.UUID {
-					gpu, mig = sg, &sg.MIGDevices[j]
+					phys, mig = sg, &sg.MIGDevices[j]
 				}
 			}
 		}
 	}
-	if gpu != nil && g.Product == "" {
-		g.Product = gpu.Product
+	if phys != nil && g.Product == "" {
+		g.Product = phys.Product
 	}
 	switch {
 	case mig != nil && mig.MemoryTotalBytes > 0:
 		g.MemoryTotalBytes = mig.MemoryTotalBytes
-	case gpu != nil && gpu.MemoryTotalBytes > 0 && g.Kind != share.KindMIG:
-		g.MemoryTotalBytes = gpu.MemoryTotalBytes
+	case phys != nil && phys.MemoryTotalBytes > 0 && g.Kind != gpu.KindMIG:
+		g.MemoryTotalBytes = phys.MemoryTotalBytes
 	}
 	// One unit: the pod's own numbers are this unit's. Several: per device.
 	if units == 1 {
@@ -379,8 +379,8 @@ func fillMeasured(g *GPU, snap *collect.Snapshot, ap *collect.Pod, dev *collect.
 		switch {
 		case mig != nil:
 			g.SMUtilPercent, g.UtilizationSource = capPct(mig.UtilizationPercent), mig.UtilizationSource
-		case gpu != nil && g.Kind == share.KindGPU:
-			g.SMUtilPercent, g.UtilizationSource = capPct(gpu.UtilizationPercent), snap.Backend
+		case phys != nil && g.Kind == gpu.KindGPU:
+			g.SMUtilPercent, g.UtilizationSource = capPct(phys.UtilizationPercent), snap.Backend
 		}
 	}
 	if g.SMUtilPercent == nil {

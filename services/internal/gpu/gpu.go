@@ -1,7 +1,9 @@
-// Package share is the GPU share model: how many GPU-equivalents a pod's GPU resource requests allocate, given
-// the labels of the node it runs on. It is pure (no I/O, no clock) so that the rules are table-tested and
-// documented in one place (services/usage-api/README.md, "Share model").
-package share
+// Package gpu is the one GPU vocabulary of gpuhub: the NVIDIA device plugin's resource names, the GPU Feature
+// Discovery labels, how a pod holds a GPU (kinds), how many GPU-equivalents that is, and the names people read.
+// It is the only package that knows nvidia.com/... strings; the agent, the usage API and the services that act
+// on their numbers all ask it. It is pure (no I/O, no clock) so that the rules are table-tested and documented
+// in one place (services/usage-api/README.md, "Share model").
+package gpu
 
 import (
 	"fmt"
@@ -26,12 +28,14 @@ const (
 
 // Resource names and node labels (NVIDIA device plugin and GPU Feature Discovery).
 const (
+	domain            = "nvidia.com/"
 	ResourceGPU       = "nvidia.com/gpu"
 	ResourceGPUShared = "nvidia.com/gpu.shared"
 	migResourcePrefix = "nvidia.com/mig-"
 
 	LabelProduct         = "nvidia.com/gpu.product"
 	LabelMemoryMiB       = "nvidia.com/gpu.memory"
+	LabelCount           = "nvidia.com/gpu.count"
 	LabelReplicas        = "nvidia.com/gpu.replicas"
 	LabelSharingStrategy = "nvidia.com/gpu.sharing-strategy"
 	LabelMIGStrategy     = "nvidia.com/mig.strategy"
@@ -153,10 +157,7 @@ type Node struct {
 
 // productName keeps GFD's dashes except the first, so "NVIDIA-A100-SXM4-40GB" reads "NVIDIA A100-SXM4-40GB".
 func productName(label string) string {
-	label = strings.TrimSuffix(label, "-SHARED")
-	if i := strings.Index(label, "-MIG-"); i >= 0 {
-		label = label[:i]
-	}
+	label = BaseProduct(label)
 	if rest, ok := strings.CutPrefix(label, "NVIDIA-"); ok {
 		return "NVIDIA " + rest
 	}
@@ -228,7 +229,7 @@ func migSingleProfile(node Node) string {
 
 func migShare(a *Allocation, node Node) {
 	var g int64
-	if v, err := strconv.ParseInt(node.Labels["nvidia.com/mig-"+a.Profile+".slices.gi"], 10, 64); err == nil && v > 0 {
+	if v, err := strconv.ParseInt(node.Labels[LabelMIGSlicesGI(a.Profile)], 10, 64); err == nil && v > 0 {
 		g = v
 	} else if m := migProfileRe.FindStringSubmatch(a.Profile); m != nil {
 		g, _ = strconv.ParseInt(m[1], 10, 64)
@@ -244,7 +245,7 @@ func migShare(a *Allocation, node Node) {
 		a.Assumed = "profile slices unknown"
 	}
 	a.Numerator, a.Denominator = g, total
-	a.MemoryTotalBytes = labelMiB(node.Labels["nvidia.com/mig-"+a.Profile+".memory"])
+	a.MemoryTotalBytes = labelMiB(node.Labels[LabelMIGMemoryMiB(a.Profile)])
 }
 
 func sharedShare(a *Allocation, node Node) {
@@ -275,4 +276,46 @@ func labelMiB(s string) uint64 {
 		return 0
 	}
 	return v << 20
+}
+
+// IsNVIDIAName reports whether a label or resource name is in the nvidia.com domain, whatever it means.
+func IsNVIDIAName(name string) bool { return strings.HasPrefix(name, domain) }
+
+// MIGResource is the mixed-strategy resource of a MIG profile: "3g.20gb" -> "nvidia.com/mig-3g.20gb".
+func MIGResource(profile string) string { return migResourcePrefix + profile }
+
+// MIGProfile is the profile a mixed-strategy MIG resource names: "nvidia.com/mig-3g.20gb" -> "3g.20gb", true.
+func MIGProfile(resource string) (string, bool) {
+	return strings.CutPrefix(resource, migResourcePrefix)
+}
+
+// LabelMIGMemoryMiB is the GFD label with the memory of one instance of a MIG profile, in MiB.
+func LabelMIGMemoryMiB(profile string) string { return migResourcePrefix + profile + ".memory" }
+
+// LabelMIGSlicesGI is the GFD label with the GPU-instance slices a MIG profile takes.
+func LabelMIGSlicesGI(profile string) string { return migResourcePrefix + profile + ".slices.gi" }
+
+// MIGProfilesLabelled lists the MIG profiles a node's GFD labels describe (a nvidia.com/mig-<profile>.count
+// label each), sorted.
+func MIGProfilesLabelled(labels map[string]string) []string {
+	var out []string
+	for k := range labels {
+		if rest, ok := strings.CutPrefix(k, migResourcePrefix); ok {
+			if p, ok := strings.CutSuffix(rest, ".count"); ok {
+				out = append(out, p)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// BaseProduct is the card a GFD product label names, without the suffixes GFD adds for sharing: "-SHARED"
+// (time-slicing or MPS) and "-MIG-<profile>" (single strategy): "Tesla-T4-SHARED" -> "Tesla-T4".
+func BaseProduct(label string) string {
+	label = strings.TrimSuffix(label, "-SHARED")
+	if i := strings.Index(label, "-MIG-"); i >= 0 {
+		label = label[:i]
+	}
+	return label
 }
