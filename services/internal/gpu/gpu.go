@@ -13,18 +13,30 @@ import (
 	"strings"
 )
 
-// Kind is how a GPU is handed to a pod.
+// Kind is how a GPU is handed to a pod. The string values are stored in the ledger: never change them.
 type Kind string
 
 const (
 	// KindGPU is a whole physical GPU (nvidia.com/gpu without sharing).
 	KindGPU Kind = "gpu"
-	// KindMIG is a MIG instance (nvidia.com/mig-<g>g.<mem>gb, or nvidia.com/gpu under the single MIG strategy).
+	// KindMIG is a MIG instance (nvidia.com/mig-<profile> under the mixed strategy, or nvidia.com/gpu under the
+	// single strategy).
 	KindMIG Kind = "mig"
-	// KindShared is a time-sliced (or MPS) replica of a GPU (nvidia.com/gpu.shared, or nvidia.com/gpu on a
-	// node whose device plugin advertises replicas > 1).
+	// KindShared is a time-sliced replica of a whole GPU (nvidia.com/gpu.shared with renameByDefault, or
+	// nvidia.com/gpu with replicas > 1 and sharing strategy time-slicing).
 	KindShared Kind = "shared"
+	// KindMPS is an MPS share of a whole GPU: the same resources as KindShared under sharing strategy mps.
+	KindMPS Kind = "mps"
+	// KindSharedMIG is a time-sliced replica of a MIG instance (nvidia.com/mig-<profile>[.shared] with the
+	// nvidia.com/mig-<profile>.replicas label > 1, or the single strategy's nvidia.com/gpu[.shared] shared).
+	KindSharedMIG Kind = "mig-shared"
 )
+
+// MIG reports whether units of this kind are MIG instances (alone or time-sliced).
+func (k Kind) MIG() bool { return k == KindMIG || k == KindSharedMIG }
+
+// Replicated reports whether pods share one unit of this kind (time-slicing or MPS).
+func (k Kind) Replicated() bool { return k == KindShared || k == KindMPS || k == KindSharedMIG }
 
 // Resource names and node labels (NVIDIA device plugin and GPU Feature Discovery).
 const (
@@ -32,6 +44,8 @@ const (
 	ResourceGPU       = "nvidia.com/gpu"
 	ResourceGPUShared = "nvidia.com/gpu.shared"
 	migResourcePrefix = "nvidia.com/mig-"
+	// sharedSuffix is what renameByDefault appends to a replicated resource's name.
+	sharedSuffix = ".shared"
 
 	LabelProduct         = "nvidia.com/gpu.product"
 	LabelMemoryMiB       = "nvidia.com/gpu.memory"
@@ -39,6 +53,23 @@ const (
 	LabelReplicas        = "nvidia.com/gpu.replicas"
 	LabelSharingStrategy = "nvidia.com/gpu.sharing-strategy"
 	LabelMIGStrategy     = "nvidia.com/mig.strategy"
+
+	// Values of the sharing-strategy labels.
+	SharingNone        = "none"
+	SharingTimeSlicing = "time-slicing"
+	SharingMPS         = "mps"
+	// MIGStrategySingle advertises every MIG instance of a node, all of one profile, as nvidia.com/gpu.
+	MIGStrategySingle = "single"
+)
+
+// GFD labels every resource it describes with <resource>.<attribute>, e.g. nvidia.com/mig-1g.5gb.replicas, and
+// the single strategy's MIG instances under nvidia.com/gpu.<attribute>.
+const (
+	attrProduct  = "product"
+	attrMemory   = "memory"
+	attrReplicas = "replicas"
+	attrSharing  = "sharing-strategy"
+	attrSlicesGI = "slices.gi"
 )
 
 // Allocation is one kind of GPU a pod holds, with its share in GPU-equivalents.
@@ -46,13 +77,17 @@ type Allocation struct {
 	Kind     Kind
 	Resource string // the extended resource requested, e.g. nvidia.com/mig-3g.20gb
 	Count    int64  // how many units of Resource
-	Product  string // GPU product as the node labels name it, dashes turned to spaces ("NVIDIA A100-SXM4-40GB")
+	Product  string // GPU product as the node labels name it, first dash a space ("NVIDIA A100-SXM4-40GB")
 	Profile  string // MIG profile ("3g.20gb"), empty otherwise
-	// Numerator/Denominator is the share of one unit: 1/1 (whole GPU), g/slices (MIG), 1/replicas (shared).
+	// Numerator/Denominator is the share of one unit in GPU-equivalents ("held"): 1/1 (whole GPU), g/slices
+	// (MIG), 1/replicas (time-sliced or MPS), g/(slices x replicas) (time-sliced MIG).
 	Numerator, Denominator int64
+	// Replicas is how many pods share one unit: 1 unless Kind.Replicated().
+	Replicas int64
 	// Assumed is set when a number came from a default rather than from the node's labels.
 	Assumed string
-	// MemoryTotalBytes of one unit, from node labels; 0 when unknown.
+	// MemoryTotalBytes of one unit (of the whole GPU or MIG instance, shared or not), from node labels; 0 when
+	// unknown.
 	MemoryTotalBytes uint64
 }
 
@@ -72,6 +107,22 @@ func (a Allocation) UnitShare() float64 {
 	return float64(a.Numerator) / float64(a.Denominator)
 }
 
+// UtilizationScale says what a utilization number measured for one unit is a fraction of, in physical GPUs:
+// used GPUs = utilization/100 x UtilizationScale. It is 1 where the number is already a fraction of the physical
+// GPU's time (whole GPU; time-sliced and MPS replicas, whose NVML per-process utilization is of the whole GPU),
+// and g/slices where it is a fraction of a MIG instance (MIG and time-sliced MIG; DCGM measures the instance).
+// It is never divided by the replicas: a pod alone on a 4-way time-sliced GPU that keeps it busy uses 1 GPU
+// while it holds 1/4.
+func (a Allocation) UtilizationScale() float64 {
+	if a.Denominator == 0 {
+		return 0
+	}
+	if a.Kind.MIG() {
+		return float64(a.Numerator*max(a.Replicas, 1)) / float64(a.Denominator)
+	}
+	return 1
+}
+
 // Class names the GPU kind for accounting: kind, short product and profile ("mig A100-SXM4-40GB 3g.20gb").
 // The ledger and the metrics aggregate by Class.
 func (a Allocation) Class() string {
@@ -79,7 +130,7 @@ func (a Allocation) Class() string {
 	if p == "" {
 		p = "unknown"
 	}
-	if a.Kind == KindMIG {
+	if a.Kind.MIG() {
 		return fmt.Sprintf("%s %s %s", a.Kind, p, a.Profile)
 	}
 	return fmt.Sprintf("%s %s", a.Kind, p)
@@ -95,8 +146,13 @@ func (a Allocation) Description() string {
 	switch a.Kind {
 	case KindMIG:
 		s = fmt.Sprintf("MIG %s on %s, %d/%d of a GPU", a.Profile, withArticle(familyName(p)), a.Numerator, a.Denominator)
+	case KindSharedMIG:
+		s = fmt.Sprintf("1 of %d time-sliced shares of MIG %s on %s, %d/%d of a GPU",
+			a.Replicas, a.Profile, withArticle(familyName(p)), a.Numerator, a.Denominator)
 	case KindShared:
 		s = fmt.Sprintf("1 of %d time-sliced shares of %s", a.Denominator, withArticle(familyName(p)))
+	case KindMPS:
+		s = fmt.Sprintf("1 of %d MPS shares of %s", a.Denominator, withArticle(familyName(p)))
 	default:
 		s = fmt.Sprintf("Whole %s", p)
 	}
@@ -121,13 +177,9 @@ func withArticle(name string) string {
 
 // ShortProduct strips the vendor and the GFD suffixes: "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb" -> "A100-SXM4-40GB".
 func ShortProduct(product string) string {
-	p := strings.ReplaceAll(product, " ", "-")
+	p := BaseProduct(strings.ReplaceAll(product, " ", "-"))
 	p = strings.TrimPrefix(p, "NVIDIA-")
 	p = strings.TrimPrefix(p, "Tesla-")
-	if i := strings.Index(p, "-MIG-"); i >= 0 {
-		p = p[:i]
-	}
-	p = strings.TrimSuffix(p, "-SHARED")
 	return p
 }
 
@@ -139,8 +191,7 @@ func familyName(short string) string {
 	return short
 }
 
-// migSlicesByFamily is the number of GPU-instance compute slices of a whole GPU, used when the node has no
-// nvidia.com/mig-<profile>.slices.gi label to say how many slices a profile takes. A30 has 4; every other
+// migSlicesByFamily is the number of GPU-instance compute slices of a whole GPU. A30 has 4; every other
 // MIG-capable GPU to date (A100, H100, H200, GH200, B200) has 7.
 var migSlicesByFamily = map[string]int64{
 	"A100": 7, "A800": 7, "H100": 7, "H800": 7, "H200": 7, "H20": 7, "GH200": 7, "B200": 7, "GB200": 7, "A30": 4,
@@ -148,12 +199,37 @@ var migSlicesByFamily = map[string]int64{
 
 const defaultMIGSlices = 7
 
-var migProfileRe = regexp.MustCompile(`^(\d+)g\.(\d+)gb(\+\w+)?$`)
+// migProfileRe reads a MIG profile as the device plugin names it: [<c>c.]<g>g.<gb>gb, then attributes the
+// plugin turns from "+me" into ".me" (and "+me.all", "-me", "+gfx"): "3g.20gb", "1c.3g.20gb", "1g.10gb.me".
+var migProfileRe = regexp.MustCompile(`^(?:\d+c\.)?(\d+)g\.(\d+)gb(?:[.+-][a-z][a-z.,]*)?$`)
+
+// MIGProfileSlices is the GPU-instance slices a MIG profile name takes ("3g.20gb" -> 3), 0 when unreadable.
+func MIGProfileSlices(profile string) int64 {
+	m := migProfileRe.FindStringSubmatch(profile)
+	if m == nil {
+		return 0
+	}
+	g, _ := strconv.ParseInt(m[1], 10, 64)
+	return g
+}
+
+// MIGProfileMemoryGB is the memory a MIG profile name states, in GB ("3g.20gb" -> 20), 0 when unreadable.
+func MIGProfileMemoryGB(profile string) int64 {
+	m := migProfileRe.FindStringSubmatch(profile)
+	if m == nil {
+		return 0
+	}
+	gb, _ := strconv.ParseInt(m[2], 10, 64)
+	return gb
+}
 
 // Node is what the share model needs to know about a node: its labels.
 type Node struct {
 	Labels map[string]string
 }
+
+// label is the GFD label of one attribute of a resource: label("nvidia.com/mig-1g.5gb", "replicas").
+func (n Node) label(resource, attr string) string { return n.Labels[resource+"."+attr] }
 
 // productName keeps GFD's dashes except the first, so "NVIDIA-A100-SXM4-40GB" reads "NVIDIA A100-SXM4-40GB".
 func productName(label string) string {
@@ -164,13 +240,16 @@ func productName(label string) string {
 	return label
 }
 
-// IsGPUResource reports whether name is an NVIDIA GPU resource the share model understands.
+// IsGPUResource reports whether name is an NVIDIA GPU resource the share model understands: nvidia.com/gpu,
+// nvidia.com/mig-<profile>, and each of them renamed with .shared.
 func IsGPUResource(name string) bool {
-	return name == ResourceGPU || name == ResourceGPUShared || strings.HasPrefix(name, migResourcePrefix)
+	base := strings.TrimSuffix(name, sharedSuffix)
+	return base == ResourceGPU || strings.HasPrefix(base, migResourcePrefix) && len(base) > len(migResourcePrefix)
 }
 
 // Allocations returns the GPU allocations of a pod that requests resources (name -> count) on node. Resources
-// other than GPUs are ignored; the result is sorted by resource name so that output is stable.
+// other than GPUs are ignored; the result is sorted by resource name so that output is stable. The same call
+// with a node's allocatable resources describes what the node offers.
 func Allocations(resources map[string]int64, node Node) []Allocation {
 	names := make([]string, 0, len(resources))
 	for name, n := range resources {
@@ -186,88 +265,99 @@ func Allocations(resources map[string]int64, node Node) []Allocation {
 	return out
 }
 
+// allocation applies the rules of the table in services/usage-api/README.md ("Share model"). GFD labels a
+// resource under its name before renaming (nvidia.com/gpu.replicas describes nvidia.com/gpu.shared too).
 func allocation(resource string, count int64, node Node) Allocation {
-	a := Allocation{
-		Resource: resource, Count: count, Product: productName(node.Labels[LabelProduct]),
-		Numerator: 1, Denominator: 1, Kind: KindGPU,
+	base, renamed := strings.CutSuffix(resource, sharedSuffix)
+	a := Allocation{Resource: resource, Count: count, Kind: KindGPU, Numerator: 1, Denominator: 1, Replicas: 1}
+	product := node.label(base, attrProduct)
+	if product == "" {
+		product = node.Labels[LabelProduct]
 	}
+	a.Product = productName(product)
+
+	profile, mig := strings.CutPrefix(base, migResourcePrefix)
+	if !mig && node.Labels[LabelMIGStrategy] == MIGStrategySingle {
+		profile = singleStrategyProfile(product)
+		mig = profile != ""
+	}
+	strategy := node.label(base, attrSharing)
+	replicas, known := parseReplicas(node.label(base, attrReplicas))
+	shared := renamed || strategy != SharingNone && replicas > 1
+	if shared {
+		if !known || replicas < 1 {
+			// An upper bound, never an invention in the user's favour that would hide use.
+			replicas = 1
+			a.Assumed = "replicas unknown, charged as a whole GPU"
+			if mig {
+				a.Assumed = "replicas unknown, charged as a whole MIG instance"
+			}
+		}
+		a.Replicas = replicas
+	}
+	a.MemoryTotalBytes = labelMiB(node.label(base, attrMemory))
+
 	switch {
-	case strings.HasPrefix(resource, migResourcePrefix):
-		a.Kind = KindMIG
-		a.Profile = strings.TrimPrefix(resource, migResourcePrefix)
-		migShare(&a, node)
-	case resource == ResourceGPUShared:
+	case mig:
+		a.Kind, a.Profile = KindMIG, profile
+		if shared {
+			a.Kind = KindSharedMIG
+		}
+		migShare(&a, node.label(base, attrSlicesGI))
+		a.Denominator *= a.Replicas
+	case shared:
+		// MPS is not offered on MIG devices by the device plugin; on whole GPUs the strategy tells the two apart.
 		a.Kind = KindShared
-		sharedShare(&a, node)
-		a.MemoryTotalBytes = labelMiB(node.Labels[LabelMemoryMiB])
-	case migSingleProfile(node) != "":
-		// Under the single MIG strategy every nvidia.com/gpu is a MIG device of the one profile the node has.
-		a.Kind = KindMIG
-		a.Profile = migSingleProfile(node)
-		migShare(&a, node)
-	case replicas(node) > 1:
-		// Time-slicing without renameByDefault: nvidia.com/gpu is a replica.
-		a.Kind = KindShared
-		sharedShare(&a, node)
-		a.MemoryTotalBytes = labelMiB(node.Labels[LabelMemoryMiB])
-	default:
-		a.MemoryTotalBytes = labelMiB(node.Labels[LabelMemoryMiB])
+		if strategy == SharingMPS {
+			a.Kind = KindMPS
+		}
+		a.Denominator = a.Replicas
 	}
 	return a
 }
 
-func migSingleProfile(node Node) string {
-	if node.Labels[LabelMIGStrategy] != "single" {
+// singleStrategyProfile reads the MIG profile of the single strategy's product label
+// ("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", with "-SHARED" when time-sliced without renaming); empty for a whole GPU.
+func singleStrategyProfile(product string) string {
+	i := strings.Index(product, "-MIG-")
+	if i < 0 {
 		return ""
 	}
-	p := node.Labels[LabelProduct]
-	if i := strings.Index(p, "-MIG-"); i >= 0 {
-		return p[i+len("-MIG-"):]
-	}
-	return ""
+	return strings.TrimSuffix(product[i+len("-MIG-"):], "-SHARED")
 }
 
-func migShare(a *Allocation, node Node) {
-	var g int64
-	if v, err := strconv.ParseInt(node.Labels[LabelMIGSlicesGI(a.Profile)], 10, 64); err == nil && v > 0 {
-		g = v
-	} else if m := migProfileRe.FindStringSubmatch(a.Profile); m != nil {
-		g, _ = strconv.ParseInt(m[1], 10, 64)
+func migShare(a *Allocation, slicesLabel string) {
+	g, err := strconv.ParseInt(slicesLabel, 10, 64)
+	if err != nil || g <= 0 {
+		g = MIGProfileSlices(a.Profile)
 	}
 	total, ok := migSlicesByFamily[familyName(ShortProduct(a.Product))]
 	if !ok {
 		total = defaultMIGSlices
-		a.Assumed = fmt.Sprintf("assumed %d slices per GPU", total)
+		a.Assumed = joinAssumed(a.Assumed, fmt.Sprintf("assumed %d slices per GPU", total))
 	}
 	if g <= 0 || g > total {
 		// An unparseable profile holds at least one slice; never more than the GPU.
 		g = min(max(g, 1), total)
-		a.Assumed = "profile slices unknown"
+		a.Assumed = joinAssumed(a.Assumed, "profile slices unknown")
 	}
 	a.Numerator, a.Denominator = g, total
-	a.MemoryTotalBytes = labelMiB(node.Labels[LabelMIGMemoryMiB(a.Profile)])
 }
 
-func sharedShare(a *Allocation, node Node) {
-	r := replicas(node)
-	if r < 1 {
-		// Without the replicas label a shared unit is charged as a whole GPU: an upper bound, never an invention
-		// in the user's favour that would hide use.
-		r = 1
-		a.Assumed = "replicas unknown, charged as a whole GPU"
+func joinAssumed(a, b string) string {
+	if a == "" {
+		return b
 	}
-	a.Numerator, a.Denominator = 1, r
+	return a + "; " + b
 }
 
-func replicas(node Node) int64 {
-	if s := node.Labels[LabelSharingStrategy]; s == "none" {
-		return 1
-	}
-	r, err := strconv.ParseInt(node.Labels[LabelReplicas], 10, 64)
-	if err != nil {
-		return 0
-	}
-	return r
+// maxReplicas bounds a replicas label that could only be a mistake, so that fractions cannot overflow.
+const maxReplicas = 1 << 20
+
+// parseReplicas reads a replicas label; known is false when it is missing, not a number or absurd.
+func parseReplicas(s string) (n int64, known bool) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil && n <= maxReplicas
 }
 
 func labelMiB(s string) uint64 {
@@ -284,9 +374,11 @@ func IsNVIDIAName(name string) bool { return strings.HasPrefix(name, domain) }
 // MIGResource is the mixed-strategy resource of a MIG profile: "3g.20gb" -> "nvidia.com/mig-3g.20gb".
 func MIGResource(profile string) string { return migResourcePrefix + profile }
 
-// MIGProfile is the profile a mixed-strategy MIG resource names: "nvidia.com/mig-3g.20gb" -> "3g.20gb", true.
+// MIGProfile is the profile a mixed-strategy MIG resource names, time-sliced or not: "nvidia.com/mig-3g.20gb"
+// and "nvidia.com/mig-3g.20gb.shared" -> "3g.20gb", true.
 func MIGProfile(resource string) (string, bool) {
-	return strings.CutPrefix(resource, migResourcePrefix)
+	p, ok := strings.CutPrefix(strings.TrimSuffix(resource, sharedSuffix), migResourcePrefix)
+	return p, ok && p != ""
 }
 
 // LabelMIGMemoryMiB is the GFD label with the memory of one instance of a MIG profile, in MiB.
@@ -294,21 +386,6 @@ func LabelMIGMemoryMiB(profile string) string { return migResourcePrefix + profi
 
 // LabelMIGSlicesGI is the GFD label with the GPU-instance slices a MIG profile takes.
 func LabelMIGSlicesGI(profile string) string { return migResourcePrefix + profile + ".slices.gi" }
-
-// MIGProfilesLabelled lists the MIG profiles a node's GFD labels describe (a nvidia.com/mig-<profile>.count
-// label each), sorted.
-func MIGProfilesLabelled(labels map[string]string) []string {
-	var out []string
-	for k := range labels {
-		if rest, ok := strings.CutPrefix(k, migResourcePrefix); ok {
-			if p, ok := strings.CutSuffix(rest, ".count"); ok {
-				out = append(out, p)
-			}
-		}
-	}
-	sort.Strings(out)
-	return out
-}
 
 // BaseProduct is the card a GFD product label names, without the suffixes GFD adds for sharing: "-SHARED"
 // (time-slicing or MPS) and "-MIG-<profile>" (single strategy): "Tesla-T4-SHARED" -> "Tesla-T4".

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"time"
 
@@ -192,8 +193,10 @@ func assemble(r snapshot.Reading, node string, sampledAt time.Time, interval tim
 // only GPU resource.
 func resourceFor(dev snapshot.Device, requested map[string]int64) string {
 	if dev.Profile != "" {
-		if _, ok := requested[gpu.MIGResource(dev.Profile)]; ok {
-			return gpu.MIGResource(dev.Profile)
+		for _, r := range slices.Sorted(maps.Keys(requested)) {
+			if p, ok := gpu.MIGProfile(r); ok && p == dev.Profile {
+				return r // nvidia.com/mig-<profile>, or its time-sliced .shared
+			}
 		}
 	}
 	if len(requested) == 1 {

@@ -7,6 +7,7 @@
 package sim
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"fmt"
 	"maps"
@@ -24,7 +25,6 @@ import (
 const (
 	defaultProduct   = "Simulated GPU"
 	defaultMemoryMiB = 16384
-	slicesPerGPU     = 7 // compute slices of an A100/H100
 )
 
 // device is one emulated GPU or MIG device that pods can be given.
@@ -57,13 +57,6 @@ type inventory struct {
 // name and the device's position, so they are stable across restarts.
 func newInventory(node *corev1.Node) *inventory {
 	labels := node.Labels
-	capacity := func(name string) int {
-		q, ok := node.Status.Capacity[corev1.ResourceName(name)]
-		if !ok {
-			return 0
-		}
-		return int(q.Value())
-	}
 	product := labels[gpu.LabelProduct]
 	if product == "" {
 		product = defaultProduct
@@ -72,8 +65,6 @@ func newInventory(node *corev1.Node) *inventory {
 	// single strategy; the product is the same card.
 	product = gpu.BaseProduct(product)
 	memMiB := atoiDefault(labels[gpu.LabelMemoryMiB], defaultMemoryMiB)
-	replicas := max(atoiDefault(labels[gpu.LabelReplicas], 1), 1)
-	strategy := labels[gpu.LabelMIGStrategy]
 
 	inv := &inventory{}
 	var keyParts []string
@@ -82,9 +73,11 @@ func newInventory(node *corev1.Node) *inventory {
 			keyParts = append(keyParts, k+"="+labels[k])
 		}
 	}
+	capacity := map[string]int64{}
 	for name, q := range node.Status.Capacity {
 		if gpu.IsNVIDIAName(string(name)) {
 			keyParts = append(keyParts, string(name)+":"+q.String())
+			capacity[string(name)] = q.Value()
 		}
 	}
 	slices.Sort(keyParts)
@@ -96,114 +89,66 @@ func newInventory(node *corev1.Node) *inventory {
 		inv.gpus = append(inv.gpus, g)
 		return g
 	}
-	whole := func(resource string, n, perGPU int) {
-		for range ceilDiv(n, perGPU) {
+
+	// What each advertised resource is (whole GPU, replica, MIG instance, ...)
+	// is the share model's call; the emulator builds the cards behind it:
+	// count/replicas physical units, each shared by replicas pods.
+	var migs []gpu.Allocation
+	for _, a := range gpu.Allocations(capacity, gpu.Node{Labels: labels}) {
+		if a.Kind.MIG() {
+			migs = append(migs, a)
+			continue
+		}
+		for range ceilDiv(a.Count, a.Replicas) {
 			g := newGPU()
 			g.devices = []*device{{
-				dev:      snapshot.Device{UUID: g.uuid, Index: g.index, Resource: resource},
-				replicas: perGPU, memTotal: g.memTotal,
+				dev:      snapshot.Device{UUID: g.uuid, Index: g.index, Resource: a.Resource},
+				replicas: int(a.Replicas), memTotal: g.memTotal,
 			}}
 		}
 	}
-
-	// MIG instances: mixed strategy advertises nvidia.com/mig-<profile>;
-	// single advertises them as nvidia.com/gpu with the profile in labels.
-	type migReq struct {
-		profile, resource string
-		n                 int
-	}
-	var migs []migReq
-	if strategy == "single" {
-		if p := singleProfile(labels); p != "" {
-			migs = append(migs, migReq{profile: p, resource: gpu.ResourceGPU, n: capacity(gpu.ResourceGPU)})
-		}
-	} else {
-		whole(gpu.ResourceGPU, capacity(gpu.ResourceGPU), replicasFor(gpu.ResourceGPU, replicas, capacity(gpu.ResourceGPUShared)))
-	}
-	whole(gpu.ResourceGPUShared, capacity(gpu.ResourceGPUShared), replicas)
-	for name := range node.Status.Capacity {
-		if p, ok := gpu.MIGProfile(string(name)); ok && strategy != "single" {
-			migs = append(migs, migReq{profile: p, resource: string(name), n: capacity(string(name))})
-		}
-	}
-	// Bigger instances first, so first-fit packs them the way an operator
-	// would partition the cards.
-	slices.SortFunc(migs, func(a, b migReq) int {
-		if d := profileSlices(b.profile) - profileSlices(a.profile); d != 0 {
+	// MIG instances, bigger first, so first-fit packs them the way an
+	// operator would partition the cards.
+	slices.SortFunc(migs, func(a, b gpu.Allocation) int {
+		if d := cmp.Compare(b.Numerator, a.Numerator); d != 0 {
 			return d
 		}
-		return strings.Compare(a.profile, b.profile)
+		return strings.Compare(a.Resource, b.Resource)
 	})
 	var migGPUs []*card
-	used := map[*card]int{}
+	used := map[*card]int64{}
 	for _, m := range migs {
-		s := profileSlices(m.profile)
-		mem := uint64(atoiDefault(labels[gpu.LabelMIGMemoryMiB(m.profile)], profileMemMiB(m.profile))) << 20
-		for range m.n {
-			var g *card
-			for _, c := range migGPUs {
-				if used[c]+s <= slicesPerGPU {
-					g = c
+		g := m.Numerator                     // GPU-instance slices of one instance
+		perGPU := m.Denominator / m.Replicas // slices of a whole card
+		mem := m.MemoryTotalBytes
+		if mem == 0 {
+			mem = uint64(gpu.MIGProfileMemoryGB(m.Profile)) << 30
+		}
+		for range ceilDiv(m.Count, m.Replicas) {
+			var c *card
+			for _, cand := range migGPUs {
+				if used[cand]+g <= perGPU {
+					c = cand
 					break
 				}
 			}
-			if g == nil {
-				g = newGPU()
-				g.mig = true
-				migGPUs = append(migGPUs, g)
+			if c == nil {
+				c = newGPU()
+				c.mig = true
+				migGPUs = append(migGPUs, c)
 			}
-			used[g] += s
-			gi := len(g.devices) + 1
-			g.devices = append(g.devices, &device{
+			used[c] += g
+			gi := len(c.devices) + 1
+			c.devices = append(c.devices, &device{
 				dev: snapshot.Device{
-					UUID:       "MIG-sim-" + hashUUID(node.Name, "mig", strconv.Itoa(g.index), strconv.Itoa(gi)),
-					ParentUUID: g.uuid, Index: g.index, Resource: m.resource, Profile: m.profile,
+					UUID:       "MIG-sim-" + hashUUID(node.Name, "mig", strconv.Itoa(c.index), strconv.Itoa(gi)),
+					ParentUUID: c.uuid, Index: c.index, Resource: m.Resource, Profile: m.Profile,
 				},
-				replicas: 1, memTotal: mem, gi: gi,
+				replicas: int(m.Replicas), memTotal: mem, gi: gi,
 			})
 		}
 	}
 	return inv
-}
-
-// replicasFor: without renameByDefault, time-sliced replicas are advertised
-// as nvidia.com/gpu itself.
-func replicasFor(resource string, replicas, sharedCapacity int) int {
-	if resource == gpu.ResourceGPU && sharedCapacity == 0 {
-		return replicas
-	}
-	return 1
-}
-
-func singleProfile(labels map[string]string) string {
-	if ps := gpu.MIGProfilesLabelled(labels); len(ps) > 0 {
-		return ps[0]
-	}
-	return ""
-}
-
-// profileSlices reads the compute slices of a profile name such as "3g.20gb"
-// or "1c.3g.20gb" (the GPU-instance slices count for packing).
-func profileSlices(p string) int {
-	for part := range strings.SplitSeq(p, ".") {
-		if n, ok := strings.CutSuffix(part, "g"); ok {
-			if v, err := strconv.Atoi(n); err == nil {
-				return v
-			}
-		}
-	}
-	return 1
-}
-
-func profileMemMiB(p string) int {
-	for part := range strings.SplitSeq(p, ".") {
-		if n, ok := strings.CutSuffix(part, "gb"); ok {
-			if v, err := strconv.Atoi(n); err == nil {
-				return v * 1024
-			}
-		}
-	}
-	return 0
 }
 
 // hashUUID formats a hash of parts like the tail of a UUID.
@@ -221,9 +166,10 @@ func atoiDefault(s string, def int) int {
 	return v
 }
 
-func ceilDiv(a, b int) int {
+func ceilDiv(a, b int64) int64 {
 	if a <= 0 {
 		return 0
 	}
+	b = max(b, 1)
 	return (a + b - 1) / b
 }

@@ -88,11 +88,39 @@ func TestInventory(t *testing.T) {
 				"1:NVIDIA A100-SXM4-40GB:40960[mig] nvidia.com/mig-7g.40gb(7g.40gb,gi1,40960MiB)",
 			},
 		},
-		"MIG single": {
-			labels: map[string]string{gpu.LabelProduct: "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", gpu.LabelMemoryMiB: "40960",
-				gpu.LabelMIGStrategy: "single", "nvidia.com/mig-1g.5gb.count": "7", "nvidia.com/mig-1g.5gb.memory": "4864"},
+		"MIG single: GFD labels the instances as nvidia.com/gpu.*": {
+			labels: map[string]string{gpu.LabelProduct: "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", gpu.LabelMemoryMiB: "4864",
+				gpu.LabelMIGStrategy: "single", gpu.LabelCount: "2", "nvidia.com/gpu.slices.gi": "1"},
 			capacity: map[string]string{gpu.ResourceGPU: "2"},
-			want:     []string{"0:NVIDIA-A100-SXM4-40GB:40960[mig] nvidia.com/gpu(1g.5gb,gi1,4864MiB) nvidia.com/gpu(1g.5gb,gi2,4864MiB)"},
+			want:     []string{"0:NVIDIA-A100-SXM4-40GB:4864[mig] nvidia.com/gpu(1g.5gb,gi1,4864MiB) nvidia.com/gpu(1g.5gb,gi2,4864MiB)"},
+		},
+		"single strategy with MIG disabled: whole GPUs": {
+			labels: map[string]string{gpu.LabelProduct: "NVIDIA-H100-80GB-HBM3", gpu.LabelMemoryMiB: "81559",
+				gpu.LabelMIGStrategy: "single", gpu.LabelReplicas: "1", gpu.LabelSharingStrategy: "none"},
+			capacity: map[string]string{gpu.ResourceGPU: "2"},
+			want:     []string{"0:NVIDIA-H100-80GB-HBM3:81559 nvidia.com/gpu", "1:NVIDIA-H100-80GB-HBM3:81559 nvidia.com/gpu"},
+		},
+		"MPS renamed to gpu.shared": {
+			labels: map[string]string{gpu.LabelProduct: "NVIDIA-A100-SXM4-40GB", gpu.LabelMemoryMiB: "40960",
+				gpu.LabelSharingStrategy: "mps", gpu.LabelReplicas: "2"},
+			capacity: map[string]string{gpu.ResourceGPUShared: "4"},
+			want: []string{"0:NVIDIA-A100-SXM4-40GB:40960 nvidia.com/gpu.sharedx2",
+				"1:NVIDIA-A100-SXM4-40GB:40960 nvidia.com/gpu.sharedx2"},
+		},
+		"time-sliced MIG, mixed, renamed: one instance per replicas": {
+			labels: map[string]string{gpu.LabelProduct: "NVIDIA-A100-SXM4-40GB", gpu.LabelMemoryMiB: "40960", gpu.LabelMIGStrategy: "mixed",
+				"nvidia.com/mig-1g.5gb.replicas": "2", "nvidia.com/mig-1g.5gb.sharing-strategy": "time-slicing",
+				"nvidia.com/mig-1g.5gb.memory": "4864", "nvidia.com/mig-1g.5gb.slices.gi": "1"},
+			capacity: map[string]string{"nvidia.com/mig-1g.5gb.shared": "4", "nvidia.com/mig-3g.20gb": "1"},
+			want: []string{"0:NVIDIA-A100-SXM4-40GB:40960[mig] nvidia.com/mig-3g.20gb(3g.20gb,gi1,20480MiB) " +
+				"nvidia.com/mig-1g.5gb.shared(1g.5gb,gi2,4864MiB)x2 nvidia.com/mig-1g.5gb.shared(1g.5gb,gi3,4864MiB)x2"},
+		},
+		"time-sliced MIG, single strategy, without rename": {
+			labels: map[string]string{gpu.LabelProduct: "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb-SHARED", gpu.LabelMemoryMiB: "20096",
+				gpu.LabelMIGStrategy: "single", gpu.LabelReplicas: "3", gpu.LabelSharingStrategy: "time-slicing",
+				"nvidia.com/gpu.slices.gi": "3"},
+			capacity: map[string]string{gpu.ResourceGPU: "6"},
+			want:     []string{"0:NVIDIA-A100-SXM4-40GB:20096[mig] nvidia.com/gpu(3g.20gb,gi1,20096MiB)x3 nvidia.com/gpu(3g.20gb,gi2,20096MiB)x3"},
 		},
 		"no labels": {
 			capacity: map[string]string{gpu.ResourceGPU: "1"},
