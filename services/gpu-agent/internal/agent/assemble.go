@@ -195,7 +195,7 @@ func resourceFor(dev snapshot.Device, requested map[string]int64) string {
 	if dev.Profile != "" {
 		for _, r := range slices.Sorted(maps.Keys(requested)) {
 			if p, ok := gpu.MIGProfile(r); ok && p == dev.Profile {
-				return r // nvidia.com/mig-<profile>, or its time-sliced .shared
+				return r // the MIG resource of the profile, time-sliced (.shared) or not
 			}
 		}
 	}

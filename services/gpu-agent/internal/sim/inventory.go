@@ -1,6 +1,6 @@
 // Package sim is the simulated backend for machines without NVIDIA GPUs (the
 // demo and the e2e cluster). It emulates the GPUs a Node object advertises
-// (GPU Feature Discovery labels and nvidia.com/* capacity), gives each pod the
+// (GPU Feature Discovery labels and NVIDIA GPU capacity), gives each pod the
 // devices its resource limits ask for, and derives each pod's "GPU"
 // utilization from the CPU time of its processes. Everything it reports is
 // marked "simulated".

@@ -35,7 +35,7 @@ type Pod struct {
 	Phase                corev1.PodPhase
 	Ready                bool
 	IP                   string
-	// GPU resources the pod holds (gpu.PodResources), e.g. {"nvidia.com/mig-3g.20gb": 1}.
+	// GPU resources the pod holds: gpu.PodResources, resource name -> count.
 	Resources map[string]int64
 }
 
