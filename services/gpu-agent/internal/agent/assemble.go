@@ -2,12 +2,14 @@ package agent
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"time"
 
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/attribution"
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/cluster"
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
+	"github.com/gpuhub/gpuhub/services/internal/gpu"
 )
 
 // PodSource is the node-local pod cache (cluster.Watcher).
@@ -191,8 +193,10 @@ func assemble(r snapshot.Reading, node string, sampledAt time.Time, interval tim
 // only GPU resource.
 func resourceFor(dev snapshot.Device, requested map[string]int64) string {
 	if dev.Profile != "" {
-		if _, ok := requested["nvidia.com/mig-"+dev.Profile]; ok {
-			return "nvidia.com/mig-" + dev.Profile
+		for _, r := range slices.Sorted(maps.Keys(requested)) {
+			if p, ok := gpu.MIGProfile(r); ok && p == dev.Profile {
+				return r // the MIG resource of the profile, time-sliced (.shared) or not
+			}
 		}
 	}
 	if len(requested) == 1 {

@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +15,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/gpuhub/gpuhub/services/internal/gpu"
 )
 
 // JupyterHub annotations KubeSpawner sets on single-user pods. The username
@@ -34,8 +35,7 @@ type Pod struct {
 	Name      string
 	User      string
 	Server    string
-	// GPUResources sums the container limits of NVIDIA resources
-	// (nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-*).
+	// GPUResources is the pod's effective GPU request (gpu.PodResources).
 	GPUResources map[string]int64
 	Created      time.Time
 }
@@ -140,23 +140,6 @@ func FromPod(p *corev1.Pod) Pod {
 		Server:    p.Annotations[AnnotationServer],
 		Created:   p.CreationTimestamp.Time,
 	}
-	for _, c := range p.Spec.Containers {
-		// Extended resources must have requests == limits; limits are
-		// always set for them, requests may be defaulted from limits.
-		for name, q := range c.Resources.Limits {
-			if !IsGPUResource(string(name)) {
-				continue
-			}
-			if out.GPUResources == nil {
-				out.GPUResources = map[string]int64{}
-			}
-			out.GPUResources[string(name)] += q.Value()
-		}
-	}
+	out.GPUResources = gpu.PodResources(p)
 	return out
-}
-
-// IsGPUResource reports whether name is an NVIDIA GPU resource.
-func IsGPUResource(name string) bool {
-	return name == "nvidia.com/gpu" || name == "nvidia.com/gpu.shared" || strings.HasPrefix(name, "nvidia.com/mig-")
 }

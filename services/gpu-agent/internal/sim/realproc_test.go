@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/cluster"
+	"github.com/gpuhub/gpuhub/services/internal/gpu"
 )
 
 // TestRealProcBusyVersusIdle runs two real processes carrying the emulator's
@@ -30,8 +31,8 @@ func TestRealProcBusyVersusIdle(t *testing.T) {
 	start("idle", "sleep 60")
 
 	fc := &fakeCluster{
-		node: node(nil, map[string]string{ResourceGPU: "2"}),
-		pods: []cluster.Pod{gpuPod("busy", map[string]int64{ResourceGPU: 1}), gpuPod("idle", map[string]int64{ResourceGPU: 1})},
+		node: node(nil, map[string]string{gpu.ResourceGPU: "2"}),
+		pods: []cluster.Pod{gpuPod("busy", map[string]int64{gpu.ResourceGPU: 1}), gpuPod("idle", map[string]int64{gpu.ResourceGPU: 1})},
 	}
 	b := New(Options{Node: "test-node-realproc", Cluster: fc, Proc: os.DirFS("/proc")})
 	if _, err := b.Sample(context.Background()); err != nil {

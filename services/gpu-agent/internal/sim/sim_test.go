@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/cluster"
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
+	"github.com/gpuhub/gpuhub/services/internal/gpu"
 )
 
 func node(labels map[string]string, capacity map[string]string) *corev1.Node {
@@ -56,23 +57,23 @@ func TestInventory(t *testing.T) {
 		want     []string
 	}{
 		"whole GPUs": {
-			labels:   map[string]string{LabelProduct: "NVIDIA A100-SXM4-40GB", LabelMemory: "40960", LabelCount: "2"},
-			capacity: map[string]string{ResourceGPU: "2", "cpu": "8"},
+			labels:   map[string]string{gpu.LabelProduct: "NVIDIA A100-SXM4-40GB", gpu.LabelMemoryMiB: "40960", gpu.LabelCount: "2"},
+			capacity: map[string]string{gpu.ResourceGPU: "2", "cpu": "8"},
 			want:     []string{"0:NVIDIA A100-SXM4-40GB:40960 nvidia.com/gpu", "1:NVIDIA A100-SXM4-40GB:40960 nvidia.com/gpu"},
 		},
 		"time-slicing renamed to gpu.shared": {
-			labels:   map[string]string{LabelProduct: "Tesla-T4-SHARED", LabelMemory: "15360", LabelCount: "1", LabelReplicas: "4"},
-			capacity: map[string]string{ResourceShared: "4"},
+			labels:   map[string]string{gpu.LabelProduct: "Tesla-T4-SHARED", gpu.LabelMemoryMiB: "15360", gpu.LabelCount: "1", gpu.LabelReplicas: "4"},
+			capacity: map[string]string{gpu.ResourceGPUShared: "4"},
 			want:     []string{"0:Tesla-T4:15360 nvidia.com/gpu.sharedx4"},
 		},
 		"time-slicing without rename": {
-			labels:   map[string]string{LabelProduct: "Tesla-T4-SHARED", LabelMemory: "15360", LabelCount: "2", LabelReplicas: "2"},
-			capacity: map[string]string{ResourceGPU: "4"},
+			labels:   map[string]string{gpu.LabelProduct: "Tesla-T4-SHARED", gpu.LabelMemoryMiB: "15360", gpu.LabelCount: "2", gpu.LabelReplicas: "2"},
+			capacity: map[string]string{gpu.ResourceGPU: "4"},
 			want:     []string{"0:Tesla-T4:15360 nvidia.com/gpux2", "1:Tesla-T4:15360 nvidia.com/gpux2"},
 		},
 		"MIG mixed packs biggest first": {
-			labels: map[string]string{LabelProduct: "NVIDIA A100-SXM4-40GB", LabelMemory: "40960", LabelCount: "2",
-				LabelMIGStrategy: "mixed", "nvidia.com/mig-1g.5gb.memory": "4864"},
+			labels: map[string]string{gpu.LabelProduct: "NVIDIA A100-SXM4-40GB", gpu.LabelMemoryMiB: "40960", gpu.LabelCount: "2",
+				gpu.LabelMIGStrategy: "mixed", "nvidia.com/mig-1g.5gb.memory": "4864"},
 			capacity: map[string]string{"nvidia.com/mig-3g.20gb": "2", "nvidia.com/mig-1g.5gb": "3", "nvidia.com/mig-2g.10gb": "1"},
 			want: []string{
 				"0:NVIDIA A100-SXM4-40GB:40960[mig] nvidia.com/mig-3g.20gb(3g.20gb,gi1,20480MiB) nvidia.com/mig-3g.20gb(3g.20gb,gi2,20480MiB) nvidia.com/mig-1g.5gb(1g.5gb,gi3,4864MiB)",
@@ -80,21 +81,49 @@ func TestInventory(t *testing.T) {
 			},
 		},
 		"MIG mixed with whole GPUs": {
-			labels:   map[string]string{LabelProduct: "NVIDIA A100-SXM4-40GB", LabelMemory: "40960", LabelMIGStrategy: "mixed"},
-			capacity: map[string]string{ResourceGPU: "1", "nvidia.com/mig-7g.40gb": "1"},
+			labels:   map[string]string{gpu.LabelProduct: "NVIDIA A100-SXM4-40GB", gpu.LabelMemoryMiB: "40960", gpu.LabelMIGStrategy: "mixed"},
+			capacity: map[string]string{gpu.ResourceGPU: "1", "nvidia.com/mig-7g.40gb": "1"},
 			want: []string{
 				"0:NVIDIA A100-SXM4-40GB:40960 nvidia.com/gpu",
 				"1:NVIDIA A100-SXM4-40GB:40960[mig] nvidia.com/mig-7g.40gb(7g.40gb,gi1,40960MiB)",
 			},
 		},
-		"MIG single": {
-			labels: map[string]string{LabelProduct: "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", LabelMemory: "40960",
-				LabelMIGStrategy: "single", "nvidia.com/mig-1g.5gb.count": "7", "nvidia.com/mig-1g.5gb.memory": "4864"},
-			capacity: map[string]string{ResourceGPU: "2"},
-			want:     []string{"0:NVIDIA-A100-SXM4-40GB:40960[mig] nvidia.com/gpu(1g.5gb,gi1,4864MiB) nvidia.com/gpu(1g.5gb,gi2,4864MiB)"},
+		"MIG single: GFD labels the instances as nvidia.com/gpu.*": {
+			labels: map[string]string{gpu.LabelProduct: "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", gpu.LabelMemoryMiB: "4864",
+				gpu.LabelMIGStrategy: "single", gpu.LabelCount: "2", "nvidia.com/gpu.slices.gi": "1"},
+			capacity: map[string]string{gpu.ResourceGPU: "2"},
+			want:     []string{"0:NVIDIA-A100-SXM4-40GB:4864[mig] nvidia.com/gpu(1g.5gb,gi1,4864MiB) nvidia.com/gpu(1g.5gb,gi2,4864MiB)"},
+		},
+		"single strategy with MIG disabled: whole GPUs": {
+			labels: map[string]string{gpu.LabelProduct: "NVIDIA-H100-80GB-HBM3", gpu.LabelMemoryMiB: "81559",
+				gpu.LabelMIGStrategy: "single", gpu.LabelReplicas: "1", gpu.LabelSharingStrategy: "none"},
+			capacity: map[string]string{gpu.ResourceGPU: "2"},
+			want:     []string{"0:NVIDIA-H100-80GB-HBM3:81559 nvidia.com/gpu", "1:NVIDIA-H100-80GB-HBM3:81559 nvidia.com/gpu"},
+		},
+		"MPS renamed to gpu.shared": {
+			labels: map[string]string{gpu.LabelProduct: "NVIDIA-A100-SXM4-40GB", gpu.LabelMemoryMiB: "40960",
+				gpu.LabelSharingStrategy: "mps", gpu.LabelReplicas: "2"},
+			capacity: map[string]string{gpu.ResourceGPUShared: "4"},
+			want: []string{"0:NVIDIA-A100-SXM4-40GB:40960 nvidia.com/gpu.sharedx2",
+				"1:NVIDIA-A100-SXM4-40GB:40960 nvidia.com/gpu.sharedx2"},
+		},
+		"time-sliced MIG, mixed, renamed: one instance per replicas": {
+			labels: map[string]string{gpu.LabelProduct: "NVIDIA-A100-SXM4-40GB", gpu.LabelMemoryMiB: "40960", gpu.LabelMIGStrategy: "mixed",
+				"nvidia.com/mig-1g.5gb.replicas": "2", "nvidia.com/mig-1g.5gb.sharing-strategy": "time-slicing",
+				"nvidia.com/mig-1g.5gb.memory": "4864", "nvidia.com/mig-1g.5gb.slices.gi": "1"},
+			capacity: map[string]string{"nvidia.com/mig-1g.5gb.shared": "4", "nvidia.com/mig-3g.20gb": "1"},
+			want: []string{"0:NVIDIA-A100-SXM4-40GB:40960[mig] nvidia.com/mig-3g.20gb(3g.20gb,gi1,20480MiB) " +
+				"nvidia.com/mig-1g.5gb.shared(1g.5gb,gi2,4864MiB)x2 nvidia.com/mig-1g.5gb.shared(1g.5gb,gi3,4864MiB)x2"},
+		},
+		"time-sliced MIG, single strategy, without rename": {
+			labels: map[string]string{gpu.LabelProduct: "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb-SHARED", gpu.LabelMemoryMiB: "20096",
+				gpu.LabelMIGStrategy: "single", gpu.LabelReplicas: "3", gpu.LabelSharingStrategy: "time-slicing",
+				"nvidia.com/gpu.slices.gi": "3"},
+			capacity: map[string]string{gpu.ResourceGPU: "6"},
+			want:     []string{"0:NVIDIA-A100-SXM4-40GB:20096[mig] nvidia.com/gpu(3g.20gb,gi1,20096MiB)x3 nvidia.com/gpu(3g.20gb,gi2,20096MiB)x3"},
 		},
 		"no labels": {
-			capacity: map[string]string{ResourceGPU: "1"},
+			capacity: map[string]string{gpu.ResourceGPU: "1"},
 			want:     []string{"0:Simulated GPU:16384 nvidia.com/gpu"},
 		},
 		"no GPUs": {capacity: map[string]string{"cpu": "4"}},
@@ -114,7 +143,7 @@ func TestInventory(t *testing.T) {
 }
 
 func TestUUIDsLookSimulated(t *testing.T) {
-	inv := newInventory(node(nil, map[string]string{ResourceGPU: "1", "nvidia.com/mig-1g.5gb": "1"}))
+	inv := newInventory(node(nil, map[string]string{gpu.ResourceGPU: "1", "nvidia.com/mig-1g.5gb": "1"}))
 	g, m := inv.gpus[0].uuid, inv.gpus[1].devices[0].dev.UUID
 	if !strings.HasPrefix(g, "GPU-sim-") || len(g) != len("GPU-sim-")+36 || !strings.HasPrefix(m, "MIG-sim-") {
 		t.Errorf("UUIDs %q, %q: want GPU-sim-<uuid> and MIG-sim-<uuid>", g, m)
@@ -145,11 +174,11 @@ func holdings(r snapshot.Reading) map[string][]string {
 
 func TestAssignment(t *testing.T) {
 	fc := &fakeCluster{
-		node: node(map[string]string{LabelReplicas: "2"}, map[string]string{ResourceShared: "4", "nvidia.com/mig-3g.20gb": "2"}),
+		node: node(map[string]string{gpu.LabelReplicas: "2"}, map[string]string{gpu.ResourceGPUShared: "4", "nvidia.com/mig-3g.20gb": "2"}),
 		pods: []cluster.Pod{
-			gpuPod("a", map[string]int64{ResourceShared: 1}),
-			gpuPod("b", map[string]int64{ResourceShared: 1}),
-			gpuPod("c", map[string]int64{ResourceShared: 1}),
+			gpuPod("a", map[string]int64{gpu.ResourceGPUShared: 1}),
+			gpuPod("b", map[string]int64{gpu.ResourceGPUShared: 1}),
+			gpuPod("c", map[string]int64{gpu.ResourceGPUShared: 1}),
 			gpuPod("d", map[string]int64{"nvidia.com/mig-3g.20gb": 1}),
 			gpuPod("e", nil), // no GPU: not listed
 		},
@@ -170,7 +199,7 @@ func TestAssignment(t *testing.T) {
 
 	// "a" leaves and "0" (sorting first) arrives; running pods keep their devices.
 	fc.pods = append([]cluster.Pod{
-		gpuPod("0", map[string]int64{ResourceShared: 1}),
+		gpuPod("0", map[string]int64{gpu.ResourceGPUShared: 1}),
 		gpuPod("1", map[string]int64{"nvidia.com/mig-3g.20gb": 2}),
 	}, fc.pods[1:]...)
 	r, err = b.Sample(context.Background())
@@ -209,8 +238,8 @@ func TestUtilizationFromCPU(t *testing.T) {
 		500: env("gpu-a100-0", "nogpu"), // a pod without GPU (the agent itself)
 	}
 	fc := &fakeCluster{
-		node: node(map[string]string{LabelMemory: "40960"}, map[string]string{ResourceGPU: "2"}),
-		pods: []cluster.Pod{gpuPod("busy", map[string]int64{ResourceGPU: 1}), gpuPod("idle", map[string]int64{ResourceGPU: 1}), {UID: "nogpu"}},
+		node: node(map[string]string{gpu.LabelMemoryMiB: "40960"}, map[string]string{gpu.ResourceGPU: "2"}),
+		pods: []cluster.Pod{gpuPod("busy", map[string]int64{gpu.ResourceGPU: 1}), gpuPod("idle", map[string]int64{gpu.ResourceGPU: 1}), {UID: "nogpu"}},
 	}
 	clock := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	opts := Options{Node: "gpu-a100-0", Cluster: fc, Now: func() time.Time { return clock }}

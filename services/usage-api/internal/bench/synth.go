@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpuhub/gpuhub/services/internal/snapshot"
+	"github.com/gpuhub/gpuhub/services/internal/gpu"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/collect"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/inventory"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/usage"
@@ -47,30 +48,30 @@ func Synthesize(users, gpus, pods, replicas int, now time.Time) Cluster {
 		snap := &snapshot.Snapshot{Node: name, Backend: "simulated", SampledAt: now, IntervalSeconds: 5}
 		count := min(8, gpus-g)
 		if mig {
-			n.Labels = map[string]string{"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "nvidia.com/mig.strategy": "mixed",
-				"nvidia.com/mig-1g.5gb.slices.gi": "1", "nvidia.com/mig-1g.5gb.memory": "4864"}
-			n.Allocatable["nvidia.com/mig-1g.5gb"] = int64(7 * count)
+			n.Labels = map[string]string{gpu.LabelProduct: "NVIDIA-A100-SXM4-40GB", gpu.LabelMIGStrategy: "mixed",
+				gpu.LabelMIGSlicesGI("1g.5gb"): "1", gpu.LabelMIGMemoryMiB("1g.5gb"): "4864"}
+			n.Allocatable[gpu.MIGResource("1g.5gb")] = int64(7 * count)
 		} else {
-			n.Labels = map[string]string{"nvidia.com/gpu.product": "Tesla-T4-SHARED", "nvidia.com/gpu.sharing-strategy": "time-slicing",
-				"nvidia.com/gpu.replicas": fmt.Sprint(replicas), "nvidia.com/gpu.memory": "15360"}
-			n.Allocatable["nvidia.com/gpu.shared"] = int64(replicas * count)
+			n.Labels = map[string]string{gpu.LabelProduct: "Tesla-T4-SHARED", gpu.LabelSharingStrategy: "time-slicing",
+				gpu.LabelReplicas: fmt.Sprint(replicas), gpu.LabelMemoryMiB: "15360"}
+			n.Allocatable[gpu.ResourceGPUShared] = int64(replicas * count)
 		}
 		for k := range count {
 			uuid := fmt.Sprintf("GPU-%04d", g+k)
-			gpu := snapshot.GPU{UUID: uuid, Index: k, Product: "Tesla T4", MemoryTotalBytes: 15 << 30}
+			card := snapshot.GPU{UUID: uuid, Index: k, Product: "Tesla T4", MemoryTotalBytes: 15 << 30}
 			if mig {
-				gpu.Product, gpu.MIGMode, gpu.MemoryTotalBytes = "NVIDIA A100-SXM4-40GB", true, 40<<30
+				card.Product, card.MIGMode, card.MemoryTotalBytes = "NVIDIA A100-SXM4-40GB", true, 40<<30
 				for s := range 7 {
 					m := snapshot.MIGDevice{UUID: fmt.Sprintf("MIG-%04d-%d", g+k, s), Profile: "1g.5gb", MemoryTotalBytes: 4864 << 20, UtilizationSource: "simulated"}
-					gpu.MIGDevices = append(gpu.MIGDevices, m)
-					units = append(units, unit{name, "nvidia.com/mig-1g.5gb", m.UUID})
+					card.MIGDevices = append(card.MIGDevices, m)
+					units = append(units, unit{name, gpu.MIGResource("1g.5gb"), m.UUID})
 				}
 			} else {
 				for range replicas {
-					units = append(units, unit{name, "nvidia.com/gpu.shared", uuid})
+					units = append(units, unit{name, gpu.ResourceGPUShared, uuid})
 				}
 			}
-			snap.GPUs = append(snap.GPUs, gpu)
+			snap.GPUs = append(snap.GPUs, card)
 		}
 		c.Nodes[name] = n
 		c.Agents[name] = collect.Result{Agent: collect.Agent{Node: name}, Snapshot: snap, FetchedAt: now}
@@ -82,7 +83,7 @@ func Synthesize(users, gpus, pods, replicas int, now time.Time) Cluster {
 			p.Server = fmt.Sprintf("s%d", i/users)
 			p.Name += "--" + p.Server
 		}
-		res := "nvidia.com/gpu.shared"
+		res := gpu.ResourceGPUShared
 		if i < len(units) {
 			un := units[i]
 			res = un.res

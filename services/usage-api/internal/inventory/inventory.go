@@ -16,7 +16,7 @@ import (
 	listerscorev1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/gpuhub/gpuhub/services/usage-api/internal/share"
+	"github.com/gpuhub/gpuhub/services/internal/gpu"
 )
 
 // Annotations and labels set by KubeSpawner and the chart.
@@ -35,7 +35,7 @@ type Pod struct {
 	Phase                corev1.PodPhase
 	Ready                bool
 	IP                   string
-	// GPU resources the pod holds (limits, else requests), e.g. {"nvidia.com/mig-3g.20gb": 1}.
+	// GPU resources the pod holds: gpu.PodResources, resource name -> count.
 	Resources map[string]int64
 	// Started is when the pod started holding them (its phase became Running): the earliest container start
 	// still in its status, else status.startTime; zero when unknown. The ledger charges a pod first seen after
@@ -55,7 +55,7 @@ type Node struct {
 
 // PodFrom converts a Kubernetes pod; ok is false when it holds no GPU resource.
 func PodFrom(p *corev1.Pod) (Pod, bool) {
-	res := gpuResources(p)
+	res := gpu.PodResources(p)
 	if len(res) == 0 {
 		return Pod{}, false
 	}
@@ -92,48 +92,6 @@ func podStarted(p *corev1.Pod) time.Time {
 	return first
 }
 
-// gpuResources is the effective GPU request of a pod: the larger of the containers' sum and any init
-// container (the scheduler's rule), limits first since extended resources must have limits.
-func gpuResources(p *corev1.Pod) map[string]int64 {
-	var out map[string]int64
-	add := func(c corev1.Container, into map[string]int64, maxOnly bool) {
-		list := c.Resources.Limits
-		if len(list) == 0 {
-			list = c.Resources.Requests
-		}
-		for name, q := range list {
-			if !share.IsGPUResource(string(name)) {
-				continue
-			}
-			if maxOnly {
-				into[string(name)] = max(into[string(name)], q.Value())
-			} else {
-				into[string(name)] += q.Value()
-			}
-		}
-	}
-	sum := map[string]int64{}
-	for _, c := range p.Spec.Containers {
-		add(c, sum, false)
-	}
-	init := map[string]int64{}
-	for _, c := range p.Spec.InitContainers {
-		add(c, init, true)
-	}
-	for name, n := range init {
-		sum[name] = max(sum[name], n)
-	}
-	for name, n := range sum {
-		if n > 0 {
-			if out == nil {
-				out = map[string]int64{}
-			}
-			out[name] = n
-		}
-	}
-	return out
-}
-
 func podReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {
@@ -145,13 +103,7 @@ func podReady(p *corev1.Pod) bool {
 
 // NodeFrom converts a Kubernetes node.
 func NodeFrom(n *corev1.Node) Node {
-	out := Node{Name: n.Name, Labels: n.Labels, Allocatable: map[string]int64{}}
-	for name, q := range n.Status.Allocatable {
-		if share.IsGPUResource(string(name)) && q.Value() > 0 {
-			out.Allocatable[string(name)] = q.Value()
-		}
-	}
-	return out
+	return Node{Name: n.Name, Labels: n.Labels, Allocatable: gpu.NodeAllocatable(n)}
 }
 
 // Options configure an Inventory.

@@ -11,11 +11,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpuhub/gpuhub/services/internal/gpu"
 	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/collect"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/inventory"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
-	"github.com/gpuhub/gpuhub/services/usage-api/internal/share"
 )
 
 // StaleIntervals is how many sampling intervals telemetry may age, by default, before it is stale.
@@ -71,21 +71,21 @@ type Share struct {
 // time-sliced T4 replica at 25 % uses 0.25 while holding 0.25, alone at 100 % it uses 1.0; a 3g.20gb instance
 // at 50 % uses 3/14.
 type GPU struct {
-	Kind              share.Kind `json:"kind"`
-	Resource          string     `json:"resource"`
-	Product           string     `json:"product"`
-	Profile           string     `json:"profile,omitempty"`
-	Class             string     `json:"class"`
-	Share             float64    `json:"share"`
-	ShareNumerator    int64      `json:"shareNumerator"`
-	ShareDenominator  int64      `json:"shareDenominator"`
-	Description       string     `json:"description"`
-	UUID              string     `json:"uuid,omitempty"`
-	SMUtilPercent     *float64   `json:"smUtilPercent"`
-	UtilizationSource string     `json:"utilizationSource"`
-	UsedGPUs          *float64   `json:"usedGPUs"` // null when SMUtilPercent is
-	MemoryUsedBytes   uint64     `json:"memoryUsedBytes"`
-	MemoryTotalBytes  uint64     `json:"memoryTotalBytes"`
+	Kind              gpu.Kind `json:"kind"`
+	Resource          string   `json:"resource"`
+	Product           string   `json:"product"`
+	Profile           string   `json:"profile,omitempty"`
+	Class             string   `json:"class"`
+	Share             float64  `json:"share"`
+	ShareNumerator    int64    `json:"shareNumerator"`
+	ShareDenominator  int64    `json:"shareDenominator"`
+	Description       string   `json:"description"`
+	UUID              string   `json:"uuid,omitempty"`
+	SMUtilPercent     *float64 `json:"smUtilPercent"`
+	UtilizationSource string   `json:"utilizationSource"`
+	UsedGPUs          *float64 `json:"usedGPUs"` // null when SMUtilPercent is
+	MemoryUsedBytes   uint64   `json:"memoryUsedBytes"`
+	MemoryTotalBytes  uint64   `json:"memoryTotalBytes"`
 	// Stale is true when the node's telemetry is stale (judgeAgent): utilization is then unknown, StaleReason says why.
 	Stale       bool   `json:"stale"`
 	StaleReason string `json:"staleReason,omitempty"`
@@ -130,19 +130,19 @@ type GroupShare struct {
 
 // ClassStats is the cluster's inventory and use of one GPU class.
 type ClassStats struct {
-	Class            string     `json:"class"`
-	Kind             share.Kind `json:"kind"`
-	Product          string     `json:"product"`
-	Profile          string     `json:"profile,omitempty"`
-	CapacityUnits    int64      `json:"capacityUnits"`
-	AllocatedUnits   int64      `json:"allocatedUnits"`
-	CapacityGPUs     float64    `json:"capacityGPUs"`
-	AllocatedGPUs    float64    `json:"allocatedGPUs"`
-	UsedGPUs         float64    `json:"usedGPUs"`         // known part
-	UsedUnknownGPUs  float64    `json:"usedUnknownGPUs"`  // allocated GPUs whose utilization is unknown
-	SMUtilPercent    *float64   `json:"smUtilPercent"`    // used / the class's GPUs (capacity), known part
-	MemoryUsedBytes  uint64     `json:"memoryUsedBytes"`  // of allocated units
-	MemoryTotalBytes uint64     `json:"memoryTotalBytes"` // of allocated units
+	Class            string   `json:"class"`
+	Kind             gpu.Kind `json:"kind"`
+	Product          string   `json:"product"`
+	Profile          string   `json:"profile,omitempty"`
+	CapacityUnits    int64    `json:"capacityUnits"`
+	AllocatedUnits   int64    `json:"allocatedUnits"`
+	CapacityGPUs     float64  `json:"capacityGPUs"`
+	AllocatedGPUs    float64  `json:"allocatedGPUs"`
+	UsedGPUs         float64  `json:"usedGPUs"`         // known part
+	UsedUnknownGPUs  float64  `json:"usedUnknownGPUs"`  // allocated GPUs whose utilization is unknown
+	SMUtilPercent    *float64 `json:"smUtilPercent"`    // used / the class's GPUs (capacity), known part
+	MemoryUsedBytes  uint64   `json:"memoryUsedBytes"`  // of allocated units
+	MemoryTotalBytes uint64   `json:"memoryTotalBytes"` // of allocated units
 }
 
 // Cluster is the cluster-wide view; it names no user.
@@ -190,7 +190,7 @@ type View struct {
 func Build(in Input) *View {
 	v := &View{SampledAt: in.Now, Interval: in.Interval, Users: map[string]*User{}, Groups: map[string]GroupShare{}, Hub: in.Hub}
 	classes := map[string]*ClassStats{}
-	classOf := func(a share.Allocation) *ClassStats {
+	classOf := func(a gpu.Allocation) *ClassStats {
 		c := classes[a.Class()]
 		if c == nil {
 			c = &ClassStats{Class: a.Class(), Kind: a.Kind, Product: a.Product, Profile: a.Profile}
@@ -204,7 +204,7 @@ func Build(in Input) *View {
 			continue
 		}
 		v.Cluster.Nodes++
-		for _, a := range share.Allocations(n.Allocatable, share.Node{Labels: n.Labels}) {
+		for _, a := range gpu.Allocations(n.Allocatable, gpu.Node{Labels: n.Labels}) {
 			c := classOf(a)
 			c.CapacityUnits += a.Count
 			c.CapacityGPUs += a.Share()
@@ -234,7 +234,7 @@ func Build(in Input) *View {
 			continue
 		}
 		node := in.Nodes[p.Node]
-		allocs := share.Allocations(p.Resources, share.Node{Labels: node.Labels})
+		allocs := gpu.Allocations(p.Resources, gpu.Node{Labels: node.Labels})
 		srv, scale := buildServer(p, allocs, in.Agents[p.Node], status[p.Node])
 		for _, g := range srv.GPUs {
 			c := classes[g.Class]
@@ -421,7 +421,7 @@ func ago(d time.Duration) string {
 
 // buildServer details one pod and returns the GPU time its units can reach (the sum of their utilScale). st is
 // the node agent's status, nil when no agent runs on the node.
-func buildServer(p inventory.Pod, allocs []share.Allocation, agent collect.Result, st *AgentStatus) (Server, float64) {
+func buildServer(p inventory.Pod, allocs []gpu.Allocation, agent collect.Result, st *AgentStatus) (Server, float64) {
 	fresh := st != nil && !st.Stale
 	srv := Server{Name: p.Server, Pod: p.Name, Namespace: p.Namespace, Node: p.Node, Ready: p.Ready, UsedGPUs: new(float64)}
 	unknown := fmt.Sprintf("no GPU agent runs on node %s", p.Node)
@@ -491,7 +491,7 @@ func buildServer(p inventory.Pod, allocs []share.Allocation, agent collect.Resul
 
 // usedGPUs is the one definition of "used": the fraction of a physical GPU's time a unit keeps busy,
 // utilization / 100 x utilScale; nil when the utilization is unknown.
-func usedGPUs(utilPercent *float64, a share.Allocation) *float64 {
+func usedGPUs(utilPercent *float64, a gpu.Allocation) *float64 {
 	if utilPercent == nil {
 		return nil
 	}
@@ -502,13 +502,7 @@ func usedGPUs(utilPercent *float64, a share.Allocation) *float64 {
 // utilScale is how much of a physical GPU's time 100 % utilization of one unit is. The agent measures whole
 // and time-sliced units per process through NVML, already as a fraction of the whole GPU: 1. It measures a MIG
 // instance through DCGM as a fraction of the instance: g/slices.
-// TODO(issue 9, vocab): becomes gpu.Allocation.UtilizationScale() when services/internal/gpu lands.
-func utilScale(a share.Allocation) float64 {
-	if a.Kind == share.KindMIG {
-		return a.UnitShare()
-	}
-	return 1
-}
+func utilScale(a gpu.Allocation) float64 { return a.UtilizationScale() }
 
 // fillMeasured sets utilization and memory of one unit from a fresh snapshot. A fresh snapshot that does not
 // list the pod means the agent saw no GPU process of it: utilization 0, measured, not invented.
@@ -519,30 +513,30 @@ func fillMeasured(g *GPU, node string, snap *snapshot.Snapshot, ap *snapshot.Pod
 		g.SMUtilPercent, g.UtilizationSource = &zero, string(snap.Backend)
 		return
 	}
-	var gpu *snapshot.GPU
+	var phys *snapshot.GPU
 	var mig *snapshot.MIGDevice
 	if dev != nil {
 		g.UUID = dev.UUID
 		for i := range snap.GPUs {
 			sg := &snap.GPUs[i]
 			if sg.UUID == dev.UUID || sg.UUID == dev.ParentUUID {
-				gpu = sg
+				phys = sg
 			}
 			for j := range sg.MIGDevices {
 				if sg.MIGDevices[j].UUID == dev.UUID {
-					gpu, mig = sg, &sg.MIGDevices[j]
+					phys, mig = sg, &sg.MIGDevices[j]
 				}
 			}
 		}
 	}
-	if gpu != nil && g.Product == "" {
-		g.Product = gpu.Product
+	if phys != nil && g.Product == "" {
+		g.Product = phys.Product
 	}
 	switch {
 	case mig != nil && mig.MemoryTotalBytes > 0:
 		g.MemoryTotalBytes = mig.MemoryTotalBytes
-	case gpu != nil && gpu.MemoryTotalBytes > 0 && g.Kind != share.KindMIG:
-		g.MemoryTotalBytes = gpu.MemoryTotalBytes
+	case phys != nil && phys.MemoryTotalBytes > 0 && !g.Kind.MIG():
+		g.MemoryTotalBytes = phys.MemoryTotalBytes
 	}
 	// One unit: the pod's own numbers are this unit's. Several: per device.
 	if units == 1 {
@@ -557,8 +551,8 @@ func fillMeasured(g *GPU, node string, snap *snapshot.Snapshot, ap *snapshot.Pod
 		switch {
 		case mig != nil:
 			g.SMUtilPercent, g.UtilizationSource = capPct(mig.UtilizationPercent), mig.UtilizationSource
-		case gpu != nil && g.Kind == share.KindGPU:
-			g.SMUtilPercent, g.UtilizationSource = capPct(gpu.UtilizationPercent), string(snap.Backend)
+		case phys != nil && g.Kind == gpu.KindGPU:
+			g.SMUtilPercent, g.UtilizationSource = capPct(phys.UtilizationPercent), string(snap.Backend)
 		}
 	}
 	switch {
@@ -567,13 +561,13 @@ func fillMeasured(g *GPU, node string, snap *snapshot.Snapshot, ap *snapshot.Pod
 			g.UtilizationSource = string(snap.Backend)
 		}
 		return
-	case gpu != nil && gpu.Error != "":
-		g.UtilizationUnknownReason = fmt.Sprintf("the GPU agent on node %s could not read GPU %d: %s", node, gpu.Index, gpu.Error)
-	case gpu == nil && failedGPU(snap) != nil:
+	case phys != nil && phys.Error != "":
+		g.UtilizationUnknownReason = fmt.Sprintf("the GPU agent on node %s could not read GPU %d: %s", node, phys.Index, phys.Error)
+	case phys == nil && failedGPU(snap) != nil:
 		// The agent lists a pod whose GPU it cannot tell with null while any GPU of the node failed to read.
 		fg := failedGPU(snap)
 		g.UtilizationUnknownReason = fmt.Sprintf("the GPU agent on node %s could not read GPU %d: %s", node, fg.Index, fg.Error)
-	case g.Kind == share.KindMIG:
+	case g.Kind.MIG():
 		g.UtilizationUnknownReason = fmt.Sprintf("the GPU agent on node %s does not measure MIG instances (that needs DCGM)", node)
 	case units > 1 && dev == nil:
 		g.UtilizationUnknownReason = fmt.Sprintf("the GPU agent on node %s did not say which device this unit of the pod is", node)
