@@ -291,18 +291,13 @@ const (
 	maxLimit     = 1000
 )
 
-func isAdmin(id *hubauth.Identity) bool {
-	// CanReadUser of a name no user can have is true only for admins and tokens with unfiltered user scopes.
-	return id.Admin || id.CanReadUser("\x00any")
-}
-
 func (h *handler) users(w http.ResponseWriter, r *http.Request) {
 	id, ok := hubauth.FromContext(r.Context())
 	if !ok {
 		server.WriteError(w, http.StatusUnauthorized, "authenticate with a Hub token")
 		return
 	}
-	if !isAdmin(id) {
+	if !id.IsAdmin() {
 		server.WriteError(w, http.StatusForbidden, "listing users needs an admin; read your own usage at api/v1/me")
 		return
 	}
