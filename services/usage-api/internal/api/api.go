@@ -7,6 +7,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sort"
@@ -181,9 +182,9 @@ func (h *handler) writeUser(w http.ResponseWriter, r *http.Request, name string,
 		"today": fromTotals(win.Today), "7d": fromTotals(win.Days7), "30d": fromTotals(win.Days30),
 	}
 	if q.Has("from") || q.Has("to") {
-		cw, err := h.custom(r, name)
-		if err != nil {
-			server.WriteError(w, http.StatusBadRequest, "%s", err.Error())
+		cw, qerr := h.custom(r, name)
+		if qerr != nil {
+			writeQueryError(w, qerr)
 			return
 		}
 		resp.GPUHours["custom"] = cw
@@ -210,13 +211,36 @@ func writeUserJSON(w http.ResponseWriter, resp UserResponse) {
 	_, _ = w.Write([]byte("}\n"))
 }
 
-type badRequest string
+// queryError is an answer other than 200 for a query: 400 for the caller's mistakes, 503 when the ledger cannot
+// answer now.
+type queryError struct {
+	status int
+	msg    string
+}
 
-func (e badRequest) Error() string { return string(e) }
+func (e *queryError) Error() string { return e.msg }
 
-func (h *handler) custom(r *http.Request, name string) (*Window, error) {
+func badRequest(format string, args ...any) *queryError {
+	return &queryError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, args...)}
+}
+
+// retryAfterSeconds is the Retry-After of a 503 from the ledger: about one sampling interval.
+const retryAfterSeconds = 5
+
+func writeQueryError(w http.ResponseWriter, err *queryError) {
+	if err.status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
+	}
+	server.WriteError(w, err.status, "%s", err.msg)
+}
+
+// custom answers a custom window. Buckets are whole UTC hours, so the window covers [hour(from), ceil-hour(to));
+// the answer carries these effective bounds, with to never past now (the current bucket holds what was
+// recorded so far).
+func (h *handler) custom(r *http.Request, name string) (*Window, *queryError) {
 	q := r.URL.Query()
-	to := h.opts.Now()
+	now := h.opts.Now().UTC()
+	to := now
 	from := to.Add(-24 * time.Hour)
 	var err error
 	if s := q.Get("from"); s != "" {
@@ -232,14 +256,21 @@ func (h *handler) custom(r *http.Request, name string) (*Window, error) {
 	if !from.Before(to) {
 		return nil, badRequest("from must be before to")
 	}
-	rows, err := h.opts.Ledger.Hours(r.Context(), ledger.Query{From: from, To: to, User: name})
+	f, t := from.UTC().Truncate(time.Hour), ceilHour(to.UTC())
+	if t.After(now) {
+		t = now
+	}
+	out := &Window{From: &f, To: &t, ByClass: []ClassHours{}}
+	if !f.Before(t) {
+		*out.To = f // the window starts after now: nothing recorded yet
+		return out, nil
+	}
+	rows, err := h.opts.Ledger.Hours(r.Context(), ledger.Query{From: f, To: t, User: name})
 	if err != nil {
 		h.opts.Logger.Error("ledger query failed", "user", name, "err", err)
-		return nil, badRequest("the ledger could not answer; try again")
+		return nil, &queryError{status: http.StatusServiceUnavailable,
+			msg: fmt.Sprintf("the GPU-hours ledger could not answer this window just now; retry in %d s (live numbers are served without from/to)", retryAfterSeconds)}
 	}
-	// Buckets are hours: the window effectively starts at the hour of from.
-	f, t := from.UTC().Truncate(time.Hour), to.UTC()
-	out := &Window{From: &f, To: &t, ByClass: []ClassHours{}}
 	for _, row := range rows {
 		out.Allocated += row.Allocated
 		out.Used += row.Used
@@ -247,6 +278,14 @@ func (h *handler) custom(r *http.Request, name string) (*Window, error) {
 		out.ByClass = append(out.ByClass, ClassHours{Kind: row.Kind, Class: row.Class, Totals: row.Totals})
 	}
 	return out, nil
+}
+
+// ceilHour rounds t up to the next whole hour (t itself when it is one).
+func ceilHour(t time.Time) time.Time {
+	if h := t.Truncate(time.Hour); !h.Equal(t) {
+		return h.Add(time.Hour)
+	}
+	return t
 }
 
 func fromTotals(t ledger.Totals) *Window {
