@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"sort"
 	"strconv"
@@ -328,6 +329,8 @@ type UsersResponse struct {
 const (
 	defaultLimit = 200
 	maxLimit     = 1000
+	// maxOffset is far above any Hub's user count and keeps offset+limit from overflowing.
+	maxOffset = 1_000_000_000
 )
 
 func (h *handler) users(w http.ResponseWriter, r *http.Request) {
@@ -340,12 +343,17 @@ func (h *handler) users(w http.ResponseWriter, r *http.Request) {
 		server.WriteError(w, http.StatusForbidden, "listing users needs an admin; read your own usage at api/v1/me")
 		return
 	}
-	offset, err1 := intParam(r, "offset", 0)
-	limit, err2 := intParam(r, "limit", defaultLimit)
-	if err1 != nil || err2 != nil || offset < 0 || limit < 1 {
-		server.WriteError(w, http.StatusBadRequest, "offset must be >= 0 and limit >= 1 (integers)")
+	offset, ok1 := intParam(r, "offset", 0, 0, maxOffset)
+	limit, ok2 := intParam(r, "limit", defaultLimit, 1, math.MaxInt32)
+	switch {
+	case !ok1:
+		server.WriteError(w, http.StatusBadRequest, "offset %q is not an integer from 0 to %d", param(r, "offset"), maxOffset)
+		return
+	case !ok2:
+		server.WriteError(w, http.StatusBadRequest, "limit %q is not a positive integer (values above %d are reduced to %d)", param(r, "limit"), maxLimit, maxLimit)
 		return
 	}
+	// Like the Hub, a larger limit is reduced rather than refused; bounded offset and limit cannot overflow.
 	limit = min(limit, maxLimit)
 	v := h.opts.State.View()
 	var names []string
@@ -383,12 +391,23 @@ func (h *handler) users(w http.ResponseWriter, r *http.Request) {
 	server.WriteJSON(w, http.StatusOK, resp)
 }
 
-func intParam(r *http.Request, name string, def int) (int, error) {
+// intParam reads an integer query parameter in [lo, hi]; def when absent; ok is false when it is not one.
+func intParam(r *http.Request, name string, def, lo, hi int) (n int, ok bool) {
 	s := r.URL.Query().Get(name)
 	if s == "" {
-		return def, nil
+		return def, true
 	}
-	return strconv.Atoi(s)
+	n, err := strconv.Atoi(s)
+	return n, err == nil && n >= lo && n <= hi
+}
+
+// param is a query parameter cut short for error messages (a caller may send a huge value).
+func param(r *http.Request, name string) string {
+	s := r.URL.Query().Get(name)
+	if len(s) > 40 {
+		s = s[:40] + "..."
+	}
+	return s
 }
 
 // ClusterResponse is the body of cluster. It names no user, so any authenticated user may read it.

@@ -323,3 +323,43 @@ func TestUsersPagination(t *testing.T) {
 	}
 }
 
+// TestUsersQueryBounds: huge or overflowing offset/limit answer 400 with a message naming the parameter, never a
+// page with a negative next offset.
+func TestUsersQueryBounds(t *testing.T) {
+	cases := map[string]struct {
+		query       string
+		wantStatus  int
+		wantMessage string // substring
+		wantLimit   float64
+		wantItems   int
+	}{
+		"offset beyond int64":            {query: "offset=99999999999999999999", wantStatus: 400, wantMessage: `offset "99999999999999999999"`},
+		"offset+limit overflows":         {query: "offset=9223372036854775000&limit=1000", wantStatus: 400, wantMessage: `offset "9223372036854775000"`},
+		"limit beyond int64":             {query: "limit=99999999999999999999", wantStatus: 400, wantMessage: `limit "99999999999999999999"`},
+		"negative offset":                {query: "offset=-1", wantStatus: 400, wantMessage: `offset "-1"`},
+		"zero limit":                     {query: "limit=0", wantStatus: 400, wantMessage: `limit "0"`},
+		"not a number":                   {query: "offset=ten", wantStatus: 400, wantMessage: `offset "ten"`},
+		"large limit is capped":          {query: "limit=5000", wantStatus: 200, wantLimit: 1000, wantItems: 3},
+		"offset past the end: empty page": {query: "offset=10", wantStatus: 200, wantLimit: 200},
+	}
+	srv := testServer(t)
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			status, body := get(t, srv, "GET", prefix+"api/v1/users?"+tc.query, "root-token")
+			if status != tc.wantStatus {
+				t.Fatalf("status %d, want %d: %v", status, tc.wantStatus, body)
+			}
+			if tc.wantStatus != http.StatusOK {
+				if msg, _ := body["message"].(string); !strings.Contains(msg, tc.wantMessage) {
+					t.Errorf("message %q does not name %s", msg, tc.wantMessage)
+				}
+				return
+			}
+			pg := body["_pagination"].(map[string]any)
+			if pg["limit"].(float64) != tc.wantLimit || len(body["items"].([]any)) != tc.wantItems || pg["next"] != nil {
+				t.Errorf("page: %v", body)
+			}
+		})
+	}
+}
+
