@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
@@ -38,7 +39,11 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-type handler struct{ opts Options }
+type handler struct {
+	opts  Options
+	zones sync.Map // IANA name -> *time.Location, only names that loaded
+	tz    tzCache
+}
 
 // New returns the API handler; it expects full paths (prefix included).
 func New(opts Options) http.Handler {
@@ -150,8 +155,15 @@ func (h *handler) user(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) writeUser(w http.ResponseWriter, r *http.Request, name string, groups []string) {
 	q := r.URL.Query()
+	loc, qerr := h.zone(q.Get("tz"))
+	if qerr != nil {
+		writeQueryError(w, qerr)
+		return
+	}
 	resp := UserResponse{User: name, Groups: groups, Servers: []usage.Server{}, History: usage.Points{}}
+	asOf := h.opts.Now()
 	if v := h.opts.State.View(); v != nil {
+		asOf = v.SampledAt
 		t := v.SampledAt
 		resp.SampledAt, resp.IntervalSeconds = &t, v.Interval.Seconds()
 		if hu, ok := v.Hub.Users[name]; ok {
@@ -179,6 +191,16 @@ func (h *handler) writeUser(w http.ResponseWriter, r *http.Request, name string,
 		resp.History = h.opts.State.History.User(name, since)
 	}
 	win := h.opts.Ledger.UserWindows(name)
+	if loc != time.UTC {
+		today, err := h.todayIn(r.Context(), name, loc, win.Today, asOf)
+		if err != nil {
+			h.opts.Logger.Error("ledger query failed", "user", name, "tz", loc.String(), "err", err)
+			writeQueryError(w, &queryError{status: http.StatusServiceUnavailable,
+				msg: fmt.Sprintf("the GPU-hours ledger could not answer just now; retry in %d s", retryAfterSeconds)})
+			return
+		}
+		win.Today = today
+	}
 	resp.GPUHours = map[string]*Window{
 		"today": fromTotals(win.Today), "7d": fromTotals(win.Days7), "30d": fromTotals(win.Days30),
 	}
@@ -191,6 +213,103 @@ func (h *handler) writeUser(w http.ResponseWriter, r *http.Request, name string,
 		resp.GPUHours["custom"] = cw
 	}
 	writeUserJSON(w, resp)
+}
+
+// zone resolves the tz parameter: an IANA name ("" and "UTC" are UTC). The server's own zone ("Local") means
+// nothing to a caller and is refused.
+func (h *handler) zone(name string) (*time.Location, *queryError) {
+	if name == "" || name == "UTC" {
+		return time.UTC, nil
+	}
+	if l, ok := h.zones.Load(name); ok {
+		return l.(*time.Location), nil
+	}
+	bad := badRequest("tz %q is not an IANA time zone name; send one such as Europe/Berlin, America/New_York or UTC", param(name))
+	if name == "Local" || len(name) > 64 {
+		return nil, bad
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, bad
+	}
+	h.zones.Store(name, loc)
+	return loc, nil
+}
+
+// todayIn returns the user's GPU-hours since local midnight in loc, as of the last sample. The ledger keeps
+// "today" for UTC in memory (utcToday); the difference to local midnight is a run of completed hour buckets
+// (between the two midnights, both at or before asOf's hour), summed from the store and cached per user, zone and
+// hour. Local midnight is rounded down to its UTC hour bucket (for zones with half-hour offsets "today" starts up
+// to 45 minutes early).
+func (h *handler) todayIn(ctx context.Context, user string, loc *time.Location, utcToday ledger.Totals, asOf time.Time) (ledger.Totals, error) {
+	hour := asOf.UTC().Truncate(time.Hour)
+	y, m, d := hour.Date()
+	utcStart := time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+	y, m, d = asOf.In(loc).Date()
+	localStart := time.Date(y, m, d, 0, 0, 0, 0, loc).Truncate(time.Hour).UTC()
+	if localStart.Equal(utcStart) {
+		return utcToday, nil
+	}
+	lo, hi := localStart, utcStart
+	if lo.After(hi) {
+		lo, hi = hi, lo
+	}
+	key := tzKey{user: user, zone: loc.String(), lo: lo.Unix(), hi: hi.Unix()}
+	diff, ok := h.tz.get(hour, key)
+	if !ok {
+		rows, err := h.opts.Ledger.Hours(ctx, ledger.Query{From: lo, To: hi, User: user})
+		if err != nil {
+			return ledger.Totals{}, err
+		}
+		for _, r := range rows {
+			diff.Allocated += r.Allocated
+			diff.Used += r.Used
+			diff.UsedUnknown += r.UsedUnknown
+		}
+		h.tz.put(hour, key, diff)
+	}
+	if localStart.Before(utcStart) { // east of UTC: the local day began the day before
+		return ledger.Totals{Allocated: utcToday.Allocated + diff.Allocated, Used: utcToday.Used + diff.Used,
+			UsedUnknown: utcToday.UsedUnknown + diff.UsedUnknown}, nil
+	}
+	// West of UTC: the local day began after UTC midnight. Clamp rounding dust below zero.
+	return ledger.Totals{Allocated: max(0, utcToday.Allocated-diff.Allocated), Used: max(0, utcToday.Used-diff.Used),
+		UsedUnknown: max(0, utcToday.UsedUnknown-diff.UsedUnknown)}, nil
+}
+
+type tzKey struct {
+	user, zone string
+	lo, hi     int64
+}
+
+// tzCache holds the bucket sums of todayIn for the current hour; it starts afresh each hour (and when the
+// ledger was unavailable), so late writes to past buckets are picked up within the hour.
+type tzCache struct {
+	mu   sync.Mutex
+	hour time.Time
+	m    map[tzKey]ledger.Totals
+}
+
+// maxTZEntries bounds the cache: a user polls in one or two zones.
+const maxTZEntries = 100_000
+
+func (c *tzCache) get(hour time.Time, k tzKey) (ledger.Totals, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.hour.Equal(hour) {
+		return ledger.Totals{}, false
+	}
+	t, ok := c.m[k]
+	return t, ok
+}
+
+func (c *tzCache) put(hour time.Time, k tzKey, t ledger.Totals) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.hour.Equal(hour) || len(c.m) >= maxTZEntries {
+		c.hour, c.m = hour, map[tzKey]ledger.Totals{}
+	}
+	c.m[k] = t
 }
 
 // writeUserJSON writes resp with its history spliced in as the last member: encoding/json would re-validate the
@@ -347,10 +466,10 @@ func (h *handler) users(w http.ResponseWriter, r *http.Request) {
 	limit, ok2 := intParam(r, "limit", defaultLimit, 1, math.MaxInt32)
 	switch {
 	case !ok1:
-		server.WriteError(w, http.StatusBadRequest, "offset %q is not an integer from 0 to %d", param(r, "offset"), maxOffset)
+		server.WriteError(w, http.StatusBadRequest, "offset %q is not an integer from 0 to %d", param(r.URL.Query().Get("offset")), maxOffset)
 		return
 	case !ok2:
-		server.WriteError(w, http.StatusBadRequest, "limit %q is not a positive integer (values above %d are reduced to %d)", param(r, "limit"), maxLimit, maxLimit)
+		server.WriteError(w, http.StatusBadRequest, "limit %q is not a positive integer (values above %d are reduced to %d)", param(r.URL.Query().Get("limit")), maxLimit, maxLimit)
 		return
 	}
 	// Like the Hub, a larger limit is reduced rather than refused; bounded offset and limit cannot overflow.
@@ -401,9 +520,8 @@ func intParam(r *http.Request, name string, def, lo, hi int) (n int, ok bool) {
 	return n, err == nil && n >= lo && n <= hi
 }
 
-// param is a query parameter cut short for error messages (a caller may send a huge value).
-func param(r *http.Request, name string) string {
-	s := r.URL.Query().Get(name)
+// param cuts a query value short for error messages (a caller may send a huge value).
+func param(s string) string {
 	if len(s) > 40 {
 		s = s[:40] + "..."
 	}

@@ -333,13 +333,13 @@ func TestUsersQueryBounds(t *testing.T) {
 		wantLimit   float64
 		wantItems   int
 	}{
-		"offset beyond int64":            {query: "offset=99999999999999999999", wantStatus: 400, wantMessage: `offset "99999999999999999999"`},
-		"offset+limit overflows":         {query: "offset=9223372036854775000&limit=1000", wantStatus: 400, wantMessage: `offset "9223372036854775000"`},
-		"limit beyond int64":             {query: "limit=99999999999999999999", wantStatus: 400, wantMessage: `limit "99999999999999999999"`},
-		"negative offset":                {query: "offset=-1", wantStatus: 400, wantMessage: `offset "-1"`},
-		"zero limit":                     {query: "limit=0", wantStatus: 400, wantMessage: `limit "0"`},
-		"not a number":                   {query: "offset=ten", wantStatus: 400, wantMessage: `offset "ten"`},
-		"large limit is capped":          {query: "limit=5000", wantStatus: 200, wantLimit: 1000, wantItems: 3},
+		"offset beyond int64":             {query: "offset=99999999999999999999", wantStatus: 400, wantMessage: `offset "99999999999999999999"`},
+		"offset+limit overflows":          {query: "offset=9223372036854775000&limit=1000", wantStatus: 400, wantMessage: `offset "9223372036854775000"`},
+		"limit beyond int64":              {query: "limit=99999999999999999999", wantStatus: 400, wantMessage: `limit "99999999999999999999"`},
+		"negative offset":                 {query: "offset=-1", wantStatus: 400, wantMessage: `offset "-1"`},
+		"zero limit":                      {query: "limit=0", wantStatus: 400, wantMessage: `limit "0"`},
+		"not a number":                    {query: "offset=ten", wantStatus: 400, wantMessage: `offset "ten"`},
+		"large limit is capped":           {query: "limit=5000", wantStatus: 200, wantLimit: 1000, wantItems: 3},
 		"offset past the end: empty page": {query: "offset=10", wantStatus: 200, wantLimit: 200},
 	}
 	srv := testServer(t)
@@ -363,3 +363,71 @@ func TestUsersQueryBounds(t *testing.T) {
 	}
 }
 
+// TestTimeZone: tz sets where "today" starts (local midnight, rounded down to its UTC hour bucket); 7d and 30d do
+// not depend on it. The numbers follow testLedger's increments.
+func TestTimeZone(t *testing.T) {
+	utcToday := map[string]any{"allocated": 5.25, "used": 0.5, "usedUnknown": 4.25}
+	everything := map[string]any{"allocated": 7.25, "used": 1.5, "usedUnknown": 4.25}
+	cases := map[string]struct {
+		path, token string
+		wantToday   map[string]any
+	}{
+		"no tz: UTC": {path: "api/v1/me", token: "alice-token", wantToday: utcToday},
+		"UTC":        {path: "api/v1/me?tz=UTC", token: "alice-token", wantToday: utcToday},
+		// 05:30 local: the day began at 05:00 UTC.
+		"New York": {path: "api/v1/me?tz=America/New_York", token: "alice-token",
+			wantToday: map[string]any{"allocated": 2.75, "used": 0.0, "usedUnknown": 2.75}},
+		// 19:30 local: the day began at 15:00 UTC the day before, before any usage.
+		"Tokyo": {path: "api/v1/me?tz=Asia/Tokyo", token: "alice-token", wantToday: everything},
+		// 16:00 local: midnight was 18:30 UTC, counted from its bucket at 18:00.
+		"Kolkata, half-hour offset": {path: "api/v1/me?tz=Asia/Kolkata", token: "alice-token", wantToday: everything},
+		"admin reads alice in New York": {path: "api/v1/users/alice?tz=America/New_York", token: "root-token",
+			wantToday: map[string]any{"allocated": 2.75, "used": 0.0, "usedUnknown": 2.75}},
+	}
+	srv := testServer(t)
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			status, got := get(t, srv, "GET", prefix+tc.path, tc.token)
+			if status != http.StatusOK {
+				t.Fatalf("status %d: %v", status, got)
+			}
+			hours := got["gpuHours"].(map[string]any)
+			if diff := cmp.Diff(tc.wantToday, hours["today"], approx); diff != "" {
+				t.Errorf("today (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(everything, hours["7d"], approx); diff != "" {
+				t.Errorf("7d (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestTimeZoneInvalid(t *testing.T) {
+	srv := testServer(t)
+	for _, tz := range []string{"Mars/Base", "Local", "../../etc/passwd", "America/New_York%00"} {
+		status, body := get(t, srv, "GET", prefix+"api/v1/me?tz="+tz, "alice-token")
+		msg, _ := body["message"].(string)
+		if status != http.StatusBadRequest || !strings.Contains(msg, "tz") || !strings.Contains(msg, "IANA") {
+			t.Errorf("tz=%s: %d %q, want 400 naming the value and what to send", tz, status, msg)
+		}
+	}
+}
+
+// TestTimeZoneCached: a panel polling every few seconds with its tz costs one store query per user, zone and
+// hour, not one per poll.
+func TestTimeZoneCached(t *testing.T) {
+	srv, led := testServerWithLedger(t)
+	for range 5 {
+		if status, body := get(t, srv, "GET", prefix+"api/v1/me?tz=America/New_York", "alice-token"); status != http.StatusOK {
+			t.Fatalf("status %d: %v", status, body)
+		}
+	}
+	if n := led.hoursCalls.Load(); n != 1 {
+		t.Errorf("5 polls made %d store queries, want 1", n)
+	}
+	get(t, srv, "GET", prefix+"api/v1/me?tz=Asia/Tokyo", "alice-token")
+	get(t, srv, "GET", prefix+"api/v1/me?tz=America/New_York", "bob-token")
+	if n := led.hoursCalls.Load(); n != 3 {
+		t.Errorf("another zone and another user: %d store queries in all, want 3", n)
+	}
+}
