@@ -24,6 +24,9 @@ import (
 
 // GPUHours is what the API needs of the ledger.
 type GPUHours interface {
+	// Available is nil while GPU-hours can be served; otherwise its message says why not, in words for the
+	// user (e.g. "the ledger database cannot be reached (retrying every 30 s)").
+	Available() error
 	UserWindows(user string) ledger.Windows
 	Hours(ctx context.Context, q ledger.Query) ([]ledger.Row, error)
 }
@@ -112,6 +115,8 @@ type UserResponse struct {
 	Servers         []usage.Server     `json:"servers"`
 	History         usage.Points       `json:"-"` // spliced in by writeUserJSON
 	GPUHours        map[string]*Window `json:"gpuHours"`
+	GPUHoursStatus  string             `json:"gpuHoursStatus"`
+	GPUHoursReason  string             `json:"gpuHoursReason,omitempty"`
 	Budget          any                `json:"budget"`
 	IdleCull        any                `json:"idleCull"`
 }
@@ -190,29 +195,56 @@ func (h *handler) writeUser(w http.ResponseWriter, r *http.Request, name string,
 		}
 		resp.History = h.opts.State.History.User(name, since)
 	}
+	var qerr2 *queryError
+	resp.GPUHours, resp.GPUHoursStatus, resp.GPUHoursReason, qerr2 = h.gpuHours(r, name, loc, asOf)
+	if qerr2 != nil {
+		writeQueryError(w, qerr2)
+		return
+	}
+	writeUserJSON(w, resp)
+}
+
+// gpuHours are a user's GPU-hours windows (custom when from or to is given) with their status: "ok", or
+// "unavailable" with null windows and a reason while the ledger cannot answer; the live share is served either
+// way. A custom window the ledger fails to answer while it is up is a 503 (qerr).
+func (h *handler) gpuHours(r *http.Request, name string, loc *time.Location, asOf time.Time) (wins map[string]*Window, status, reason string, qerr *queryError) {
+	q := r.URL.Query()
+	custom := q.Has("from") || q.Has("to")
+	var from, to time.Time
+	if custom {
+		if from, to, qerr = h.window(r); qerr != nil {
+			return nil, "", "", qerr
+		}
+	}
+	unavailable := func(why string) (map[string]*Window, string, string, *queryError) {
+		h.tz.reset() // what the store said before the outage may have changed after it
+		wins := map[string]*Window{"today": nil, "7d": nil, "30d": nil}
+		if custom {
+			wins["custom"] = nil
+		}
+		return wins, "unavailable", "GPU-hours are unavailable: " + why + "; live numbers are current.", nil
+	}
+	if err := h.opts.Ledger.Available(); err != nil {
+		return unavailable(err.Error())
+	}
 	win := h.opts.Ledger.UserWindows(name)
 	if loc != time.UTC {
 		today, err := h.todayIn(r.Context(), name, loc, win.Today, asOf)
 		if err != nil {
 			h.opts.Logger.Error("ledger query failed", "user", name, "tz", loc.String(), "err", err)
-			writeQueryError(w, &queryError{status: http.StatusServiceUnavailable,
-				msg: fmt.Sprintf("the GPU-hours ledger could not answer just now; retry in %d s", retryAfterSeconds)})
-			return
+			return unavailable(fmt.Sprintf("the ledger database did not answer just now (retry in %d s)", retryAfterSeconds))
 		}
 		win.Today = today
 	}
-	resp.GPUHours = map[string]*Window{
-		"today": fromTotals(win.Today), "7d": fromTotals(win.Days7), "30d": fromTotals(win.Days30),
-	}
-	if q.Has("from") || q.Has("to") {
-		cw, qerr := h.custom(r, name)
+	wins = map[string]*Window{"today": fromTotals(win.Today), "7d": fromTotals(win.Days7), "30d": fromTotals(win.Days30)}
+	if custom {
+		cw, qerr := h.custom(r.Context(), name, from, to)
 		if qerr != nil {
-			writeQueryError(w, qerr)
-			return
+			return nil, "", "", qerr
 		}
-		resp.GPUHours["custom"] = cw
+		wins["custom"] = cw
 	}
-	writeUserJSON(w, resp)
+	return wins, "ok", "", nil
 }
 
 // zone resolves the tz parameter: an IANA name ("" and "UTC" are UTC). The server's own zone ("Local") means
@@ -312,6 +344,13 @@ func (c *tzCache) put(hour time.Time, k tzKey, t ledger.Totals) {
 	c.m[k] = t
 }
 
+// reset forgets every entry.
+func (c *tzCache) reset() {
+	c.mu.Lock()
+	c.hour, c.m = time.Time{}, nil
+	c.mu.Unlock()
+}
+
 // writeUserJSON writes resp with its history spliced in as the last member: encoding/json would re-validate the
 // history's pre-encoded text (up to 720 points), which costs more than encoding it.
 func writeUserJSON(w http.ResponseWriter, resp UserResponse) {
@@ -354,38 +393,45 @@ func writeQueryError(w http.ResponseWriter, err *queryError) {
 	server.WriteError(w, err.status, "%s", err.msg)
 }
 
-// custom answers a custom window. Buckets are whole UTC hours, so the window covers [hour(from), ceil-hour(to));
-// the answer carries these effective bounds, with to never past now (the current bucket holds what was
+// window parses a custom window. Buckets are whole UTC hours, so the window covers [hour(from),
+// ceil-hour(to)); these effective bounds are returned, with to never past now (the current bucket holds what was
 // recorded so far).
-func (h *handler) custom(r *http.Request, name string) (*Window, *queryError) {
+func (h *handler) window(r *http.Request) (from, to time.Time, qerr *queryError) {
 	q := r.URL.Query()
 	now := h.opts.Now().UTC()
-	to := now
-	from := to.Add(-24 * time.Hour)
+	to = now
+	from = to.Add(-24 * time.Hour)
 	var err error
 	if s := q.Get("from"); s != "" {
 		if from, err = time.Parse(time.RFC3339, s); err != nil {
-			return nil, badRequest("from must be an RFC 3339 time, e.g. 2026-11-01T00:00:00Z")
+			return from, to, badRequest("from must be an RFC 3339 time, e.g. 2026-11-01T00:00:00Z")
 		}
 	}
 	if s := q.Get("to"); s != "" {
 		if to, err = time.Parse(time.RFC3339, s); err != nil {
-			return nil, badRequest("to must be an RFC 3339 time, e.g. 2026-11-22T00:00:00Z")
+			return from, to, badRequest("to must be an RFC 3339 time, e.g. 2026-11-22T00:00:00Z")
 		}
 	}
 	if !from.Before(to) {
-		return nil, badRequest("from must be before to")
+		return from, to, badRequest("from must be before to")
 	}
-	f, t := from.UTC().Truncate(time.Hour), ceilHour(to.UTC())
-	if t.After(now) {
-		t = now
+	from, to = from.UTC().Truncate(time.Hour), ceilHour(to.UTC())
+	if to.After(now) {
+		to = now
 	}
-	out := &Window{From: &f, To: &t, ByClass: []ClassHours{}}
-	if !f.Before(t) {
-		*out.To = f // the window starts after now: nothing recorded yet
+	if !from.Before(to) {
+		to = from // the window starts after now: nothing recorded yet
+	}
+	return from, to, nil
+}
+
+// custom sums a custom window [from, to) (effective bounds from window) from the store.
+func (h *handler) custom(ctx context.Context, name string, from, to time.Time) (*Window, *queryError) {
+	out := &Window{From: &from, To: &to, ByClass: []ClassHours{}}
+	if !from.Before(to) {
 		return out, nil
 	}
-	rows, err := h.opts.Ledger.Hours(r.Context(), ledger.Query{From: f, To: t, User: name})
+	rows, err := h.opts.Ledger.Hours(ctx, ledger.Query{From: from, To: to, User: name})
 	if err != nil {
 		h.opts.Logger.Error("ledger query failed", "user", name, "err", err)
 		return nil, &queryError{status: http.StatusServiceUnavailable,
@@ -422,6 +468,9 @@ type UserSummary struct {
 	Simulated     bool               `json:"simulated"`
 	Stale         bool               `json:"stale"`
 	GPUHours      map[string]*Window `json:"gpuHours"`
+	// GPUHoursStatus and GPUHoursReason as in UserResponse.
+	GPUHoursStatus string `json:"gpuHoursStatus"`
+	GPUHoursReason string `json:"gpuHoursReason,omitempty"`
 }
 
 // Pagination follows the Hub's own (offset, limit, total, next).
@@ -489,6 +538,7 @@ func (h *handler) users(w http.ResponseWriter, r *http.Request) {
 		sort.Strings(names)
 	}
 	resp := UsersResponse{Items: []UserSummary{}, Pagination: Pagination{Offset: offset, Limit: limit, Total: len(names)}}
+	ledgerErr := h.opts.Ledger.Available()
 	end := min(offset+limit, len(names))
 	for i := min(offset, len(names)); i < end; i++ {
 		n := names[i]
@@ -499,8 +549,14 @@ func (h *handler) users(w http.ResponseWriter, r *http.Request) {
 		if u := v.Users[n]; u != nil {
 			s.Servers, s.AllocatedGPUs, s.UsedGPUs, s.Simulated, s.Stale = len(u.Servers), u.Share.AllocatedGPUs, u.Share.UsedGPUs, u.Simulated, u.Stale
 		}
-		win := h.opts.Ledger.UserWindows(n)
-		s.GPUHours = map[string]*Window{"today": fromTotals(win.Today), "7d": fromTotals(win.Days7), "30d": fromTotals(win.Days30)}
+		if ledgerErr != nil {
+			s.GPUHours = map[string]*Window{"today": nil, "7d": nil, "30d": nil}
+			s.GPUHoursStatus, s.GPUHoursReason = "unavailable", "GPU-hours are unavailable: "+ledgerErr.Error()+"; live numbers are current."
+		} else {
+			win := h.opts.Ledger.UserWindows(n)
+			s.GPUHours = map[string]*Window{"today": fromTotals(win.Today), "7d": fromTotals(win.Days7), "30d": fromTotals(win.Days30)}
+			s.GPUHoursStatus = "ok"
+		}
 		resp.Items = append(resp.Items, s)
 	}
 	if end < len(names) {

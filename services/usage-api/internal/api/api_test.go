@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -38,11 +39,19 @@ var aliceMIG = ledger.Key{User: "alice", Kind: "mig", Class: "mig A100-SXM4-40GB
 //	2026-11-22 02:00 .. 2026-11-22 09:00  8 buckets   allocated 0.5  usedUnknown 0.5
 //	2026-11-22 10:00 (current, to 10:30)  1 bucket    allocated 0.25 usedUnknown 0.25
 //
-// Hours calls are counted and can be made to fail.
+// Hours calls are counted and can be made to fail; the whole ledger can be made unavailable.
 type testLedger struct {
 	*ledger.Ledger
 	hoursCalls atomic.Int64
 	hoursErr   atomic.Pointer[error]
+	down       atomic.Pointer[error]
+}
+
+func (l *testLedger) Available() error {
+	if e := l.down.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
 
 func (l *testLedger) Hours(ctx context.Context, q ledger.Query) ([]ledger.Row, error) {
@@ -429,5 +438,61 @@ func TestTimeZoneCached(t *testing.T) {
 	get(t, srv, "GET", prefix+"api/v1/me?tz=America/New_York", "bob-token")
 	if n := led.hoursCalls.Load(); n != 3 {
 		t.Errorf("another zone and another user: %d store queries in all, want 3", n)
+	}
+}
+
+// TestLedgerUnavailable (contract 5): while the ledger cannot answer, me, users/{name} and users still serve the
+// live share; every GPU-hours window is null, with gpuHoursStatus "unavailable" and a reason in plain words.
+func TestLedgerUnavailable(t *testing.T) {
+	srv, led := testServerWithLedger(t)
+	down := errors.New("the ledger database cannot be reached (retrying every 30 s)")
+	led.down.Store(&down)
+	const reason = "GPU-hours are unavailable: the ledger database cannot be reached (retrying every 30 s); live numbers are current."
+	for _, path := range []string{"api/v1/me", "api/v1/me?tz=America/New_York", "api/v1/me?from=2026-11-21T00:00:00Z"} {
+		status, got := get(t, srv, "GET", prefix+path, "alice-token")
+		if status != http.StatusOK {
+			t.Fatalf("%s: status %d: %v", path, status, got)
+		}
+		want := map[string]any{"today": nil, "7d": nil, "30d": nil}
+		if strings.Contains(path, "from=") {
+			want["custom"] = nil
+		}
+		if diff := cmp.Diff(want, got["gpuHours"]); diff != "" {
+			t.Errorf("%s: gpuHours (-want +got):\n%s", path, diff)
+		}
+		if got["gpuHoursStatus"] != "unavailable" || got["gpuHoursReason"] != reason {
+			t.Errorf("%s: status %v, reason %v", path, got["gpuHoursStatus"], got["gpuHoursReason"])
+		}
+		if a := got["share"].(map[string]any)["allocatedGPUs"].(float64); math.Abs(a-3.0/7) > 1e-9 {
+			t.Errorf("%s: live share %v, want 3/7", path, a)
+		}
+	}
+	_, users := get(t, srv, "GET", prefix+"api/v1/users", "root-token")
+	for _, it := range users["items"].([]any) {
+		u := it.(map[string]any)
+		if u["gpuHoursStatus"] != "unavailable" || u["gpuHoursReason"] != reason || u["gpuHours"].(map[string]any)["today"] != nil {
+			t.Errorf("users item while unavailable: %v", u)
+		}
+	}
+
+	led.down.Store(nil)
+	_, got := get(t, srv, "GET", prefix+"api/v1/me", "alice-token")
+	if got["gpuHoursStatus"] != "ok" || got["gpuHoursReason"] != nil || got["gpuHours"].(map[string]any)["today"] == nil {
+		t.Errorf("back: status %v, reason %v, hours %v", got["gpuHoursStatus"], got["gpuHoursReason"], got["gpuHours"])
+	}
+}
+
+// TestTimeZoneQueryFailure: a store query for tz that fails degrades to "unavailable" (the live share is still
+// served), not to an error answer.
+func TestTimeZoneQueryFailure(t *testing.T) {
+	srv, led := testServerWithLedger(t)
+	e := errors.New("database is locked")
+	led.hoursErr.Store(&e)
+	status, got := get(t, srv, "GET", prefix+"api/v1/me?tz=Asia/Tokyo", "alice-token")
+	if status != http.StatusOK || got["gpuHoursStatus"] != "unavailable" || got["gpuHours"].(map[string]any)["today"] != nil {
+		t.Errorf("status %d, gpuHoursStatus %v, gpuHours %v", status, got["gpuHoursStatus"], got["gpuHours"])
+	}
+	if reason, _ := got["gpuHoursReason"].(string); !strings.Contains(reason, "retry") || strings.Contains(reason, "locked") {
+		t.Errorf("reason %q: want a retry hint and no store error", reason)
 	}
 }
