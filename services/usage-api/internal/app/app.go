@@ -46,6 +46,9 @@ type Options struct {
 	AgentNamespace string // agent pods; "" = all
 	AgentPort      int
 	AgentClient    *http.Client
+	// InformerUnreadyAfter is how long an informer's list/watch may keep failing before /readyz fails
+	// (default 1 min).
+	InformerUnreadyAfter time.Duration
 
 	Hub        HubUsers
 	HubRefresh time.Duration // default 2 min
@@ -110,7 +113,11 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
-	inv := inventory.New(inventory.Options{Client: o.Kube, Namespace: o.Namespace, AgentNamespace: o.AgentNamespace})
+	inv := inventory.New(inventory.Options{Client: o.Kube, Namespace: o.Namespace, AgentNamespace: o.AgentNamespace,
+		UnhealthyAfter: o.InformerUnreadyAfter, Now: o.Now})
+	if err := o.Registry.Register(inv.Metrics()); err != nil {
+		return fmt.Errorf("register informer metrics: %w", err)
+	}
 	inv.Start(ctx)
 	s := &service{o: o, inv: inv, led: led, state: state, mets: mets,
 		coll: collect.New(collect.Options{Client: o.AgentClient, Port: o.AgentPort, Logger: o.Logger, Now: o.Now})}
@@ -120,6 +127,8 @@ func Run(ctx context.Context, o Options) error {
 		Handler: api.New(api.Options{Prefix: o.Prefix, State: state, Ledger: led, Auth: o.Auth, Now: o.Now, Logger: o.Logger}),
 		ReadyChecks: []server.Check{
 			{Name: "informers", Fn: inv.Synced},
+			// A broken watch leaves the caches (and every answer) silently frozen: not ready once it lasts.
+			{Name: "watches", Fn: inv.Healthy},
 			// Readiness means "can serve": the live share is served without the ledger, so its state is detail.
 			{Name: "ledger", Fn: led.check, Optional: true},
 			{Name: "hub", Fn: s.hubReady},

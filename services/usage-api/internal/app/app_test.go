@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,7 +23,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gpuhub/gpuhub/hubapi"
 	"github.com/gpuhub/gpuhub/hubapi/hubapitest"
@@ -161,10 +164,11 @@ func getJSON(t *testing.T, url, token string, into any) int {
 	return resp.StatusCode
 }
 
-// eventually polls cond for up to 10 s.
+// eventually polls cond for up to 20 s (the reflector retries a failed watch with a real backoff of up to
+// several seconds).
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	var last string
 	for time.Now().Before(deadline) {
 		ok, msg := cond()
@@ -174,7 +178,7 @@ func eventually(t *testing.T, what string, cond func() (bool, string)) {
 		last = msg
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("%s: still not true after 10 s: %s", what, last)
+	t.Fatalf("%s: still not true after 20 s: %s", what, last)
 }
 
 // TestRunEndToEnd is the in-process version of the e2e scenario: alice busy on a MIG slice, bob idle on a
@@ -265,6 +269,22 @@ type meHours struct {
 type readiness struct {
 	Ready  bool              `json:"ready"`
 	Checks map[string]string `json:"checks"`
+}
+
+// readyz returns /readyz's status and detail (its body is JSON whether ready or not).
+func readyz(t *testing.T, base string) (int, readiness) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/readyz", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var rd readiness
+	if err := json.NewDecoder(resp.Body).Decode(&rd); err != nil {
+		t.Fatalf("/readyz: %v", err)
+	}
+	return resp.StatusCode, rd
 }
 
 func ledgerUp(t *testing.T, reg *prometheus.Registry) float64 {
@@ -404,4 +424,38 @@ func TestLedgerFailsLater(t *testing.T) {
 	if up := ledgerUp(t, r.registry); up != 1 {
 		t.Errorf("gpuhub_usage_ledger_up = %v after recovery, want 1", up)
 	}
+}
+
+// TestReadinessFollowsWatches (fault 9): while the pod watch keeps failing (as when the kube-apiserver is away)
+// /readyz fails after InformerUnreadyAfter and says which informer, since when and why; it recovers with the
+// watch.
+func TestReadinessFollowsWatches(t *testing.T) {
+	hub := newHub(t)
+	var busy atomic.Int64
+	port := fakeAgent(t, &busy)
+	var failing atomic.Bool
+	failing.Store(true)
+	r := start(t, hub, filepath.Join(t.TempDir(), "ledger.db"), port, func(o *Options) {
+		o.InformerUnreadyAfter = 300 * time.Millisecond
+		o.Kube.(*fake.Clientset).PrependWatchReactor("pods", func(k8stesting.Action) (bool, watch.Interface, error) {
+			if failing.Load() {
+				return true, nil, &net.OpError{Op: "dial", Net: "tcp", Err: &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}}
+			}
+			return false, nil, nil
+		})
+	})
+	defer r.stop(t)
+	eventually(t, "not ready while the pod watch fails", func() (bool, string) {
+		code, rd := readyz(t, r.url)
+		return code == http.StatusServiceUnavailable && strings.Contains(rd.Checks["watches"], "pods: list/watch failing since") &&
+			strings.Contains(rd.Checks["watches"], "connection refused"), fmt.Sprintf("%d %+v", code, rd)
+	})
+	if _, rd := readyz(t, r.url); rd.Checks["informers"] != "ok" {
+		t.Errorf("caches synced from the list, yet informers = %q", rd.Checks["informers"])
+	}
+	failing.Store(false)
+	eventually(t, "ready once the watch works", func() (bool, string) {
+		code, rd := readyz(t, r.url)
+		return code == http.StatusOK && rd.Checks["watches"] == "ok", fmt.Sprintf("%d %+v", code, rd)
+	})
 }
