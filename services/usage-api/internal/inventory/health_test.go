@@ -126,6 +126,10 @@ func TestInformerHealth(t *testing.T) {
 		t.Errorf("last_sync_timestamp_seconds{informer=pods} = %v, want the list at %d", got, t0.Unix())
 	}
 
+	if problems, err := testutil.CollectAndLint(inv.Metrics()); err != nil || len(problems) > 0 {
+		t.Errorf("metric lint: %v %+v", err, problems)
+	}
+
 	failing.Store(false)
 	eventually(t, "pods watch recovers", func() (bool, string) {
 		h := healthOf(inv, "pods")
