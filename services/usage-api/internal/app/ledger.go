@@ -194,7 +194,7 @@ func (c *ledgerConn) check(context.Context) error {
 	case !connected && c.err == nil:
 		return errors.New("connecting to the ledger database")
 	case !connected:
-		return fmt.Errorf("ledger database not connected since %s (%d attempts, retrying every %s): %w",
+		return fmt.Errorf("ledger database not connected since %s (failed attempts: %d, retrying every %s): %w",
 			c.since.UTC().Format(time.RFC3339), c.attempts, seconds(c.retry), c.err)
 	case c.err != nil:
 		return fmt.Errorf("ledger commits failing since %s: %w", c.since.UTC().Format(time.RFC3339), c.err)
