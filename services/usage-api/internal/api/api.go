@@ -195,10 +195,9 @@ func (h *handler) writeUser(w http.ResponseWriter, r *http.Request, name string,
 		}
 		resp.History = h.opts.State.History.User(name, since)
 	}
-	var qerr2 *queryError
-	resp.GPUHours, resp.GPUHoursStatus, resp.GPUHoursReason, qerr2 = h.gpuHours(r, name, loc, asOf)
-	if qerr2 != nil {
-		writeQueryError(w, qerr2)
+	resp.GPUHours, resp.GPUHoursStatus, resp.GPUHoursReason, qerr = h.gpuHours(r, name, loc, asOf)
+	if qerr != nil {
+		writeQueryError(w, qerr)
 		return
 	}
 	writeUserJSON(w, resp)

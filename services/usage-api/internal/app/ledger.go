@@ -60,6 +60,7 @@ type ledgerConn struct {
 	connectErrors prometheus.Counter
 
 	led atomic.Pointer[ledgerBox] // nil until connected
+	ok  atomic.Bool               // connected and the last attempt worked: Available's fast path
 
 	mu       sync.Mutex
 	closer   io.Closer
@@ -105,6 +106,7 @@ func (c *ledgerConn) connect(ctx context.Context) {
 			c.err, c.since, c.attempts = nil, time.Time{}, 0
 			c.mu.Unlock()
 			c.led.Store(&ledgerBox{led})
+			c.ok.Store(true)
 			c.up.Set(1)
 			if attempts > 0 {
 				c.logger.Info("ledger connected; GPU-hours are served again", "failedAttempts", attempts, "unavailableSince", down)
@@ -156,6 +158,7 @@ func (c *ledgerConn) record(ctx context.Context, now time.Time, samples []ledger
 	} else {
 		c.err, c.since = nil, time.Time{}
 	}
+	c.ok.Store(err == nil)
 	c.mu.Unlock()
 	switch {
 	case err != nil:
@@ -170,6 +173,9 @@ func (c *ledgerConn) record(ctx context.Context, now time.Time, samples []ledger
 // Available is nil while GPU-hours can be served; otherwise it says why not in words for the panel's user (the
 // technical error is in the log and the readiness detail).
 func (c *ledgerConn) Available() error {
+	if c.ok.Load() {
+		return nil
+	}
 	connected := c.led.Load() != nil
 	c.mu.Lock()
 	defer c.mu.Unlock()
