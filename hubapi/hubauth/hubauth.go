@@ -51,11 +51,29 @@ type Identity struct {
 	Scopes []string `json:"scopes,omitempty"` // the token's expanded scopes as the Hub reports them
 }
 
+// IsAdmin reports whether the identity may read every user's data: the Hub's
+// admin flag (New also sets it for a token holding admin:users and for
+// members of Options.AdminGroups), or an unfiltered admin:users, users or
+// read:users scope. A filtered scope (!user=, !group=) or list:users (names
+// only) is not enough.
+func (i Identity) IsAdmin() bool {
+	if i.Admin {
+		return true
+	}
+	for _, s := range i.Scopes {
+		switch s {
+		case "admin:users", "users", "read:users":
+			return true
+		}
+	}
+	return false
+}
+
 // CanReadUser reports whether the identity may read data of user name:
 //   - a user reads its own data;
-//   - an admin (see Options.AdminGroups and New) reads everyone's;
-//   - a token holding admin:users, users or read:users, unfiltered or
-//     filtered to !user=<name>, reads that user's data.
+//   - an admin (IsAdmin) reads everyone's;
+//   - a token holding admin:users, users or read:users filtered to
+//     !user=<name> reads that user's data.
 //
 // Scopes filtered by !group= are not honoured: that would need the target's
 // groups, and denying is the safe side.
@@ -63,14 +81,14 @@ func (i Identity) CanReadUser(name string) bool {
 	if name == "" {
 		return false
 	}
-	if i.Admin || (i.Kind == "user" && i.Name == name) {
+	if i.IsAdmin() || (i.Kind == "user" && i.Name == name) {
 		return true
 	}
 	for _, s := range i.Scopes {
 		base, filter, filtered := strings.Cut(s, "!")
 		switch base {
 		case "admin:users", "users", "read:users":
-			if !filtered || filter == "user="+name {
+			if filtered && filter == "user="+name {
 				return true
 			}
 		}
@@ -94,7 +112,7 @@ type Options struct {
 	LookupTimeout time.Duration // default 15s
 	Clock         func() time.Time
 	Logger        *slog.Logger
-	// AdminGroups makes members of these Hub groups admins for CanReadUser.
+	// AdminGroups makes members of these Hub groups admins (IsAdmin, CanReadUser).
 	AdminGroups []string
 	// Registerer, when set, gets gpuhub_hubauth_* metrics (results, cache
 	// hits, Hub lookups, cache size).

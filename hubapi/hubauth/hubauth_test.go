@@ -355,6 +355,53 @@ func TestCanReadUser(t *testing.T) {
 	}
 }
 
+// TestIsAdmin keeps IsAdmin equal to "may read every user" in CanReadUser's terms: the admin flag (which New
+// also sets for admin:users and the configured admin groups), or an unfiltered admin:users, users or
+// read:users scope. Filtered scopes and list:users (names only) are not admin.
+func TestIsAdmin(t *testing.T) {
+	cases := map[string]struct {
+		id   hubauth.Identity
+		want bool
+	}{
+		"plain user":                {id: hubauth.Identity{Kind: "user", Name: "alice"}},
+		"admin flag":                {id: hubauth.Identity{Kind: "user", Name: "root", Admin: true}, want: true},
+		"admin:users":               {id: hubauth.Identity{Kind: "service", Name: "s", Scopes: []string{"admin:users"}}, want: true},
+		"users":                     {id: hubauth.Identity{Kind: "service", Name: "s", Scopes: []string{"users"}}, want: true},
+		"read:users":                {id: hubauth.Identity{Kind: "service", Name: "s", Scopes: []string{"read:users"}}, want: true},
+		"read:users for one user":   {id: hubauth.Identity{Kind: "service", Name: "s", Scopes: []string{"read:users!user=bob"}}},
+		"read:users for a group":    {id: hubauth.Identity{Kind: "service", Name: "s", Scopes: []string{"read:users!group=gpu"}}},
+		"list:users (names only)":   {id: hubauth.Identity{Kind: "service", Name: "s", Scopes: []string{"list:users"}}},
+		"read:users:name only":      {id: hubauth.Identity{Kind: "service", Name: "s", Scopes: []string{"read:users:name"}}},
+		"self scope of a user":      {id: hubauth.Identity{Kind: "user", Name: "alice", Scopes: []string{"read:users!user=alice"}}},
+		"a user named like a scope": {id: hubauth.Identity{Kind: "user", Name: "read:users"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := tc.id.IsAdmin(); got != tc.want {
+				t.Errorf("IsAdmin() = %v, want %v", got, tc.want)
+			}
+			// An admin reads anyone; a non-admin reads nobody but itself.
+			if got := tc.id.CanReadUser("someone-else"); got != tc.want {
+				t.Errorf("CanReadUser(someone-else) = %v, but IsAdmin() should be %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestAdminGroupsMakeAdmin: membership in a configured admin group makes IsAdmin true through the Hub lookup.
+func TestAdminGroupsMakeAdmin(t *testing.T) {
+	f := newChecker()
+	f.set("tok", &hubapi.User{Kind: "user", Name: "carol", Groups: []string{"gpu-admins"}}, nil)
+	a := hubauth.New(hubauth.Options{Hub: f, AdminGroups: []string{"gpu-admins"}})
+	id, err := a.Authenticate(t.Context(), req("tok"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !id.IsAdmin() {
+		t.Errorf("member of an admin group: IsAdmin() = false")
+	}
+}
+
 func TestMiddleware(t *testing.T) {
 	f := newChecker()
 	f.set("good", alice, nil)

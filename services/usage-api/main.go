@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+	_ "time/tzdata" // the API's tz parameter must not depend on the image having /usr/share/zoneinfo
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
@@ -41,6 +42,7 @@ func run(args []string) int {
 		agentNamespace = fs.String("agent-namespace", "", "namespace of the gpu-agent pods (default: --namespace)")
 		agentPort      = fs.Int("agent-port", 9400, "port of the gpu-agents' snapshot endpoint")
 		kubeconfig     = fs.String("kubeconfig", "", "kubeconfig path (empty: in-cluster, then $KUBECONFIG)")
+		unreadyAfter   = fs.Duration("informer-unready-after", time.Minute, "how long a pod or node watch may keep failing before /readyz fails")
 		hubRefresh     = fs.Duration("hub-refresh", 2*time.Minute, "how often the Hub's users and groups are re-read")
 		adminGroups    = fs.String("admin-groups", "", "comma-separated Hub groups whose members may read every user's data")
 		logFormat      = fs.String("log-format", "text", "log format: text or json")
@@ -51,7 +53,7 @@ func run(args []string) int {
 		"ledger-max-gap": "GPUHUB_LEDGER_MAX_GAP", "stale-after": "GPUHUB_STALE_AFTER", "database": "GPUHUB_DATABASE", "database-url": "GPUHUB_DATABASE_URL",
 		"namespace": "GPUHUB_NAMESPACE", "agent-namespace": "GPUHUB_AGENT_NAMESPACE", "agent-port": "GPUHUB_AGENT_PORT",
 		"kubeconfig": "KUBECONFIG", "hub-refresh": "GPUHUB_HUB_REFRESH", "admin-groups": "GPUHUB_ADMIN_GROUPS",
-		"log-format": "GPUHUB_LOG_FORMAT", "log-level": "GPUHUB_LOG_LEVEL",
+		"log-format": "GPUHUB_LOG_FORMAT", "log-level": "GPUHUB_LOG_LEVEL", "informer-unready-after": "GPUHUB_INFORMER_UNREADY_AFTER",
 	}, nil)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -103,7 +105,7 @@ func run(args []string) int {
 	defer stop()
 	err = app.Run(ctx, app.Options{
 		Logger: logger, Registry: reg, Addr: *listen, Prefix: *prefix,
-		Kube: kc, Namespace: *namespace, AgentNamespace: *agentNamespace, AgentPort: *agentPort,
+		Kube: kc, Namespace: *namespace, AgentNamespace: *agentNamespace, AgentPort: *agentPort, InformerUnreadyAfter: *unreadyAfter,
 		AgentClient: &http.Client{Timeout: 2 * time.Second, Transport: agentRT},
 		Hub:         hub, HubRefresh: *hubRefresh, Auth: auth.Middleware,
 		Database: db, Interval: *interval, MaxGap: *maxGap, StaleAfter: *staleAfter,

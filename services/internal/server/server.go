@@ -28,6 +28,9 @@ import (
 type Check struct {
 	Name string
 	Fn   func(ctx context.Context) error
+	// Optional checks are reported in the /readyz detail but never make it fail: the service still serves
+	// without them (e.g. the usage API's live share while its ledger database is away).
+	Optional bool
 }
 
 // Options configure a Server. Handler, Logger and Registry are required.
@@ -45,7 +48,8 @@ type Options struct {
 	// Namespace and Subsystem name the HTTP metrics (gpuhub_<subsystem>_http_...).
 	Namespace, Subsystem string
 	Logger               *slog.Logger
-	// ReadyChecks must all pass for /readyz to answer 200.
+	// ReadyChecks must all pass for /readyz to answer 200, except Optional ones; the body lists each check's
+	// state ("ok" or its error) either way.
 	ReadyChecks []Check
 	// ShutdownTimeout bounds graceful shutdown; default 15 s.
 	ShutdownTimeout time.Duration
@@ -154,7 +158,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	rep := readyReport{Ready: true, Checks: map[string]string{}}
 	for _, c := range s.opts.ReadyChecks {
 		if err := c.Fn(ctx); err != nil {
-			rep.Ready = false
+			rep.Ready = rep.Ready && c.Optional
 			rep.Checks[c.Name] = err.Error()
 			continue
 		}

@@ -49,6 +49,8 @@ func TestLifecycle(t *testing.T) {
 		Logger:    logging.Discard(),
 		ReadyChecks: []Check{{Name: "caches", Fn: func(context.Context) error {
 			return ready
+		}}, {Name: "extra", Optional: true, Fn: func(context.Context) error {
+			return errors.New("database away")
 		}}},
 	})
 	if err != nil {
@@ -79,8 +81,8 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("/readyz before ready = %d %s", code, body)
 	}
 	ready = nil
-	if code, _ := get("/readyz"); code != http.StatusOK {
-		t.Errorf("/readyz after ready = %d", code)
+	if code, body := get("/readyz"); code != http.StatusOK || !strings.Contains(body, `"extra":"database away"`) {
+		t.Errorf("/readyz after ready = %d %s, want 200 with the optional check's error in the detail", code, body)
 	}
 	if code, body := get("/services/gpu-test/api/v1/me"); code != http.StatusOK || !strings.Contains(body, `"/services/gpu-test/api/v1/me"`) {
 		t.Errorf("app route = %d %s", code, body)

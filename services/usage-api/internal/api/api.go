@@ -7,10 +7,13 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
@@ -21,6 +24,9 @@ import (
 
 // GPUHours is what the API needs of the ledger.
 type GPUHours interface {
+	// Available is nil while GPU-hours can be served; otherwise its message says why not, in words for the
+	// user (e.g. "the ledger database cannot be reached (retrying every 30 s)").
+	Available() error
 	UserWindows(user string) ledger.Windows
 	Hours(ctx context.Context, q ledger.Query) ([]ledger.Row, error)
 }
@@ -36,7 +42,11 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-type handler struct{ opts Options }
+type handler struct {
+	opts  Options
+	zones sync.Map // IANA name -> *time.Location, only names that loaded
+	tz    tzCache
+}
 
 // New returns the API handler; it expects full paths (prefix included).
 func New(opts Options) http.Handler {
@@ -106,6 +116,8 @@ type UserResponse struct {
 	Servers         []usage.Server     `json:"servers"`
 	History         usage.Points       `json:"-"` // spliced in by writeUserJSON
 	GPUHours        map[string]*Window `json:"gpuHours"`
+	GPUHoursStatus  string             `json:"gpuHoursStatus"`
+	GPUHoursReason  string             `json:"gpuHoursReason,omitempty"`
 	Budget          any                `json:"budget"`
 	IdleCull        any                `json:"idleCull"`
 }
@@ -149,8 +161,15 @@ func (h *handler) user(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) writeUser(w http.ResponseWriter, r *http.Request, name string, groups []string) {
 	q := r.URL.Query()
+	loc, qerr := h.zone(q.Get("tz"))
+	if qerr != nil {
+		writeQueryError(w, qerr)
+		return
+	}
 	resp := UserResponse{User: name, Groups: groups, Servers: []usage.Server{}, History: usage.Points{}}
+	asOf := h.opts.Now()
 	if v := h.opts.State.View(); v != nil {
+		asOf = v.SampledAt
 		t := v.SampledAt
 		resp.SampledAt, resp.IntervalSeconds = &t, v.Interval.Seconds()
 		if hu, ok := v.Hub.Users[name]; ok {
@@ -177,19 +196,159 @@ func (h *handler) writeUser(w http.ResponseWriter, r *http.Request, name string,
 		}
 		resp.History = h.opts.State.History.User(name, since)
 	}
-	win := h.opts.Ledger.UserWindows(name)
-	resp.GPUHours = map[string]*Window{
-		"today": fromTotals(win.Today), "7d": fromTotals(win.Days7), "30d": fromTotals(win.Days30),
-	}
-	if q.Has("from") || q.Has("to") {
-		cw, err := h.custom(r, name)
-		if err != nil {
-			server.WriteError(w, http.StatusBadRequest, "%s", err.Error())
-			return
-		}
-		resp.GPUHours["custom"] = cw
+	resp.GPUHours, resp.GPUHoursStatus, resp.GPUHoursReason, qerr = h.gpuHours(r, name, loc, asOf)
+	if qerr != nil {
+		writeQueryError(w, qerr)
+		return
 	}
 	writeUserJSON(w, resp)
+}
+
+// gpuHours are a user's GPU-hours windows (custom when from or to is given) with their status: "ok", or
+// "unavailable" with null windows and a reason while the ledger cannot answer; the live share is served either
+// way. A custom window the ledger fails to answer while it is up is a 503 (qerr).
+func (h *handler) gpuHours(r *http.Request, name string, loc *time.Location, asOf time.Time) (wins map[string]*Window, status, reason string, qerr *queryError) {
+	q := r.URL.Query()
+	custom := q.Has("from") || q.Has("to")
+	var from, to time.Time
+	if custom {
+		if from, to, qerr = h.window(r); qerr != nil {
+			return nil, "", "", qerr
+		}
+	}
+	unavailable := func(why string) (map[string]*Window, string, string, *queryError) {
+		h.tz.reset() // what the store said before the outage may have changed after it
+		wins := map[string]*Window{"today": nil, "7d": nil, "30d": nil}
+		if custom {
+			wins["custom"] = nil
+		}
+		return wins, "unavailable", "GPU-hours are unavailable: " + why + "; live numbers are current.", nil
+	}
+	if err := h.opts.Ledger.Available(); err != nil {
+		return unavailable(err.Error())
+	}
+	win := h.opts.Ledger.UserWindows(name)
+	if loc != time.UTC {
+		today, err := h.todayIn(r.Context(), name, loc, win.Today, asOf)
+		if err != nil {
+			h.opts.Logger.Error("ledger query failed", "user", name, "tz", loc.String(), "err", err)
+			return unavailable(fmt.Sprintf("the ledger database did not answer just now (retry in %d s)", retryAfterSeconds))
+		}
+		win.Today = today
+	}
+	wins = map[string]*Window{"today": fromTotals(win.Today), "7d": fromTotals(win.Days7), "30d": fromTotals(win.Days30)}
+	if custom {
+		cw, qerr := h.custom(r.Context(), name, from, to)
+		if qerr != nil {
+			return nil, "", "", qerr
+		}
+		wins["custom"] = cw
+	}
+	return wins, "ok", "", nil
+}
+
+// zone resolves the tz parameter: an IANA name ("" and "UTC" are UTC). The server's own zone ("Local") means
+// nothing to a caller and is refused.
+func (h *handler) zone(name string) (*time.Location, *queryError) {
+	if name == "" || name == "UTC" {
+		return time.UTC, nil
+	}
+	if l, ok := h.zones.Load(name); ok {
+		return l.(*time.Location), nil
+	}
+	bad := badRequest("tz %q is not an IANA time zone name; send one such as Europe/Berlin, America/New_York or UTC", param(name))
+	if name == "Local" || len(name) > 64 {
+		return nil, bad
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, bad
+	}
+	h.zones.Store(name, loc)
+	return loc, nil
+}
+
+// todayIn returns the user's GPU-hours since local midnight in loc, as of the last sample. The ledger keeps
+// "today" for UTC in memory (utcToday); the difference to local midnight is a run of completed hour buckets
+// (between the two midnights, both at or before asOf's hour), summed from the store and cached per user, zone and
+// hour. Local midnight is rounded down to its UTC hour bucket (for zones with half-hour offsets "today" starts up
+// to 45 minutes early).
+func (h *handler) todayIn(ctx context.Context, user string, loc *time.Location, utcToday ledger.Totals, asOf time.Time) (ledger.Totals, error) {
+	hour := asOf.UTC().Truncate(time.Hour)
+	y, m, d := hour.Date()
+	utcStart := time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+	y, m, d = asOf.In(loc).Date()
+	localStart := time.Date(y, m, d, 0, 0, 0, 0, loc).Truncate(time.Hour).UTC()
+	if localStart.Equal(utcStart) {
+		return utcToday, nil
+	}
+	lo, hi := localStart, utcStart
+	if lo.After(hi) {
+		lo, hi = hi, lo
+	}
+	key := tzKey{user: user, zone: loc.String(), lo: lo.Unix(), hi: hi.Unix()}
+	diff, ok := h.tz.get(hour, key)
+	if !ok {
+		rows, err := h.opts.Ledger.Hours(ctx, ledger.Query{From: lo, To: hi, User: user})
+		if err != nil {
+			return ledger.Totals{}, err
+		}
+		for _, r := range rows {
+			diff.Allocated += r.Allocated
+			diff.Used += r.Used
+			diff.UsedUnknown += r.UsedUnknown
+		}
+		h.tz.put(hour, key, diff)
+	}
+	if localStart.Before(utcStart) { // east of UTC: the local day began the day before
+		return ledger.Totals{Allocated: utcToday.Allocated + diff.Allocated, Used: utcToday.Used + diff.Used,
+			UsedUnknown: utcToday.UsedUnknown + diff.UsedUnknown}, nil
+	}
+	// West of UTC: the local day began after UTC midnight. Clamp rounding dust below zero.
+	return ledger.Totals{Allocated: max(0, utcToday.Allocated-diff.Allocated), Used: max(0, utcToday.Used-diff.Used),
+		UsedUnknown: max(0, utcToday.UsedUnknown-diff.UsedUnknown)}, nil
+}
+
+type tzKey struct {
+	user, zone string
+	lo, hi     int64
+}
+
+// tzCache holds the bucket sums of todayIn for the current hour; it starts afresh each hour (and when the
+// ledger was unavailable), so late writes to past buckets are picked up within the hour.
+type tzCache struct {
+	mu   sync.Mutex
+	hour time.Time
+	m    map[tzKey]ledger.Totals
+}
+
+// maxTZEntries bounds the cache: a user polls in one or two zones.
+const maxTZEntries = 100_000
+
+func (c *tzCache) get(hour time.Time, k tzKey) (ledger.Totals, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.hour.Equal(hour) {
+		return ledger.Totals{}, false
+	}
+	t, ok := c.m[k]
+	return t, ok
+}
+
+func (c *tzCache) put(hour time.Time, k tzKey, t ledger.Totals) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.hour.Equal(hour) || len(c.m) >= maxTZEntries {
+		c.hour, c.m = hour, map[tzKey]ledger.Totals{}
+	}
+	c.m[k] = t
+}
+
+// reset forgets every entry.
+func (c *tzCache) reset() {
+	c.mu.Lock()
+	c.hour, c.m = time.Time{}, nil
+	c.mu.Unlock()
 }
 
 // writeUserJSON writes resp with its history spliced in as the last member: encoding/json would re-validate the
@@ -211,36 +370,73 @@ func writeUserJSON(w http.ResponseWriter, resp UserResponse) {
 	_, _ = w.Write([]byte("}\n"))
 }
 
-type badRequest string
+// queryError is an answer other than 200 for a query: 400 for the caller's mistakes, 503 when the ledger cannot
+// answer now.
+type queryError struct {
+	status int
+	msg    string
+}
 
-func (e badRequest) Error() string { return string(e) }
+func (e *queryError) Error() string { return e.msg }
 
-func (h *handler) custom(r *http.Request, name string) (*Window, error) {
+func badRequest(format string, args ...any) *queryError {
+	return &queryError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, args...)}
+}
+
+// retryAfterSeconds is the Retry-After of a 503 from the ledger: about one sampling interval.
+const retryAfterSeconds = 5
+
+func writeQueryError(w http.ResponseWriter, err *queryError) {
+	if err.status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
+	}
+	server.WriteError(w, err.status, "%s", err.msg)
+}
+
+// window parses a custom window. Buckets are whole UTC hours, so the window covers [hour(from),
+// ceil-hour(to)); these effective bounds are returned, with to never past now (the current bucket holds what was
+// recorded so far).
+func (h *handler) window(r *http.Request) (from, to time.Time, qerr *queryError) {
 	q := r.URL.Query()
-	to := h.opts.Now()
-	from := to.Add(-24 * time.Hour)
+	now := h.opts.Now().UTC()
+	to = now
+	from = to.Add(-24 * time.Hour)
 	var err error
 	if s := q.Get("from"); s != "" {
 		if from, err = time.Parse(time.RFC3339, s); err != nil {
-			return nil, badRequest("from must be an RFC 3339 time, e.g. 2026-11-01T00:00:00Z")
+			return from, to, badRequest("from must be an RFC 3339 time, e.g. 2026-11-01T00:00:00Z")
 		}
 	}
 	if s := q.Get("to"); s != "" {
 		if to, err = time.Parse(time.RFC3339, s); err != nil {
-			return nil, badRequest("to must be an RFC 3339 time, e.g. 2026-11-22T00:00:00Z")
+			return from, to, badRequest("to must be an RFC 3339 time, e.g. 2026-11-22T00:00:00Z")
 		}
 	}
 	if !from.Before(to) {
-		return nil, badRequest("from must be before to")
+		return from, to, badRequest("from must be before to")
 	}
-	rows, err := h.opts.Ledger.Hours(r.Context(), ledger.Query{From: from, To: to, User: name})
+	from, to = from.UTC().Truncate(time.Hour), ceilHour(to.UTC())
+	if to.After(now) {
+		to = now
+	}
+	if !from.Before(to) {
+		to = from // the window starts after now: nothing recorded yet
+	}
+	return from, to, nil
+}
+
+// custom sums a custom window [from, to) (effective bounds from window) from the store.
+func (h *handler) custom(ctx context.Context, name string, from, to time.Time) (*Window, *queryError) {
+	out := &Window{From: &from, To: &to, ByClass: []ClassHours{}}
+	if !from.Before(to) {
+		return out, nil
+	}
+	rows, err := h.opts.Ledger.Hours(ctx, ledger.Query{From: from, To: to, User: name})
 	if err != nil {
 		h.opts.Logger.Error("ledger query failed", "user", name, "err", err)
-		return nil, badRequest("the ledger could not answer; try again")
+		return nil, &queryError{status: http.StatusServiceUnavailable,
+			msg: fmt.Sprintf("the GPU-hours ledger could not answer this window just now; retry in %d s (live numbers are served without from/to)", retryAfterSeconds)}
 	}
-	// Buckets are hours: the window effectively starts at the hour of from.
-	f, t := from.UTC().Truncate(time.Hour), to.UTC()
-	out := &Window{From: &f, To: &t, ByClass: []ClassHours{}}
 	for _, row := range rows {
 		out.Allocated += row.Allocated
 		out.Used += row.Used
@@ -248,6 +444,14 @@ func (h *handler) custom(r *http.Request, name string) (*Window, error) {
 		out.ByClass = append(out.ByClass, ClassHours{Kind: row.Kind, Class: row.Class, Totals: row.Totals})
 	}
 	return out, nil
+}
+
+// ceilHour rounds t up to the next whole hour (t itself when it is one).
+func ceilHour(t time.Time) time.Time {
+	if h := t.Truncate(time.Hour); !h.Equal(t) {
+		return h.Add(time.Hour)
+	}
+	return t
 }
 
 func fromTotals(t ledger.Totals) *Window {
@@ -265,6 +469,9 @@ type UserSummary struct {
 	Stale         bool               `json:"stale"`
 	StaleReason   string             `json:"staleReason,omitempty"`
 	GPUHours      map[string]*Window `json:"gpuHours"`
+	// GPUHoursStatus and GPUHoursReason as in UserResponse.
+	GPUHoursStatus string `json:"gpuHoursStatus"`
+	GPUHoursReason string `json:"gpuHoursReason,omitempty"`
 }
 
 // Pagination follows the Hub's own (offset, limit, total, next).
@@ -291,12 +498,9 @@ type UsersResponse struct {
 const (
 	defaultLimit = 200
 	maxLimit     = 1000
+	// maxOffset is far above any Hub's user count and keeps offset+limit from overflowing.
+	maxOffset = 1_000_000_000
 )
-
-func isAdmin(id *hubauth.Identity) bool {
-	// CanReadUser of a name no user can have is true only for admins and tokens with unfiltered user scopes.
-	return id.Admin || id.CanReadUser("\x00any")
-}
 
 func (h *handler) users(w http.ResponseWriter, r *http.Request) {
 	id, ok := hubauth.FromContext(r.Context())
@@ -304,16 +508,21 @@ func (h *handler) users(w http.ResponseWriter, r *http.Request) {
 		server.WriteError(w, http.StatusUnauthorized, "authenticate with a Hub token")
 		return
 	}
-	if !isAdmin(id) {
+	if !id.IsAdmin() {
 		server.WriteError(w, http.StatusForbidden, "listing users needs an admin; read your own usage at api/v1/me")
 		return
 	}
-	offset, err1 := intParam(r, "offset", 0)
-	limit, err2 := intParam(r, "limit", defaultLimit)
-	if err1 != nil || err2 != nil || offset < 0 || limit < 1 {
-		server.WriteError(w, http.StatusBadRequest, "offset must be >= 0 and limit >= 1 (integers)")
+	offset, ok1 := intParam(r, "offset", 0, 0, maxOffset)
+	limit, ok2 := intParam(r, "limit", defaultLimit, 1, math.MaxInt32)
+	switch {
+	case !ok1:
+		server.WriteError(w, http.StatusBadRequest, "offset %q is not an integer from 0 to %d", param(r.URL.Query().Get("offset")), maxOffset)
+		return
+	case !ok2:
+		server.WriteError(w, http.StatusBadRequest, "limit %q is not a positive integer (values above %d are reduced to %d)", param(r.URL.Query().Get("limit")), maxLimit, maxLimit)
 		return
 	}
+	// Like the Hub, a larger limit is reduced rather than refused; bounded offset and limit cannot overflow.
 	limit = min(limit, maxLimit)
 	v := h.opts.State.View()
 	var names []string
@@ -330,6 +539,7 @@ func (h *handler) users(w http.ResponseWriter, r *http.Request) {
 		sort.Strings(names)
 	}
 	resp := UsersResponse{Items: []UserSummary{}, Pagination: Pagination{Offset: offset, Limit: limit, Total: len(names)}}
+	ledgerErr := h.opts.Ledger.Available()
 	end := min(offset+limit, len(names))
 	for i := min(offset, len(names)); i < end; i++ {
 		n := names[i]
@@ -341,8 +551,14 @@ func (h *handler) users(w http.ResponseWriter, r *http.Request) {
 			s.Servers, s.AllocatedGPUs, s.UsedGPUs, s.Simulated, s.Stale = len(u.Servers), u.Share.AllocatedGPUs, u.Share.UsedGPUs, u.Simulated, u.Stale
 			s.StaleReason = u.StaleReason
 		}
-		win := h.opts.Ledger.UserWindows(n)
-		s.GPUHours = map[string]*Window{"today": fromTotals(win.Today), "7d": fromTotals(win.Days7), "30d": fromTotals(win.Days30)}
+		if ledgerErr != nil {
+			s.GPUHours = map[string]*Window{"today": nil, "7d": nil, "30d": nil}
+			s.GPUHoursStatus, s.GPUHoursReason = "unavailable", "GPU-hours are unavailable: "+ledgerErr.Error()+"; live numbers are current."
+		} else {
+			win := h.opts.Ledger.UserWindows(n)
+			s.GPUHours = map[string]*Window{"today": fromTotals(win.Today), "7d": fromTotals(win.Days7), "30d": fromTotals(win.Days30)}
+			s.GPUHoursStatus = "ok"
+		}
 		resp.Items = append(resp.Items, s)
 	}
 	if end < len(names) {
@@ -352,12 +568,22 @@ func (h *handler) users(w http.ResponseWriter, r *http.Request) {
 	server.WriteJSON(w, http.StatusOK, resp)
 }
 
-func intParam(r *http.Request, name string, def int) (int, error) {
+// intParam reads an integer query parameter in [lo, hi]; def when absent; ok is false when it is not one.
+func intParam(r *http.Request, name string, def, lo, hi int) (n int, ok bool) {
 	s := r.URL.Query().Get(name)
 	if s == "" {
-		return def, nil
+		return def, true
 	}
-	return strconv.Atoi(s)
+	n, err := strconv.Atoi(s)
+	return n, err == nil && n >= lo && n <= hi
+}
+
+// param cuts a query value short for error messages (a caller may send a huge value).
+func param(s string) string {
+	if len(s) > 40 {
+		s = s[:40] + "..."
+	}
+	return s
 }
 
 // ClusterResponse is the body of cluster. It names no user, so any authenticated user may read it.

@@ -128,7 +128,7 @@ func serveView(t *testing.T, v *usage.View) *httptest.Server {
 	hub.AddToken("root-token", "root")
 	state := usage.NewState(usage.NewHistory(time.Hour, 5*time.Second))
 	state.Publish(v)
-	srv := httptest.NewServer(New(Options{Prefix: prefix, State: state, Ledger: fakeLedger{},
+	srv := httptest.NewServer(New(Options{Prefix: prefix, State: state, Ledger: newTestLedger(t),
 		Auth: hubauth.New(hubauth.Options{Hub: hub.Client("service-token")}).Middleware, Now: func() time.Time { return now }}))
 	t.Cleanup(srv.Close)
 	return srv

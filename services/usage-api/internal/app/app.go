@@ -46,17 +46,24 @@ type Options struct {
 	AgentNamespace string // agent pods; "" = all
 	AgentPort      int
 	AgentClient    *http.Client
+	// InformerUnreadyAfter is how long an informer's list/watch may keep failing before /readyz fails
+	// (default 1 min).
+	InformerUnreadyAfter time.Duration
 
 	Hub        HubUsers
 	HubRefresh time.Duration // default 2 min
 	// Auth is hubauth's Middleware.
 	Auth func(http.Handler) http.Handler
 
-	// Database is a SQLite file path or a postgres:// URL.
-	Database string
-	Interval time.Duration // sampling interval, default 5 s
-	MaxGap   time.Duration // default 6 intervals
-	History  time.Duration // default 1 h
+	// Database is a SQLite file path or a postgres:// URL, opened with OpenDatabase unless OpenLedger is set.
+	Database   string
+	OpenLedger OpenLedgerFunc
+	// LedgerRetryMin and LedgerRetryMax bound the backoff between attempts to open the ledger (default 1 s,
+	// 30 s). The live share is served meanwhile; GPU-hours are answered as unavailable.
+	LedgerRetryMin, LedgerRetryMax time.Duration
+	Interval                       time.Duration // sampling interval, default 5 s
+	MaxGap                         time.Duration // default 6 intervals
+	History                        time.Duration // default 1 h
 	// StaleAfter is the age past which a node's GPU telemetry is stale; 0: 3 sampling intervals (usage.Input).
 	StaleAfter time.Duration
 
@@ -67,8 +74,8 @@ type Options struct {
 
 // Run serves until ctx ends.
 func Run(ctx context.Context, o Options) error {
-	if o.Logger == nil || o.Registry == nil || o.Kube == nil || o.Hub == nil || o.Auth == nil || o.Database == "" {
-		return errors.New("usage-api: Logger, Registry, Kube, Hub, Auth and Database are required")
+	if o.Logger == nil || o.Registry == nil || o.Kube == nil || o.Hub == nil || o.Auth == nil || (o.Database == "" && o.OpenLedger == nil) {
+		return errors.New("usage-api: Logger, Registry, Kube, Hub, Auth and Database (or OpenLedger) are required")
 	}
 	if o.Interval <= 0 {
 		o.Interval = 5 * time.Second
@@ -82,28 +89,37 @@ func Run(ctx context.Context, o Options) error {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.LedgerRetryMin <= 0 {
+		o.LedgerRetryMin = time.Second
+	}
+	if o.LedgerRetryMax <= 0 {
+		o.LedgerRetryMax = 30 * time.Second
+	}
+	o.LedgerRetryMax = max(o.LedgerRetryMax, o.LedgerRetryMin)
+	if o.OpenLedger == nil {
+		o.OpenLedger = OpenDatabase(o.Database, ledger.Options{Interval: o.Interval, MaxGap: o.MaxGap}, o.Logger)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	store, err := ledger.Open(ctx, o.Database)
+	// The ledger is not needed to serve the live share: an unreachable database must not keep the panel down
+	// (nor crash-loop the pod). It connects in the background; until then GPU-hours answer "unavailable".
+	led, err := newLedgerConn(o)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = store.Close() }()
-	led, err := ledger.New(ctx, store, ledger.Options{Interval: o.Interval, MaxGap: o.MaxGap}, o.Now())
-	if err != nil {
-		return err
-	}
-	if cp, ok := led.Checkpoint(); ok {
-		o.Logger.Info("ledger resumed", "checkpoint", cp.At, "ticks", cp.Ticks, "gapSeconds", cp.GapSeconds)
-	}
+	defer led.close()
 
 	state := usage.NewState(usage.NewHistory(o.History, o.Interval))
 	mets, err := metrics.New(o.Registry, state)
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
-	inv := inventory.New(inventory.Options{Client: o.Kube, Namespace: o.Namespace, AgentNamespace: o.AgentNamespace})
+	inv := inventory.New(inventory.Options{Client: o.Kube, Namespace: o.Namespace, AgentNamespace: o.AgentNamespace,
+		UnhealthyAfter: o.InformerUnreadyAfter, Now: o.Now})
+	if err := o.Registry.Register(inv.Metrics()); err != nil {
+		return fmt.Errorf("register informer metrics: %w", err)
+	}
 	inv.Start(ctx)
 	s := &service{o: o, inv: inv, led: led, state: state, mets: mets,
 		coll: collect.New(collect.Options{Client: o.AgentClient, Port: o.AgentPort, Logger: o.Logger, Now: o.Now})}
@@ -113,7 +129,10 @@ func Run(ctx context.Context, o Options) error {
 		Handler: api.New(api.Options{Prefix: o.Prefix, State: state, Ledger: led, Auth: o.Auth, Now: o.Now, Logger: o.Logger}),
 		ReadyChecks: []server.Check{
 			{Name: "informers", Fn: inv.Synced},
-			{Name: "ledger", Fn: store.Ping},
+			// A broken watch leaves the caches (and every answer) silently frozen: not ready once it lasts.
+			{Name: "watches", Fn: inv.Healthy},
+			// Readiness means "can serve": the live share is served without the ledger, so its state is detail.
+			{Name: "ledger", Fn: led.check, Optional: true},
 			{Name: "hub", Fn: s.hubReady},
 			{Name: "sampled", Fn: s.sampled},
 		},
@@ -123,7 +142,8 @@ func Run(ctx context.Context, o Options) error {
 	}
 
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
+	go func() { defer wg.Done(); led.connect(ctx) }()
 	go func() { defer wg.Done(); s.hubLoop(ctx) }()
 	go func() { defer wg.Done(); s.tickLoop(ctx) }()
 	errc := make(chan error, 1)
@@ -153,7 +173,7 @@ type service struct {
 	o     Options
 	inv   *inventory.Inventory
 	coll  *collect.Collector
-	led   *ledger.Ledger
+	led   *ledgerConn
 	state *usage.State
 	mets  *metrics.Metrics
 
@@ -279,7 +299,7 @@ func (s *service) tickOnce(ctx context.Context) error {
 	}
 	s.mets.ObserveAgents(failed, v.Cluster.StaleAgents)
 	lstart := time.Now()
-	res, lerr := s.led.Record(ctx, now, v.Samples)
+	res, lerr := s.led.record(ctx, now, v.Samples)
 	s.mets.ObserveRun("ledger", time.Since(lstart), lerr)
 	if lerr == nil {
 		s.mets.ObserveLedger(res, dir)
@@ -295,7 +315,7 @@ func (s *service) tickOnce(ctx context.Context) error {
 	}
 	s.state.Publish(v)
 	s.ticked.Store(true)
-	if lerr != nil {
+	if lerr != nil && !errors.Is(lerr, errNotConnected) { // the connect loop logs its own attempts
 		return fmt.Errorf("ledger: %w", lerr)
 	}
 	if pollErr != nil {

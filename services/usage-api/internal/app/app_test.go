@@ -3,13 +3,18 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,13 +23,16 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gpuhub/gpuhub/hubapi"
 	"github.com/gpuhub/gpuhub/hubapi/hubapitest"
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
 	"github.com/gpuhub/gpuhub/services/internal/logging"
 	"github.com/gpuhub/gpuhub/services/internal/server"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
 )
 
 func gpuPod(name, user, node, resName string) *corev1.Pod {
@@ -76,12 +84,13 @@ func fakeAgent(t *testing.T, busy *atomic.Int64) int {
 }
 
 type running struct {
-	url    string
-	cancel context.CancelFunc
-	done   chan error
+	url      string
+	registry *prometheus.Registry
+	cancel   context.CancelFunc
+	done     chan error
 }
 
-func start(t *testing.T, hub *hubapitest.Hub, db string, agentPort int) *running {
+func start(t *testing.T, hub *hubapitest.Hub, db string, agentPort int, opts ...func(*Options)) *running {
 	t.Helper()
 	kc := fake.NewClientset(
 		node("gpu-a100-0", map[string]string{"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "nvidia.com/mig.strategy": "mixed"}, "nvidia.com/mig-3g.20gb", 2),
@@ -97,14 +106,17 @@ func start(t *testing.T, hub *hubapitest.Hub, db string, agentPort int) *running
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{url: "http://" + ln.Addr().String(), cancel: cancel, done: make(chan error, 1)}
 	served := make(chan struct{})
-	go func() {
-		r.done <- Run(ctx, Options{
-			Logger: logging.Discard(), Registry: prometheus.NewRegistry(), Listener: ln, Prefix: "/services/gpu-usage/",
-			Kube: kc, AgentPort: agentPort, Hub: hub.Client("svc-token"), HubRefresh: time.Minute,
-			Auth: hubauth.New(hubauth.Options{Hub: hub.Client("svc-token")}).Middleware, Database: db,
-			Interval: 100 * time.Millisecond, OnServing: func(*server.Server) { close(served) },
-		})
-	}()
+	o := Options{
+		Logger: logging.Discard(), Registry: prometheus.NewRegistry(), Listener: ln, Prefix: "/services/gpu-usage/",
+		Kube: kc, AgentPort: agentPort, Hub: hub.Client("svc-token"), HubRefresh: time.Minute,
+		Auth: hubauth.New(hubauth.Options{Hub: hub.Client("svc-token")}).Middleware, Database: db,
+		Interval: 100 * time.Millisecond, OnServing: func(*server.Server) { close(served) },
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	r.registry = o.Registry
+	go func() { r.done <- Run(ctx, o) }()
 	select {
 	case <-served:
 	case err := <-r.done:
@@ -152,10 +164,11 @@ func getJSON(t *testing.T, url, token string, into any) int {
 	return resp.StatusCode
 }
 
-// eventually polls cond for up to 10 s.
+// eventually polls cond for up to 20 s (the reflector retries a failed watch with a real backoff of up to
+// several seconds).
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	var last string
 	for time.Now().Before(deadline) {
 		ok, msg := cond()
@@ -165,7 +178,7 @@ func eventually(t *testing.T, what string, cond func() (bool, string)) {
 		last = msg
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("%s: still not true after 10 s: %s", what, last)
+	t.Fatalf("%s: still not true after 20 s: %s", what, last)
 }
 
 // TestRunEndToEnd is the in-process version of the e2e scenario: alice busy on a MIG slice, bob idle on a
@@ -218,12 +231,231 @@ func TestRunEndToEnd(t *testing.T) {
 	r = start(t, hub, db, port)
 	defer r.stop(t)
 	base = r.url + "/services/gpu-usage/api/v1/"
-	getJSON(t, base+"me", "alice-token", &a)
-	if a.GPUHours["today"].Allocated < before {
-		t.Errorf("after restart today = %v GPU-h, below %v before", a.GPUHours["today"].Allocated, before)
+	// The ledger connects in the background; until it has, GPU-hours say "unavailable" rather than 0.
+	var m meHours
+	eventually(t, "ledger connected after restart", func() (bool, string) {
+		m = meHours{}
+		getJSON(t, base+"me", "alice-token", &m)
+		return m.GPUHoursStatus == "ok", fmt.Sprintf("%+v", m)
+	})
+	if m.GPUHours["today"].Allocated < before {
+		t.Errorf("after restart today = %v GPU-h, below %v before", m.GPUHours["today"].Allocated, before)
 	}
 	eventually(t, "GPU-hours continue after restart", func() (bool, string) {
 		getJSON(t, base+"me", "alice-token", &a)
 		return a.GPUHours["today"].Allocated > before, fmt.Sprintf("%v vs %v", a.GPUHours["today"].Allocated, before)
+	})
+}
+
+// newHub is the Hub of the app tests: alice and bob with tokens, and the service's own token.
+func newHub(t *testing.T) *hubapitest.Hub {
+	hub := hubapitest.New(t)
+	hub.AddUser(hubapi.User{Name: "alice", Groups: []string{"physics"}})
+	hub.AddUser(hubapi.User{Name: "bob"})
+	hub.AddToken("alice-token", "alice")
+	hub.AddToken("bob-token", "bob")
+	hub.AddToken("svc-token", "gpu-usage", "list:users", "read:users", "read:users:groups")
+	return hub
+}
+
+// meHours is the GPU-hours part of me.
+type meHours struct {
+	Share          struct{ AllocatedGPUs float64 }               `json:"share"`
+	GPUHours       map[string]*struct{ Allocated, Used float64 } `json:"gpuHours"`
+	GPUHoursStatus string                                        `json:"gpuHoursStatus"`
+	GPUHoursReason string                                        `json:"gpuHoursReason"`
+}
+
+type readiness struct {
+	Ready  bool              `json:"ready"`
+	Checks map[string]string `json:"checks"`
+}
+
+// readyz returns /readyz's status and detail (its body is JSON whether ready or not).
+func readyz(t *testing.T, base string) (int, readiness) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/readyz", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var rd readiness
+	if err := json.NewDecoder(resp.Body).Decode(&rd); err != nil {
+		t.Fatalf("/readyz: %v", err)
+	}
+	return resp.StatusCode, rd
+}
+
+func ledgerUp(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "gpuhub_usage_ledger_up" {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return -1
+}
+
+// TestLedgerUnreachableAtStart (fault 8): a database that cannot be opened at start must not stop the service.
+// The live share is served (and /readyz is 200, the ledger's state in its detail) while the ledger retries; once
+// the database can be opened GPU-hours are served, without a restart.
+func TestLedgerUnreachableAtStart(t *testing.T) {
+	hub := newHub(t)
+	var busy atomic.Int64
+	busy.Store(50)
+	port := fakeAgent(t, &busy)
+	dir := filepath.Join(t.TempDir(), "not-yet") // SQLite cannot create a file in a missing directory
+	r := start(t, hub, filepath.Join(dir, "ledger.db"), port, func(o *Options) {
+		o.LedgerRetryMin, o.LedgerRetryMax = 20*time.Millisecond, 100*time.Millisecond
+	})
+	defer r.stop(t)
+	base := r.url + "/services/gpu-usage/api/v1/"
+
+	var m meHours
+	eventually(t, "live share served, GPU-hours unavailable", func() (bool, string) {
+		m = meHours{}
+		code := getJSON(t, base+"me", "alice-token", &m)
+		ok := code == http.StatusOK && m.Share.AllocatedGPUs > 0.42 && m.GPUHoursStatus == "unavailable" &&
+			m.GPUHours["today"] == nil && strings.Contains(m.GPUHoursReason, "ledger database cannot be reached")
+		return ok, fmt.Sprintf("%d %+v", code, m)
+	})
+	var rd readiness
+	eventually(t, "ready without the ledger", func() (bool, string) {
+		code := getJSON(t, r.url+"/readyz", "", &rd)
+		return code == http.StatusOK && strings.Contains(rd.Checks["ledger"], "not connected"), fmt.Sprintf("%d %+v", code, rd)
+	})
+	if up := ledgerUp(t, r.registry); up != 0 {
+		t.Errorf("gpuhub_usage_ledger_up = %v while unreachable, want 0", up)
+	}
+
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "GPU-hours served once the database can be opened", func() (bool, string) {
+		m = meHours{}
+		code := getJSON(t, base+"me", "alice-token", &m)
+		ok := code == http.StatusOK && m.GPUHoursStatus == "ok" && m.GPUHoursReason == "" && m.GPUHours["today"] != nil && m.GPUHours["today"].Allocated > 0
+		return ok, fmt.Sprintf("%d %+v", code, m)
+	})
+	getJSON(t, r.url+"/readyz", "", &rd)
+	if rd.Checks["ledger"] != "ok" {
+		t.Errorf("readiness ledger detail after connecting: %q", rd.Checks["ledger"])
+	}
+	if up := ledgerUp(t, r.registry); up != 1 {
+		t.Errorf("gpuhub_usage_ledger_up = %v once connected, want 1", up)
+	}
+}
+
+// flakyLedger is a real ledger whose commits fail while fail is set, like a database that went away.
+type flakyLedger struct {
+	*ledger.Ledger
+	fail *atomic.Bool
+}
+
+func (l flakyLedger) Record(ctx context.Context, now time.Time, samples []ledger.Sample) (ledger.Result, error) {
+	if l.fail.Load() {
+		return ledger.Result{}, errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
+	}
+	return l.Ledger.Record(ctx, now, samples)
+}
+
+// TestLedgerFailsLater (fault 8): when commits start failing after a good start, the tick keeps publishing the
+// live view, GPU-hours say unavailable (not the numbers of before the outage as if current), readiness stays
+// 200 with the ledger error in its detail; when commits work again GPU-hours are back.
+func TestLedgerFailsLater(t *testing.T) {
+	hub := newHub(t)
+	var busy atomic.Int64
+	busy.Store(50)
+	port := fakeAgent(t, &busy)
+	var fail atomic.Bool
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	r := start(t, hub, db, port, func(o *Options) {
+		o.OpenLedger = func(ctx context.Context, now time.Time) (Ledger, io.Closer, error) {
+			store, err := ledger.OpenSQLite(ctx, db)
+			if err != nil {
+				return nil, nil, err
+			}
+			led, err := ledger.New(ctx, store, ledger.Options{Interval: o.Interval}, now)
+			if err != nil {
+				return nil, nil, err
+			}
+			return flakyLedger{Ledger: led, fail: &fail}, store, nil
+		}
+	})
+	defer r.stop(t)
+	base := r.url + "/services/gpu-usage/api/v1/"
+	var m meHours
+	eventually(t, "GPU-hours accrue", func() (bool, string) {
+		m = meHours{}
+		getJSON(t, base+"me", "alice-token", &m)
+		return m.GPUHoursStatus == "ok" && m.GPUHours["today"] != nil && m.GPUHours["today"].Allocated > 0, fmt.Sprintf("%+v", m)
+	})
+
+	fail.Store(true)
+	var a me
+	busy.Store(7)
+	eventually(t, "GPU-hours unavailable, live view still current", func() (bool, string) {
+		m, a = meHours{}, me{}
+		getJSON(t, base+"me", "alice-token", &m)
+		getJSON(t, base+"me", "alice-token", &a)
+		live := len(a.Servers) == 1 && a.Servers[0].GPUs[0].SMUtilPercent != nil && *a.Servers[0].GPUs[0].SMUtilPercent == 7
+		ok := live && m.GPUHoursStatus == "unavailable" && m.GPUHours["today"] == nil && strings.Contains(m.GPUHoursReason, "stopped answering")
+		return ok, fmt.Sprintf("%+v %+v", m, a)
+	})
+	var rd readiness
+	if code := getJSON(t, r.url+"/readyz", "", &rd); code != http.StatusOK || !strings.Contains(rd.Checks["ledger"], "connection refused") {
+		t.Errorf("readyz while commits fail: %d %+v, want 200 with the ledger error in the detail", code, rd)
+	}
+	if up := ledgerUp(t, r.registry); up != 0 {
+		t.Errorf("gpuhub_usage_ledger_up = %v while commits fail, want 0", up)
+	}
+
+	fail.Store(false)
+	eventually(t, "GPU-hours back", func() (bool, string) {
+		m = meHours{}
+		getJSON(t, base+"me", "alice-token", &m)
+		return m.GPUHoursStatus == "ok" && m.GPUHours["today"] != nil, fmt.Sprintf("%+v", m)
+	})
+	if up := ledgerUp(t, r.registry); up != 1 {
+		t.Errorf("gpuhub_usage_ledger_up = %v after recovery, want 1", up)
+	}
+}
+
+// TestReadinessFollowsWatches (fault 9): while the pod watch keeps failing (as when the kube-apiserver is away)
+// /readyz fails after InformerUnreadyAfter and says which informer, since when and why; it recovers with the
+// watch.
+func TestReadinessFollowsWatches(t *testing.T) {
+	hub := newHub(t)
+	var busy atomic.Int64
+	port := fakeAgent(t, &busy)
+	var failing atomic.Bool
+	failing.Store(true)
+	r := start(t, hub, filepath.Join(t.TempDir(), "ledger.db"), port, func(o *Options) {
+		o.InformerUnreadyAfter = 300 * time.Millisecond
+		o.Kube.(*fake.Clientset).PrependWatchReactor("pods", func(k8stesting.Action) (bool, watch.Interface, error) {
+			if failing.Load() {
+				return true, nil, &net.OpError{Op: "dial", Net: "tcp", Err: &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}}
+			}
+			return false, nil, nil
+		})
+	})
+	defer r.stop(t)
+	eventually(t, "not ready while the pod watch fails", func() (bool, string) {
+		code, rd := readyz(t, r.url)
+		return code == http.StatusServiceUnavailable && strings.Contains(rd.Checks["watches"], "pods: list/watch failing since") &&
+			strings.Contains(rd.Checks["watches"], "connection refused"), fmt.Sprintf("%d %+v", code, rd)
+	})
+	if _, rd := readyz(t, r.url); rd.Checks["informers"] != "ok" {
+		t.Errorf("caches synced from the list, yet informers = %q", rd.Checks["informers"])
+	}
+	failing.Store(false)
+	eventually(t, "ready once the watch works", func() (bool, string) {
+		code, rd := readyz(t, r.url)
+		return code == http.StatusOK && rd.Checks["watches"] == "ok", fmt.Sprintf("%d %+v", code, rd)
 	})
 }

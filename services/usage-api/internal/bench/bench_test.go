@@ -15,6 +15,7 @@ import (
 
 type noLedger struct{}
 
+func (noLedger) Available() error                  { return nil }
 func (noLedger) UserWindows(string) ledger.Windows { return ledger.Windows{} }
 func (noLedger) Hours(context.Context, ledger.Query) ([]ledger.Row, error) {
 	return nil, nil

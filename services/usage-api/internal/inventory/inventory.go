@@ -114,6 +114,11 @@ type Options struct {
 	// AgentNamespace of the gpu-agent pods; empty means every namespace.
 	AgentNamespace string
 	Resync         time.Duration
+	// UnhealthyAfter is how long an informer's list/watch calls may keep failing before Healthy fails
+	// (default 1 min): short outages (an apiserver restart) are ridden out on the cache.
+	UnhealthyAfter time.Duration
+	// Now is the clock of the informer health (default time.Now).
+	Now func() time.Time
 }
 
 // Inventory holds the informers.
@@ -123,6 +128,11 @@ type Inventory struct {
 	agents    listerscorev1.PodLister
 	nodes     listerscorev1.NodeLister
 	synced    []cache.InformerSynced
+
+	health         []*informerHealth // pods, nodes, agents
+	now            func() time.Time
+	unhealthyAfter time.Duration
+	metrics        *healthMetrics
 }
 
 // stripManagedFields keeps 10,000 pods cheap in memory.
@@ -137,8 +147,22 @@ func stripManagedFields(obj any) (any, error) {
 
 // New builds the informers; call Start.
 func New(opts Options) *Inventory {
-	inv := &Inventory{}
-	podFactory := informers.NewSharedInformerFactoryWithOptions(opts.Client, opts.Resync,
+	inv := &Inventory{now: opts.Now, unhealthyAfter: opts.UnhealthyAfter}
+	if inv.now == nil {
+		inv.now = time.Now
+	}
+	if inv.unhealthyAfter <= 0 {
+		inv.unhealthyAfter = time.Minute
+	}
+	inv.metrics = newHealthMetrics(inv)
+	health := func(name string) *informerHealth {
+		h := &informerHealth{now: inv.now, errors: inv.metrics.errors.WithLabelValues(name), state: InformerHealth{Name: name}}
+		inv.health = append(inv.health, h)
+		return h
+	}
+	podHealth, nodeHealth, agentHealth := health("pods"), health("nodes"), health("agents")
+
+	podFactory := informers.NewSharedInformerFactoryWithOptions(observedClient{Interface: opts.Client, pods: podHealth, nodes: nodeHealth}, opts.Resync,
 		informers.WithNamespace(opts.Namespace), informers.WithTransform(stripManagedFields))
 	podInf := podFactory.Core().V1().Pods()
 	inv.pods = podInf.Lister()
@@ -148,13 +172,18 @@ func New(opts Options) *Inventory {
 	inv.factories = append(inv.factories, podFactory)
 
 	// Agents are few; their own informer is filtered by label so it never lists user pods.
-	agentFactory := informers.NewSharedInformerFactoryWithOptions(opts.Client, opts.Resync,
+	agentFactory := informers.NewSharedInformerFactoryWithOptions(observedClient{Interface: opts.Client, pods: agentHealth}, opts.Resync,
 		informers.WithNamespace(opts.AgentNamespace), informers.WithTransform(stripManagedFields),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelComponent + "=" + AgentComponent }))
 	agentInf := agentFactory.Core().V1().Pods()
 	inv.agents = agentInf.Lister()
 	inv.synced = append(inv.synced, agentInf.Informer().HasSynced)
 	inv.factories = append(inv.factories, agentFactory)
+
+	// Set before Start (it fails afterwards).
+	_ = podInf.Informer().SetWatchErrorHandlerWithContext(podHealth.watchErrorHandler)
+	_ = nodeInf.Informer().SetWatchErrorHandlerWithContext(nodeHealth.watchErrorHandler)
+	_ = agentInf.Informer().SetWatchErrorHandlerWithContext(agentHealth.watchErrorHandler)
 	return inv
 }
 
