@@ -53,6 +53,8 @@ type Metrics struct {
 	agentErrors  prometheus.Counter
 	staleAgents  prometheus.Gauge
 	ledgerGapSec prometheus.Counter
+	clockSteps   prometheus.Counter
+	conflicts    prometheus.Counter
 }
 
 // New registers the metrics on reg.
@@ -69,8 +71,12 @@ func New(reg prometheus.Registerer, state *usage.State) (*Metrics, error) {
 			Help: "Agents whose telemetry is stale (not sampled for --stale-after, failing to sample, or unreachable)."}),
 		ledgerGapSec: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Subsystem: subsystem, Name: "ledger_gap_seconds_total",
 			Help: "Seconds since the checkpoint that the ledger did not integrate because the service was down too long."}),
+		clockSteps: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Subsystem: subsystem, Name: "ledger_clock_steps_total",
+			Help: "Wall-clock steps (forward or back) the ledger detected; it integrated monotonic time and re-anchored its checkpoint."}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Subsystem: subsystem, Name: "ledger_conflicts_total",
+			Help: "Ticks that found the checkpoint moved by another writer (a rolling update) and continued from it."}),
 	}
-	for _, c := range []prometheus.Collector{m, m.lastSuccess, m.duration, m.agentErrors, m.staleAgents, m.ledgerGapSec} {
+	for _, c := range []prometheus.Collector{m, m.lastSuccess, m.duration, m.agentErrors, m.staleAgents, m.ledgerGapSec, m.clockSteps, m.conflicts} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -97,6 +103,12 @@ func (m *Metrics) ObserveAgents(failed, stale int) {
 // ObserveLedger adds one committed tick to the GPU-hours counters; groups are those of the user now.
 func (m *Metrics) ObserveLedger(res ledger.Result, dir usage.Directory) {
 	m.ledgerGapSec.Add(res.Gap.Seconds())
+	if res.ClockStep != 0 {
+		m.clockSteps.Inc()
+	}
+	if res.Conflict {
+		m.conflicts.Inc()
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for k, t := range res.PerKey {

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
@@ -84,4 +85,20 @@ func mustGather(t *testing.T, g prometheus.Gatherer) []*dto {
 		t.Fatal(err)
 	}
 	return mfs
+}
+
+func TestLedgerClockStepsAndConflicts(t *testing.T) {
+	m, err := New(prometheus.NewRegistry(), usage.NewState(usage.NewHistory(time.Hour, 5*time.Second)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ObserveLedger(ledger.Result{ClockStep: -time.Hour}, usage.Directory{})
+	m.ObserveLedger(ledger.Result{Conflict: true}, usage.Directory{})
+	m.ObserveLedger(ledger.Result{}, usage.Directory{})
+	if got := testutil.ToFloat64(m.clockSteps); got != 1 {
+		t.Errorf("clock steps = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.conflicts); got != 1 {
+		t.Errorf("conflicts = %v, want 1", got)
+	}
 }
