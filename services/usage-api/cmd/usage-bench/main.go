@@ -21,7 +21,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: usage-bench run|sut|load|footprint [flags]")
+		fmt.Fprintln(os.Stderr, "usage: usage-bench run|sut|floor|load|footprint [flags]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -49,6 +49,8 @@ func run(ctx context.Context, cmd string, args []string) error {
 	hubVenv := fs.String("hub-venv", "", "JupyterHub virtualenv for the anchor; empty: no anchor")
 	chp := fs.String("chp", "", "configurable-http-proxy for the anchor Hub")
 	fpGPUs := fs.Int("footprint-gpus", 1000, "GPUs of history for the footprint measurement")
+	floorBytes := fs.Int("floor-bytes", 4096, "floor: size of the fixed answer")
+	profileDir := fs.String("profile-dir", "", "run: write the SUT's CPU profile (during the first run) and heap profile here")
 	anchorRate := fs.Float64("anchor-rate", 200, "also compare with the Hub at this rate, which it can sustain (0: no)")
 	_ = fs.Parse(args)
 
@@ -66,7 +68,8 @@ func run(ctx context.Context, cmd string, args []string) error {
 		}
 		return bench.Run(ctx, bench.RunOptions{Self: self, Users: *users, GPUs: *gpus, Pods: *pods, Rate: *rate,
 			Duration: *duration, Warmup: *warmup, Runs: *runs, SaturationRates: sat, SUTCPU: *sutCPU, LoadCPU: *loadCPU,
-			HubVenv: *hubVenv, CHP: *chp, Out: os.Stdout, FootprintGPUs: *fpGPUs, AnchorRate: *anchorRate})
+			HubVenv: *hubVenv, CHP: *chp, Out: os.Stdout, FootprintGPUs: *fpGPUs, AnchorRate: *anchorRate,
+			ProfileDir: *profileDir})
 	case "sut":
 		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 		if err != nil {
@@ -77,11 +80,22 @@ func run(ctx context.Context, cmd string, args []string) error {
 			return err
 		}
 		defer func() { _ = os.RemoveAll(dir) }()
+		dln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
 		return bench.ServeSUT(ctx, bench.SUTOptions{Users: *users, GPUs: *gpus, Pods: *pods, Replicas: 10, Interval: 5 * time.Second,
-			Dir: dir, Listener: ln, Ready: func(n int) {
-				b, _ := json.Marshal(map[string]any{"addr": ln.Addr().String(), "historyUsers": n})
+			Dir: dir, Listener: ln, Probe: &bench.Probe{}, DebugListener: dln, Ready: func(n int) {
+				b, _ := json.Marshal(map[string]any{"addr": ln.Addr().String(), "debugAddr": dln.Addr().String(), "historyUsers": n})
 				fmt.Println(string(b))
 			}})
+	case "floor":
+		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		fmt.Println(ln.Addr().String())
+		return bench.ServeFloor(ctx, ln, *floorBytes)
 	case "load":
 		kind, url, _ := strings.Cut(*target, "=")
 		var build func(ctx context.Context, i int) (*http.Request, error)

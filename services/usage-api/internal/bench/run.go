@@ -6,12 +6,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -29,6 +32,8 @@ type RunOptions struct {
 	FootprintGPUs     int
 	// AnchorRate adds a run of both at a rate the Hub can sustain, for latency ratios; 0: none.
 	AnchorRate float64
+	// ProfileDir, if set, receives the SUT's CPU profile of the first measured run and a heap profile at the end.
+	ProfileDir string
 }
 
 type measured struct {
@@ -115,6 +120,7 @@ func Run(ctx context.Context, o RunOptions) error {
 	}
 	var ready struct {
 		Addr         string
+		DebugAddr    string
 		HistoryUsers int
 	}
 	if err := json.Unmarshal([]byte(line), &ready); err != nil {
@@ -122,6 +128,14 @@ func Run(ctx context.Context, o RunOptions) error {
 	}
 	usageTarget := "usage=http://" + ready.Addr
 	fmt.Fprintf(o.Out, "usage API SUT ready at %s: RSS %s with %d users' 1 h history\n", ready.Addr, mib(rssBytes(sut.Process.Pid)), ready.HistoryUsers)
+
+	// The floor: a trivial Go handler with an answer of the same size, on the same CPU, measured while the SUT is
+	// stopped (SIGSTOP), so the two differ only in what the usage API does.
+	floorAddr, stopFloor, err := o.startFloor(ctx, "http://"+ready.Addr)
+	if err != nil {
+		return err
+	}
+	defer stopFloor()
 
 	var hub *Hub
 	if o.HubVenv != "" {
@@ -140,11 +154,13 @@ func Run(ctx context.Context, o RunOptions) error {
 		pid          int
 		rate         float64
 		hub          bool
+		floor        bool
 		runs         []measured
 	}
 	all := []*series{
 		{name: "usage-api me (1 h history)", target: usageTarget, pid: sut.Process.Pid, rate: o.Rate},
 		{name: "usage-api me?since", target: "usage-since=http://" + ready.Addr, pid: sut.Process.Pid, rate: o.Rate},
+		{name: "Go floor (trivial handler, same size)", target: "usage=http://" + floorAddr.addr, pid: floorAddr.pid, rate: o.Rate, floor: true},
 	}
 	if hub != nil {
 		all = append(all, &series{name: "JupyterHub GET /users/{name}", target: "hub=" + hub.APIURL + "|" + hub.Token, pid: hub.Pid, rate: o.Rate, hub: true})
@@ -156,7 +172,25 @@ func Run(ctx context.Context, o RunOptions) error {
 	}
 	for run := range o.Runs {
 		for _, s := range all {
+			if s.floor {
+				_ = sut.Process.Signal(syscall.SIGSTOP)
+			}
+			var prof chan error
+			if run == 0 && s == all[0] && o.ProfileDir != "" {
+				prof = make(chan error, 1)
+				go func() {
+					prof <- fetchTo(ctx, "http://"+ready.DebugAddr+"/debug/pprof/profile?seconds="+strconv.Itoa(int((o.Warmup+o.Duration).Seconds())), filepath.Join(o.ProfileDir, "sut-cpu.pprof"))
+				}()
+			}
 			m, err := o.load(ctx, s.target, s.pid, s.rate)
+			if s.floor {
+				_ = sut.Process.Signal(syscall.SIGCONT)
+			}
+			if prof != nil {
+				if perr := <-prof; perr != nil {
+					fmt.Fprintf(o.Out, "  cpu profile: %v\n", perr)
+				}
+			}
 			if err != nil {
 				return err
 			}
@@ -170,6 +204,15 @@ func Run(ctx context.Context, o RunOptions) error {
 		}
 	}
 	sutRSS := rssBytes(sut.Process.Pid)
+	var sutStats Stats
+	if err := getJSON(ctx, "http://"+ready.DebugAddr+"/debug/stats", &sutStats); err != nil {
+		fmt.Fprintf(o.Out, "SUT stats: %v\n", err)
+	}
+	if o.ProfileDir != "" {
+		if err := fetchTo(ctx, "http://"+ready.DebugAddr+"/debug/pprof/heap", filepath.Join(o.ProfileDir, "sut-heap.pprof")); err != nil {
+			fmt.Fprintf(o.Out, "heap profile: %v\n", err)
+		}
+	}
 	var sat []string
 	for _, r := range o.SaturationRates {
 		m, err := o.load(ctx, usageTarget, sut.Process.Pid, r)
@@ -214,6 +257,7 @@ func Run(ctx context.Context, o RunOptions) error {
 		fmt.Fprintln(o.Out)
 	}
 	if hub != nil {
+		hubAt := 3
 		ratio := func(a, b *series, get func(measured) float64) string {
 			x, y := stats(a.runs, get).med, stats(b.runs, get).med
 			if x == 0 {
@@ -224,10 +268,20 @@ func Run(ctx context.Context, o RunOptions) error {
 		p99 := func(m measured) float64 { return ms(m.P99) }
 		p50 := func(m measured) float64 { return ms(m.P50) }
 		fmt.Fprintf(o.Out, "\nratios Hub / usage-api (medians): at %.0f/s p50 %s, p99 %s (vs me?since: p50 %s, p99 %s)\n",
-			o.Rate, ratio(all[0], all[2], p50), ratio(all[0], all[2], p99), ratio(all[1], all[2], p50), ratio(all[1], all[2], p99))
-		if len(all) > 3 {
-			fmt.Fprintf(o.Out, "                                      at %.0f/s p50 %s, p99 %s\n", o.AnchorRate, ratio(all[3], all[4], p50), ratio(all[3], all[4], p99))
+			o.Rate, ratio(all[0], all[hubAt], p50), ratio(all[0], all[hubAt], p99), ratio(all[1], all[hubAt], p50), ratio(all[1], all[hubAt], p99))
+		if len(all) > hubAt+1 {
+			fmt.Fprintf(o.Out, "                                      at %.0f/s p50 %s, p99 %s\n", o.AnchorRate, ratio(all[hubAt+1], all[hubAt+2], p50), ratio(all[hubAt+1], all[hubAt+2], p99))
 		}
+	}
+	{
+		p99 := func(m measured) float64 { return ms(m.P99) }
+		p50 := func(m measured) float64 { return ms(m.P50) }
+		f99, f50 := stats(all[2].runs, p99).med, stats(all[2].runs, p50).med
+		if f99 > 0 && f50 > 0 {
+			fmt.Fprintf(o.Out, "\nratios usage-api / Go floor (medians, same rate, same CPU): me p50 %.1fx p99 %.1fx; me?since p50 %.1fx p99 %.1fx\n",
+				stats(all[0].runs, p50).med/f50, stats(all[0].runs, p99).med/f99, stats(all[1].runs, p50).med/f50, stats(all[1].runs, p99).med/f99)
+		}
+		fmt.Fprintf(o.Out, "SUT over the whole benchmark: %s\n", sutStats)
 	}
 	fmt.Fprintf(o.Out, "targets (usage-api at 2,000 req/s): p50 <= 2 ms, p99 <= 20 ms, 0 errors, <= 50%% of one core; saturation >= 8,000 req/s\n")
 	fmt.Fprintf(o.Out, "\nusage-api saturation (one run each):\n")
@@ -298,4 +352,82 @@ func (o RunOptions) footprint(ctx context.Context) (Footprint, error) {
 		return Footprint{}, fmt.Errorf("footprint output %q: %w", out, err)
 	}
 	return fp, nil
+}
+
+type floorProc struct {
+	addr string
+	pid  int
+}
+
+// startFloor starts the floor server pinned like the SUT, with an answer as large as the SUT's answer to one me.
+func (o RunOptions) startFloor(ctx context.Context, sutURL string) (floorProc, func(), error) {
+	size := 4096
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, sutURL+"/services/gpu-usage/api/v1/me", nil)
+	if err == nil {
+		req.Header.Set("Authorization", "token tok-"+UserName(0))
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			size = len(b)
+		}
+	}
+	args := pinned(o.SUTCPU, o.Self, "floor", "--floor-bytes", strconv.Itoa(size))
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return floorProc{}, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return floorProc{}, nil, err
+	}
+	stop := func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		stop()
+		return floorProc{}, nil, fmt.Errorf("floor did not start: %w", err)
+	}
+	fmt.Fprintf(o.Out, "Go floor ready at %s: a fixed %d-byte answer (the size of one me answer)\n", strings.TrimSpace(line), size)
+	return floorProc{addr: strings.TrimSpace(line), pid: cmd.Process.Pid}, stop, nil
+}
+
+func getJSON(ctx context.Context, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+func fetchTo(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s answered %s", url, resp.Status)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -28,6 +28,9 @@ type SUTOptions struct {
 	Listener                    net.Listener
 	// Ready gets the number of history users once the history is filled and the server listens.
 	Ready func(historyUsers int)
+	// Probe, if set, records tick durations and is served with pprof on DebugListener.
+	Probe         *Probe
+	DebugListener net.Listener
 }
 
 // tokenChecker stands in for the Hub behind hubauth: token "tok-<user>" belongs to <user>. hubauth's cache
@@ -70,6 +73,9 @@ func ServeSUT(ctx context.Context, o SUTOptions) error {
 		return err
 	}
 	tick := func(at time.Time) error {
+		if o.Probe != nil {
+			defer func(start time.Time) { o.Probe.ObserveTick(time.Since(start)) }(time.Now())
+		}
 		v := usage.Build(c.Input(at, o.Interval))
 		res, err := led.Record(ctx, at, v.Samples)
 		if err != nil {
@@ -103,6 +109,9 @@ func ServeSUT(ctx context.Context, o SUTOptions) error {
 			}
 		}
 	}()
+	if o.Probe != nil && o.DebugListener != nil {
+		go func() { _ = o.Probe.Serve(ctx, o.DebugListener) }()
+	}
 	if o.Ready != nil {
 		o.Ready(state.History.Len())
 	}
