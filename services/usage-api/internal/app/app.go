@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpuhub/gpuhub/hubapi"
@@ -44,8 +45,11 @@ type Options struct {
 	Kube           kubernetes.Interface
 	Namespace      string // singleuser pods; "" = all
 	AgentNamespace string // agent pods; "" = all
-	AgentPort      int
-	AgentClient    *http.Client
+	// AgentSelector and AgentServiceAccount say which pods are the agents (see inventory.Options).
+	AgentSelector       labels.Selector
+	AgentServiceAccount string
+	AgentPort           int
+	AgentClient         *http.Client
 
 	Hub        HubUsers
 	HubRefresh time.Duration // default 2 min
@@ -101,7 +105,8 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
-	inv := inventory.New(inventory.Options{Client: o.Kube, Namespace: o.Namespace, AgentNamespace: o.AgentNamespace})
+	inv := inventory.New(inventory.Options{Client: o.Kube, Namespace: o.Namespace, AgentNamespace: o.AgentNamespace,
+		AgentSelector: o.AgentSelector, AgentServiceAccount: o.AgentServiceAccount})
 	inv.Start(ctx)
 	s := &service{o: o, inv: inv, led: led, state: state, mets: mets,
 		coll: collect.New(collect.Options{Client: o.AgentClient, Port: o.AgentPort, Logger: o.Logger, Now: o.Now})}
