@@ -26,7 +26,8 @@ type Options struct {
 	TokenFile string
 	// Timeout of one request; default 2 s.
 	Timeout time.Duration
-	// Transport; default a clone of http.DefaultTransport.
+	// Transport; default a clone of http.DefaultTransport without a proxy (agents are pods on the cluster
+	// network: an HTTP(S)_PROXY set for the Hub or the database must not see the token).
 	Transport http.RoundTripper
 	Now       func() time.Time
 }
@@ -39,7 +40,9 @@ func New(o Options) *http.Client {
 		o.Timeout = 2 * time.Second
 	}
 	if o.Transport == nil {
-		o.Transport = http.DefaultTransport.(*http.Transport).Clone()
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.Proxy = nil
+		o.Transport = t
 	}
 	if o.Now == nil {
 		o.Now = time.Now

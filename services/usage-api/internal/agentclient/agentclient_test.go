@@ -225,3 +225,22 @@ func TestCallerRequestUnchanged(t *testing.T) {
 		t.Errorf("the caller's request was changed: Authorization %q", got)
 	}
 }
+
+// TestNoProxy: a proxy configured in the environment (for the Hub, say) never sees the agents' token. (Go never
+// proxies loopback addresses, so this looks at the transport rather than sending through a proxy.)
+func TestNoProxy(t *testing.T) {
+	t.Setenv("HTTP_PROXY", "http://127.0.0.1:1")
+	for name, c := range map[string]*http.Client{"with token": New(Options{TokenFile: "/nonexistent"}), "without": New(Options{})} {
+		rt := c.Transport
+		if b, ok := rt.(*bearer); ok {
+			rt = b.next
+		}
+		tr, ok := rt.(*http.Transport)
+		if !ok {
+			t.Fatalf("%s: transport %T", name, rt)
+		}
+		if tr.Proxy != nil {
+			t.Errorf("%s: the transport uses a proxy", name)
+		}
+	}
+}
