@@ -34,7 +34,7 @@ gpu-agent-bench: ## B6 on a GPU machine: NVML per-call cost, agent CPU and RSS a
 	@echo "==> results in out/gpu-agent-bench.txt (record them in benchmarks.md B6)"
 
 .PHONY: gpu-agent-apiserver-test
-gpu-agent-apiserver-test: etcd kube-binaries ## The gpu-agent binary (simulated) against a real kube-apiserver with the chart's RBAC.
-	GPUHUB_KUBE_BIN="$(KUBE_BIN)" $(GO) test -count=1 -tags apiserver -run TestAgentAgainstAPIServer ./services/gpu-agent
+gpu-agent-apiserver-test: etcd kube-binaries $(HELM) ## The gpu-agent binary (simulated) against a real kube-apiserver with the chart's rendered RBAC and snapshot auth.
+	GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_HELM="$(HELM)" $(GO) test -count=1 -tags apiserver -run TestAgentAgainstAPIServer ./services/gpu-agent
 
 TEST_TARGETS += gpu-agent-apiserver-test

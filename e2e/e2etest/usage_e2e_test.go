@@ -90,9 +90,14 @@ func TestUsageAPI(t *testing.T) {
 	if err := in.WriteUsageKubeconfig(ctx, st.Client, st.ControlPlane.URL, st.ControlPlane.CAData(), kubeconfig); err != nil {
 		t.Fatal(err)
 	}
+	agentToken := filepath.Join(t.TempDir(), "agent-token")
+	if err := in.WriteAgentToken(ctx, st.Client, agentToken); err != nil {
+		t.Fatal(err)
+	}
 	usage := gpuhubstack.Usage{
 		Binary: usageBinary(ctx, t), Port: usagePort, Kubeconfig: kubeconfig, Database: filepath.Join(t.TempDir(), "ledger.db"),
-		Namespace: namespace, AgentNamespace: ns, HubAPIURL: st.Hub.APIURL(), Token: st.Hub.ServiceToken(gpuhubstack.ServiceName),
+		Namespace: namespace, AgentNamespace: ns, AgentTokenFile: agentToken, AgentArgs: in.UsageAgentArgs,
+		HubAPIURL: st.Hub.APIURL(), Token: st.Hub.ServiceToken(gpuhubstack.ServiceName),
 		LogLevel: "debug",
 	}
 	checkSnapshotAuth(ctx, t, in, tokens["alice"])
@@ -219,7 +224,7 @@ type usageAPI struct {
 // (agents and RBAC), then waits for a ready agent on every GPU node.
 func installChart(ctx context.Context, t *testing.T, ns string) *gpuhubstack.Installed {
 	t.Helper()
-	ch := gpuhubstack.Chart{Helm: os.Getenv("GPUHUB_HELM"), Dir: os.Getenv("GPUHUB_CHART"), Namespace: ns}
+	ch := gpuhubstack.Chart{Helm: os.Getenv("GPUHUB_HELM"), Dir: os.Getenv("GPUHUB_CHART"), Namespace: ns, PodNamespace: namespace}
 	if ch.Helm == "" || ch.Dir == "" {
 		t.Fatal("GPUHUB_HELM or GPUHUB_CHART is not set; run `make e2e`")
 	}
@@ -321,9 +326,10 @@ func getUsage(ctx context.Context, t *testing.T, url, token string, into any) in
 	return resp.StatusCode
 }
 
-// checkSnapshotAuth: an agent's snapshot names users, so without a token, or with a Hub token, or
-// with a Kubernetes identity other than the chart's usage ServiceAccount it answers 401/403; the
-// usage ServiceAccount's token is admitted.
+// checkSnapshotAuth: an agent's snapshot names users, so it admits only a token for its audience issued to
+// the chart's usage ServiceAccount: without a token, with a Hub token, with the usage ServiceAccount's
+// API-server token (what the usage API used to send) it answers 401; another ServiceAccount's token for the
+// agents' audience gets 403.
 func checkSnapshotAuth(ctx context.Context, t *testing.T, in *gpuhubstack.Installed, hubToken string) {
 	t.Helper()
 	pods, err := st.Client.CoreV1().Pods(in.Namespace).List(ctx, metav1.ListOptions{LabelSelector: in.AgentSelector})
@@ -331,22 +337,23 @@ func checkSnapshotAuth(ctx context.Context, t *testing.T, in *gpuhubstack.Instal
 		t.Fatalf("agent pods: %v (%d)", err, len(pods.Items))
 	}
 	url := fmt.Sprintf("http://%s/api/v1/snapshot", net.JoinHostPort(pods.Items[0].Status.PodIP, "9400"))
-	other, err := st.Client.CoreV1().ServiceAccounts(in.Namespace).CreateToken(ctx, "default", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	usage, err := st.Client.CoreV1().ServiceAccounts(in.Namespace).CreateToken(ctx, in.UsageServiceAccount, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
+	token := func(sa string, audiences ...string) string {
+		tr, err := st.Client.CoreV1().ServiceAccounts(in.Namespace).CreateToken(ctx, sa,
+			&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: audiences}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
 	}
 	for name, tc := range map[string]struct {
 		auth string
-		ok   bool
+		want int
 	}{
-		"no token":                 {"", false},
-		"Hub token":                {"Bearer " + hubToken, false},
-		"default ServiceAccount":   {"Bearer " + other.Status.Token, false},
-		"usage-api ServiceAccount": {"Bearer " + usage.Status.Token, true},
+		"no token":                                 {"", http.StatusUnauthorized},
+		"Hub token":                                {"Bearer " + hubToken, http.StatusUnauthorized},
+		"usage-api ServiceAccount, API audience":   {"Bearer " + token(in.UsageServiceAccount), http.StatusUnauthorized},
+		"default ServiceAccount, agent audience":   {"Bearer " + token("default", in.AgentAudience), http.StatusForbidden},
+		"usage-api ServiceAccount, agent audience": {"Bearer " + token(in.UsageServiceAccount, in.AgentAudience), http.StatusOK},
 	} {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
@@ -360,8 +367,8 @@ func checkSnapshotAuth(ctx context.Context, t *testing.T, in *gpuhubstack.Instal
 			t.Fatalf("%s: %v", name, err)
 		}
 		resp.Body.Close()
-		if ok := resp.StatusCode == http.StatusOK; ok != tc.ok {
-			t.Errorf("snapshot with %s: status %d, want ok=%v", name, resp.StatusCode, tc.ok)
+		if resp.StatusCode != tc.want {
+			t.Errorf("snapshot with %s: status %d, want %d", name, resp.StatusCode, tc.want)
 		}
 	}
 }

@@ -28,6 +28,7 @@ func Component(o Options) stack.Component {
 		if ch.Namespace == "" {
 			ch.Namespace = s.Opts.Namespace
 		}
+		ch.PodNamespace = s.Opts.Namespace
 		if ch.KubeVersion == "" {
 			v, err := ServerVersion(s.Client)
 			if err != nil {
@@ -50,12 +51,17 @@ func Component(o Options) stack.Component {
 		if err := in.WriteUsageKubeconfig(ctx, s.Client, s.ControlPlane.URL, s.ControlPlane.CAData(), kc); err != nil {
 			return proc.Spec{}, err
 		}
+		agentToken := filepath.Join(s.Dir, "usage-api", "agent-token")
+		if err := in.WriteAgentToken(ctx, s.Client, agentToken); err != nil {
+			return proc.Spec{}, err
+		}
 		if o.UsageAPI == "" {
 			return proc.Spec{}, fmt.Errorf("no usage-api executable given")
 		}
 		spec := Usage{
 			Binary: o.UsageAPI, Port: o.Port, Kubeconfig: kc, Database: filepath.Join(s.Dir, "usage-api", "ledger.db"),
-			Namespace: s.Opts.Namespace, AgentNamespace: ch.Namespace, HubAPIURL: s.Hub.APIURL(), Token: o.Token,
+			Namespace: s.Opts.Namespace, AgentNamespace: ch.Namespace, AgentTokenFile: agentToken, AgentArgs: in.UsageAgentArgs,
+			HubAPIURL: s.Hub.APIURL(), Token: o.Token,
 		}.Spec()
 		spec.LogFile = filepath.Join(s.Dir, "logs", "usage-api.log")
 		return spec, nil

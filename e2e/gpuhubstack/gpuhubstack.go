@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -85,6 +86,9 @@ type Chart struct {
 	// KubeVersion is the cluster's version (the chart's kubeVersion constraint is checked against it;
 	// helm template alone assumes an old default). See ServerVersion.
 	KubeVersion string
+	// PodNamespace is the single-user pods' namespace (chart value usage.podNamespace) when it is not
+	// Namespace: the usage API may read pods only there and in Namespace.
+	PodNamespace string
 }
 
 // ServerVersion asks the API server for its version (e.g. v1.36.3).
@@ -122,6 +126,9 @@ func (c Chart) renderYAML(ctx context.Context) ([]byte, error) {
 		"--set", "agent.interval=" + c.AgentInterval, "--set", "logFormat=text"}
 	if c.KubeVersion != "" {
 		args = append(args, "--kube-version", c.KubeVersion)
+	}
+	if c.PodNamespace != "" && c.PodNamespace != c.Namespace {
+		args = append(args, "--set", "usage.podNamespace="+c.PodNamespace)
 	}
 	for k, v := range GPUNodeSelector {
 		args = append(args, "--set-string", "agent.nodeSelector."+escapeKey(k)+"="+v)
@@ -187,13 +194,30 @@ type Installed struct {
 	// UsageServiceAccount is the chart's usage ServiceAccount (the identity the agents admit).
 	UsageServiceAccount string
 	AgentSelector       string
-	clusterRoles        []string
-	clusterBindings     []string
+	// AgentAudience is the audience of the projected token the chart mounts into the usage Deployment
+	// (the agents admit no other).
+	AgentAudience string
+	// UsageAgentArgs are the rendered usage Deployment's --agent-* flags (which pods are agents), except
+	// --agent-token-file (the chart's path is inside the container): pass them to the usage process.
+	UsageAgentArgs  []string
+	clusterRoles    []string
+	clusterBindings []string
+	// Roles and bindings outside Namespace (usage.podNamespace), as namespace/name.
+	roles, roleBindings []string
 }
 
-// Install creates what the local cluster can run: ServiceAccounts, ClusterRoles and their bindings,
-// and the agent DaemonSet. Skipped: the usage Deployment (it runs as a local process), its PVC (no
-// storage provisioner), Services (no kube-proxy) and NetworkPolicies (no CNI enforces them).
+// objectNamespace is o's namespace, or the release namespace when the template leaves it out.
+func objectNamespace(o metav1.Object, ns string) string {
+	if o.GetNamespace() != "" {
+		return o.GetNamespace()
+	}
+	return ns
+}
+
+// Install creates what the local cluster can run: ServiceAccounts, ClusterRoles, Roles and their
+// bindings, and the agent DaemonSet. Skipped: the usage Deployment (it runs as a local process; its
+// agent flags and token audience are kept in Installed), its PVC (no storage provisioner), Services (no
+// kube-proxy) and NetworkPolicies (no CNI enforces them).
 func Install(ctx context.Context, c kubernetes.Interface, ns string, objs []runtime.Object) (*Installed, error) {
 	in := &Installed{Namespace: ns}
 	_, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
@@ -215,21 +239,54 @@ func Install(ctx context.Context, c kubernetes.Interface, ns string, objs []runt
 			in.clusterBindings = append(in.clusterBindings, o.Name)
 			_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
 		case *rbacv1.Role:
-			_, err = c.RbacV1().Roles(ns).Create(ctx, o, metav1.CreateOptions{})
+			rns := objectNamespace(o, ns)
+			if rns != ns {
+				in.roles = append(in.roles, rns+"/"+o.Name)
+			}
+			_, err = c.RbacV1().Roles(rns).Create(ctx, o, metav1.CreateOptions{})
 		case *rbacv1.RoleBinding:
-			_, err = c.RbacV1().RoleBindings(ns).Create(ctx, o, metav1.CreateOptions{})
+			rns := objectNamespace(o, ns)
+			if rns != ns {
+				in.roleBindings = append(in.roleBindings, rns+"/"+o.Name)
+			}
+			_, err = c.RbacV1().RoleBindings(rns).Create(ctx, o, metav1.CreateOptions{})
 		case *appsv1.DaemonSet:
 			in.AgentSelector = metav1.FormatLabelSelector(o.Spec.Selector)
 			_, err = c.AppsV1().DaemonSets(ns).Create(ctx, o, metav1.CreateOptions{})
+		case *appsv1.Deployment:
+			if o.Labels["app.kubernetes.io/component"] == "usage-api" {
+				in.readUsageDeployment(o)
+			}
 		}
 		if err != nil {
 			return in, fmt.Errorf("apply %T: %w", o, err)
 		}
 	}
-	if in.UsageServiceAccount == "" || in.AgentSelector == "" {
-		return in, errors.New("rendered chart has no usage ServiceAccount or no agent DaemonSet")
+	if in.UsageServiceAccount == "" || in.AgentSelector == "" || in.AgentAudience == "" {
+		return in, errors.New("rendered chart has no usage ServiceAccount, no agent DaemonSet or no agent token volume in the usage Deployment")
 	}
 	return in, nil
+}
+
+// readUsageDeployment keeps what the usage process needs from the Deployment it replaces.
+func (in *Installed) readUsageDeployment(d *appsv1.Deployment) {
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Projected == nil {
+			continue
+		}
+		for _, src := range v.Projected.Sources {
+			if src.ServiceAccountToken != nil {
+				in.AgentAudience = src.ServiceAccountToken.Audience
+			}
+		}
+	}
+	for _, c := range d.Spec.Template.Spec.Containers {
+		for _, a := range c.Args {
+			if strings.HasPrefix(a, "--agent-") && !strings.HasPrefix(a, "--agent-token-file=") {
+				in.UsageAgentArgs = append(in.UsageAgentArgs, a)
+			}
+		}
+	}
 }
 
 // Uninstall removes what Install created (the namespace takes its objects with it).
@@ -240,6 +297,14 @@ func (in *Installed) Uninstall(ctx context.Context, c kubernetes.Interface) {
 	}
 	for _, n := range in.clusterRoles {
 		_ = c.RbacV1().ClusterRoles().Delete(ctx, n, metav1.DeleteOptions{})
+	}
+	for _, n := range in.roleBindings {
+		ns, name, _ := strings.Cut(n, "/")
+		_ = c.RbacV1().RoleBindings(ns).Delete(ctx, name, metav1.DeleteOptions{})
+	}
+	for _, n := range in.roles {
+		ns, name, _ := strings.Cut(n, "/")
+		_ = c.RbacV1().Roles(ns).Delete(ctx, name, metav1.DeleteOptions{})
 	}
 }
 
@@ -274,8 +339,28 @@ func (in *Installed) WaitAgents(ctx context.Context, c kubernetes.Interface, tim
 	return nil
 }
 
+// WriteAgentToken writes at path what the chart's projected volume gives the usage API: a TokenRequest
+// token of the usage ServiceAccount for the agents' audience (the only token they admit). Nothing here
+// rotates it as the kubelet would, so it lives a day, like the kubeconfig's.
+func (in *Installed) WriteAgentToken(ctx context.Context, c kubernetes.Interface, path string) error {
+	tr, err := c.CoreV1().ServiceAccounts(in.Namespace).CreateToken(ctx, in.UsageServiceAccount, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{in.AgentAudience}, ExpirationSeconds: ptr.To[int64](24 * 3600)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("agent token for serviceaccount %s/%s: %w", in.Namespace, in.UsageServiceAccount, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("agent token dir: %w", err)
+	}
+	if err := os.WriteFile(path, []byte(tr.Status.Token), 0o600); err != nil {
+		return fmt.Errorf("write agent token: %w", err)
+	}
+	return nil
+}
+
 // WriteUsageKubeconfig writes a kubeconfig at path with a TokenRequest token of the usage
-// ServiceAccount: the usage API gets the chart's RBAC, and the agents' TokenReview admits it.
+// ServiceAccount (the API server's audience): the usage API gets the chart's RBAC. The agents refuse
+// this token; the usage API sends them the one of WriteAgentToken.
 func (in *Installed) WriteUsageKubeconfig(ctx context.Context, c kubernetes.Interface, server string, ca []byte, path string) error {
 	tr, err := c.CoreV1().ServiceAccounts(in.Namespace).CreateToken(ctx, in.UsageServiceAccount, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](24 * 3600)},
@@ -299,12 +384,16 @@ func (in *Installed) WriteUsageKubeconfig(ctx context.Context, c kubernetes.Inte
 
 // Usage describes the usage API process.
 type Usage struct {
-	Binary          string // usage-api executable
-	Port            int    // on 127.0.0.1 (the Hub service URL names it)
-	Kubeconfig      string
-	Database        string // SQLite ledger
-	Namespace       string // single-user pods
-	AgentNamespace  string
+	Binary         string // usage-api executable
+	Port           int    // on 127.0.0.1 (the Hub service URL names it)
+	Kubeconfig     string
+	Database       string // SQLite ledger
+	Namespace      string // single-user pods
+	AgentNamespace string
+	// AgentTokenFile holds the token for the agents (WriteAgentToken); AgentArgs are the chart's
+	// --agent-* flags (Installed.UsageAgentArgs; they name AgentNamespace too and win over it).
+	AgentTokenFile  string
+	AgentArgs       []string
 	HubAPIURL       string
 	Token           string // the service's Hub token
 	Interval        string // default 1s
@@ -332,16 +421,17 @@ func (u Usage) Spec() proc.Spec {
 	}
 	env = append(env, u.ExtraEnvForTest...)
 	ready := fmt.Sprintf("http://127.0.0.1:%d/readyz", u.Port)
+	args := []string{
+		"--listen=127.0.0.1:" + strconv.Itoa(u.Port), "--prefix=/services/" + ServiceName + "/",
+		"--interval=" + def(u.Interval, "1s"), "--hub-refresh=" + def(u.HubRefresh, "10s"),
+		"--namespace=" + u.Namespace, "--agent-namespace=" + u.AgentNamespace, "--agent-token-file=" + u.AgentTokenFile,
+		"--database=" + u.Database, "--kubeconfig=" + u.Kubeconfig, "--log-level=" + def(u.LogLevel, "info"),
+	}
 	return proc.Spec{
 		Name: "usage-api",
 		Path: u.Binary,
-		Args: []string{
-			"--listen=127.0.0.1:" + strconv.Itoa(u.Port), "--prefix=/services/" + ServiceName + "/",
-			"--interval=" + def(u.Interval, "1s"), "--hub-refresh=" + def(u.HubRefresh, "10s"),
-			"--namespace=" + u.Namespace, "--agent-namespace=" + u.AgentNamespace,
-			"--database=" + u.Database, "--kubeconfig=" + u.Kubeconfig, "--log-level=" + def(u.LogLevel, "info"),
-		},
-		Env: env,
+		Args: append(args, u.AgentArgs...),
+		Env:  env,
 		Ready: func(ctx context.Context) error {
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, ready, nil)
 			if err != nil {

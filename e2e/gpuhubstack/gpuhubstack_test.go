@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 )
@@ -64,7 +65,7 @@ func TestInstall(t *testing.T) {
 	}
 	sort.Strings(got)
 	want := []string{"clusterrolebindings", "clusterrolebindings", "clusterroles", "clusterroles", "daemonsets", "namespaces",
-		"serviceaccounts", "serviceaccounts"}
+		"rolebindings", "roles", "serviceaccounts", "serviceaccounts"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("created (-want +got):\n%s", diff)
 	}
@@ -83,10 +84,61 @@ func TestInstall(t *testing.T) {
 		t.Errorf("runtimeClassName = %q, want none", *spec.RuntimeClassName)
 	}
 	args := spec.Containers[0].Args
-	for _, a := range []string{"--backend=simulated", "--snapshot-auth=tokenreview", "--snapshot-allowed-users=system:serviceaccount:jhub:gpuhub-usage"} {
+	for _, a := range []string{"--backend=simulated", "--snapshot-auth=tokenreview", "--snapshot-audience=gpuhub-agent",
+		"--snapshot-allowed-users=system:serviceaccount:jhub:gpuhub-usage"} {
 		if !contains(args, a) {
 			t.Errorf("agent args %v lack %s", args, a)
 		}
+	}
+	// The usage process is told what the chart tells the usage Deployment, except where its token lies.
+	if in.AgentAudience != "gpuhub-agent" {
+		t.Errorf("agent audience %q, want gpuhub-agent", in.AgentAudience)
+	}
+	wantArgs := []string{"--agent-namespace=jhub",
+		"--agent-selector=app.kubernetes.io/component=gpu-agent,app.kubernetes.io/instance=gpuhub,app.kubernetes.io/name=gpuhub",
+		"--agent-service-account=gpuhub-agent", "--agent-port=9400"}
+	if diff := cmp.Diff(wantArgs, in.UsageAgentArgs); diff != "" {
+		t.Errorf("usage agent args (-want +got):\n%s", diff)
+	}
+	spec2 := Usage{AgentTokenFile: "/state/agent-token", AgentArgs: in.UsageAgentArgs}.Spec()
+	if !contains(spec2.Args, "--agent-token-file=/state/agent-token") {
+		t.Errorf("usage args %v lack the agent token file", spec2.Args)
+	}
+}
+
+// TestInstallPodNamespace: with the single-user pods in another namespace, the usage API's pod Role is
+// created there too, and Uninstall removes it (deleting the release namespace does not).
+func TestInstallPodNamespace(t *testing.T) {
+	data, err := os.ReadFile("testdata/rendered.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *rbacv1.Role:
+			o.Namespace = "z2jh"
+		case *rbacv1.RoleBinding:
+			o.Namespace = "z2jh"
+		}
+	}
+	c := fake.NewClientset()
+	in, err := Install(context.Background(), c, "jhub", objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RbacV1().Roles("z2jh").Get(context.Background(), "gpuhub-usage", metav1.GetOptions{}); err != nil {
+		t.Fatalf("role in z2jh: %v", err)
+	}
+	in.Uninstall(context.Background(), c)
+	if _, err := c.RbacV1().Roles("z2jh").Get(context.Background(), "gpuhub-usage", metav1.GetOptions{}); err == nil {
+		t.Error("role in z2jh survives Uninstall")
+	}
+	if _, err := c.RbacV1().RoleBindings("z2jh").Get(context.Background(), "gpuhub-usage", metav1.GetOptions{}); err == nil {
+		t.Error("role binding in z2jh survives Uninstall")
 	}
 }
 

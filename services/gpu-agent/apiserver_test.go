@@ -1,10 +1,11 @@
 //go:build apiserver
 
 // This test runs the real gpu-agent binary (simulated backend, no NVML library
-// on its path) against a real kube-apiserver with RBAC, as an identity holding
-// exactly the chart's agent permissions: it checks what fakes cannot (field
-// selectors, RBAC, TokenReview with a bound service-account token).
-// Run it with `make gpu-agent-apiserver-test` (needs `make kube-binaries etcd`).
+// on its path) against a real kube-apiserver with RBAC, as the chart's agent
+// ServiceAccount holding exactly the rights the rendered chart gives it, with
+// the snapshot flags the chart renders: it checks what fakes cannot (field
+// selectors, RBAC, TokenReview audiences with bound service-account tokens).
+// Run it with `make gpu-agent-apiserver-test` (needs `make kube-binaries etcd helm`).
 package main_test
 
 import (
@@ -20,22 +21,27 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/gpuhub/gpuhub/e2e/cluster"
+	"github.com/gpuhub/gpuhub/e2e/gpuhubstack"
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
 )
 
 func TestAgentAgainstAPIServer(t *testing.T) {
-	bin := os.Getenv("GPUHUB_KUBE_BIN")
-	if bin == "" {
-		t.Fatal("GPUHUB_KUBE_BIN is not set: run `make gpu-agent-apiserver-test` (it builds kube-apiserver via make kube-binaries)")
+	bin, helm := os.Getenv("GPUHUB_KUBE_BIN"), os.Getenv("GPUHUB_HELM")
+	if bin == "" || helm == "" {
+		t.Fatal("GPUHUB_KUBE_BIN or GPUHUB_HELM is not set: run `make gpu-agent-apiserver-test` (it builds kube-apiserver and helm)")
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
@@ -62,19 +68,41 @@ func TestAgentAgainstAPIServer(t *testing.T) {
 	}
 
 	must(kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "jhub"}}, metav1.CreateOptions{}))
-	// The chart's ClusterRole (chart/gpuhub/templates/agent.yaml), bound to the agent's identity.
-	must(kc.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "gpu-agent"}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
-	}}, metav1.CreateOptions{}))
-	must(kc.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "gpu-agent"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "gpu-agent"},
-		Subjects: []rbacv1.Subject{{Kind: "User", Name: "gpu-agent"}}}, metav1.CreateOptions{}))
-	agentKubeconfig, err := cp.WriteKubeconfig("gpu-agent", "gpu-agent", nil)
+	// The chart, rendered as the local cluster renders it: its ServiceAccounts, RBAC and the agent's flags.
+	objs, err := gpuhubstack.Chart{Helm: helm, Dir: "../../chart/gpuhub", Namespace: "jhub", KubeVersion: "v1.36.3"}.Render(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var agentArgs []string
+	var agentSA, usageSA string
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *corev1.ServiceAccount:
+			must(kc.CoreV1().ServiceAccounts("jhub").Create(ctx, o, metav1.CreateOptions{}))
+			switch o.Labels["app.kubernetes.io/component"] {
+			case "gpu-agent":
+				agentSA = o.Name
+			case "usage-api":
+				usageSA = o.Name
+			}
+		case *rbacv1.ClusterRole:
+			must(kc.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{}))
+		case *rbacv1.ClusterRoleBinding:
+			must(kc.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{}))
+		case *rbacv1.Role:
+			must(kc.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{}))
+		case *rbacv1.RoleBinding:
+			must(kc.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{}))
+		case *appsv1.DaemonSet:
+			agentArgs = o.Spec.Template.Spec.Containers[0].Args
+		}
+	}
+	if agentSA == "" || usageSA == "" || len(agentArgs) == 0 {
+		t.Fatalf("rendered chart lacks the agent or usage ServiceAccount or the agent DaemonSet")
+	}
+	// The agent's credential: a token of its ServiceAccount, as the kubelet would mount it.
+	agentKubeconfig := filepath.Join(t.TempDir(), "agent.kubeconfig")
+	writeTokenKubeconfig(t, cp, agentKubeconfig, createToken(ctx, t, kc, agentSA))
 
 	node, err := kc.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-a100-0", Labels: map[string]string{
 		"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "nvidia.com/gpu.memory": "40960", "nvidia.com/mig.strategy": "mixed"}}},
@@ -122,17 +150,24 @@ func TestAgentAgainstAPIServer(t *testing.T) {
 	start(busy, "while :; do :; done")
 	start(idle, "exec sleep 300")
 
-	// The caller: the usage API's service account with a bound token.
-	must(kc.CoreV1().ServiceAccounts("jhub").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "gpu-usage"}}, metav1.CreateOptions{}))
-	tr, err := kc.CoreV1().ServiceAccounts("jhub").CreateToken(ctx, "gpu-usage", &authnv1.TokenRequest{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// Callers: the usage API's ServiceAccount with a token for the agents' audience (what the chart's
+	// projected volume holds) and with one for the API server (what it used to send); another ServiceAccount
+	// with a token for the agents' audience.
+	must(kc.CoreV1().ServiceAccounts("jhub").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "intruder"}}, metav1.CreateOptions{}))
+	audience := flagValue(agentArgs, "snapshot-audience")
+	if audience == "" {
+		t.Fatalf("the chart's agent has no --snapshot-audience: %v", agentArgs)
 	}
+	usageToken := createToken(ctx, t, kc, usageSA, audience)
+	usageAPIServerToken := createToken(ctx, t, kc, usageSA)
+	intruderToken := createToken(ctx, t, kc, "intruder", audience)
+	agentOwnToken := createToken(ctx, t, kc, agentSA, audience)
 
 	port := cluster.FreePort()
-	agent := exec.CommandContext(ctx, agentBin, "--backend=simulated", "--node-name=gpu-a100-0", "--kubeconfig="+agentKubeconfig,
-		fmt.Sprintf("--listen=127.0.0.1:%d", port), "--interval=1s", "--snapshot-auth=tokenreview",
-		"--snapshot-allowed-users=system:serviceaccount:jhub:gpu-usage")
+	// The chart's flags, then the local ones (the last value of a flag wins).
+	args := append(append([]string{}, agentArgs...), "--node-name=gpu-a100-0", "--kubeconfig="+agentKubeconfig,
+		fmt.Sprintf("--listen=127.0.0.1:%d", port))
+	agent := exec.CommandContext(ctx, agentBin, args...)
 	agent.Env = []string{"PATH=/usr/bin:/bin"} // no NVML library anywhere: simulated must not need it
 	logs := &strings.Builder{}
 	agent.Stdout, agent.Stderr = logs, logs
@@ -172,10 +207,21 @@ func TestAgentAgainstAPIServer(t *testing.T) {
 	}
 	time.Sleep(3 * time.Second) // a few samples, so CPU deltas exist
 
-	if code, body := get("/api/v1/snapshot", ""); code != http.StatusUnauthorized {
-		t.Errorf("snapshot without a token: %d %s", code, body)
+	for name, tc := range map[string]struct {
+		token string
+		want  int
+	}{
+		"no token":                               {"", http.StatusUnauthorized},
+		"usage ServiceAccount, API audience":     {usageAPIServerToken, http.StatusUnauthorized},
+		"another ServiceAccount, agent audience": {intruderToken, http.StatusForbidden},
+		"agent's own ServiceAccount":             {agentOwnToken, http.StatusForbidden},
+		"not a token":                            {"forged", http.StatusUnauthorized},
+	} {
+		if code, body := get("/api/v1/snapshot", tc.token); code != tc.want {
+			t.Errorf("snapshot with %s: %d, want %d: %s", name, code, tc.want, body)
+		}
 	}
-	code, body := get("/api/v1/snapshot", tr.Status.Token)
+	code, body := get("/api/v1/snapshot", usageToken)
 	if code != http.StatusOK {
 		t.Fatalf("snapshot with the usage API's token: %d %s", code, body)
 	}
@@ -199,4 +245,74 @@ func TestAgentAgainstAPIServer(t *testing.T) {
 	if bob.SMUtilPercent == nil || *bob.SMUtilPercent > 5 || len(bob.Devices) != 1 || bob.Devices[0].Resource != "nvidia.com/gpu" {
 		t.Errorf("bob (idle notebook on a whole GPU): %+v", bob)
 	}
+
+	// The usage API's rights from the chart: pods only in its namespaces, nodes everywhere, nothing else.
+	usageClient := tokenClient(t, cp, usageAPIServerToken)
+	for name, tc := range map[string]struct {
+		call    func() error
+		allowed bool
+	}{
+		"list pods in jhub": {func() error {
+			_, err := usageClient.CoreV1().Pods("jhub").List(ctx, metav1.ListOptions{})
+			return err
+		}, true},
+		"list nodes": {func() error { _, err := usageClient.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); return err }, true},
+		"list pods in all namespaces": {func() error {
+			_, err := usageClient.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+			return err
+		}, false},
+		"list pods in kube-system": {func() error {
+			_, err := usageClient.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{})
+			return err
+		}, false},
+		"create a TokenReview": {func() error {
+			_, err := usageClient.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: "x"}}, metav1.CreateOptions{})
+			return err
+		}, false},
+	} {
+		err := tc.call()
+		if tc.allowed && err != nil {
+			t.Errorf("usage API: %s: %v", name, err)
+		}
+		if !tc.allowed && !apierrors.IsForbidden(err) {
+			t.Errorf("usage API: %s: %v, want forbidden", name, err)
+		}
+	}
+}
+
+func createToken(ctx context.Context, t *testing.T, kc kubernetes.Interface, sa string, audiences ...string) string {
+	t.Helper()
+	tr, err := kc.CoreV1().ServiceAccounts("jhub").CreateToken(ctx, sa,
+		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{Audiences: audiences}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+func writeTokenKubeconfig(t *testing.T, cp *cluster.ControlPlane, path, token string) {
+	t.Helper()
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: cp.URL, CertificateAuthorityData: cp.CAData()}
+	cfg.AuthInfos["sa"] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "sa"}
+	cfg.CurrentContext = "local"
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func tokenClient(t *testing.T, cp *cluster.ControlPlane, token string) kubernetes.Interface {
+	t.Helper()
+	return kubernetes.NewForConfigOrDie(&rest.Config{Host: cp.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: cp.CAData()}})
+}
+
+func flagValue(args []string, name string) string {
+	v := ""
+	for _, a := range args {
+		if s, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			v = s
+		}
+	}
+	return v
 }

@@ -37,7 +37,8 @@ func run(args []string) int {
 		nvmlLib      = fs.String("nvml-library", "", "path of libnvidia-ml.so.1 (empty: the dynamic loader's search path)")
 		dcgmURL      = fs.String("dcgm-exporter-url", "", "dcgm-exporter metrics URL for MIG utilization, e.g. http://127.0.0.1:9400/metrics (empty: MIG utilization is reported as unknown)")
 		snapAuth     = fs.String("snapshot-auth", agent.AuthNone, "who may read /api/v1/snapshot (it holds user names): tokenreview (Kubernetes bearer token checked with a TokenReview) or none (restrict with a NetworkPolicy)")
-		allowedUsers = fs.String("snapshot-allowed-users", "", "with tokenreview: comma-separated identities allowed, e.g. system:serviceaccount:jhub:gpu-usage (empty: any authenticated)")
+		audience     = fs.String("snapshot-audience", agent.DefaultAudience, "with tokenreview: the audience the caller's token must be issued for (a projected service-account token; the API server's own audience is refused)")
+		allowedUsers = fs.String("snapshot-allowed-users", "", "with tokenreview (required): comma-separated identities allowed, e.g. system:serviceaccount:jhub:gpuhub-usage")
 		once         = fs.Bool("once", false, "take one sample, print the snapshot and the per-call NVML cost, and exit")
 		benchN       = fs.Int("bench", 0, "take this many samples --interval apart, print the last snapshot and per-call cost statistics, and exit")
 		logFormat    = fs.String("log-format", "text", "log format: text or json")
@@ -48,7 +49,7 @@ func run(args []string) int {
 		"kubeconfig": "KUBECONFIG", "listen": "GPUHUB_AGENT_LISTEN", "proc-root": "GPUHUB_AGENT_PROC_ROOT",
 		"nvml-library": "GPUHUB_AGENT_NVML_LIBRARY", "dcgm-exporter-url": "GPUHUB_AGENT_DCGM_EXPORTER_URL",
 		"snapshot-auth": "GPUHUB_AGENT_SNAPSHOT_AUTH", "snapshot-allowed-users": "GPUHUB_AGENT_SNAPSHOT_ALLOWED_USERS",
-		"log-format": "GPUHUB_LOG_FORMAT", "log-level": "GPUHUB_LOG_LEVEL",
+		"snapshot-audience": "GPUHUB_SNAPSHOT_AUDIENCE", "log-format": "GPUHUB_LOG_FORMAT", "log-level": "GPUHUB_LOG_LEVEL",
 	}, nil)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -84,7 +85,7 @@ func run(args []string) int {
 	err = agent.Run(ctx, agent.Options{
 		Logger: logger, Registry: prometheus.NewRegistry(), Kube: kc, Node: *node, Backend: *backend,
 		Interval: *interval, Listen: *listen, Proc: os.DirFS(*procRoot), NVMLLibrary: *nvmlLib, DCGMExporterURL: *dcgmURL,
-		SnapshotAuth: *snapAuth, SnapshotAllowedUsers: allowed, Bench: *benchN, Out: os.Stdout,
+		SnapshotAuth: *snapAuth, SnapshotAudience: *audience, SnapshotAllowedUsers: allowed, Bench: *benchN, Out: os.Stdout,
 	})
 	if err != nil {
 		logger.Error("gpu-agent", "err", err)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -15,15 +14,17 @@ import (
 	_ "time/tzdata" // the API's tz parameter must not depend on the image having /usr/share/zoneinfo
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/transport"
 
 	"github.com/gpuhub/gpuhub/hubapi"
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
 	"github.com/gpuhub/gpuhub/services/internal/config"
 	"github.com/gpuhub/gpuhub/services/internal/kube"
 	"github.com/gpuhub/gpuhub/services/internal/logging"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/agentclient"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/app"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/inventory"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -39,7 +40,10 @@ func run(args []string) int {
 		database       = fs.String("database", "/var/lib/gpuhub/ledger.db", "ledger: SQLite file path, or a postgres:// URL")
 		databaseURL    = fs.String("database-url", "", "ledger: PostgreSQL URL; wins over --database when set")
 		namespace      = fs.String("namespace", "", "namespace of the single-user pods (empty: all namespaces)")
-		agentNamespace = fs.String("agent-namespace", "", "namespace of the gpu-agent pods (default: --namespace)")
+		agentNamespace = fs.String("agent-namespace", "", "namespace of the gpu-agent pods, the chart's release namespace (default: --namespace; required)")
+		agentSelector  = fs.String("agent-selector", inventory.DefaultAgentSelector, "label selector of the gpu-agent pods (the chart's release labels)")
+		agentSA        = fs.String("agent-service-account", inventory.DefaultAgentServiceAccount, "ServiceAccount a gpu-agent pod must run as; a pod that only copies the labels is not polled")
+		agentTokenFile = fs.String("agent-token-file", agentclient.DefaultTokenFile, "projected ServiceAccount token (audience gpuhub-agent) sent to the gpu-agents, re-read as it rotates (empty: send none, for agents with --snapshot-auth=none)")
 		agentPort      = fs.Int("agent-port", 9400, "port of the gpu-agents' snapshot endpoint")
 		kubeconfig     = fs.String("kubeconfig", "", "kubeconfig path (empty: in-cluster, then $KUBECONFIG)")
 		unreadyAfter   = fs.Duration("informer-unready-after", time.Minute, "how long a pod or node watch may keep failing before /readyz fails")
@@ -52,6 +56,7 @@ func run(args []string) int {
 		"listen": "GPUHUB_LISTEN", "prefix": config.HubEnv.ServicePrefix, "interval": "GPUHUB_INTERVAL",
 		"ledger-max-gap": "GPUHUB_LEDGER_MAX_GAP", "stale-after": "GPUHUB_STALE_AFTER", "database": "GPUHUB_DATABASE", "database-url": "GPUHUB_DATABASE_URL",
 		"namespace": "GPUHUB_NAMESPACE", "agent-namespace": "GPUHUB_AGENT_NAMESPACE", "agent-port": "GPUHUB_AGENT_PORT",
+		"agent-selector": "GPUHUB_AGENT_SELECTOR", "agent-service-account": "GPUHUB_AGENT_SERVICE_ACCOUNT", "agent-token-file": "GPUHUB_AGENT_TOKEN_FILE",
 		"kubeconfig": "KUBECONFIG", "hub-refresh": "GPUHUB_HUB_REFRESH", "admin-groups": "GPUHUB_ADMIN_GROUPS",
 		"log-format": "GPUHUB_LOG_FORMAT", "log-level": "GPUHUB_LOG_LEVEL", "informer-unready-after": "GPUHUB_INFORMER_UNREADY_AFTER",
 	}, nil)
@@ -84,11 +89,17 @@ func run(args []string) int {
 		logger.Error("kubernetes client", "err", err)
 		return 2
 	}
-	// Agents authenticate the snapshot reader with a TokenReview of our service-account token (the
-	// snapshot names users); the round tripper re-reads a projected token file as the kubelet rotates it.
-	agentRT, err := transport.NewBearerAuthWithRefreshRoundTripper(restCfg.BearerToken, restCfg.BearerTokenFile, http.DefaultTransport)
-	if err != nil {
-		logger.Error("agent client", "err", err)
+	if *agentNamespace == "" {
+		*agentNamespace = *namespace
+	}
+	if *agentNamespace == "" {
+		// The agents' ServiceAccount is a name within a namespace: trusted only in the release's.
+		logger.Error("--agent-namespace (or --namespace) is required: the namespace of the chart's gpu-agents")
+		return 2
+	}
+	agentSel, err := labels.Parse(*agentSelector)
+	if err != nil || agentSel.Empty() || *agentSA == "" {
+		logger.Error("--agent-selector must be a non-empty label selector and --agent-service-account a name", "err", err)
 		return 2
 	}
 	groups := config.List(*adminGroups)
@@ -98,15 +109,14 @@ func run(args []string) int {
 	if *databaseURL != "" {
 		db = *databaseURL
 	}
-	if *agentNamespace == "" {
-		*agentNamespace = *namespace
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err = app.Run(ctx, app.Options{
 		Logger: logger, Registry: reg, Addr: *listen, Prefix: *prefix,
 		Kube: kc, Namespace: *namespace, AgentNamespace: *agentNamespace, AgentPort: *agentPort, InformerUnreadyAfter: *unreadyAfter,
-		AgentClient: &http.Client{Timeout: 2 * time.Second, Transport: agentRT},
+		AgentSelector: agentSel, AgentServiceAccount: *agentSA,
+		// Agents admit only a token for their audience (the snapshot names users); never our API-server credential.
+		AgentClient: agentclient.New(agentclient.Options{TokenFile: *agentTokenFile}),
 		Hub:         hub, HubRefresh: *hubRefresh, Auth: auth.Middleware,
 		Database: db, Interval: *interval, MaxGap: *maxGap, StaleAfter: *staleAfter,
 	})

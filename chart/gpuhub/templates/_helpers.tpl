@@ -42,3 +42,37 @@ capabilities:
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
+
+{{/* The audience of the token the usage API sends the agents: dedicated, so the token is worthless against the
+API server and the API server's credentials are worthless at an agent. */}}
+{{- define "gpuhub.agentAudience" -}}
+gpuhub-agent
+{{- end -}}
+
+{{/* Where the usage API reads that token (a projected serviceAccountToken volume). */}}
+{{- define "gpuhub.agentTokenDir" -}}
+/var/run/secrets/gpuhub/agent-token
+{{- end -}}
+
+{{- define "gpuhub.agentServiceAccount" -}}
+{{- printf "%s-agent" (include "gpuhub.fullname" .) -}}
+{{- end -}}
+
+{{- define "gpuhub.usageServiceAccount" -}}
+{{- printf "%s-usage" (include "gpuhub.fullname" .) -}}
+{{- end -}}
+
+{{/* The agent pods' label selector (the DaemonSet's selector), as the usage API's --agent-selector. */}}
+{{- define "gpuhub.agentSelector" -}}
+{{- $l := include "gpuhub.selectorLabels" (dict "root" . "component" "gpu-agent") | fromYaml -}}
+{{- $parts := list -}}
+{{- range $k := keys $l | sortAlpha -}}
+{{- $parts = append $parts (printf "%s=%s" $k (get $l $k)) -}}
+{{- end -}}
+{{- join "," $parts -}}
+{{- end -}}
+
+{{/* Namespace of the single-user pods: usage.podNamespace, else the release's. */}}
+{{- define "gpuhub.podNamespace" -}}
+{{- default .Release.Namespace .Values.usage.podNamespace -}}
+{{- end -}}

@@ -47,10 +47,12 @@ type Options struct {
 	// DCGMExporterURL, when set, supplies MIG utilization.
 	DCGMExporterURL string
 	HTTPClient      *http.Client
-	// SnapshotAuth is AuthNone or AuthTokenReview; SnapshotAllowedUsers
-	// restricts tokenreview to these identities (e.g.
-	// system:serviceaccount:jhub:gpu-usage); empty allows any authenticated one.
+	// SnapshotAuth is AuthNone or AuthTokenReview. With tokenreview a caller
+	// needs a token issued for SnapshotAudience (default DefaultAudience) to
+	// one of SnapshotAllowedUsers (e.g. system:serviceaccount:jhub:gpu-usage;
+	// required).
 	SnapshotAuth         string
+	SnapshotAudience     string
 	SnapshotAllowedUsers []string
 	Now                  func() time.Time
 	// Bench > 0 takes that many samples, Interval apart, writes the last
@@ -80,6 +82,14 @@ func Run(ctx context.Context, o Options) error {
 	case AuthNone, AuthTokenReview:
 	default:
 		return fmt.Errorf("unknown --snapshot-auth %q (want %s or %s)", o.SnapshotAuth, AuthNone, AuthTokenReview)
+	}
+	if o.SnapshotAudience == "" {
+		o.SnapshotAudience = DefaultAudience
+	}
+	if o.SnapshotAuth == AuthTokenReview && o.Bench == 0 {
+		if err := checkTokenReviewConfig(o.SnapshotAudience, o.SnapshotAllowedUsers); err != nil {
+			return err
+		}
 	}
 
 	var watcher *cluster.Watcher
@@ -163,7 +173,7 @@ func Run(ctx context.Context, o Options) error {
 
 	handler := a.Handler()
 	if o.SnapshotAuth == AuthTokenReview {
-		handler = newTokenReviewer(o.Kube, o.SnapshotAllowedUsers, o.Now, o.Logger).wrap(handler)
+		handler = newTokenReviewer(o.Kube, o.SnapshotAudience, o.SnapshotAllowedUsers, o.Now, o.Logger).wrap(handler)
 	} else {
 		o.Logger.Warn("snapshot served without authentication: restrict port access with a NetworkPolicy",
 			"flag", "--snapshot-auth")

@@ -41,14 +41,14 @@ func simCluster() *fake.Clientset {
 			Status: corev1.PodStatus{Phase: corev1.PodRunning},
 		},
 	)
-	// The API server's TokenReview: two known tokens.
+	// The API server's TokenReview: two known tokens, both issued for whatever audience is asked.
 	c.PrependReactor("create", "tokenreviews", func(action k8stesting.Action) (bool, runtime.Object, error) {
 		tr := action.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview).DeepCopy()
 		switch tr.Spec.Token {
 		case "usage-token":
-			tr.Status = authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: usageSA}}
+			tr.Status = authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: usageSA}, Audiences: tr.Spec.Audiences}
 		case "other-token":
-			tr.Status = authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: "system:serviceaccount:jhub:default"}}
+			tr.Status = authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: "system:serviceaccount:jhub:default"}, Audiences: tr.Spec.Audiences}
 		}
 		return true, tr, nil
 	})

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpuhub/gpuhub/hubapi"
@@ -44,8 +45,11 @@ type Options struct {
 	Kube           kubernetes.Interface
 	Namespace      string // singleuser pods; "" = all
 	AgentNamespace string // agent pods; "" = all
-	AgentPort      int
-	AgentClient    *http.Client
+	// AgentSelector and AgentServiceAccount say which pods are the agents (see inventory.Options).
+	AgentSelector       labels.Selector
+	AgentServiceAccount string
+	AgentPort           int
+	AgentClient         *http.Client
 	// InformerUnreadyAfter is how long an informer's list/watch may keep failing before /readyz fails
 	// (default 1 min).
 	InformerUnreadyAfter time.Duration
@@ -116,7 +120,8 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("register metrics: %w", err)
 	}
 	inv := inventory.New(inventory.Options{Client: o.Kube, Namespace: o.Namespace, AgentNamespace: o.AgentNamespace,
-		UnhealthyAfter: o.InformerUnreadyAfter, Now: o.Now})
+		UnhealthyAfter: o.InformerUnreadyAfter, Now: o.Now,
+		AgentSelector: o.AgentSelector, AgentServiceAccount: o.AgentServiceAccount})
 	if err := o.Registry.Register(inv.Metrics()); err != nil {
 		return fmt.Errorf("register informer metrics: %w", err)
 	}

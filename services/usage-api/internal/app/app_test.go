@@ -47,9 +47,10 @@ func gpuPod(name, user, node, resName string) *corev1.Pod {
 
 func agentPod(node string) *corev1.Pod {
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "gpuhub", Name: "gpu-agent-" + node, Labels: map[string]string{"app.kubernetes.io/component": "gpu-agent"}},
-		Spec:       corev1.PodSpec{NodeName: node},
-		Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "gpuhub", Name: "gpu-agent-" + node,
+			Labels: map[string]string{"app.kubernetes.io/component": "gpu-agent", "app.kubernetes.io/instance": "gpuhub"}},
+		Spec:   corev1.PodSpec{NodeName: node, ServiceAccountName: "gpuhub-agent"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"},
 	}
 }
 

@@ -24,7 +24,15 @@ const (
 	AnnotationUser   = "hub.jupyter.org/username"
 	AnnotationServer = "hub.jupyter.org/servername"
 	LabelComponent   = "app.kubernetes.io/component"
+	LabelInstance    = "app.kubernetes.io/instance"
 	AgentComponent   = "gpu-agent"
+)
+
+// The chart's agents for release "gpuhub" (chart/gpuhub/templates/agent.yaml); the chart passes its own
+// release's values to the usage API.
+const (
+	DefaultAgentSelector       = LabelComponent + "=" + AgentComponent + "," + LabelInstance + "=gpuhub"
+	DefaultAgentServiceAccount = "gpuhub-agent"
 )
 
 // Pod is a pod that holds GPU resources (or an agent pod).
@@ -111,9 +119,15 @@ type Options struct {
 	Client kubernetes.Interface
 	// Namespace of the singleuser pods; empty watches every namespace.
 	Namespace string
-	// AgentNamespace of the gpu-agent pods; empty means every namespace.
+	// AgentNamespace of the gpu-agent pods (the chart's release namespace); empty means every namespace.
 	AgentNamespace string
-	Resync         time.Duration
+	// AgentSelector selects the agent pods by label; default DefaultAgentSelector.
+	AgentSelector labels.Selector
+	// AgentServiceAccount is the ServiceAccount an agent pod must run as; default DefaultAgentServiceAccount.
+	// Labels can be copied by anyone who may create a pod; the usage API sends its agent token only to pods
+	// that also run as the agents' ServiceAccount in AgentNamespace.
+	AgentServiceAccount string
+	Resync              time.Duration
 	// UnhealthyAfter is how long an informer's list/watch calls may keep failing before Healthy fails
 	// (default 1 min): short outages (an apiserver restart) are ridden out on the cache.
 	UnhealthyAfter time.Duration
@@ -126,6 +140,8 @@ type Inventory struct {
 	factories []informers.SharedInformerFactory
 	pods      listerscorev1.PodLister
 	agents    listerscorev1.PodLister
+	agentSel  labels.Selector
+	agentSA   string
 	nodes     listerscorev1.NodeLister
 	synced    []cache.InformerSynced
 
@@ -147,7 +163,17 @@ func stripManagedFields(obj any) (any, error) {
 
 // New builds the informers; call Start.
 func New(opts Options) *Inventory {
-	inv := &Inventory{now: opts.Now, unhealthyAfter: opts.UnhealthyAfter}
+	inv := &Inventory{now: opts.Now, unhealthyAfter: opts.UnhealthyAfter, agentSel: opts.AgentSelector, agentSA: opts.AgentServiceAccount}
+	if inv.agentSel == nil {
+		sel, err := labels.Parse(DefaultAgentSelector)
+		if err != nil {
+			panic(err) // a constant
+		}
+		inv.agentSel = sel
+	}
+	if inv.agentSA == "" {
+		inv.agentSA = DefaultAgentServiceAccount
+	}
 	if inv.now == nil {
 		inv.now = time.Now
 	}
@@ -174,7 +200,7 @@ func New(opts Options) *Inventory {
 	// Agents are few; their own informer is filtered by label so it never lists user pods.
 	agentFactory := informers.NewSharedInformerFactoryWithOptions(observedClient{Interface: opts.Client, pods: agentHealth}, opts.Resync,
 		informers.WithNamespace(opts.AgentNamespace), informers.WithTransform(stripManagedFields),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelComponent + "=" + AgentComponent }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = inv.agentSel.String() }))
 	agentInf := agentFactory.Core().V1().Pods()
 	inv.agents = agentInf.Lister()
 	inv.synced = append(inv.synced, agentInf.Informer().HasSynced)
@@ -251,14 +277,18 @@ type Agent struct {
 	Pod, Node, IP string
 }
 
-// Agents returns the running agent pods that have an IP, sorted by node.
+// Agents returns the running agent pods that have an IP, sorted by node: pods matching the agent selector that
+// run as the agents' ServiceAccount (the usage API sends them its agent token).
 func (inv *Inventory) Agents() ([]Agent, error) {
-	all, err := inv.agents.List(labels.Everything())
+	all, err := inv.agents.List(inv.agentSel)
 	if err != nil {
 		return nil, fmt.Errorf("list agent pods from cache: %w", err)
 	}
 	var out []Agent
 	for _, p := range all {
+		if p.Spec.ServiceAccountName != inv.agentSA {
+			continue
+		}
 		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" || p.Spec.NodeName == "" || p.DeletionTimestamp != nil {
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 )
@@ -136,8 +137,8 @@ func TestInformers(t *testing.T) {
 		node,
 		newPod("jhub", "jupyter-bob").user("bob", "").limit("nvidia.com/gpu.shared", 1).running("gpu-t4-0", "127.0.0.6", true).obj(),
 		newPod("jhub", "jupyter-carol").user("carol", "").obj(),
-		newPod("gpuhub", "gpu-agent-abc").label(LabelComponent, AgentComponent).running("gpu-t4-0", "127.0.0.9", true).obj(),
-		newPod("gpuhub", "gpu-agent-pending").label(LabelComponent, AgentComponent).obj(),
+		chartAgent("gpuhub", "gpu-agent-abc", "gpu-t4-0", "127.0.0.9").obj(),
+		newPod("gpuhub", "gpu-agent-pending").label(LabelComponent, AgentComponent).label("app.kubernetes.io/instance", "gpuhub").serviceAccount("gpuhub-agent").obj(),
 	)
 	inv := New(Options{Client: client})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -169,5 +170,53 @@ func TestInformers(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string]int64{"nvidia.com/gpu.shared": 4}, nodes["gpu-t4-0"].Allocatable); diff != "" {
 		t.Errorf("node allocatable (-want +got):\n%s", diff)
+	}
+}
+
+// chartAgent is an agent pod as the chart's DaemonSet (release gpuhub) creates it.
+func chartAgent(ns, name, node, ip string) *podBuilder {
+	b := newPod(ns, name).running(node, ip, true).
+		label("app.kubernetes.io/name", "gpuhub").label("app.kubernetes.io/instance", "gpuhub").label(LabelComponent, AgentComponent)
+	b.p.Spec.ServiceAccountName = "gpuhub-agent"
+	return b
+}
+
+func (b *podBuilder) serviceAccount(sa string) *podBuilder {
+	b.p.Spec.ServiceAccountName = sa
+	return b
+}
+
+// TestAgentSelection: the usage API sends its agent token only to the chart's agents: pods of the release
+// (labels), in the release namespace, running as the chart's agent ServiceAccount. A pod that copies the
+// labels (anyone who may create a pod can) is not polled.
+func TestAgentSelection(t *testing.T) {
+	client := fake.NewClientset(
+		chartAgent("gpuhub", "gpuhub-agent-a", "gpu-a100-0", "127.0.0.9").obj(),
+		// Copies every label, runs as another ServiceAccount.
+		chartAgent("gpuhub", "lookalike-default-sa", "gpu-t4-0", "127.0.0.10").serviceAccount("default").obj(),
+		// Copies every label and the ServiceAccount's name, in another namespace.
+		chartAgent("jhub", "lookalike-other-ns", "gpu-t4-0", "127.0.0.11").obj(),
+		// The pre-fix selector: only app.kubernetes.io/component=gpu-agent.
+		newPod("gpuhub", "component-label-only").label(LabelComponent, AgentComponent).serviceAccount("gpuhub-agent").running("gpu-h100-0", "127.0.0.12", true).obj(),
+		// Another release's agents.
+		chartAgent("gpuhub", "other-release", "gpu-h100-0", "127.0.0.13").label("app.kubernetes.io/instance", "staging").obj(),
+	)
+	sel, err := labels.Parse(DefaultAgentSelector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := New(Options{Client: client, Namespace: "jhub", AgentNamespace: "gpuhub", AgentSelector: sel, AgentServiceAccount: "gpuhub-agent"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	inv.Start(ctx)
+	if err := inv.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	agents, err := inv.Agents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]Agent{{Pod: "gpuhub/gpuhub-agent-a", Node: "gpu-a100-0", IP: "127.0.0.9"}}, agents); diff != "" {
+		t.Errorf("Agents (-want +got):\n%s", diff)
 	}
 }
