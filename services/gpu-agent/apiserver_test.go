@@ -29,7 +29,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpuhub/gpuhub/e2e/cluster"
-	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
+	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 )
 
 func TestAgentAgainstAPIServer(t *testing.T) {

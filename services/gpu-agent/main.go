@@ -21,6 +21,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/internal/config"
 	"github.com/gpuhub/gpuhub/services/internal/kube"
 	"github.com/gpuhub/gpuhub/services/internal/logging"
+	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -82,7 +83,7 @@ func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	err = agent.Run(ctx, agent.Options{
-		Logger: logger, Registry: prometheus.NewRegistry(), Kube: kc, Node: *node, Backend: *backend,
+		Logger: logger, Registry: prometheus.NewRegistry(), Kube: kc, Node: *node, Backend: snapshot.Backend(*backend),
 		Interval: *interval, Listen: *listen, Proc: os.DirFS(*procRoot), NVMLLibrary: *nvmlLib, DCGMExporterURL: *dcgmURL,
 		SnapshotAuth: *snapAuth, SnapshotAllowedUsers: allowed, Bench: *benchN, Out: os.Stdout,
 	})

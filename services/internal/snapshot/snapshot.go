@@ -5,10 +5,14 @@ package snapshot
 
 import "time"
 
-// Backend names as they appear in the snapshot and in metric labels.
+// Backend is the agent's GPU backend, as it appears in the snapshot and in
+// metric labels.
+type Backend string
+
+// The backends.
 const (
-	BackendNVML      = "nvml"
-	BackendSimulated = "simulated"
+	BackendNVML      Backend = "nvml"
+	BackendSimulated Backend = "simulated"
 )
 
 // Utilization sources: where a utilization number comes from.
@@ -24,7 +28,7 @@ const (
 // Snapshot is one sample of a node.
 type Snapshot struct {
 	Node            string    `json:"node"`
-	Backend         string    `json:"backend"`
+	Backend         Backend   `json:"backend"`
 	SampledAt       time.Time `json:"sampledAt"`
 	IntervalSeconds float64   `json:"intervalSeconds"`
 	GPUs            []GPU     `json:"gpus"`

@@ -12,19 +12,20 @@ import (
 	"time"
 
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/cluster"
-	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/reading"
 	"github.com/gpuhub/gpuhub/services/internal/server"
+	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 )
 
 // Sampler is a backend: nvidia.Backend or sim.Backend.
 type Sampler interface {
-	Sample(ctx context.Context) (snapshot.Reading, error)
+	Sample(ctx context.Context) (reading.Reading, error)
 }
 
 // Config configures an Agent.
 type Config struct {
 	Node     string
-	Backend  string
+	Backend  snapshot.Backend
 	Interval time.Duration
 	Sampler  Sampler
 	Pods     PodSource
@@ -43,13 +44,14 @@ type sampleState struct {
 
 // Agent holds the latest sample.
 type Agent struct {
-	node, backend string
-	interval      time.Duration
-	sampler       Sampler
-	pods          PodSource
-	resolver      CgroupResolver
-	now           func() time.Time
-	logger        *slog.Logger
+	node     string
+	backend  snapshot.Backend
+	interval time.Duration
+	sampler  Sampler
+	pods     PodSource
+	resolver CgroupResolver
+	now      func() time.Time
+	logger   *slog.Logger
 
 	mu sync.Mutex
 	st sampleState

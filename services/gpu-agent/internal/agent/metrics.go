@@ -55,7 +55,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	gauge(descInfo, 1, c.a.node, c.a.backend)
+	gauge(descInfo, 1, c.a.node, string(c.a.backend))
 	gauge(descSampleDur, st.duration.Seconds())
 	ok := 0.0
 	if st.ok {
@@ -69,21 +69,22 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descSampleTime, float64(snap.SampledAt.UnixNano())/1e9)
 	gauge(descUnattrib, float64(st.unattributed))
 
+	backend := string(snap.Backend)
 	for _, g := range snap.GPUs {
 		idx := strconv.Itoa(g.Index)
 		if g.Error != "" {
-			gauge(descGPUUp, 0, snap.Node, idx, g.UUID, snap.Backend)
+			gauge(descGPUUp, 0, snap.Node, idx, g.UUID, backend)
 			continue
 		}
-		gauge(descGPUUp, 1, snap.Node, idx, g.UUID, snap.Backend)
-		l := []string{snap.Node, idx, g.UUID, "", snap.Backend}
+		gauge(descGPUUp, 1, snap.Node, idx, g.UUID, backend)
+		l := []string{snap.Node, idx, g.UUID, "", backend}
 		if g.UtilizationPercent != nil {
 			gauge(descGPUUtil, *g.UtilizationPercent/100, append(l, g.UtilizationSource)...)
 		}
 		gauge(descGPUMemUsed, float64(g.MemoryUsedBytes), l...)
 		gauge(descGPUMemTotal, float64(g.MemoryTotalBytes), l...)
 		for _, m := range g.MIGDevices {
-			ml := []string{snap.Node, idx, m.UUID, m.Profile, snap.Backend}
+			ml := []string{snap.Node, idx, m.UUID, m.Profile, backend}
 			if m.UtilizationPercent != nil {
 				gauge(descGPUUtil, *m.UtilizationPercent/100, append(ml, m.UtilizationSource)...)
 			}
@@ -93,7 +94,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, p := range snap.Pods {
 		for _, d := range p.Devices {
-			l := []string{snap.Node, strconv.Itoa(d.Index), d.UUID, d.Profile, p.Name, p.Namespace, p.User, snap.Backend}
+			l := []string{snap.Node, strconv.Itoa(d.Index), d.UUID, d.Profile, p.Name, p.Namespace, p.User, backend}
 			if d.SMUtilPercent != nil {
 				gauge(descPodUtil, *d.SMUtilPercent/100, append(l, d.UtilizationSource)...)
 			}

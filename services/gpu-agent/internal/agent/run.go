@@ -20,8 +20,8 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/dcgm"
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/nvidia"
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/sim"
-	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
 	"github.com/gpuhub/gpuhub/services/internal/server"
+	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 )
 
 // Options configure Run.
@@ -32,7 +32,7 @@ type Options struct {
 	// (no pod metadata then: pods are named by UID only).
 	Kube     kubernetes.Interface
 	Node     string
-	Backend  string // snapshot.BackendNVML or snapshot.BackendSimulated
+	Backend  snapshot.Backend
 	Interval time.Duration
 	// Listen is the address to serve on; Listener, when set, replaces it.
 	Listen   string

@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
+	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 )
 
 const usageSA = "system:serviceaccount:jhub:gpu-usage"

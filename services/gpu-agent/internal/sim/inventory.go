@@ -16,7 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
+	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 )
 
 // GFD labels and device-plugin resources read from the Node.

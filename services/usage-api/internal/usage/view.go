@@ -338,7 +338,7 @@ func buildServer(p inventory.Pod, allocs []share.Allocation, agent collect.Resul
 func fillMeasured(g *GPU, snap *collect.Snapshot, ap *collect.Pod, dev *collect.Device, units int) {
 	if ap == nil {
 		zero := 0.0
-		g.SMUtilPercent, g.UtilizationSource = &zero, snap.Backend
+		g.SMUtilPercent, g.UtilizationSource = &zero, string(snap.Backend)
 		return
 	}
 	var gpu *collect.GPU
@@ -380,13 +380,13 @@ func fillMeasured(g *GPU, snap *collect.Snapshot, ap *collect.Pod, dev *collect.
 		case mig != nil:
 			g.SMUtilPercent, g.UtilizationSource = capPct(mig.UtilizationPercent), mig.UtilizationSource
 		case gpu != nil && g.Kind == share.KindGPU:
-			g.SMUtilPercent, g.UtilizationSource = capPct(gpu.UtilizationPercent), snap.Backend
+			g.SMUtilPercent, g.UtilizationSource = capPct(gpu.UtilizationPercent), string(snap.Backend)
 		}
 	}
 	if g.SMUtilPercent == nil {
 		g.UtilizationSource = "none"
 	} else if g.UtilizationSource == "" || g.UtilizationSource == "none" {
-		g.UtilizationSource = snap.Backend
+		g.UtilizationSource = string(snap.Backend)
 	}
 }
 
