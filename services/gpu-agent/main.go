@@ -39,6 +39,7 @@ func run(args []string) int {
 		dcgmURL      = fs.String("dcgm-exporter-url", "", "dcgm-exporter metrics URL for MIG utilization, e.g. http://127.0.0.1:9400/metrics (empty: MIG utilization is reported as unknown)")
 		snapAuth     = fs.String("snapshot-auth", agent.AuthNone, "who may read /api/v1/snapshot (it holds user names): tokenreview (Kubernetes bearer token checked with a TokenReview) or none (restrict with a NetworkPolicy)")
 		allowedUsers = fs.String("snapshot-allowed-users", "", "with tokenreview: comma-separated identities allowed, e.g. system:serviceaccount:jhub:gpu-usage (empty: any authenticated)")
+		maxFailed    = fs.Int("max-failed-samples", agent.DefaultMaxFailedSamples, "readiness fails after this many samples in a row fail or do not finish within --interval (the snapshot keeps the last good sample; its health says sampling fails)")
 		once         = fs.Bool("once", false, "take one sample, print the snapshot and the per-call NVML cost, and exit")
 		benchN       = fs.Int("bench", 0, "take this many samples --interval apart, print the last snapshot and per-call cost statistics, and exit")
 		logFormat    = fs.String("log-format", "text", "log format: text or json")
@@ -49,7 +50,8 @@ func run(args []string) int {
 		"kubeconfig": "KUBECONFIG", "listen": "GPUHUB_AGENT_LISTEN", "proc-root": "GPUHUB_AGENT_PROC_ROOT",
 		"nvml-library": "GPUHUB_AGENT_NVML_LIBRARY", "dcgm-exporter-url": "GPUHUB_AGENT_DCGM_EXPORTER_URL",
 		"snapshot-auth": "GPUHUB_AGENT_SNAPSHOT_AUTH", "snapshot-allowed-users": "GPUHUB_AGENT_SNAPSHOT_ALLOWED_USERS",
-		"log-format": "GPUHUB_LOG_FORMAT", "log-level": "GPUHUB_LOG_LEVEL",
+		"max-failed-samples": "GPUHUB_AGENT_MAX_FAILED_SAMPLES",
+		"log-format":         "GPUHUB_LOG_FORMAT", "log-level": "GPUHUB_LOG_LEVEL",
 	}, nil)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -61,6 +63,10 @@ func run(args []string) int {
 	logger, err := logging.New(os.Stderr, *logFormat, *logLevel)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	if *maxFailed < 1 {
+		fmt.Fprintf(os.Stderr, "--max-failed-samples must be at least 1, got %d\n", *maxFailed)
 		return 2
 	}
 	if *once && *benchN == 0 {
@@ -85,7 +91,7 @@ func run(args []string) int {
 	err = agent.Run(ctx, agent.Options{
 		Logger: logger, Registry: prometheus.NewRegistry(), Kube: kc, Node: *node, Backend: snapshot.Backend(*backend),
 		Interval: *interval, Listen: *listen, Proc: os.DirFS(*procRoot), NVMLLibrary: *nvmlLib, DCGMExporterURL: *dcgmURL,
-		SnapshotAuth: *snapAuth, SnapshotAllowedUsers: allowed, Bench: *benchN, Out: os.Stdout,
+		SnapshotAuth: *snapAuth, SnapshotAllowedUsers: allowed, MaxFailedSamples: *maxFailed, Bench: *benchN, Out: os.Stdout,
 	})
 	if err != nil {
 		logger.Error("gpu-agent", "err", err)

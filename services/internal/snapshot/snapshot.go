@@ -27,12 +27,29 @@ const (
 
 // Snapshot is one sample of a node.
 type Snapshot struct {
-	Node            string    `json:"node"`
-	Backend         Backend   `json:"backend"`
-	SampledAt       time.Time `json:"sampledAt"`
-	IntervalSeconds float64   `json:"intervalSeconds"`
-	GPUs            []GPU     `json:"gpus"`
-	Pods            []Pod     `json:"pods"`
+	Node    string  `json:"node"`
+	Backend Backend `json:"backend"`
+	// SampledAt is when the agent took this sample (agent clock). After a
+	// failed sample the agent keeps serving the last good one: SampledAt
+	// says how old it is, Health says how the latest attempt went.
+	SampledAt       time.Time     `json:"sampledAt"`
+	IntervalSeconds float64       `json:"intervalSeconds"`
+	Health          SamplerHealth `json:"health"`
+	GPUs            []GPU         `json:"gpus"`
+	Pods            []Pod         `json:"pods"`
+}
+
+// SamplerHealth is the state of the agent's sampler at the time the
+// snapshot was served, which can be later than SampledAt.
+type SamplerHealth struct {
+	// OK is whether the latest attempt succeeded.
+	OK bool `json:"ok"`
+	// ConsecutiveFailures counts the failed attempts since the last success.
+	ConsecutiveFailures int       `json:"consecutiveFailures"`
+	LastAttemptAt       time.Time `json:"lastAttemptAt"`
+	LastSuccessAt       time.Time `json:"lastSuccessAt"`
+	// LastError is the latest attempt's error, empty when it succeeded.
+	LastError string `json:"lastError,omitempty"`
 }
 
 // GPU is a physical (or emulated) GPU.

@@ -33,8 +33,10 @@ var (
 	descPodMem     = desc("pod_memory_used_bytes", "GPU memory used by a pod's processes on one device.", podLabels...)
 	descSampleDur  = desc("sample_duration_seconds", "Duration of the last sample (backend reading and attribution).")
 	descSampleOK   = desc("last_sample_success", "1 if the last sample succeeded, 0 otherwise.")
-	descSampleTime = desc("last_sample_timestamp_seconds", "Unix time of the last successful sample.")
-	descUnattrib   = desc("unattributed_processes", "GPU processes in the last sample that belong to no pod (host processes, or exited before attribution).")
+	descSampleTime = desc("last_sample_timestamp_seconds", "Unix time of the last successful sample (the snapshot's sampledAt).")
+	descFailed     = desc("consecutive_failed_samples",
+		"Samples that failed (or did not finish within the interval) since the last success; /readyz fails at --max-failed-samples.")
+	descUnattrib = desc("unattributed_processes", "GPU processes in the last sample that belong to no pod (host processes, or exited before attribution).")
 )
 
 // collector emits the latest snapshot at scrape time, so series of deleted
@@ -45,7 +47,7 @@ type collector struct {
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInfo, descGPUUp, descGPUUtil, descGPUMemUsed, descGPUMemTotal, descPodUtil, descPodMem,
-		descSampleDur, descSampleOK, descSampleTime, descUnattrib} {
+		descSampleDur, descSampleOK, descSampleTime, descFailed, descUnattrib} {
 		ch <- d
 	}
 }
@@ -58,10 +60,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descInfo, 1, c.a.node, string(c.a.backend))
 	gauge(descSampleDur, st.duration.Seconds())
 	ok := 0.0
-	if st.ok {
+	if st.health.OK {
 		ok = 1
 	}
 	gauge(descSampleOK, ok)
+	gauge(descFailed, float64(st.health.ConsecutiveFailures))
 	snap := st.snap
 	if snap == nil {
 		return

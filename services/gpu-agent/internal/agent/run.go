@@ -53,6 +53,9 @@ type Options struct {
 	SnapshotAuth         string
 	SnapshotAllowedUsers []string
 	Now                  func() time.Time
+	// MaxFailedSamples is how many samples in a row may fail (or not finish
+	// within the interval) before /readyz fails; 0: DefaultMaxFailedSamples.
+	MaxFailedSamples int
 	// Bench > 0 takes that many samples, Interval apart, writes the last
 	// snapshot as JSON and the per-call cost table to Out, and returns.
 	Bench int
@@ -72,6 +75,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if o.Interval <= 0 {
 		return fmt.Errorf("interval must be positive, got %s", o.Interval)
+	}
+	if o.MaxFailedSamples < 0 {
+		return fmt.Errorf("max failed samples must be at least 1, got %d", o.MaxFailedSamples)
 	}
 	if o.Kube == nil && (o.Bench == 0 || o.Backend == snapshot.BackendSimulated) {
 		return errors.New("a Kubernetes client is required (only --once/--bench with --backend=nvml can run without one)")
@@ -130,9 +136,17 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("unknown backend %q (want %s or %s)", o.Backend, snapshot.BackendNVML, snapshot.BackendSimulated)
 	}
 
+	// A sample that takes longer than the interval has failed: the agent
+	// cannot keep up, or the driver is wedged. --bench measures cost, often
+	// at tiny intervals, so it only guards against a hang.
+	timeout := o.Interval
+	if o.Bench > 0 {
+		timeout = max(o.Interval, 30*time.Second)
+	}
 	a := New(Config{
 		Node: o.Node, Backend: o.Backend, Interval: o.Interval, Sampler: sampler, Pods: pods,
 		Resolver: attribution.NewResolver(o.Proc), Now: o.Now, Logger: o.Logger,
+		MaxFailedSamples: o.MaxFailedSamples, SampleTimeout: timeout,
 	})
 	if err := o.Registry.Register(collector{a: a}); err != nil {
 		return fmt.Errorf("register metrics: %w", err)
