@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/agent"
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/dcgm"
 	"github.com/gpuhub/gpuhub/services/internal/config"
 	"github.com/gpuhub/gpuhub/services/internal/kube"
 	"github.com/gpuhub/gpuhub/services/internal/logging"
@@ -37,6 +38,7 @@ func run(args []string) int {
 		procRoot     = fs.String("proc-root", "/proc", "the host's /proc (GPU PIDs are host PIDs: use hostPID or mount the host's /proc here)")
 		nvmlLib      = fs.String("nvml-library", "", "path of libnvidia-ml.so.1 (empty: the dynamic loader's search path)")
 		dcgmURL      = fs.String("dcgm-exporter-url", "", "dcgm-exporter metrics URL for MIG utilization, e.g. http://127.0.0.1:9400/metrics (empty: MIG utilization is reported as unknown)")
+		dcgmTimeout  = fs.Duration("dcgm-exporter-timeout", dcgm.DefaultTimeout, "bound on one dcgm-exporter scrape, lowered to half of --interval; past it MIG utilization is unknown for that sample")
 		snapAuth     = fs.String("snapshot-auth", agent.AuthNone, "who may read /api/v1/snapshot (it holds user names): tokenreview (Kubernetes bearer token checked with a TokenReview) or none (restrict with a NetworkPolicy)")
 		allowedUsers = fs.String("snapshot-allowed-users", "", "with tokenreview: comma-separated identities allowed, e.g. system:serviceaccount:jhub:gpu-usage (empty: any authenticated)")
 		maxFailed    = fs.Int("max-failed-samples", agent.DefaultMaxFailedSamples, "readiness fails after this many samples in a row fail or do not finish within --interval (the snapshot keeps the last good sample; its health says sampling fails)")
@@ -49,7 +51,8 @@ func run(args []string) int {
 		"node-name": "NODE_NAME", "backend": "GPUHUB_AGENT_BACKEND", "interval": "GPUHUB_AGENT_INTERVAL",
 		"kubeconfig": "KUBECONFIG", "listen": "GPUHUB_AGENT_LISTEN", "proc-root": "GPUHUB_AGENT_PROC_ROOT",
 		"nvml-library": "GPUHUB_AGENT_NVML_LIBRARY", "dcgm-exporter-url": "GPUHUB_AGENT_DCGM_EXPORTER_URL",
-		"snapshot-auth": "GPUHUB_AGENT_SNAPSHOT_AUTH", "snapshot-allowed-users": "GPUHUB_AGENT_SNAPSHOT_ALLOWED_USERS",
+		"dcgm-exporter-timeout": "GPUHUB_AGENT_DCGM_EXPORTER_TIMEOUT",
+		"snapshot-auth":         "GPUHUB_AGENT_SNAPSHOT_AUTH", "snapshot-allowed-users": "GPUHUB_AGENT_SNAPSHOT_ALLOWED_USERS",
 		"max-failed-samples": "GPUHUB_AGENT_MAX_FAILED_SAMPLES",
 		"log-format":         "GPUHUB_LOG_FORMAT", "log-level": "GPUHUB_LOG_LEVEL",
 	}, nil)
@@ -90,7 +93,7 @@ func run(args []string) int {
 	defer stop()
 	err = agent.Run(ctx, agent.Options{
 		Logger: logger, Registry: prometheus.NewRegistry(), Kube: kc, Node: *node, Backend: snapshot.Backend(*backend),
-		Interval: *interval, Listen: *listen, Proc: os.DirFS(*procRoot), NVMLLibrary: *nvmlLib, DCGMExporterURL: *dcgmURL,
+		Interval: *interval, Listen: *listen, Proc: os.DirFS(*procRoot), NVMLLibrary: *nvmlLib, DCGMExporterURL: *dcgmURL, DCGMExporterTimeout: *dcgmTimeout,
 		SnapshotAuth: *snapAuth, SnapshotAllowedUsers: allowed, MaxFailedSamples: *maxFailed, Bench: *benchN, Out: os.Stdout,
 	})
 	if err != nil {

@@ -164,6 +164,7 @@ func (a *Agent) sample(ctx context.Context, start time.Time) (reading.Reading, e
 		r   reading.Reading
 		err error
 	}
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	done := make(chan result, 1)
@@ -183,6 +184,9 @@ func (a *Agent) sample(ctx context.Context, start time.Time) (reading.Reading, e
 		case res := <-done: // finished just in time
 			return res.r, res.err
 		default:
+		}
+		if err := parent.Err(); err != nil {
+			return reading.Reading{}, fmt.Errorf("sampling stopped: %w", err)
 		}
 		return reading.Reading{}, fmt.Errorf("the backend did not finish the sample within %s (wedged GPU driver or NVML call?): %w",
 			a.timeout, ctx.Err())

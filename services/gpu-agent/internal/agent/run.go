@@ -46,7 +46,11 @@ type Options struct {
 	OpenNVML func(path string, s nvidia.Settings) (*nvidia.Backend, error)
 	// DCGMExporterURL, when set, supplies MIG utilization.
 	DCGMExporterURL string
-	HTTPClient      *http.Client
+	// DCGMExporterTimeout bounds one dcgm-exporter scrape (0:
+	// dcgm.DefaultTimeout); it is lowered to half the interval so that a
+	// hung exporter leaves the sample time to finish without it.
+	DCGMExporterTimeout time.Duration
+	HTTPClient          *http.Client
 	// SnapshotAuth is AuthNone or AuthTokenReview; SnapshotAllowedUsers
 	// restricts tokenreview to these identities (e.g.
 	// system:serviceaccount:jhub:gpu-usage); empty allows any authenticated one.
@@ -106,7 +110,11 @@ func Run(ctx context.Context, o Options) error {
 	case snapshot.BackendNVML:
 		var mig nvidia.MIGUtilizationSource
 		if o.DCGMExporterURL != "" {
-			mig = dcgm.New(o.DCGMExporterURL, o.HTTPClient)
+			timeout := o.DCGMExporterTimeout
+			if timeout <= 0 {
+				timeout = dcgm.DefaultTimeout
+			}
+			mig = dcgm.New(o.DCGMExporterURL, dcgm.Options{HTTPClient: o.HTTPClient, Timeout: min(timeout, o.Interval/2), Now: o.Now})
 		}
 		open := o.OpenNVML
 		if open == nil {

@@ -45,6 +45,8 @@ type Backend struct {
 	// UUID, passed back to nvmlDeviceGetProcessUtilization so each sample
 	// covers only the time since the previous one.
 	lastSeen map[string]uint64
+	// dcgmDown: the last dcgm-exporter scrape failed (logged once per outage).
+	dcgmDown bool
 }
 
 // New returns a Backend. Call Init before Sample.
@@ -151,9 +153,19 @@ func (b *Backend) device(i int) (snapshot.GPU, []reading.Process, error) {
 func (b *Backend) migUtilization(ctx context.Context) map[dcgm.Key]float64 {
 	m, err := b.opts.MIG.MIGUtilization(ctx)
 	if err != nil {
-		// MIG utilization is optional: report it as unknown, not the sample as failed.
-		b.opts.Logger.Warn("dcgm-exporter unavailable, MIG utilization unknown", "err", err)
+		// MIG utilization is optional: report it as unknown, not the sample
+		// as failed. Said once per outage, not every interval.
+		log := b.opts.Logger.Debug
+		if !b.dcgmDown {
+			log = b.opts.Logger.Warn
+		}
+		log("dcgm-exporter unavailable, MIG utilization unknown", "err", err)
+		b.dcgmDown = true
 		return map[dcgm.Key]float64{}
+	}
+	if b.dcgmDown {
+		b.opts.Logger.Info("dcgm-exporter answers again, MIG utilization known")
+		b.dcgmDown = false
 	}
 	return m
 }
