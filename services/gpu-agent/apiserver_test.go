@@ -35,7 +35,7 @@ import (
 
 	"github.com/gpuhub/gpuhub/e2e/cluster"
 	"github.com/gpuhub/gpuhub/e2e/gpuhubstack"
-	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
+	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 )
 
 func TestAgentAgainstAPIServer(t *testing.T) {

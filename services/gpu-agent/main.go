@@ -18,9 +18,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/agent"
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/dcgm"
 	"github.com/gpuhub/gpuhub/services/internal/config"
 	"github.com/gpuhub/gpuhub/services/internal/kube"
 	"github.com/gpuhub/gpuhub/services/internal/logging"
+	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -36,9 +38,11 @@ func run(args []string) int {
 		procRoot     = fs.String("proc-root", "/proc", "the host's /proc (GPU PIDs are host PIDs: use hostPID or mount the host's /proc here)")
 		nvmlLib      = fs.String("nvml-library", "", "path of libnvidia-ml.so.1 (empty: the dynamic loader's search path)")
 		dcgmURL      = fs.String("dcgm-exporter-url", "", "dcgm-exporter metrics URL for MIG utilization, e.g. http://127.0.0.1:9400/metrics (empty: MIG utilization is reported as unknown)")
+		dcgmTimeout  = fs.Duration("dcgm-exporter-timeout", dcgm.DefaultTimeout, "bound on one dcgm-exporter scrape, lowered to half of --interval; past it MIG utilization is unknown for that sample")
 		snapAuth     = fs.String("snapshot-auth", agent.AuthNone, "who may read /api/v1/snapshot (it holds user names): tokenreview (Kubernetes bearer token checked with a TokenReview) or none (restrict with a NetworkPolicy)")
 		audience     = fs.String("snapshot-audience", agent.DefaultAudience, "with tokenreview: the audience the caller's token must be issued for (a projected service-account token; the API server's own audience is refused)")
 		allowedUsers = fs.String("snapshot-allowed-users", "", "with tokenreview (required): comma-separated identities allowed, e.g. system:serviceaccount:jhub:gpuhub-usage")
+		maxFailed    = fs.Int("max-failed-samples", agent.DefaultMaxFailedSamples, "readiness fails after this many samples in a row fail or do not finish within --interval (the snapshot keeps the last good sample; its health says sampling fails)")
 		once         = fs.Bool("once", false, "take one sample, print the snapshot and the per-call NVML cost, and exit")
 		benchN       = fs.Int("bench", 0, "take this many samples --interval apart, print the last snapshot and per-call cost statistics, and exit")
 		logFormat    = fs.String("log-format", "text", "log format: text or json")
@@ -48,8 +52,10 @@ func run(args []string) int {
 		"node-name": "NODE_NAME", "backend": "GPUHUB_AGENT_BACKEND", "interval": "GPUHUB_AGENT_INTERVAL",
 		"kubeconfig": "KUBECONFIG", "listen": "GPUHUB_AGENT_LISTEN", "proc-root": "GPUHUB_AGENT_PROC_ROOT",
 		"nvml-library": "GPUHUB_AGENT_NVML_LIBRARY", "dcgm-exporter-url": "GPUHUB_AGENT_DCGM_EXPORTER_URL",
-		"snapshot-auth": "GPUHUB_AGENT_SNAPSHOT_AUTH", "snapshot-allowed-users": "GPUHUB_AGENT_SNAPSHOT_ALLOWED_USERS",
-		"snapshot-audience": "GPUHUB_SNAPSHOT_AUDIENCE", "log-format": "GPUHUB_LOG_FORMAT", "log-level": "GPUHUB_LOG_LEVEL",
+		"dcgm-exporter-timeout": "GPUHUB_AGENT_DCGM_EXPORTER_TIMEOUT",
+		"snapshot-auth":         "GPUHUB_AGENT_SNAPSHOT_AUTH", "snapshot-allowed-users": "GPUHUB_AGENT_SNAPSHOT_ALLOWED_USERS",
+		"snapshot-audience": "GPUHUB_SNAPSHOT_AUDIENCE", "max-failed-samples": "GPUHUB_AGENT_MAX_FAILED_SAMPLES",
+		"log-format": "GPUHUB_LOG_FORMAT", "log-level": "GPUHUB_LOG_LEVEL",
 	}, nil)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -61,6 +67,10 @@ func run(args []string) int {
 	logger, err := logging.New(os.Stderr, *logFormat, *logLevel)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	if *maxFailed < 1 {
+		fmt.Fprintf(os.Stderr, "--max-failed-samples must be at least 1, got %d\n", *maxFailed)
 		return 2
 	}
 	if *once && *benchN == 0 {
@@ -83,9 +93,9 @@ func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	err = agent.Run(ctx, agent.Options{
-		Logger: logger, Registry: prometheus.NewRegistry(), Kube: kc, Node: *node, Backend: *backend,
-		Interval: *interval, Listen: *listen, Proc: os.DirFS(*procRoot), NVMLLibrary: *nvmlLib, DCGMExporterURL: *dcgmURL,
-		SnapshotAuth: *snapAuth, SnapshotAudience: *audience, SnapshotAllowedUsers: allowed, Bench: *benchN, Out: os.Stdout,
+		Logger: logger, Registry: prometheus.NewRegistry(), Kube: kc, Node: *node, Backend: snapshot.Backend(*backend),
+		Interval: *interval, Listen: *listen, Proc: os.DirFS(*procRoot), NVMLLibrary: *nvmlLib, DCGMExporterURL: *dcgmURL, DCGMExporterTimeout: *dcgmTimeout,
+		SnapshotAuth: *snapAuth, SnapshotAudience: *audience, SnapshotAllowedUsers: allowed, MaxFailedSamples: *maxFailed, Bench: *benchN, Out: os.Stdout,
 	})
 	if err != nil {
 		logger.Error("gpu-agent", "err", err)

@@ -11,6 +11,7 @@ func TestRunExitCodes(t *testing.T) {
 		"unknown flag":          {args: []string{"--no-such-flag"}, want: 2},
 		"bad interval":          {args: []string{"--interval=soon"}, want: 2},
 		"bad log format":        {args: []string{"--log-format=xml"}, want: 2},
+		"no failed samples":     {args: []string{"--max-failed-samples=0"}, want: 2},
 		"simulated without API": {args: []string{"--backend=simulated", "--node-name=n", "--kubeconfig=/nonexistent"}, want: 2},
 	}
 	for name, tc := range cases {

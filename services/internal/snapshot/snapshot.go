@@ -5,10 +5,14 @@ package snapshot
 
 import "time"
 
-// Backend names as they appear in the snapshot and in metric labels.
+// Backend is the agent's GPU backend, as it appears in the snapshot and in
+// metric labels.
+type Backend string
+
+// The backends.
 const (
-	BackendNVML      = "nvml"
-	BackendSimulated = "simulated"
+	BackendNVML      Backend = "nvml"
+	BackendSimulated Backend = "simulated"
 )
 
 // Utilization sources: where a utilization number comes from.
@@ -23,24 +27,29 @@ const (
 
 // Snapshot is one sample of a node.
 type Snapshot struct {
-	Node            string    `json:"node"`
-	Backend         string    `json:"backend"`
-	SampledAt       time.Time `json:"sampledAt"`
-	IntervalSeconds float64   `json:"intervalSeconds"`
-	// Health is the truth about the sampler's latest attempt: the agent keeps serving its last good sample
-	// (SampledAt) when sampling fails, and says so here. Zero (LastAttemptAt unset) when the agent predates it.
-	Health SamplerHealth `json:"health"`
-	GPUs   []GPU         `json:"gpus"`
-	Pods   []Pod         `json:"pods"`
+	Node    string  `json:"node"`
+	Backend Backend `json:"backend"`
+	// SampledAt is when the agent took this sample (agent clock). After a
+	// failed sample the agent keeps serving the last good one: SampledAt
+	// says how old it is, Health says how the latest attempt went.
+	SampledAt       time.Time     `json:"sampledAt"`
+	IntervalSeconds float64       `json:"intervalSeconds"`
+	Health          SamplerHealth `json:"health"`
+	GPUs            []GPU         `json:"gpus"`
+	Pods            []Pod         `json:"pods"`
 }
 
-// SamplerHealth is the state of the agent's sampling loop.
+// SamplerHealth is the state of the agent's sampler at the time the
+// snapshot was served, which can be later than SampledAt.
 type SamplerHealth struct {
-	OK                  bool      `json:"ok"`
+	// OK is whether the latest attempt succeeded.
+	OK bool `json:"ok"`
+	// ConsecutiveFailures counts the failed attempts since the last success.
 	ConsecutiveFailures int       `json:"consecutiveFailures"`
 	LastAttemptAt       time.Time `json:"lastAttemptAt"`
 	LastSuccessAt       time.Time `json:"lastSuccessAt"`
-	LastError           string    `json:"lastError,omitempty"`
+	// LastError is the latest attempt's error, empty when it succeeded.
+	LastError string `json:"lastError,omitempty"`
 }
 
 // GPU is a physical (or emulated) GPU.

@@ -8,8 +8,9 @@ import (
 
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/attribution"
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/cluster"
-	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/reading"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
+	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 )
 
 // PodSource is the node-local pod cache (cluster.Watcher).
@@ -62,7 +63,7 @@ type assembly struct {
 // instance belongs to one pod); a device with none of the pod's processes
 // on it is idle (0); otherwise it is unknown (null, source "none"). The
 // pod's number is the mean over its devices, null if any is unknown.
-func assemble(r snapshot.Reading, node string, sampledAt time.Time, interval time.Duration,
+func assemble(r reading.Reading, node string, sampledAt time.Time, interval time.Duration,
 	pods PodSource, resolver CgroupResolver,
 ) assembly {
 	idleSource := snapshot.SourceNVML

@@ -33,8 +33,10 @@ var (
 	descPodMem     = desc("pod_memory_used_bytes", "GPU memory used by a pod's processes on one device.", podLabels...)
 	descSampleDur  = desc("sample_duration_seconds", "Duration of the last sample (backend reading and attribution).")
 	descSampleOK   = desc("last_sample_success", "1 if the last sample succeeded, 0 otherwise.")
-	descSampleTime = desc("last_sample_timestamp_seconds", "Unix time of the last successful sample.")
-	descUnattrib   = desc("unattributed_processes", "GPU processes in the last sample that belong to no pod (host processes, or exited before attribution).")
+	descSampleTime = desc("last_sample_timestamp_seconds", "Unix time of the last successful sample (the snapshot's sampledAt).")
+	descFailed     = desc("consecutive_failed_samples",
+		"Samples that failed (or did not finish within the interval) since the last success; /readyz fails at --max-failed-samples.")
+	descUnattrib = desc("unattributed_processes", "GPU processes in the last sample that belong to no pod (host processes, or exited before attribution).")
 )
 
 // collector emits the latest snapshot at scrape time, so series of deleted
@@ -45,7 +47,7 @@ type collector struct {
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInfo, descGPUUp, descGPUUtil, descGPUMemUsed, descGPUMemTotal, descPodUtil, descPodMem,
-		descSampleDur, descSampleOK, descSampleTime, descUnattrib} {
+		descSampleDur, descSampleOK, descSampleTime, descFailed, descUnattrib} {
 		ch <- d
 	}
 }
@@ -55,13 +57,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	gauge(descInfo, 1, c.a.node, c.a.backend)
+	gauge(descInfo, 1, c.a.node, string(c.a.backend))
 	gauge(descSampleDur, st.duration.Seconds())
 	ok := 0.0
-	if st.ok {
+	if st.health.OK {
 		ok = 1
 	}
 	gauge(descSampleOK, ok)
+	gauge(descFailed, float64(st.health.ConsecutiveFailures))
 	snap := st.snap
 	if snap == nil {
 		return
@@ -69,21 +72,22 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descSampleTime, float64(snap.SampledAt.UnixNano())/1e9)
 	gauge(descUnattrib, float64(st.unattributed))
 
+	backend := string(snap.Backend)
 	for _, g := range snap.GPUs {
 		idx := strconv.Itoa(g.Index)
 		if g.Error != "" {
-			gauge(descGPUUp, 0, snap.Node, idx, g.UUID, snap.Backend)
+			gauge(descGPUUp, 0, snap.Node, idx, g.UUID, backend)
 			continue
 		}
-		gauge(descGPUUp, 1, snap.Node, idx, g.UUID, snap.Backend)
-		l := []string{snap.Node, idx, g.UUID, "", snap.Backend}
+		gauge(descGPUUp, 1, snap.Node, idx, g.UUID, backend)
+		l := []string{snap.Node, idx, g.UUID, "", backend}
 		if g.UtilizationPercent != nil {
 			gauge(descGPUUtil, *g.UtilizationPercent/100, append(l, g.UtilizationSource)...)
 		}
 		gauge(descGPUMemUsed, float64(g.MemoryUsedBytes), l...)
 		gauge(descGPUMemTotal, float64(g.MemoryTotalBytes), l...)
 		for _, m := range g.MIGDevices {
-			ml := []string{snap.Node, idx, m.UUID, m.Profile, snap.Backend}
+			ml := []string{snap.Node, idx, m.UUID, m.Profile, backend}
 			if m.UtilizationPercent != nil {
 				gauge(descGPUUtil, *m.UtilizationPercent/100, append(ml, m.UtilizationSource)...)
 			}
@@ -93,7 +97,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, p := range snap.Pods {
 		for _, d := range p.Devices {
-			l := []string{snap.Node, strconv.Itoa(d.Index), d.UUID, d.Profile, p.Name, p.Namespace, p.User, snap.Backend}
+			l := []string{snap.Node, strconv.Itoa(d.Index), d.UUID, d.Profile, p.Name, p.Namespace, p.User, backend}
 			if d.SMUtilPercent != nil {
 				gauge(descPodUtil, *d.SMUtilPercent/100, append(l, d.UtilizationSource)...)
 			}

@@ -3,7 +3,7 @@ package agent
 import (
 	"testing"
 
-	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
+	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 )
 
 func TestResourceFor(t *testing.T) {

@@ -20,8 +20,8 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/dcgm"
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/nvidia"
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/sim"
-	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
 	"github.com/gpuhub/gpuhub/services/internal/server"
+	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 )
 
 // Options configure Run.
@@ -32,7 +32,7 @@ type Options struct {
 	// (no pod metadata then: pods are named by UID only).
 	Kube     kubernetes.Interface
 	Node     string
-	Backend  string // snapshot.BackendNVML or snapshot.BackendSimulated
+	Backend  snapshot.Backend
 	Interval time.Duration
 	// Listen is the address to serve on; Listener, when set, replaces it.
 	Listen   string
@@ -46,7 +46,11 @@ type Options struct {
 	OpenNVML func(path string, s nvidia.Settings) (*nvidia.Backend, error)
 	// DCGMExporterURL, when set, supplies MIG utilization.
 	DCGMExporterURL string
-	HTTPClient      *http.Client
+	// DCGMExporterTimeout bounds one dcgm-exporter scrape (0:
+	// dcgm.DefaultTimeout); it is lowered to half the interval so that a
+	// hung exporter leaves the sample time to finish without it.
+	DCGMExporterTimeout time.Duration
+	HTTPClient          *http.Client
 	// SnapshotAuth is AuthNone or AuthTokenReview. With tokenreview a caller
 	// needs a token issued for SnapshotAudience (default DefaultAudience) to
 	// one of SnapshotAllowedUsers (e.g. system:serviceaccount:jhub:gpu-usage;
@@ -55,6 +59,9 @@ type Options struct {
 	SnapshotAudience     string
 	SnapshotAllowedUsers []string
 	Now                  func() time.Time
+	// MaxFailedSamples is how many samples in a row may fail (or not finish
+	// within the interval) before /readyz fails; 0: DefaultMaxFailedSamples.
+	MaxFailedSamples int
 	// Bench > 0 takes that many samples, Interval apart, writes the last
 	// snapshot as JSON and the per-call cost table to Out, and returns.
 	Bench int
@@ -74,6 +81,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if o.Interval <= 0 {
 		return fmt.Errorf("interval must be positive, got %s", o.Interval)
+	}
+	if o.MaxFailedSamples < 0 {
+		return fmt.Errorf("max failed samples must be at least 1, got %d", o.MaxFailedSamples)
 	}
 	if o.Kube == nil && (o.Bench == 0 || o.Backend == snapshot.BackendSimulated) {
 		return errors.New("a Kubernetes client is required (only --once/--bench with --backend=nvml can run without one)")
@@ -110,7 +120,11 @@ func Run(ctx context.Context, o Options) error {
 	case snapshot.BackendNVML:
 		var mig nvidia.MIGUtilizationSource
 		if o.DCGMExporterURL != "" {
-			mig = dcgm.New(o.DCGMExporterURL, o.HTTPClient)
+			timeout := o.DCGMExporterTimeout
+			if timeout <= 0 {
+				timeout = dcgm.DefaultTimeout
+			}
+			mig = dcgm.New(o.DCGMExporterURL, dcgm.Options{HTTPClient: o.HTTPClient, Timeout: min(timeout, o.Interval/2), Now: o.Now})
 		}
 		open := o.OpenNVML
 		if open == nil {
@@ -140,9 +154,17 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("unknown backend %q (want %s or %s)", o.Backend, snapshot.BackendNVML, snapshot.BackendSimulated)
 	}
 
+	// A sample that takes longer than the interval has failed: the agent
+	// cannot keep up, or the driver is wedged. --bench measures cost, often
+	// at tiny intervals, so it only guards against a hang.
+	timeout := o.Interval
+	if o.Bench > 0 {
+		timeout = max(o.Interval, 30*time.Second)
+	}
 	a := New(Config{
 		Node: o.Node, Backend: o.Backend, Interval: o.Interval, Sampler: sampler, Pods: pods,
 		Resolver: attribution.NewResolver(o.Proc), Now: o.Now, Logger: o.Logger,
+		MaxFailedSamples: o.MaxFailedSamples, SampleTimeout: timeout,
 	})
 	if err := o.Registry.Register(collector{a: a}); err != nil {
 		return fmt.Errorf("register metrics: %w", err)

@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
+	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 )
 
 const usageSA = "system:serviceaccount:jhub:gpu-usage"
@@ -194,4 +194,77 @@ func TestRunErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The whole agent: when sampling starts failing (here the simulated backend
+// loses its Node), /readyz turns 503 after --max-failed-samples and the
+// snapshot keeps the last good sample with health saying so; when sampling
+// recovers, /readyz is 200 again.
+func TestRunReadinessFollowsSampling(t *testing.T) {
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + ln.Addr().String()
+	kc := simCluster()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{
+			Kube: kc, Node: "gpu-a100-0", Backend: snapshot.BackendSimulated, Interval: 20 * time.Millisecond,
+			Listener: ln, Proc: fstest.MapFS{}, Registry: prometheus.NewRegistry(), SnapshotAuth: AuthNone, MaxFailedSamples: 2,
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Error("Run did not return after cancel")
+		}
+	})
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting until %s", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	readyz := func() (int, string) { code, body := get(t, base+"/readyz", ""); return code, string(body) }
+	waitFor("ready", func() bool { code, _ := readyz(); return code == http.StatusOK })
+
+	node, err := kc.CoreV1().Nodes().Get(ctx, "gpu-a100-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kc.CoreV1().Nodes().Delete(ctx, "gpu-a100-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("not ready", func() bool { code, _ := readyz(); return code == http.StatusServiceUnavailable })
+	if _, body := readyz(); !strings.Contains(body, "samples failed") || !strings.Contains(body, "not in the cache") {
+		t.Errorf("/readyz does not say why: %s", body)
+	}
+	code, body := get(t, base+"/api/v1/snapshot", "")
+	var snap snapshot.Snapshot
+	if err := json.Unmarshal(body, &snap); code != http.StatusOK || err != nil {
+		t.Fatalf("snapshot while failing: %d %v %s", code, err, body)
+	}
+	if h := snap.Health; h.OK || h.ConsecutiveFailures < 2 || !h.LastAttemptAt.After(snap.SampledAt) ||
+		!h.LastSuccessAt.Equal(snap.SampledAt) || !strings.Contains(h.LastError, "not in the cache") {
+		t.Errorf("health while failing = %+v (sampledAt %s)", h, snap.SampledAt)
+	}
+	_, metrics := get(t, base+"/metrics", "")
+	if !bytes.Contains(metrics, []byte("gpuhub_agent_last_sample_success 0")) ||
+		bytes.Contains(metrics, []byte("gpuhub_agent_consecutive_failed_samples 0\n")) {
+		t.Errorf("/metrics while failing:\n%s", metrics)
+	}
+
+	node.ResourceVersion = ""
+	if _, err := kc.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("ready again", func() bool { code, _ := readyz(); return code == http.StatusOK })
 }

@@ -2,10 +2,12 @@ package dcgm
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -20,7 +22,7 @@ func TestMIGUtilization(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	got, err := New(srv.URL+"/metrics", srv.Client()).MIGUtilization(context.Background())
+	got, err := New(srv.URL+"/metrics", Options{HTTPClient: srv.Client()}).MIGUtilization(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,9 +47,57 @@ func TestMIGUtilizationErrors(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			srv := httptest.NewServer(h)
 			defer srv.Close()
-			if _, err := New(srv.URL, srv.Client()).MIGUtilization(context.Background()); err == nil {
+			if _, err := New(srv.URL, Options{HTTPClient: srv.Client()}).MIGUtilization(context.Background()); err == nil {
 				t.Error("want an error")
 			}
 		})
+	}
+}
+
+// An exposition can carry sample timestamps (a federating proxy, or an
+// exporter that reports when it read DCGM): a value older than the allowed
+// age is not a measurement of now and must not be used.
+func TestMIGUtilizationDropsOldValues(t *testing.T) {
+	now := time.Date(2026, 11, 22, 10, 0, 5, 0, time.UTC)
+	body := fmt.Sprintf(`# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge
+DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-1",GPU_I_ID="1"} 0.5 %d
+DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-1",GPU_I_ID="2"} 0.97 %d
+DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-1",GPU_I_ID="3"} 0.25
+`, now.Add(-10*time.Second).UnixMilli(), now.Add(-10*time.Minute).UnixMilli())
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(body))
+	}))
+	defer srv.Close()
+
+	got, err := New(srv.URL, Options{HTTPClient: srv.Client(), Now: func() time.Time { return now }}).MIGUtilization(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[Key]float64{
+		{GPUUUID: "GPU-1", GPUInstanceID: 1}: 50, // 10 s old: fresh
+		// GPU instance 2: 10 min old, a wedged DCGM's last value: dropped
+		{GPUUUID: "GPU-1", GPUInstanceID: 3}: 25, // no timestamp: read now
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("MIGUtilization (-want +got):\n%s", diff)
+	}
+}
+
+// A dcgm-exporter that accepts the connection and never answers: the scrape
+// gives up after Timeout.
+func TestMIGUtilizationTimeout(t *testing.T) {
+	hang := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(func() { close(hang); srv.Close() })
+
+	start := time.Now()
+	_, err := New(srv.URL, Options{HTTPClient: srv.Client(), Timeout: 100 * time.Millisecond}).MIGUtilization(context.Background())
+	if took := time.Since(start); err == nil || took > 2*time.Second {
+		t.Errorf("MIGUtilization against a hung exporter = %v after %s, want an error within the 100ms timeout", err, took)
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/reading"
 )
 
 // ErrNoCgo is what the NVML backend says in a binary built without cgo.
@@ -20,8 +20,8 @@ type Backend struct{}
 func Open(string, Settings) (*Backend, error) { return nil, ErrNoCgo }
 
 // Sample always fails with ErrNoCgo.
-func (*Backend) Sample(context.Context) (snapshot.Reading, error) {
-	return snapshot.Reading{}, ErrNoCgo
+func (*Backend) Sample(context.Context) (reading.Reading, error) {
+	return reading.Reading{}, ErrNoCgo
 }
 
 // Shutdown does nothing.

@@ -14,7 +14,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/dcgm"
-	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/reading"
+	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 )
 
 // Options configure a Backend: the NVML handle and the Settings.
@@ -44,6 +45,8 @@ type Backend struct {
 	// UUID, passed back to nvmlDeviceGetProcessUtilization so each sample
 	// covers only the time since the previous one.
 	lastSeen map[string]uint64
+	// dcgmDown: the last dcgm-exporter scrape failed (logged once per outage).
+	dcgmDown bool
 }
 
 // New returns a Backend. Call Init before Sample.
@@ -98,8 +101,8 @@ func call[T any](b *Backend, name string, f func() (T, nvml.Return)) (T, error) 
 }
 
 // Sample reads every GPU, its MIG devices and the processes on them.
-func (b *Backend) Sample(ctx context.Context) (snapshot.Reading, error) {
-	r := snapshot.Reading{Backend: snapshot.BackendNVML}
+func (b *Backend) Sample(ctx context.Context) (reading.Reading, error) {
+	r := reading.Reading{Backend: snapshot.BackendNVML}
 	n, err := call(b, "DeviceGetCount", b.opts.Lib.DeviceGetCount)
 	if err != nil {
 		return r, err
@@ -139,7 +142,7 @@ func (b *Backend) Sample(ctx context.Context) (snapshot.Reading, error) {
 	return r, nil
 }
 
-func (b *Backend) device(i int) (snapshot.GPU, []snapshot.ProcessReading, error) {
+func (b *Backend) device(i int) (snapshot.GPU, []reading.Process, error) {
 	dev, err := call(b, "DeviceGetHandleByIndex", func() (nvml.Device, nvml.Return) { return b.opts.Lib.DeviceGetHandleByIndex(i) })
 	if err != nil {
 		return snapshot.GPU{}, nil, err
@@ -150,14 +153,24 @@ func (b *Backend) device(i int) (snapshot.GPU, []snapshot.ProcessReading, error)
 func (b *Backend) migUtilization(ctx context.Context) map[dcgm.Key]float64 {
 	m, err := b.opts.MIG.MIGUtilization(ctx)
 	if err != nil {
-		// MIG utilization is optional: report it as unknown, not the sample as failed.
-		b.opts.Logger.Warn("dcgm-exporter unavailable, MIG utilization unknown", "err", err)
+		// MIG utilization is optional: report it as unknown, not the sample
+		// as failed. Said once per outage, not every interval.
+		log := b.opts.Logger.Debug
+		if !b.dcgmDown {
+			log = b.opts.Logger.Warn
+		}
+		log("dcgm-exporter unavailable, MIG utilization unknown", "err", err)
+		b.dcgmDown = true
 		return map[dcgm.Key]float64{}
+	}
+	if b.dcgmDown {
+		b.opts.Logger.Info("dcgm-exporter answers again, MIG utilization known")
+		b.dcgmDown = false
 	}
 	return m
 }
 
-func (b *Backend) gpu(index int, dev nvml.Device) (snapshot.GPU, []snapshot.ProcessReading, error) {
+func (b *Backend) gpu(index int, dev nvml.Device) (snapshot.GPU, []reading.Process, error) {
 	g := snapshot.GPU{Index: index, UtilizationSource: snapshot.SourceNone, MIGDevices: []snapshot.MIGDevice{}}
 	var err error
 	if g.UUID, err = call(b, "DeviceGetUUID", dev.GetUUID); err != nil {
@@ -206,9 +219,9 @@ func (b *Backend) gpu(index int, dev nvml.Device) (snapshot.GPU, []snapshot.Proc
 	if err != nil {
 		return g, nil, err
 	}
-	procs := make([]snapshot.ProcessReading, 0, len(infos))
+	procs := make([]reading.Process, 0, len(infos))
 	for _, p := range infos {
-		pr := snapshot.ProcessReading{
+		pr := reading.Process{
 			PID: int(p.Pid), Device: self, MemoryUsedBytes: usedMemory(p),
 			UtilizationSource: snapshot.SourceNone,
 		}
@@ -262,13 +275,13 @@ func (b *Backend) processUtilization(uuid string, dev nvml.Device) (map[uint32]f
 	return sum, true, nil
 }
 
-func (b *Backend) migDevices(g *snapshot.GPU, parent nvml.Device) ([]snapshot.ProcessReading, error) {
+func (b *Backend) migDevices(g *snapshot.GPU, parent nvml.Device) ([]reading.Process, error) {
 	g.UtilizationPercent, g.UtilizationSource = nil, snapshot.SourceNone
 	maxCount, err := call(b, "DeviceGetMaxMigDeviceCount", parent.GetMaxMigDeviceCount)
 	if err != nil {
 		return nil, err
 	}
-	var procs []snapshot.ProcessReading
+	var procs []reading.Process
 	for j := range maxCount {
 		mdev, err := call(b, "DeviceGetMigDeviceHandleByIndex", func() (nvml.Device, nvml.Return) {
 			return parent.GetMigDeviceHandleByIndex(j)
@@ -289,7 +302,7 @@ func (b *Backend) migDevices(g *snapshot.GPU, parent nvml.Device) ([]snapshot.Pr
 	return procs, nil
 }
 
-func (b *Backend) migDevice(g *snapshot.GPU, mdev nvml.Device) (snapshot.MIGDevice, []snapshot.ProcessReading, error) {
+func (b *Backend) migDevice(g *snapshot.GPU, mdev nvml.Device) (snapshot.MIGDevice, []reading.Process, error) {
 	// NVML has no utilization counter for MIG devices: unknown unless DCGM says.
 	m := snapshot.MIGDevice{UtilizationSource: snapshot.SourceNone}
 	var err error
@@ -317,9 +330,9 @@ func (b *Backend) migDevice(g *snapshot.GPU, mdev nvml.Device) (snapshot.MIGDevi
 		return m, nil, err
 	}
 	dev := snapshot.Device{UUID: m.UUID, ParentUUID: g.UUID, Index: g.Index, Profile: m.Profile}
-	procs := make([]snapshot.ProcessReading, 0, len(infos))
+	procs := make([]reading.Process, 0, len(infos))
 	for _, p := range infos {
-		procs = append(procs, snapshot.ProcessReading{
+		procs = append(procs, reading.Process{
 			PID: int(p.Pid), Device: dev, MemoryUsedBytes: usedMemory(p),
 			UtilizationSource: snapshot.SourceNone,
 		})

@@ -17,7 +17,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/dcgm"
-	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/reading"
+	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 )
 
 var now = time.Date(2026, 11, 22, 10, 0, 5, 0, time.UTC)
@@ -157,7 +158,7 @@ func TestSampleFullGPU(t *testing.T) {
 		t.Errorf("GPU 0 (-want +got):\n%s", diff)
 	}
 	dev := snapshot.Device{UUID: gpuUUID(0)}
-	wantProcs := []snapshot.ProcessReading{
+	wantProcs := []reading.Process{
 		{PID: 4242, Device: dev, MemoryUsedBytes: 1 << 20, SMUtilPercent: snapshot.Percent(50), UtilizationSource: "nvml"},
 		{PID: 4343, Device: dev, MemoryUsedBytes: 2 << 20, SMUtilPercent: snapshot.Percent(0), UtilizationSource: "nvml"},
 	}
@@ -218,7 +219,7 @@ func TestSampleProcessUtilizationNotSupported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []snapshot.ProcessReading{{PID: 7, Device: snapshot.Device{UUID: gpuUUID(0)}, MemoryUsedBytes: 1, UtilizationSource: "none"}}
+	want := []reading.Process{{PID: 7, Device: snapshot.Device{UUID: gpuUUID(0)}, MemoryUsedBytes: 1, UtilizationSource: "none"}}
 	if diff := cmp.Diff(want, r.Processes); diff != "" {
 		t.Errorf("processes (-want +got):\n%s", diff)
 	}
@@ -266,7 +267,7 @@ func TestSampleMIG(t *testing.T) {
 			if diff := cmp.Diff(want, g.MIGDevices); diff != "" {
 				t.Errorf("MIG devices (-want +got):\n%s", diff)
 			}
-			wantProcs := []snapshot.ProcessReading{{
+			wantProcs := []reading.Process{{
 				PID: 5000, MemoryUsedBytes: 3 << 20, UtilizationSource: "none",
 				Device: snapshot.Device{UUID: "MIG-00000000-0000-0000-0000-000000000010", ParentUUID: gpuUUID(1), Index: 1, Profile: "3g.20gb"},
 			}}

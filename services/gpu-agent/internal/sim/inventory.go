@@ -17,8 +17,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
+	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 )
 
 // What the simulator assumes where the Node's labels say nothing.

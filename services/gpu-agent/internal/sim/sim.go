@@ -13,7 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/cluster"
-	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/reading"
+	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 )
 
 // Cluster is the node-local view the backend needs (cluster.Watcher).
@@ -64,8 +65,8 @@ func New(opts Options) *Backend {
 // Sample emulates one sample: the utilization of a pod's devices is the CPU
 // time its processes used since the previous sample over the wall time, capped
 // at 100 %; its memory is their resident set size.
-func (b *Backend) Sample(ctx context.Context) (snapshot.Reading, error) {
-	r := snapshot.Reading{Backend: snapshot.BackendSimulated, Holdings: map[string][]snapshot.Device{}}
+func (b *Backend) Sample(ctx context.Context) (reading.Reading, error) {
+	r := reading.Reading{Backend: snapshot.BackendSimulated, Holdings: map[string][]snapshot.Device{}}
 	node, ok := b.opts.Cluster.Node()
 	if !ok {
 		return r, fmt.Errorf("node %q is not in the cache: the simulated backend needs its labels and capacity", b.opts.Node)
@@ -107,7 +108,7 @@ func (b *Backend) Sample(ctx context.Context) (snapshot.Reading, error) {
 			if i == 0 { // memory counted once, on the pod's first device
 				mem = min(p.rssBytes, d.memTotal)
 			}
-			r.Processes = append(r.Processes, snapshot.ProcessReading{
+			r.Processes = append(r.Processes, reading.Process{
 				PID: p.pid, PodUID: p.podUID, Device: d.dev, MemoryUsedBytes: mem,
 				SMUtilPercent: snapshot.Percent(util[p.pid]), UtilizationSource: snapshot.SourceSimulated,
 			})

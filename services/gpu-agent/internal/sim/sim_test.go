@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/cluster"
-	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/snapshot"
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/reading"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 )
 
@@ -162,7 +162,7 @@ func gpuPod(uid string, res map[string]int64) cluster.Pod {
 	return cluster.Pod{UID: uid, Namespace: "jhub", Name: "jupyter-" + uid, GPUResources: res}
 }
 
-func holdings(r snapshot.Reading) map[string][]string {
+func holdings(r reading.Reading) map[string][]string {
 	out := map[string][]string{}
 	for uid, devs := range r.Holdings {
 		for _, d := range devs {
