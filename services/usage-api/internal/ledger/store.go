@@ -8,6 +8,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -287,6 +288,9 @@ func (s *Store) Commit(ctx context.Context, prev *Checkpoint, next Checkpoint, i
 		return err
 	}
 	for start := 0; start < len(incs); start += rowsPerInsert {
+		if start > 0 {
+			runtime.Gosched() // let the API's requests run between two batches (one CPU: see usage.Build)
+		}
 		chunk := incs[start:min(start+rowsPerInsert, len(incs))]
 		var b strings.Builder
 		b.WriteString(`INSERT INTO gpu_usage (user_name, kind, class, bucket, allocated_s, used_s, unknown_s) VALUES `)

@@ -6,6 +6,7 @@ package usage
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -17,6 +18,9 @@ import (
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/inventory"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
 )
+
+// yieldEvery is how many pods Build joins between two yields of the processor.
+const yieldEvery = 256
 
 // StaleIntervals is how many sampling intervals telemetry may age, by default, before it is stale.
 const StaleIntervals = 3
@@ -229,7 +233,12 @@ func Build(in Input) *View {
 	}
 
 	scales := map[string]float64{} // by user: the GPU time their units can reach
-	for _, p := range in.Pods {
+	for i, p := range in.Pods {
+		if i%yieldEvery == yieldEvery-1 {
+			// On one CPU the API's requests wait for this loop to give up the processor; the scheduler would
+			// take it away only after 10 ms.
+			runtime.Gosched()
+		}
 		if !p.Allocated() {
 			continue
 		}
