@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -210,6 +211,43 @@ func (e *Emulator) Processes() map[string][]int {
 		out[w.key] = w.pids()
 	}
 	return out
+}
+
+// KillContainer sends sig to the process group of the running container `container` of pod namespace/name, as
+// a container runtime does when a container is killed (kill -9, OOM). Only processes this emulator started
+// for that pod are touched. The container's exit is then handled like any other: its restart policy applies,
+// with the kubelet's back-off (10 s before the first restart). It returns the pid that was signalled.
+func (e *Emulator) KillContainer(namespace, pod, container string, sig syscall.Signal) (int, error) {
+	key := namespace + "/" + pod
+	e.mu.Lock()
+	var w *podWorker
+	for _, pw := range e.pods {
+		if pw.key == key {
+			w = pw
+			break
+		}
+	}
+	e.mu.Unlock()
+	if w == nil {
+		return 0, fmt.Errorf("pod %s does not run on the emulated nodes", key)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, c := range w.containers {
+		if c.spec.Name != container {
+			continue
+		}
+		if c.proc == nil {
+			return 0, fmt.Errorf("container %s of pod %s is not running", container, key)
+		}
+		pid := c.proc.Pid()
+		// proc starts each container in its own process group (pgid = pid).
+		if err := syscall.Kill(-pid, sig); err != nil {
+			return 0, fmt.Errorf("signal %s to container %s of pod %s (pid %d): %w", sig, container, key, pid, err)
+		}
+		return pid, nil
+	}
+	return 0, fmt.Errorf("pod %s has no container %s", key, container)
 }
 
 // ipam hands out unique loopback pod IPs: node i (0-based) owns 127.10.<i+1>.2-254.
