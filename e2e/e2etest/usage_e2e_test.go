@@ -262,9 +262,12 @@ func usageBinary(ctx context.Context, t *testing.T) string {
 	return bin
 }
 
-func startUsageAPI(ctx context.Context, t *testing.T, u gpuhubstack.Usage) *usageAPI {
+// startUsageAPI starts the usage API as gpuhubstack describes it, with extra flags appended (they win over
+// the same flags before them).
+func startUsageAPI(ctx context.Context, t *testing.T, u gpuhubstack.Usage, extraArgs ...string) *usageAPI {
 	t.Helper()
 	spec := u.Spec()
+	spec.Args = append(spec.Args, extraArgs...)
 	spec.LogFile = filepath.Join(t.TempDir(), "usage-api.log")
 	p, err := proc.Start(ctx, slog.New(slog.DiscardHandler), spec)
 	if err != nil {
