@@ -385,8 +385,8 @@ func homeName(pod *corev1.Pod) string {
 func (w *podWorker) patchStatus(ctx context.Context) {
 	w.mu.Lock()
 	now := metav1.NewTime(w.e.opts.Now())
-	st := corev1.PodStatus{Phase: corev1.PodPending, HostIP: nodeIP(w.nodeIdx).String(),
-		HostIPs: []corev1.HostIP{{IP: nodeIP(w.nodeIdx).String()}}}
+	st := corev1.PodStatus{Phase: corev1.PodPending, HostIP: w.e.ips.nodeIP(w.nodeIdx).String(),
+		HostIPs: []corev1.HostIP{{IP: w.e.ips.nodeIP(w.nodeIdx).String()}}}
 	if w.ip != "" {
 		st.PodIP, st.PodIPs = w.ip, []corev1.PodIP{{IP: w.ip}}
 	}
@@ -566,7 +566,7 @@ func (w *podWorker) envValue(ctx context.Context, ev corev1.EnvVar) (string, err
 		case p == "status.podIP" || p == "status.podIPs":
 			return w.ip, nil
 		case p == "status.hostIP" || p == "status.hostIPs":
-			return nodeIP(w.nodeIdx).String(), nil
+			return w.e.ips.nodeIP(w.nodeIdx).String(), nil
 		case strings.HasPrefix(p, "metadata.labels['"):
 			return w.pod.Labels[strings.TrimSuffix(strings.TrimPrefix(p, "metadata.labels['"), "']")], nil
 		case strings.HasPrefix(p, "metadata.annotations['"):
