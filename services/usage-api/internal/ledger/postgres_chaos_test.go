@@ -2,11 +2,13 @@ package ledger
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -46,7 +48,7 @@ func TestPostgresRestartDuringWrites(t *testing.T) {
 	start := time.Date(2026, 11, 23, 9, 58, 0, 0, time.UTC)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	s := openTestPostgres(t, url)
+	s := openChaosPostgres(t, url)
 	l, err := New(ctx, s, Options{Interval: tick, MaxGap: time.Hour}, start)
 	if err != nil {
 		t.Fatal(err)
@@ -169,4 +171,29 @@ func TestPostgresRestartDuringWrites(t *testing.T) {
 	if want := users * share * elapsed; !relEq(cp.Sums.Allocated, want) {
 		t.Errorf("checkpoint sums %.6f allocated GPU-s, want %.6f", cp.Sums.Allocated, want)
 	}
+}
+
+// openChaosPostgres opens the store on a schema of its own (tests share the server).
+func openChaosPostgres(t *testing.T, url string) *Store {
+	t.Helper()
+	schema := fmt.Sprintf("chaos%d", time.Now().UnixNano())
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = db.ExecContext(t.Context(), "CREATE SCHEMA "+schema)
+	_ = db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	s, err := OpenPostgres(t.Context(), url+sep+"search_path="+schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }
