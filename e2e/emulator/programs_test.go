@@ -125,7 +125,7 @@ func TestIPAMUniqueLoopback(t *testing.T) {
 // TestFreeBlock: the address block is picked among those no listening socket uses; a socket bound in a
 // block (another stack's pod) keeps the next emulator out of it.
 func TestFreeBlock(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.77.1.2:0")
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.77.1.2:0")
 	if err != nil {
 		t.Skipf("cannot bind 127.77.1.2: %v", err)
 	}
