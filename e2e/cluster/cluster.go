@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -65,11 +67,17 @@ type ControlPlane struct {
 
 	opts    Options
 	pki     *pki
-	procs   []*proc.Process
 	tempDir bool
 	etcdDir string
 	caFile  string
 	etcdURL string
+
+	mu    sync.Mutex
+	procs []*proc.Process
+	// apiSpec and apiIdx let StartAPIServer bring the API server back on the same port, with the same
+	// certificates, service-account key and etcd.
+	apiSpec proc.Spec
+	apiIdx  int
 }
 
 // Start starts etcd, the API server, the scheduler and the controller manager, in that order,
@@ -171,7 +179,7 @@ func (cp *ControlPlane) startEtcd(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cp.procs = append(cp.procs, p)
+	cp.add(p)
 	cp.etcdURL = clientURL
 	return nil
 }
@@ -211,7 +219,7 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p, err := proc.Start(ctx, cp.opts.Logger, proc.Spec{
+	cp.apiSpec = proc.Spec{
 		Name: "kube-apiserver",
 		Path: filepath.Join(cp.opts.BinDir, "kube-apiserver"),
 		Args: []string{
@@ -231,12 +239,66 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context) error {
 		LogFile:      cp.logFile("kube-apiserver"),
 		Ready:        httpReady(adminClient, cp.URL+"/readyz"),
 		ReadyTimeout: 90 * time.Second,
-	})
+	}
+	p, err := proc.Start(ctx, cp.opts.Logger, cp.apiSpec)
 	if err != nil {
 		return err
 	}
-	cp.procs = append(cp.procs, p)
+	cp.apiIdx = cp.add(p)
 	return nil
+}
+
+// StopAPIServer stops the API server (SIGTERM, then SIGKILL after grace; grace 0 is a crash) and leaves
+// etcd, the scheduler and the controller manager running: an API server outage as during an upgrade or a
+// crash. It stops listening at SIGTERM (v1.36 then lingers ~10 s in its shutdown before it exits, hence the
+// grace parameter); clients see refused connections until StartAPIServer.
+func (cp *ControlPlane) StopAPIServer(grace time.Duration) {
+	if p := cp.apiServer(); p != nil {
+		p.StopWithGrace(grace)
+	}
+}
+
+// StartAPIServer starts a stopped API server again on the same port with the same certificates,
+// service-account signing key and etcd, so every kubeconfig and token stays valid, and waits for /readyz.
+func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
+	old := cp.apiServer()
+	if old == nil {
+		return errors.New("control plane stopped")
+	}
+	select {
+	case <-old.Done():
+	default:
+		return errors.New("kube-apiserver is still running; StopAPIServer first")
+	}
+	p, err := proc.Start(ctx, cp.opts.Logger, cp.apiSpec)
+	if err != nil {
+		return fmt.Errorf("restart kube-apiserver on %s: %w", cp.URL, err)
+	}
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if cp.procs == nil { // Stop ran meanwhile
+		p.Stop()
+		return errors.New("control plane stopped")
+	}
+	cp.procs[cp.apiIdx] = p
+	return nil
+}
+
+func (cp *ControlPlane) apiServer() *proc.Process {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if cp.apiIdx >= len(cp.procs) {
+		return nil
+	}
+	return cp.procs[cp.apiIdx]
+}
+
+// add records a started component and returns its index.
+func (cp *ControlPlane) add(p *proc.Process) int {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	cp.procs = append(cp.procs, p)
+	return len(cp.procs) - 1
 }
 
 func (cp *ControlPlane) startScheduler(ctx context.Context) error {
@@ -259,7 +321,7 @@ func (cp *ControlPlane) startScheduler(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cp.procs = append(cp.procs, p)
+	cp.add(p)
 	return nil
 }
 
@@ -287,17 +349,20 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cp.procs = append(cp.procs, p)
+	cp.add(p)
 	return nil
 }
 
 // Stop stops the components in reverse order, waits for each to exit (no stray processes, ports
 // released), and removes the state directory if Start created it.
 func (cp *ControlPlane) Stop() {
-	for i := len(cp.procs) - 1; i >= 0; i-- {
-		cp.procs[i].Stop()
-	}
+	cp.mu.Lock()
+	procs := cp.procs
 	cp.procs = nil
+	cp.mu.Unlock()
+	for i := len(procs) - 1; i >= 0; i-- {
+		procs[i].Stop()
+	}
 	if cp.etcdDir != "" {
 		_ = os.RemoveAll(cp.etcdDir)
 	}
@@ -308,6 +373,8 @@ func (cp *ControlPlane) Stop() {
 
 // Pids returns the process ids of the running components.
 func (cp *ControlPlane) Pids() map[string]int {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
 	m := map[string]int{}
 	for _, p := range cp.procs {
 		m[p.Name()] = p.Pid()

@@ -52,11 +52,12 @@ func TestNodes(t *testing.T) {
 		got[n.Name] = fmt.Sprintf("Ready=%s %s product=%s ip=%s", ready, strings.Join(res, ","),
 			n.Labels["nvidia.com/gpu.product"], n.Status.Addresses[0].Address)
 	}
+	ip := st.Emulator.AddressPrefix() // 127.<block>., the block picked free at start
 	want := map[string]string{
-		"gpu-a100-0": "Ready=True nvidia.com/mig-3g.20gb=2,nvidia.com/mig-1g.5gb=8 product=NVIDIA-A100-SXM4-40GB ip=127.10.1.1",
-		"gpu-h100-0": "Ready=True nvidia.com/gpu=2 product=NVIDIA-H100-80GB-HBM3 ip=127.10.2.1",
-		"gpu-t4-0":   "Ready=True nvidia.com/gpu.shared=4 product=Tesla-T4-SHARED ip=127.10.3.1",
-		"cpu-0":      "Ready=True  product= ip=127.10.4.1",
+		"gpu-a100-0": "Ready=True nvidia.com/mig-3g.20gb=2,nvidia.com/mig-1g.5gb=8 product=NVIDIA-A100-SXM4-40GB ip=" + ip + "1.1",
+		"gpu-h100-0": "Ready=True nvidia.com/gpu=2 product=NVIDIA-H100-80GB-HBM3 ip=" + ip + "2.1",
+		"gpu-t4-0":   "Ready=True nvidia.com/gpu.shared=4 product=Tesla-T4-SHARED ip=" + ip + "3.1",
+		"cpu-0":      "Ready=True  product= ip=" + ip + "4.1",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("nodes (-want +got):\n%s", diff)
@@ -102,7 +103,7 @@ func TestSpawnEachProfile(t *testing.T) {
 					t.Errorf("pod limit %s = %s, want 1", tc.wantResource, q.String())
 				}
 			}
-			if !strings.HasPrefix(pod.Status.PodIP, "127.10.") {
+			if !strings.HasPrefix(pod.Status.PodIP, st.Emulator.AddressPrefix()) {
 				t.Errorf("pod IP %q is not an emulator loopback address", pod.Status.PodIP)
 			}
 			if pod.Annotations["hub.jupyter.org/username"] != tc.user {

@@ -10,10 +10,14 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	mathrand "math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -41,8 +45,12 @@ type Options struct {
 	HeartbeatInterval time.Duration
 	// MaxGrace caps a deleted pod's termination grace period (default 30 s).
 	MaxGrace time.Duration
-	Logger   *slog.Logger
-	Now      func() time.Time
+	// AddressBlock is the second octet of every node and pod address, 127.<block>.<node>.<host>. 0 picks one
+	// at random among those no socket on this machine is bound in, so that stacks running side by side on one
+	// machine (several engineers, or a demo beside the tests) never share a pod IP and port.
+	AddressBlock byte
+	Logger       *slog.Logger
+	Now          func() time.Time
 }
 
 // Emulator plays the kubelet of every node in a topology.
@@ -80,12 +88,15 @@ func New(opts Options) (*Emulator, error) {
 	if opts.Dir == "" {
 		return nil, fmt.Errorf("emulator needs a state directory")
 	}
+	if opts.AddressBlock == 0 {
+		opts.AddressBlock = freeBlock()
+	}
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	e := &Emulator{
 		opts: opts, client: opts.Client, log: opts.Logger.With("component", "node-emulator"),
 		bootID: hex.EncodeToString(b), started: metav1.NewTime(opts.Now()),
-		nodes: map[string]int{}, pods: map[types.UID]*podWorker{}, ips: newIPAM(len(opts.Topology.Nodes)),
+		nodes: map[string]int{}, pods: map[types.UID]*podWorker{}, ips: newIPAM(opts.AddressBlock, len(opts.Topology.Nodes)),
 	}
 	for i, n := range opts.Topology.Nodes {
 		e.nodes[n.Name] = i
@@ -212,15 +223,87 @@ func (e *Emulator) Processes() map[string][]int {
 	return out
 }
 
-// ipam hands out unique loopback pod IPs: node i (0-based) owns 127.10.<i+1>.2-254.
-type ipam struct {
-	mu   sync.Mutex
-	used map[string]bool
-	next []int
+// KillContainer sends sig to the process group of the running container `container` of pod namespace/name, as
+// a container runtime does when a container is killed (kill -9, OOM). Only processes this emulator started
+// for that pod are touched. The container's exit is then handled like any other: its restart policy applies,
+// with the kubelet's back-off (10 s before the first restart). It returns the pid that was signalled.
+func (e *Emulator) KillContainer(namespace, pod, container string, sig syscall.Signal) (int, error) {
+	key := namespace + "/" + pod
+	e.mu.Lock()
+	var w *podWorker
+	for _, pw := range e.pods {
+		if pw.key == key {
+			w = pw
+			break
+		}
+	}
+	e.mu.Unlock()
+	if w == nil {
+		return 0, fmt.Errorf("pod %s does not run on the emulated nodes", key)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, c := range w.containers {
+		if c.spec.Name != container {
+			continue
+		}
+		if c.proc == nil {
+			return 0, fmt.Errorf("container %s of pod %s is not running", container, key)
+		}
+		pid := c.proc.Pid()
+		// proc starts each container in its own process group (pgid = pid).
+		if err := syscall.Kill(-pid, sig); err != nil {
+			return 0, fmt.Errorf("signal %s to container %s of pod %s (pid %d): %w", sig, container, key, pid, err)
+		}
+		return pid, nil
+	}
+	return 0, fmt.Errorf("pod %s has no container %s", key, container)
 }
 
-func newIPAM(nodes int) *ipam {
-	return &ipam{used: map[string]bool{}, next: make([]int, nodes)}
+// AddressPrefix is what every node and pod address of this emulator starts with: "127.<block>.".
+func (e *Emulator) AddressPrefix() string { return fmt.Sprintf("127.%d.", e.ips.block) }
+
+// ipam hands out unique loopback pod IPs: node i (0-based) owns 127.<block>.<i+1>.2-254.
+type ipam struct {
+	block byte
+	mu    sync.Mutex
+	used  map[string]bool
+	next  []int
+}
+
+func newIPAM(block byte, nodes int) *ipam {
+	return &ipam{block: block, used: map[string]bool{}, next: make([]int, nodes)}
+}
+
+// nodeIP is the loopback InternalIP of the i-th node (0-based): 127.<block>.<i+1>.1.
+func (a *ipam) nodeIP(i int) net.IP { return net.IPv4(127, a.block, byte(i+1), 1) }
+
+// freeBlock picks a second octet in 10-249, starting at a random one, in which no TCP socket of this machine
+// is bound (/proc/net/tcp); 10 when /proc cannot be read.
+func freeBlock() byte {
+	used := map[byte]bool{}
+	if b, err := os.ReadFile("/proc/net/tcp"); err == nil {
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) < 2 {
+				continue
+			}
+			// local_address is the IPv4 address as little-endian hex, then :port.
+			hexIP, _, _ := strings.Cut(f[1], ":")
+			if v, err := strconv.ParseUint(hexIP, 16, 32); err == nil && byte(v) == 127 {
+				used[byte(v>>8)] = true
+			}
+		}
+	} else {
+		return 10
+	}
+	start := mathrand.IntN(240)
+	for i := range 240 {
+		if b := byte(10 + (start+i)%240); !used[b] {
+			return b
+		}
+	}
+	return byte(10 + start)
 }
 
 func (a *ipam) allocate(node int) (string, error) {
@@ -229,7 +312,7 @@ func (a *ipam) allocate(node int) (string, error) {
 	for range 253 {
 		host := 2 + a.next[node]%253
 		a.next[node]++
-		ip := net.IPv4(127, 10, byte(node+1), byte(host)).String()
+		ip := net.IPv4(127, a.block, byte(node+1), byte(host)).String()
 		if !a.used[ip] {
 			a.used[ip] = true
 			return ip, nil

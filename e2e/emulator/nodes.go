@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -18,9 +17,6 @@ import (
 
 // KubeletVersion is what emulated nodes report as their kubelet version.
 const KubeletVersion = "v1.36.3-gpuhub-emulator"
-
-// nodeIP is the loopback InternalIP of the i-th node (0-based): 127.10.<i+1>.1.
-func nodeIP(i int) net.IP { return net.IPv4(127, 10, byte(i+1), 1) }
 
 // registerNode creates (or updates) the Node, reports it Ready and removes the not-ready taint
 // the API server's TaintNodesByCondition admission adds to new nodes.
@@ -60,7 +56,7 @@ func (e *Emulator) registerNode(ctx context.Context, i int, spec NodeSpec) error
 		Phase:       corev1.NodeRunning,
 		Conditions:  e.nodeConditions(),
 		Addresses: []corev1.NodeAddress{
-			{Type: corev1.NodeInternalIP, Address: nodeIP(i).String()},
+			{Type: corev1.NodeInternalIP, Address: e.ips.nodeIP(i).String()},
 			{Type: corev1.NodeHostName, Address: spec.Name},
 		},
 		NodeInfo: corev1.NodeSystemInfo{

@@ -74,12 +74,15 @@ type podWorker struct {
 
 	mu         sync.Mutex
 	containers []*container
+	// startTime is when the emulator first took the pod, as the kubelet sets status.startTime once.
+	startTime metav1.Time
 }
 
 func (e *Emulator) newWorker(pod *corev1.Pod, idx int) *podWorker {
 	return &podWorker{
 		e: e, pod: pod.DeepCopy(), key: pod.Namespace + "/" + pod.Name, nodeIdx: idx,
 		dir: podDir(e.opts.Dir, pod), termCh: make(chan struct{}), killCh: make(chan struct{}),
+		startTime: metav1.NewTime(e.opts.Now()),
 	}
 }
 
@@ -382,13 +385,14 @@ func homeName(pod *corev1.Pod) string {
 func (w *podWorker) patchStatus(ctx context.Context) {
 	w.mu.Lock()
 	now := metav1.NewTime(w.e.opts.Now())
-	st := corev1.PodStatus{Phase: corev1.PodPending, HostIP: nodeIP(w.nodeIdx).String(),
-		HostIPs: []corev1.HostIP{{IP: nodeIP(w.nodeIdx).String()}}}
+	st := corev1.PodStatus{Phase: corev1.PodPending, HostIP: w.e.ips.nodeIP(w.nodeIdx).String(),
+		HostIPs: []corev1.HostIP{{IP: w.e.ips.nodeIP(w.nodeIdx).String()}}}
 	if w.ip != "" {
 		st.PodIP, st.PodIPs = w.ip, []corev1.PodIP{{IP: w.ip}}
 	}
-	start := metav1.NewTime(w.e.started.Time)
-	allReady, anyRunning, allDone, anyFailed := true, false, true, false
+	st.StartTime = ptr.To(w.startTime)
+	allReady := true
+	var running, waiting, stopped, succeeded int
 	for _, c := range w.containers {
 		cs := corev1.ContainerStatus{Name: c.spec.Name, Image: c.spec.Image, RestartCount: c.restarts,
 			ImageID: "emulator://" + c.inv.program.Path}
@@ -397,15 +401,15 @@ func (w *podWorker) patchStatus(ctx context.Context) {
 			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(c.started)}
 			cs.ContainerID = fmt.Sprintf("emulator://%d", c.proc.Pid())
 			cs.Ready, cs.Started = c.ready, ptr.To(true)
-			anyRunning, allDone = true, false
-			if c.started.Before(start.Time) || start.Time.Equal(w.e.started.Time) {
-				start = metav1.NewTime(c.started)
-			}
+			running++
 		case c.term != nil:
 			cs.State.Terminated = c.term
 			cs.ContainerID = c.term.ContainerID
 			cs.Started = ptr.To(false)
-			anyFailed = anyFailed || c.term.ExitCode != 0
+			stopped++
+			if c.term.ExitCode == 0 {
+				succeeded++
+			}
 		default:
 			w := c.waiting
 			if w == nil {
@@ -413,7 +417,11 @@ func (w *podWorker) patchStatus(ctx context.Context) {
 			}
 			cs.State.Waiting = w
 			cs.Started = ptr.To(false)
-			allDone = false
+			if c.last != nil {
+				stopped++ // waiting to be restarted (back-off): it has run, as the kubelet counts it
+			} else {
+				waiting++
+			}
 		}
 		if c.last != nil {
 			cs.LastTerminationState.Terminated = c.last
@@ -421,19 +429,8 @@ func (w *podWorker) patchStatus(ctx context.Context) {
 		allReady = allReady && cs.Ready
 		st.ContainerStatuses = append(st.ContainerStatuses, cs)
 	}
-	switch {
-	case anyRunning:
-		st.Phase = corev1.PodRunning
-	case allDone && len(w.containers) > 0 && anyFailed:
-		st.Phase = corev1.PodFailed
-	case allDone && len(w.containers) > 0:
-		st.Phase = corev1.PodSucceeded
-	}
-	if anyRunning {
-		st.StartTime = &start
-	} else {
-		st.StartTime = &now
-	}
+	st.Phase = podPhase(w.pod.Spec.RestartPolicy, running, waiting, stopped, succeeded)
+	anyRunning := running > 0
 	cond := func(t corev1.PodConditionType, ok bool, reason string) corev1.PodCondition {
 		s := corev1.ConditionFalse
 		if ok {
@@ -459,6 +456,31 @@ func (w *podWorker) patchStatus(ctx context.Context) {
 	if err != nil && !isGone(err) && ctx.Err() == nil {
 		w.e.log.Warn("patch pod status", "pod", w.key, "err", err)
 	}
+}
+
+// podPhase is the kubelet's rule (getPhase in pkg/kubelet/kubelet_pods.go, without init containers): a
+// container that never started keeps the pod Pending; one that runs makes it Running; when none runs, a pod
+// whose containers are being restarted (restartPolicy Always, or OnFailure after a failure) stays Running,
+// so a crash-looping agent keeps its pod IP and stays a Running pod to its readers, as on a real node.
+func podPhase(policy corev1.RestartPolicy, running, waiting, stopped, succeeded int) corev1.PodPhase {
+	switch {
+	case waiting > 0:
+		return corev1.PodPending
+	case running > 0:
+		return corev1.PodRunning
+	case stopped > 0:
+		switch {
+		case policy == corev1.RestartPolicyAlways || policy == "":
+			return corev1.PodRunning
+		case stopped == succeeded:
+			return corev1.PodSucceeded
+		case policy == corev1.RestartPolicyNever:
+			return corev1.PodFailed
+		default:
+			return corev1.PodRunning // OnFailure, restarting a failed container
+		}
+	}
+	return corev1.PodPending
 }
 
 // environment builds a container's process environment: the base environment, HOME, the pod's
@@ -544,7 +566,7 @@ func (w *podWorker) envValue(ctx context.Context, ev corev1.EnvVar) (string, err
 		case p == "status.podIP" || p == "status.podIPs":
 			return w.ip, nil
 		case p == "status.hostIP" || p == "status.hostIPs":
-			return nodeIP(w.nodeIdx).String(), nil
+			return w.e.ips.nodeIP(w.nodeIdx).String(), nil
 		case strings.HasPrefix(p, "metadata.labels['"):
 			return w.pod.Labels[strings.TrimSuffix(strings.TrimPrefix(p, "metadata.labels['"), "']")], nil
 		case strings.HasPrefix(p, "metadata.annotations['"):

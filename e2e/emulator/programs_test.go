@@ -1,6 +1,7 @@
 package emulator
 
 import (
+	"net"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -99,7 +100,7 @@ func TestEnvAllowed(t *testing.T) {
 }
 
 func TestIPAMUniqueLoopback(t *testing.T) {
-	a := newIPAM(2)
+	a := newIPAM(10, 2)
 	seen := map[string]bool{}
 	for range 253 {
 		ip, err := a.allocate(1)
@@ -118,6 +119,21 @@ func TestIPAMUniqueLoopback(t *testing.T) {
 	ip, err := a.allocate(1)
 	if err != nil || ip != "127.10.2.9" {
 		t.Fatalf("after release got %q, %v; want 127.10.2.9", ip, err)
+	}
+}
+
+// TestFreeBlock: the address block is picked among those no listening socket uses; a socket bound in a
+// block (another stack's pod) keeps the next emulator out of it.
+func TestFreeBlock(t *testing.T) {
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.77.1.2:0")
+	if err != nil {
+		t.Skipf("cannot bind 127.77.1.2: %v", err)
+	}
+	defer ln.Close()
+	for range 200 {
+		if b := freeBlock(); b < 10 || b >= 250 || b == 77 {
+			t.Fatalf("freeBlock() = %d, want 10-249 and not 77 (bound)", b)
+		}
 	}
 }
 

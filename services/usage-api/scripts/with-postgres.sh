@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs a command against a throw-away PostgreSQL on 127.0.0.1 (free port, temp dir), exporting
-# GPUHUB_TEST_POSTGRES_URL. PostgreSQL refuses to run as root: as root the server runs as the "postgres" user.
+# GPUHUB_TEST_POSTGRES_URL and GPUHUB_TEST_POSTGRES_RESTART (a script that restarts the server, for chaos tests).
+# PostgreSQL refuses to run as root: as root the server runs as the "postgres" user.
 # Needs initdb/pg_ctl/postgres on PATH or in /usr/local/bin or /usr/lib/postgresql/*/bin.
 set -euo pipefail
 
@@ -37,4 +38,9 @@ echo "==> starting PostgreSQL ($("$INITDB" --version)) on 127.0.0.1:$port in $di
 	-o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=off" start >/dev/null ||
 	{ cat "$dir/server.log" >&2; exit 1; }
 export GPUHUB_TEST_POSTGRES_URL="postgres://gpuhub@127.0.0.1:$port/postgres?sslmode=disable"
+# Chaos tests restart this server under a writer: a fast shutdown, then a start with the same options.
+printf '#!/usr/bin/env bash\nexec %s %q -D %q -l %q -w -t 30 -m fast restart\n' \
+	"${as_pg[*]:-}" "$PG_CTL" "$dir/data" "$dir/server.log" >"$dir/restart.sh"
+chmod 755 "$dir/restart.sh"
+export GPUHUB_TEST_POSTGRES_RESTART="$dir/restart.sh"
 "$@"
