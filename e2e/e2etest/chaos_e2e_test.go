@@ -192,8 +192,6 @@ func near(got, want float64) bool { return math.Abs(got-want) <= gpuSecondsTol }
 //     GPU-hours equal her pod's lifetime x share within 1 %, and the outage itself is charged in full.
 //
 // The usage API starts on a fresh ledger before alice's server, so the ledger sees her pod from its start.
-// Checks that depend on work of other slices of issue 9 (stale/staleReason, informer health in /readyz,
-// GPU-hours across an outage) fail until those land; see e2e/README.md.
 func TestChaos(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -218,9 +216,14 @@ func TestChaos(t *testing.T) {
 	if err := in.WriteUsageKubeconfig(ctx, st.Client, st.ControlPlane.URL, st.ControlPlane.CAData(), kubeconfig); err != nil {
 		t.Fatal(err)
 	}
+	agentToken := t.TempDir() + "/agent-token"
+	if err := in.WriteAgentToken(ctx, st.Client, agentToken); err != nil {
+		t.Fatal(err)
+	}
 	usage := gpuhubstack.Usage{
 		Binary: bin, Port: usagePort, Kubeconfig: kubeconfig, Database: t.TempDir() + "/ledger.db",
-		Namespace: namespace, AgentNamespace: ns, HubAPIURL: st.Hub.APIURL(), Token: st.Hub.ServiceToken(gpuhubstack.ServiceName),
+		Namespace: namespace, AgentNamespace: ns, AgentTokenFile: agentToken, AgentArgs: in.UsageAgentArgs,
+		HubAPIURL: st.Hub.APIURL(), Token: st.Hub.ServiceToken(gpuhubstack.ServiceName),
 		Interval: chaosUsageInterval.String(),
 	}
 	api := startUsageAPI(ctx, t, usage, extra...)
