@@ -218,7 +218,8 @@ func TestRunReadinessFollowsSampling(t *testing.T) {
 	t.Cleanup(func() {
 		cancel()
 		select {
-		case <-done:
+		case err := <-done:
+			t.Logf("Run returned %v after cancel", err)
 		case <-time.After(20 * time.Second):
 			t.Error("Run did not return after cancel")
 		}

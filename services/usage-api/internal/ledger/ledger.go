@@ -130,7 +130,7 @@ func (l *Ledger) monotonic(now time.Time) (time.Duration, bool) {
 	if l.opts.Monotonic != nil {
 		return l.opts.Monotonic(), true
 	}
-	if now == now.Round(0) { // == compares the monotonic readings too: now has none
+	if now == now.Round(0) { //nolint:staticcheck // QF1009: == is meant: it compares the monotonic readings too, so it is true only when now has none
 		return 0, false
 	}
 	if !l.hasOrigin {
