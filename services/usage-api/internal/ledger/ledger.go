@@ -23,7 +23,7 @@ type Sample struct {
 	Since time.Time
 	// Allocated GPU-equivalents.
 	Allocated float64
-	// Used GPU-equivalents (allocated x utilization) when UsedKnown.
+	// Used is the fraction of a physical GPU's time the unit kept busy (util x UtilizationScale) when UsedKnown.
 	Used      float64
 	UsedKnown bool
 }

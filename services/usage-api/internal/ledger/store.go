@@ -31,7 +31,8 @@ type Key struct {
 // Totals are GPU-seconds (in the store) or GPU-hours (in answers), by what is known of them.
 type Totals struct {
 	Allocated float64 `json:"allocated"`
-	// Used is allocated x utilization over the part where utilization was known.
+	// Used is GPU time kept busy (the fraction of a physical GPU, see services/usage-api/README.md "Utilization
+	// and used") over the part where utilization was known.
 	Used float64 `json:"used"`
 	// UsedUnknown is the allocated part whose utilization was unknown (MIG without DCGM, stale agent).
 	UsedUnknown float64 `json:"usedUnknown"`
