@@ -303,8 +303,14 @@ func (s *service) tickOnce(ctx context.Context) error {
 		}
 	}
 	s.mets.ObserveAgents(failed, v.Cluster.StaleAgents)
+	// The live view never waits for the database (fault 8): it is published first, and a commit that hangs (a
+	// PostgreSQL connection that stopped answering) is given up after two intervals; the next tick retries.
+	s.state.Publish(v)
+	s.ticked.Store(true)
 	lstart := time.Now()
-	res, lerr := s.led.record(ctx, now, v.Samples)
+	recCtx, cancelRec := context.WithTimeout(ctx, 2*s.o.Interval)
+	res, lerr := s.led.record(recCtx, now, v.Samples)
+	cancelRec()
 	s.mets.ObserveRun("ledger", time.Since(lstart), lerr)
 	if lerr == nil {
 		s.mets.ObserveLedger(res, dir)
@@ -318,8 +324,6 @@ func (s *service) tickOnce(ctx context.Context) error {
 			s.o.Logger.Warn("ledger: another writer moved the checkpoint; continued from it")
 		}
 	}
-	s.state.Publish(v)
-	s.ticked.Store(true)
 	if lerr != nil && !errors.Is(lerr, errNotConnected) { // the connect loop logs its own attempts
 		return fmt.Errorf("ledger: %w", lerr)
 	}

@@ -427,6 +427,67 @@ func TestLedgerFailsLater(t *testing.T) {
 	}
 }
 
+// hangingLedger is a real ledger whose commits hang until their context ends while hang is set, like a
+// PostgreSQL connection that stopped answering.
+type hangingLedger struct {
+	*ledger.Ledger
+	hang *atomic.Bool
+}
+
+func (l hangingLedger) Record(ctx context.Context, now time.Time, samples []ledger.Sample) (ledger.Result, error) {
+	if l.hang.Load() {
+		<-ctx.Done()
+		return ledger.Result{}, ctx.Err()
+	}
+	return l.Ledger.Record(ctx, now, samples)
+}
+
+// TestLedgerHangsLiveViewCurrent (fault 8, found in review): a commit that never returns must not freeze the
+// live share: the view is published before the commit, and the commit is given up after two intervals.
+func TestLedgerHangsLiveViewCurrent(t *testing.T) {
+	hub := newHub(t)
+	var busy atomic.Int64
+	busy.Store(50)
+	port := fakeAgent(t, &busy)
+	var hang atomic.Bool
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	r := start(t, hub, db, port, func(o *Options) {
+		o.OpenLedger = func(ctx context.Context, now time.Time) (Ledger, io.Closer, error) {
+			store, err := ledger.OpenSQLite(ctx, db)
+			if err != nil {
+				return nil, nil, err
+			}
+			led, err := ledger.New(ctx, store, ledger.Options{Interval: o.Interval}, now)
+			if err != nil {
+				return nil, nil, err
+			}
+			return hangingLedger{Ledger: led, hang: &hang}, store, nil
+		}
+	})
+	defer r.stop(t)
+	base := r.url + "/services/gpu-usage/api/v1/"
+	var a me
+	eventually(t, "live view at 50 %", func() (bool, string) {
+		a = me{}
+		getJSON(t, base+"me", "alice-token", &a)
+		return len(a.Servers) == 1 && a.Servers[0].GPUs[0].SMUtilPercent != nil && *a.Servers[0].GPUs[0].SMUtilPercent == 50, fmt.Sprintf("%+v", a)
+	})
+	hang.Store(true)
+	busy.Store(7)
+	eventually(t, "live view follows the GPU while the ledger hangs", func() (bool, string) {
+		a = me{}
+		getJSON(t, base+"me", "alice-token", &a)
+		return len(a.Servers) == 1 && a.Servers[0].GPUs[0].SMUtilPercent != nil && *a.Servers[0].GPUs[0].SMUtilPercent == 7, fmt.Sprintf("%+v", a)
+	})
+	busy.Store(30)
+	eventually(t, "and keeps following it", func() (bool, string) {
+		a = me{}
+		getJSON(t, base+"me", "alice-token", &a)
+		return len(a.Servers) == 1 && a.Servers[0].GPUs[0].SMUtilPercent != nil && *a.Servers[0].GPUs[0].SMUtilPercent == 30, fmt.Sprintf("%+v", a)
+	})
+	hang.Store(false)
+}
+
 // TestReadinessFollowsWatches (fault 9): while the pod watch keeps failing (as when the kube-apiserver is away)
 // /readyz fails after InformerUnreadyAfter and says which informer, since when and why; it recovers with the
 // watch.
