@@ -400,16 +400,16 @@ func (h *handler) window(r *http.Request) (from, to time.Time, qerr *queryError)
 	q := r.URL.Query()
 	now := h.opts.Now().UTC()
 	to = now
-	from = to.Add(-24 * time.Hour)
 	var err error
-	if s := q.Get("from"); s != "" {
-		if from, err = time.Parse(time.RFC3339, s); err != nil {
-			return from, to, badRequest("from must be an RFC 3339 time, e.g. 2026-11-01T00:00:00Z")
-		}
-	}
 	if s := q.Get("to"); s != "" {
 		if to, err = time.Parse(time.RFC3339, s); err != nil {
 			return from, to, badRequest("to must be an RFC 3339 time, e.g. 2026-11-22T00:00:00Z")
+		}
+	}
+	from = to.Add(-24 * time.Hour) // the documented default: 24 h before to
+	if s := q.Get("from"); s != "" {
+		if from, err = time.Parse(time.RFC3339, s); err != nil {
+			return from, to, badRequest("from must be an RFC 3339 time, e.g. 2026-11-01T00:00:00Z")
 		}
 	}
 	if !from.Before(to) {

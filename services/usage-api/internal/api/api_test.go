@@ -262,6 +262,11 @@ func TestCustomWindow(t *testing.T) {
 				"allocated": 0.25, "used": 0.0, "usedUnknown": 0.25,
 				"byClass": []any{map[string]any{"kind": "mig", "class": aliceMIG.Class, "allocated": 0.25, "used": 0.0, "usedUnknown": 0.25}}},
 		},
+		"from defaults to 24 h before to": {
+			query: "to=2026-11-20T05:00:00Z",
+			want: map[string]any{"from": "2026-11-19T05:00:00Z", "to": "2026-11-20T05:00:00Z",
+				"allocated": 0.0, "used": 0.0, "usedUnknown": 0.0},
+		},
 		"before any usage": {
 			query: "from=2026-11-01T00:00:00Z&to=2026-11-02T00:00:00Z",
 			want: map[string]any{"from": "2026-11-01T00:00:00Z", "to": "2026-11-02T00:00:00Z",
