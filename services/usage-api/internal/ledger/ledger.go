@@ -292,6 +292,16 @@ func (l *Ledger) integrate(now time.Time, mono time.Duration, hasMono bool, samp
 func stepTolerance(elapsed time.Duration) time.Duration { return time.Second + elapsed/1000 }
 
 // holdings are the samples' pods' holdings, sorted by pod and key, a pod's units of one key summed.
+// sortHoldings orders holdings by byte order of (pod, user, kind, class), the order the held-rows diff and the
+// binary search by pod rely on. It is applied in Go, not by ORDER BY: PostgreSQL sorts text by the database's
+// collation, which need not be byte order.
+func sortHoldings(hs []Holding) {
+	slices.SortFunc(hs, func(a, b Holding) int {
+		return cmp.Or(strings.Compare(a.Pod, b.Pod), strings.Compare(a.User, b.User), strings.Compare(a.Kind, b.Kind),
+			strings.Compare(a.Class, b.Class))
+	})
+}
+
 func holdings(samples []Sample) []Holding {
 	out := make([]Holding, 0, len(samples))
 	for _, s := range samples {
@@ -299,10 +309,7 @@ func holdings(samples []Sample) []Holding {
 			out = append(out, Holding{Pod: s.Pod, Key: s.Key, Allocated: s.Allocated, Since: s.Since.Round(0).UTC()})
 		}
 	}
-	slices.SortFunc(out, func(a, b Holding) int {
-		return cmp.Or(strings.Compare(a.Pod, b.Pod), strings.Compare(a.User, b.User), strings.Compare(a.Kind, b.Kind),
-			strings.Compare(a.Class, b.Class))
-	})
+	sortHoldings(out)
 	merged := out[:0]
 	for _, h := range out {
 		if n := len(merged); n > 0 && merged[n-1].Pod == h.Pod && merged[n-1].Key == h.Key {

@@ -249,6 +249,7 @@ func (s *Store) Checkpoint(ctx context.Context) (cp Checkpoint, ok bool, err err
 	if err := rows.Err(); err != nil {
 		return Checkpoint{}, false, fmt.Errorf("read ledger holdings: %w", err)
 	}
+	sortHoldings(cp.Held)
 	return cp, true, nil
 }
 
