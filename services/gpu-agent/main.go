@@ -54,7 +54,7 @@ func run(args []string) int {
 		"nvml-library": "GPUHUB_AGENT_NVML_LIBRARY", "dcgm-exporter-url": "GPUHUB_AGENT_DCGM_EXPORTER_URL",
 		"dcgm-exporter-timeout": "GPUHUB_AGENT_DCGM_EXPORTER_TIMEOUT",
 		"snapshot-auth":         "GPUHUB_AGENT_SNAPSHOT_AUTH", "snapshot-allowed-users": "GPUHUB_AGENT_SNAPSHOT_ALLOWED_USERS",
-		"snapshot-audience": "GPUHUB_SNAPSHOT_AUDIENCE", "max-failed-samples": "GPUHUB_AGENT_MAX_FAILED_SAMPLES",
+		"snapshot-audience": "GPUHUB_AGENT_SNAPSHOT_AUDIENCE", "max-failed-samples": "GPUHUB_AGENT_MAX_FAILED_SAMPLES",
 		"log-format": "GPUHUB_LOG_FORMAT", "log-level": "GPUHUB_LOG_LEVEL",
 	}, nil)
 	if errors.Is(err, flag.ErrHelp) {
