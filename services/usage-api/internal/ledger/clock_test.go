@@ -106,3 +106,59 @@ func TestMonotonicReading(t *testing.T) {
 		t.Error("a stripped reading still found")
 	}
 }
+
+// The database is down while the wall clock steps back 1 h: what the ticks saw before the step is placed on
+// the monotonic clock, so a pod that ended before the step is charged up to its last tick, not up to the
+// stepped clock's now (which lies before its last tick on the wall clock).
+func TestRecordDatabaseDownAcrossClockStep(t *testing.T) {
+	ctx := context.Background()
+	s := openTestStore(t)
+	f := &faultyStore{store: s}
+	clk := &stepClock{wall: t0}
+	l, err := New(ctx, f, Options{Interval: interval, Monotonic: clk.monotonic}, clk.wall)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const a = 3.0 / 7
+	erinT4 := Key{User: "erin", Kind: "shared", Class: "shared T4"}
+	alice := Sample{Key: aliceMIG, Pod: "uid-alice", Since: t0.Add(-time.Minute), Allocated: a, Used: a, UsedKnown: true}
+	bob := Sample{Key: bobT4, Pod: "uid-bob", Since: t0.Add(-time.Minute), Allocated: 0.25, Used: 0.25, UsedKnown: true}
+	erin := Sample{Key: erinT4, Pod: "uid-erin", Allocated: 0.25} // start time unknown
+	// Ticks every 5 s: the database refuses ticks 13 .. 99; bob is seen until tick 30, erin at ticks 20 .. 30;
+	// the wall clock steps back 1 h before tick 40.
+	for i := range 121 {
+		if i == 40 {
+			clk.wall = clk.wall.Add(-time.Hour)
+		}
+		outage := i > 12 && i < 100
+		f.set(func(f *faultyStore) {
+			f.failCommit = nil
+			if outage {
+				f.failCommit = errDown
+			}
+		})
+		tick := []Sample{alice}
+		if i <= 30 {
+			tick = append(tick, bob)
+		}
+		if i >= 20 && i <= 30 {
+			tick = append(tick, erin)
+		}
+		res, err := l.Record(ctx, clk.wall, tick)
+		if outage != (err != nil) {
+			t.Fatalf("tick %d: err = %v", i, err)
+		}
+		if i == 100 && (res.ClockStep != -time.Hour || res.Ended != 0 || res.Gap != 0) {
+			t.Errorf("first tick after the outage: step %v ended %d gap %v, want -1h 0 0", res.ClockStep, res.Ended, res.Gap)
+		}
+		clk.advance(interval)
+	}
+	// alice: ticks 0 .. 120 = 600 s. bob: up to tick 30 = 150 s. erin: first seen at tick 20, so from then
+	// (a lower bound: her start is unknown) to tick 30 = 50 s.
+	for k, want := range map[Key]float64{aliceMIG: 600 * a, bobT4: 150 * 0.25, erinT4: 50 * 0.25} {
+		if got := allocated(t, s, k); !cmp.Equal(want, got, approx) {
+			t.Errorf("%s allocated = %v GPU-s, want %v", k.User, got, want)
+		}
+	}
+	checkConsistent(t, s)
+}

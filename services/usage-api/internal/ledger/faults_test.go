@@ -18,7 +18,10 @@ type faultyStore struct {
 	mu             sync.Mutex
 	failCommit     error
 	failCheckpoint error
-	beforeCommit   func() // runs once, before the next Commit (e.g. a second writer commits first)
+	// lostCommit is returned by the next Commit after it committed: the transaction went through but its
+	// answer was lost (the connection dropped on COMMIT). It applies once.
+	lostCommit   error
+	beforeCommit func() // runs once, before the next Commit (e.g. a second writer commits first)
 }
 
 func (f *faultyStore) set(fn func(f *faultyStore)) {
@@ -50,7 +53,14 @@ func (f *faultyStore) Commit(ctx context.Context, prev *Checkpoint, next Checkpo
 	if before != nil {
 		before()
 	}
-	return f.store.Commit(ctx, prev, next, incs)
+	if err := f.store.Commit(ctx, prev, next, incs); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	lost := f.lostCommit
+	f.lostCommit = nil
+	f.mu.Unlock()
+	return lost
 }
 
 // allocated sums a key's allocated GPU-seconds over the whole table.

@@ -34,7 +34,8 @@ type Options struct {
 	Interval time.Duration
 	// MaxGap is the longest stretch since the checkpoint over which the state observed now stands. Over a
 	// longer gap (the service or its database was down) utilization is unknown but the pods' holding is
-	// charged from the held set and their start times (see integrate). Default 6 intervals.
+	// charged from the held set, their start times and what this process saw while its commits failed (see
+	// integrate). Default 6 intervals.
 	MaxGap time.Duration
 	// Location defines "today"; default UTC.
 	Location *time.Location
@@ -42,7 +43,14 @@ type Options struct {
 	// uses the monotonic reading that time.Now() puts in the now passed to Record; a now without one (a fake
 	// clock) is integrated on wall time alone.
 	Monotonic func() time.Duration
+	// MaxSeen bounds the holdings (pod and key) the ledger keeps in memory while its commits fail (see
+	// Ledger.seen); default 10000. Holdings first seen beyond it are not kept: counted in Result.Untracked and
+	// charged as after a restart.
+	MaxSeen int
 }
+
+// defaultMaxSeen is Options.MaxSeen's default: a few MB at most.
+const defaultMaxSeen = 10000
 
 // store is what the ledger needs of its database; *Store implements it, tests inject faults through it.
 type store interface {
@@ -70,6 +78,17 @@ type Ledger struct {
 	hasOrigin bool
 	steps     atomic.Int64
 
+	// seen is what this process observed since its last successful commit, while commits fail or have nothing
+	// to commit (the database is down): per pod and key, so that a pod that ends before a commit goes through
+	// again is charged up to the last tick that saw it, not only up to the checkpoint. It is cleared only by a
+	// successful commit. A conflict re-read needs nothing dropped: what seen holds is charged from the
+	// checkpoint on only, so whatever a checkpoint covers (another writer's, or this process's own commit whose
+	// answer was lost) is not charged again. seenSeq numbers the ticks remembered; untracked is the most
+	// holdings one tick could not add for the MaxSeen bound.
+	seen      map[seenKey]*seenHolding
+	seenSeq   uint64
+	untracked int
+
 	cacheMu sync.RWMutex
 	cache   windowCache
 }
@@ -88,9 +107,13 @@ type Result struct {
 	// ClockStep is how far the wall clock stepped since the last tick (wall minus monotonic elapsed time), zero
 	// if it did not: the tick integrated monotonic time and re-anchored the checkpoint on the wall clock.
 	ClockStep time.Duration
-	// Ended counts pods held at the checkpoint and gone after a gap longer than MaxGap: charged up to the
-	// checkpoint only, as their end is unknown.
+	// Ended counts pods gone after a gap longer than MaxGap whose end is unknown: held at the checkpoint and
+	// not seen by this process since (it restarted), or seen while commits failed and then not observed for
+	// longer than MaxGap before it was found gone. Each is charged up to the last time it was seen.
 	Ended int
+	// Untracked is at least how many holdings (pod and key) this process saw while its commits failed but did
+	// not keep, for the MaxSeen bound: those that ended were charged as after a restart.
+	Untracked int
 	// Conflict is true when another writer had moved the checkpoint since this ledger's last commit: the tick
 	// re-read the checkpoint and integrated from there.
 	Conflict bool
@@ -105,6 +128,9 @@ func New(ctx context.Context, st store, opts Options, now time.Time) (*Ledger, e
 		opts.MaxGap = 6 * opts.Interval
 	}
 	opts.MaxGap = max(opts.MaxGap, opts.Interval)
+	if opts.MaxSeen <= 0 {
+		opts.MaxSeen = defaultMaxSeen
+	}
 	if opts.Location == nil {
 		opts.Location = time.UTC
 	}
@@ -152,16 +178,20 @@ func (l *Ledger) Checkpoint() (Checkpoint, bool) {
 // Record integrates the state observed at now (samples) over the time since the checkpoint, in one
 // transaction with the new checkpoint. The state observed at a tick is charged for the interval that ends at
 // that tick. When another writer moved the checkpoint (ErrConflict), Record re-reads it and integrates from
-// there: each instant is charged once whichever writer charges it.
+// there: each instant is charged once whichever writer charges it. When nothing is committed (an error, or
+// nothing to integrate yet), the samples' holdings are remembered until a commit goes through (see seen).
 func (l *Ledger) Record(ctx context.Context, now time.Time, samples []Sample) (Result, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	mono, hasMono := l.monotonic(now)
 	now = now.Round(0).UTC()
+	at := sighting{wall: now, mono: mono, hasMono: hasMono}
+	held := holdings(samples)
 	conflict := false
 	for attempt := 0; ; attempt++ {
-		res, next, incs, ok := l.integrate(now, mono, hasMono, samples)
+		res, next, incs, ok := l.integrate(at, samples, held)
 		if !ok {
+			l.remember(at, held)
 			res.Conflict = conflict
 			return res, nil
 		}
@@ -169,6 +199,7 @@ func (l *Ledger) Record(ctx context.Context, now time.Time, samples []Sample) (R
 		if err == nil {
 			l.cp = &next
 			l.mark, l.marked = mono, hasMono
+			l.seen, l.untracked = nil, 0
 			if res.ClockStep != 0 {
 				l.steps.Add(1)
 			}
@@ -177,13 +208,83 @@ func (l *Ledger) Record(ctx context.Context, now time.Time, samples []Sample) (R
 			return res, nil
 		}
 		if !errors.Is(err, ErrConflict) || attempt == maxConflictRetries {
+			// The commit may have gone through with its answer lost: the next tick then finds the checkpoint
+			// moved, re-reads it, and charges what is remembered from it on only.
+			l.remember(at, held)
 			return Result{}, err
 		}
 		conflict = true
 		if err := l.reload(ctx, now); err != nil {
+			l.remember(at, held)
 			return Result{}, fmt.Errorf("after a ledger conflict: %w", err)
 		}
 	}
+}
+
+// sighting is the instant of one Record: its wall time and, when there is one, its monotonic reading.
+type sighting struct {
+	wall    time.Time
+	mono    time.Duration
+	hasMono bool
+}
+
+// place returns when the sighting s happened on the wall clock of now: its own wall time, unless the wall clock
+// stepped in between (wall and monotonic elapsed times differ by more than stepTolerance), then now less the
+// monotonic time elapsed since s. Without a step the wall time is kept, so that it compares exactly with
+// checkpoints, which are wall times.
+func place(s, now sighting) time.Time {
+	if s.hasMono && now.hasMono {
+		elapsed := now.mono - s.mono
+		if (now.wall.Sub(s.wall) - elapsed).Abs() > stepTolerance(elapsed) {
+			return now.wall.Add(-elapsed)
+		}
+	}
+	return s.wall
+}
+
+type seenKey struct {
+	pod string
+	Key
+}
+
+// seenHolding is what this process saw of one pod's holding of one key while nothing was committed.
+type seenHolding struct {
+	// Holding: Allocated is the least seen (never charge more than was held), Since the last seen.
+	Holding
+	first, last sighting // the first and the last tick whose samples held it
+	// gone is the first tick after last whose samples did not hold it; zero wall while it is still held.
+	gone sighting
+	seq  uint64 // the last remembered tick that held it
+}
+
+// remember adds the holdings observed at a tick that committed nothing to seen.
+func (l *Ledger) remember(at sighting, held []Holding) {
+	if l.seen == nil {
+		l.seen = map[seenKey]*seenHolding{}
+	}
+	l.seenSeq++
+	dropped := 0
+	for _, h := range held {
+		k := seenKey{h.Pod, h.Key}
+		e := l.seen[k]
+		if e == nil {
+			if len(l.seen) >= l.opts.MaxSeen {
+				dropped++
+				continue
+			}
+			e = &seenHolding{Holding: h, first: at}
+			l.seen[k] = e
+		}
+		e.Allocated = min(e.Allocated, h.Allocated)
+		e.Since = h.Since
+		e.last, e.gone, e.seq = at, sighting{}, l.seenSeq
+	}
+	for _, e := range l.seen {
+		if e.seq != l.seenSeq && e.gone.wall.IsZero() {
+			e.gone = at
+		}
+	}
+	l.untracked = max(l.untracked, dropped)
 }
 
 // maxConflictRetries bounds how often one Record re-reads the checkpoint when other writers keep moving it.
@@ -209,17 +310,24 @@ func (l *Ledger) reload(ctx context.Context, now time.Time) error {
 // charged from its start. After a gap longer than MaxGap (the service or its database was down), the
 // observation at now stands for the last interval only: before it utilization is unknown. A pod held at the
 // checkpoint and still held now was Running all along (a pod never goes back to Pending), so it is charged for
-// the whole gap; a pod gone since is charged up to the checkpoint (its end is unknown); a sample with neither
-// identity nor start time gets only the last interval. Such unknown holdings add the gap to GapSeconds.
+// the whole gap; a pod gone since is charged up to the checkpoint (its end is unknown), unless this process saw
+// it after the checkpoint (below); a sample with neither identity nor start time gets only the last interval.
+// Such unknown holdings, and holdings seen but not kept (MaxSeen), add the gap to GapSeconds.
+//
+// A pod gone now that this process saw after the checkpoint, while its commits failed (seen), is charged from
+// the checkpoint (held then), else from its start (else from when it was first seen) up to the last tick that
+// saw it, with utilization unknown: no tick committed it, and the span is charged from the checkpoint on only,
+// so nothing a checkpoint covers is charged twice. Its end is known, to within the ticks that saw it and then
+// found it gone, unless those were more than MaxGap apart.
 //
 // How long since the checkpoint is measured on the monotonic clock when this process committed it, so that a
 // wall-clock step neither stops accrual (back) nor charges the step (forward): the integrated span is then
 // re-anchored to end at the wall clock's now. A checkpoint from the store (a restart, another writer) is
 // measured on the wall clock; if that is more than MaxGap behind it, the clock stepped back and how long
 // passed is unknown: the checkpoint is re-anchored at now and nothing is charged.
-func (l *Ledger) integrate(now time.Time, mono time.Duration, hasMono bool, samples []Sample) (res Result, next Checkpoint, incs []Increment, ok bool) {
+func (l *Ledger) integrate(at sighting, samples []Sample, held []Holding) (res Result, next Checkpoint, incs []Increment, ok bool) {
+	now, mono, hasMono := at.wall, at.mono, at.hasMono
 	res = Result{At: now, PerKey: map[Key]Totals{}}
-	held := holdings(samples)
 	if l.cp == nil {
 		// A new ledger starts now: nothing before it is charged.
 		return res, Checkpoint{At: now, Ticks: 1, Held: held}, nil, true
@@ -268,23 +376,72 @@ func (l *Ledger) integrate(now time.Time, mono time.Duration, hasMono bool, samp
 		}
 		c.add(s, minTime(begin, now), observedFrom, now)
 	}
+	if !long && len(l.seen) == 0 {
+		incs = c.increments(&next.Sums, res.PerKey)
+		return res, next, incs, true
+	}
+	present := make(map[string]bool, len(samples))
+	for _, s := range samples {
+		present[s.Pod] = true
+	}
+	// ends are the pods gone now, after a long gap: when they were last seen and first found gone.
+	type podEnd struct{ last, gone time.Time }
+	var ends map[string]podEnd
 	if long {
-		present := make(map[string]bool, len(samples))
-		for _, s := range samples {
-			present[s.Pod] = true
+		ends = map[string]podEnd{}
+		for _, h := range l.cp.Held {
+			if !present[h.Pod] {
+				ends[h.Pod] = podEnd{last: from, gone: now} // not seen since the checkpoint, unless seen says so
+			}
 		}
-		for i, h := range l.cp.Held {
-			if !present[h.Pod] && (i == 0 || l.cp.Held[i-1].Pod != h.Pod) {
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(l.seen), compareSeenKeys) { // sorted: the sums' rounding is the same each run
+		e := l.seen[k]
+		if present[e.Pod] {
+			continue // charged above, as observed now
+		}
+		last := minTime(place(e.last, at), now)
+		heldAtCP := l.cp.holds(e.Pod)
+		begin := from
+		switch {
+		case heldAtCP:
+			// Running from the checkpoint to its last sighting.
+		case !e.Since.IsZero():
+			begin = maxTime(from, e.Since)
+		default:
+			begin = maxTime(from, place(e.first, at))
+		}
+		c.rate(piece{begin, last}, e.Key, Totals{Allocated: e.Allocated, UsedUnknown: e.Allocated})
+		if ends == nil || !last.After(from) {
+			continue // before the checkpoint: a checkpoint (this process's or another writer's) covers it
+		}
+		gone := now
+		if !e.gone.wall.IsZero() {
+			gone = minTime(place(e.gone, at), now)
+		}
+		if pe, ok := ends[e.Pod]; !ok || !last.Before(pe.last) {
+			ends[e.Pod] = podEnd{last: last, gone: gone}
+		}
+	}
+	res.Untracked = l.untracked
+	if long {
+		for _, pe := range ends {
+			if pe.gone.Sub(pe.last) > l.opts.MaxGap {
 				res.Ended++
 			}
 		}
-		if unknown || res.Ended > 0 {
+		if unknown || res.Ended > 0 || res.Untracked > 0 {
 			res.Gap = res.Charged - l.opts.Interval
 			next.GapSeconds += res.Gap.Seconds()
 		}
 	}
 	incs = c.increments(&next.Sums, res.PerKey)
 	return res, next, incs, true
+}
+
+func compareSeenKeys(a, b seenKey) int {
+	return cmp.Or(strings.Compare(a.pod, b.pod), strings.Compare(a.User, b.User), strings.Compare(a.Kind, b.Kind),
+		strings.Compare(a.Class, b.Class))
 }
 
 // stepTolerance is how far wall and monotonic elapsed times may differ before it counts as a clock step: NTP
