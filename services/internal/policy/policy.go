@@ -60,14 +60,15 @@ type Validator interface {
 // FieldError is a semantic error at a path in the document: mapping keys and sequence indexes (in decimal)
 // from its root, e.g. ["groups", "students", "budgets", "1", "window"]. With Key set it points at the last
 // key itself (an unknown name) rather than at its value (a bad number). A path that the document does not
-// have (a required key left out) points at the deepest node it does have.
+// have (a required key left out) points at the deepest node it does have. The message is prefixed with the
+// path, as the decoder's own errors are ("groups.students.budgets.1.window: ...").
 type FieldError struct {
 	Path []string
 	Key  bool
 	Msg  string
 }
 
-func (e *FieldError) Error() string { return strings.Join(e.Path, ".") + ": " + e.Msg }
+func (e *FieldError) Error() string { return where(e.Path) + e.Msg }
 
 // Errorf is a FieldError about the value at path.
 func Errorf(path []string, format string, args ...any) *FieldError {

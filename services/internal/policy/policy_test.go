@@ -47,7 +47,7 @@ type testExtra struct {
 func (c *testConfig) Validate() []error {
 	var errs []error
 	if c.Replicas < 0 {
-		errs = append(errs, Errorf([]string{"replicas"}, "replicas cannot be negative"))
+		errs = append(errs, Errorf([]string{"replicas"}, "cannot be negative"))
 	}
 	for name := range c.Limits {
 		if name == "bad" {
@@ -60,7 +60,7 @@ func (c *testConfig) Validate() []error {
 			errs = append(errs, Errorf(append(at, "window"), "an item needs a window"))
 		}
 		if it.Hours < 0 {
-			errs = append(errs, Errorf(append(at, "hours"), "hours cannot be negative"))
+			errs = append(errs, Errorf(append(at, "hours"), "cannot be negative"))
 		}
 	}
 	if c.Name == "top" {
@@ -165,7 +165,12 @@ func TestFieldErrorPositions(t *testing.T) {
 				t.Fatal(perr)
 			}
 			got := w.locate(root, tc.err)
-			want := &Error{File: "f.yaml", Line: tc.line, Column: tc.col, Msg: "m"}
+			msg := "m"
+			var fe *FieldError
+			if errors.As(tc.err, &fe) {
+				msg = fe.Error()
+			}
+			want := &Error{File: "f.yaml", Line: tc.line, Column: tc.col, Msg: msg}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("locate (-want +got):\n%s", diff)
 			}

@@ -53,7 +53,7 @@ func TestReloader(t *testing.T) {
 			err:    path + `:2:1: unknown key "replica" (did you mean "replicas"?)`,
 			status: Status{OK: false, LastSuccess: at(1), Loaded: t0, LastAttempt: at(2), Failures: 1}}},
 		{what: "still broken", write: "name: two\nreplicas: -1\n", want: want{name: "one",
-			err:    path + `:2:11: replicas cannot be negative`,
+			err:    path + `:2:11: replicas: cannot be negative`,
 			status: Status{OK: false, LastSuccess: at(1), Loaded: t0, LastAttempt: at(3), Failures: 2}}},
 		{what: "put back as it was", write: "name: one\n", want: want{name: "one", status: Status{
 			OK: true, LastSuccess: at(4), Loaded: t0, LastAttempt: at(4), Failures: 2}}},

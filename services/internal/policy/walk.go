@@ -313,12 +313,20 @@ func describe(n *yaml.Node) string {
 	return strconv.Quote(v)
 }
 
-// where prefixes a message with the path it is under, for errors whose key alone is ambiguous.
+// where prefixes a message with the path it is under, for errors whose key alone is ambiguous. A key that is
+// empty or holds a dot, a space or a quote is quoted: default.weights."gpu H100-80GB-HBM3".
 func where(path []string) string {
 	if len(path) == 0 {
 		return ""
 	}
-	return strings.Join(path, ".") + ": "
+	parts := make([]string, len(path))
+	for i, p := range path {
+		parts[i] = p
+		if p == "" || strings.ContainsAny(p, ". \t\"'") || strconv.Quote(p) != `"`+p+`"` {
+			parts[i] = strconv.Quote(p)
+		}
+	}
+	return strings.Join(parts, ".") + ": "
 }
 
 func appendPath(path []string, key string) []string {
@@ -390,7 +398,7 @@ func (w *walker) locate(root *yaml.Node, err error) *Error {
 		}
 		n = v
 	}
-	return &Error{File: w.file, Line: max(n.Line, 1), Column: max(n.Column, 1), Msg: fe.Msg}
+	return &Error{File: w.file, Line: max(n.Line, 1), Column: max(n.Column, 1), Msg: where(fe.Path) + fe.Msg}
 }
 
 // child finds key (a mapping key, or a sequence index) under n, looking through aliases and merges; k is the
