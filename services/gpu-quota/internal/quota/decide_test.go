@@ -311,3 +311,16 @@ users:
 	}
 	golden(t, "messages.golden", b.String())
 }
+
+// BenchmarkDecide is the in-process cost of one admission: merging a student's entries and deciding, what the
+// service does per request (issue 10's B2 asks p99 <= 100 µs for the whole decision).
+func BenchmarkDecide(b *testing.B) {
+	p := mustPolicy(b, decidePolicy)
+	u := Usage{Held: allocs(timeSliced(t4, 4)), Servers: 1,
+		GPUHours: hours(day, "shared T4", 1.0, "mig A100-SXM4-40GB 3g.20gb", 0.5, 7*day, "shared T4", 3.0)}
+	r := Request{Allocations: allocs(mig("3g.20gb", 3))}
+	groups := []string{"students", "physics", "ta"}
+	for b.Loop() {
+		_ = Decide(p.Effective("bob", groups), u, r)
+	}
+}

@@ -258,9 +258,13 @@ default:
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got, key := eff.Weight(tc.class)
-			if got != tc.want || key != tc.wantKey {
-				t.Errorf("Weight(%q) = %v, %q; want %v, %q", tc.class, got, key, tc.want, tc.wantKey)
+			type result struct {
+				Weight float64
+				Key    string
+			}
+			w, key := eff.Weight(tc.class)
+			if diff := cmp.Diff(result{tc.want, tc.wantKey}, result{w, key}); diff != "" {
+				t.Errorf("Weight(%q) (-want +got):\n%s", tc.class, diff)
 			}
 		})
 	}
@@ -293,9 +297,13 @@ func TestGraceAndMode(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
+			type result struct {
+				Grace time.Duration
+				Mode  Mode
+			}
 			p := mustPolicy(t, tc.policy)
-			if g, m := p.GracePeriod(), p.Unavailable(); g != tc.wantGrace || m != tc.wantMode {
-				t.Errorf("GracePeriod, Unavailable = %v, %v; want %v, %v", g, m, tc.wantGrace, tc.wantMode)
+			if diff := cmp.Diff(result{tc.wantGrace, tc.wantMode}, result{p.GracePeriod(), p.Unavailable()}); diff != "" {
+				t.Errorf("GracePeriod, Unavailable (-want +got):\n%s", diff)
 			}
 		})
 	}
