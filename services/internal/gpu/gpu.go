@@ -38,6 +38,18 @@ func (k Kind) MIG() bool { return k == KindMIG || k == KindSharedMIG }
 // Replicated reports whether pods share one unit of this kind (time-slicing or MPS).
 func (k Kind) Replicated() bool { return k == KindShared || k == KindMPS || k == KindSharedMIG }
 
+// Kinds lists every Kind, whole GPUs first: the order in which policies, messages and tables list them.
+func Kinds() []Kind { return []Kind{KindGPU, KindMIG, KindShared, KindMPS, KindSharedMIG} }
+
+// Known reports whether k is one of Kinds (a policy file or an API names a kind that exists).
+func (k Kind) Known() bool {
+	switch k {
+	case KindGPU, KindMIG, KindShared, KindMPS, KindSharedMIG:
+		return true
+	}
+	return false
+}
+
 // Resource names and node labels (NVIDIA device plugin and GPU Feature Discovery).
 const (
 	domain            = "nvidia.com/"
