@@ -134,7 +134,13 @@ func encodeUse(used float64, utilPercent *float64, allocated float64) (util, sca
 }
 
 func (r *ring) push(s sample, size int, inWindow func(uint16) bool) {
-	if len(r.buf) > 0 && !inWindow(r.oldest().seq) {
+	// In a full ring this push overwrites the oldest sample, which is the one that just left the window in the
+	// steady state: only an older sample behind it means a gap.
+	keepFrom := 0
+	if len(r.buf) == size {
+		keepFrom = 1
+	}
+	if len(r.buf) > keepFrom && !inWindow(r.at(keepFrom).seq) {
 		// A user with gaps: drop what left the window, so that a ring never spans more ticks than its 16-bit
 		// sequence numbers can tell apart.
 		kept := make([]sample, 0, cap(r.buf))

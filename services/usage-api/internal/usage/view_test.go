@@ -2,6 +2,7 @@ package usage
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -306,6 +307,29 @@ func TestHistoryGappyUserAcrossSequenceWrap(t *testing.T) {
 		if p.T.Before(oldest) {
 			t.Errorf("point at %v is older than the window start %v", p.T, oldest)
 		}
+	}
+}
+
+// TestHistoryFullRingAllocatesNothing: once a user's ring holds the whole window, a tick overwrites the oldest
+// sample in place. It used to copy the ring into a new one on every tick (the oldest sample had just left the
+// window), 8.6 KB per user per tick at 1 h / 5 s: at 20,000 users, 170 MB of garbage per tick (B1 tail, B5 RSS).
+func TestHistoryFullRingAllocatesNothing(t *testing.T) {
+	h := NewHistory(time.Hour, 5*time.Second) // 720 slots
+	users := map[string]*User{}
+	for i := range 100 {
+		name := fmt.Sprintf("user%03d", i)
+		users[name] = &User{Name: name, Share: Share{AllocatedGPUs: 1}}
+	}
+	v := &View{SampledAt: now, Users: users}
+	for range 800 {
+		h.Add(v)
+	}
+	allocs := testing.AllocsPerRun(20, func() { h.Add(v) })
+	if allocs > 2 { // the tick's formatted time
+		t.Errorf("Add with 100 full rings: %.0f allocations per tick, want at most 2", allocs)
+	}
+	if got := len(h.User("user007", time.Time{})); got != 720 {
+		t.Errorf("user007: %d points, want 720", got)
 	}
 }
 
