@@ -173,7 +173,6 @@ func (r *ring) at(i int) sample {
 	return r.buf[i]
 }
 
-
 func (r *ring) newest() sample {
 	if len(r.buf) < cap(r.buf) || r.head == 0 {
 		return r.buf[len(r.buf)-1]
