@@ -315,7 +315,7 @@ func (s *service) tickOnce(ctx context.Context) error {
 	if lerr == nil {
 		s.mets.ObserveLedger(res, dir)
 		if res.Gap > 0 {
-			s.o.Logger.Warn("ledger: part of an outage not charged: pods ended during it or had no start time", "gap", res.Gap, "endedPods", res.Ended)
+			s.o.Logger.Warn("ledger: part of an outage not charged: pods ended during it or had no start time", "gap", res.Gap, "endedPods", res.Ended, "untrackedHoldings", res.Untracked)
 		}
 		if res.ClockStep != 0 {
 			s.o.Logger.Warn("ledger: the wall clock stepped; integrated monotonic time and re-anchored the checkpoint", "step", res.ClockStep)

@@ -55,6 +55,7 @@ type Metrics struct {
 	ledgerGapSec prometheus.Counter
 	clockSteps   prometheus.Counter
 	conflicts    prometheus.Counter
+	untracked    prometheus.Counter
 }
 
 // New registers the metrics on reg.
@@ -75,8 +76,10 @@ func New(reg prometheus.Registerer, state *usage.State) (*Metrics, error) {
 			Help: "Wall-clock steps (forward or back) the ledger detected; it integrated monotonic time and re-anchored its checkpoint."}),
 		conflicts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Subsystem: subsystem, Name: "ledger_conflicts_total",
 			Help: "Ticks that found the checkpoint moved by another writer (a rolling update) and continued from it."}),
+		untracked: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Subsystem: subsystem, Name: "ledger_untracked_holdings_total",
+			Help: "Holdings (pod and class) seen during a database outage beyond the in-memory bound: charged as after a restart."}),
 	}
-	for _, c := range []prometheus.Collector{m, m.lastSuccess, m.duration, m.agentErrors, m.staleAgents, m.ledgerGapSec, m.clockSteps, m.conflicts} {
+	for _, c := range []prometheus.Collector{m, m.lastSuccess, m.duration, m.agentErrors, m.staleAgents, m.ledgerGapSec, m.clockSteps, m.conflicts, m.untracked} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -109,6 +112,7 @@ func (m *Metrics) ObserveLedger(res ledger.Result, dir usage.Directory) {
 	if res.Conflict {
 		m.conflicts.Inc()
 	}
+	m.untracked.Add(float64(res.Untracked))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for k, t := range res.PerKey {

@@ -93,12 +93,15 @@ func TestLedgerClockStepsAndConflicts(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.ObserveLedger(ledger.Result{ClockStep: -time.Hour}, usage.Directory{})
-	m.ObserveLedger(ledger.Result{Conflict: true}, usage.Directory{})
+	m.ObserveLedger(ledger.Result{Conflict: true, Untracked: 3}, usage.Directory{})
 	m.ObserveLedger(ledger.Result{}, usage.Directory{})
 	if got := testutil.ToFloat64(m.clockSteps); got != 1 {
 		t.Errorf("clock steps = %v, want 1", got)
 	}
 	if got := testutil.ToFloat64(m.conflicts); got != 1 {
 		t.Errorf("conflicts = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.untracked); got != 3 {
+		t.Errorf("untracked holdings = %v, want 3", got)
 	}
 }
