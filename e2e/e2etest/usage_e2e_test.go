@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpuhub/gpuhub/e2e/cluster/proc"
-	"github.com/gpuhub/gpuhub/e2e/emulator"
 	"github.com/gpuhub/gpuhub/e2e/gpuhubstack"
 	"github.com/gpuhub/gpuhub/hubapi"
 )
@@ -127,22 +126,7 @@ func TestUsageAPI(t *testing.T) {
 
 	// A busy cell in alice's server: a process in her pod (it inherits the pod's identity, as a kernel does).
 	alicePod := findPod(ctx, t, "alice", "")
-	busy := exec.CommandContext(ctx, "sh", "-c", "while :; do :; done")
-	for k, v := range processEnv(t, podPID(t, alicePod)) {
-		switch k {
-		case emulator.EnvNode, emulator.EnvPodUID, emulator.EnvPodName, emulator.EnvPodNamespace:
-			busy.Env = append(busy.Env, k+"="+v)
-		}
-	}
-	if err := busy.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stopBusy := func() {
-		if busy.ProcessState == nil {
-			_ = busy.Process.Kill()
-			_ = busy.Wait()
-		}
-	}
+	stopBusy := startBusyCell(ctx, t, alicePod)
 	defer stopBusy()
 
 	poll("alice busy on MIG 3/7", func() (bool, string) {
