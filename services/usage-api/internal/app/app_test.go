@@ -352,6 +352,21 @@ func TestLedgerUnreachableAtStart(t *testing.T) {
 	}
 }
 
+// openWrapped opens a real SQLite ledger at db and hands it to wrap, which injects a fault.
+func openWrapped(db string, interval time.Duration, wrap func(*ledger.Ledger) Ledger) OpenLedgerFunc {
+	return func(ctx context.Context, now time.Time) (Ledger, io.Closer, error) {
+		store, err := ledger.OpenSQLite(ctx, db)
+		if err != nil {
+			return nil, nil, err
+		}
+		led, err := ledger.New(ctx, store, ledger.Options{Interval: interval}, now)
+		if err != nil {
+			return nil, nil, err
+		}
+		return wrap(led), store, nil
+	}
+}
+
 // flakyLedger is a real ledger whose commits fail while fail is set, like a database that went away.
 type flakyLedger struct {
 	*ledger.Ledger
@@ -376,17 +391,7 @@ func TestLedgerFailsLater(t *testing.T) {
 	var fail atomic.Bool
 	db := filepath.Join(t.TempDir(), "ledger.db")
 	r := start(t, hub, db, port, func(o *Options) {
-		o.OpenLedger = func(ctx context.Context, now time.Time) (Ledger, io.Closer, error) {
-			store, err := ledger.OpenSQLite(ctx, db)
-			if err != nil {
-				return nil, nil, err
-			}
-			led, err := ledger.New(ctx, store, ledger.Options{Interval: o.Interval}, now)
-			if err != nil {
-				return nil, nil, err
-			}
-			return flakyLedger{Ledger: led, fail: &fail}, store, nil
-		}
+		o.OpenLedger = openWrapped(db, o.Interval, func(led *ledger.Ledger) Ledger { return flakyLedger{Ledger: led, fail: &fail} })
 	})
 	defer r.stop(t)
 	base := r.url + "/services/gpu-usage/api/v1/"
@@ -452,17 +457,7 @@ func TestLedgerHangsLiveViewCurrent(t *testing.T) {
 	var hang atomic.Bool
 	db := filepath.Join(t.TempDir(), "ledger.db")
 	r := start(t, hub, db, port, func(o *Options) {
-		o.OpenLedger = func(ctx context.Context, now time.Time) (Ledger, io.Closer, error) {
-			store, err := ledger.OpenSQLite(ctx, db)
-			if err != nil {
-				return nil, nil, err
-			}
-			led, err := ledger.New(ctx, store, ledger.Options{Interval: o.Interval}, now)
-			if err != nil {
-				return nil, nil, err
-			}
-			return hangingLedger{Ledger: led, hang: &hang}, store, nil
-		}
+		o.OpenLedger = openWrapped(db, o.Interval, func(led *ledger.Ledger) Ledger { return hangingLedger{Ledger: led, hang: &hang} })
 	})
 	defer r.stop(t)
 	base := r.url + "/services/gpu-usage/api/v1/"

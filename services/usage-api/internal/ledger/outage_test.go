@@ -117,13 +117,7 @@ func TestRecordAcrossOutage(t *testing.T) {
 				from time.Time
 				want []Row
 			}{{hour10, want10}, {hour11, want11}} {
-				got, err := s.Sum(ctx, Query{From: h.from, To: h.from.Add(time.Hour)})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if diff := cmp.Diff(h.want, got, approx); diff != "" {
-					t.Errorf("GPU-seconds in the %s bucket (-want +got):\n%s", h.from.Format("15:04"), diff)
-				}
+				checkBucket(ctx, t, s, h.from, h.want)
 			}
 			// alice ran throughout: her GPU-hours are her lifetime x share (1e-9 relative: float rounding only).
 			if got, want := l.UserWindows("alice").Today.Allocated, end.Sub(alice.Since).Hours()*a; !cmp.Equal(want, got, approx) {
@@ -328,13 +322,7 @@ func TestRecordDatabaseDownChargesWhatWasSeen(t *testing.T) {
 					from time.Time
 					want []Row
 				}{{t0, want10}, {hour11, want11}} {
-					got, err := s.Sum(ctx, Query{From: h.from, To: h.from.Add(time.Hour)})
-					if err != nil {
-						t.Fatal(err)
-					}
-					if diff := cmp.Diff(h.want, got, approx); diff != "" {
-						t.Errorf("GPU-seconds in the %s bucket (-want +got):\n%s", h.from.Format("15:04"), diff)
-					}
+					checkBucket(ctx, t, s, h.from, h.want)
 				}
 			}
 			// alice ran throughout: lifetime x share, once.
@@ -345,5 +333,17 @@ func TestRecordDatabaseDownChargesWhatWasSeen(t *testing.T) {
 				t.Errorf("gap = %v s, want %v", cp.GapSeconds, wantGap.Seconds())
 			}
 		})
+	}
+}
+
+// checkBucket compares the usage rows of the hour bucket starting at from with want (1e-9 relative).
+func checkBucket(ctx context.Context, t *testing.T, s *Store, from time.Time, want []Row) {
+	t.Helper()
+	got, err := s.Sum(ctx, Query{From: from, To: from.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got, approx); diff != "" {
+		t.Errorf("GPU-seconds in the %s bucket (-want +got):\n%s", from.Format("15:04"), diff)
 	}
 }
