@@ -56,7 +56,7 @@ type Input struct {
 //
 // Held (AllocatedGPUs) is GPU-equivalents: a whole GPU 1, a MIG instance g/slices (3g.20gb on an A100: 3/7), a
 // time-sliced replica 1/replicas (a 4-way T4: 1/4). Used (UsedGPUs) is the fraction of a physical GPU's time the
-// user's processes keep busy: SM utilization / 100 x the unit's scale (see utilScale). On a 4-way time-sliced
+// user's processes keep busy: SM utilization / 100 x the unit's scale (gpu.Allocation.UtilizationScale). On a 4-way time-sliced
 // T4, one user alone keeping it 100 % busy holds 0.25 and uses 1.0; four users each keeping it 25 % busy hold
 // and use 0.25 each, 1.0 together; one busy and three idle use 1.0, 0, 0, 0. A 3g.20gb MIG instance 50 % busy
 // holds 3/7 and uses 3/14. Used may exceed held on shared GPUs: time-slicing does not cap a replica.
@@ -71,7 +71,7 @@ type Share struct {
 // GPU is one allocated unit (a whole GPU, a MIG instance or a time-sliced replica). Share is what it holds in
 // GPU-equivalents (1, g/slices, 1/replicas); SMUtilPercent is the pod's utilization as the agent measures it
 // (of the whole GPU for whole and time-sliced units, per process through NVML; of the instance for MIG, through
-// DCGM); UsedGPUs is the fraction of a physical GPU's time it keeps busy, SMUtilPercent / 100 x utilScale: a
+// DCGM); UsedGPUs is the fraction of a physical GPU's time it keeps busy, SMUtilPercent / 100 x UtilizationScale: a
 // time-sliced T4 replica at 25 % uses 0.25 while holding 0.25, alone at 100 % it uses 1.0; a 3g.20gb instance
 // at 50 % uses 3/14.
 type GPU struct {
@@ -121,7 +121,7 @@ type User struct {
 	// StaleReason joins the distinct reasons of the user's stale servers.
 	StaleReason string
 	Share       Share
-	// SMUtilPercent is the user's utilization: used / the GPU time their units can reach (the sum of utilScale),
+	// SMUtilPercent is the user's utilization: used / the GPU time their units can reach (the sum of UtilizationScale),
 	// so a single unit's is its own smUtilPercent; nil when used is. The history keeps it.
 	SMUtilPercent *float64
 	Servers       []Server
@@ -428,7 +428,7 @@ func ago(d time.Duration) string {
 	return fmt.Sprintf("%d days", int(d/(24*time.Hour)))
 }
 
-// buildServer details one pod and returns the GPU time its units can reach (the sum of their utilScale). st is
+// buildServer details one pod and returns the GPU time its units can reach (the sum of their UtilizationScale). st is
 // the node agent's status, nil when no agent runs on the node.
 func buildServer(p inventory.Pod, allocs []gpu.Allocation, agent collect.Result, st *AgentStatus) (Server, float64) {
 	fresh := st != nil && !st.Stale
@@ -482,7 +482,7 @@ func buildServer(p inventory.Pod, allocs []gpu.Allocation, agent collect.Result,
 				fillMeasured(&g, p.Node, snap, ap, dev, units)
 			}
 			g.UsedGPUs = usedGPUs(g.SMUtilPercent, a)
-			scale += utilScale(a)
+			scale += a.UtilizationScale()
 			srv.GPUs = append(srv.GPUs, g)
 			srv.AllocatedGPUs += g.Share
 			if g.UsedGPUs == nil {
@@ -499,19 +499,14 @@ func buildServer(p inventory.Pod, allocs []gpu.Allocation, agent collect.Result,
 }
 
 // usedGPUs is the one definition of "used": the fraction of a physical GPU's time a unit keeps busy,
-// utilization / 100 x utilScale; nil when the utilization is unknown.
+// utilization / 100 x UtilizationScale; nil when the utilization is unknown.
 func usedGPUs(utilPercent *float64, a gpu.Allocation) *float64 {
 	if utilPercent == nil {
 		return nil
 	}
-	u := *utilPercent / 100 * utilScale(a)
+	u := *utilPercent / 100 * a.UtilizationScale()
 	return &u
 }
-
-// utilScale is how much of a physical GPU's time 100 % utilization of one unit is. The agent measures whole
-// and time-sliced units per process through NVML, already as a fraction of the whole GPU: 1. It measures a MIG
-// instance through DCGM as a fraction of the instance: g/slices.
-func utilScale(a gpu.Allocation) float64 { return a.UtilizationScale() }
 
 // fillMeasured sets utilization and memory of one unit from a fresh snapshot. A fresh snapshot that does not
 // list the pod means the agent saw no GPU process of it: utilization 0, measured, not invented.
