@@ -11,7 +11,7 @@ import type {
   UtilizationSource
 } from './api';
 
-const VENDOR_PREFIXES = /^(nvidia|tesla|geforce|quadro)\s+/i;
+const VENDOR_PREFIXES = /^(nvidia|tesla|geforce|quadro)[\s-]+/i;
 
 /**
  * A short card name from an NVML product string:

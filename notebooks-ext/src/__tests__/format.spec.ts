@@ -56,6 +56,8 @@ describe('shortProduct', () => {
     'NVIDIA A100-SXM4-40GB': 'A100',
     'NVIDIA A100 80GB PCIe': 'A100',
     'Tesla T4': 'T4',
+    'Tesla-T4': 'T4', // GFD label form, as the usage API reports it from node labels
+    'NVIDIA-A100-SXM4-40GB': 'A100',
     'NVIDIA H100 80GB HBM3': 'H100',
     'NVIDIA L40S': 'L40S',
     'NVIDIA A10G': 'A10G',
