@@ -22,8 +22,12 @@ func TestStopKillsGroup(t *testing.T) {
 		Name: "stubborn", Path: "/bin/sh",
 		Args:    []string{"-c", `trap "" TERM; sleep 300 & echo $! > ` + childFile + `; wait`},
 		LogFile: filepath.Join(dir, "log"),
+		// Ready once the pid is written: the shell creates the file before echo writes to it.
 		Ready: func(context.Context) error {
-			_, err := os.Stat(childFile)
+			data, err := os.ReadFile(childFile)
+			if err == nil && !strings.HasSuffix(string(data), "\n") {
+				err = errors.New("child pid not written yet")
+			}
 			return err
 		},
 		StopGrace: 200 * time.Millisecond,
