@@ -24,7 +24,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/internal/logging"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/agentclient"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/app"
-	"github.com/gpuhub/gpuhub/services/usage-api/internal/inventory"
+	"github.com/gpuhub/gpuhub/services/internal/inventory"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }

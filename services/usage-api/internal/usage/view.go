@@ -15,7 +15,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/collect"
-	"github.com/gpuhub/gpuhub/services/usage-api/internal/inventory"
+	"github.com/gpuhub/gpuhub/services/internal/inventory"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
 )
 

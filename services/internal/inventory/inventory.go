@@ -1,11 +1,13 @@
 // Package inventory watches pods and nodes through shared informers and answers, from memory, which pods hold
 // GPUs, what the nodes' GPU labels and capacities are, and where the gpu-agents run. No API call per question.
+// Every gpuhub service that reads the cluster uses it (the usage API, gpu-quota, ...).
 package inventory
 
 import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -45,6 +47,12 @@ type Pod struct {
 	IP                   string
 	// GPU resources the pod holds: gpu.PodResources, resource name -> count.
 	Resources map[string]int64
+	// NodeSelector is the pod's spec.nodeSelector: before it is bound, the GPU product it asked for (GFD labels).
+	NodeSelector map[string]string
+	// Terminating is set once the pod is being deleted (it still holds its GPUs until it is gone).
+	Terminating bool
+	// Notices are the gpuhub notice annotations (gpuhub.io/notice-<service>), key -> raw JSON value.
+	Notices map[string]string
 	// Started is when the pod started holding them (its phase became Running): the earliest container start
 	// still in its status, else status.startTime; zero when unknown. The ledger charges a pod first seen after
 	// an outage from here.
@@ -71,7 +79,24 @@ func PodFrom(p *corev1.Pod) (Pod, bool) {
 		UID: string(p.UID), Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName,
 		User: p.Annotations[AnnotationUser], Server: p.Annotations[AnnotationServer],
 		Phase: p.Status.Phase, Ready: podReady(p), IP: p.Status.PodIP, Resources: res, Started: podStarted(p),
+		NodeSelector: p.Spec.NodeSelector, Terminating: p.DeletionTimestamp != nil, Notices: notices(p.Annotations),
 	}, true
+}
+
+// NoticePrefix starts the annotation keys of notices to the user (gpuhub.io/notice-<service>).
+const NoticePrefix = "gpuhub.io/notice-"
+
+func notices(annotations map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range annotations {
+		if strings.HasPrefix(k, NoticePrefix) {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // podStarted is the earliest start of the pod's containers still recorded (running, terminated, or the
@@ -133,6 +158,10 @@ type Options struct {
 	UnhealthyAfter time.Duration
 	// Now is the clock of the informer health (default time.Now).
 	Now func() time.Time
+	// MetricsSubsystem names the service in the informer metrics, gpuhub_<subsystem>_informer_* (default "usage").
+	MetricsSubsystem string
+	// NoAgents leaves out the gpu-agent pod informer (services that never call the agents).
+	NoAgents bool
 }
 
 // Inventory holds the informers.
@@ -180,13 +209,17 @@ func New(opts Options) *Inventory {
 	if inv.unhealthyAfter <= 0 {
 		inv.unhealthyAfter = time.Minute
 	}
-	inv.metrics = newHealthMetrics(inv)
+	subsystem := opts.MetricsSubsystem
+	if subsystem == "" {
+		subsystem = "usage"
+	}
+	inv.metrics = newHealthMetrics(inv, subsystem)
 	health := func(name string) *informerHealth {
 		h := &informerHealth{now: inv.now, errors: inv.metrics.errors.WithLabelValues(name), state: InformerHealth{Name: name}}
 		inv.health = append(inv.health, h)
 		return h
 	}
-	podHealth, nodeHealth, agentHealth := health("pods"), health("nodes"), health("agents")
+	podHealth, nodeHealth := health("pods"), health("nodes")
 
 	podFactory := informers.NewSharedInformerFactoryWithOptions(observedClient{Interface: opts.Client, pods: podHealth, nodes: nodeHealth}, opts.Resync,
 		informers.WithNamespace(opts.Namespace), informers.WithTransform(stripManagedFields))
@@ -197,7 +230,14 @@ func New(opts Options) *Inventory {
 	inv.synced = append(inv.synced, podInf.Informer().HasSynced, nodeInf.Informer().HasSynced)
 	inv.factories = append(inv.factories, podFactory)
 
+	_ = podInf.Informer().SetWatchErrorHandlerWithContext(podHealth.watchErrorHandler)
+	_ = nodeInf.Informer().SetWatchErrorHandlerWithContext(nodeHealth.watchErrorHandler)
+	if opts.NoAgents {
+		return inv
+	}
+
 	// Agents are few; their own informer is filtered by label so it never lists user pods.
+	agentHealth := health("agents")
 	agentFactory := informers.NewSharedInformerFactoryWithOptions(observedClient{Interface: opts.Client, pods: agentHealth}, opts.Resync,
 		informers.WithNamespace(opts.AgentNamespace), informers.WithTransform(stripManagedFields),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = inv.agentSel.String() }))
@@ -207,8 +247,6 @@ func New(opts Options) *Inventory {
 	inv.factories = append(inv.factories, agentFactory)
 
 	// Set before Start (it fails afterwards).
-	_ = podInf.Informer().SetWatchErrorHandlerWithContext(podHealth.watchErrorHandler)
-	_ = nodeInf.Informer().SetWatchErrorHandlerWithContext(nodeHealth.watchErrorHandler)
 	_ = agentInf.Informer().SetWatchErrorHandlerWithContext(agentHealth.watchErrorHandler)
 	return inv
 }
@@ -280,6 +318,9 @@ type Agent struct {
 // Agents returns the running agent pods that have an IP, sorted by node: pods matching the agent selector that
 // run as the agents' ServiceAccount (the usage API sends them its agent token).
 func (inv *Inventory) Agents() ([]Agent, error) {
+	if inv.agents == nil {
+		return nil, nil
+	}
 	all, err := inv.agents.List(inv.agentSel)
 	if err != nil {
 		return nil, fmt.Errorf("list agent pods from cache: %w", err)

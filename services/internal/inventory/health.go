@@ -130,23 +130,24 @@ func syncedAt(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// Metrics returns the collector of gpuhub_usage_informer_watch_errors_total and
-// gpuhub_usage_informer_last_sync_timestamp_seconds, by informer; register it once.
+// Metrics returns the collector of gpuhub_<subsystem>_informer_watch_errors_total and
+// gpuhub_<subsystem>_informer_last_sync_timestamp_seconds, by informer (Options.MetricsSubsystem); register it
+// once.
 func (inv *Inventory) Metrics() prometheus.Collector { return inv.metrics }
 
-// healthMetrics are gpuhub_usage_informer_*.
+// healthMetrics are gpuhub_<subsystem>_informer_*.
 type healthMetrics struct {
 	inv      *Inventory
 	errors   *prometheus.CounterVec
 	lastSync *prometheus.Desc
 }
 
-func newHealthMetrics(inv *Inventory) *healthMetrics {
+func newHealthMetrics(inv *Inventory, subsystem string) *healthMetrics {
 	return &healthMetrics{
 		inv: inv,
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpuhub", Subsystem: "usage", Name: "informer_watch_errors_total",
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpuhub", Subsystem: subsystem, Name: "informer_watch_errors_total",
 			Help: "Failed list and watch calls of the informer (the kube-apiserver unreachable, refused, timing out)."}, []string{"informer"}),
-		lastSync: prometheus.NewDesc("gpuhub_usage_informer_last_sync_timestamp_seconds",
+		lastSync: prometheus.NewDesc(prometheus.BuildFQName("gpuhub", subsystem, "informer_last_sync_timestamp_seconds"),
 			"Last time the informer's list or watch call succeeded or its watch delivered an event (unix seconds; 0: never).", []string{"informer"}, nil),
 	}
 }
