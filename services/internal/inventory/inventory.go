@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
+	"github.com/gpuhub/gpuhub/services/internal/notice"
 )
 
 // Annotations and labels set by KubeSpawner and the chart.
@@ -84,7 +85,7 @@ func PodFrom(p *corev1.Pod) (Pod, bool) {
 }
 
 // NoticePrefix starts the annotation keys of notices to the user (gpuhub.io/notice-<service>).
-const NoticePrefix = "gpuhub.io/notice-"
+const NoticePrefix = notice.Prefix
 
 func notices(annotations map[string]string) map[string]string {
 	var out map[string]string

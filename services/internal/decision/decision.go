@@ -1,0 +1,179 @@
+// Package decision is the one record shape of what an acting gpuhub service decided (admitted, refused,
+// noticed, stopped), with the numbers it decided on. Every record is logged, counted in a metric and kept in a
+// bounded in-memory log that the service's decisions API lists and the admin view merges.
+package decision
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Actions. Services may add their own; these are the ones the admin view knows.
+const (
+	ActionAdmit  = "admit"  // a spawn was allowed
+	ActionDeny   = "deny"   // a spawn was refused
+	ActionNotice = "notice" // the user was told an action is coming (a pod annotation)
+	ActionStop   = "stop"   // a server was stopped
+	ActionClear  = "clear"  // a notice was withdrawn: the user is back within the limits
+)
+
+// Record is one decision.
+type Record struct {
+	ID      string    `json:"id"`
+	Time    time.Time `json:"time"`
+	Service string    `json:"service"` // the Hub service that decided (gpu-quota, gpu-culler, ...)
+	// Actor is who acted: the service itself, or an admin named in a request.
+	Actor   string `json:"actor"`
+	User    string `json:"user"`
+	Server  string `json:"server"` // "" is the default server
+	Action  string `json:"action"`
+	Reason  string `json:"reason"`
+	Message string `json:"message,omitempty"` // what the user was told
+	// Numbers are what the decision looked at (limit, held, requested, budget, used, ...).
+	Numbers map[string]float64 `json:"numbers,omitempty"`
+}
+
+// Options configure a Log.
+type Options struct {
+	Service string
+	// Size is how many records are kept (default 10,000); older ones are only in the logs.
+	Size   int
+	Logger *slog.Logger
+	// Registerer gets gpuhub_<subsystem>_decisions_total{action,reason}; nil registers nothing.
+	Registerer prometheus.Registerer
+	// Subsystem of the metric (default: Service without a "gpu-" prefix, "-" as "_").
+	Subsystem string
+	Now       func() time.Time
+}
+
+// Log keeps the last decisions.
+type Log struct {
+	o     Options
+	count *prometheus.CounterVec
+
+	mu   sync.Mutex
+	ring []Record // ring[next] is the oldest once full
+	next int
+	full bool
+	seq  uint64
+}
+
+// NewLog returns an empty log.
+func NewLog(o Options) (*Log, error) {
+	if o.Size <= 0 {
+		o.Size = 10_000
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Subsystem == "" {
+		o.Subsystem = subsystem(o.Service)
+	}
+	l := &Log{o: o, ring: make([]Record, o.Size)}
+	l.count = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "gpuhub", Subsystem: o.Subsystem, Name: "decisions_total",
+		Help: "Decisions by action (admit, deny, notice, stop, clear) and reason.",
+	}, []string{"action", "reason"})
+	if o.Registerer != nil {
+		if err := o.Registerer.Register(l.count); err != nil {
+			return nil, fmt.Errorf("register decision metric: %w", err)
+		}
+	}
+	return l, nil
+}
+
+func subsystem(service string) string {
+	s := []byte(service)
+	if len(s) > 4 && string(s[:4]) == "gpu-" {
+		s = s[4:]
+	}
+	for i, c := range s {
+		if c == '-' {
+			s[i] = '_'
+		}
+	}
+	return string(s)
+}
+
+// Record fills in ID, Time (when zero) and Service, logs the record with its numbers, counts it and keeps it.
+func (l *Log) Record(r Record) Record {
+	if r.Time.IsZero() {
+		r.Time = l.o.Now()
+	}
+	r.Time = r.Time.UTC()
+	r.Service = l.o.Service
+	if r.Actor == "" {
+		r.Actor = l.o.Service
+	}
+	l.mu.Lock()
+	l.seq++
+	r.ID = strconv.FormatInt(r.Time.UnixMilli(), 36) + "-" + strconv.FormatUint(l.seq, 36)
+	l.ring[l.next] = r
+	l.next++
+	if l.next == len(l.ring) {
+		l.next, l.full = 0, true
+	}
+	l.mu.Unlock()
+	l.count.WithLabelValues(r.Action, r.Reason).Inc()
+
+	attrs := []any{"id", r.ID, "action", r.Action, "reason", r.Reason, "user", r.User, "server", r.Server}
+	if r.Actor != r.Service {
+		attrs = append(attrs, "actor", r.Actor)
+	}
+	for _, k := range sortedKeys(r.Numbers) {
+		attrs = append(attrs, k, r.Numbers[k])
+	}
+	if r.Message != "" {
+		attrs = append(attrs, "message", r.Message)
+	}
+	l.o.Logger.Info("decision", attrs...)
+	return r
+}
+
+// Filter selects records; zero fields select everything.
+type Filter struct {
+	User   string
+	Action string
+	Since  time.Time // records at or after
+	Limit  int       // most records returned (newest first); 0: all kept
+}
+
+// List returns the kept records that match, newest first.
+func (l *Log) List(f Filter) []Record {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.next
+	if l.full {
+		n = len(l.ring)
+	}
+	var out []Record
+	for i := range n {
+		r := l.ring[(l.next-1-i+len(l.ring))%len(l.ring)]
+		if f.User != "" && r.User != f.User || f.Action != "" && r.Action != f.Action || r.Time.Before(f.Since) {
+			continue
+		}
+		out = append(out, r)
+		if f.Limit > 0 && len(out) == f.Limit {
+			break
+		}
+	}
+	return out
+}
+
+func sortedKeys(m map[string]float64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

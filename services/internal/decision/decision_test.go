@@ -1,0 +1,61 @@
+package decision
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestLogKeepsNewestFirstAndCounts(t *testing.T) {
+	var buf bytes.Buffer
+	reg := prometheus.NewRegistry()
+	now := time.Date(2026, 11, 23, 14, 0, 0, 0, time.UTC)
+	l, err := NewLog(Options{Service: "gpu-quota", Size: 3, Registerer: reg, Logger: slog.New(slog.NewTextHandler(&buf, nil)),
+		Now: func() time.Time { now = now.Add(time.Second); return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, u := range []string{"alice", "bob", "carol", "dave"} {
+		action := ActionAdmit
+		if i%2 == 1 {
+			action = ActionDeny
+		}
+		l.Record(Record{User: u, Action: action, Reason: "max_gpus", Numbers: map[string]float64{"limit": 1, "held": float64(i)}})
+	}
+	var got []string
+	for _, r := range l.List(Filter{}) {
+		got = append(got, r.User)
+	}
+	if diff := cmp.Diff([]string{"dave", "carol", "bob"}, got); diff != "" {
+		t.Errorf("List (-want +got):\n%s", diff)
+	}
+	if got := l.List(Filter{Action: ActionDeny}); len(got) != 2 || got[0].User != "dave" {
+		t.Errorf("List(deny) = %+v", got)
+	}
+	if got := l.List(Filter{User: "carol", Limit: 1}); len(got) != 1 || got[0].Service != "gpu-quota" || got[0].Actor != "gpu-quota" {
+		t.Errorf("List(carol) = %+v", got)
+	}
+	if got := l.List(Filter{Since: now}); len(got) != 1 || got[0].User != "dave" {
+		t.Errorf("List(since last) = %+v", got)
+	}
+	if n := testutil.ToFloat64(l.count.WithLabelValues(ActionDeny, "max_gpus")); n != 2 {
+		t.Errorf("decisions_total{deny} = %v, want 2", n)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP gpuhub_quota_decisions_total Decisions by action (admit, deny, notice, stop, clear) and reason.
+# TYPE gpuhub_quota_decisions_total counter
+gpuhub_quota_decisions_total{action="admit",reason="max_gpus"} 2
+gpuhub_quota_decisions_total{action="deny",reason="max_gpus"} 2
+`)); err != nil {
+		t.Error(err)
+	}
+	if !strings.Contains(buf.String(), "action=deny reason=max_gpus user=dave server=\"\" held=3 limit=1") {
+		t.Errorf("log line lacks the numbers:\n%s", buf.String())
+	}
+}
