@@ -104,12 +104,12 @@ func TestAuth(t *testing.T) {
 	}{
 		{"POST", "api/v1/admit", "quota-token", admitBody, 200},
 		{"POST", "api/v1/admit", "", admitBody, 401},
-		{"POST", "api/v1/admit", "bob-token", admitBody, 401},  // a user's token is not gpu-quota's
+		{"POST", "api/v1/admit", "bob-token", admitBody, 401},   // a user's token is not gpu-quota's
 		{"POST", "api/v1/admit", "alice-token", admitBody, 401}, // nor an admin's
 		{"GET", "api/v1/users/bob/quota", "bob-token", "", 200},
 		{"GET", "api/v1/users/alice/quota", "bob-token", "", 403},
 		{"GET", "api/v1/users/bob/quota", "alice-token", "", 200},
-		{"GET", "api/v1/users/bob/quota", "tina-token", "", 200}, // --admin-groups
+		{"GET", "api/v1/users/bob/quota", "tina-token", "", 200},  // --admin-groups
 		{"GET", "api/v1/users/bob/quota", "usage-token", "", 200}, // --reader-services
 		{"GET", "api/v1/users/bob/quota", "other-token", "", 403},
 		{"GET", "api/v1/users/bob/quota", "", "", 401},
