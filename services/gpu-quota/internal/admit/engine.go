@@ -76,6 +76,8 @@ type Engine struct {
 	ix  *index
 	res reservations
 
+	effective effCache
+
 	duration    prometheus.Histogram
 	unavailable *prometheus.CounterVec
 }
@@ -235,11 +237,12 @@ func (e *Engine) Admit(_ context.Context, r Request) (Result, error) {
 		}
 		groups = dir[r.User]
 	}
-	eff := pol.Effective(r.User, groups)
+	ent := e.effective.get(pol, r.User, groups)
+	eff := ent.eff
 	now := e.o.Now()
 
 	e.mu.Lock()
-	out, rec := e.decideLocked(eff, r, now)
+	out, rec := e.decideLocked(ent, r, now)
 	e.mu.Unlock()
 
 	rec = e.o.Log.Record(rec)
@@ -253,12 +256,13 @@ func (e *Engine) Admit(_ context.Context, r Request) (Result, error) {
 }
 
 // decideLocked is the decision and the reservation, under e.mu.
-func (e *Engine) decideLocked(eff quota.Effective, r Request, now time.Time) (Result, decision.Record) {
-	ix := e.ix
+func (e *Engine) decideLocked(ent effEntry, r Request, now time.Time) (Result, decision.Record) {
+	ix, eff := e.ix, ent.eff
 	e.res.expire(now)
-	asked := ix.resolve(r.Resources, r.NodeSelector)
-	u := e.usageLocked(eff, r.User, &r.Server, now)
-	if missing(eff, u) {
+	askedC := ix.resolve(r.Resources, r.NodeSelector)
+	asked := askedC.allocs
+	u := e.usageLocked(ent.windows, r.User, &r.Server, now)
+	if missing(ent.windows, u) {
 		e.unavailable.WithLabelValues(string(eff.OnUnavailable)).Inc()
 	}
 	d := quota.Decide(eff, u, quota.Request{Allocations: asked})
@@ -268,14 +272,14 @@ func (e *Engine) decideLocked(eff quota.Effective, r Request, now time.Time) (Re
 	}
 	res := Result{Allow: d.Allow, Reason: string(d.Reason), Message: d.Message}
 	if d.Allow && len(asked) > 0 {
-		if short, free := e.shortLocked(r, asked); short != nil {
+		if short, free := e.shortLocked(r, askedC); short != nil {
 			res.Allow, res.Reason = false, string(ReasonNoneFree)
 			res.CanTake = e.canTakeLocked(eff, u, r)
 			res.Message = noneFreeMessage(*short, free, res.CanTake)
 			rec.Reason = res.Reason
 			rec.Numbers = map[string]float64{"free": float64(free), "requested": float64(short.Count)}
 		} else {
-			res.Reservation = e.res.reserve(r.User, r.Server, asked, now.Add(e.o.ReservationTTL), ix)
+			res.Reservation = e.res.reserve(r.User, r.Server, askedC, now.Add(e.o.ReservationTTL), ix)
 		}
 	} else if !d.Allow {
 		res.CanTake = e.canTakeLocked(eff, u, r)
@@ -291,7 +295,7 @@ func (e *Engine) decideLocked(eff quota.Effective, r Request, now time.Time) (Re
 // usageLocked is what user holds: the GPU allocations of their active pods and of their reservations, and
 // their GPU-hours. For a decision about starting *starting, that server's own pods and reservation are left
 // out: the Hub is starting it again, so a pod left of it is about to be replaced and its reservation renewed.
-func (e *Engine) usageLocked(eff quota.Effective, user string, starting *string, now time.Time) quota.Usage {
+func (e *Engine) usageLocked(windows []time.Duration, user string, starting *string, now time.Time) quota.Usage {
 	var u quota.Usage
 	var running []usagecache.Held
 	for _, p := range e.ix.byUser[user] {
@@ -314,22 +318,22 @@ func (e *Engine) usageLocked(eff quota.Effective, user string, starting *string,
 		u.Held = append(u.Held, rv.allocs...)
 		u.Servers++
 	}
-	if ws := eff.Windows(); len(ws) > 0 && e.o.Hours != nil {
-		u.GPUHours = e.o.Hours.GPUHours(user, ws, running, now)
+	if len(windows) > 0 && e.o.Hours != nil {
+		u.GPUHours = e.o.Hours.GPUHours(user, windows, running, now)
 	}
 	return u
 }
 
 func appendHeld(out []usagecache.Held, p *podEntry) []usagecache.Held {
-	for _, a := range p.allocs {
-		out = append(out, usagecache.Held{Class: a.Class(), GPUs: a.Share(), Since: p.pod.Started})
+	for i, a := range p.allocs {
+		out = append(out, usagecache.Held{Class: p.classes[i], GPUs: a.Share(), Since: p.pod.Started})
 	}
 	return out
 }
 
 // missing reports whether a budget window's GPU-hours could not be read.
-func missing(eff quota.Effective, u quota.Usage) bool {
-	for _, w := range eff.Windows() {
+func missing(windows []time.Duration, u quota.Usage) bool {
+	for _, w := range windows {
 		if _, ok := u.GPUHours[w]; !ok {
 			return true
 		}
@@ -344,30 +348,20 @@ func (e *Engine) freeLocked(class, user, server string) int64 {
 	free := e.ix.capacity[class] - e.ix.held[class] - e.res.reserved[class]
 	for _, p := range e.ix.byUser[user] {
 		if p.active && p.pod.Server == server {
-			free += units(p.allocs, class)
+			free += p.units(class)
 		}
 	}
 	if rv := e.res.byUser[user][server]; rv != nil {
-		free += units(rv.allocs, class)
+		free += rv.units(class)
 	}
 	return max(free, 0)
 }
 
-func units(as []gpu.Allocation, class string) int64 {
-	var n int64
-	for _, a := range as {
-		if a.Class() == class {
-			n += a.Count
-		}
-	}
-	return n
-}
-
 // shortLocked returns the first requested allocation with fewer units free than asked, and how many are.
-func (e *Engine) shortLocked(r Request, asked []gpu.Allocation) (*gpu.Allocation, int64) {
-	for i, a := range asked {
-		if free := e.freeLocked(a.Class(), r.User, r.Server); free < a.Count {
-			return &asked[i], free
+func (e *Engine) shortLocked(r Request, asked classified) (*gpu.Allocation, int64) {
+	for i, a := range asked.allocs {
+		if free := e.freeLocked(asked.classes[i], r.User, r.Server); free < a.Count {
+			return &asked.allocs[i], free
 		}
 	}
 	return nil, 0
@@ -438,8 +432,8 @@ type reservations struct {
 type reservation struct {
 	id           string
 	user, server string
-	allocs       []gpu.Allocation
-	expires      time.Time
+	classified
+	expires time.Time
 	// before are the UIDs of the server's pods that existed when it was reserved: only a new pod matches.
 	before []string
 	done   bool
@@ -449,11 +443,11 @@ func newReservations() reservations {
 	return reservations{byUser: map[string]map[string]*reservation{}, reserved: map[string]int64{}}
 }
 
-func (rs *reservations) reserve(user, server string, allocs []gpu.Allocation, expires time.Time, ix *index) string {
+func (rs *reservations) reserve(user, server string, allocs classified, expires time.Time, ix *index) string {
 	rs.release(rs.byUser[user][server])
 	rs.seq++
 	rv := &reservation{id: "r" + strconv.FormatInt(expires.UnixMilli(), 36) + "-" + strconv.FormatUint(rs.seq, 36),
-		user: user, server: server, allocs: allocs, expires: expires}
+		user: user, server: server, classified: allocs, expires: expires}
 	for _, p := range ix.byUser[user] {
 		if p.pod.Server == server {
 			rv.before = append(rv.before, p.pod.UID)
@@ -465,8 +459,8 @@ func (rs *reservations) reserve(user, server string, allocs []gpu.Allocation, ex
 		rs.byUser[user] = inner
 	}
 	inner[server] = rv
-	for _, a := range allocs {
-		rs.reserved[a.Class()] += a.Count
+	for i, a := range allocs.allocs {
+		rs.reserved[allocs.classes[i]] += a.Count
 	}
 	rs.queue = append(rs.queue, rv)
 	rs.live++
@@ -478,10 +472,11 @@ func (rs *reservations) release(rv *reservation) {
 		return
 	}
 	rv.done = true
-	for _, a := range rv.allocs {
-		rs.reserved[a.Class()] -= a.Count
-		if rs.reserved[a.Class()] <= 0 {
-			delete(rs.reserved, a.Class())
+	for i, a := range rv.allocs {
+		c := rv.classes[i]
+		rs.reserved[c] -= a.Count
+		if rs.reserved[c] <= 0 {
+			delete(rs.reserved, c)
 		}
 	}
 	if inner := rs.byUser[rv.user]; inner[rv.server] == rv {

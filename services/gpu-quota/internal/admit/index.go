@@ -33,16 +33,41 @@ type index struct {
 	held    map[string]int64                // class -> units held by active pods
 
 	// resolved caches resolve: GPU resources and nodeSelector -> allocations; cleared when nodes change.
-	resolved map[string][]gpu.Allocation
+	resolved map[string]classified
+}
+
+// classified are allocations with their classes (Class formats a string: computed once, not per decision).
+type classified struct {
+	allocs  []gpu.Allocation
+	classes []string
+}
+
+func classify(as []gpu.Allocation) classified {
+	c := classified{allocs: as, classes: make([]string, len(as))}
+	for i, a := range as {
+		c.classes[i] = a.Class()
+	}
+	return c
+}
+
+// units is how many units of class c holds.
+func (c classified) units(class string) int64 {
+	var n int64
+	for i, cl := range c.classes {
+		if cl == class {
+			n += c.allocs[i].Count
+		}
+	}
+	return n
 }
 
 // maxResolved bounds the resolve cache: profiles are few, but the request body is not ours.
 const maxResolved = 4096
 
 type podEntry struct {
-	key    string
-	pod    inventory.Pod
-	allocs []gpu.Allocation
+	key string
+	pod inventory.Pod
+	classified
 	// active pods hold (or will hold) their GPUs: not terminating and not finished. Pending ones count.
 	active bool
 }
@@ -52,7 +77,7 @@ func newIndex() *index {
 		nodes: map[string]inventory.Node{}, nodeUnits: map[string][]gpu.Allocation{},
 		capacity: map[string]int64{}, sample: map[string]gpu.Allocation{},
 		pods: map[string]*podEntry{}, byUser: map[string]map[string]*podEntry{}, byNode: map[string]map[string]*podEntry{},
-		unbound: map[string]*podEntry{}, held: map[string]int64{}, resolved: map[string][]gpu.Allocation{},
+		unbound: map[string]*podEntry{}, held: map[string]int64{}, resolved: map[string]classified{},
 	}
 }
 
@@ -60,10 +85,10 @@ func active(p inventory.Pod) bool {
 	return !p.Terminating && p.Phase != corev1.PodSucceeded && p.Phase != corev1.PodFailed
 }
 
-// classify is what a pod holds: by its node's labels once bound to a known node, else by its nodeSelector.
-func (ix *index) classify(p inventory.Pod) []gpu.Allocation {
+// classifyPod is what a pod holds: by its node's labels once bound to a known node, else by its nodeSelector.
+func (ix *index) classifyPod(p inventory.Pod) classified {
 	if n, ok := ix.nodes[p.Node]; ok {
-		return gpu.Allocations(p.Resources, gpu.Node{Labels: n.Labels})
+		return classify(gpu.Allocations(p.Resources, gpu.Node{Labels: n.Labels}))
 	}
 	return ix.resolve(p.Resources, p.NodeSelector)
 }
@@ -72,7 +97,7 @@ func (ix *index) classify(p inventory.Pod) []gpu.Allocation {
 // but rarely everything the share model reads (replicas, sharing strategy, MIG slices): the labels of the
 // first node (by name) that matches the selector and offers the resources complete it, so a request is
 // classified exactly as the pod will be once bound. Without such a node, the selector's labels alone.
-func (ix *index) resolve(res map[string]int64, sel map[string]string) []gpu.Allocation {
+func (ix *index) resolve(res map[string]int64, sel map[string]string) classified {
 	key := resolveKey(res, sel)
 	if a, ok := ix.resolved[key]; ok {
 		return a
@@ -85,7 +110,7 @@ func (ix *index) resolve(res map[string]int64, sel map[string]string) []gpu.Allo
 			break
 		}
 	}
-	a := gpu.Allocations(res, gpu.Node{Labels: labels})
+	a := classify(gpu.Allocations(res, gpu.Node{Labels: labels}))
 	if len(ix.resolved) >= maxResolved {
 		clear(ix.resolved)
 	}
@@ -135,8 +160,8 @@ func (ix *index) addHeld(e *podEntry, sign int64) {
 	if !e.active {
 		return
 	}
-	for _, a := range e.allocs {
-		ix.held[a.Class()] += sign * a.Count
+	for i, a := range e.allocs {
+		ix.held[e.classes[i]] += sign * a.Count
 	}
 }
 
@@ -144,7 +169,7 @@ func (ix *index) addHeld(e *podEntry, sign int64) {
 func (ix *index) upsertPod(key string, p inventory.Pod) *podEntry {
 	ix.removePod(key)
 	e := &podEntry{key: key, pod: p, active: active(p)}
-	e.allocs = ix.classify(p)
+	e.classified = ix.classifyPod(p)
 	ix.pods[key] = e
 	ix.addHeld(e, 1)
 	if p.User != "" {
@@ -231,7 +256,7 @@ func (ix *index) setNode(name string, n *inventory.Node) {
 	}
 	for _, e := range affected {
 		ix.addHeld(e, -1)
-		e.allocs = ix.classify(e.pod)
+		e.classified = ix.classifyPod(e.pod)
 		ix.addHeld(e, 1)
 	}
 }

@@ -17,7 +17,8 @@ import (
 // Service is gpu-quota's name as a Hub service: its notices are gpuhub.io/notice-gpu-quota.
 const Service = "gpu-quota"
 
-// UserView is one user holding GPU pods, as the enforcement loop sees them.
+// UserView is one user holding GPU pods, as the enforcement loop sees them. Effective is shared with the
+// engine's cache: read it, never change it.
 type UserView struct {
 	Name string
 	// Groups are the user's Hub groups from the directory.
@@ -81,9 +82,10 @@ func (e *Engine) Views() ([]UserView, error) {
 	out := make([]UserView, 0, len(users))
 	for _, s := range users {
 		groups := dir[s.name]
-		eff := pol.Effective(s.name, groups)
-		if ws := eff.Windows(); len(ws) > 0 && e.o.Hours != nil {
-			s.usage.GPUHours = e.o.Hours.GPUHours(s.name, ws, s.running, now)
+		ent := e.effective.get(pol, s.name, groups)
+		eff := ent.eff
+		if len(ent.windows) > 0 && e.o.Hours != nil {
+			s.usage.GPUHours = e.o.Hours.GPUHours(s.name, ent.windows, s.running, now)
 		}
 		slices.SortFunc(s.pods, func(a, b inventory.Pod) int {
 			return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
@@ -145,11 +147,12 @@ func (e *Engine) UserQuota(name string) (QuotaStatus, error) {
 	if dir == nil {
 		return QuotaStatus{}, fmt.Errorf("%w: hub users and groups not read yet: %w", ErrUnavailable, err)
 	}
-	eff := pol.Effective(name, dir[name])
+	ent := e.effective.get(pol, name, dir[name])
+	eff := ent.eff
 	now := e.o.Now()
 	e.mu.Lock()
 	e.res.expire(now)
-	u := e.usageLocked(eff, name, nil, now) // no server is being started: count them all
+	u := e.usageLocked(ent.windows, name, nil, now) // no server is being started: count them all
 	var notices []notice.Notice
 	for _, p := range e.ix.byUser[name] {
 		if p.active && p.pod.Notices[notice.Key(Service)] != "" {
@@ -180,7 +183,7 @@ func (e *Engine) UserQuota(name string) (QuotaStatus, error) {
 	}
 	q.Concurrent.MaxGPUs = limit(float64(eff.MaxGPUs.Value))
 	q.Concurrent.MaxServers = limit(float64(eff.MaxServers.Value))
-	for _, w := range eff.Windows() {
+	for _, w := range ent.windows {
 		budget := float64(eff.Budgets[w].Value)
 		b := BudgetStatus{Window: windowName(w), WindowSeconds: int64(w / time.Second), GPUHours: limit(budget), Status: BudgetUnavailable}
 		if hours, ok := u.GPUHours[w]; ok {
