@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -18,15 +19,18 @@ import (
 	"github.com/gpuhub/gpuhub/hubapi"
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/app"
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
 	"github.com/gpuhub/gpuhub/services/internal/config"
 	"github.com/gpuhub/gpuhub/services/internal/kube"
 	"github.com/gpuhub/gpuhub/services/internal/logging"
+	"github.com/gpuhub/gpuhub/services/internal/policy"
 )
 
-func main() { os.Exit(run(os.Args[1:])) }
+func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
 
-func run(args []string) int {
+func run(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gpu-quota", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	var (
 		listen          = fs.String("listen", ":8000", "address to serve the API, probes and metrics on")
 		prefix          = fs.String("prefix", "/services/gpu-quota/", "URL prefix of the API (the Hub service prefix)")
@@ -59,13 +63,17 @@ func run(args []string) int {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		_, _ = fmt.Fprintln(stderr, err)
 		return 2
 	}
-	logger, err := logging.New(os.Stderr, *logFormat, *logLevel)
+	logger, err := logging.New(stderr, *logFormat, *logLevel)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		_, _ = fmt.Fprintln(stderr, err)
 		return 2
+	}
+	// The policy first: a file that does not load is the first thing to fix, whatever else is missing.
+	if err := policy.Load(*policyPath, &quota.Policy{}); err != nil {
+		return policyFailed(stderr, err)
 	}
 	hubCfg := hubapi.ConfigFromEnv()
 	hubCfg.Logger, hubCfg.UserAgent = logger, "gpuhub-gpu-quota"
@@ -110,16 +118,20 @@ func run(args []string) int {
 		Hub: hub, HubRefresh: *hubRefresh, Token: hubCfg.Token, Auth: auth.Middleware, ReaderServices: config.List(*readerServices),
 		UsageURL: *usageURL, UsageRefresh: *usageRefresh, ReservationTTL: *reservationTTL,
 		LeaseNamespace: *leaseNamespace, LeaseName: *leaseName, Identity: identity, EnforceInterval: *enforceInterval,
-		// WhileLeader: the enforcement loop (services/gpu-quota/internal/enforce) runs here under the Lease.
 	})
 	var pe *app.PolicyError
 	if errors.As(err, &pe) {
-		fmt.Fprintf(os.Stderr, "gpu-quota: the policy file does not load; fix it and start again:\n%v\n", pe.Err)
-		return 1
+		return policyFailed(stderr, pe.Err)
 	}
 	if err != nil {
 		logger.Error("gpu-quota stopped", "err", err)
 		return 1
 	}
 	return 0
+}
+
+// policyFailed prints why the policy does not load, one error a line (file:line:column: message).
+func policyFailed(stderr io.Writer, err error) int {
+	_, _ = fmt.Fprintf(stderr, "gpu-quota: the policy file does not load; fix it (gpuhub policy check FILE) and start again:\n%v\n", err)
+	return 1
 }

@@ -1,6 +1,7 @@
 package decision
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -41,7 +42,7 @@ func TestHandler(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			l.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/decisions"+tc.query, nil))
+			l.Handler().ServeHTTP(rec, httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/decisions"+tc.query, nil))
 			if rec.Code != tc.wantStatus {
 				t.Fatalf("status %d, want %d: %s", rec.Code, tc.wantStatus, rec.Body)
 			}

@@ -166,9 +166,9 @@ func (e *Engine) UserQuota(name string) (QuotaStatus, error) {
 	q.Concurrent.HeldGPUs = round(sumShares(u.Held))
 	q.Concurrent.Servers = u.Servers
 	if len(notices) > 0 {
+		// The earliest deadline first; a notice without one last.
 		slices.SortFunc(notices, func(a, b notice.Notice) int {
-			switch {
-			case a.Deadline.IsZero() != b.Deadline.IsZero():
+			if a.Deadline.IsZero() != b.Deadline.IsZero() {
 				if a.Deadline.IsZero() {
 					return 1
 				}

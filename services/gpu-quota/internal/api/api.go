@@ -153,7 +153,7 @@ func (a *api) readers(next http.Handler) http.Handler {
 func (a *api) quota(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	id, ok := hubauth.FromContext(r.Context())
-	if !ok || !(id.CanReadUser(name) || a.reader(id)) {
+	if !ok || !id.CanReadUser(name) && !a.reader(id) {
 		server.WriteError(w, http.StatusForbidden, "you may read your own quota only; Hub admins and the services %s read everyone's",
 			strings.Join(a.o.ReaderServices, ", "))
 		return
