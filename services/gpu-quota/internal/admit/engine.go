@@ -109,6 +109,9 @@ func New(o Options) (*Engine, error) {
 	e.unavailable = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "unavailable_total",
 		Help: "Admissions decided while GPU-hours a budget needs could not be read, by the policy's onUnavailable mode (open admits, closed refuses)."},
 		[]string{"mode"})
+	for _, m := range []quota.Mode{quota.Open, quota.Closed} {
+		e.unavailable.WithLabelValues(string(m))
+	}
 	reservationsGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "reservations",
 		Help: "GPU reservations of admitted servers whose pod has not appeared yet (per replica)."},
 		func() float64 {
