@@ -174,6 +174,8 @@ type Inventory struct {
 	agentSA   string
 	nodes     listerscorev1.NodeLister
 	synced    []cache.InformerSynced
+	// podInformer and nodeInformer take the event handlers of services that keep their own index (AddHandlers).
+	podInformer, nodeInformer cache.SharedIndexInformer
 
 	health         []*informerHealth // pods, nodes, agents
 	now            func() time.Time
@@ -229,6 +231,7 @@ func New(opts Options) *Inventory {
 	nodeInf := podFactory.Core().V1().Nodes()
 	inv.nodes = nodeInf.Lister()
 	inv.synced = append(inv.synced, podInf.Informer().HasSynced, nodeInf.Informer().HasSynced)
+	inv.podInformer, inv.nodeInformer = podInf.Informer(), nodeInf.Informer()
 	inv.factories = append(inv.factories, podFactory)
 
 	_ = podInf.Informer().SetWatchErrorHandlerWithContext(podHealth.watchErrorHandler)
@@ -250,6 +253,35 @@ func New(opts Options) *Inventory {
 	// Set before Start (it fails afterwards).
 	_ = agentInf.Informer().SetWatchErrorHandlerWithContext(agentHealth.watchErrorHandler)
 	return inv
+}
+
+// AddHandlers registers event handlers on the pod and node informers (either may be nil), for a service that
+// keeps its own index of them up to date event by event instead of listing the cache per question (gpu-quota's
+// admission). Handlers registered after Start first get an add for every object already in the cache. synced
+// reports whether those initial adds have all been delivered.
+func (inv *Inventory) AddHandlers(pods, nodes cache.ResourceEventHandler) (synced func() bool, err error) {
+	var regs []cache.ResourceEventHandlerRegistration
+	for _, h := range []struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandler
+	}{{inv.podInformer, pods}, {inv.nodeInformer, nodes}} {
+		if h.h == nil {
+			continue
+		}
+		reg, err := h.inf.AddEventHandler(h.h)
+		if err != nil {
+			return nil, fmt.Errorf("inventory: add event handler: %w", err)
+		}
+		regs = append(regs, reg)
+	}
+	return func() bool {
+		for _, r := range regs {
+			if !r.HasSynced() {
+				return false
+			}
+		}
+		return true
+	}, nil
 }
 
 // Start starts the informers; they stop with ctx.

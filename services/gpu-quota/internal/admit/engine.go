@@ -1,0 +1,514 @@
+// Package admit is gpu-quota's admission engine: may this user start this GPU server now? It answers from
+// memory only (its own index of the informers' pods and nodes, the Hub directory, the cached ledger): no
+// API-server and no Hub request per decision. It applies the policy (quota.Decide), then checks that a GPU of
+// the requested class is free, and reserves what it admits until the pod appears, so that concurrent spawns
+// are counted exactly. It also gives the enforcement loop its view of every user (Views) and the usage API the
+// quota of one user (UserQuota).
+package admit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/usagecache"
+	"github.com/gpuhub/gpuhub/services/internal/decision"
+	"github.com/gpuhub/gpuhub/services/internal/gpu"
+	"github.com/gpuhub/gpuhub/services/internal/inventory"
+)
+
+// ReasonNoneFree refuses a request that the policy admits when no GPU of the requested class is free.
+const ReasonNoneFree quota.Reason = "none_free"
+
+// ErrUnavailable wraps every reason the engine cannot decide: the API answers 503 and the Hub glue applies
+// its onUnavailable.
+var ErrUnavailable = errors.New("gpu-quota cannot decide right now")
+
+// Hours is the cached ledger (*usagecache.Cache).
+type Hours interface {
+	GPUHours(user string, windows []time.Duration, held []usagecache.Held, now time.Time) map[time.Duration]map[string]float64
+}
+
+// Directory is the Hub's users and their groups as last read: user -> groups. nil (with the reason) when it
+// was never read.
+type Directory func() (map[string][]string, error)
+
+// Options configure an Engine.
+type Options struct {
+	// Policy is the policy in use (policy.Reloader.Current); nil when none is loaded.
+	Policy func() *quota.Policy
+	// Hours are the GPU-hours per window; nil: budgets are unavailable.
+	Hours Hours
+	// Directory gives each user's Hub groups when a request does not carry them.
+	Directory Directory
+	// Synced fails while the informers (and the engine's handlers on them) have not delivered every object:
+	// until then nothing is decided.
+	Synced func() error
+	// Healthy fails while an informer's watch is broken (the data may be stale): Views refuses, so that
+	// enforcement never acts on it. Admission still answers from the last known state.
+	Healthy func() error
+	Log     *decision.Log
+	// ReservationTTL is how long an admitted server's GPUs stay reserved if its pod never appears (default 5 min).
+	ReservationTTL time.Duration
+	// Now is the clock of decisions, reservations and accrual (default time.Now).
+	Now func() time.Time
+	// Registerer gets gpuhub_quota_admit_duration_seconds, gpuhub_quota_unavailable_total and
+	// gpuhub_quota_reservations; nil registers nothing.
+	Registerer prometheus.Registerer
+}
+
+// Engine decides admissions. It is safe for concurrent use.
+type Engine struct {
+	o Options
+
+	// mu guards the index and the reservations: a decision and the reservation it makes are one step, so
+	// concurrent requests are decided one after the other on exact numbers.
+	mu  sync.Mutex
+	ix  *index
+	res reservations
+
+	effective effCache
+
+	duration    prometheus.Histogram
+	unavailable *prometheus.CounterVec
+}
+
+// New returns an engine; register its handlers on the inventory (PodHandler, NodeHandler).
+func New(o Options) (*Engine, error) {
+	if o.Policy == nil || o.Log == nil {
+		return nil, errors.New("admit: Policy and Log are required")
+	}
+	if o.ReservationTTL <= 0 {
+		o.ReservationTTL = 5 * time.Minute
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Synced == nil {
+		o.Synced = func() error { return nil }
+	}
+	if o.Healthy == nil {
+		o.Healthy = func() error { return nil }
+	}
+	if o.Directory == nil {
+		o.Directory = func() (map[string][]string, error) { return nil, errors.New("no Hub directory") }
+	}
+	e := &Engine{o: o, ix: newIndex(), res: newReservations()}
+	e.duration = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "admit_duration_seconds",
+		Help:    "Time to decide one admission in the engine (from memory: no API-server or Hub request).",
+		Buckets: []float64{5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, .001, .0025, .005, .01}})
+	e.unavailable = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "unavailable_total",
+		Help: "Admissions decided while GPU-hours a budget needs could not be read, by the policy's onUnavailable mode (open admits, closed refuses)."},
+		[]string{"mode"})
+	for _, m := range []quota.Mode{quota.Open, quota.Closed} {
+		e.unavailable.WithLabelValues(string(m))
+	}
+	reservationsGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "reservations",
+		Help: "GPU reservations of admitted servers whose pod has not appeared yet (per replica)."},
+		func() float64 {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			e.res.expire(e.o.Now())
+			return float64(e.res.live)
+		})
+	if o.Registerer != nil {
+		for _, c := range []prometheus.Collector{e.duration, e.unavailable, reservationsGauge} {
+			if err := o.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("admit: register metrics: %w", err)
+			}
+		}
+	}
+	return e, nil
+}
+
+// PodHandler keeps the engine's index of GPU pods; register it on the pod informer.
+func (e *Engine) PodHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { e.onPod(obj, false) },
+		UpdateFunc: func(_, obj any) { e.onPod(obj, false) },
+		DeleteFunc: func(obj any) { e.onPod(obj, true) },
+	}
+}
+
+// NodeHandler keeps the engine's index of GPU nodes; register it on the node informer.
+func (e *Engine) NodeHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { e.onNode(obj, false) },
+		UpdateFunc: func(_, obj any) { e.onNode(obj, false) },
+		DeleteFunc: func(obj any) { e.onNode(obj, true) },
+	}
+}
+
+func (e *Engine) onPod(obj any, deleted bool) {
+	key, p := podKey(obj)
+	if key == "" {
+		return
+	}
+	var gp inventory.Pod
+	ok := false
+	if p != nil && !deleted {
+		gp, ok = inventory.PodFrom(p)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !ok {
+		e.ix.removePod(key)
+		return
+	}
+	ent := e.ix.upsertPod(key, gp)
+	if ent.active && gp.User != "" {
+		e.res.match(gp.User, gp.Server, gp.UID)
+	}
+}
+
+func (e *Engine) onNode(obj any, deleted bool) {
+	name, n := nodeOf(obj)
+	if name == "" {
+		return
+	}
+	var gn *inventory.Node
+	if n != nil && !deleted {
+		v := inventory.NodeFrom(n)
+		gn = &v
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.ix.setNode(name, gn)
+}
+
+// Request is an admission request: the server the Hub is about to create a pod for.
+type Request struct {
+	User   string `json:"user"`
+	Server string `json:"server"` // "" is the default server
+	// Groups are the user's Hub groups as the Hub sees them now; nil: the engine's directory.
+	Groups []string `json:"groups"`
+	// Resources are the pod's GPU extended resources (gpu.PodResources).
+	Resources    map[string]int64  `json:"resources"`
+	NodeSelector map[string]string `json:"nodeSelector"`
+	Profile      string            `json:"profile"` // informational
+}
+
+// Option is a GPU class the user could take instead: free now and within their quota.
+type Option struct {
+	Kind        gpu.Kind `json:"kind"`
+	Class       string   `json:"class"`
+	Description string   `json:"description"`
+	Free        int64    `json:"free"`
+
+	unit gpu.Allocation // one unit of Class, for the message
+}
+
+// Result is the answer to an admission request.
+type Result struct {
+	Allow   bool   `json:"allow"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+	// DecisionID is the decision log's record.
+	DecisionID string `json:"decisionId"`
+	// Reservation is set when the server is admitted with GPUs.
+	Reservation string   `json:"reservation,omitempty"`
+	CanTake     []Option `json:"canTake"`
+	// OnUnavailable is the policy's mode, for the glue when a later request cannot be answered.
+	OnUnavailable quota.Mode `json:"onUnavailable"`
+}
+
+// Admit decides one request from memory and records the decision. An error (wrapping ErrUnavailable) means
+// no decision could be made: no policy, the informers not synced, or the user's groups unknown.
+func (e *Engine) Admit(_ context.Context, r Request) (Result, error) {
+	start := time.Now()
+	pol := e.o.Policy()
+	if pol == nil {
+		return Result{}, fmt.Errorf("%w: no policy loaded", ErrUnavailable)
+	}
+	if err := e.o.Synced(); err != nil {
+		return Result{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	groups := r.Groups
+	if groups == nil {
+		dir, err := e.o.Directory()
+		if dir == nil {
+			return Result{}, fmt.Errorf("%w: the request has no groups and the Hub's were not read yet: %w", ErrUnavailable, err)
+		}
+		groups = dir[r.User]
+	}
+	ent := e.effective.get(pol, r.User, groups)
+	eff := ent.eff
+	now := e.o.Now()
+
+	e.mu.Lock()
+	out, rec := e.decideLocked(ent, r, now)
+	e.mu.Unlock()
+
+	rec = e.o.Log.Record(rec)
+	out.DecisionID = rec.ID
+	out.OnUnavailable = eff.OnUnavailable
+	if out.CanTake == nil {
+		out.CanTake = []Option{}
+	}
+	e.duration.Observe(time.Since(start).Seconds())
+	return out, nil
+}
+
+// decideLocked is the decision and the reservation, under e.mu.
+func (e *Engine) decideLocked(ent effEntry, r Request, now time.Time) (Result, decision.Record) {
+	ix, eff := e.ix, ent.eff
+	e.res.expire(now)
+	askedC := ix.resolve(r.Resources, r.NodeSelector)
+	asked := askedC.allocs
+	u := e.usageLocked(ent.windows, r.User, &r.Server, now)
+	if missing(ent.windows, u) {
+		e.unavailable.WithLabelValues(string(eff.OnUnavailable)).Inc()
+	}
+	d := quota.Decide(eff, u, quota.Request{Allocations: asked})
+	rec := decision.Record{Time: now, User: r.User, Server: r.Server, Reason: string(d.Reason), Numbers: numbers(d.Check)}
+	if len(asked) > 0 {
+		rec.Numbers["requestedGPUs"] = round(sumShares(asked))
+	}
+	res := Result{Allow: d.Allow, Reason: string(d.Reason), Message: d.Message}
+	if d.Allow && len(asked) > 0 {
+		if short, free := e.shortLocked(r, askedC); short != nil {
+			res.Allow, res.Reason = false, string(ReasonNoneFree)
+			res.CanTake = e.canTakeLocked(eff, u, r)
+			res.Message = noneFreeMessage(*short, free, res.CanTake)
+			rec.Reason = res.Reason
+			rec.Numbers = map[string]float64{"free": float64(free), "requested": float64(short.Count)}
+		} else {
+			res.Reservation = e.res.reserve(r.User, r.Server, askedC, now.Add(e.o.ReservationTTL), ix)
+		}
+	} else if !d.Allow {
+		res.CanTake = e.canTakeLocked(eff, u, r)
+	}
+	rec.Action = decision.ActionDeny
+	if res.Allow {
+		rec.Action = decision.ActionAdmit
+	}
+	rec.Message = res.Message
+	return res, rec
+}
+
+// usageLocked is what user holds: the GPU allocations of their active pods and of their reservations, and
+// their GPU-hours. For a decision about starting *starting, that server's own pods and reservation are left
+// out: the Hub is starting it again, so a pod left of it is about to be replaced and its reservation renewed.
+func (e *Engine) usageLocked(windows []time.Duration, user string, starting *string, now time.Time) quota.Usage {
+	var u quota.Usage
+	var running []usagecache.Held
+	for _, p := range e.ix.byUser[user] {
+		if !p.active {
+			continue
+		}
+		if p.pod.Allocated() {
+			running = appendHeld(running, p)
+		}
+		if starting != nil && p.pod.Server == *starting || len(p.allocs) == 0 {
+			continue
+		}
+		u.Held = append(u.Held, p.allocs...)
+		u.Servers++
+	}
+	for s, rv := range e.res.byUser[user] {
+		if starting != nil && s == *starting {
+			continue
+		}
+		u.Held = append(u.Held, rv.allocs...)
+		u.Servers++
+	}
+	if len(windows) > 0 && e.o.Hours != nil {
+		u.GPUHours = e.o.Hours.GPUHours(user, windows, running, now)
+	}
+	return u
+}
+
+func appendHeld(out []usagecache.Held, p *podEntry) []usagecache.Held {
+	for i, a := range p.allocs {
+		out = append(out, usagecache.Held{Class: p.classes[i], GPUs: a.Share(), Since: p.pod.Started})
+	}
+	return out
+}
+
+// missing reports whether a budget window's GPU-hours could not be read.
+func missing(windows []time.Duration, u quota.Usage) bool {
+	for _, w := range windows {
+		if _, ok := u.GPUHours[w]; !ok {
+			return true
+		}
+	}
+	return false
+}
+
+// freeLocked is how many units of class are free for a request about (user, server): what the nodes offer,
+// less what active pods hold and reservations keep, plus what the server being restarted gives back (its old
+// pod and reservation).
+func (e *Engine) freeLocked(class, user, server string) int64 {
+	free := e.ix.capacity[class] - e.ix.held[class] - e.res.reserved[class]
+	for _, p := range e.ix.byUser[user] {
+		if p.active && p.pod.Server == server {
+			free += p.units(class)
+		}
+	}
+	if rv := e.res.byUser[user][server]; rv != nil {
+		free += rv.units(class)
+	}
+	return max(free, 0)
+}
+
+// shortLocked returns the first requested allocation with fewer units free than asked, and how many are.
+func (e *Engine) shortLocked(r Request, asked classified) (*gpu.Allocation, int64) {
+	for i, a := range asked.allocs {
+		if free := e.freeLocked(asked.classes[i], r.User, r.Server); free < a.Count {
+			return &asked.allocs[i], free
+		}
+	}
+	return nil, 0
+}
+
+// canTakeLocked lists the classes with a free unit that the policy would admit one unit of, for this user now.
+func (e *Engine) canTakeLocked(eff quota.Effective, u quota.Usage, r Request) []Option {
+	var out []Option
+	for _, class := range e.ix.classes {
+		free := e.freeLocked(class, r.User, r.Server)
+		if free <= 0 {
+			continue
+		}
+		one := e.ix.sample[class]
+		if !quota.Decide(eff, u, quota.Request{Allocations: []gpu.Allocation{one}}).Allow {
+			continue
+		}
+		out = append(out, Option{Kind: one.Kind, Class: class, Description: one.Description(), Free: free, unit: one})
+	}
+	return out
+}
+
+// numbers are a check's numbers for the decision log; unlimited limits are left out (JSON has no infinity).
+func numbers(c quota.Check) map[string]float64 {
+	m := map[string]float64{}
+	put := func(k string, v float64) {
+		if !math.IsInf(v, 0) && !math.IsNaN(v) {
+			m[k] = round(v)
+		}
+	}
+	switch c.Reason {
+	case quota.ReasonBudgetExhausted:
+		put("windowSeconds", c.Window.Seconds())
+		put("budget", c.Budget)
+		put("used", c.Used)
+	case quota.ReasonUsageUnavailable:
+		put("windowSeconds", c.Window.Seconds())
+		put("budget", c.Budget)
+	case quota.ReasonOK, quota.ReasonMaxGPUs, quota.ReasonMaxGPUsPerKind, quota.ReasonMaxServers, quota.ReasonKindNotAllowed:
+		put("limit", c.Limit)
+		put("held", c.Held)
+		put("requested", c.Requested)
+	}
+	return m
+}
+
+func sumShares(as []gpu.Allocation) float64 {
+	total := 0.0
+	for _, a := range as {
+		total += a.Share()
+	}
+	return total
+}
+
+// round keeps 4 decimals: 3/7 is 0.4286.
+func round(v float64) float64 { return math.Round(v*1e4) / 1e4 }
+
+// reservations are the GPUs of admitted servers whose pods have not appeared yet, per (user, server). The TTL
+// is one for all, so expiry order is creation order: a FIFO queue, with replaced and matched ones skipped.
+type reservations struct {
+	byUser   map[string]map[string]*reservation
+	queue    []*reservation
+	reserved map[string]int64 // class -> units
+	live     int
+	seq      uint64
+}
+
+type reservation struct {
+	id           string
+	user, server string
+	classified
+	expires time.Time
+	// before are the UIDs of the server's pods that existed when it was reserved: only a new pod matches.
+	before []string
+	done   bool
+}
+
+func newReservations() reservations {
+	return reservations{byUser: map[string]map[string]*reservation{}, reserved: map[string]int64{}}
+}
+
+func (rs *reservations) reserve(user, server string, allocs classified, expires time.Time, ix *index) string {
+	rs.release(rs.byUser[user][server])
+	rs.seq++
+	rv := &reservation{id: "r" + strconv.FormatInt(expires.UnixMilli(), 36) + "-" + strconv.FormatUint(rs.seq, 36),
+		user: user, server: server, classified: allocs, expires: expires}
+	for _, p := range ix.byUser[user] {
+		if p.pod.Server == server {
+			rv.before = append(rv.before, p.pod.UID)
+		}
+	}
+	inner := rs.byUser[user]
+	if inner == nil {
+		inner = map[string]*reservation{}
+		rs.byUser[user] = inner
+	}
+	inner[server] = rv
+	for i, a := range allocs.allocs {
+		rs.reserved[allocs.classes[i]] += a.Count
+	}
+	rs.queue = append(rs.queue, rv)
+	rs.live++
+	return rv.id
+}
+
+func (rs *reservations) release(rv *reservation) {
+	if rv == nil || rv.done {
+		return
+	}
+	rv.done = true
+	for i, a := range rv.allocs {
+		c := rv.classes[i]
+		rs.reserved[c] -= a.Count
+		if rs.reserved[c] <= 0 {
+			delete(rs.reserved, c)
+		}
+	}
+	if inner := rs.byUser[rv.user]; inner[rv.server] == rv {
+		delete(inner, rv.server)
+		if len(inner) == 0 {
+			delete(rs.byUser, rv.user)
+		}
+	}
+	rs.live--
+}
+
+// match releases (user, server)'s reservation when a pod of it that was not there when it was made appears.
+func (rs *reservations) match(user, server, uid string) {
+	rv := rs.byUser[user][server]
+	if rv == nil || slices.Contains(rv.before, uid) {
+		return
+	}
+	rs.release(rv)
+}
+
+// expire releases the reservations past their TTL at now.
+func (rs *reservations) expire(now time.Time) {
+	n := 0
+	for n < len(rs.queue) && (rs.queue[n].done || !now.Before(rs.queue[n].expires)) {
+		rs.release(rs.queue[n])
+		rs.queue[n] = nil
+		n++
+	}
+	if n > 0 {
+		rs.queue = rs.queue[n:]
+	}
+}

@@ -1,0 +1,433 @@
+package admit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuhub/gpuhub/services/internal/decision"
+)
+
+const (
+	classH100  = "gpu H100-80GB-HBM3"
+	classMIG3  = "mig A100-SXM4-40GB 3g.20gb"
+	classMIG1  = "mig A100-SXM4-40GB 1g.5gb"
+	classT4    = "shared T4"
+	day        = 24 * time.Hour
+	studentsBg = "students"
+)
+
+type want struct {
+	allow       bool
+	reason      string
+	canTake     []string // "class=free"
+	reservation bool
+}
+
+func summarize(r Result) want {
+	w := want{allow: r.Allow, reason: r.Reason, reservation: r.Reservation != ""}
+	for _, o := range r.CanTake {
+		w.canTake = append(w.canTake, fmt.Sprintf("%s=%d", o.Class, o.Free))
+	}
+	return w
+}
+
+func TestAdmit(t *testing.T) {
+	carolH100s := []*corev1.Pod{
+		pod("jupyter-carol", "carol", "", "gpu-h100", "nvidia.com/gpu"),
+		pod("jupyter-carol-2", "carol", "two", "gpu-h100", "nvidia.com/gpu"),
+	}
+	bobMIG := []*corev1.Pod{pod("jupyter-bob", "bob", "", "gpu-a100", "nvidia.com/mig-1g.5gb")}
+	tests := map[string]struct {
+		pods    []*corev1.Pod
+		hours   map[string]map[time.Duration]map[string]float64
+		noHours bool
+		closed  bool
+		before  []Request // admitted first (their reservations count)
+		req     Request
+		want    want
+	}{
+		"cpu only": {req: Request{User: "bob", Resources: map[string]int64{}}, want: want{allow: true, reason: "no_gpu"}},
+		"student takes a MIG slice": {
+			req:  mig("bob", "", "1g.5gb"),
+			want: want{allow: true, reason: "ok", reservation: true},
+		},
+		"student takes a T4 share": {
+			req:  t4("bob", ""),
+			want: want{allow: true, reason: "ok", reservation: true},
+		},
+		"student's second GPU server": {
+			pods: bobMIG, req: mig("bob", "second", "1g.5gb"),
+			want: want{reason: "max_servers", canTake: nil},
+		},
+		"student's second server counts the reservation of the first": {
+			before: []Request{mig("bob", "", "1g.5gb")}, req: t4("bob", "second"),
+			want: want{reason: "max_servers"},
+		},
+		"a restarted server does not count its own old pod": {
+			pods: bobMIG, req: mig("bob", "", "1g.5gb"),
+			want: want{allow: true, reason: "ok", reservation: true},
+		},
+		"student asks for an H100": {
+			req:  h100("bob", "", 1),
+			want: want{reason: "kind_not_allowed", canTake: []string{classMIG1 + "=3", classMIG3 + "=2", classT4 + "=4"}},
+		},
+		"no H100 free: carol holds both": {
+			pods: carolH100s, req: h100("dave", "", 1),
+			want: want{reason: "none_free", canTake: []string{classMIG1 + "=3", classMIG3 + "=2"}},
+		},
+		"one H100 free, two asked": {
+			pods: carolH100s[:1], req: h100("dave", "", 2),
+			want: want{reason: "none_free", canTake: []string{classH100 + "=1", classMIG1 + "=3", classMIG3 + "=2"}},
+		},
+		"reservations hold GPUs for others": {
+			before: []Request{h100("carol", "", 1), h100("carol", "two", 1)}, req: h100("dave", "", 1),
+			want: want{reason: "none_free", canTake: []string{classMIG1 + "=3", classMIG3 + "=2"}},
+		},
+		"terminating and finished pods hold nothing": {
+			pods: []*corev1.Pod{
+				pod("jupyter-carol", "carol", "", "gpu-h100", "nvidia.com/gpu", func(p *corev1.Pod) {
+					p.DeletionTimestamp = &metav1.Time{Time: t0}
+					p.Finalizers = []string{"test/keep"}
+				}),
+				pod("jupyter-carol-2", "carol", "two", "gpu-h100", "nvidia.com/gpu", func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }),
+			},
+			req: h100("dave", "", 2), want: want{allow: true, reason: "ok", reservation: true},
+		},
+		"pending pods hold their GPUs": {
+			pods: []*corev1.Pod{
+				pod("jupyter-carol", "carol", "", "", "nvidia.com/gpu", selector(map[string]string{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})),
+				pod("jupyter-carol-2", "carol", "two", "gpu-h100", "nvidia.com/gpu", func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending }),
+			},
+			req: h100("dave", "", 1), want: want{reason: "none_free", canTake: []string{classMIG1 + "=3", classMIG3 + "=2"}},
+		},
+		"budget exhausted": {
+			hours: map[string]map[time.Duration]map[string]float64{"bob": {day: {classMIG1: 2.5}}},
+			req:   mig("bob", "", "1g.5gb"), want: want{reason: "budget_exhausted"},
+		},
+		"usage unavailable, open": {
+			noHours: true, req: mig("bob", "", "1g.5gb"),
+			want: want{allow: true, reason: "usage_unavailable", reservation: true},
+		},
+		"usage unavailable, closed": {
+			noHours: true, closed: true, req: mig("bob", "", "1g.5gb"),
+			want: want{reason: "usage_unavailable"},
+		},
+		"groups in the request win over the directory": {
+			req:  func() Request { r := h100("bob", "", 1); r.Groups = []string{"researchers"}; return r }(),
+			want: want{allow: true, reason: "ok", reservation: true},
+		},
+		"exempt users still need a free GPU": {
+			pods: carolH100s, req: h100("admin", "", 1),
+			want: want{reason: "none_free", canTake: []string{classMIG1 + "=3", classMIG3 + "=2", classT4 + "=4"}},
+		},
+		"a T4 share is a quarter GPU for the limit": {
+			pods: []*corev1.Pod{pod("jupyter-erin", "erin", "", "gpu-a100", "nvidia.com/mig-3g.20gb")},
+			req:  func() Request { r := t4("erin", "x"); r.Groups = []string{"racers"}; return r }(),
+			want: want{allow: true, reason: "ok", reservation: true},
+		},
+	}
+	var messages strings.Builder
+	for _, name := range sortedNames(tests) {
+		tc := tests[name]
+		t.Run(name, func(t *testing.T) {
+			objs := cluster()
+			for _, p := range tc.pods {
+				objs = append(objs, p)
+			}
+			r := newRig(t, objs...)
+			r.hours.hours, r.hours.unavailable = tc.hours, tc.noHours
+			if tc.closed {
+				r.pol.Store(mustPolicy(t, "onUnavailable: closed\n"+testPolicy))
+			}
+			for _, b := range tc.before {
+				if res := r.admit(t, b); !res.Allow {
+					t.Fatalf("before: %+v refused: %s", b, res.Message)
+				}
+			}
+			got := r.admit(t, tc.req)
+			if diff := cmp.Diff(tc.want, summarize(got), cmp.AllowUnexported(want{})); diff != "" {
+				t.Errorf("(-want +got):\n%s\nmessage: %s", diff, got.Message)
+			}
+			if got.DecisionID == "" {
+				t.Error("no decision id")
+			}
+			if !got.Allow && got.Message == "" || got.Allow && got.Reason == "ok" && got.Message != "" {
+				t.Errorf("message %q for allow=%v", got.Message, got.Allow)
+			}
+			fmt.Fprintf(&messages, "%s: %s\n", name, got.Message)
+		})
+	}
+	golden(t, "messages.golden", messages.String())
+}
+
+func sortedNames[V any](m map[string]V) []string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func TestDecisionRecorded(t *testing.T) {
+	r := newRig(t, cluster()...)
+	res := r.admit(t, h100("bob", "", 1))
+	recs := r.log.List(decision.Filter{User: "bob"})
+	if len(recs) != 1 {
+		t.Fatalf("%d records, want 1", len(recs))
+	}
+	rec := recs[0]
+	want := decision.Record{ID: res.DecisionID, Time: t0, Service: Service, Actor: Service, User: "bob", Action: decision.ActionDeny,
+		Reason: "kind_not_allowed", Message: res.Message, Numbers: map[string]float64{"limit": 0, "held": 0, "requested": 1, "requestedGPUs": 1}}
+	if diff := cmp.Diff(want, rec); diff != "" {
+		t.Errorf("record (-want +got):\n%s", diff)
+	}
+	res = r.admit(t, mig("bob", "", "3g.20gb"))
+	rec = r.log.List(decision.Filter{User: "bob", Limit: 1})[0]
+	if rec.Action != decision.ActionAdmit || rec.ID != res.DecisionID || rec.Numbers["limit"] != 0.4286 || rec.Numbers["requested"] != 0.4286 {
+		t.Errorf("admit record %+v", rec)
+	}
+}
+
+func TestUnavailable(t *testing.T) {
+	r := newRig(t, cluster()...)
+	r.pol.Store(nil)
+	if _, err := r.eng.Admit(context.Background(), h100("bob", "", 1)); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("no policy: err %v, want ErrUnavailable", err)
+	}
+	r.pol.Store(mustPolicy(t, testPolicy))
+	r.eng.o.Directory = func() (map[string][]string, error) { return nil, errors.New("hub down") }
+	if _, err := r.eng.Admit(context.Background(), h100("bob", "", 1)); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "hub down") {
+		t.Errorf("no directory: err %v", err)
+	}
+	withGroups := h100("bob", "", 1)
+	withGroups.Groups = []string{"students"}
+	if _, err := r.eng.Admit(context.Background(), withGroups); err != nil {
+		t.Errorf("groups in the request need no directory: %v", err)
+	}
+	if _, err := r.eng.Views(); err == nil {
+		t.Error("Views without a directory: no error")
+	}
+	r.eng.o.Synced = func() error { return errors.New("informer caches not synced yet") }
+	if _, err := r.eng.Admit(context.Background(), withGroups); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("unsynced: err %v", err)
+	}
+}
+
+func TestReservationLifecycle(t *testing.T) {
+	r := newRig(t, cluster()...)
+	first := r.admit(t, h100("carol", "", 1))
+	again := r.admit(t, h100("carol", "", 1))
+	if !first.Allow || !again.Allow || first.Reservation == again.Reservation {
+		t.Fatalf("admits %+v %+v", first, again)
+	}
+	if n := r.reservations(); n != 1 {
+		t.Errorf("a second admit of the same server: %d reservations, want 1 (replaced)", n)
+	}
+	r.admit(t, h100("carol", "two", 1))
+	if res := r.admit(t, h100("dave", "", 1)); res.Reason != "none_free" {
+		t.Errorf("both H100s reserved: %s", res.Reason)
+	}
+	// carol's default server's pod appears: it now holds the GPU; her reservation is released, not counted twice.
+	r.create(t, pod("jupyter-carol", "carol", "", "", "nvidia.com/gpu", selector(map[string]string{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})))
+	eventually(t, func() bool { return r.reservations() == 1 })
+	q, err := r.eng.UserQuota("carol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Concurrent.Servers != 2 || q.Concurrent.HeldGPUs != 2 {
+		t.Errorf("carol holds %+v, want 2 servers and 2 GPUs (a pod and a reservation)", q.Concurrent)
+	}
+	// The other reservation expires after the TTL: its H100 is free again.
+	r.clock.Add(5*time.Minute + time.Second)
+	if res := r.admit(t, h100("dave", "", 1)); !res.Allow {
+		t.Errorf("after the TTL: %s %s", res.Reason, res.Message)
+	}
+	if n := r.reservations(); n != 1 {
+		t.Errorf("%d reservations, want dave's only", n)
+	}
+}
+
+// TestNoReadsPerDecision: a decision reads nothing from the API server (the Hub side: app's test).
+func TestNoReadsPerDecision(t *testing.T) {
+	r := newRig(t, append(cluster(), pod("jupyter-carol", "carol", "", "gpu-h100", "nvidia.com/gpu"))...)
+	for i := range 200 {
+		r.admit(t, h100("dave", fmt.Sprint(i), 1))
+		r.admit(t, mig("bob", "", "1g.5gb"))
+		if _, err := r.eng.UserQuota("bob"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.eng.Views(); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.apiRead.Load(); n != 0 {
+		t.Errorf("%d API-server requests during 600 decisions, want 0", n)
+	}
+}
+
+// TestConcurrentAdmitsAreExact: 1,000 concurrent requests against a limit of N admit exactly N, for a user's
+// server limit and for the GPUs free in the cluster.
+func TestConcurrentAdmitsAreExact(t *testing.T) {
+	objs := append(cluster(), node("gpu-t4-many", map[string]string{"nvidia.com/gpu.product": "Tesla-T4-SHARED",
+		"nvidia.com/gpu.sharing-strategy": "time-slicing", "nvidia.com/gpu.replicas": "4"}, map[string]int64{"nvidia.com/gpu.shared": 400}))
+	tests := map[string]struct {
+		req  func(i int) Request
+		want int
+	}{
+		"one user, maxServers 5": {
+			req:  func(i int) Request { r := t4("racer", fmt.Sprint(i)); r.Groups = []string{"racers"}; return r },
+			want: 5,
+		},
+		"1,000 users, 2 H100s": {
+			req:  func(i int) Request { r := h100(fmt.Sprint("user", i), "", 1); r.Groups = []string{"crowd"}; return r },
+			want: 2,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			r := newRig(t, objs...)
+			var wg sync.WaitGroup
+			results := make([]Result, 1000)
+			start := make(chan struct{})
+			for i := range results {
+				wg.Go(func() {
+					<-start
+					res, err := r.eng.Admit(context.Background(), tc.req(i))
+					if err != nil {
+						t.Error(err)
+					}
+					results[i] = res
+				})
+			}
+			close(start)
+			wg.Wait()
+			admitted := 0
+			for _, res := range results {
+				if res.Allow {
+					admitted++
+				}
+			}
+			if admitted != tc.want {
+				t.Errorf("%d of 1,000 admitted, want exactly %d", admitted, tc.want)
+			}
+			if got := len(r.log.List(decision.Filter{Action: decision.ActionAdmit})); got != tc.want {
+				t.Errorf("%d admit decisions logged, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestViews(t *testing.T) {
+	notice := `{"service":"gpu-quota","kind":"budget","reason":"budget_exhausted","message":"over","deadline":"2026-11-23T14:30:00Z","snoozable":false,"createdAt":"2026-11-23T14:20:00Z"}`
+	r := newRig(t, append(cluster(),
+		pod("jupyter-bob", "bob", "", "gpu-a100", "nvidia.com/mig-1g.5gb", started(t0.Add(-time.Hour)), annotate("gpuhub.io/notice-gpu-quota", notice)),
+		pod("jupyter-carol", "carol", "", "gpu-h100", "nvidia.com/gpu"),
+		pod("jupyter-carol-x", "carol", "x", "", "nvidia.com/gpu", selector(map[string]string{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})),
+		pod("jupyter-old", "dave", "", "gpu-h100", "nvidia.com/gpu", func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }),
+		pod("system", "", "", "gpu-t4", "nvidia.com/gpu.shared"),
+	)...)
+	r.hours.hours = map[string]map[time.Duration]map[string]float64{"bob": {day: {classMIG1: 1.5}}}
+	r.admit(t, t4("erin", "")) // a reservation is not a pod: not in Views
+	views, err := r.eng.Views()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type view struct {
+		Name    string
+		Groups  []string
+		Pods    []string
+		Servers int
+		Held    float64
+		Hours   map[time.Duration]map[string]float64
+	}
+	var got []view
+	for _, v := range views {
+		g := view{Name: v.Name, Groups: v.Groups, Servers: v.Usage.Servers, Held: round(sumShares(v.Usage.Held)), Hours: v.Usage.GPUHours}
+		for _, p := range v.Pods {
+			g.Pods = append(g.Pods, p.Name)
+		}
+		got = append(got, g)
+	}
+	wantViews := []view{
+		{Name: "bob", Groups: []string{"students"}, Pods: []string{"jupyter-bob"}, Servers: 1, Held: 0.1429,
+			Hours: map[time.Duration]map[string]float64{day: {classMIG1: 1.5}}},
+		{Name: "carol", Groups: []string{"researchers"}, Pods: []string{"jupyter-carol", "jupyter-carol-x"}, Servers: 2, Held: 2},
+	}
+	if diff := cmp.Diff(wantViews, got); diff != "" {
+		t.Errorf("views (-want +got):\n%s", diff)
+	}
+
+	q, err := r.eng.UserQuota("bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Notice == nil || q.Notice.Reason != "budget_exhausted" || !q.Notice.Deadline.Equal(time.Date(2026, 11, 23, 14, 30, 0, 0, time.UTC)) {
+		t.Errorf("notice %+v", q.Notice)
+	}
+	q.Notice = nil
+	f := func(v float64) *float64 { return &v }
+	wantQ := QuotaStatus{User: "bob", Concurrent: Concurrent{MaxGPUs: f(0.4286), HeldGPUs: 0.1429, MaxServers: f(1), Servers: 1},
+		Budgets: []BudgetStatus{{Window: "24h", WindowSeconds: 86400, GPUHours: f(2), UsedGPUHours: f(1.5), RemainingGPUHours: f(0.5), Status: BudgetOK}}}
+	if diff := cmp.Diff(wantQ, q); diff != "" {
+		t.Errorf("quota (-want +got):\n%s", diff)
+	}
+	r.hours.unavailable = true
+	q, _ = r.eng.UserQuota("bob")
+	if b := q.Budgets[0]; b.Status != BudgetUnavailable || b.UsedGPUHours != nil || b.GPUHours == nil {
+		t.Errorf("unavailable budget %+v", b)
+	}
+	q, _ = r.eng.UserQuota("admin")
+	if !q.Exempt || q.Concurrent.MaxGPUs != nil || len(q.Budgets) != 0 {
+		t.Errorf("exempt %+v", q)
+	}
+	q, _ = r.eng.UserQuota("dave") // researchers: no budget, 2 GPUs
+	if q.Concurrent.MaxGPUs == nil || *q.Concurrent.MaxGPUs != 2 || q.Concurrent.Servers != 0 || q.Budgets == nil {
+		t.Errorf("dave %+v", q)
+	}
+}
+
+func TestNodeChangesReclassify(t *testing.T) {
+	// A T4 node without its replicas label yet: a share is charged as a whole GPU; once GFD labels it, a quarter.
+	bare := node("gpu-t4", map[string]string{"nvidia.com/gpu.product": "Tesla-T4-SHARED"}, map[string]int64{"nvidia.com/gpu.shared": 4})
+	r := newRig(t, bare, pod("jupyter-erin", "erin", "", "gpu-t4", "nvidia.com/gpu.shared"))
+	held := func() float64 {
+		q, err := r.eng.UserQuota("erin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return q.Concurrent.HeldGPUs
+	}
+	if h := held(); h != 1 {
+		t.Errorf("before the labels: held %v, want 1", h)
+	}
+	labelled := bare.DeepCopy()
+	labelled.Labels = t4Labels
+	if _, err := r.kc.CoreV1().Nodes().Update(context.Background(), labelled, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() bool { return held() == 0.25 })
+	if err := r.kc.CoreV1().Nodes().Delete(context.Background(), "gpu-t4", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() bool {
+		r.eng.mu.Lock()
+		defer r.eng.mu.Unlock()
+		return len(r.eng.ix.capacity) == 0
+	})
+	racer := t4("erin", "x")
+	racer.Groups = []string{"racers"}
+	if res := r.admit(t, racer); res.Reason != "none_free" {
+		t.Errorf("no T4 node: %s", res.Reason)
+	}
+}

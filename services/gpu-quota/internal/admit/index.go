@@ -1,0 +1,319 @@
+package admit
+
+import (
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/gpuhub/gpuhub/services/internal/gpu"
+	"github.com/gpuhub/gpuhub/services/internal/inventory"
+)
+
+// The index is the engine's own view of the GPU pods and nodes, kept up to date event by event by the
+// informers' handlers, so that a decision costs O(the user's pods + GPU classes) and never a scan of every pod
+// of the cluster: pods by user, units offered per class by the nodes, units held per class by the pods.
+// Everything in it is guarded by Engine.mu.
+type index struct {
+	nodes     map[string]inventory.Node // GPU nodes only
+	nodeNames []string                  // sorted: the first node matching a selector resolves it
+	// nodeUnits are each node's allocatable GPU resources as allocations (Count = units).
+	nodeUnits map[string][]gpu.Allocation
+	capacity  map[string]int64          // class -> units the nodes offer
+	sample    map[string]gpu.Allocation // class -> one unit of it (Count 1), for canTake
+	classes   []string                  // classes with capacity, in vocabulary order
+
+	pods    map[string]*podEntry            // namespace/name
+	byUser  map[string]map[string]*podEntry // user -> namespace/name
+	byNode  map[string]map[string]*podEntry // bound pods by node name, known node or not
+	unbound map[string]*podEntry            // pods not yet bound: classified by their nodeSelector
+	held    map[string]int64                // class -> units held by active pods
+
+	// resolved caches resolve: GPU resources and nodeSelector -> allocations; cleared when nodes change.
+	resolved map[string]classified
+}
+
+// classified are allocations with their classes (Class formats a string: computed once, not per decision).
+type classified struct {
+	allocs  []gpu.Allocation
+	classes []string
+}
+
+func classify(as []gpu.Allocation) classified {
+	c := classified{allocs: as, classes: make([]string, len(as))}
+	for i, a := range as {
+		c.classes[i] = a.Class()
+	}
+	return c
+}
+
+// units is how many units of class c holds.
+func (c classified) units(class string) int64 {
+	var n int64
+	for i, cl := range c.classes {
+		if cl == class {
+			n += c.allocs[i].Count
+		}
+	}
+	return n
+}
+
+// maxResolved bounds the resolve cache: profiles are few, but the request body is not ours.
+const maxResolved = 4096
+
+type podEntry struct {
+	key string
+	pod inventory.Pod
+	classified
+	// active pods hold (or will hold) their GPUs: not terminating and not finished. Pending ones count.
+	active bool
+}
+
+func newIndex() *index {
+	return &index{
+		nodes: map[string]inventory.Node{}, nodeUnits: map[string][]gpu.Allocation{},
+		capacity: map[string]int64{}, sample: map[string]gpu.Allocation{},
+		pods: map[string]*podEntry{}, byUser: map[string]map[string]*podEntry{}, byNode: map[string]map[string]*podEntry{},
+		unbound: map[string]*podEntry{}, held: map[string]int64{}, resolved: map[string]classified{},
+	}
+}
+
+func active(p inventory.Pod) bool {
+	return !p.Terminating && p.Phase != corev1.PodSucceeded && p.Phase != corev1.PodFailed
+}
+
+// classifyPod is what a pod holds: by its node's labels once bound to a known node, else by its nodeSelector.
+func (ix *index) classifyPod(p inventory.Pod) classified {
+	if n, ok := ix.nodes[p.Node]; ok {
+		return classify(gpu.Allocations(p.Resources, gpu.Node{Labels: n.Labels}))
+	}
+	return ix.resolve(p.Resources, p.NodeSelector)
+}
+
+// resolve is what a pod asking for resources with nodeSelector will hold. A nodeSelector names a GPU product
+// but rarely everything the share model reads (replicas, sharing strategy, MIG slices): the labels of the
+// first node (by name) that matches the selector and offers the resources complete it, so a request is
+// classified exactly as the pod will be once bound. Without such a node, the selector's labels alone.
+func (ix *index) resolve(res map[string]int64, sel map[string]string) classified {
+	key := resolveKey(res, sel)
+	if a, ok := ix.resolved[key]; ok {
+		return a
+	}
+	labels := sel
+	for _, name := range ix.nodeNames {
+		n := ix.nodes[name]
+		if matches(n, sel) && offers(n, res) {
+			labels = n.Labels
+			break
+		}
+	}
+	a := classify(gpu.Allocations(res, gpu.Node{Labels: labels}))
+	if len(ix.resolved) >= maxResolved {
+		clear(ix.resolved)
+	}
+	ix.resolved[key] = a
+	return a
+}
+
+func resolveKey(res map[string]int64, sel map[string]string) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(res)) {
+		if res[k] > 0 && gpu.IsGPUResource(k) {
+			b.WriteString(k)
+			b.WriteByte('=')
+			b.WriteString(strconv.FormatInt(res[k], 10))
+			b.WriteByte(';')
+		}
+	}
+	b.WriteByte('|')
+	for _, k := range slices.Sorted(maps.Keys(sel)) {
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(sel[k])
+		b.WriteByte(';')
+	}
+	return b.String()
+}
+
+func matches(n inventory.Node, sel map[string]string) bool {
+	for k, v := range sel {
+		if n.Labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func offers(n inventory.Node, res map[string]int64) bool {
+	for k, v := range res {
+		if v > 0 && gpu.IsGPUResource(k) && n.Allocatable[k] < v {
+			return false
+		}
+	}
+	return true
+}
+
+func (ix *index) addHeld(e *podEntry, sign int64) {
+	if !e.active {
+		return
+	}
+	for i, a := range e.allocs {
+		ix.held[e.classes[i]] += sign * a.Count
+	}
+}
+
+// upsertPod records p (added or changed) and returns its entry.
+func (ix *index) upsertPod(key string, p inventory.Pod) *podEntry {
+	ix.removePod(key)
+	e := &podEntry{key: key, pod: p, active: active(p)}
+	e.classified = ix.classifyPod(p)
+	ix.pods[key] = e
+	ix.addHeld(e, 1)
+	if p.User != "" {
+		addTo(ix.byUser, p.User, key, e)
+	}
+	if p.Node != "" {
+		addTo(ix.byNode, p.Node, key, e)
+	} else {
+		ix.unbound[key] = e
+	}
+	return e
+}
+
+func (ix *index) removePod(key string) {
+	e, ok := ix.pods[key]
+	if !ok {
+		return
+	}
+	ix.addHeld(e, -1)
+	delete(ix.pods, key)
+	removeFrom(ix.byUser, e.pod.User, key)
+	removeFrom(ix.byNode, e.pod.Node, key)
+	delete(ix.unbound, key)
+}
+
+func addTo(m map[string]map[string]*podEntry, k, key string, e *podEntry) {
+	inner := m[k]
+	if inner == nil {
+		inner = map[string]*podEntry{}
+		m[k] = inner
+	}
+	inner[key] = e
+}
+
+func removeFrom(m map[string]map[string]*podEntry, k, key string) {
+	if inner := m[k]; inner != nil {
+		delete(inner, key)
+		if len(inner) == 0 {
+			delete(m, k)
+		}
+	}
+}
+
+// setNode records a GPU node (n nil: deleted or without GPUs). Node status updates that change neither its
+// labels nor its GPU resources cost a comparison; a real change reclassifies the pods it can affect.
+func (ix *index) setNode(name string, n *inventory.Node) {
+	old, had := ix.nodes[name]
+	if n != nil && len(n.Allocatable) == 0 {
+		n = nil
+	}
+	if !had && n == nil {
+		return
+	}
+	if had && n != nil && maps.Equal(old.Labels, n.Labels) && maps.Equal(old.Allocatable, n.Allocatable) {
+		return
+	}
+	for _, a := range ix.nodeUnits[name] {
+		ix.capacity[a.Class()] -= a.Count
+		if ix.capacity[a.Class()] <= 0 {
+			delete(ix.capacity, a.Class())
+		}
+	}
+	delete(ix.nodeUnits, name)
+	if n == nil {
+		delete(ix.nodes, name)
+	} else {
+		ix.nodes[name] = *n
+		units := gpu.Allocations(n.Allocatable, gpu.Node{Labels: n.Labels})
+		ix.nodeUnits[name] = units
+		for _, a := range units {
+			ix.capacity[a.Class()] += a.Count
+		}
+	}
+	ix.nodeNames = slices.Sorted(maps.Keys(ix.nodes))
+	clear(ix.resolved)
+	ix.refreshClasses()
+	// The pods this node's labels classify, and the unbound ones (their selector may resolve differently now).
+	var affected []*podEntry
+	for _, e := range ix.byNode[name] {
+		affected = append(affected, e)
+	}
+	for _, e := range ix.unbound {
+		affected = append(affected, e)
+	}
+	for _, e := range affected {
+		ix.addHeld(e, -1)
+		e.classified = ix.classifyPod(e.pod)
+		ix.addHeld(e, 1)
+	}
+}
+
+// refreshClasses recomputes classes and sample after capacity changed.
+func (ix *index) refreshClasses() {
+	clear(ix.sample)
+	for _, name := range ix.nodeNames {
+		for _, a := range ix.nodeUnits[name] {
+			if _, ok := ix.sample[a.Class()]; !ok {
+				one := a
+				one.Count = 1
+				ix.sample[a.Class()] = one
+			}
+		}
+	}
+	ix.classes = ix.classes[:0]
+	for class := range ix.capacity {
+		ix.classes = append(ix.classes, class)
+	}
+	slices.SortFunc(ix.classes, func(a, b string) int {
+		if c := kindRank(ix.sample[a].Kind) - kindRank(ix.sample[b].Kind); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+}
+
+func kindRank(k gpu.Kind) int {
+	if i := slices.Index(gpu.Kinds(), k); i >= 0 {
+		return i
+	}
+	return len(gpu.Kinds())
+}
+
+// Event handlers: the informers call them one event at a time, each under the engine's lock.
+
+func podKey(obj any) (string, *corev1.Pod) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		p, _ := t.Obj.(*corev1.Pod)
+		return t.Key, p
+	}
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return "", nil
+	}
+	return p.Namespace + "/" + p.Name, p
+}
+
+func nodeOf(obj any) (string, *corev1.Node) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		n, _ := t.Obj.(*corev1.Node)
+		return t.Key, n
+	}
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return "", nil
+	}
+	return n.Name, n
+}

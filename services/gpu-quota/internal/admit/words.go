@@ -1,0 +1,59 @@
+package admit
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gpuhub/gpuhub/services/internal/gpu"
+)
+
+// noneFreeMessage tells the user that no GPU of the class they asked for is free (never who holds them) and
+// what is free now within their quota: "No H100 is free right now. Free now and within your quota: two
+// time-sliced shares of a T4. Pick one of those profiles, or try again later."
+func noneFreeMessage(asked gpu.Allocation, free int64, canTake []Option) string {
+	var b strings.Builder
+	name := unitName(asked)
+	if free == 0 {
+		fmt.Fprintf(&b, "No %s is free right now.", name)
+	} else {
+		one := asked
+		one.Count = free
+		fmt.Fprintf(&b, "Only %s %s free right now and this server asks for %s.", one.Units(), isAre(free), asked.Units())
+	}
+	if len(canTake) == 0 {
+		b.WriteString(" No other GPU is free within your quota either: try again later, or pick a CPU-only profile.")
+		return b.String()
+	}
+	units := make([]gpu.Allocation, len(canTake))
+	for i, o := range canTake {
+		units[i] = o.unit
+		units[i].Count = o.Free
+	}
+	fmt.Fprintf(&b, " Free now and within your quota: %s. Pick one of those profiles, or try again later.", gpu.JoinUnits(units))
+	return b.String()
+}
+
+// unitName names one unit of an allocation without a count: "H100" for a whole GPU, "MIG 3g.20gb slice on an
+// A100", "time-sliced share of a T4".
+func unitName(a gpu.Allocation) string {
+	if a.Kind == gpu.KindGPU {
+		p := gpu.ShortProduct(a.Product)
+		if i := strings.IndexByte(p, '-'); i > 0 {
+			p = p[:i]
+		}
+		if p == "" || p == "unknown" {
+			return "whole GPU of this kind"
+		}
+		return p
+	}
+	one := a
+	one.Count = 1
+	return strings.TrimPrefix(one.Units(), "one ")
+}
+
+func isAre(n int64) string {
+	if n == 1 {
+		return "is"
+	}
+	return "are"
+}

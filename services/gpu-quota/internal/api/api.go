@@ -1,0 +1,194 @@
+// Package api is gpu-quota's HTTP API under the Hub service prefix:
+//
+//	POST api/v1/admit              the Hub glue asks before creating a pod (gpu-quota's own token)
+//	GET  api/v1/users/{name}/quota the user's limits, budgets and pending notice (the user, admins, reader services)
+//	GET  api/v1/decisions          the decision log, newest first (admins, reader services)
+//	GET  api/v1/explain?user=NAME  the user's effective policy and why (admins)
+//
+// Every answer is JSON; errors are {"status", "message"} with a message that says what to do next.
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/gpuhub/gpuhub/hubapi/hubauth"
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/admit"
+	"github.com/gpuhub/gpuhub/services/internal/config"
+	"github.com/gpuhub/gpuhub/services/internal/decision"
+	"github.com/gpuhub/gpuhub/services/internal/server"
+)
+
+// Engine is what the API asks (*admit.Engine).
+type Engine interface {
+	Admit(ctx context.Context, r admit.Request) (admit.Result, error)
+	UserQuota(name string) (admit.QuotaStatus, error)
+	Explain(user string, groups []string) (admit.Explanation, error)
+}
+
+// Options configure the API handler.
+type Options struct {
+	Prefix string
+	Engine Engine
+	Log    *decision.Log
+	// Token is gpu-quota's own Hub API token: the only credential admit accepts (the Hub glue has it from the
+	// Hub's service definition). Empty refuses every admit.
+	Token string
+	// Auth is hubauth's Middleware: it resolves the other endpoints' tokens to a Hub identity.
+	Auth func(http.Handler) http.Handler
+	// ReaderServices are the Hub services that may read every user's quota and the decisions (gpu-usage).
+	ReaderServices []string
+	Logger         *slog.Logger
+}
+
+// maxBody bounds an admit request: a few resources and labels.
+const maxBody = 64 << 10
+
+// New returns the handler; it sees full paths, prefix included.
+func New(o Options) (http.Handler, error) {
+	if o.Engine == nil || o.Log == nil || o.Auth == nil {
+		return nil, errors.New("api: Engine, Log and Auth are required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	a := &api{o: o, prefix: server.NormalizePrefix(o.Prefix)}
+	if o.Token != "" {
+		sum := sha256.Sum256([]byte(o.Token))
+		a.tokenSum = sum[:]
+	}
+	mux := http.NewServeMux()
+	p := a.prefix + "api/v1/"
+	mux.HandleFunc("POST "+p+"admit", a.admit)
+	mux.Handle("GET "+p+"users/{name}/quota", o.Auth(http.HandlerFunc(a.quota)))
+	mux.Handle("GET "+p+"decisions", o.Auth(a.readers(o.Log.Handler())))
+	mux.Handle("GET "+p+"explain", o.Auth(http.HandlerFunc(a.explain)))
+	mux.HandleFunc(a.prefix, func(w http.ResponseWriter, r *http.Request) {
+		server.WriteError(w, http.StatusNotFound, "no such endpoint: %s %s; see services/gpu-quota/README.md for the API", r.Method, r.URL.Path)
+	})
+	return mux, nil
+}
+
+type api struct {
+	o        Options
+	prefix   string
+	tokenSum []byte
+}
+
+// admit answers the Hub glue: 200 with the decision, 400 for a bad body, 401 without gpu-quota's token, 503
+// when no decision can be made (the glue applies onUnavailable).
+func (a *api) admit(w http.ResponseWriter, r *http.Request) {
+	if !a.ownToken(r) {
+		w.Header().Set("WWW-Authenticate", `token realm="gpu-quota"`)
+		server.WriteError(w, http.StatusUnauthorized, "admit needs gpu-quota's own Hub API token (Authorization: token ...), as the Hub glue sends it")
+		return
+	}
+	var req admit.Request
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	if err := dec.Decode(&req); err != nil {
+		server.WriteError(w, http.StatusBadRequest, "the body is not an admission request: %v", err)
+		return
+	}
+	if msg := check(req); msg != "" {
+		server.WriteError(w, http.StatusBadRequest, "%s", msg)
+		return
+	}
+	res, err := a.o.Engine.Admit(r.Context(), req)
+	if err != nil {
+		a.o.Logger.Warn("cannot decide an admission", "user", req.User, "server", req.Server, "err", err)
+		w.Header().Set("Retry-After", "5")
+		server.WriteError(w, http.StatusServiceUnavailable, "%v", err)
+		return
+	}
+	server.WriteJSON(w, http.StatusOK, res)
+}
+
+func check(req admit.Request) string {
+	if strings.TrimSpace(req.User) == "" {
+		return `"user" is required: the Hub user whose server starts`
+	}
+	for k, v := range req.Resources {
+		if v < 0 {
+			return fmt.Sprintf("resources[%q] is %d: a count of GPUs is 0 or more", k, v)
+		}
+	}
+	return ""
+}
+
+// ownToken compares the request's token with gpu-quota's own in constant time (hashes of equal length).
+func (a *api) ownToken(r *http.Request) bool {
+	tok := hubauth.TokenFromRequest(r)
+	if a.tokenSum == nil || tok == "" {
+		return false
+	}
+	sum := sha256.Sum256([]byte(tok))
+	return subtle.ConstantTimeCompare(sum[:], a.tokenSum) == 1
+}
+
+func (a *api) reader(id *hubauth.Identity) bool {
+	return id.IsAdmin() || id.Kind == "service" && slices.Contains(a.o.ReaderServices, id.Name)
+}
+
+// readers lets admins and reader services through.
+func (a *api) readers(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, ok := hubauth.FromContext(r.Context())
+		if !ok || !a.reader(id) {
+			server.WriteError(w, http.StatusForbidden, "only Hub admins and the services %s may read gpu-quota's decisions",
+				strings.Join(a.o.ReaderServices, ", "))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (a *api) quota(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	id, ok := hubauth.FromContext(r.Context())
+	if !ok || !id.CanReadUser(name) && !a.reader(id) {
+		server.WriteError(w, http.StatusForbidden, "you may read your own quota only; Hub admins and the services %s read everyone's",
+			strings.Join(a.o.ReaderServices, ", "))
+		return
+	}
+	q, err := a.o.Engine.UserQuota(name)
+	if err != nil {
+		w.Header().Set("Retry-After", "5")
+		server.WriteError(w, http.StatusServiceUnavailable, "%v", err)
+		return
+	}
+	server.WriteJSON(w, http.StatusOK, q)
+}
+
+func (a *api) explain(w http.ResponseWriter, r *http.Request) {
+	id, ok := hubauth.FromContext(r.Context())
+	if !ok || !id.IsAdmin() {
+		server.WriteError(w, http.StatusForbidden, "only Hub admins may read another user's effective policy")
+		return
+	}
+	user := r.URL.Query().Get("user")
+	if user == "" {
+		server.WriteError(w, http.StatusBadRequest, "say whose policy: explain?user=NAME (and &groups=a,b to try other groups)")
+		return
+	}
+	var groups []string
+	if r.URL.Query().Has("groups") {
+		groups = config.List(r.URL.Query().Get("groups"))
+		if groups == nil {
+			groups = []string{}
+		}
+	}
+	e, err := a.o.Engine.Explain(user, groups)
+	if err != nil {
+		server.WriteError(w, http.StatusServiceUnavailable, "%v", err)
+		return
+	}
+	server.WriteJSON(w, http.StatusOK, e)
+}

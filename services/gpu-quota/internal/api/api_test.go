@@ -1,0 +1,188 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpuhub/gpuhub/hubapi"
+	"github.com/gpuhub/gpuhub/hubapi/hubapitest"
+	"github.com/gpuhub/gpuhub/hubapi/hubauth"
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/admit"
+	"github.com/gpuhub/gpuhub/services/internal/decision"
+)
+
+// stubEngine answers from fixed values and records what it was asked.
+type stubEngine struct {
+	mu       sync.Mutex
+	admitted []admit.Request
+	err      error
+}
+
+func (s *stubEngine) Admit(_ context.Context, r admit.Request) (admit.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return admit.Result{}, s.err
+	}
+	s.admitted = append(s.admitted, r)
+	return admit.Result{Allow: true, Reason: "ok", DecisionID: "d1", Reservation: "r1", CanTake: []admit.Option{}, OnUnavailable: "open"}, nil
+}
+
+func (s *stubEngine) UserQuota(name string) (admit.QuotaStatus, error) {
+	if s.err != nil {
+		return admit.QuotaStatus{}, s.err
+	}
+	return admit.QuotaStatus{User: name, Budgets: []admit.BudgetStatus{}}, nil
+}
+
+func (s *stubEngine) Explain(user string, groups []string) (admit.Explanation, error) {
+	return admit.Explanation{User: user, Groups: groups, Text: "Quota policy for user " + user + "\n"}, nil
+}
+
+const prefix = "/services/gpu-quota/"
+
+func newAPI(t *testing.T) (*httptest.Server, *stubEngine) {
+	t.Helper()
+	hub := hubapitest.New(t)
+	hub.AddUser(hubapi.User{Name: "bob", Groups: []string{"students"}})
+	hub.AddUser(hubapi.User{Name: "alice", Admin: true})
+	hub.AddUser(hubapi.User{Name: "tina", Groups: []string{"teachers"}})
+	hub.AddToken("bob-token", "bob")
+	hub.AddToken("alice-token", "alice")
+	hub.AddToken("tina-token", "tina")
+	hub.AddToken("usage-token", "gpu-usage")
+	hub.AddToken("other-token", "gpu-culler")
+	log, err := decision.NewLog(decision.Options{Service: "gpu-quota"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Record(decision.Record{User: "bob", Action: decision.ActionDeny, Reason: "max_servers"})
+	eng := &stubEngine{}
+	h, err := New(Options{Prefix: prefix, Engine: eng, Log: log, Token: "quota-token", ReaderServices: []string{"gpu-usage"},
+		Auth: hubauth.New(hubauth.Options{Hub: hub.Client("quota-token"), AdminGroups: []string{"teachers"}}).Middleware})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv, eng
+}
+
+func do(t *testing.T, method, url, token, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "token "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var out map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+func TestAuth(t *testing.T) {
+	srv, _ := newAPI(t)
+	admitBody := `{"user":"bob","resources":{"nvidia.com/gpu":1}}`
+	tests := []struct {
+		method, path, token, body string
+		want                      int
+	}{
+		{"POST", "api/v1/admit", "quota-token", admitBody, 200},
+		{"POST", "api/v1/admit", "", admitBody, 401},
+		{"POST", "api/v1/admit", "bob-token", admitBody, 401},   // a user's token is not gpu-quota's
+		{"POST", "api/v1/admit", "alice-token", admitBody, 401}, // nor an admin's
+		{"GET", "api/v1/users/bob/quota", "bob-token", "", 200},
+		{"GET", "api/v1/users/alice/quota", "bob-token", "", 403},
+		{"GET", "api/v1/users/bob/quota", "alice-token", "", 200},
+		{"GET", "api/v1/users/bob/quota", "tina-token", "", 200},  // --admin-groups
+		{"GET", "api/v1/users/bob/quota", "usage-token", "", 200}, // --reader-services
+		{"GET", "api/v1/users/bob/quota", "other-token", "", 403},
+		{"GET", "api/v1/users/bob/quota", "", "", 401},
+		{"GET", "api/v1/users/bob/quota", "quota-token-wrong", "", 401},
+		{"GET", "api/v1/decisions", "alice-token", "", 200},
+		{"GET", "api/v1/decisions", "usage-token", "", 200},
+		{"GET", "api/v1/decisions", "bob-token", "", 403},
+		{"GET", "api/v1/explain?user=bob", "alice-token", "", 200},
+		{"GET", "api/v1/explain?user=bob", "usage-token", "", 403},
+		{"GET", "api/v1/explain?user=bob", "bob-token", "", 403},
+		{"GET", "api/v1/nothing", "", "", 404},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("%s %s as %s", tc.method, tc.path, tc.token), func(t *testing.T) {
+			if code, body := do(t, tc.method, srv.URL+prefix+tc.path, tc.token, tc.body); code != tc.want {
+				t.Errorf("status %d, want %d: %v", code, tc.want, body)
+			}
+		})
+	}
+}
+
+func TestAdmitBody(t *testing.T) {
+	srv, eng := newAPI(t)
+	code, body := do(t, "POST", srv.URL+prefix+"api/v1/admit", "quota-token",
+		`{"user":"bob","server":"gpu","groups":["students"],"resources":{"nvidia.com/gpu.shared":1},
+		  "nodeSelector":{"nvidia.com/gpu.product":"Tesla-T4-SHARED"},"profile":"t4-share","future":"ignored"}`)
+	if code != 200 {
+		t.Fatalf("status %d: %v", code, body)
+	}
+	want := map[string]any{"allow": true, "reason": "ok", "message": "", "decisionId": "d1", "reservation": "r1", "canTake": []any{}, "onUnavailable": "open"}
+	if diff := cmp.Diff(want, body); diff != "" {
+		t.Errorf("answer (-want +got):\n%s", diff)
+	}
+	wantReq := admit.Request{User: "bob", Server: "gpu", Groups: []string{"students"}, Resources: map[string]int64{"nvidia.com/gpu.shared": 1},
+		NodeSelector: map[string]string{"nvidia.com/gpu.product": "Tesla-T4-SHARED"}, Profile: "t4-share"}
+	if diff := cmp.Diff([]admit.Request{wantReq}, eng.admitted); diff != "" {
+		t.Errorf("request (-want +got):\n%s", diff)
+	}
+
+	for name, bad := range map[string]string{
+		"not JSON":           `user=bob`,
+		"no user":            `{"resources":{"nvidia.com/gpu":1}}`,
+		"negative resources": `{"user":"bob","resources":{"nvidia.com/gpu":-1}}`,
+		"wrong type":         `{"user":"bob","resources":{"nvidia.com/gpu":"one"}}`,
+		"too big":            `{"user":"bob","profile":"` + strings.Repeat("x", maxBody) + `"}`,
+	} {
+		if code, body := do(t, "POST", srv.URL+prefix+"api/v1/admit", "quota-token", bad); code != 400 || body["message"] == "" {
+			t.Errorf("%s: status %d %v, want 400 with a message", name, code, body)
+		}
+	}
+
+	eng.err = fmt.Errorf("%w: informer caches not synced yet", admit.ErrUnavailable)
+	code, body = do(t, "POST", srv.URL+prefix+"api/v1/admit", "quota-token", `{"user":"bob"}`)
+	if code != 503 || !strings.Contains(body["message"].(string), "not synced") {
+		t.Errorf("engine unavailable: %d %v, want 503 with the reason", code, body)
+	}
+}
+
+func TestReadEndpoints(t *testing.T) {
+	srv, _ := newAPI(t)
+	_, body := do(t, "GET", srv.URL+prefix+"api/v1/decisions?user=bob", "usage-token", "")
+	if ds, _ := body["decisions"].([]any); len(ds) != 1 || ds[0].(map[string]any)["reason"] != "max_servers" {
+		t.Errorf("decisions %v", body)
+	}
+	code, body := do(t, "GET", srv.URL+prefix+"api/v1/decisions?limit=nope", "alice-token", "")
+	if code != 400 {
+		t.Errorf("bad limit: %d %v", code, body)
+	}
+	_, body = do(t, "GET", srv.URL+prefix+"api/v1/explain?user=bob&groups=researchers,ta", "alice-token", "")
+	if diff := cmp.Diff([]any{"researchers", "ta"}, body["groups"]); diff != "" {
+		t.Errorf("explain groups (-want +got):\n%s", diff)
+	}
+	if code, _ := do(t, "GET", srv.URL+prefix+"api/v1/explain", "alice-token", ""); code != 400 {
+		t.Errorf("explain without user: %d", code)
+	}
+}

@@ -1,0 +1,403 @@
+// Package app wires gpu-quota: the policy and its reloads, the informers, the Hub directory of users and
+// groups, the cached ledger, the decision log, the admission engine, the HTTP API, and the leader-only work.
+// main parses flags and calls Run; tests call Run in-process with fakes.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpuhub/gpuhub/hubapi"
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/admit"
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/api"
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/usagecache"
+	"github.com/gpuhub/gpuhub/services/internal/decision"
+	"github.com/gpuhub/gpuhub/services/internal/inventory"
+	"github.com/gpuhub/gpuhub/services/internal/leader"
+	"github.com/gpuhub/gpuhub/services/internal/policy"
+	"github.com/gpuhub/gpuhub/services/internal/server"
+)
+
+// HubUsers lists the Hub's users with their groups; *hubapi.Client satisfies it.
+type HubUsers interface {
+	Users(ctx context.Context, opts hubapi.ListUsersOptions) iter.Seq2[hubapi.User, error]
+}
+
+// Leading is what the leader-only work (the enforcement loop) gets: the engine's views of every user, the
+// decision log, the policy in use, and the clients to act with.
+type Leading struct {
+	Engine    *admit.Engine
+	Decisions *decision.Log
+	Policy    *policy.Reloader[quota.Policy]
+	Kube      kubernetes.Interface
+	Hub       HubUsers
+	Namespace string
+	// Interval is --enforce-interval.
+	Interval time.Duration
+	Logger   *slog.Logger
+	Registry *prometheus.Registry
+	Now      func() time.Time
+}
+
+// Options configure Run.
+type Options struct {
+	Logger   *slog.Logger
+	Registry *prometheus.Registry
+	// Addr to listen on; Listener wins when set.
+	Addr     string
+	Listener net.Listener
+	Prefix   string // JUPYTERHUB_SERVICE_PREFIX
+
+	// PolicyPath is the policy file; a file that does not load keeps Run from starting (a *PolicyError).
+	PolicyPath string
+	// PolicyPoll is how often the file is checked for a new content (a ConfigMap update swaps a symlink);
+	// default 10 s. Reload forces a reload (SIGHUP).
+	PolicyPoll time.Duration
+	Reload     <-chan struct{}
+
+	Kube      kubernetes.Interface
+	Namespace string // single-user pods; "" = all
+	// InformerUnreadyAfter is how long an informer's list/watch may keep failing before /readyz fails.
+	InformerUnreadyAfter time.Duration
+
+	Hub        HubUsers
+	HubRefresh time.Duration // default 2 min
+	// Token is gpu-quota's own Hub API token: admit accepts only it, and the usage API is asked with it.
+	Token string
+	// Auth is hubauth's Middleware (quota, decisions, explain).
+	Auth           func(http.Handler) http.Handler
+	ReaderServices []string
+
+	// UsageURL is the usage API's base URL with its prefix; empty: budgets are unavailable.
+	UsageURL     string
+	UsageRefresh time.Duration // default 15 s
+	UsageClient  *http.Client
+
+	ReservationTTL time.Duration // default 5 min
+
+	// WhileLeader, if set, runs under the Lease LeaseNamespace/LeaseName as Identity; its ctx ends when
+	// leadership is lost. Admission never needs the lease.
+	WhileLeader                  func(ctx context.Context, l Leading)
+	LeaseNamespace, LeaseName    string
+	Identity                     string
+	LeaseDuration, RenewDeadline time.Duration
+	LeaseRetryPeriod             time.Duration
+	EnforceInterval              time.Duration // passed to WhileLeader
+	DecisionLogSize              int
+
+	Now func() time.Time
+	// OnServing, if set, gets the server and the engine once it listens (tests).
+	OnServing func(*server.Server, *admit.Engine)
+}
+
+// PolicyError is a policy file that does not load at start: its text is every error, one a line,
+// file:line:column: message.
+type PolicyError struct{ Err error }
+
+func (e *PolicyError) Error() string { return e.Err.Error() }
+func (e *PolicyError) Unwrap() error { return e.Err }
+
+// Run serves until ctx ends.
+func Run(ctx context.Context, o Options) error {
+	if o.Logger == nil || o.Registry == nil || o.Kube == nil || o.Hub == nil || o.Auth == nil || o.PolicyPath == "" {
+		return errors.New("gpu-quota: Logger, Registry, Kube, Hub, Auth and PolicyPath are required")
+	}
+	if o.Token == "" {
+		return errors.New("gpu-quota: the service's Hub API token (JUPYTERHUB_API_TOKEN) is required: admit accepts only it")
+	}
+	if o.PolicyPoll <= 0 {
+		o.PolicyPoll = 10 * time.Second
+	}
+	if o.HubRefresh <= 0 {
+		o.HubRefresh = 2 * time.Minute
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.LeaseName == "" {
+		o.LeaseName = "gpu-quota"
+	}
+	if o.LeaseNamespace == "" {
+		o.LeaseNamespace = o.Namespace
+	}
+	if o.WhileLeader != nil && (o.LeaseNamespace == "" || o.Identity == "") {
+		return errors.New("gpu-quota: enforcement runs under a Lease: set --lease-namespace (or --namespace) and an identity (POD_NAME)")
+	}
+
+	pol, err := policy.NewReloader[quota.Policy](o.PolicyPath, o.Now())
+	if err != nil {
+		return &PolicyError{Err: err}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	s := &service{o: o, pol: pol}
+	if err := s.metrics(); err != nil {
+		return err
+	}
+	decisions, err := decision.NewLog(decision.Options{Service: admit.Service, Size: o.DecisionLogSize, Logger: o.Logger,
+		Registerer: o.Registry, Subsystem: "quota", Now: o.Now})
+	if err != nil {
+		return err
+	}
+	s.usage, err = usagecache.New(usagecache.Options{URL: o.UsageURL, Token: o.Token, Client: o.UsageClient, Refresh: o.UsageRefresh,
+		Now: o.Now, Logger: o.Logger, Registerer: o.Registry, Windows: func() []time.Duration { return policyWindows(pol.Current()) }})
+	if err != nil {
+		return err
+	}
+	if o.UsageURL == "" {
+		o.Logger.Warn("no --usage-url: GPU-hour budgets cannot be checked; the policy's onUnavailable applies to every budget")
+	}
+
+	inv := inventory.New(inventory.Options{Client: o.Kube, Namespace: o.Namespace, MetricsSubsystem: "quota", NoAgents: true,
+		UnhealthyAfter: o.InformerUnreadyAfter, Now: o.Now})
+	if err := o.Registry.Register(inv.Metrics()); err != nil {
+		return fmt.Errorf("register informer metrics: %w", err)
+	}
+	var handlersSynced atomic.Pointer[func() bool]
+	synced := func() error {
+		if err := inv.Synced(ctx); err != nil {
+			return err
+		}
+		if f := handlersSynced.Load(); f == nil || !(*f)() {
+			return errors.New("admission index not filled yet")
+		}
+		return nil
+	}
+	eng, err := admit.New(admit.Options{
+		Policy: pol.Current, Hours: s.usage, Directory: s.directory, Log: decisions,
+		Synced: synced, Healthy: func() error { return inv.Healthy(ctx) },
+		ReservationTTL: o.ReservationTTL, Now: o.Now, Registerer: o.Registry,
+	})
+	if err != nil {
+		return err
+	}
+	hs, err := inv.AddHandlers(eng.PodHandler(), eng.NodeHandler())
+	if err != nil {
+		return err
+	}
+	handlersSynced.Store(&hs)
+	inv.Start(ctx)
+
+	handler, err := api.New(api.Options{Prefix: o.Prefix, Engine: eng, Log: decisions, Token: o.Token, Auth: o.Auth,
+		ReaderServices: o.ReaderServices, Logger: o.Logger})
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(server.Options{
+		Addr: o.Addr, Listener: o.Listener, Prefix: o.Prefix, Registry: o.Registry, Logger: o.Logger, Subsystem: "quota",
+		Handler: handler,
+		ReadyChecks: []server.Check{
+			{Name: "policy", Fn: s.policyLoaded},
+			{Name: "informers", Fn: func(context.Context) error { return synced() }},
+			// A broken watch leaves the caches silently frozen: not ready once it lasts.
+			{Name: "watches", Fn: inv.Healthy},
+			{Name: "hub", Fn: s.hubReady},
+			// Detail only: the last good policy still serves, and budgets follow onUnavailable.
+			{Name: "policy-reload", Fn: s.lastReload, Optional: true},
+			{Name: "usage", Fn: s.usage.Check, Optional: true},
+		},
+	})
+	if err != nil {
+		return err
+	}
+
+	var wg sync.WaitGroup
+	wg.Go(func() { s.hubLoop(ctx) })
+	wg.Go(func() { s.usage.Run(ctx) })
+	wg.Go(func() { s.reloadLoop(ctx) })
+	if o.WhileLeader != nil {
+		el, err := leader.New(leader.Options{Client: o.Kube, Namespace: o.LeaseNamespace, Name: o.LeaseName, Identity: o.Identity,
+			LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.LeaseRetryPeriod,
+			Logger: o.Logger, Registerer: o.Registry, Subsystem: "quota",
+			OnStartedLeading: func(lctx context.Context) {
+				o.WhileLeader(lctx, Leading{Engine: eng, Decisions: decisions, Policy: pol, Kube: o.Kube, Hub: o.Hub,
+					Namespace: o.Namespace, Interval: o.EnforceInterval, Logger: o.Logger, Registry: o.Registry, Now: o.Now})
+			}})
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return err
+		}
+		wg.Go(func() {
+			if err := el.Run(ctx); err != nil {
+				o.Logger.Error("leader election stopped", "err", err)
+			}
+		})
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Run(ctx) }()
+	if o.OnServing != nil {
+		for srv.Addr() == nil {
+			select {
+			case err := <-errc:
+				cancel()
+				wg.Wait()
+				return err
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		o.OnServing(srv, eng)
+	}
+	err = <-errc
+	cancel()
+	wg.Wait()
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+type service struct {
+	o     Options
+	pol   *policy.Reloader[quota.Policy]
+	usage *usagecache.Cache
+
+	dir    atomic.Pointer[map[string][]string]
+	hubErr atomic.Pointer[error]
+
+	reloads       *prometheus.CounterVec
+	reloadSuccess prometheus.Gauge
+	hubSuccess    prometheus.Gauge
+	hubDuration   prometheus.Gauge
+}
+
+func (s *service) metrics() error {
+	s.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "policy_reloads_total",
+		Help: "Policy reload attempts (the file changed, or SIGHUP) by result: success, failure (the last good policy stays in use)."},
+		[]string{"result"})
+	s.reloadSuccess = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "policy_last_reload_success",
+		Help: "1 when the last policy load or reload succeeded, 0 when it failed (the last good policy stays in use; /readyz has the errors)."})
+	s.hubSuccess = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "hub_refresh_last_run_success",
+		Help: "1 when the last read of the Hub's users and groups succeeded, 0 when it failed (the last directory stays in use)."})
+	s.hubDuration = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "hub_refresh_run_duration_seconds",
+		Help: "Duration of the last read of the Hub's users and groups."})
+	for _, c := range []prometheus.Collector{s.reloads, s.reloadSuccess, s.hubSuccess, s.hubDuration} {
+		if err := s.o.Registry.Register(c); err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	for _, r := range []string{"success", "failure"} {
+		s.reloads.WithLabelValues(r)
+	}
+	s.reloadSuccess.Set(1)
+	return nil
+}
+
+func (s *service) policyLoaded(context.Context) error {
+	if s.pol.Current() == nil {
+		return errors.New("no policy loaded")
+	}
+	return nil
+}
+
+// lastReload is the /readyz detail of the last reload: the errors while the last good policy serves.
+func (s *service) lastReload(context.Context) error {
+	st := s.pol.Status()
+	if st.OK {
+		return nil
+	}
+	return fmt.Errorf("the last reload of %s failed at %s; the policy loaded at %s stays in use: %w",
+		st.Path, st.LastAttempt.UTC().Format(time.RFC3339), st.Loaded.UTC().Format(time.RFC3339), st.Err)
+}
+
+func (s *service) directory() (map[string][]string, error) {
+	if d := s.dir.Load(); d != nil {
+		return *d, nil
+	}
+	if e := s.hubErr.Load(); e != nil {
+		return nil, *e
+	}
+	return nil, errors.New("not read yet")
+}
+
+func (s *service) hubReady(context.Context) error {
+	if s.dir.Load() != nil {
+		return nil
+	}
+	if e := s.hubErr.Load(); e != nil {
+		return fmt.Errorf("hub users not read yet: %w", *e)
+	}
+	return errors.New("hub users not read yet")
+}
+
+// hubLoop keeps the last known users and groups; on errors it retries with backoff and keeps the old ones.
+func (s *service) hubLoop(ctx context.Context) {
+	backoff := time.Second
+	for {
+		start := time.Now()
+		dir, err := s.readHub(ctx)
+		s.hubDuration.Set(time.Since(start).Seconds())
+		wait := s.o.HubRefresh
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.hubSuccess.Set(0)
+			s.hubErr.Store(&err)
+			s.o.Logger.Warn("reading Hub users and groups failed; keeping the last known", "err", err, "retryIn", backoff)
+			wait = backoff
+			backoff = min(2*backoff, s.o.HubRefresh)
+		} else {
+			s.hubSuccess.Set(1)
+			s.dir.Store(&dir)
+			backoff = time.Second
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (s *service) readHub(ctx context.Context) (map[string][]string, error) {
+	dir := map[string][]string{}
+	for u, err := range s.o.Hub.Users(ctx, hubapi.ListUsersOptions{}) {
+		if err != nil {
+			return nil, fmt.Errorf("list hub users: %w", err)
+		}
+		groups := u.Groups
+		if groups == nil {
+			groups = []string{}
+		}
+		dir[u.Name] = groups
+	}
+	return dir, nil
+}
+
+// policyWindows are the budget windows with a limit in any entry of p: a superset of every user's
+// Effective.Windows, asked from the usage API in one poll.
+func policyWindows(p *quota.Policy) []time.Duration {
+	if p == nil {
+		return nil
+	}
+	var out []time.Duration
+	add := func(e quota.Entry) {
+		for _, b := range e.Budgets {
+			if b.GPUHours != nil && !b.GPUHours.IsUnlimited() {
+				out = append(out, b.Window.Std())
+			}
+		}
+	}
+	add(p.Default)
+	for _, e := range p.Groups {
+		add(e)
+	}
+	for _, e := range p.Users {
+		add(e)
+	}
+	return usagecache.Windows(out)
+}

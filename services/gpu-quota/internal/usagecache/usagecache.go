@@ -1,0 +1,327 @@
+// Package usagecache is gpu-quota's cached ledger: it polls the usage API's bulk GPU-hours endpoint
+// (GET {usage prefix}api/v1/gpu-hours?windows=...) for the budget windows the policy needs, keeps the last
+// answer, and answers a decision's GPU-hours from memory. Between polls it adds what the user's running
+// allocations accrue since the answer's asOf, so that a budget is crossed when it is, not up to a refresh later.
+// An answer older than three refreshes, or none yet, is unavailable: the windows are missing and the policy's
+// onUnavailable decides.
+package usagecache
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Held is one allocation the user holds now and that accrues GPU-hours (a running pod's GPUs).
+type Held struct {
+	Class string
+	// GPUs is the allocation's GPU-equivalents (gpu.Allocation.Share): what the ledger charges per hour.
+	GPUs float64
+	// Since is when the pod started holding it; zero when unknown (then it accrues from the answer's asOf).
+	Since time.Time
+}
+
+// Options configure a Cache.
+type Options struct {
+	// URL is the usage API's base URL including its prefix (http://gpu-usage:8000/services/gpu-usage/).
+	// Empty: budgets are always unavailable.
+	URL string
+	// Token is gpu-quota's own Hub API token, sent as "Authorization: token ..."; never logged.
+	Token  string
+	Client *http.Client
+	// Refresh is the polling interval (default 15 s); an answer older than 3 refreshes is unavailable.
+	Refresh time.Duration
+	// Windows are the windows the current policy needs; asked before every poll.
+	Windows func() []time.Duration
+	Now     func() time.Time
+	Logger  *slog.Logger
+	// Registerer gets gpuhub_quota_usage_*; nil registers nothing.
+	Registerer prometheus.Registerer
+}
+
+// Cache holds the last answer of the usage API.
+type Cache struct {
+	o    Options
+	last atomic.Pointer[answer]
+	err  atomic.Pointer[error]
+	kick chan struct{}
+
+	age      prometheus.GaugeFunc
+	failures prometheus.Counter
+	success  prometheus.Gauge
+	duration prometheus.Gauge
+}
+
+// answer is one poll's result.
+type answer struct {
+	asOf    time.Time // the usage API's
+	fetched time.Time // ours: when it arrived
+	// hours: window -> user -> class -> unweighted GPU-hours.
+	hours map[time.Duration]map[string]map[string]float64
+}
+
+// New returns a cache; call Run to poll.
+func New(o Options) (*Cache, error) {
+	if o.Refresh <= 0 {
+		o.Refresh = 15 * time.Second
+	}
+	if o.Client == nil {
+		o.Client = &http.Client{Timeout: 10 * time.Second}
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Windows == nil {
+		o.Windows = func() []time.Duration { return nil }
+	}
+	if o.URL != "" && !strings.HasSuffix(o.URL, "/") {
+		o.URL += "/"
+	}
+	c := &Cache{o: o, kick: make(chan struct{}, 1)}
+	c.age = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "usage_age_seconds",
+		Help: "Age of the GPU-hours answer in use from the usage API (-1: none yet; older than 3 refreshes counts as unavailable)."},
+		func() float64 {
+			a := c.last.Load()
+			if a == nil {
+				return -1
+			}
+			return c.o.Now().Sub(a.fetched).Seconds()
+		})
+	c.failures = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "usage_refresh_failures_total",
+		Help: "Failed polls of the usage API's GPU-hours."})
+	c.success = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "usage_refresh_last_run_success",
+		Help: "1 when the last poll of the usage API's GPU-hours succeeded, 0 when it failed."})
+	c.duration = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "usage_refresh_run_duration_seconds",
+		Help: "Duration of the last poll of the usage API's GPU-hours."})
+	if o.Registerer != nil {
+		for _, m := range []prometheus.Collector{c.age, c.failures, c.success, c.duration} {
+			if err := o.Registerer.Register(m); err != nil {
+				return nil, fmt.Errorf("usagecache: register metrics: %w", err)
+			}
+		}
+	}
+	return c, nil
+}
+
+// Configured reports whether a usage API URL was given.
+func (c *Cache) Configured() bool { return c.o.URL != "" }
+
+// Kick asks for a poll now (the policy changed and may need other windows).
+func (c *Cache) Kick() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run polls until ctx ends. Without a URL it returns at once.
+func (c *Cache) Run(ctx context.Context) {
+	if c.o.URL == "" {
+		return
+	}
+	t := time.NewTicker(c.o.Refresh)
+	defer t.Stop()
+	for {
+		c.Refresh(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-c.kick:
+		}
+	}
+}
+
+// Refresh polls once.
+func (c *Cache) Refresh(ctx context.Context) {
+	windows := c.o.Windows()
+	if len(windows) == 0 {
+		// Nothing to ask: every window the policy needs is present (none), and the answer is fresh.
+		now := c.o.Now()
+		c.last.Store(&answer{asOf: now, fetched: now, hours: map[time.Duration]map[string]map[string]float64{}})
+		c.err.Store(nil)
+		c.success.Set(1)
+		return
+	}
+	start := time.Now()
+	a, err := c.fetch(ctx, windows)
+	c.duration.Set(time.Since(start).Seconds())
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		c.failures.Inc()
+		c.success.Set(0)
+		c.err.Store(&err)
+		c.o.Logger.Warn("reading GPU-hours from the usage API failed; keeping the last answer until it is 3 refreshes old",
+			"err", err, "url", c.o.URL)
+		return
+	}
+	c.success.Set(1)
+	c.err.Store(nil)
+	c.last.Store(a)
+}
+
+// Param writes a window as the usage API's windows parameter takes it: days when whole days above one ("7d"),
+// hours otherwise ("24h", "36h").
+func Param(w time.Duration) string {
+	if w > 24*time.Hour && w%(24*time.Hour) == 0 {
+		return fmt.Sprintf("%dd", w/(24*time.Hour))
+	}
+	return fmt.Sprintf("%dh", w/time.Hour)
+}
+
+type wire struct {
+	AsOf    time.Time                                `json:"asOf"`
+	Windows map[string]map[string]map[string]float64 `json:"windows"`
+}
+
+func (c *Cache) fetch(ctx context.Context, windows []time.Duration) (*answer, error) {
+	params := make([]string, len(windows))
+	for i, w := range windows {
+		params[i] = Param(w)
+	}
+	u := c.o.URL + "api/v1/gpu-hours?windows=" + url.QueryEscape(strings.Join(params, ","))
+	ctx, cancel := context.WithTimeout(ctx, c.o.Refresh)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	if c.o.Token != "" {
+		req.Header.Set("Authorization", "token "+c.o.Token)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.o.Client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("get gpu-hours: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("get gpu-hours: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Message string `json:"message"`
+		}
+		_ = json.Unmarshal(body, &e)
+		if e.Message == "" {
+			e.Message = http.StatusText(resp.StatusCode)
+		}
+		return nil, fmt.Errorf("get gpu-hours: %d: %s", resp.StatusCode, e.Message)
+	}
+	var w wire
+	if err := json.Unmarshal(body, &w); err != nil {
+		return nil, fmt.Errorf("get gpu-hours: decode: %w", err)
+	}
+	if w.AsOf.IsZero() {
+		return nil, errors.New("get gpu-hours: the answer has no asOf")
+	}
+	a := &answer{asOf: w.AsOf, fetched: c.o.Now(), hours: map[time.Duration]map[string]map[string]float64{}}
+	for i, w2 := range windows {
+		users, ok := w.Windows[params[i]]
+		if !ok {
+			continue // missing: unavailable for this window
+		}
+		if users == nil {
+			users = map[string]map[string]float64{}
+		}
+		a.hours[w2] = users
+	}
+	return a, nil
+}
+
+// fresh is the answer in use at now, nil when there is none or it is older than 3 refreshes.
+func (c *Cache) fresh(now time.Time) *answer {
+	a := c.last.Load()
+	if a == nil || now.Sub(a.fetched) > 3*c.o.Refresh {
+		return nil
+	}
+	return a
+}
+
+// GPUHours is user's unweighted GPU-hours by class in each of windows at now, for quota.Usage.GPUHours: the
+// last answer plus what held accrues since its asOf. A window is missing when it cannot be read (no URL, no
+// answer yet, the answer is stale, or it lacks the window). The result is the caller's to keep.
+func (c *Cache) GPUHours(user string, windows []time.Duration, held []Held, now time.Time) map[time.Duration]map[string]float64 {
+	if len(windows) == 0 {
+		return nil
+	}
+	a := c.fresh(now)
+	if a == nil {
+		return nil
+	}
+	out := make(map[time.Duration]map[string]float64, len(windows))
+	for _, w := range windows {
+		users, ok := a.hours[w]
+		if !ok {
+			continue
+		}
+		byClass := make(map[string]float64, len(users[user])+len(held))
+		for class, h := range users[user] {
+			byClass[class] = h
+		}
+		// Accrual since asOf: held x elapsed. The window also slid by as much, and use that left it is not
+		// subtracted: between polls a budget can only look more used than it is, never less.
+		for _, h := range held {
+			from := a.asOf
+			if h.Since.After(from) {
+				from = h.Since
+			}
+			if d := now.Sub(from); d > 0 {
+				byClass[h.Class] += h.GPUs * min(d, w).Hours()
+			}
+		}
+		out[w] = byClass
+	}
+	return out
+}
+
+// Check is the /readyz detail of the cache (an optional check): the age of the answer in use, or why there
+// is none.
+func (c *Cache) Check(context.Context) error {
+	if c.o.URL == "" {
+		return errors.New("no --usage-url: GPU-hour budgets cannot be checked (onUnavailable applies)")
+	}
+	now := c.o.Now()
+	a := c.last.Load()
+	var last string
+	if e := c.err.Load(); e != nil {
+		last = fmt.Sprintf("; last poll failed: %v", *e)
+	}
+	switch {
+	case a == nil:
+		return fmt.Errorf("no GPU-hours from the usage API yet%s", last)
+	case now.Sub(a.fetched) > 3*c.o.Refresh:
+		return fmt.Errorf("GPU-hours from the usage API are %s old, more than 3 refreshes: budgets unavailable%s",
+			now.Sub(a.fetched).Round(time.Second), last)
+	case last != "":
+		return fmt.Errorf("GPU-hours %s old%s", now.Sub(a.fetched).Round(time.Second), last)
+	}
+	return nil
+}
+
+// Windows is the union of windows, sorted (a helper for Options.Windows).
+func Windows(sets ...[]time.Duration) []time.Duration {
+	var out []time.Duration
+	for _, s := range sets {
+		out = append(out, s...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}

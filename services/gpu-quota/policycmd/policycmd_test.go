@@ -1,0 +1,128 @@
+package policycmd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := "testdata/" + name
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", path, diff)
+	}
+}
+
+func runCmd(t *testing.T, env map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := Run(context.Background(), args, Env{Stdout: &out, Stderr: &errOut,
+		Getenv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+	return code, out.String(), errOut.String()
+}
+
+func TestCheck(t *testing.T) {
+	code, out, _ := runCmd(t, nil, "check", "testdata/campus.yaml", "testdata/bad.yaml")
+	if code != 1 {
+		t.Errorf("exit %d, want 1 (a bad file)", code)
+	}
+	golden(t, "check.golden", out)
+	if code, out, _ := runCmd(t, nil, "check", "testdata/campus.yaml"); code != 0 || out != "testdata/campus.yaml: ok\n" {
+		t.Errorf("good file: exit %d, %q", code, out)
+	}
+	if code, _, _ := runCmd(t, nil, "check"); code != 2 {
+		t.Errorf("no file: exit %d, want 2", code)
+	}
+}
+
+func TestExplainOffline(t *testing.T) {
+	// Flags before or after the user, as people type them.
+	code, out, errOut := runCmd(t, nil, "explain", "bob", "--groups", "students,researchers", "--policy", "testdata/campus.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	golden(t, "explain-bob.golden", out)
+	code, out2, _ := runCmd(t, nil, "explain", "--policy=testdata/campus.yaml", "--groups=students,researchers", "bob")
+	if code != 0 || out2 != out {
+		t.Errorf("flags first: exit %d, output differs:\n%s", code, out2)
+	}
+	for name, args := range map[string][]string{
+		"no user":         {"explain", "--policy", "testdata/campus.yaml"},
+		"two users":       {"explain", "bob", "carol", "--policy", "testdata/campus.yaml"},
+		"neither source":  {"explain", "bob"},
+		"both sources":    {"explain", "bob", "--policy", "testdata/campus.yaml", "--quota-url", "http://127.0.0.1:1/"},
+		"unknown flag":    {"explain", "bob", "--polcy", "x"},
+		"unknown command": {"explian", "bob"},
+	} {
+		if code, _, errOut := runCmd(t, nil, args...); code != 2 || errOut == "" {
+			t.Errorf("%s: exit %d, stderr %q; want 2 with a usage message", name, code, errOut)
+		}
+	}
+	code, _, errOut = runCmd(t, nil, "explain", "bob", "--policy", "testdata/bad.yaml")
+	if code != 1 || !strings.Contains(errOut, "testdata/bad.yaml:2:3:") {
+		t.Errorf("bad file: exit %d, %q", code, errOut)
+	}
+}
+
+func TestExplainOnline(t *testing.T) {
+	var gotQuery, gotAuth string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotQuery, gotAuth = r.URL.RawQuery, r.Header.Get("Authorization")
+		switch {
+		case r.URL.Path != "/services/gpu-quota/api/v1/explain":
+			http.NotFound(w, r)
+		case gotAuth == "token user-token":
+			w.WriteHeader(http.StatusForbidden)
+			_ = json.NewEncoder(w).Encode(map[string]any{"status": 403, "message": "only Hub admins may read another user's effective policy"})
+		default:
+			_ = json.NewEncoder(w).Encode(map[string]any{"user": "bob", "groups": []string{"students"}, "text": "Quota policy for user bob\n"})
+		}
+	}))
+	defer srv.Close()
+	url := srv.URL + "/services/gpu-quota"
+	admin := map[string]string{"JUPYTERHUB_API_TOKEN": "admin-token"}
+	code, out, errOut := runCmd(t, admin, "explain", "bob", "--quota-url", url)
+	if code != 0 || out != "Quota policy for user bob\n" || gotQuery != "user=bob" || gotAuth != "token admin-token" {
+		t.Errorf("exit %d, out %q, err %q, query %q, auth %q", code, out, errOut, gotQuery, gotAuth)
+	}
+	runCmd(t, admin, "explain", "bob", "--groups", "", "--quota-url", url)
+	if gotQuery != "groups=&user=bob" {
+		t.Errorf("--groups '' (no groups) asked %q", gotQuery)
+	}
+	env := map[string]string{"JUPYTERHUB_API_TOKEN": "admin-token", "GPUHUB_QUOTA_URL": url}
+	if code, out, _ := runCmd(t, env, "explain", "bob"); code != 0 || out == "" {
+		t.Errorf("GPUHUB_QUOTA_URL: exit %d", code)
+	}
+	code, _, errOut = runCmd(t, map[string]string{"JUPYTERHUB_API_TOKEN": "user-token"}, "explain", "bob", "--quota-url", url)
+	if code != 1 || !strings.Contains(errOut, "only Hub admins") {
+		t.Errorf("a user's token: exit %d, %q", code, errOut)
+	}
+	code, _, errOut = runCmd(t, nil, "explain", "bob", "--quota-url", url)
+	if code != 1 || !strings.Contains(errOut, "JUPYTERHUB_API_TOKEN") {
+		t.Errorf("no token: exit %d, %q", code, errOut)
+	}
+	code, _, errOut = runCmd(t, admin, "explain", "bob", "--quota-url", srv.URL+"/wrong/")
+	if code != 1 || !strings.Contains(errOut, "404") {
+		t.Errorf("wrong URL: exit %d, %q", code, errOut)
+	}
+}
