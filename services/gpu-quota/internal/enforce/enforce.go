@@ -59,6 +59,12 @@ type Stopper interface {
 	StopServer(ctx context.Context, user, server string, remove bool) (hubapi.StopResult, error)
 }
 
+// What the service wires in satisfies them as is.
+var (
+	_ Stopper = (*hubapi.Client)(nil)
+	_ Nodes   = (*inventory.Inventory)(nil)
+)
+
 // Options configure an Enforcer. Source, Nodes, Stopper, Client and Decisions are required.
 type Options struct {
 	Source    Source
@@ -255,6 +261,9 @@ type user struct {
 	live    []*server // those with a pod that is not terminating
 	over    []quota.Check
 	stop    []*server // the servers to stop, newest first; none when the user is within their limits
+	// unknown is set when a budget window's usage cannot be read: within the limits that can be checked is
+	// then not known to be within all of them, so a notice is not withdrawn.
+	unknown bool
 }
 
 type server struct {
@@ -304,6 +313,11 @@ func sortOut(v View, nodes map[string]inventory.Node) user {
 	}
 	u.over = quota.Assess(v.Effective, v.Usage)
 	u.stop = choose(u.over, u.live)
+	for _, w := range v.Effective.Windows() {
+		if _, ok := v.Usage.GPUHours[w]; !ok {
+			u.unknown = true
+		}
+	}
 	return u
 }
 
@@ -415,8 +429,11 @@ func share(s *server, k gpu.Kind) float64 {
 func (e *Enforcer) act(ctx context.Context, v View, u user, now time.Time, grace time.Duration) []error {
 	if len(u.stop) == 0 {
 		reason := "within_limits"
-		if v.Effective.Exempt.Value {
+		switch {
+		case v.Effective.Exempt.Value:
 			reason = string(quota.ReasonExempt)
+		case u.unknown:
+			return nil // usage unreadable: neither stopped nor told it is over
 		}
 		return e.clear(ctx, v, u, reason, now)
 	}

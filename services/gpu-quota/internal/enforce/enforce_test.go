@@ -514,6 +514,17 @@ func TestUnavailableDataNoAction(t *testing.T) {
 		e.once(e.enforcer(), false)
 		check(t, "notices", map[string]notice.Notice{}, e.notices())
 	})
+	t.Run("nor is a notice withdrawn while the window cannot be read", func(t *testing.T) {
+		e := bobOver(t)
+		enf := e.enforcer()
+		e.once(enf, false)
+		e.source.hours["bob"] = nil
+		e.clock.Add(time.Hour)
+		e.once(enf, false)
+		check(t, "stops", []string(nil), e.stopper.calls)
+		check(t, "notice kept", t0.Add(10*time.Minute), e.notices()["jupyter-bob"].Deadline)
+		check(t, "decisions", []string{"notice bob/ budget_exhausted"}, e.decisions())
+	})
 }
 
 func TestLimitsStopOnlyWhatIsNeededNewestFirst(t *testing.T) {
