@@ -67,16 +67,58 @@ export interface GpuHoursWindow {
   usedUnknown?: number;
 }
 
+/** One GPU-hour budget over a rolling window, as gpu-quota reports it. */
+export interface BudgetWindow {
+  /** The window as the policy writes it: "24h", "7d". */
+  window: string;
+  windowSeconds: number | null;
+  /** The budget in (weighted) GPU-hours; null = unlimited. */
+  gpuHours: number | null;
+  /** null when gpu-quota cannot read the usage right now: shown as unknown. */
+  usedGPUHours: number | null;
+  remainingGPUHours: number | null;
+  status: 'ok' | 'unavailable';
+}
+
+/** The concurrent limit: GPU-equivalents and GPU servers held now, and the most allowed (null = no limit). */
+export interface ConcurrentLimit {
+  maxGPUs: number | null;
+  heldGPUs: number | null;
+  maxServers: number | null;
+  servers: number | null;
+}
+
 /**
- * Budget left, filled by gpu-quota once it exists. The fields are read
- * defensively: anything missing is shown as unknown, never invented.
+ * The user's quota from gpu-quota (the usage API passes it through in `me`),
+ * or `status: 'unavailable'` with a reason when gpu-quota cannot be asked.
+ * Read defensively: anything missing is unknown, never invented.
  */
 export interface Budget {
-  limitGPUHours?: number;
-  usedGPUHours?: number;
-  remainingGPUHours?: number;
-  window?: string;
-  resetsAt?: string;
+  status: 'ok' | 'unavailable';
+  /** Why it is unavailable, in the service's words. */
+  reason?: string;
+  exempt: boolean;
+  concurrent: ConcurrentLimit | null;
+  budgets: BudgetWindow[];
+}
+
+/**
+ * A pending notice of an acting service on one of the user's pods (gpu-quota
+ * over a budget or limit, the culler): shown at the top of the panel with a
+ * countdown to its deadline.
+ */
+export interface UserNotice {
+  service: string;
+  /** budget | limit | idle | queue (others are shown generically). */
+  kind: string;
+  reason: string;
+  message: string;
+  /** When the announced action happens (ISO 8601); absent when none is scheduled. */
+  deadline?: string;
+  snoozable: boolean;
+  createdAt?: string;
+  /** The server whose pod carries it; "" for the default server. */
+  server: string;
 }
 
 /** Idle-cull countdown, filled by gpu-culler once it exists. */
@@ -115,6 +157,9 @@ export interface MeResponse {
    */
   gpuHoursStatus: GpuHoursStatus;
   gpuHoursReason?: string;
+  /** Pending notices, one per service; [] when none (or from an API before them). */
+  notices: UserNotice[];
+  /** null when no quota service is configured. */
   budget: Budget | null;
   idleCull: IdleCull | null;
 }
@@ -439,8 +484,64 @@ export function parseMe(body: unknown): MeResponse {
     gpuHours,
     gpuHoursStatus: hoursStatus(body.gpuHoursStatus, gpuHours),
     gpuHoursReason: reason(body.gpuHoursReason),
-    budget: isObject(body.budget) ? (body.budget as Budget) : null,
+    notices: (Array.isArray(body.notices) ? body.notices : [])
+      .filter(isObject)
+      .map(parseNotice)
+      .filter(n => n.message !== ''),
+    budget: isObject(body.budget) ? parseBudget(body.budget) : null,
     idleCull: isObject(body.idleCull) ? (body.idleCull as IdleCull) : null
+  };
+}
+
+function parseNotice(n: Record<string, unknown>): UserNotice {
+  const deadline = str(n.deadline);
+  return {
+    service: str(n.service),
+    kind: str(n.kind),
+    reason: str(n.reason),
+    message: str(n.message).trim(),
+    deadline:
+      deadline && !Number.isNaN(Date.parse(deadline)) ? deadline : undefined,
+    snoozable: n.snoozable === true,
+    createdAt: typeof n.createdAt === 'string' ? n.createdAt : undefined,
+    server: str(n.server)
+  };
+}
+
+/** gpu-quota's quota object, or its unavailable stand-in. */
+export function parseBudget(b: Record<string, unknown>): Budget {
+  if (b.status === 'unavailable') {
+    return {
+      status: 'unavailable',
+      reason: reason(b.reason),
+      exempt: false,
+      concurrent: null,
+      budgets: []
+    };
+  }
+  const c = isObject(b.concurrent) ? b.concurrent : null;
+  return {
+    status: 'ok',
+    exempt: b.exempt === true,
+    concurrent: c && {
+      maxGPUs: numOrNull(c.maxGPUs),
+      heldGPUs: numOrNull(c.heldGPUs),
+      maxServers: numOrNull(c.maxServers),
+      servers: numOrNull(c.servers)
+    },
+    budgets: (Array.isArray(b.budgets) ? b.budgets : [])
+      .filter(isObject)
+      .map(w => ({
+        window: str(w.window),
+        windowSeconds: numOrNull(w.windowSeconds),
+        gpuHours: numOrNull(w.gpuHours),
+        usedGPUHours: numOrNull(w.usedGPUHours),
+        remainingGPUHours: numOrNull(w.remainingGPUHours),
+        status:
+          w.status === 'unavailable'
+            ? ('unavailable' as const)
+            : ('ok' as const)
+      }))
   };
 }
 

@@ -3,10 +3,10 @@
 
 import * as React from 'react';
 
-import type { GpuHolding, MeResponse, ServerUsage } from './api';
+import type { GpuHolding, MeResponse, ServerUsage, UserNotice } from './api';
 import {
   asSentence,
-  describeBudget,
+  budgetLines,
   describeHolding,
   describeIdleCull,
   documentIsOld,
@@ -18,6 +18,8 @@ import {
   holdsGpu,
   isSimulated,
   memoryText,
+  noticeCountdown,
+  noticeTitle,
   recentUtilization,
   sampleAgeSeconds,
   serverLabel,
@@ -40,6 +42,11 @@ export interface PanelProps {
   /** Hub base URL (`/` or `/jhub/`) for the link to the Hub home page. */
   hubBase: string;
   onRefresh: () => void;
+  /**
+   * The clock the notice countdowns tick on, every second between polls
+   * (default: the system clock); `now` is the time of the render.
+   */
+  clock?: () => Date;
 }
 
 export function GpuPanel(props: PanelProps): JSX.Element {
@@ -138,6 +145,14 @@ function Usage(
   const hoursUnavailable = gpuHoursUnavailableText(data);
   return (
     <div className="jp-GpuPanel-body">
+      {data.notices.map(n => (
+        <NoticeBanner
+          key={n.service}
+          notice={n}
+          now={now}
+          clock={props.clock}
+        />
+      ))}
       {notice && (
         <Notice kind="warn" title="No fresh GPU reading">
           {notice.reasons.map(r => `${asSentence(r)} `).join('')}
@@ -199,12 +214,15 @@ function Usage(
         )}
       </Section>
       <Section title="Budget" id="budget">
-        <p
-          className={data.budget ? 'jp-GpuPanel-value' : 'jp-GpuPanel-muted'}
-          data-field="budget"
-        >
-          {describeBudget(data.budget)}
-        </p>
+        {budgetLines(data.budget).map(line => (
+          <p
+            key={line.field}
+            className={line.muted ? 'jp-GpuPanel-muted' : 'jp-GpuPanel-value'}
+            data-field={line.field}
+          >
+            {line.text}
+          </p>
+        ))}
       </Section>
       <Section title="Idle cull" id="idle">
         <p
@@ -494,6 +512,48 @@ function Notice(props: {
     >
       <strong className="jp-GpuPanel-noticeTitle">{props.title}</strong>
       <div className="jp-GpuPanel-noticeBody">{props.children}</div>
+    </div>
+  );
+}
+
+/**
+ * A pending notice of an acting service (gpu-quota over a budget, ...): its
+ * message and a countdown to its deadline that ticks every second, not only
+ * when the panel polls.
+ */
+function NoticeBanner(props: {
+  notice: UserNotice;
+  now: Date;
+  clock?: () => Date;
+}): JSX.Element {
+  const { notice: n } = props;
+  const [now, setNow] = React.useState(props.now);
+  React.useEffect(() => setNow(props.now), [props.now]);
+  React.useEffect(() => {
+    if (!n.deadline) {
+      return;
+    }
+    const clock = props.clock ?? (() => new Date());
+    const timer = setInterval(() => setNow(clock()), 1000);
+    return () => clearInterval(timer);
+  }, [n.deadline, props.clock]);
+  const countdown = noticeCountdown(n, now);
+  return (
+    <div
+      className="jp-GpuPanel-notice jp-mod-warn jp-GpuPanel-serviceNotice"
+      role="status"
+      data-notice={noticeTitle(n)}
+      data-service={n.service}
+    >
+      <strong className="jp-GpuPanel-noticeTitle">{noticeTitle(n)}</strong>
+      <div className="jp-GpuPanel-noticeBody">
+        <p data-field="notice-message">{n.message}</p>
+        {countdown && (
+          <p className="jp-GpuPanel-countdown" data-field="notice-countdown">
+            {countdown}
+          </p>
+        )}
+      </div>
     </div>
   );
 }

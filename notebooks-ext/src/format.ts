@@ -3,11 +3,14 @@
 
 import type {
   Budget,
+  BudgetWindow,
+  ConcurrentLimit,
   GpuHolding,
   HistoryPoint,
   IdleCull,
   MeResponse,
   ServerUsage,
+  UserNotice,
   UtilizationSource
 } from './api';
 
@@ -387,25 +390,182 @@ function round(v: number): number {
   return Math.round(v * 10) / 10;
 }
 
-/** The budget line: "4.5 of 10 GPU-hours left this week" or "not configured". */
-export function describeBudget(b: Budget | null): string {
+/**
+ * GPU-equivalents as a fraction where it is one (gpu-quota sends decimals):
+ * 0.1429 → "1/7", 0.4286 → "3/7", 0.25 → "1/4", 1.5 → "1 1/2", 2 → "2";
+ * otherwise two decimals.
+ */
+export function formatGpuAmount(x: number): string {
+  if (!Number.isFinite(x)) {
+    return '–';
+  }
+  if (x <= 0) {
+    return '0';
+  }
+  const whole = Math.floor(x + 6e-4);
+  const rest = x - whole;
+  if (rest < 6e-4) {
+    return String(whole);
+  }
+  for (let d = 2; d <= 32; d++) {
+    const n = Math.round(rest * d);
+    if (n > 0 && n < d && Math.abs(rest - n / d) < 6e-4) {
+      return whole > 0 ? `${whole} ${n}/${d}` : `${n}/${d}`;
+    }
+  }
+  return formatNumber(x, 2);
+}
+
+/** A rolling window in words, as in "in the last 24 h": "hour", "24 h", "7 days". */
+export function windowSpan(
+  w: Pick<BudgetWindow, 'window' | 'windowSeconds'>
+): string {
+  let seconds = w.windowSeconds;
+  if (seconds === null) {
+    const m = /^(?:(\d+)d)?(?:(\d+)h)?$/.exec(w.window.trim());
+    if (m && (m[1] || m[2])) {
+      seconds = (Number(m[1] ?? 0) * 24 + Number(m[2] ?? 0)) * 3600;
+    }
+  }
+  if (seconds === null || seconds <= 0) {
+    return w.window || 'window';
+  }
+  if (seconds === 3600) {
+    return 'hour';
+  }
+  if (seconds % 86400 === 0 && seconds > 86400) {
+    return `${seconds / 86400} days`;
+  }
+  return `${formatNumber(seconds / 3600, 1)} h`;
+}
+
+/**
+ * One budget window: "0.5 of 2 GPU-hours used in the last 24 h · 1.5 left";
+ * "unknown of 2 GPU-hours used … · unknown left" while gpu-quota cannot read
+ * the usage; "3 GPU-hours used in the last 30 days · no limit".
+ */
+export function describeBudgetWindow(w: BudgetWindow): string {
+  const span = `in the last ${windowSpan(w)}`;
+  const known = w.status === 'ok' && w.usedGPUHours !== null;
+  const used = known ? formatGpuHours(w.usedGPUHours) : 'unknown';
+  if (w.gpuHours === null) {
+    return `${used} GPU-hours used ${span} · no limit`;
+  }
+  let left = 'unknown left';
+  if (known) {
+    const remaining = w.remainingGPUHours ?? w.gpuHours - (w.usedGPUHours ?? 0);
+    left = remaining > 0 ? `${formatGpuHours(remaining)} left` : 'none left';
+  }
+  const unit = w.gpuHours === 1 ? 'GPU-hour' : 'GPU-hours';
+  return `${used} of ${formatGpuHours(w.gpuHours)} ${unit} used ${span} · ${left}`;
+}
+
+/** The concurrent limit: "concurrent: 1/7 of 3/7 GPU · 1 of 1 GPU server"; null when nothing is reported. */
+export function describeConcurrent(c: ConcurrentLimit | null): string | null {
+  if (!c) {
+    return null;
+  }
+  const held = c.heldGPUs === null ? 'unknown' : formatGpuAmount(c.heldGPUs);
+  let gpus: string;
+  if (c.maxGPUs === null) {
+    gpus = `${held} GPU${c.heldGPUs !== null && c.heldGPUs > 1 ? 's' : ''}, no limit`;
+  } else {
+    gpus = `${held} of ${formatGpuAmount(c.maxGPUs)} GPU${c.maxGPUs > 1 ? 's' : ''}`;
+  }
+  let servers = '';
+  if (c.maxServers !== null) {
+    const n = c.servers === null ? 'unknown' : String(c.servers);
+    servers = ` · ${n} of ${c.maxServers} GPU server${c.maxServers === 1 ? '' : 's'}`;
+  }
+  return `concurrent: ${gpus}${servers}`;
+}
+
+/** A line of the Budget section. */
+export interface BudgetLine {
+  /** data-field of the line: budget, budget-<window>, budget-concurrent. */
+  field: string;
+  text: string;
+  muted: boolean;
+}
+
+/**
+ * The Budget section: one line per budget window and one for the concurrent
+ * limit; "not configured" without a quota service; the reason when gpu-quota
+ * cannot be asked.
+ */
+export function budgetLines(b: Budget | null): BudgetLine[] {
   if (!b) {
-    return 'not configured';
+    return [{ field: 'budget', text: 'not configured', muted: true }];
   }
-  const remaining =
-    b.remainingGPUHours ??
-    (b.limitGPUHours !== undefined && b.usedGPUHours !== undefined
-      ? b.limitGPUHours - b.usedGPUHours
-      : undefined);
-  if (remaining === undefined) {
-    return 'configured, no figure reported';
+  if (b.status === 'unavailable') {
+    const why = b.reason ?? 'the quota service cannot be reached';
+    return [{ field: 'budget', text: `unknown: ${why}`, muted: true }];
   }
-  const of =
-    b.limitGPUHours !== undefined
-      ? ` of ${formatGpuHours(b.limitGPUHours)}`
-      : '';
-  const window = b.window ? ` (${b.window})` : '';
-  return `${formatGpuHours(Math.max(remaining, 0))}${of} GPU-hours left${window}`;
+  if (b.exempt) {
+    return [
+      {
+        field: 'budget',
+        text: 'exempt: no GPU limits or budgets apply to you',
+        muted: false
+      }
+    ];
+  }
+  const lines: BudgetLine[] = b.budgets.map(w => ({
+    field: `budget-${w.window}`,
+    text: describeBudgetWindow(w),
+    muted: false
+  }));
+  const concurrent = describeConcurrent(b.concurrent);
+  if (concurrent) {
+    lines.push({ field: 'budget-concurrent', text: concurrent, muted: false });
+  }
+  if (lines.length === 0) {
+    lines.push({
+      field: 'budget',
+      text: 'no GPU limits set for you',
+      muted: true
+    });
+  }
+  return lines;
+}
+
+/** The title of a notice banner, by its kind. */
+export function noticeTitle(n: UserNotice): string {
+  switch (n.kind) {
+    case 'budget':
+      return 'GPU budget used up';
+    case 'limit':
+      return 'Over your GPU limit';
+    case 'idle':
+      return 'Idle GPU server';
+    case 'queue':
+      return 'Waiting for a GPU';
+  }
+  return n.service ? `Notice from ${n.service}` : 'Notice';
+}
+
+/** A countdown: "45 s", "9 min 05 s", "1 h 05 min". */
+export function formatCountdown(seconds: number): string {
+  if (!Number.isFinite(seconds)) {
+    return '–';
+  }
+  const s = Math.max(0, Math.ceil(seconds));
+  if (s < 60) {
+    return `${s} s`;
+  }
+  if (s < 3600) {
+    return `${Math.floor(s / 60)} min ${String(s % 60).padStart(2, '0')} s`;
+  }
+  return formatDuration(s);
+}
+
+/** What is left before a notice's deadline: "9 min 05 s left", "due now"; null without a deadline. */
+export function noticeCountdown(n: UserNotice, now: Date): string | null {
+  if (!n.deadline) {
+    return null;
+  }
+  const left = (Date.parse(n.deadline) - now.getTime()) / 1000;
+  return left > 0 ? `${formatCountdown(left)} left` : 'due now';
 }
 
 /** The idle-cull line: "culled in 12 min if still idle" or "not configured". */

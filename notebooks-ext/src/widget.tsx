@@ -27,6 +27,9 @@ export class GpuPanelWidget extends ReactWidget {
     this.node.setAttribute('aria-label', 'GPU usage');
   }
 
+  // One function for the life of the widget, so the countdowns' timers are not re-armed at every render.
+  private readonly _clock = (): Date => this._model.now();
+
   protected render(): JSX.Element {
     return (
       <UseSignal<UsageModel, UsageState>
@@ -40,6 +43,7 @@ export class GpuPanelWidget extends ReactWidget {
             currentServer={this._options.currentServer}
             hubBase={this._options.hubBase}
             onRefresh={() => void this._model.refresh()}
+            clock={this._clock}
           />
         )}
       </UseSignal>

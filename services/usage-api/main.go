@@ -24,7 +24,9 @@ import (
 	"github.com/gpuhub/gpuhub/services/internal/kube"
 	"github.com/gpuhub/gpuhub/services/internal/logging"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/agentclient"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/api"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/app"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/budget"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -49,6 +51,9 @@ func run(args []string) int {
 		unreadyAfter   = fs.Duration("informer-unready-after", time.Minute, "how long a pod or node watch may keep failing before /readyz fails")
 		hubRefresh     = fs.Duration("hub-refresh", 2*time.Minute, "how often the Hub's users and groups are re-read")
 		adminGroups    = fs.String("admin-groups", "", "comma-separated Hub groups whose members may read every user's data")
+		readerServices = fs.String("reader-services", "gpu-quota", "comma-separated Hub services that may read every user's GPU-hours (api/v1/gpu-hours), besides admins")
+		quotaURL       = fs.String("quota-url", "", "gpu-quota's base URL with its prefix (e.g. http://gpu-quota:8000/services/gpu-quota/): me's budget comes from it; empty: budget is null")
+		quotaTimeout   = fs.Duration("quota-timeout", 2*time.Second, "how long me waits for gpu-quota's answer before the budget is unavailable")
 		logFormat      = fs.String("log-format", "text", "log format: text or json")
 		logLevel       = fs.String("log-level", "info", "log level: debug, info, warn or error")
 	)
@@ -58,6 +63,7 @@ func run(args []string) int {
 		"namespace": "GPUHUB_NAMESPACE", "agent-namespace": "GPUHUB_AGENT_NAMESPACE", "agent-port": "GPUHUB_AGENT_PORT",
 		"agent-selector": "GPUHUB_AGENT_SELECTOR", "agent-service-account": "GPUHUB_AGENT_SERVICE_ACCOUNT", "agent-token-file": "GPUHUB_AGENT_TOKEN_FILE",
 		"kubeconfig": "KUBECONFIG", "hub-refresh": "GPUHUB_HUB_REFRESH", "admin-groups": "GPUHUB_ADMIN_GROUPS",
+		"reader-services": "GPUHUB_READER_SERVICES", "quota-url": "GPUHUB_QUOTA_URL", "quota-timeout": "GPUHUB_QUOTA_TIMEOUT",
 		"log-format": "GPUHUB_LOG_FORMAT", "log-level": "GPUHUB_LOG_LEVEL", "informer-unready-after": "GPUHUB_INFORMER_UNREADY_AFTER",
 	}, nil)
 	if errors.Is(err, flag.ErrHelp) {
@@ -105,6 +111,16 @@ func run(args []string) int {
 	groups := config.List(*adminGroups)
 	reg := prometheus.NewRegistry()
 	auth := hubauth.New(hubauth.Options{Hub: hub, Logger: logger, AdminGroups: groups, Registerer: reg})
+	var quota api.Budget
+	if *quotaURL != "" {
+		// gpu-quota knows the usage API by its own Hub token (hub service gpu-usage, in its --reader-services).
+		bc, err := budget.New(budget.Options{URL: *quotaURL, Token: hubCfg.Token, Timeout: *quotaTimeout, Logger: logger, Registerer: reg})
+		if err != nil {
+			logger.Error("--quota-url", "err", err)
+			return 2
+		}
+		quota = bc
+	}
 	db := *database
 	if *databaseURL != "" {
 		db = *databaseURL
@@ -118,6 +134,7 @@ func run(args []string) int {
 		// Agents admit only a token for their audience (the snapshot names users); never our API-server credential.
 		AgentClient: agentclient.New(agentclient.Options{TokenFile: *agentTokenFile}),
 		Hub:         hub, HubRefresh: *hubRefresh, Auth: auth.Middleware,
+		ReaderServices: config.List(*readerServices), Budget: quota,
 		Database: db, Interval: *interval, MaxGap: *maxGap, StaleAfter: *staleAfter,
 	})
 	if err != nil {

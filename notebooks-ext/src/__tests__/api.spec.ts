@@ -10,7 +10,7 @@ import {
   requestMe,
   usageUrl
 } from '../api';
-import { aliceMe } from './fixtures';
+import { aliceMe, bobOverBudgetJson } from './fixtures';
 
 const TOKEN = 'secret-token-abc123';
 
@@ -212,9 +212,94 @@ describe('parseMe', () => {
       history: [],
       gpuHours: { today: undefined, '7d': undefined, '30d': undefined },
       gpuHoursStatus: 'ok',
+      notices: [],
       budget: null,
       idleCull: null
     });
+  });
+
+  it('reads gpu-quota’s budget and notices (issue 10)', () => {
+    const got = parseMe(bobOverBudgetJson());
+    expect(got.budget).toEqual({
+      status: 'ok',
+      exempt: false,
+      concurrent: {
+        maxGPUs: 0.4286,
+        heldGPUs: 0.1429,
+        maxServers: 1,
+        servers: 1
+      },
+      budgets: [
+        {
+          window: '24h',
+          windowSeconds: 86400,
+          gpuHours: 2,
+          usedGPUHours: 2,
+          remainingGPUHours: 0,
+          status: 'ok'
+        },
+        {
+          window: '7d',
+          windowSeconds: 604800,
+          gpuHours: 6,
+          usedGPUHours: null,
+          remainingGPUHours: null,
+          status: 'unavailable'
+        }
+      ]
+    });
+    expect(got.notices).toEqual([
+      {
+        service: 'gpu-quota',
+        kind: 'budget',
+        reason: 'budget_exhausted',
+        message:
+          'You are over your 24-hour GPU budget (2 of 2 GPU-hours used): your default GPU server stops at 10:10 UTC unless you stop it first.',
+        deadline: '2026-11-22T10:10:00Z',
+        snoozable: false,
+        createdAt: '2026-11-22T10:00:00Z',
+        server: ''
+      }
+    ]);
+  });
+
+  it('reads an unavailable budget and drops notices without a message', () => {
+    const got = parseMe({
+      user: 'bob',
+      budget: {
+        status: 'unavailable',
+        reason: 'the quota service cannot be reached'
+      },
+      notices: [
+        { service: 'x', kind: 'limit', message: '  ' },
+        'not a notice',
+        {
+          service: 'gpu-culler',
+          kind: 'idle',
+          message: 'idle',
+          deadline: 'soon'
+        }
+      ]
+    });
+    expect(got.budget).toEqual({
+      status: 'unavailable',
+      reason: 'the quota service cannot be reached',
+      exempt: false,
+      concurrent: null,
+      budgets: []
+    });
+    expect(got.notices).toEqual([
+      {
+        service: 'gpu-culler',
+        kind: 'idle',
+        reason: '',
+        message: 'idle',
+        deadline: undefined,
+        snoozable: false,
+        createdAt: undefined,
+        server: ''
+      }
+    ]);
   });
 
   it('reads the OpenAPI extras: stale flags, null used GPUs, usedUnknown', () => {

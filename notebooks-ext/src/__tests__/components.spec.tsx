@@ -9,6 +9,7 @@ import {
   NOW,
   aliceMe,
   bobAloneOnT4Json,
+  bobOverBudgetJson,
   ledgerDownAliceJson,
   staleAliceJson
 } from './fixtures';
@@ -32,7 +33,11 @@ afterEach(() => {
   host.remove();
 });
 
-function renderPanel(state: UsageState, onRefresh = jest.fn()): HTMLDivElement {
+function renderPanel(
+  state: UsageState,
+  onRefresh = jest.fn(),
+  clock?: () => Date
+): HTMLDivElement {
   act(() =>
     root.render(
       <GpuPanel
@@ -41,6 +46,7 @@ function renderPanel(state: UsageState, onRefresh = jest.fn()): HTMLDivElement {
         currentServer={{ user: 'alice', name: '' }}
         hubBase="/"
         onRefresh={onRefresh}
+        clock={clock}
       />
     )
   );
@@ -181,13 +187,9 @@ describe('GpuPanel', () => {
     );
   });
 
-  it('shows budget and countdown once the services report them', () => {
-    const me = aliceMe({
-      budget: { remainingGPUHours: 4.5, limitGPUHours: 10 },
-      idleCull: { cullAt: '2026-11-22T10:12:10Z' }
-    });
+  it('shows the idle countdown once the culler reports it', () => {
+    const me = aliceMe({ idleCull: { cullAt: '2026-11-22T10:12:10Z' } });
     renderPanel({ status: 'ok', data: me, fetchedAt: NOW });
-    expect(text('[data-field="budget"]')).toBe('4.5 of 10 GPU-hours left');
     expect(text('[data-field="idle-cull"]')).toBe(
       'stops in 12 min if still idle'
     );
@@ -371,5 +373,75 @@ describe('GpuStatus', () => {
       failures: 1
     });
     expect(host.textContent).toBe('GPU ?');
+  });
+});
+
+// Issue 10: gpu-quota's budget in the Budget section, its notice at the top
+// with a countdown that ticks between polls.
+describe('GpuPanel: budget and notices (issue 10)', () => {
+  afterEach(() => jest.useRealTimers());
+
+  it('shows used and left per window and the concurrent limit', () => {
+    renderPanel({
+      status: 'ok',
+      data: parseMe(bobOverBudgetJson()),
+      fetchedAt: NOW
+    });
+    expect(text('[data-field="budget-24h"]')).toBe(
+      '2 of 2 GPU-hours used in the last 24 h · none left'
+    );
+    expect(text('[data-field="budget-7d"]')).toBe(
+      'unknown of 6 GPU-hours used in the last 7 days · unknown left'
+    );
+    expect(text('[data-field="budget-concurrent"]')).toBe(
+      'concurrent: 1/7 of 3/7 GPU · 1 of 1 GPU server'
+    );
+    expect(host.querySelector('[data-field="budget"]')).toBeNull();
+  });
+
+  it('says why the budget is unknown when gpu-quota cannot be asked', () => {
+    const json = {
+      ...bobOverBudgetJson(),
+      budget: {
+        status: 'unavailable',
+        reason: 'the quota service did not answer within 2s'
+      }
+    };
+    renderPanel({ status: 'ok', data: parseMe(json), fetchedAt: NOW });
+    expect(text('[data-field="budget"]')).toBe(
+      'unknown: the quota service did not answer within 2s'
+    );
+  });
+
+  it('shows a pending notice first, with a live countdown to its deadline', () => {
+    jest.useFakeTimers();
+    let clock = NOW.getTime();
+    renderPanel(
+      { status: 'ok', data: parseMe(bobOverBudgetJson()), fetchedAt: NOW },
+      jest.fn(),
+      () => new Date(clock)
+    );
+    const first = host.querySelector('.jp-GpuPanel-body')?.firstElementChild;
+    expect(first?.getAttribute('data-notice')).toBe('GPU budget used up');
+    expect(first?.getAttribute('data-service')).toBe('gpu-quota');
+    expect(text('[data-field="notice-message"]')).toBe(
+      'You are over your 24-hour GPU budget (2 of 2 GPU-hours used): your default GPU server stops at 10:10 UTC unless you stop it first.'
+    );
+    expect(text('[data-field="notice-countdown"]')).toBe('9 min 50 s left');
+    act(() => {
+      clock += 3000;
+      jest.advanceTimersByTime(3000);
+    });
+    expect(text('[data-field="notice-countdown"]')).toBe('9 min 47 s left');
+    act(() => {
+      clock += 600_000;
+      jest.advanceTimersByTime(1000);
+    });
+    expect(text('[data-field="notice-countdown"]')).toBe('due now');
+  });
+
+  it('shows no banner without notices', () => {
+    renderPanel({ status: 'ok', data: aliceMe(), fetchedAt: NOW });
+    expect(host.querySelector('[data-service]')).toBeNull();
   });
 });

@@ -75,9 +75,65 @@ export function aliceMe(overrides: Partial<MeResponse> = {}): MeResponse {
       '30d': { allocated: 40, used: 9 }
     },
     gpuHoursStatus: 'ok',
+    notices: [],
     budget: null,
     idleCull: null,
     ...overrides
+  };
+}
+
+/**
+ * bob, a student on a MIG 1g.5gb slice, has used his daily budget: the usage
+ * API's `me` with gpu-quota's quota object (contract 2) and gpu-quota's notice
+ * from his pod (contract 6). Raw JSON, read through parseMe as the panel does.
+ */
+export function bobOverBudgetJson(): Record<string, unknown> {
+  const me = JSON.parse(JSON.stringify(aliceMe())) as Record<string, unknown>;
+  return {
+    ...me,
+    user: 'bob',
+    notices: [
+      {
+        service: 'gpu-quota',
+        kind: 'budget',
+        reason: 'budget_exhausted',
+        message:
+          'You are over your 24-hour GPU budget (2 of 2 GPU-hours used): your default GPU server stops at 10:10 UTC unless you stop it first.',
+        deadline: '2026-11-22T10:10:00Z',
+        snoozable: false,
+        createdAt: '2026-11-22T10:00:00Z',
+        server: ''
+      }
+    ],
+    budget: {
+      user: 'bob',
+      exempt: false,
+      concurrent: {
+        maxGPUs: 0.4286,
+        heldGPUs: 0.1429,
+        maxServers: 1,
+        servers: 1
+      },
+      budgets: [
+        {
+          window: '24h',
+          windowSeconds: 86400,
+          gpuHours: 2,
+          usedGPUHours: 2,
+          remainingGPUHours: 0,
+          status: 'ok'
+        },
+        {
+          window: '7d',
+          windowSeconds: 604800,
+          gpuHours: 6,
+          usedGPUHours: null,
+          remainingGPUHours: null,
+          status: 'unavailable'
+        }
+      ],
+      notice: null
+    }
   };
 }
 

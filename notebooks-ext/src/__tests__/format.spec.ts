@@ -1,15 +1,26 @@
 import { parseMe } from '../api';
-import type { GpuHolding, MeResponse } from '../api';
+import type {
+  Budget,
+  BudgetWindow,
+  ConcurrentLimit,
+  GpuHolding,
+  MeResponse,
+  UserNotice
+} from '../api';
 import {
   article,
   asSentence,
-  describeBudget,
+  budgetLines,
+  describeBudgetWindow,
+  describeConcurrent,
   describeHolding,
   describeIdleCull,
   describeServer,
   fallbackDescription,
   formatBytes,
+  formatCountdown,
   formatDuration,
+  formatGpuAmount,
   formatGpuHours,
   formatMemory,
   formatPercent,
@@ -18,6 +29,8 @@ import {
   isSimulated,
   isStale,
   memoryText,
+  noticeCountdown,
+  noticeTitle,
   provenanceOf,
   recentUtilization,
   shortProduct,
@@ -337,22 +350,177 @@ describe('staleness', () => {
 
 describe('budget and idle cull', () => {
   it('null is not configured, never a number', () => {
-    expect(describeBudget(null)).toEqual('not configured');
+    expect(budgetLines(null)).toEqual([
+      { field: 'budget', text: 'not configured', muted: true }
+    ]);
     expect(describeIdleCull(null, NOW)).toEqual('not configured');
   });
-  const budgets: Record<string, [object, string]> = {
-    remaining: [
-      { remainingGPUHours: 4.5, limitGPUHours: 10, window: '7 days' },
-      '4.5 of 10 GPU-hours left (7 days)'
+  const win = (over: Partial<BudgetWindow>): BudgetWindow => ({
+    window: '24h',
+    windowSeconds: 86400,
+    gpuHours: 2,
+    usedGPUHours: 0.5,
+    remainingGPUHours: 1.5,
+    status: 'ok',
+    ...over
+  });
+  const windows: Record<string, [BudgetWindow, string]> = {
+    'used and left': [
+      win({}),
+      '0.5 of 2 GPU-hours used in the last 24 h · 1.5 left'
     ],
-    'from used and limit': [
-      { usedGPUHours: 12, limitGPUHours: 10 },
-      '0 of 10 GPU-hours left'
+    spent: [
+      win({ usedGPUHours: 2.25, remainingGPUHours: 0 }),
+      '2.25 of 2 GPU-hours used in the last 24 h · none left'
     ],
-    'no figure': [{}, 'configured, no figure reported']
+    'remaining computed': [
+      win({
+        window: '7d',
+        windowSeconds: 604800,
+        gpuHours: 6,
+        usedGPUHours: 1,
+        remainingGPUHours: null
+      }),
+      '1 of 6 GPU-hours used in the last 7 days · 5 left'
+    ],
+    'usage unreadable': [
+      win({
+        usedGPUHours: null,
+        remainingGPUHours: null,
+        status: 'unavailable'
+      }),
+      'unknown of 2 GPU-hours used in the last 24 h · unknown left'
+    ],
+    unlimited: [
+      win({
+        window: '30d',
+        windowSeconds: null,
+        gpuHours: null,
+        usedGPUHours: 3
+      }),
+      '3 GPU-hours used in the last 30 days · no limit'
+    ],
+    'one hour, one GPU-hour': [
+      win({
+        window: '1h',
+        windowSeconds: 3600,
+        gpuHours: 1,
+        usedGPUHours: 0.25,
+        remainingGPUHours: 0.75
+      }),
+      '0.25 of 1 GPU-hour used in the last hour · 0.75 left'
+    ],
+    'a window in days and hours': [
+      win({ window: '1d12h', windowSeconds: null }),
+      '0.5 of 2 GPU-hours used in the last 36 h · 1.5 left'
+    ]
   };
-  it.each(Object.entries(budgets))('budget %s', (_, [b, want]) => {
-    expect(describeBudget(b)).toEqual(want);
+  it.each(Object.entries(windows))('budget window: %s', (_, [w, want]) => {
+    expect(describeBudgetWindow(w)).toEqual(want);
+  });
+  const concurrent: Record<string, [ConcurrentLimit, string]> = {
+    'MIG slices': [
+      { maxGPUs: 0.4286, heldGPUs: 0.1429, maxServers: 1, servers: 1 },
+      'concurrent: 1/7 of 3/7 GPU · 1 of 1 GPU server'
+    ],
+    'whole GPUs': [
+      { maxGPUs: 2, heldGPUs: 1, maxServers: 3, servers: 1 },
+      'concurrent: 1 of 2 GPUs · 1 of 3 GPU servers'
+    ],
+    'no limit': [
+      { maxGPUs: null, heldGPUs: 1.5, maxServers: null, servers: 2 },
+      'concurrent: 1 1/2 GPUs, no limit'
+    ],
+    'held unknown': [
+      { maxGPUs: 0.25, heldGPUs: null, maxServers: null, servers: null },
+      'concurrent: unknown of 1/4 GPU'
+    ]
+  };
+  it.each(Object.entries(concurrent))('concurrent: %s', (_, [c, want]) => {
+    expect(describeConcurrent(c)).toEqual(want);
+  });
+  it('budget lines: windows then the concurrent limit; exempt; unavailable', () => {
+    const b: Budget = {
+      status: 'ok',
+      exempt: false,
+      concurrent: {
+        maxGPUs: 0.4286,
+        heldGPUs: 0.1429,
+        maxServers: 1,
+        servers: 1
+      },
+      budgets: [win({})]
+    };
+    expect(budgetLines(b)).toEqual([
+      {
+        field: 'budget-24h',
+        text: '0.5 of 2 GPU-hours used in the last 24 h · 1.5 left',
+        muted: false
+      },
+      {
+        field: 'budget-concurrent',
+        text: 'concurrent: 1/7 of 3/7 GPU · 1 of 1 GPU server',
+        muted: false
+      }
+    ]);
+    expect(budgetLines({ ...b, exempt: true })[0].text).toEqual(
+      'exempt: no GPU limits or budgets apply to you'
+    );
+    expect(
+      budgetLines({ ...b, concurrent: null, budgets: [] })[0].text
+    ).toEqual('no GPU limits set for you');
+    expect(
+      budgetLines({
+        status: 'unavailable',
+        reason: 'the quota service cannot be reached',
+        exempt: false,
+        concurrent: null,
+        budgets: []
+      })
+    ).toEqual([
+      {
+        field: 'budget',
+        text: 'unknown: the quota service cannot be reached',
+        muted: true
+      }
+    ]);
+  });
+  it.each([
+    [0.1429, '1/7'],
+    [0.4286, '3/7'],
+    [0.25, '1/4'],
+    [1, '1'],
+    [1.5, '1 1/2'],
+    [2, '2'],
+    [0, '0'],
+    [0.123456, '0.12']
+  ])('GPU amount %p is %p', (x, want) => {
+    expect(formatGpuAmount(x)).toEqual(want);
+  });
+  it('notices: titles by kind, countdowns to the deadline', () => {
+    const n: UserNotice = {
+      service: 'gpu-quota',
+      kind: 'budget',
+      reason: 'budget_exhausted',
+      message: 'm',
+      deadline: '2026-11-22T10:09:15Z',
+      snoozable: false,
+      server: ''
+    };
+    expect(noticeTitle(n)).toEqual('GPU budget used up');
+    expect(noticeTitle({ ...n, kind: 'limit' })).toEqual('Over your GPU limit');
+    expect(noticeTitle({ ...n, kind: 'new', service: 'gpu-x' })).toEqual(
+      'Notice from gpu-x'
+    );
+    expect(noticeCountdown(n, NOW)).toEqual('9 min 05 s left');
+    expect(noticeCountdown(n, new Date('2026-11-22T10:09:00.5Z'))).toEqual(
+      '15 s left'
+    );
+    expect(noticeCountdown(n, new Date('2026-11-22T10:09:15Z'))).toEqual(
+      'due now'
+    );
+    expect(noticeCountdown({ ...n, deadline: undefined }, NOW)).toBeNull();
+    expect(formatCountdown(2 * 3600 + 5 * 60)).toEqual('2 h 05 min');
   });
   const culls: Record<string, [object, string]> = {
     countdown: [

@@ -1,7 +1,8 @@
-// Package api serves the usage API v1 under the Hub service prefix: me, users/{name}, users (admin) and cluster.
-// Live numbers come from memory (the latest view and the history); GPU-hours for today, 7 d and 30 d from the
-// ledger's in-memory window cache; custom windows from the store. The OpenAPI file services/usage-api/openapi.yaml
-// documents the shapes.
+// Package api serves the usage API v1 under the Hub service prefix: me, users/{name}, users (admin), cluster, and
+// gpu-hours (every user's rolling windows, for gpu-quota). Live numbers come from memory (the latest view and
+// the history); GPU-hours for today, 7 d and 30 d from the ledger's in-memory window cache; custom windows from
+// the store; a user's budget from gpu-quota (cached). The OpenAPI file services/usage-api/openapi.yaml documents
+// the shapes.
 package api
 
 import (
@@ -11,12 +12,15 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
+	"github.com/gpuhub/gpuhub/services/internal/policy"
 	"github.com/gpuhub/gpuhub/services/internal/server"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/usage"
@@ -29,6 +33,15 @@ type GPUHours interface {
 	Available() error
 	UserWindows(user string) ledger.Windows
 	Hours(ctx context.Context, q ledger.Query) ([]ledger.Row, error)
+	// Rolling is every user's allocated GPU-hours by class in rolling windows ending at asOf
+	// (ledger.Ledger.Rolling).
+	Rolling(ctx context.Context, windows []time.Duration, asOf time.Time) (map[time.Duration]map[string]map[string]float64, error)
+}
+
+// Budget is a user's quota as gpu-quota answers it (budget.Client): the quota object, or
+// {"status":"unavailable","reason":…}; it returns within a short timeout.
+type Budget interface {
+	Get(ctx context.Context, user string) json.RawMessage
 }
 
 // Options configure the handler.
@@ -37,9 +50,13 @@ type Options struct {
 	State  *usage.State
 	Ledger GPUHours
 	// Auth authenticates requests and puts a *hubauth.Identity in the context (hubauth's Middleware).
-	Auth   func(http.Handler) http.Handler
-	Now    func() time.Time
-	Logger *slog.Logger
+	Auth func(http.Handler) http.Handler
+	// Budget answers the budget of me and users/{name}; nil: no quota service configured (budget is null).
+	Budget Budget
+	// ReaderServices are the Hub services that may read every user's GPU-hours (gpu-hours), besides admins.
+	ReaderServices []string
+	Now            func() time.Time
+	Logger         *slog.Logger
 }
 
 type handler struct {
@@ -64,6 +81,7 @@ func New(opts Options) http.Handler {
 	mux.HandleFunc("GET "+p+"users/{name}", h.user)
 	mux.HandleFunc("GET "+p+"users", h.users)
 	mux.HandleFunc("GET "+p+"cluster", h.cluster)
+	mux.HandleFunc("GET "+p+"gpu-hours", h.rolling)
 	mux.HandleFunc(opts.Prefix, func(w http.ResponseWriter, r *http.Request) {
 		server.WriteError(w, http.StatusNotFound, "no such endpoint %s; see %sapi/v1/ in openapi.yaml", r.URL.Path, opts.Prefix)
 	})
@@ -118,8 +136,12 @@ type UserResponse struct {
 	GPUHours        map[string]*Window `json:"gpuHours"`
 	GPUHoursStatus  string             `json:"gpuHoursStatus"`
 	GPUHoursReason  string             `json:"gpuHoursReason,omitempty"`
-	Budget          any                `json:"budget"`
-	IdleCull        any                `json:"idleCull"`
+	// Notices are the pending notices on the user's pods (gpu-quota, the culler, ...), one per service.
+	Notices []usage.Notice `json:"notices"`
+	// Budget is gpu-quota's quota object for the user (GET {quota-url}api/v1/users/{name}/quota), or
+	// {"status":"unavailable","reason":…}; null when no quota service is configured.
+	Budget   json.RawMessage `json:"budget"`
+	IdleCull any             `json:"idleCull"`
 }
 
 func (h *handler) me(w http.ResponseWriter, r *http.Request) {
@@ -166,9 +188,12 @@ func (h *handler) writeUser(w http.ResponseWriter, r *http.Request, name string,
 		writeQueryError(w, qerr)
 		return
 	}
-	resp := UserResponse{User: name, Groups: groups, Servers: []usage.Server{}, History: usage.Points{}}
+	resp := UserResponse{User: name, Groups: groups, Servers: []usage.Server{}, History: usage.Points{}, Notices: []usage.Notice{}}
 	asOf := h.opts.Now()
 	if v := h.opts.State.View(); v != nil {
+		if ns := v.Notices[name]; ns != nil {
+			resp.Notices = ns
+		}
 		asOf = v.SampledAt
 		t := v.SampledAt
 		resp.SampledAt, resp.IntervalSeconds = &t, v.Interval.Seconds()
@@ -200,6 +225,9 @@ func (h *handler) writeUser(w http.ResponseWriter, r *http.Request, name string,
 	if qerr != nil {
 		writeQueryError(w, qerr)
 		return
+	}
+	if h.opts.Budget != nil {
+		resp.Budget = h.opts.Budget.Get(r.Context(), name)
 	}
 	writeUserJSON(w, resp)
 }
@@ -609,6 +637,79 @@ func (h *handler) cluster(w http.ResponseWriter, r *http.Request) {
 	}
 	if resp.AgentStatus == nil {
 		resp.AgentStatus = []usage.AgentStatus{}
+	}
+	server.WriteJSON(w, http.StatusOK, resp)
+}
+
+// RollingResponse is the body of gpu-hours.
+type RollingResponse struct {
+	AsOf time.Time `json:"asOf"`
+	// Windows has the windows as asked ("24h", "7d"): per user, allocated GPU-hours by class.
+	Windows map[string]map[string]map[string]float64 `json:"windows"`
+}
+
+// maxWindow is the longest rolling window, as in gpu-quota's policy.
+const maxWindow = 366 * 24 * time.Hour
+
+// rolling answers every user's allocated GPU-hours by class in rolling windows [asOf-w, asOf] (gpu-quota's
+// budgets): admins and the Hub services of ReaderServices.
+func (h *handler) rolling(w http.ResponseWriter, r *http.Request) {
+	id, ok := hubauth.FromContext(r.Context())
+	if !ok {
+		server.WriteError(w, http.StatusUnauthorized, "authenticate with a Hub token")
+		return
+	}
+	reader := id.Kind == "service" && slices.Contains(h.opts.ReaderServices, id.Name)
+	if !id.IsAdmin() && !reader {
+		server.WriteError(w, http.StatusForbidden,
+			"every user's GPU-hours are for admins and the services listed in the usage API's --reader-services; read your own at api/v1/me")
+		return
+	}
+	raw := r.URL.Query().Get("windows")
+	if raw == "" {
+		server.WriteError(w, http.StatusBadRequest, "windows is required: a comma-separated list of whole-hour windows such as 24h,7d,30d")
+		return
+	}
+	var names []string
+	var durations []time.Duration
+	for n := range strings.SplitSeq(raw, ",") {
+		n = strings.TrimSpace(n)
+		if slices.Contains(names, n) {
+			continue
+		}
+		d, err := policy.ParseDuration(n)
+		switch {
+		case err != nil:
+			server.WriteError(w, http.StatusBadRequest, "window %q: %v", param(n), err)
+			return
+		case d < time.Hour || d > maxWindow || d%time.Hour != 0:
+			server.WriteError(w, http.StatusBadRequest, "window %q: whole hours from 1h to 366d (the ledger counts by the hour)", param(n))
+			return
+		}
+		names, durations = append(names, n), append(durations, d)
+	}
+	if len(names) > ledger.MaxRollingWindows {
+		server.WriteError(w, http.StatusBadRequest, "at most %d windows at once", ledger.MaxRollingWindows)
+		return
+	}
+	if err := h.opts.Ledger.Available(); err != nil {
+		writeQueryError(w, &queryError{status: http.StatusServiceUnavailable, msg: "GPU-hours are unavailable: " + err.Error()})
+		return
+	}
+	asOf := h.opts.Now().UTC()
+	got, err := h.opts.Ledger.Rolling(r.Context(), durations, asOf)
+	if err != nil {
+		h.opts.Logger.Error("ledger rolling windows failed", "windows", raw, "err", err)
+		writeQueryError(w, &queryError{status: http.StatusServiceUnavailable,
+			msg: fmt.Sprintf("the GPU-hours ledger could not answer just now; retry in %d s", retryAfterSeconds)})
+		return
+	}
+	resp := RollingResponse{AsOf: asOf, Windows: make(map[string]map[string]map[string]float64, len(names))}
+	for i, n := range names {
+		resp.Windows[n] = got[durations[i]]
+		if resp.Windows[n] == nil {
+			resp.Windows[n] = map[string]map[string]float64{}
+		}
 	}
 	server.WriteJSON(w, http.StatusOK, resp)
 }

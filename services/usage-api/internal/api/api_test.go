@@ -110,6 +110,8 @@ func testServerWithLedger(t *testing.T) (*httptest.Server, *testLedger) {
 	hub.AddToken("alice-token", "alice")
 	hub.AddToken("bob-token", "bob")
 	hub.AddToken("root-token", "root")
+	hub.AddToken("quota-token", "gpu-quota")   // a service listed in ReaderServices
+	hub.AddToken("culler-token", "gpu-culler") // a service that is not
 	auth := hubauth.New(hubauth.Options{Hub: hub.Client("service-token")})
 
 	state := usage.NewState(usage.NewHistory(time.Hour, 5*time.Second))
@@ -122,10 +124,12 @@ func testServerWithLedger(t *testing.T) (*httptest.Server, *testLedger) {
 		Hub: usage.Directory{Users: map[string]usage.HubUser{"alice": {Name: "alice", Groups: []string{"physics"}}, "bob": {Name: "bob"}, "root": {Name: "root", Admin: true}}},
 		Cluster: usage.Cluster{SampledAt: now, CapacityGPUs: 1, AllocatedGPUs: 3.0 / 7,
 			Classes: []usage.ClassStats{{Class: "mig A100-SXM4-40GB 3g.20gb", Kind: "mig", CapacityUnits: 2, AllocatedUnits: 1}}},
+		Notices: map[string][]usage.Notice{"alice": {aliceNotice}},
 	}
 	state.Publish(v)
 	led := newTestLedger(t)
-	h := New(Options{Prefix: prefix, State: state, Ledger: led, Auth: auth.Middleware, Now: func() time.Time { return now }})
+	h := New(Options{Prefix: prefix, State: state, Ledger: led, Auth: auth.Middleware, Now: func() time.Time { return now },
+		Budget: fakeBudget{}, ReaderServices: []string{"gpu-quota"}})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv, led

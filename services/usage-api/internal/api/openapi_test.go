@@ -53,6 +53,19 @@ func answers(t *testing.T, srv *httptest.Server) map[string]map[string]any {
 		"UserSummary": users["items"].([]any)[0].(map[string]any),
 		"Cluster":     cluster,
 	}
+	if ns, _ := me["notices"].([]any); len(ns) > 0 {
+		objects["Notice"] = ns[0].(map[string]any)
+	}
+	if b, _ := me["budget"].(map[string]any); b != nil {
+		if b["status"] == "unavailable" {
+			objects["QuotaUnavailable"] = b
+		} else {
+			objects["Quota"] = b
+		}
+	}
+	if _, rolling := get(t, srv, "GET", prefix+"api/v1/gpu-hours?windows=24h", "root-token"); rolling != nil {
+		objects["RollingHours"] = rolling
+	}
 	if cs := cluster["classes"].([]any); len(cs) > 0 {
 		objects["ClassStats"] = cs[0].(map[string]any)
 	}
@@ -87,8 +100,10 @@ func checkSchemas(t *testing.T, doc schemas, objects map[string]map[string]any) 
 // and every required property is present.
 func TestOpenAPIMatchesResponses(t *testing.T) {
 	objects := answers(t, testServer(t))
-	if _, ok := objects["ClassStats"]; !ok {
-		t.Error("the test view has no class")
+	for _, name := range []string{"ClassStats", "Notice", "Quota", "RollingHours"} {
+		if _, ok := objects[name]; !ok {
+			t.Errorf("the test answers have no %s", name)
+		}
 	}
 	checkSchemas(t, readSchemas(t), objects)
 }

@@ -58,6 +58,10 @@ type Options struct {
 	HubRefresh time.Duration // default 2 min
 	// Auth is hubauth's Middleware.
 	Auth func(http.Handler) http.Handler
+	// ReaderServices may read every user's GPU-hours (api/v1/gpu-hours), besides admins.
+	ReaderServices []string
+	// Budget answers the budget of me (budget.Client on --quota-url); nil: none configured.
+	Budget api.Budget
 
 	// Database is a SQLite file path or a postgres:// URL, opened with OpenDatabase unless OpenLedger is set.
 	Database   string
@@ -131,7 +135,8 @@ func Run(ctx context.Context, o Options) error {
 
 	srv, err := server.New(server.Options{
 		Addr: o.Addr, Listener: o.Listener, Prefix: o.Prefix, Registry: o.Registry, Logger: o.Logger, Subsystem: "usage",
-		Handler: api.New(api.Options{Prefix: o.Prefix, State: state, Ledger: led, Auth: o.Auth, Now: o.Now, Logger: o.Logger}),
+		Handler: api.New(api.Options{Prefix: o.Prefix, State: state, Ledger: led, Auth: o.Auth, Now: o.Now, Logger: o.Logger,
+			Budget: o.Budget, ReaderServices: o.ReaderServices}),
 		ReadyChecks: []server.Check{
 			{Name: "informers", Fn: inv.Synced},
 			// A broken watch leaves the caches (and every answer) silently frozen: not ready once it lasts.

@@ -21,6 +21,7 @@ type Ledger interface {
 	Record(ctx context.Context, now time.Time, samples []ledger.Sample) (ledger.Result, error)
 	UserWindows(user string) ledger.Windows
 	Hours(ctx context.Context, q ledger.Query) ([]ledger.Row, error)
+	Rolling(ctx context.Context, windows []time.Duration, asOf time.Time) (map[time.Duration]map[string]map[string]float64, error)
 }
 
 // OpenLedgerFunc opens the ledger as of now; closer releases it when the service stops.
@@ -219,6 +220,13 @@ func (c *ledgerConn) UserWindows(user string) ledger.Windows {
 func (c *ledgerConn) Hours(ctx context.Context, q ledger.Query) ([]ledger.Row, error) {
 	if b := c.led.Load(); b != nil {
 		return b.Hours(ctx, q)
+	}
+	return nil, errNotConnected
+}
+
+func (c *ledgerConn) Rolling(ctx context.Context, windows []time.Duration, asOf time.Time) (map[time.Duration]map[string]map[string]float64, error) {
+	if b := c.led.Load(); b != nil {
+		return b.Rolling(ctx, windows, asOf)
 	}
 	return nil, errNotConnected
 }

@@ -24,6 +24,9 @@ func (nopLedger) UserWindows(string) ledger.Windows { return ledger.Windows{} }
 func (nopLedger) Hours(context.Context, ledger.Query) ([]ledger.Row, error) {
 	return nil, nil
 }
+func (nopLedger) Rolling(context.Context, []time.Duration, time.Time) (map[time.Duration]map[string]map[string]float64, error) {
+	return nil, nil
+}
 
 // TestLedgerConnRetries: failed opens are counted, explained in the readiness detail and in words for users,
 // retried with a backoff that stays within its bounds, until one works.

@@ -60,6 +60,8 @@ type store interface {
 	Commit(ctx context.Context, prev *Checkpoint, next Checkpoint, incs []Increment) error
 	Sum(ctx context.Context, q Query) ([]Row, error)
 	userWindows(ctx context.Context, today, d7, d30, current time.Time) (map[string][3]Totals, error)
+	rollingSums(ctx context.Context, current time.Time, windows []time.Duration) (map[time.Duration]*RollingSums, error)
+	bucketSums(ctx context.Context, buckets []time.Time) (map[int64]map[string]map[string]float64, error)
 }
 
 // Ledger integrates samples into the store and keeps per-user window totals in memory for the fast path.
@@ -91,6 +93,12 @@ type Ledger struct {
 
 	cacheMu sync.RWMutex
 	cache   windowCache
+	// late counts the commits to buckets other than the current one (the first tick after an outage, a clock
+	// step) and the reloads after another writer moved the checkpoint: the rolling windows' completed sums are
+	// stale when it moved.
+	late atomic.Uint64
+
+	rolling rollingCache
 }
 
 // Result tells what one Record did.
@@ -300,6 +308,7 @@ func (l *Ledger) reload(ctx context.Context, now time.Time) error {
 	if ok {
 		l.cp = &cp
 	}
+	l.late.Add(1)
 	return l.refreshCache(ctx, now)
 }
 
@@ -596,6 +605,8 @@ type windowCache struct {
 	starts    [3]time.Time // first bucket of today, 7 d, 30 d
 	completed map[string][3]Totals
 	current   map[string]Totals
+	// currentByKey is the current hour by user and class, for the rolling windows.
+	currentByKey map[Key]Totals
 }
 
 func (l *Ledger) windowStarts(hour time.Time) (today, d7, d30 time.Time) {
@@ -615,14 +626,17 @@ func (l *Ledger) refreshCache(ctx context.Context, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	current := map[string]Totals{}
+	current, byKey := map[string]Totals{}, map[Key]Totals{}
 	for _, r := range rows {
 		t := current[r.User]
 		t.add(r.Totals)
 		current[r.User] = t
+		k := byKey[r.Key]
+		k.add(r.Totals)
+		byKey[r.Key] = k
 	}
 	l.cacheMu.Lock()
-	l.cache = windowCache{hour: hour, starts: [3]time.Time{today, d7, d30}, completed: completed, current: current}
+	l.cache = windowCache{hour: hour, starts: [3]time.Time{today, d7, d30}, completed: completed, current: current, currentByKey: byKey}
 	l.cacheMu.Unlock()
 	return nil
 }
@@ -646,7 +660,11 @@ func (l *Ledger) applyToCache(ctx context.Context, now time.Time, incs []Increme
 			t := l.cache.current[inc.User]
 			t.add(inc.Totals)
 			l.cache.current[inc.User] = t
+			k := l.cache.currentByKey[inc.Key]
+			k.add(inc.Totals)
+			l.cache.currentByKey[inc.Key] = k
 		default:
+			l.late.Add(1)
 			// Another hour: the first tick after an outage fills earlier ones; after the wall clock stepped
 			// back, later ones hold what was charged before the step.
 			w := l.cache.completed[inc.User]
@@ -683,4 +701,216 @@ func (l *Ledger) Hours(ctx context.Context, q Query) ([]Row, error) {
 		rows[i].Totals = rows[i].scale(1.0 / 3600)
 	}
 	return rows, nil
+}
+
+// MaxRollingWindows bounds the windows of one Rolling call (one query column pair each).
+const MaxRollingWindows = 16
+
+// Rolling returns every user's allocated GPU-hours by class (gpu.Allocation.Class) in each rolling window
+// [asOf-w, asOf], w whole hours. The ledger counts in hour buckets: the window's first bucket, partly inside it,
+// is prorated by the part inside (use within an hour is taken as even), the current bucket counts what was
+// recorded up to the last tick. Users without GPU-hours in a window are left out of it.
+//
+// The completed buckets come from a cache (rollingCache): computed once with one grouped query, rolled forward
+// each hour with a query of two buckets, computed again after a commit to an earlier bucket. The current hour
+// comes from memory. So gpu-quota's refresh every few seconds costs no full scan.
+func (l *Ledger) Rolling(ctx context.Context, windows []time.Duration, asOf time.Time) (map[time.Duration]map[string]map[string]float64, error) {
+	if len(windows) > MaxRollingWindows {
+		return nil, fmt.Errorf("ledger: at most %d rolling windows at once", MaxRollingWindows)
+	}
+	for _, w := range windows {
+		if w < time.Hour || w%time.Hour != 0 {
+			return nil, fmt.Errorf("ledger: a rolling window is whole hours, not %s", w)
+		}
+	}
+	l.cacheMu.RLock()
+	hour := l.cache.hour
+	current := make(map[Key]Totals, len(l.cache.currentByKey))
+	maps.Copy(current, l.cache.currentByKey)
+	l.cacheMu.RUnlock()
+
+	sums, err := l.rollingSums(ctx, hour, windows)
+	if err != nil {
+		return nil, err
+	}
+	// The part of the first bucket inside the window: all of it at the start of the current hour, none of it
+	// at its end (or later, before the next tick opens a new bucket).
+	f := max(0, min(1, 1-asOf.Sub(hour).Hours()))
+	out := make(map[time.Duration]map[string]map[string]float64, len(windows))
+	for _, w := range windows {
+		if out[w] != nil {
+			continue
+		}
+		s := sums[w]
+		m := make(map[string]map[string]float64, len(s.Full))
+		add := func(user, class string, seconds float64) {
+			if seconds <= 0 {
+				return
+			}
+			c := m[user]
+			if c == nil {
+				c = map[string]float64{}
+				m[user] = c
+			}
+			c[class] += seconds / 3600
+		}
+		for user, classes := range s.Full {
+			for class, v := range classes {
+				add(user, class, v)
+			}
+		}
+		for user, classes := range s.Edge {
+			for class, v := range classes {
+				add(user, class, f*v)
+			}
+		}
+		for k, t := range current {
+			add(k.User, k.Class, t.Allocated)
+		}
+		out[w] = m
+	}
+	return out, nil
+}
+
+// rollingCache keeps the completed part of rolling windows (RollingSums) as of one current hour.
+type rollingCache struct {
+	mu   sync.Mutex
+	hour time.Time // the current hour bucket the sums leave out
+	late uint64    // Ledger.late when they were computed
+	sums map[time.Duration]*RollingSums
+	// call is the computation under way: callers wait for it rather than each run the same scan, and it runs
+	// to the end even when they give up (a first scan of a large ledger can outlast a client's timeout).
+	call *rollingCall
+}
+
+type rollingCall struct {
+	done chan struct{}
+	err  error
+}
+
+// maxRollHours is the most hours the cache is rolled forward one bucket at a time; a longer pause re-sums.
+const maxRollHours = 24
+
+// rollingTimeout bounds one computation of the sums.
+const rollingTimeout = 5 * time.Minute
+
+// rollingSums returns the completed sums of windows as of the current hour bucket hour.
+func (l *Ledger) rollingSums(ctx context.Context, hour time.Time, windows []time.Duration) (map[time.Duration]*RollingSums, error) {
+	c := &l.rolling
+	for {
+		c.mu.Lock()
+		if c.call == nil && c.hour.Equal(hour) && c.late == l.late.Load() && hasAll(c.sums, windows) {
+			out := make(map[time.Duration]*RollingSums, len(windows))
+			for _, w := range windows {
+				out[w] = c.sums[w]
+			}
+			c.mu.Unlock()
+			return out, nil
+		}
+		call := c.call
+		if call == nil {
+			call = &rollingCall{done: make(chan struct{})}
+			c.call = call
+			go l.computeRolling(call, hour, windows)
+		}
+		c.mu.Unlock()
+		select {
+		case <-call.done:
+			if call.err != nil {
+				return nil, call.err
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func hasAll(sums map[time.Duration]*RollingSums, windows []time.Duration) bool {
+	for _, w := range windows {
+		if _, ok := sums[w]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// computeRolling brings the cache to hour: rolled forward from the hour it holds when nothing was written
+// late since, else afresh; then the windows it lacks in one grouped query.
+func (l *Ledger) computeRolling(call *rollingCall, hour time.Time, windows []time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), rollingTimeout)
+	defer cancel()
+	c := &l.rolling
+	c.mu.Lock()
+	from, late, sums := c.hour, c.late, c.sums
+	c.mu.Unlock()
+	nowLate := l.late.Load()
+	steps := int(hour.Sub(from) / time.Hour)
+	if late != nowLate || from.IsZero() || steps < 0 || steps > maxRollHours {
+		sums = map[time.Duration]*RollingSums{}
+	}
+	var err error
+	for h := from; err == nil && len(sums) > 0 && h.Before(hour); h = h.Add(time.Hour) {
+		sums, err = l.rollHour(ctx, h, sums)
+	}
+	var missing []time.Duration
+	for _, w := range windows {
+		if _, ok := sums[w]; !ok && !slices.Contains(missing, w) {
+			missing = append(missing, w)
+		}
+	}
+	if err == nil && len(missing) > 0 {
+		var got map[time.Duration]*RollingSums
+		if got, err = l.store.rollingSums(ctx, hour, missing); err == nil {
+			maps.Copy(sums, got)
+		}
+	}
+	c.mu.Lock()
+	if err == nil {
+		c.hour, c.late, c.sums = hour, nowLate, sums
+	}
+	c.call, call.err = nil, err
+	c.mu.Unlock()
+	close(call.done)
+}
+
+// rollHour moves sums from current hour h to h+1h: bucket h is complete now and joins every window; for each
+// window w, bucket h+1h-w leaves the buckets wholly inside and becomes the first one.
+func (l *Ledger) rollHour(ctx context.Context, h time.Time, sums map[time.Duration]*RollingSums) (map[time.Duration]*RollingSums, error) {
+	buckets := []time.Time{h}
+	for w := range sums {
+		buckets = append(buckets, h.Add(time.Hour-w))
+	}
+	got, err := l.store.bucketSums(ctx, buckets)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[time.Duration]*RollingSums, len(sums))
+	for w, s := range sums {
+		edge := h.Add(time.Hour - w).Unix()
+		full := make(map[string]map[string]float64, len(s.Full))
+		for u, cs := range s.Full {
+			full[u] = maps.Clone(cs)
+		}
+		for u, cs := range got[h.Unix()] {
+			for class, v := range cs {
+				addTo(full, u, class, v)
+			}
+		}
+		for u, cs := range got[edge] {
+			for class, v := range cs {
+				addTo(full, u, class, -v)
+				if full[u][class] < 1e-6 { // float dust of the subtraction
+					delete(full[u], class)
+					if len(full[u]) == 0 {
+						delete(full, u)
+					}
+				}
+			}
+		}
+		out[w] = &RollingSums{Full: full, Edge: got[edge]}
+		if out[w].Edge == nil {
+			out[w].Edge = map[string]map[string]float64{}
+		}
+	}
+	return out, nil
 }

@@ -455,3 +455,106 @@ func (s *Store) userWindows(ctx context.Context, today, d7, d30, current time.Ti
 	}
 	return out, nil
 }
+
+// rollingSums sums every user's allocated GPU-seconds by class for rolling windows ending in the hour bucket
+// current, in one scan: per window w, full is the buckets after current-w (the current one excepted; later ones
+// exist only after the wall clock stepped back, and count) and edge is bucket current-w, the window's first,
+// partly inside it.
+func (s *Store) rollingSums(ctx context.Context, current time.Time, windows []time.Duration) (map[time.Duration]*RollingSums, error) {
+	if len(windows) == 0 {
+		return map[time.Duration]*RollingSums{}, nil
+	}
+	var cols strings.Builder
+	args := make([]any, 0, 2*len(windows)+2)
+	oldest := current
+	for _, w := range windows {
+		edge := current.Add(-w)
+		oldest = minTime(oldest, edge)
+		cols.WriteString(", SUM(CASE WHEN bucket > ? THEN allocated_s ELSE 0 END), SUM(CASE WHEN bucket = ? THEN allocated_s ELSE 0 END)")
+		args = append(args, edge.Unix(), edge.Unix())
+	}
+	args = append(args, oldest.Unix(), current.Unix())
+	query := `SELECT user_name, class` + cols.String() + ` FROM gpu_usage WHERE bucket >= ? AND bucket <> ? GROUP BY user_name, class`
+	rows, err := s.db.QueryContext(ctx, s.q(query), args...)
+	if err != nil {
+		return nil, fmt.Errorf("query ledger rolling windows: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	out := make(map[time.Duration]*RollingSums, len(windows))
+	for _, w := range windows {
+		out[w] = &RollingSums{Full: map[string]map[string]float64{}, Edge: map[string]map[string]float64{}}
+	}
+	vals := make([]float64, 2*len(windows))
+	dest := make([]any, 2+len(vals))
+	var user, class string
+	dest[0], dest[1] = &user, &class
+	for i := range vals {
+		dest[2+i] = &vals[i]
+	}
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return nil, fmt.Errorf("scan ledger rolling windows: %w", err)
+		}
+		for i, w := range windows {
+			addTo(out[w].Full, user, class, vals[2*i])
+			addTo(out[w].Edge, user, class, vals[2*i+1])
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("query ledger rolling windows: %w", err)
+	}
+	return out, nil
+}
+
+// RollingSums are GPU-seconds by user and class of one rolling window, without the current hour: Full the
+// buckets wholly inside it, Edge its first bucket, partly inside.
+type RollingSums struct {
+	Full, Edge map[string]map[string]float64
+}
+
+func addTo(m map[string]map[string]float64, user, class string, v float64) {
+	if v == 0 {
+		return
+	}
+	c := m[user]
+	if c == nil {
+		c = map[string]float64{}
+		m[user] = c
+	}
+	c[class] += v
+}
+
+// bucketSums returns allocated GPU-seconds by bucket (Unix seconds), user and class of a few buckets.
+func (s *Store) bucketSums(ctx context.Context, buckets []time.Time) (map[int64]map[string]map[string]float64, error) {
+	out := map[int64]map[string]map[string]float64{}
+	if len(buckets) == 0 {
+		return out, nil
+	}
+	args := make([]any, len(buckets))
+	for i, b := range buckets {
+		args[i] = b.Unix()
+	}
+	query := `SELECT bucket, user_name, class, SUM(allocated_s) FROM gpu_usage WHERE bucket IN (?` +
+		strings.Repeat(", ?", len(buckets)-1) + `) GROUP BY bucket, user_name, class`
+	rows, err := s.db.QueryContext(ctx, s.q(query), args...)
+	if err != nil {
+		return nil, fmt.Errorf("query ledger buckets: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	for rows.Next() {
+		var b int64
+		var user, class string
+		var v float64
+		if err := rows.Scan(&b, &user, &class, &v); err != nil {
+			return nil, fmt.Errorf("scan ledger buckets: %w", err)
+		}
+		if out[b] == nil {
+			out[b] = map[string]map[string]float64{}
+		}
+		addTo(out[b], user, class, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("query ledger buckets: %w", err)
+	}
+	return out, nil
+}

@@ -188,11 +188,14 @@ type View struct {
 	Cluster   Cluster
 	// Samples for the ledger: one per allocated unit of a Hub user's running pod.
 	Samples []ledger.Sample
+	// Notices are the pending notices on each user's pods, one per service, sorted by service.
+	Notices map[string][]Notice
 }
 
 // Build joins one tick's input.
 func Build(in Input) *View {
-	v := &View{SampledAt: in.Now, Interval: in.Interval, Users: map[string]*User{}, Groups: map[string]GroupShare{}, Hub: in.Hub}
+	v := &View{SampledAt: in.Now, Interval: in.Interval, Users: map[string]*User{}, Groups: map[string]GroupShare{}, Hub: in.Hub,
+		Notices: notices(in.Pods)}
 	classes := map[string]*ClassStats{}
 	classOf := func(a gpu.Allocation) *ClassStats {
 		c := classes[a.Class()]

@@ -1,0 +1,55 @@
+package usage
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/gpuhub/gpuhub/services/internal/inventory"
+	"github.com/gpuhub/gpuhub/services/internal/notice"
+)
+
+// Notice is a pending notice of an acting service (gpu-quota, the culler, ...) on one of a user's pods: the
+// pod annotation gpuhub.io/notice-<service> (services/internal/notice), with the server it is on.
+type Notice struct {
+	notice.Notice
+	Server string `json:"server"`
+}
+
+// notices collects the pending notices of each user from their pods (any phase; not those being deleted, whose
+// server is stopping already), one per service: the one with the earliest deadline (a notice without one
+// last), then by server name. Values that are not notices are skipped.
+func notices(pods []inventory.Pod) map[string][]Notice {
+	out := map[string][]Notice{}
+	for _, p := range pods {
+		if p.User == "" || p.Terminating || len(p.Notices) == 0 {
+			continue
+		}
+		ns, _ := notice.Parse(p.Notices)
+		for _, n := range ns {
+			cand := Notice{Notice: n, Server: p.Server}
+			list := out[p.User]
+			i := slices.IndexFunc(list, func(o Notice) bool { return o.Service == n.Service })
+			switch {
+			case i < 0:
+				out[p.User] = append(list, cand)
+			case before(cand, list[i]):
+				list[i] = cand
+			}
+		}
+	}
+	for _, list := range out {
+		slices.SortFunc(list, func(a, b Notice) int { return strings.Compare(a.Service, b.Service) })
+	}
+	return out
+}
+
+// before orders two notices of one service: the earliest deadline first, no deadline last, then by server.
+func before(a, b Notice) bool {
+	switch {
+	case a.Deadline.IsZero() != b.Deadline.IsZero():
+		return !a.Deadline.IsZero()
+	case !a.Deadline.Equal(b.Deadline):
+		return a.Deadline.Before(b.Deadline)
+	}
+	return a.Server < b.Server
+}
