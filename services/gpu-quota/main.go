@@ -118,6 +118,8 @@ func run(args []string, stderr io.Writer) int {
 		Hub: hub, HubRefresh: *hubRefresh, Token: hubCfg.Token, Auth: auth.Middleware, ReaderServices: config.List(*readerServices),
 		UsageURL: *usageURL, UsageRefresh: *usageRefresh, ReservationTTL: *reservationTTL,
 		LeaseNamespace: *leaseNamespace, LeaseName: *leaseName, Identity: identity, EnforceInterval: *enforceInterval,
+		// The leader warns users over a limit or budget and stops their servers after the grace, through the Hub.
+		WhileLeader: app.Enforce(hub),
 	})
 	var pe *app.PolicyError
 	if errors.As(err, &pe) {

@@ -39,6 +39,7 @@ type HubUsers interface {
 // decision log, the policy in use, and the clients to act with.
 type Leading struct {
 	Engine    *admit.Engine
+	Inventory *inventory.Inventory
 	Decisions *decision.Log
 	Policy    *policy.Reloader[quota.Policy]
 	Kube      kubernetes.Interface
@@ -223,7 +224,7 @@ func Run(ctx context.Context, o Options) error {
 			LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.LeaseRetryPeriod,
 			Logger: o.Logger, Registerer: o.Registry, Subsystem: "quota",
 			OnStartedLeading: func(lctx context.Context) {
-				o.WhileLeader(lctx, Leading{Engine: eng, Decisions: decisions, Policy: pol, Kube: o.Kube, Hub: o.Hub,
+				o.WhileLeader(lctx, Leading{Engine: eng, Inventory: inv, Decisions: decisions, Policy: pol, Kube: o.Kube, Hub: o.Hub,
 					Namespace: o.Namespace, Interval: o.EnforceInterval, Logger: o.Logger, Registry: o.Registry, Now: o.Now})
 			}})
 		if err != nil {
