@@ -1,0 +1,11 @@
+# gpu-quota (services/gpu-quota): the B2 benchmark. Its unit tests (incl. the 1,000-spawn race) run in `make unit`.
+
+QUOTA_BENCH_BIN   := $(GPUHUB_CACHE)/bin/quota-bench
+QUOTA_BENCH_FLAGS ?=
+
+.PHONY: bench-quota
+bench-quota: etcd kube-binaries ## B2: gpu-quota admission vs a naive LIST-per-decision enforcer on a real kube-apiserver, 10k users/pods. Prints a table.
+	@command -v taskset >/dev/null || { echo "ERROR: taskset not found; install it: apt-get install -y util-linux"; exit 1; }
+	@mkdir -p $(dir $(QUOTA_BENCH_BIN))
+	$(GO) build -o $(QUOTA_BENCH_BIN) ./services/gpu-quota/cmd/quota-bench
+	GPUHUB_KUBE_BIN="$(KUBE_BIN)" $(QUOTA_BENCH_BIN) run $(QUOTA_BENCH_FLAGS)

@@ -1,0 +1,108 @@
+// Command quota-bench measures spawn admission (benchmarks.md B2): gpu-quota against a naive enforcer that
+// LISTs pods and nodes per decision, on one real kube-apiserver with 10,000 pods. `make bench-quota` runs it.
+//
+//	quota-bench run [flags]   start a control plane, fill it, measure, print the table
+//	quota-bench sut [flags]   (internal) serve both enforcers for the HTTP runs
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/admit"
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/bench"
+)
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+func run(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "usage: quota-bench run|sut [flags]")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch args[0] {
+	case "run":
+		err = runBench(ctx, args[1:])
+	case "sut":
+		err = runSUT(ctx, args[1:])
+	default:
+		err = fmt.Errorf("unknown command %q: run or sut", args[0])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "quota-bench:", err)
+		return 1
+	}
+	return 0
+}
+
+func runBench(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	o := bench.RunOptions{Out: os.Stdout}
+	fs.StringVar(&o.KubeBin, "kube-bin", os.Getenv("GPUHUB_KUBE_BIN"), "directory with kube-apiserver, kube-scheduler, kube-controller-manager")
+	fs.StringVar(&o.Etcd, "etcd", os.Getenv("GPUHUB_ETCD"), "etcd executable (default: etcd on PATH)")
+	fs.IntVar(&o.Synth.Users, "users", 10_000, "Hub users")
+	fs.IntVar(&o.Synth.Pods, "pods", 10_000, "single-user pods")
+	fs.IntVar(&o.Synth.GPUNodes, "gpu-nodes", 150, "GPU nodes (a third each H100 x8, A100 MIG, T4 shared x4)")
+	fs.IntVar(&o.Synth.GPUPodEvery, "gpu-pod-every", 4, "every n-th pod holds a GPU unit")
+	fs.IntVar(&o.Concurrency, "concurrency", 64, "concurrent spawns over HTTP (z2jh concurrentSpawnLimit)")
+	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "length of each measured HTTP run (bursts; then half as long saturated)")
+	fs.DurationVar(&o.BurstGap, "burst-gap", 100*time.Millisecond, "time between the starts of two bursts of --concurrency spawns")
+	fs.IntVar(&o.Runs, "runs", 3, "measured HTTP runs of each, interleaved")
+	fs.IntVar(&o.InProcess, "in-process", 20_000, "decisions timed in process (gpu-quota)")
+	fs.IntVar(&o.NaiveInProcess, "naive-in-process", 30, "decisions timed in process (naive)")
+	fs.IntVar(&o.RaceRequests, "race", 1000, "concurrent spawns in the race")
+	fs.IntVar(&o.RaceLimit, "race-limit", 7, "the racer's limit of whole GPUs")
+	fs.StringVar(&o.SUTCPU, "sut-cpu", "0", "CPU list the HTTP system under test is pinned to (taskset; empty: not pinned)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	o.Self = self
+	return bench.Run(ctx, o)
+}
+
+func runSUT(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("sut", flag.ContinueOnError)
+	kubeconfig := fs.String("kubeconfig", "", "admin kubeconfig of the control plane")
+	o := bench.SUTOptions{Namespace: "jhub"}
+	fs.StringVar(&o.PolicyPath, "policy", "", "policy file")
+	fs.StringVar(&o.UsageURL, "usage-url", "", "usage API base URL")
+	fs.IntVar(&o.Users, "users", 10_000, "Hub users")
+	listen := fs.String("listen", "127.0.0.1:0", "gpu-quota address")
+	naiveListen := fs.String("naive-listen", "127.0.0.1:0", "naive enforcer address")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = 5000, 5000
+	if o.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return err
+	}
+	lc := net.ListenConfig{}
+	if o.Listener, err = lc.Listen(ctx, "tcp", *listen); err != nil {
+		return err
+	}
+	if o.NaiveListener, err = lc.Listen(ctx, "tcp", *naiveListen); err != nil {
+		return err
+	}
+	o.Ready = func(*admit.Engine) { fmt.Println("ready") }
+	return bench.ServeSUT(ctx, o)
+}

@@ -1,0 +1,145 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+)
+
+// Latencies summarises one measured run.
+type Latencies struct {
+	N, Errors      int
+	P50, P99, Max  time.Duration
+	Throughput     float64 // decisions per second
+	Elapsed        time.Duration
+	ServerReads    float64 // API-server reads (GET + LIST of pods and nodes) during the run
+	ReadsPerDecide float64
+}
+
+// Closed runs fn from `concurrency` workers for d (or until n calls when n > 0), each call timed on its own.
+// Spawns arrive at most concurrentSpawnLimit at a time in z2jh, so the concurrency is the realistic bound.
+func Closed(ctx context.Context, concurrency int, d time.Duration, n int, fn func(ctx context.Context, i int) error) Latencies {
+	var (
+		mu     sync.Mutex
+		lat    []time.Duration
+		errs   int
+		next   atomic.Int64
+		wg     sync.WaitGroup
+		cctx   = ctx
+		cancel = func() {}
+	)
+	if d > 0 {
+		cctx, cancel = context.WithTimeout(ctx, d)
+	}
+	defer cancel()
+	start := time.Now()
+	for range concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			local := make([]time.Duration, 0, 1024)
+			bad := 0
+			for cctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if n > 0 && i >= n {
+					break
+				}
+				t0 := time.Now()
+				if err := fn(ctx, i); err != nil {
+					bad++
+				}
+				local = append(local, time.Since(t0))
+			}
+			mu.Lock()
+			lat = append(lat, local...)
+			errs += bad
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return summarize(lat, errs, time.Since(start))
+}
+
+// Bursts fires `size` calls of fn at once, waits for all of them, and starts the next burst `gap` after the
+// previous one started (at once when it took longer), for d: spawns arriving together, as when a class starts.
+func Bursts(ctx context.Context, size int, gap, d time.Duration, fn func(ctx context.Context, i int) error) Latencies {
+	var (
+		mu   sync.Mutex
+		lat  []time.Duration
+		errs int
+		next int
+	)
+	start := time.Now()
+	for time.Since(start) < d && ctx.Err() == nil {
+		t0 := time.Now()
+		var wg sync.WaitGroup
+		for range size {
+			i := next
+			next++
+			wg.Go(func() {
+				c0 := time.Now()
+				err := fn(ctx, i)
+				took := time.Since(c0)
+				mu.Lock()
+				lat = append(lat, took)
+				if err != nil {
+					errs++
+				}
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		if rest := gap - time.Since(t0); rest > 0 {
+			time.Sleep(rest)
+		}
+	}
+	return summarize(lat, errs, time.Since(start))
+}
+
+func summarize(lat []time.Duration, errs int, elapsed time.Duration) Latencies {
+	slices.Sort(lat)
+	l := Latencies{N: len(lat), Errors: errs, Elapsed: elapsed}
+	if len(lat) == 0 {
+		return l
+	}
+	at := func(q float64) time.Duration { return lat[min(len(lat)-1, int(q*float64(len(lat))))] }
+	l.P50, l.P99, l.Max = at(0.50), at(0.99), lat[len(lat)-1]
+	l.Throughput = float64(len(lat)) / elapsed.Seconds()
+	return l
+}
+
+// ServerReads is the API server's own count of read requests (verbs GET and LIST) on pods and nodes, from
+// apiserver_request_total on its /metrics: what the server served, whoever asked.
+func ServerReads(ctx context.Context, c kubernetes.Interface) (float64, error) {
+	raw, err := c.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read kube-apiserver metrics: %w", err)
+	}
+	total := 0.0
+	sc := bufio.NewScanner(strings.NewReader(string(raw)))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		read := strings.Contains(line, `verb="LIST"`) || strings.Contains(line, `verb="GET"`)
+		podsOrNodes := strings.Contains(line, `resource="pods"`) || strings.Contains(line, `resource="nodes"`)
+		if !read || !podsOrNodes {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err == nil {
+			total += v
+		}
+	}
+	return total, sc.Err()
+}

@@ -1,0 +1,398 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gpuhub/gpuhub/e2e/cluster"
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/admit"
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
+	"github.com/gpuhub/gpuhub/services/internal/policy"
+)
+
+// RunOptions configure the whole benchmark.
+type RunOptions struct {
+	Self           string // this binary, re-executed for the HTTP system under test
+	KubeBin, Etcd  string
+	Synth          Synth
+	Concurrency    int           // concurrent spawns over HTTP (z2jh's concurrentSpawnLimit: 64)
+	BurstGap       time.Duration // between the starts of two bursts of Concurrency spawns
+	Duration       time.Duration // per measured HTTP run
+	Runs           int
+	InProcess      int // decisions timed in process (ours)
+	NaiveInProcess int // decisions timed in process (naive: each LISTs 10,000 pods)
+	RaceRequests   int // concurrent spawns in the race
+	RaceLimit      int // the racer's limit of whole GPUs (N)
+	// SUTCPU pins the HTTP system under test (taskset); the load generator, kube-apiserver and etcd run on the
+	// other cores (run the whole command under taskset to pin them too).
+	SUTCPU string
+	Out    io.Writer
+}
+
+const namespace = "jhub"
+
+// policyYAML is the benchmark's policy: students on MIG and shared T4s with a daily and a weekly budget,
+// researchers on whole GPUs, and the racers of the race with a limit of N whole GPUs.
+func policyYAML(raceLimit int) string {
+	return fmt.Sprintf(`onUnavailable: open
+default:
+  maxGPUs: 1
+  maxServers: 2
+  budgets:
+    - {window: 24h, gpuHours: 8}
+  weights:
+    gpu H100-80GB-HBM3: 2
+groups:
+  students:
+    maxGPUs: 3/7
+    maxServers: 1
+    allowedKinds: [mig, shared]
+    budgets:
+      - {window: 24h, gpuHours: 2}
+      - {window: 7d, gpuHours: 6}
+  researchers:
+    maxGPUs: 2
+    maxServers: 3
+    budgets:
+      - {window: 24h, gpuHours: 48}
+  racers:
+    maxGPUs: %d
+    maxServers: unlimited
+    allowedKinds: [gpu]
+    budgets: []
+`, raceLimit)
+}
+
+func (o RunOptions) printf(format string, args ...any) { fmt.Fprintf(o.Out, format, args...) }
+
+// Run starts a control plane, fills it, measures both enforcers in process, over HTTP, and in the race, and
+// prints the results with their ratios.
+func Run(ctx context.Context, o RunOptions) error {
+	dir, err := os.MkdirTemp("", "quota-bench-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	o.printf("==> starting a control plane (etcd, kube-apiserver, scheduler, controller-manager)\n")
+	t0 := time.Now()
+	cp, err := cluster.Start(ctx, cluster.Options{BinDir: o.KubeBin, Etcd: o.Etcd, Dir: filepath.Join(dir, "cluster")})
+	if err != nil {
+		return err
+	}
+	defer cp.Stop()
+	cfg, err := clientcmd.BuildConfigFromFlags("", cp.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = 5000, 5000
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	o.printf("    ready in %.1fs; creating %d GPU nodes and %d pods of %d users (every %dth holds a GPU)\n",
+		time.Since(t0).Seconds(), o.Synth.GPUNodes, o.Synth.Pods, o.Synth.Users, o.Synth.GPUPodEvery)
+	t0 = time.Now()
+	if err := o.Synth.Seed(ctx, kc, namespace, 16, func(done, total int) {
+		if done%2000 == 0 {
+			o.printf("    %d/%d pods (%.0fs)\n", done, total, time.Since(t0).Seconds())
+		}
+	}); err != nil {
+		return err
+	}
+	policyPath := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(policyPath, []byte(policyYAML(o.RaceLimit)), 0o600); err != nil {
+		return err
+	}
+	var pol quota.Policy
+	if err := policy.Load(policyPath, &pol); err != nil {
+		return err
+	}
+	usageLn, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	usageSrv := &http.Server{Handler: UsageHandler(o.Synth.Users), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = usageSrv.Serve(usageLn) }()
+	defer func() { _ = usageSrv.Close() }()
+	usageURL := "http://" + usageLn.Addr().String() + "/services/gpu-usage/"
+
+	inproc, err := o.inProcess(ctx, kc, policyPath, usageURL, &pol)
+	if err != nil {
+		return err
+	}
+	httpRes, race, err := o.overHTTP(ctx, kc, cp.Kubeconfig, policyPath, usageURL)
+	if err != nil {
+		return err
+	}
+	o.report(inproc, httpRes, race)
+	return nil
+}
+
+// requests are the spawns of the measurement: random users of the synthetic cluster asking for a random profile.
+func requests(users, n int, seed uint64) []Request {
+	r := rand.New(rand.NewPCG(seed, 1))
+	out := make([]Request, n)
+	for i := range out {
+		u := r.IntN(users)
+		p := Profiles[r.IntN(len(Profiles))]
+		out[i] = Request{User: UserName(u), Groups: []string{Group(u)}, Server: "", Profile: p.Slug,
+			Resources: map[string]int64{p.Resource: 1}, NodeSelector: p.NodeSelector}
+	}
+	return out
+}
+
+type pair struct{ ours, naive, oursSat, naiveSat Latencies }
+
+func (o RunOptions) inProcess(ctx context.Context, kc kubernetes.Interface, policyPath, usageURL string, pol *quota.Policy) (pair, error) {
+	o.printf("==> in process: gpu-quota's engine (informers filled) vs the naive enforcer (LIST per decision)\n")
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ready := make(chan *admit.Engine, 1)
+	errc := make(chan error, 1)
+	ln1, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		return pair{}, err
+	}
+	ln2, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		return pair{}, err
+	}
+	t0 := time.Now()
+	go func() {
+		errc <- ServeSUT(sctx, SUTOptions{Kube: kc, Namespace: namespace, PolicyPath: policyPath, UsageURL: usageURL,
+			Users: o.Synth.Users, Listener: ln1, NaiveListener: ln2, Ready: func(e *admit.Engine) { ready <- e }})
+	}()
+	var eng *admit.Engine
+	select {
+	case err := <-errc:
+		return pair{}, err
+	case eng = <-ready:
+	}
+	o.printf("    gpu-quota ready (informers synced, usage read) in %.1fs\n", time.Since(t0).Seconds())
+	reqs := requests(o.Synth.Users, o.InProcess, 1)
+	ours := measure(ctx, kc, 1, len(reqs), func(ctx context.Context, i int) error {
+		r := reqs[i]
+		_, err := eng.Admit(ctx, admit.Request{User: r.User, Groups: r.Groups, Server: r.Server, Resources: r.Resources, NodeSelector: r.NodeSelector})
+		return err
+	})
+	naive := &Naive{Client: kc, Namespace: namespace, Policy: pol, Hours: SynthHours}
+	nreqs := requests(o.Synth.Users, o.NaiveInProcess, 2)
+	theirs := measure(ctx, kc, 1, len(nreqs), func(ctx context.Context, i int) error {
+		_, _, err := naive.Admit(ctx, nreqs[i])
+		return err
+	})
+	return pair{ours: ours, naive: theirs}, nil
+}
+
+// measure runs fn n times (or for d) with the given concurrency and counts the API server's reads meanwhile.
+func measure(ctx context.Context, kc kubernetes.Interface, concurrency, n int, fn func(context.Context, int) error) Latencies {
+	before, _ := ServerReads(ctx, kc)
+	l := Closed(ctx, concurrency, 0, n, fn)
+	after, _ := ServerReads(ctx, kc)
+	l.ServerReads = after - before
+	if l.N > 0 {
+		l.ReadsPerDecide = l.ServerReads / float64(l.N)
+	}
+	return l
+}
+
+type raceResult struct{ oursAdmitted, naiveAdmitted, requests, limit int }
+
+func (o RunOptions) overHTTP(ctx context.Context, kc kubernetes.Interface, kubeconfig, policyPath, usageURL string) ([]pair, raceResult, error) {
+	o.printf("==> over HTTP: %d concurrent spawns, %s per run, %d runs; gpu-quota and the naive enforcer in one process on CPU %q\n",
+		o.Concurrency, o.Duration, o.Runs, o.SUTCPU)
+	ports := cluster.FreePorts(2)
+	args := []string{o.Self, "sut", "--kubeconfig", kubeconfig, "--policy", policyPath, "--usage-url", usageURL,
+		"--users", strconv.Itoa(o.Synth.Users), "--listen", "127.0.0.1:" + strconv.Itoa(ports[0]), "--naive-listen", "127.0.0.1:" + strconv.Itoa(ports[1])}
+	if o.SUTCPU != "" {
+		args = append([]string{"taskset", "-c", o.SUTCPU}, args...)
+	}
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, raceResult{}, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, raceResult{}, err
+	}
+	defer func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }()
+	sc := bufio.NewScanner(out)
+	if !sc.Scan() || sc.Text() != "ready" {
+		return nil, raceResult{}, fmt.Errorf("the SUT process did not become ready (%q)", sc.Text())
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * o.Concurrency, MaxConnsPerHost: 2 * o.Concurrency}, Timeout: time.Minute}
+	oursURL := "http://127.0.0.1:" + strconv.Itoa(ports[0]) + "/services/gpu-quota/api/v1/admit"
+	naiveURL := "http://127.0.0.1:" + strconv.Itoa(ports[1]) + "/services/gpu-quota/api/v1/admit"
+	reqs := requests(o.Synth.Users, 200_000, 3)
+	post := func(url string) func(context.Context, int) error {
+		return func(ctx context.Context, i int) error {
+			_, err := admitHTTP(ctx, client, url, reqs[i%len(reqs)])
+			return err
+		}
+	}
+	// Warm-up of both (connections, caches), not measured.
+	Closed(ctx, o.Concurrency, 2*time.Second, 0, post(oursURL))
+	Closed(ctx, o.Concurrency, 2*time.Second, 0, post(naiveURL))
+	var runs []pair
+	for r := range o.Runs {
+		var p pair
+		p.ours = measureFor(ctx, kc, func(fn func(context.Context, int) error) Latencies {
+			return Bursts(ctx, o.Concurrency, o.BurstGap, o.Duration, fn)
+		}, post(oursURL))
+		p.naive = measureFor(ctx, kc, func(fn func(context.Context, int) error) Latencies {
+			return Bursts(ctx, o.Concurrency, o.BurstGap, o.Duration, fn)
+		}, post(naiveURL))
+		p.oursSat = Closed(ctx, o.Concurrency, o.Duration/2, 0, post(oursURL))
+		p.naiveSat = Closed(ctx, o.Concurrency, o.Duration/2, 0, post(naiveURL))
+		o.printf("    run %d: bursts of %d: ours p99 %s (%d decisions), naive p99 %s (%d decisions); saturated: ours %.0f/s, naive %.1f/s\n",
+			r+1, o.Concurrency, ms(p.ours.P99), p.ours.N, ms(p.naive.P99), p.naive.N, p.oursSat.Throughput, p.naiveSat.Throughput)
+		runs = append(runs, p)
+	}
+	race := raceResult{requests: o.RaceRequests, limit: o.RaceLimit}
+	race.oursAdmitted = o.race(ctx, client, oursURL, "racer-ours")
+	race.naiveAdmitted = o.race(ctx, client, naiveURL, "racer-naive")
+	return runs, race, nil
+}
+
+func measureFor(ctx context.Context, kc kubernetes.Interface, load func(func(context.Context, int) error) Latencies, fn func(context.Context, int) error) Latencies {
+	before, _ := ServerReads(ctx, kc)
+	l := load(fn)
+	after, _ := ServerReads(ctx, kc)
+	l.ServerReads = after - before
+	if l.N > 0 {
+		l.ReadsPerDecide = l.ServerReads / float64(l.N)
+	}
+	return l
+}
+
+// race sends RaceRequests spawns of one user at once, each for one H200 on its own server; the racers'
+// limit is RaceLimit whole GPUs, so exactly that many may be admitted.
+func (o RunOptions) race(ctx context.Context, client *http.Client, url, user string) int {
+	start := make(chan struct{})
+	results := make(chan admitResult, o.RaceRequests)
+	for i := range o.RaceRequests {
+		go func() {
+			<-start
+			res, err := admitHTTP(ctx, client, url, Request{User: user, Groups: []string{"racers"}, Server: "s" + strconv.Itoa(i),
+				Resources: map[string]int64{"nvidia.com/gpu": 1}, NodeSelector: RaceSelector})
+			if err != nil {
+				res.Reason = "error: " + err.Error()
+			}
+			results <- res
+		}()
+	}
+	close(start)
+	n := 0
+	reasons := map[string]int{}
+	for range o.RaceRequests {
+		r := <-results
+		reasons[r.Reason]++
+		if r.Allow {
+			n++
+		}
+	}
+	o.printf("    race %s: %v\n", user, reasons)
+	return n
+}
+
+type admitResult struct {
+	Allow  bool   `json:"allow"`
+	Reason string `json:"reason"`
+}
+
+func admitHTTP(ctx context.Context, c *http.Client, url string, r Request) (admitResult, error) {
+	body, _ := json.Marshal(r)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return admitResult{}, err
+	}
+	req.Header.Set("Authorization", "token "+Token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return admitResult{}, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return admitResult{}, fmt.Errorf("admit: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	var res admitResult
+	return res, json.NewDecoder(resp.Body).Decode(&res)
+}
+
+func ratio(a, b float64) string {
+	if a == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0fx", b/a)
+}
+
+func us(d time.Duration) string { return fmt.Sprintf("%.1f µs", float64(d.Nanoseconds())/1e3) }
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Nanoseconds())/1e6) }
+
+func (o RunOptions) report(in pair, runs []pair, race raceResult) {
+	o.printf("\nB2 spawn admission: %d users, %d pods (%d GPU nodes), real kube-apiserver; anchor: naive enforcer (LIST pods + nodes per decision)\n",
+		o.Synth.Users, o.Synth.Pods, o.Synth.GPUNodes)
+	o.printf("%-34s %14s %14s %10s %s\n", "", "gpu-quota", "naive", "ratio", "target")
+	o.printf("%-34s %14s %14s %10s %s\n", "in-process p50", us(in.ours.P50), us(in.naive.P50), ratio(float64(in.ours.P50), float64(in.naive.P50)), "")
+	o.printf("%-34s %14s %14s %10s %s\n", "in-process p99", us(in.ours.P99), us(in.naive.P99), ratio(float64(in.ours.P99), float64(in.naive.P99)), "<= 100 µs")
+	o.printf("%-34s %14.3f %14.3f %10s %s\n", "API-server reads per decision", in.ours.ReadsPerDecide, in.naive.ReadsPerDecide, "", "0")
+	var p99o, p99n, p50o, p50n, thro, thrn, rdo, rdn []float64
+	for _, r := range runs {
+		p99o, p99n = append(p99o, float64(r.ours.P99)), append(p99n, float64(r.naive.P99))
+		p50o, p50n = append(p50o, float64(r.ours.P50)), append(p50n, float64(r.naive.P50))
+		thro, thrn = append(thro, r.oursSat.Throughput), append(thrn, r.naiveSat.Throughput)
+		rdo, rdn = append(rdo, r.ours.ReadsPerDecide), append(rdn, r.naive.ReadsPerDecide)
+	}
+	med := median
+	rng := func(xs []float64, f func(float64) string) string { lo, hi := minMax(xs); return f(lo) + "–" + f(hi) }
+	dms := func(x float64) string { return ms(time.Duration(x)) }
+	o.printf("%-34s %14s %14s %10s %s\n", fmt.Sprintf("HTTP p50, %d at once (median)", o.Concurrency), dms(med(p50o)), dms(med(p50n)), ratio(med(p50o), med(p50n)), "")
+	o.printf("%-34s %14s %14s %10s %s\n", fmt.Sprintf("HTTP p99, %d at once (median)", o.Concurrency), dms(med(p99o)), dms(med(p99n)), ratio(med(p99o), med(p99n)), "<= 5 ms")
+	o.printf("%-34s %14s %14s\n", "  p99 min–max over runs", rng(p99o, dms), rng(p99n, dms))
+	o.printf("%-34s %14.0f %14.1f %10s\n", "HTTP saturated decisions/s", med(thro), med(thrn), ratio(med(thrn), med(thro)))
+	o.printf("%-34s %14.3f %14.3f %10s %s\n", "HTTP API-server reads per decision", med(rdo), med(rdn), "", "0")
+	o.printf("%-34s %14s %14s %10s %s\n", fmt.Sprintf("race: %d at once, limit %d", race.requests, race.limit),
+		fmt.Sprintf("%d admitted", race.oursAdmitted), fmt.Sprintf("%d admitted", race.naiveAdmitted), "", fmt.Sprintf("exactly %d", race.limit))
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func minMax(xs []float64) (lo, hi float64) {
+	for i, x := range xs {
+		if i == 0 || x < lo {
+			lo = x
+		}
+		if i == 0 || x > hi {
+			hi = x
+		}
+	}
+	return lo, hi
+}

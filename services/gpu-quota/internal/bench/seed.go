@@ -1,0 +1,217 @@
+// Package bench measures spawn admission (benchmarks.md B2): gpu-quota's decisions from memory against a
+// naive enforcer that LISTs pods and nodes from the API server for every decision, on the same real
+// kube-apiserver holding the same 10,000 pods, in one run. It counts the API server's own read counters, so
+// "reads per decision" is what the server saw, not what the client claims.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Synth is a synthetic cluster: GPU nodes of three kinds and one pod per user, some of them holding GPUs.
+type Synth struct {
+	Users, Pods int
+	// GPUNodes is the number of GPU nodes, split a third each: 8 x H100, A100 with MIG (per GPU 1 x 3g.20gb
+	// + 4 x 1g.5gb, 8 GPUs), 8 x T4 time-sliced 4 ways.
+	GPUNodes int
+	// GPUPodEvery: pod i holds a GPU unit when i % GPUPodEvery == 0 (the others are CPU-only servers).
+	GPUPodEvery int
+}
+
+// UserName is synthetic user i.
+func UserName(i int) string { return fmt.Sprintf("user%05d", i) }
+
+// Group is the Hub group of user i: a tenth are researchers, the rest students.
+func Group(i int) string {
+	if i%10 == 0 {
+		return "researchers"
+	}
+	return "students"
+}
+
+// Profile is one spawn choice: the resources and node selector KubeSpawner puts on the pod.
+type Profile struct {
+	Slug         string
+	Resource     string
+	NodeSelector map[string]string
+}
+
+// Profiles are the choices of the synthetic cluster.
+var Profiles = []Profile{
+	{Slug: "h100", Resource: "nvidia.com/gpu", NodeSelector: map[string]string{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+	{Slug: "a100-1g", Resource: "nvidia.com/mig-1g.5gb", NodeSelector: map[string]string{"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "nvidia.com/mig.strategy": "mixed"}},
+	{Slug: "a100-3g", Resource: "nvidia.com/mig-3g.20gb", NodeSelector: map[string]string{"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "nvidia.com/mig.strategy": "mixed"}},
+	{Slug: "t4", Resource: "nvidia.com/gpu.shared", NodeSelector: map[string]string{"nvidia.com/gpu.product": "Tesla-T4-SHARED"}},
+}
+
+// Nodes returns the GPU nodes.
+func (s Synth) Nodes() []*corev1.Node {
+	var out []*corev1.Node
+	for i := range s.GPUNodes {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("gpu-%04d", i), Labels: map[string]string{"nvidia.com/gpu.present": "true"}}}
+		alloc := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("512Gi"), corev1.ResourcePods: resource.MustParse("110")}
+		switch i % 3 {
+		case 0:
+			n.Labels["nvidia.com/gpu.product"] = "NVIDIA-H100-80GB-HBM3"
+			n.Labels["nvidia.com/gpu.count"] = "8"
+			alloc["nvidia.com/gpu"] = resource.MustParse("8")
+		case 1:
+			n.Labels["nvidia.com/gpu.product"] = "NVIDIA-A100-SXM4-40GB"
+			n.Labels["nvidia.com/mig.strategy"] = "mixed"
+			n.Labels["nvidia.com/gpu.count"] = "8"
+			n.Labels["nvidia.com/mig-3g.20gb.slices.gi"] = "3"
+			n.Labels["nvidia.com/mig-1g.5gb.slices.gi"] = "1"
+			alloc["nvidia.com/mig-3g.20gb"] = resource.MustParse("8")
+			alloc["nvidia.com/mig-1g.5gb"] = resource.MustParse("32")
+		default:
+			n.Labels["nvidia.com/gpu.product"] = "Tesla-T4-SHARED"
+			n.Labels["nvidia.com/gpu.count"] = "8"
+			n.Labels["nvidia.com/gpu.replicas"] = "4"
+			n.Labels["nvidia.com/gpu.sharing-strategy"] = "time-slicing"
+			alloc["nvidia.com/gpu.shared"] = resource.MustParse("32")
+		}
+		n.Status.Capacity, n.Status.Allocatable = alloc, alloc
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+		out = append(out, n)
+	}
+	return out
+}
+
+// RaceSelector selects the race's node: 8 free H200s that only the race asks for, so the racer's limit, not
+// the capacity, is what bounds the admissions.
+var RaceSelector = map[string]string{"nvidia.com/gpu.product": "NVIDIA-H200", "bench.gpuhub.io/race": "true"}
+
+// RaceNode is the race's node.
+func RaceNode() *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-race", Labels: map[string]string{"nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": "8"}}}
+	for k, v := range RaceSelector {
+		n.Labels[k] = v
+	}
+	alloc := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("512Gi"),
+		corev1.ResourcePods: resource.MustParse("110"), "nvidia.com/gpu": resource.MustParse("8")}
+	n.Status.Capacity, n.Status.Allocatable = alloc, alloc
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	return n
+}
+
+// PodObjects returns the single-user pods in namespace: pod i belongs to user i % Users. GPU pods take units on
+// the nodes in order until a kind is full; later GPU pods of that kind stay unbound (Pending), as they would.
+func (s Synth) PodObjects(namespace string) []*corev1.Pod {
+	nodes := s.Nodes()
+	type slot struct {
+		node string
+		left int64
+	}
+	slots := map[string][]*slot{}
+	for _, n := range nodes {
+		for res, q := range n.Status.Allocatable {
+			if r := string(res); len(r) > 11 && r[:11] == "nvidia.com/" {
+				slots[r] = append(slots[r], &slot{node: n.Name, left: q.Value()})
+			}
+		}
+	}
+	var out []*corev1.Pod
+	for i := range s.Pods {
+		user := UserName(i % s.Users)
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "jupyter-" + user + "-" + strconv.Itoa(i/s.Users),
+				Labels:      map[string]string{"component": "singleuser-server", "hub.jupyter.org/username": user},
+				Annotations: map[string]string{"hub.jupyter.org/username": user, "hub.jupyter.org/servername": serverName(i / s.Users)}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "notebook", Image: "quay.io/jupyterhub/k8s-singleuser-sample:4.3.2"}}},
+		}
+		if len(nodes) > 0 {
+			// Bound from the start like a running server (nothing to schedule); GPU pods below take a GPU node
+			// with a free unit instead, or stay unbound when there is none.
+			p.Spec.NodeName = nodes[i%len(nodes)].Name
+		}
+		if s.GPUPodEvery > 0 && i%s.GPUPodEvery == 0 {
+			p.Spec.NodeName = ""
+			prof := Profiles[(i/s.GPUPodEvery)%len(Profiles)]
+			p.Spec.NodeSelector = prof.NodeSelector
+			p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceName(prof.Resource): resource.MustParse("1")}
+			for _, sl := range slots[prof.Resource] {
+				if sl.left > 0 {
+					sl.left--
+					p.Spec.NodeName = sl.node
+					break
+				}
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func serverName(i int) string {
+	if i == 0 {
+		return ""
+	}
+	return "s" + strconv.Itoa(i)
+}
+
+// Seed creates the namespace, the nodes (with their status) and the pods, with `parallel` writers;
+// progress is called after every 1,000 pods.
+func (s Synth) Seed(ctx context.Context, c kubernetes.Interface, namespace string, parallel int, progress func(done, total int)) error {
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create namespace: %w", err)
+	}
+	for _, n := range append(s.Nodes(), RaceNode()) {
+		created, err := c.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("create node %s: %w", n.Name, err)
+		}
+		created.Status = n.Status
+		if _, err := c.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("node %s status: %w", n.Name, err)
+		}
+	}
+	pods := s.PodObjects(namespace)
+	work := make(chan *corev1.Pod)
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+		done     int
+	)
+	for range parallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range work {
+				_, err := c.CoreV1().Pods(namespace).Create(ctx, p, metav1.CreateOptions{})
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = fmt.Errorf("create pod %s: %w", p.Name, err)
+				}
+				done++
+				if progress != nil && done%1000 == 0 {
+					progress(done, len(pods))
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, p := range pods {
+		mu.Lock()
+		failed := firstErr != nil
+		mu.Unlock()
+		if failed || ctx.Err() != nil {
+			break
+		}
+		work <- p
+	}
+	close(work)
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,184 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"iter"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpuhub/gpuhub/hubapi"
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/admit"
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/app"
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
+	"github.com/gpuhub/gpuhub/services/internal/policy"
+	"github.com/gpuhub/gpuhub/services/internal/server"
+)
+
+// Token is the admission token of the benchmark's gpu-quota.
+const Token = "bench-admission-token"
+
+// directory lists the synthetic users and their groups, as the Hub's GET /users would; it is read once at
+// start and is not on the measured path.
+type directory struct{ users int }
+
+func (d directory) Users(context.Context, hubapi.ListUsersOptions) iter.Seq2[hubapi.User, error] {
+	return func(yield func(hubapi.User, error) bool) {
+		for i := range d.users {
+			if !yield(hubapi.User{Name: UserName(i), Groups: []string{Group(i)}}, nil) {
+				return
+			}
+		}
+	}
+}
+
+// SUTOptions configure both systems under test in one process.
+type SUTOptions struct {
+	Kube       kubernetes.Interface
+	Namespace  string
+	PolicyPath string
+	UsageURL   string
+	Users      int
+	// Listener serves gpu-quota; NaiveListener serves the naive enforcer behind the same kind of server.
+	Listener, NaiveListener net.Listener
+	// Ready gets the engine once gpu-quota is ready (informers synced, usage read).
+	Ready func(*admit.Engine)
+}
+
+// ServeSUT runs the real gpu-quota service (app.Run: informers, engine, API, server) and, beside it, the naive
+// enforcer behind the same HTTP server package, until ctx ends.
+func ServeSUT(ctx context.Context, o SUTOptions) error {
+	logger := slog.New(slog.DiscardHandler)
+	var pol quota.Policy
+	if err := policy.Load(o.PolicyPath, &pol); err != nil {
+		return err
+	}
+	naive := &Naive{Client: o.Kube, Namespace: o.Namespace, Policy: &pol, Hours: SynthHours}
+	nsrv, err := server.New(server.Options{Listener: o.NaiveListener, Prefix: "/services/gpu-quota/", Registry: prometheus.NewRegistry(),
+		Logger: logger, Subsystem: "naive", Handler: naive.Handler()})
+	if err != nil {
+		return err
+	}
+	go func() { _ = nsrv.Run(ctx) }()
+	var srv *server.Server
+	var eng *admit.Engine
+	serving := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		errc <- app.Run(ctx, app.Options{
+			Logger: logger, Registry: prometheus.NewRegistry(), Listener: o.Listener, Prefix: "/services/gpu-quota/",
+			PolicyPath: o.PolicyPath, Kube: o.Kube, Namespace: o.Namespace, Hub: directory{users: o.Users},
+			Token: Token, Auth: func(h http.Handler) http.Handler { return h }, UsageURL: o.UsageURL,
+			OnServing: func(s *server.Server, e *admit.Engine) { srv, eng = s, e; close(serving) },
+		})
+	}()
+	select {
+	case err := <-errc:
+		return err
+	case <-serving:
+	}
+	if err := waitReady(ctx, "http://"+srv.Addr().String()+"/readyz"); err != nil {
+		return err
+	}
+	if o.Ready != nil {
+		o.Ready(eng)
+	}
+	return <-errc
+}
+
+func waitReady(ctx context.Context, url string) error {
+	deadline := time.Now().Add(3 * time.Minute)
+	last := ""
+	for time.Now().Before(deadline) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = string(b)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s not ready after 3 minutes: %s", url, last)
+}
+
+// Handler serves the naive enforcer with gpu-quota's admit request and answer shape.
+func (n *Naive) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /services/gpu-quota/api/v1/admit", func(w http.ResponseWriter, r *http.Request) {
+		var req Request
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			server.WriteError(w, http.StatusBadRequest, "bad request: %v", err)
+			return
+		}
+		d, free, err := n.Admit(r.Context(), req)
+		if err != nil {
+			server.WriteError(w, http.StatusServiceUnavailable, "%v", err)
+			return
+		}
+		reason := string(d.Reason)
+		if d.Allow && !free {
+			reason = string(admit.ReasonNoneFree)
+		}
+		server.WriteJSON(w, http.StatusOK, map[string]any{"allow": d.Allow && free, "reason": reason, "message": d.Message})
+	})
+	return mux
+}
+
+// SynthHours are the GPU-hours of synthetic user i: a few in the last day and week, so budgets are looked at.
+func SynthHours(user string) map[time.Duration]map[string]float64 {
+	h := float64(len(user)+int(user[len(user)-1])) / 80
+	return map[time.Duration]map[string]float64{
+		24 * time.Hour:     {"mig A100-SXM4-40GB 1g.5gb": h},
+		7 * 24 * time.Hour: {"mig A100-SXM4-40GB 1g.5gb": 3 * h, "gpu H100-80GB-HBM3": h},
+	}
+}
+
+// UsageHandler serves the usage API's bulk GPU-hours endpoint (api/v1/gpu-hours) with SynthHours for every
+// user: the same numbers the naive enforcer reads.
+func UsageHandler(users int) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		windows := map[string]map[string]map[string]float64{}
+		for _, name := range splitComma(r.URL.Query().Get("windows")) {
+			d, err := policy.ParseDuration(name)
+			if err != nil {
+				server.WriteError(w, http.StatusBadRequest, "window %q: %v", name, err)
+				return
+			}
+			per := make(map[string]map[string]float64, users)
+			for i := range users {
+				u := UserName(i)
+				per[u] = SynthHours(u)[d]
+			}
+			windows[name] = per
+		}
+		server.WriteJSON(w, http.StatusOK, map[string]any{"asOf": time.Now().UTC(), "windows": windows})
+	})
+}
+
+func splitComma(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == ',' {
+			if i > start {
+				out = append(out, s[start:i])
+			}
+			start = i + 1
+		}
+	}
+	return out
+}
