@@ -143,7 +143,7 @@ func TestQuotaRBAC(t *testing.T) {
 			return err
 		},
 		"list pods cluster-wide": func() error { _, err := quota.CoreV1().Pods("").List(ctx, metav1.ListOptions{}); return err },
-		"list secrets": func() error { _, err := quota.CoreV1().Secrets(release).List(ctx, metav1.ListOptions{}); return err },
+		"list secrets":           func() error { _, err := quota.CoreV1().Secrets(release).List(ctx, metav1.ListOptions{}); return err },
 		"update a node": func() error {
 			_, err := quota.CoreV1().Nodes().Patch(ctx, "none", types.MergePatchType, []byte(`{}`), metav1.PatchOptions{})
 			return err
