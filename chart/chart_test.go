@@ -8,23 +8,29 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"gopkg.in/yaml.v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/gpuhub/gpuhub/e2e/gpuhubstack"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -56,6 +62,9 @@ func TestRender(t *testing.T) {
 		"postgres":  {"--set", "usage.databaseURLSecret=gpuhub-db", "--set", "networkPolicy.enabled=false"},
 		// z2jh in its own namespace; agents without token auth (NetworkPolicy only).
 		"pod-namespace": {"--set", "usage.podNamespace=z2jh", "--set", "agent.snapshotAuth=none"},
+		// gpu-quota with a policy, z2jh in its own namespace under a base URL.
+		"quota": {"--set", "quota.enabled=true", "--set", "usage.podNamespace=z2jh", "--set", "hub.baseURL=/jupyter/",
+			"--set", "quota.adminGroups={gpu-admins}", "--set-file", "quota.policy=testdata/quota-policy.yaml"},
 	}
 	for name, extra := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -94,6 +103,11 @@ func TestSchemaRejects(t *testing.T) {
 		"bad api url":     {set: "hub.apiURL=hub:8081", wantErr: "apiURL"},
 		"bad service key": {set: "usage.serviceName=GPU Usage", wantErr: "serviceName"},
 		"bad namespace":   {set: "usage.podNamespace=Z2JH", wantErr: "podNamespace"},
+		"quota typo":      {set: "quota.polcy=x", wantErr: "polcy"},
+		"empty policy":    {set: "quota.policy=", wantErr: "policy"},
+		"bad poll":        {set: "quota.policyPoll=10", wantErr: "policyPoll"},
+		"bad usage url":   {set: "quota.usageURL=gpuhub-usage:8000", wantErr: "usageURL"},
+		"bad quota name":  {set: "quota.serviceName=GPU_Quota", wantErr: "serviceName"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -253,7 +267,11 @@ func TestRBAC(t *testing.T) {
 			}
 			for _, r := range rules[key] {
 				for _, res := range r.Resources {
-					out = append(out, where+": "+strings.Join(r.APIGroups, ",")+"/"+res+" "+strings.Join(r.Verbs, ","))
+					g := where + ": " + strings.Join(r.APIGroups, ",") + "/" + res + " " + strings.Join(r.Verbs, ",")
+					if len(r.ResourceNames) > 0 {
+						g += " " + strings.Join(r.ResourceNames, ",")
+					}
+					out = append(out, g)
 				}
 			}
 		}
@@ -263,6 +281,7 @@ func TestRBAC(t *testing.T) {
 	cases := map[string]struct {
 		set       []string
 		wantUsage []string
+		wantQuota []string
 		wantPodNS string
 	}{
 		"z2jh in the release namespace": {
@@ -272,6 +291,22 @@ func TestRBAC(t *testing.T) {
 		"z2jh in its own namespace": {
 			set:       []string{"--set", "usage.podNamespace=z2jh"},
 			wantUsage: []string{"cluster: /nodes get,list,watch", "jhub: /pods get,list,watch", "z2jh: /pods get,list,watch"},
+			wantPodNS: "z2jh",
+		},
+		// gpu-quota: nodes, the single-user pods (patch for its notices), its own Lease; nothing else.
+		"quota, z2jh in the release namespace": {
+			set:       []string{"--set", "quota.enabled=true"},
+			wantUsage: []string{"cluster: /nodes get,list,watch", "jhub: /pods get,list,watch"},
+			wantQuota: []string{"cluster: /nodes get,list,watch", "jhub: /pods get,list,watch,patch",
+				"jhub: coordination.k8s.io/leases create", "jhub: coordination.k8s.io/leases get,update gpuhub-quota"},
+			wantPodNS: "jhub",
+		},
+		"quota, z2jh in its own namespace": {
+			set:       []string{"--set", "quota.enabled=true", "--set", "usage.podNamespace=z2jh"},
+			wantUsage: []string{"cluster: /nodes get,list,watch", "jhub: /pods get,list,watch", "z2jh: /pods get,list,watch"},
+			wantQuota: []string{"cluster: /nodes get,list,watch",
+				"jhub: coordination.k8s.io/leases create", "jhub: coordination.k8s.io/leases get,update gpuhub-quota",
+				"z2jh: /pods get,list,watch,patch"},
 			wantPodNS: "z2jh",
 		},
 	}
@@ -285,11 +320,228 @@ func TestRBAC(t *testing.T) {
 			if diff := cmp.Diff(wantAgent, grants(objs, "jhub/gpuhub-agent")); diff != "" {
 				t.Errorf("agent rights (-want +got):\n%s", diff)
 			}
+			if diff := cmp.Diff(tc.wantQuota, grants(objs, "jhub/gpuhub-quota")); diff != "" {
+				t.Errorf("gpu-quota rights (-want +got):\n%s", diff)
+			}
 			dep := objs["Deployment jhub/gpuhub-usage"].(*appsv1.Deployment)
 			ns, _ := flagValue(dep.Spec.Template.Spec.Containers[0].Args, "namespace")
 			if ns != tc.wantPodNS {
 				t.Errorf("usage --namespace=%s, want %s (where it may read pods)", ns, tc.wantPodNS)
 			}
 		})
+	}
+}
+
+// TestQuotaWiring: gpu-quota and the usage API find each other (Service, port and the Hub service prefix under
+// hub.baseURL), the policy reaches gpu-quota verbatim through a directory mount (no subPath: ConfigMap updates
+// reach the pod), the Lease it is told to use is the one its Role names, its Hub token is the one z2jh generates
+// for the service, and only the Hub and the usage API may reach it.
+func TestQuotaWiring(t *testing.T) {
+	objs := rendered(t, "--set", "quota.enabled=true", "--set", "usage.podNamespace=z2jh", "--set", "hub.baseURL=/jupyter/",
+		"--set-file", "quota.policy=testdata/quota-policy.yaml")
+	quota := objs["Deployment jhub/gpuhub-quota"].(*appsv1.Deployment)
+	usage := objs["Deployment jhub/gpuhub-usage"].(*appsv1.Deployment)
+	qc, uc := quota.Spec.Template.Spec.Containers[0], usage.Spec.Template.Spec.Containers[0]
+	env := func(c corev1.Container, name string) string {
+		for _, e := range c.Env {
+			if e.Name == name {
+				if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+					return "secret " + e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
+				}
+				return e.Value
+			}
+		}
+		return ""
+	}
+	serviceURL := func(svc string, c corev1.Container) string {
+		s := objs["Service jhub/"+svc].(*corev1.Service)
+		return fmt.Sprintf("http://%s.jhub:%d%s", s.Name, s.Spec.Ports[0].Port, env(c, "JUPYTERHUB_SERVICE_PREFIX"))
+	}
+
+	policyArg, _ := flagValue(qc.Args, "policy")
+	var policyFile string
+	for _, m := range qc.VolumeMounts {
+		for _, v := range quota.Spec.Template.Spec.Volumes {
+			if v.Name == m.Name && v.ConfigMap != nil && strings.HasPrefix(policyArg, m.MountPath+"/") {
+				if m.SubPath != "" {
+					t.Errorf("policy mounted with subPath %q: ConfigMap updates would never reach the pod", m.SubPath)
+				}
+				cm := objs["ConfigMap jhub/"+v.ConfigMap.Name].(*corev1.ConfigMap)
+				policyFile = cm.Data[strings.TrimPrefix(policyArg, m.MountPath+"/")]
+			}
+		}
+	}
+	wantPolicy, err := os.ReadFile("testdata/quota-policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if policyFile != string(wantPolicy) {
+		t.Errorf("--policy=%s holds:\n%s\nwant quota.policy verbatim:\n%s", policyArg, policyFile, wantPolicy)
+	}
+
+	leaseRole := objs["Role jhub/gpuhub-quota-lease"].(*rbacv1.Role)
+	var leaseNames []string
+	for _, r := range leaseRole.Rules {
+		leaseNames = append(leaseNames, r.ResourceNames...)
+	}
+	type wiring struct {
+		QuotaURL, UsageURL, ReaderOfQuota, ReaderOfUsage, Namespace, LeaseNS, Lease, Token, Prefix, Listen string
+		LeaseRoleNames                                                                                     []string
+	}
+	got := wiring{Namespace: "", LeaseRoleNames: leaseNames, Token: env(qc, "JUPYTERHUB_API_TOKEN"), Prefix: env(qc, "JUPYTERHUB_SERVICE_PREFIX")}
+	got.QuotaURL, _ = flagValue(uc.Args, "quota-url")
+	got.UsageURL, _ = flagValue(qc.Args, "usage-url")
+	got.ReaderOfQuota, _ = flagValue(qc.Args, "reader-services")
+	got.ReaderOfUsage, _ = flagValue(uc.Args, "reader-services")
+	got.Namespace, _ = flagValue(qc.Args, "namespace")
+	got.LeaseNS, _ = flagValue(qc.Args, "lease-namespace")
+	got.Lease, _ = flagValue(qc.Args, "lease-name")
+	got.Listen, _ = flagValue(qc.Args, "listen")
+	want := wiring{
+		QuotaURL: serviceURL("gpuhub-quota", qc), UsageURL: serviceURL("gpuhub-usage", uc),
+		ReaderOfQuota: env(uc, "JUPYTERHUB_SERVICE_NAME"), ReaderOfUsage: env(qc, "JUPYTERHUB_SERVICE_NAME"),
+		Namespace: "z2jh", LeaseNS: "jhub", Lease: "gpuhub-quota", LeaseRoleNames: []string{"gpuhub-quota"},
+		Token: "secret hub/hub.services.gpu-quota.apiToken", Prefix: "/jupyter/services/gpu-quota/",
+		Listen: fmt.Sprintf(":%d", qc.Ports[0].ContainerPort),
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("gpu-quota wiring (-want +got):\n%s", diff)
+	}
+	if want.QuotaURL != "http://gpuhub-quota.jhub:8000/jupyter/services/gpu-quota/" {
+		t.Errorf("usage --quota-url = %s", want.QuotaURL)
+	}
+
+	// NetworkPolicy: who may reach gpu-quota, and that the usage API admits it.
+	from := func(name string) []string {
+		np := objs["NetworkPolicy jhub/"+name].(*networkingv1.NetworkPolicy)
+		var out []string
+		for _, peer := range np.Spec.Ingress[0].From {
+			s := metav1.FormatLabelSelector(peer.PodSelector)
+			if peer.NamespaceSelector != nil {
+				s += " in " + metav1.FormatLabelSelector(peer.NamespaceSelector)
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	wantFrom := []string{
+		"app=jupyterhub,component=hub in kubernetes.io/metadata.name=z2jh",
+		"app.kubernetes.io/component=usage-api,app.kubernetes.io/instance=gpuhub,app.kubernetes.io/name=gpuhub",
+	}
+	if diff := cmp.Diff(wantFrom, from("gpuhub-quota")); diff != "" {
+		t.Errorf("gpu-quota ingress (-want +got):\n%s", diff)
+	}
+	quotaPods := "app.kubernetes.io/component=gpu-quota,app.kubernetes.io/instance=gpuhub,app.kubernetes.io/name=gpuhub"
+	if !slices.Contains(from("gpuhub-usage"), quotaPods) {
+		t.Errorf("usage API ingress %v does not admit gpu-quota (%s)", from("gpuhub-usage"), quotaPods)
+	}
+
+	// Off by default, and nothing of it rendered then.
+	for key := range rendered(t) {
+		if strings.Contains(key, "quota") {
+			t.Errorf("quota.enabled=false renders %s", key)
+		}
+	}
+}
+
+// hubServiceKeys are the keys of a z2jh hub.services entry that reach JupyterHub (z2jh turns apiToken into
+// api_token); the Hub refuses to start on any other ("No such service field").
+var hubServiceKeys = []string{"name", "url", "apiToken", "display", "info", "oauth_no_confirm", "oauth_client_allowed_scopes", "oauth_redirect_uri"}
+
+// TestZ2JHValues validates every z2jh values snippet in chart/README.md (```yaml blocks that start with `hub:`)
+// against the values schema of z2jh 4.4.0 (testdata/z2jh-4.4.0, additionalProperties false on most objects), with
+// helm, plus what the schema leaves open: service keys the Hub accepts, the gpu-quota role's scopes, and the Hub
+// glue in hub.extraConfig.
+func TestZ2JHValues(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snippets []string
+	for _, block := range strings.Split(string(readme), "```yaml\n")[1:] {
+		body, _, _ := strings.Cut(block, "```")
+		if strings.HasPrefix(body, "hub:") {
+			snippets = append(snippets, body)
+		}
+	}
+	if len(snippets) == 0 {
+		t.Fatal("chart/README.md has no z2jh values snippet (```yaml block starting with hub:)")
+	}
+	glue, err := os.ReadFile("gpuhub/files/gpuhub_hub_config.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A chart that holds nothing but z2jh's values and schema: helm checks values against the schema.
+	z2jh := t.TempDir()
+	for _, f := range []string{"values.yaml", "values.schema.json"} {
+		b, err := os.ReadFile(filepath.Join("testdata", "z2jh-4.4.0", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(z2jh, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(z2jh, "Chart.yaml"), []byte("apiVersion: v2\nname: jupyterhub\nversion: 4.4.0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sawQuota := false
+	for i, snippet := range snippets {
+		t.Run(fmt.Sprintf("snippet %d", i+1), func(t *testing.T) {
+			// Only what the schema leaves open is read here; helm checks every key against the schema below.
+			var v struct {
+				Hub struct {
+					Services  map[string]map[string]any `yaml:"services"`
+					LoadRoles map[string]struct {
+						Scopes   []string `yaml:"scopes"`
+						Services []string `yaml:"services"`
+					} `yaml:"loadRoles"`
+				} `yaml:"hub"`
+			}
+			if err := yaml.Unmarshal([]byte(snippet), &v); err != nil {
+				t.Fatalf("snippet is not YAML: %v\n%s", err, snippet)
+			}
+			for name, svc := range v.Hub.Services {
+				for k := range svc {
+					if !slices.Contains(hubServiceKeys, k) {
+						t.Errorf("hub.services.%s.%s: the Hub refuses unknown service keys (it knows %v)", name, k, hubServiceKeys)
+					}
+				}
+			}
+			if role, ok := v.Hub.LoadRoles[gpuhubstack.QuotaServiceName]; ok {
+				sawQuota = true
+				if diff := cmp.Diff(gpuhubstack.QuotaScopes, role.Scopes); diff != "" {
+					t.Errorf("hub.loadRoles.gpu-quota scopes (-what hubint proves enough +README):\n%s", diff)
+				}
+				if diff := cmp.Diff([]string{gpuhubstack.QuotaServiceName}, role.Services); diff != "" {
+					t.Errorf("hub.loadRoles.gpu-quota services (-want +got):\n%s", diff)
+				}
+			}
+			values := filepath.Join(t.TempDir(), "values.yaml")
+			if err := os.WriteFile(values, []byte(snippet), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			// With what the README tells operators to add: the glue file itself as hub.extraConfig.gpuhub.
+			glueFile := filepath.Join(t.TempDir(), "glue.py")
+			if err := os.WriteFile(glueFile, glue, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"template", "z2jh", z2jh, "--kube-version", kubeVersion, "-f", values, "--set-file", "hub.extraConfig.gpuhub=" + glueFile}
+			if out, err := helm(t, args...); err != nil {
+				t.Errorf("z2jh 4.4.0 rejects the snippet: %v\n%s\n--- snippet ---\n%s", err, out, snippet)
+			}
+		})
+	}
+	if !sawQuota {
+		t.Error("chart/README.md documents no hub.loadRoles.gpu-quota")
+	}
+
+	// The check itself works: z2jh refuses a key it does not know.
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("hub:\n  extraConfg: {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := helm(t, "template", "z2jh", z2jh, "--kube-version", kubeVersion, "-f", bad); err == nil || !strings.Contains(out, "extraConfg") {
+		t.Errorf("z2jh schema accepted hub.extraConfg (err %v):\n%s", err, out)
 	}
 }

@@ -9,6 +9,8 @@ BROWSER_MODULES  := $(GPUHUB_CACHE)/browser
 CHROMIUM         ?= /usr/bin/chromium
 E2E_FLAGS        ?= -race -count=1 -timeout 15m
 DEMO_FLAGS       ?=
+# gpu-quota's policy in `make demo` (make demo QUOTA_POLICY=path); gpu-quota re-reads it when it changes.
+QUOTA_POLICY     ?= e2e/hub/quota-demo.yaml
 APT_GET          := DEBIAN_FRONTEND=noninteractive apt-get
 
 # apt-install installs Debian package $(2) unless $(1) exists (CI runs as root on a fresh machine).
@@ -55,19 +57,20 @@ browser-deps: ## playwright-core (pinned in e2e/browser/package-lock.json) under
 cluster-deps: etcd kube-binaries venv-hub55 chp
 
 .PHONY: demo
-demo: cluster-deps build $(HELM) ## Run the local GPU JupyterHub with gpuhub (chart agents, usage API, panel) until Ctrl-C.
+demo: cluster-deps build $(HELM) ## Run the local GPU JupyterHub with gpuhub (agents, usage API, gpu-quota, panel) until Ctrl-C; QUOTA_POLICY=path.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/localcluster ./e2e/cmd/localcluster
 	$(LOCALCLUSTER_ENV) $(BIN)/localcluster $(DEMO_FLAGS)
 
 # What localcluster needs: the cluster, gpuhub's binaries and helm to render chart/gpuhub.
 LOCALCLUSTER_ENV = GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_HUB_VENV="$(VENV_HUB55)" GPUHUB_CHP="$(CHP)" \
-	GPUHUB_GPU_AGENT="$(BIN)/gpu-agent" GPUHUB_USAGE_API="$(BIN)/usage-api" GPUHUB_HELM="$(HELM)" GPUHUB_CHART=chart/gpuhub
+	GPUHUB_GPU_AGENT="$(BIN)/gpu-agent" GPUHUB_USAGE_API="$(BIN)/usage-api" GPUHUB_HELM="$(HELM)" GPUHUB_CHART=chart/gpuhub \
+	GPUHUB_GPU_QUOTA="$(BIN)/gpu-quota" GPUHUB_QUOTA_POLICY="$(QUOTA_POLICY)"
 
 .PHONY: e2e
 e2e: cluster-deps chromium browser-deps $(HELM) ## End-to-end tests on the local cluster (spawns per GPU profile, scheduling, chart agents + usage API, browser).
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./services/gpu-agent ./services/usage-api
+	$(GO) build -o $(BIN)/ ./services/gpu-agent ./services/usage-api ./services/gpu-quota
 	$(LOCALCLUSTER_ENV) GPUHUB_CHART="$(CURDIR)/chart/gpuhub" \
 	GPUHUB_BROWSER_MODULES="$(BROWSER_MODULES)/node_modules" GPUHUB_CHROMIUM="$(CHROMIUM)" \
 	  $(GO) test $(E2E_FLAGS) -tags e2e ./e2e/gpuhubstack/... ./e2e/cluster/... ./e2e/e2etest/...

@@ -10,60 +10,105 @@ import (
 	"github.com/gpuhub/gpuhub/e2e/cluster/stack"
 )
 
-// Options configures the stack component that `make demo` adds.
+// Options configures the stack components that `make demo` adds.
 type Options struct {
 	Chart    Chart  // Namespace empty: the stack's single-user namespace (as next to a z2jh release)
 	UsageAPI string // usage-api executable
 	Port     int    // usage API port on 127.0.0.1; must match HubService's
 	Token    string // the service's Hub token; must match HubService's
+	// Quota runs gpu-quota too when Quota.Binary is set (and the chart is rendered with it).
+	Quota QuotaOptions
 }
 
-// Component installs the chart's agents and RBAC once the stack is up and starts the usage API
-// (ledger and kubeconfig in the stack's state dir).
-func Component(o Options) stack.Component {
-	return stack.Component{Name: "gpu-agents + usage API", Spec: func(s *stack.Stack) (proc.Spec, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+// QuotaOptions configures the gpu-quota process of the stack.
+type QuotaOptions struct {
+	Binary string // gpu-quota executable; empty: no gpu-quota
+	Port   int    // on 127.0.0.1; must match QuotaHubService's
+	Token  string // its Hub token; must match QuotaHubService's
+	Policy string // policy file (make demo: e2e/hub/quota-demo.yaml)
+}
+
+// Components returns the stack components of gpuhub: the chart's agents and RBAC with the usage API, then
+// gpu-quota when o.Quota.Binary is set. Register the services with the Hub first (HubService,
+// QuotaHubService, HubRoles) and load the glue into it (HubValues).
+func Components(o Options) []stack.Component {
+	var in *Installed
+	usage := Usage{Port: o.Port}
+	cs := []stack.Component{{Name: "gpu-agents + usage API", Spec: func(s *stack.Stack) (proc.Spec, error) {
+		var spec proc.Spec
+		var err error
+		in, spec, err = usageSpec(s, o)
+		return spec, err
+	}}}
+	if o.Quota.Binary == "" {
+		return cs
+	}
+	return append(cs, stack.Component{Name: "gpu-quota", Spec: func(s *stack.Stack) (proc.Spec, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		ch := o.Chart
-		if ch.Namespace == "" {
-			ch.Namespace = s.Opts.Namespace
-		}
-		ch.PodNamespace = s.Opts.Namespace
-		if ch.KubeVersion == "" {
-			v, err := ServerVersion(s.Client)
-			if err != nil {
-				return proc.Spec{}, err
-			}
-			ch.KubeVersion = v
-		}
-		objs, err := ch.Render(ctx)
-		if err != nil {
+		kc := filepath.Join(s.Dir, "gpu-quota", "kubeconfig")
+		if err := in.WriteKubeconfig(ctx, s.Client, in.QuotaServiceAccount, s.ControlPlane.URL, s.ControlPlane.CAData(), kc); err != nil {
 			return proc.Spec{}, err
 		}
-		in, err := Install(ctx, s.Client, ch.Namespace, objs)
-		if err != nil {
-			return proc.Spec{}, err
-		}
-		if err := in.WaitAgents(ctx, s.Client, 2*time.Minute); err != nil {
-			return proc.Spec{}, err
-		}
-		kc := filepath.Join(s.Dir, "usage-api", "kubeconfig")
-		if err := in.WriteUsageKubeconfig(ctx, s.Client, s.ControlPlane.URL, s.ControlPlane.CAData(), kc); err != nil {
-			return proc.Spec{}, err
-		}
-		agentToken := filepath.Join(s.Dir, "usage-api", "agent-token")
-		if err := in.WriteAgentToken(ctx, s.Client, agentToken); err != nil {
-			return proc.Spec{}, err
-		}
-		if o.UsageAPI == "" {
-			return proc.Spec{}, fmt.Errorf("no usage-api executable given")
-		}
-		spec := Usage{
-			Binary: o.UsageAPI, Port: o.Port, Kubeconfig: kc, Database: filepath.Join(s.Dir, "usage-api", "ledger.db"),
-			Namespace: s.Opts.Namespace, AgentNamespace: ch.Namespace, AgentTokenFile: agentToken, AgentArgs: in.UsageAgentArgs,
-			HubAPIURL: s.Hub.APIURL(), Token: o.Token,
+		spec := Quota{
+			Binary: o.Quota.Binary, Port: o.Quota.Port, Kubeconfig: kc, Policy: o.Quota.Policy,
+			Namespace: s.Opts.Namespace, LeaseNamespace: in.Namespace, LeaseArgs: in.QuotaArgs,
+			UsageURL: usage.BaseURL(), HubAPIURL: s.Hub.APIURL(), Token: o.Quota.Token,
 		}.Spec()
-		spec.LogFile = filepath.Join(s.Dir, "logs", "usage-api.log")
+		spec.LogFile = filepath.Join(s.Dir, "logs", "gpu-quota.log")
 		return spec, nil
-	}}
+	}})
+}
+
+// usageSpec installs the chart's agents and RBAC once the stack is up and describes the usage API process
+// (ledger and kubeconfig in the stack's state dir).
+func usageSpec(s *stack.Stack, o Options) (*Installed, proc.Spec, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ch := o.Chart
+	if ch.Namespace == "" {
+		ch.Namespace = s.Opts.Namespace
+	}
+	ch.PodNamespace = s.Opts.Namespace
+	ch.NoQuota = o.Quota.Binary == ""
+	if ch.KubeVersion == "" {
+		v, err := ServerVersion(s.Client)
+		if err != nil {
+			return nil, proc.Spec{}, err
+		}
+		ch.KubeVersion = v
+	}
+	objs, err := ch.Render(ctx)
+	if err != nil {
+		return nil, proc.Spec{}, err
+	}
+	in, err := Install(ctx, s.Client, ch.Namespace, objs)
+	if err != nil {
+		return nil, proc.Spec{}, err
+	}
+	if err := in.WaitAgents(ctx, s.Client, 2*time.Minute); err != nil {
+		return nil, proc.Spec{}, err
+	}
+	kc := filepath.Join(s.Dir, "usage-api", "kubeconfig")
+	if err := in.WriteUsageKubeconfig(ctx, s.Client, s.ControlPlane.URL, s.ControlPlane.CAData(), kc); err != nil {
+		return nil, proc.Spec{}, err
+	}
+	agentToken := filepath.Join(s.Dir, "usage-api", "agent-token")
+	if err := in.WriteAgentToken(ctx, s.Client, agentToken); err != nil {
+		return nil, proc.Spec{}, err
+	}
+	if o.UsageAPI == "" {
+		return nil, proc.Spec{}, fmt.Errorf("no usage-api executable given")
+	}
+	u := Usage{
+		Binary: o.UsageAPI, Port: o.Port, Kubeconfig: kc, Database: filepath.Join(s.Dir, "usage-api", "ledger.db"),
+		Namespace: s.Opts.Namespace, AgentNamespace: ch.Namespace, AgentTokenFile: agentToken, AgentArgs: in.UsageAgentArgs,
+		HubAPIURL: s.Hub.APIURL(), Token: o.Token,
+	}
+	if o.Quota.Binary != "" {
+		u.QuotaURL = Quota{Port: o.Quota.Port}.URL()
+	}
+	spec := u.Spec()
+	spec.LogFile = filepath.Join(s.Dir, "logs", "usage-api.log")
+	return in, spec, nil
 }

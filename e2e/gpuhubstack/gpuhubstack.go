@@ -68,6 +68,22 @@ func HubRoles() []hubproc.Role {
 	}}
 }
 
+// QuotaServiceName is gpu-quota's Hub service name (chart value quota.serviceName). The Hub glue finds its url
+// and api_token under this name in c.JupyterHub.services.
+const QuotaServiceName = "gpu-quota"
+
+// QuotaScopes are what gpu-quota needs from the Hub: users with their groups (the directory behind its
+// decisions), their servers (what runs where) and stopping servers over a budget. The usage API and the glue
+// authenticate to it with their own tokens; hubauth resolves those with GET /user, which needs no scope.
+// e2e/hubint/quota runs gpu-quota with exactly these; chart/README.md documents them (TestZ2JHValues).
+var QuotaScopes = []string{"list:users", "read:users:name", "read:users:groups", "read:servers", "delete:servers"}
+
+// QuotaHubService registers gpu-quota at http://127.0.0.1:<port> with token (>= 8 characters), as z2jh's
+// hub.services.gpu-quota does: the url tells the glue where to ask, the token is what it presents.
+func QuotaHubService(port int, token string) hubproc.Service {
+	return hubproc.Service{Name: QuotaServiceName, Token: token, URL: "http://127.0.0.1:" + strconv.Itoa(port), Scopes: QuotaScopes}
+}
+
 // NewToken returns a random service token.
 func NewToken() string {
 	b := make([]byte, 24)
@@ -89,6 +105,9 @@ type Chart struct {
 	// PodNamespace is the single-user pods' namespace (chart value usage.podNamespace) when it is not
 	// Namespace: the usage API may read pods only there and in Namespace.
 	PodNamespace string
+	// NoQuota renders the chart without gpu-quota (quota.enabled=false); by default its ServiceAccount and
+	// RBAC are rendered and installed too, so the local gpu-quota process runs with the chart's rights.
+	NoQuota bool
 }
 
 // ServerVersion asks the API server for its version (e.g. v1.36.3).
@@ -130,6 +149,9 @@ func (c Chart) renderYAML(ctx context.Context) ([]byte, error) {
 	if c.PodNamespace != "" && c.PodNamespace != c.Namespace {
 		args = append(args, "--set", "usage.podNamespace="+c.PodNamespace)
 	}
+	if !c.NoQuota {
+		args = append(args, "--set", "quota.enabled=true")
+	}
 	for k, v := range GPUNodeSelector {
 		args = append(args, "--set-string", "agent.nodeSelector."+escapeKey(k)+"="+v)
 	}
@@ -154,6 +176,9 @@ func escapeKey(k string) string {
 	}
 	return b.String()
 }
+
+// Decode reads helm template output (several YAML documents) into typed objects.
+func Decode(manifests []byte) ([]runtime.Object, error) { return decode(manifests) }
 
 func decode(manifests []byte) ([]runtime.Object, error) {
 	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(manifests)))
@@ -193,6 +218,10 @@ type Installed struct {
 	Namespace string
 	// UsageServiceAccount is the chart's usage ServiceAccount (the identity the agents admit).
 	UsageServiceAccount string
+	// QuotaServiceAccount is the chart's gpu-quota ServiceAccount (empty when the chart has no quota); QuotaArgs
+	// are the rendered gpu-quota Deployment's --lease-name (the Lease its Role names).
+	QuotaServiceAccount string
+	QuotaArgs           []string
 	AgentSelector       string
 	// AgentAudience is the audience of the projected token the chart mounts into the usage Deployment
 	// (the agents admit no other).
@@ -219,6 +248,23 @@ func objectNamespace(o metav1.Object, ns string) string {
 // agent flags and token audience are kept in Installed), its PVC (no storage provisioner), Services (no
 // kube-proxy) and NetworkPolicies (no CNI enforces them).
 func Install(ctx context.Context, c kubernetes.Interface, ns string, objs []runtime.Object) (*Installed, error) {
+	in, err := install(ctx, c, ns, objs, true)
+	if err != nil {
+		return in, err
+	}
+	if in.UsageServiceAccount == "" || in.AgentSelector == "" || in.AgentAudience == "" {
+		return in, errors.New("rendered chart has no usage ServiceAccount, no agent DaemonSet or no agent token volume in the usage Deployment")
+	}
+	return in, nil
+}
+
+// InstallRBAC creates only the chart's ServiceAccounts, ClusterRoles, Roles and their bindings: the rights of
+// gpuhub's services, for tests that run one of them as a local process with a token of its ServiceAccount.
+func InstallRBAC(ctx context.Context, c kubernetes.Interface, ns string, objs []runtime.Object) (*Installed, error) {
+	return install(ctx, c, ns, objs, false)
+}
+
+func install(ctx context.Context, c kubernetes.Interface, ns string, objs []runtime.Object, workloads bool) (*Installed, error) {
 	in := &Installed{Namespace: ns}
 	_, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -228,8 +274,11 @@ func Install(ctx context.Context, c kubernetes.Interface, ns string, objs []runt
 		var err error
 		switch o := o.(type) {
 		case *corev1.ServiceAccount:
-			if o.Labels["app.kubernetes.io/component"] == "usage-api" {
+			switch o.Labels["app.kubernetes.io/component"] {
+			case "usage-api":
 				in.UsageServiceAccount = o.Name
+			case "gpu-quota":
+				in.QuotaServiceAccount = o.Name
 			}
 			_, err = c.CoreV1().ServiceAccounts(ns).Create(ctx, o, metav1.CreateOptions{})
 		case *rbacv1.ClusterRole:
@@ -252,18 +301,26 @@ func Install(ctx context.Context, c kubernetes.Interface, ns string, objs []runt
 			_, err = c.RbacV1().RoleBindings(rns).Create(ctx, o, metav1.CreateOptions{})
 		case *appsv1.DaemonSet:
 			in.AgentSelector = metav1.FormatLabelSelector(o.Spec.Selector)
-			_, err = c.AppsV1().DaemonSets(ns).Create(ctx, o, metav1.CreateOptions{})
+			if workloads {
+				_, err = c.AppsV1().DaemonSets(ns).Create(ctx, o, metav1.CreateOptions{})
+			}
 		case *appsv1.Deployment:
-			if o.Labels["app.kubernetes.io/component"] == "usage-api" {
+			switch o.Labels["app.kubernetes.io/component"] {
+			case "usage-api":
 				in.readUsageDeployment(o)
+			case "gpu-quota":
+				for _, ctr := range o.Spec.Template.Spec.Containers {
+					for _, a := range ctr.Args {
+						if strings.HasPrefix(a, "--lease-name=") {
+							in.QuotaArgs = append(in.QuotaArgs, a)
+						}
+					}
+				}
 			}
 		}
 		if err != nil {
 			return in, fmt.Errorf("apply %T: %w", o, err)
 		}
-	}
-	if in.UsageServiceAccount == "" || in.AgentSelector == "" || in.AgentAudience == "" {
-		return in, errors.New("rendered chart has no usage ServiceAccount, no agent DaemonSet or no agent token volume in the usage Deployment")
 	}
 	return in, nil
 }
@@ -362,22 +419,31 @@ func (in *Installed) WriteAgentToken(ctx context.Context, c kubernetes.Interface
 // ServiceAccount (the API server's audience): the usage API gets the chart's RBAC. The agents refuse
 // this token; the usage API sends them the one of WriteAgentToken.
 func (in *Installed) WriteUsageKubeconfig(ctx context.Context, c kubernetes.Interface, server string, ca []byte, path string) error {
-	tr, err := c.CoreV1().ServiceAccounts(in.Namespace).CreateToken(ctx, in.UsageServiceAccount, &authenticationv1.TokenRequest{
+	return in.WriteKubeconfig(ctx, c, in.UsageServiceAccount, server, ca, path)
+}
+
+// WriteKubeconfig writes a kubeconfig at path with a TokenRequest token (a day long) of ServiceAccount sa in the
+// release namespace: a local process using it has exactly the chart's rights for that service.
+func (in *Installed) WriteKubeconfig(ctx context.Context, c kubernetes.Interface, sa, server string, ca []byte, path string) error {
+	if sa == "" {
+		return errors.New("kubeconfig: the rendered chart has no such ServiceAccount")
+	}
+	tr, err := c.CoreV1().ServiceAccounts(in.Namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](24 * 3600)},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		return fmt.Errorf("token for serviceaccount %s/%s: %w", in.Namespace, in.UsageServiceAccount, err)
+		return fmt.Errorf("token for serviceaccount %s/%s: %w", in.Namespace, sa, err)
 	}
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
-	cfg.AuthInfos[in.UsageServiceAccount] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
-	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: in.UsageServiceAccount, Namespace: in.Namespace}
+	cfg.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: sa, Namespace: in.Namespace}
 	cfg.CurrentContext = "local"
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("kubeconfig dir: %w", err)
 	}
 	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		return fmt.Errorf("write usage kubeconfig: %w", err)
+		return fmt.Errorf("write kubeconfig for %s: %w", sa, err)
 	}
 	return os.Chmod(path, 0o600)
 }
@@ -392,10 +458,13 @@ type Usage struct {
 	AgentNamespace string
 	// AgentTokenFile holds the token for the agents (WriteAgentToken); AgentArgs are the chart's
 	// --agent-* flags (Installed.UsageAgentArgs; they name AgentNamespace too and win over it).
-	AgentTokenFile  string
-	AgentArgs       []string
-	HubAPIURL       string
-	Token           string // the service's Hub token
+	AgentTokenFile string
+	AgentArgs      []string
+	HubAPIURL      string
+	Token          string // the service's Hub token
+	// QuotaURL is gpu-quota's base URL with its prefix (Quota.URL); set, the usage API gets --quota-url and
+	// lets gpu-quota's token read GPU-hours (--reader-services).
+	QuotaURL        string
 	Interval        string // default 1s
 	HubRefresh      string // default 10s
 	LogLevel        string // default info
@@ -403,8 +472,11 @@ type Usage struct {
 }
 
 // URL is the API's base URL on loopback (direct, not through the proxy).
-func (u Usage) URL() string {
-	return fmt.Sprintf("http://127.0.0.1:%d/services/%s/api/v1/", u.Port, ServiceName)
+func (u Usage) URL() string { return u.BaseURL() + "api/v1/" }
+
+// BaseURL is the service's URL on loopback with its prefix (gpu-quota's --usage-url).
+func (u Usage) BaseURL() string {
+	return fmt.Sprintf("http://127.0.0.1:%d/services/%s/", u.Port, ServiceName)
 }
 
 // Spec is the process description for proc.Start (readiness: /readyz).
@@ -426,6 +498,9 @@ func (u Usage) Spec() proc.Spec {
 		"--interval=" + def(u.Interval, "1s"), "--hub-refresh=" + def(u.HubRefresh, "10s"),
 		"--namespace=" + u.Namespace, "--agent-namespace=" + u.AgentNamespace, "--agent-token-file=" + u.AgentTokenFile,
 		"--database=" + u.Database, "--kubeconfig=" + u.Kubeconfig, "--log-level=" + def(u.LogLevel, "info"),
+	}
+	if u.QuotaURL != "" {
+		args = append(args, "--quota-url="+u.QuotaURL, "--reader-services="+QuotaServiceName)
 	}
 	return proc.Spec{
 		Name: "usage-api",

@@ -5,10 +5,13 @@ import (
 	"context"
 	"flag"
 	"os"
+	"slices"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"gopkg.in/yaml.v3"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -64,13 +67,19 @@ func TestInstall(t *testing.T) {
 		}
 	}
 	sort.Strings(got)
-	want := []string{"clusterrolebindings", "clusterrolebindings", "clusterroles", "clusterroles", "daemonsets", "namespaces",
-		"rolebindings", "roles", "serviceaccounts", "serviceaccounts"}
+	// usage API, agent and gpu-quota (pods Role, Lease Role); not the Deployments, ConfigMap, PVC, Services,
+	// NetworkPolicies.
+	want := []string{"clusterrolebindings", "clusterrolebindings", "clusterrolebindings", "clusterroles", "clusterroles", "clusterroles",
+		"daemonsets", "namespaces", "rolebindings", "rolebindings", "rolebindings", "roles", "roles", "roles",
+		"serviceaccounts", "serviceaccounts", "serviceaccounts"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("created (-want +got):\n%s", diff)
 	}
-	if in.UsageServiceAccount != "gpuhub-usage" {
-		t.Errorf("usage ServiceAccount = %q, want gpuhub-usage", in.UsageServiceAccount)
+	if in.UsageServiceAccount != "gpuhub-usage" || in.QuotaServiceAccount != "gpuhub-quota" {
+		t.Errorf("ServiceAccounts: usage %q, quota %q; want gpuhub-usage, gpuhub-quota", in.UsageServiceAccount, in.QuotaServiceAccount)
+	}
+	if diff := cmp.Diff([]string{"--lease-name=gpuhub-quota"}, in.QuotaArgs); diff != "" {
+		t.Errorf("gpu-quota args from the chart (-want +got):\n%s", diff)
 	}
 	ds, err := c.AppsV1().DaemonSets("jhub").Get(context.Background(), "gpuhub-agent", metav1.GetOptions{})
 	if err != nil {
@@ -154,5 +163,95 @@ func contains(s []string, v string) bool {
 func TestEscapeKey(t *testing.T) {
 	if got, want := escapeKey("nvidia.com/gpu.present"), `nvidia\.com/gpu\.present`; got != want {
 		t.Errorf("escapeKey = %q, want %q", got, want)
+	}
+}
+
+// TestInstallRBAC: only identities and rights, no workload.
+func TestInstallRBAC(t *testing.T) {
+	data, err := os.ReadFile("testdata/rendered.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientset()
+	in, err := InstallRBAC(context.Background(), c, "jhub", objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range c.Actions() {
+		if r := a.GetResource().Resource; a.GetVerb() == "create" && r == "daemonsets" {
+			t.Errorf("InstallRBAC created %s", r)
+		}
+	}
+	if in.QuotaServiceAccount != "gpuhub-quota" {
+		t.Errorf("quota ServiceAccount = %q", in.QuotaServiceAccount)
+	}
+}
+
+// TestQuotaSpec: the local gpu-quota gets what the chart's Deployment gets, on loopback, and the usage API learns
+// where it is.
+func TestQuotaSpec(t *testing.T) {
+	q := Quota{Binary: "/bin/gpu-quota", Port: 8123, Kubeconfig: "/s/kc", Policy: "/s/policy.yaml", Namespace: "jhub",
+		LeaseNamespace: "jhub", LeaseArgs: []string{"--lease-name=gpuhub-quota"}, UsageURL: "http://127.0.0.1:8181/services/gpu-usage/",
+		HubAPIURL: "http://127.0.0.1:8081/hub/api", Token: "tok"}
+	spec := q.Spec()
+	for _, a := range []string{"--listen=127.0.0.1:8123", "--prefix=/services/gpu-quota/", "--policy=/s/policy.yaml", "--namespace=jhub",
+		"--kubeconfig=/s/kc", "--lease-namespace=jhub", "--lease-name=gpuhub-quota", "--reader-services=gpu-usage",
+		"--usage-url=http://127.0.0.1:8181/services/gpu-usage/"} {
+		if !contains(spec.Args, a) {
+			t.Errorf("gpu-quota args %v lack %s", spec.Args, a)
+		}
+	}
+	for _, e := range []string{"JUPYTERHUB_API_TOKEN=tok", "JUPYTERHUB_SERVICE_NAME=gpu-quota", "JUPYTERHUB_API_URL=http://127.0.0.1:8081/hub/api"} {
+		if !contains(spec.Env, e) {
+			t.Errorf("gpu-quota env lacks %s", e)
+		}
+	}
+	if got, want := q.URL(), "http://127.0.0.1:8123/services/gpu-quota/"; got != want {
+		t.Errorf("URL = %s, want %s", got, want)
+	}
+	if got := QuotaHubService(8123, "tok").URL; got != "http://127.0.0.1:8123" {
+		t.Errorf("Hub service url = %s", got)
+	}
+	u := Usage{QuotaURL: q.URL()}.Spec()
+	for _, a := range []string{"--quota-url=http://127.0.0.1:8123/services/gpu-quota/", "--reader-services=gpu-quota"} {
+		if !contains(u.Args, a) {
+			t.Errorf("usage args %v lack %s", u.Args, a)
+		}
+	}
+	if u := (Usage{}).Spec(); slices.ContainsFunc(u.Args, func(a string) bool { return strings.HasPrefix(a, "--quota-url") }) {
+		t.Errorf("usage args without gpu-quota: %v", u.Args)
+	}
+}
+
+// TestHubValues: the local Hub loads the chart's glue file unchanged, as z2jh's hub.extraConfig.gpuhub.
+func TestHubValues(t *testing.T) {
+	got, err := HubValues("../../chart/gpuhub", map[string]string{"00-z2jh": "c.Spawner.consecutive_failure_limit = 5\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	glue, err := os.ReadFile("../../chart/gpuhub/" + GlueFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Singleuser struct {
+			ProfileList []map[string]any `yaml:"profileList"`
+		} `yaml:"singleuser"`
+		Hub struct {
+			ExtraConfig map[string]string `yaml:"extraConfig"`
+		} `yaml:"hub"`
+	}
+	if err := yaml.Unmarshal(got, &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Hub.ExtraConfig["gpuhub"] != string(glue) {
+		t.Error("hub.extraConfig.gpuhub is not the chart's glue file")
+	}
+	if v.Hub.ExtraConfig["00-z2jh"] == "" || len(v.Singleuser.ProfileList) == 0 {
+		t.Errorf("values lost the extra snippet or the profiles: %s", got)
 	}
 }

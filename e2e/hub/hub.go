@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/gpuhub/gpuhub/e2e/cluster"
 	"github.com/gpuhub/gpuhub/e2e/internal/hubproc"
 )
@@ -43,12 +45,48 @@ type Options struct {
 	Values string
 	// ExtraConfigDir holds *.py files run after hub.extraConfig, sorted by name.
 	ExtraConfigDir string
-	// ProxyPort is the public port (0: a free one).
-	ProxyPort int
+	// ProxyPort is the public port, HubPort the Hub's own (API) port (0: free ones).
+	ProxyPort, HubPort int
 	// Services and Roles are added to the Hub (gpuhub's own services).
 	Services []hubproc.Service
 	Roles    []hubproc.Role
 	LogLevel string
+	// Env is added to the Hub's environment (KEY=value), e.g. settings read by hub.extraConfig code.
+	Env []string
+}
+
+// DefaultValues returns e2e/hub/values.yaml, the z2jh-style values the local Hub starts with.
+func DefaultValues() []byte { return append([]byte(nil), defaultValues...) }
+
+// WithExtraConfig returns values (YAML) with hub.extraConfig.<key> set to each snippet, the way
+// `helm --set-file hub.extraConfig.<key>=file.py` sets it for a z2jh release: the snippets run last in
+// the Hub's config, sorted by key. Comments of values are not kept.
+func WithExtraConfig(values []byte, snippets map[string]string) ([]byte, error) {
+	var v map[string]any
+	if err := yaml.Unmarshal(values, &v); err != nil {
+		return nil, fmt.Errorf("hub values: %w", err)
+	}
+	if v == nil {
+		v = map[string]any{}
+	}
+	h, _ := v["hub"].(map[string]any)
+	if h == nil {
+		h = map[string]any{}
+		v["hub"] = h
+	}
+	extra, _ := h["extraConfig"].(map[string]any)
+	if extra == nil {
+		extra = map[string]any{}
+		h["extraConfig"] = extra
+	}
+	for k, code := range snippets {
+		extra[k] = code
+	}
+	out, err := yaml.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("hub values: %w", err)
+	}
+	return out, nil
 }
 
 // Start starts the Hub (and its proxy) and waits until it answers through the proxy.
@@ -68,6 +106,9 @@ func Start(ctx context.Context, opts Options) (*hubproc.Hub, error) {
 	if opts.ProxyPort != 0 {
 		proxyPort = opts.ProxyPort
 	}
+	if opts.HubPort != 0 {
+		hubPort = opts.HubPort
+	}
 	env := []string{
 		"KUBECONFIG=" + opts.Kubeconfig,
 		"GPUHUB_HUB_VALUES=" + values,
@@ -77,6 +118,7 @@ func Start(ctx context.Context, opts Options) (*hubproc.Hub, error) {
 	if opts.ExtraConfigDir != "" {
 		env = append(env, "GPUHUB_EXTRA_CONFIG_DIR="+opts.ExtraConfigDir)
 	}
+	env = append(env, opts.Env...)
 	return hubproc.Start(ctx, hubproc.Options{
 		Venv:         opts.Venv,
 		CHPPath:      opts.CHP,

@@ -76,3 +76,31 @@ gpuhub-agent
 {{- define "gpuhub.podNamespace" -}}
 {{- default .Release.Namespace .Values.usage.podNamespace -}}
 {{- end -}}
+
+{{- define "gpuhub.quotaServiceAccount" -}}
+{{- printf "%s-quota" (include "gpuhub.fullname" .) -}}
+{{- end -}}
+
+{{/* The Hub's public base path without its trailing slash ("" for "/"), for service prefixes. */}}
+{{- define "gpuhub.basePath" -}}
+{{- trimSuffix "/" .Values.hub.baseURL -}}
+{{- end -}}
+
+{{/* The usage API's base URL inside the cluster, with its service prefix (gpu-quota's --usage-url). */}}
+{{- define "gpuhub.usageURL" -}}
+{{- if .Values.quota.usageURL -}}
+{{- .Values.quota.usageURL -}}
+{{- else -}}
+{{- printf "http://%s.%s:%v%s/services/%s/" (include "gpuhub.usageServiceAccount" .) .Release.Namespace .Values.usage.port (include "gpuhub.basePath" .) .Values.usage.serviceName -}}
+{{- end -}}
+{{- end -}}
+
+{{/* gpu-quota's base URL inside the cluster, with its service prefix (the usage API's --quota-url). */}}
+{{- define "gpuhub.quotaURL" -}}
+{{- printf "http://%s.%s:%v%s/services/%s/" (include "gpuhub.quotaServiceAccount" .) .Release.Namespace .Values.quota.port (include "gpuhub.basePath" .) .Values.quota.serviceName -}}
+{{- end -}}
+
+{{/* The Lease that keeps gpu-quota's enforcement loop to one replica. */}}
+{{- define "gpuhub.quotaLease" -}}
+{{- printf "%s-quota" (include "gpuhub.fullname" .) -}}
+{{- end -}}

@@ -54,8 +54,10 @@ type Options struct {
 	// GPUHub runs gpuhub on the cluster (chart-rendered agents + RBAC, usage API); NoGPUHub leaves it out.
 	GPUHub   gpuhubstack.Options
 	NoGPUHub bool
-	Out      io.Writer
-	Logger   *slog.Logger
+	// NoQuota leaves gpu-quota out (GPUHub.Quota is ignored).
+	NoQuota bool
+	Out     io.Writer
+	Logger  *slog.Logger
 }
 
 func parseFlags(args []string, getenv func(string) string) (Options, error) {
@@ -92,7 +94,12 @@ func parseFlags(args []string, getenv func(string) string) (Options, error) {
 	fs.StringVar(&o.GPUHub.Chart.Dir, "chart", env("GPUHUB_CHART", "chart/gpuhub"), "gpuhub Helm chart directory (env GPUHUB_CHART)")
 	fs.StringVar(&o.GPUHub.UsageAPI, "usage-api", env("GPUHUB_USAGE_API", "bin/usage-api"), "usage-api executable (env GPUHUB_USAGE_API)")
 	fs.IntVar(&o.GPUHub.Port, "usage-port", atoi(env("GPUHUB_USAGE_PORT", "0")), "usage API port on 127.0.0.1, 0 for a free one (env GPUHUB_USAGE_PORT)")
-	fs.BoolVar(&o.NoGPUHub, "no-gpuhub", false, "run the bare cluster without gpu-agents and usage API")
+	fs.StringVar(&o.GPUHub.Quota.Binary, "gpu-quota", env("GPUHUB_GPU_QUOTA", "bin/gpu-quota"), "gpu-quota executable (env GPUHUB_GPU_QUOTA)")
+	fs.StringVar(&o.GPUHub.Quota.Policy, "quota-policy", env("GPUHUB_QUOTA_POLICY", "e2e/hub/quota-demo.yaml"),
+		"gpu-quota policy file (env GPUHUB_QUOTA_POLICY; make demo QUOTA_POLICY=path)")
+	fs.IntVar(&o.GPUHub.Quota.Port, "quota-port", atoi(env("GPUHUB_QUOTA_PORT", "0")), "gpu-quota port on 127.0.0.1, 0 for a free one (env GPUHUB_QUOTA_PORT)")
+	fs.BoolVar(&o.NoQuota, "no-quota", false, "run gpuhub without gpu-quota (and without the Hub glue's admission check)")
+	fs.BoolVar(&o.NoGPUHub, "no-gpuhub", false, "run the bare cluster without gpu-agents, usage API and gpu-quota")
 	fs.BoolVar(&o.ExitWhenReady, "exit-when-ready", false, "stop right after reaching ready (timing)")
 	fs.StringVar(&logLevel, "log-level", env("GPUHUB_LOG_LEVEL", "warn"), "log level: debug, info, warn, error (env GPUHUB_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
@@ -143,15 +150,11 @@ func Run(ctx context.Context, o Options) error {
 		fmt.Fprintf(o.Out, "==> %-90s %6.1fs\n", step, took.Seconds())
 	}
 	if !o.NoGPUHub {
-		if o.GPUHub.Port == 0 {
-			o.GPUHub.Port = cluster.FreePort()
+		cleanup, err := addGPUHub(&o)
+		defer cleanup()
+		if err != nil {
+			return err
 		}
-		if o.GPUHub.Token == "" {
-			o.GPUHub.Token = gpuhubstack.NewToken()
-		}
-		o.Stack.HubServices = append(o.Stack.HubServices, gpuhubstack.HubService(o.GPUHub.Port, o.GPUHub.Token))
-		o.Stack.HubRoles = append(o.Stack.HubRoles, gpuhubstack.HubRoles()...)
-		o.Stack.Components = append(o.Stack.Components, gpuhubstack.Component(o.GPUHub))
 	}
 	fmt.Fprintf(o.Out, "==> starting the local GPU cluster (topology %s)\n", o.Stack.Topology)
 	s, err := stack.Start(ctx, o.Stack)
@@ -180,6 +183,10 @@ func Run(ctx context.Context, o Options) error {
 		usageURL = s.HubURL() + "services/" + gpuhubstack.ServiceName + "/api/v1/"
 		usageLine = fmt.Sprintf("    usage API:   %sme (through the Hub; direct: %s)\n", usageURL,
 			gpuhubstack.Usage{Port: o.GPUHub.Port}.URL())
+		if o.GPUHub.Quota.Binary != "" {
+			usageLine += fmt.Sprintf("    gpu-quota:   policy %s (direct: %s; edit the file, it reloads)\n", o.GPUHub.Quota.Policy,
+				gpuhubstack.Quota{Port: o.GPUHub.Quota.Port}.URL())
+		}
 	}
 	if o.InfoFile != "" {
 		data, _ := json.MarshalIndent(Info{HubURL: s.HubURL(), UsageURL: usageURL, Kubeconfig: kubeconfig, Users: users,
@@ -204,6 +211,64 @@ func Run(ctx context.Context, o Options) error {
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// addGPUHub registers gpuhub's services with the Hub and adds their processes to the stack: the usage API and,
+// unless NoQuota, gpu-quota with its policy, and the chart's Hub glue in the Hub's values (hub.extraConfig.gpuhub).
+// cleanup removes the values file it writes.
+func addGPUHub(o *Options) (cleanup func(), err error) {
+	cleanup = func() {}
+	if o.GPUHub.Port == 0 {
+		o.GPUHub.Port = cluster.FreePort()
+	}
+	if o.GPUHub.Token == "" {
+		o.GPUHub.Token = gpuhubstack.NewToken()
+	}
+	o.Stack.HubServices = append(o.Stack.HubServices, gpuhubstack.HubService(o.GPUHub.Port, o.GPUHub.Token))
+	o.Stack.HubRoles = append(o.Stack.HubRoles, gpuhubstack.HubRoles()...)
+	if o.NoQuota {
+		o.GPUHub.Quota = gpuhubstack.QuotaOptions{}
+	} else {
+		q := &o.GPUHub.Quota
+		for what, path := range map[string]string{"gpu-quota executable (make build)": q.Binary, "quota policy": q.Policy} {
+			if st, err := os.Stat(path); err != nil || st.IsDir() {
+				return cleanup, fmt.Errorf("%s %q not found; or run with --no-quota", what, path)
+			}
+		}
+		policy, err := filepath.Abs(q.Policy)
+		if err != nil {
+			return cleanup, err
+		}
+		q.Policy = policy
+		if q.Port == 0 {
+			q.Port = cluster.FreePort()
+		}
+		if q.Token == "" {
+			q.Token = gpuhubstack.NewToken()
+		}
+		o.Stack.HubServices = append(o.Stack.HubServices, gpuhubstack.QuotaHubService(q.Port, q.Token))
+		if o.Stack.HubValues == "" {
+			values, err := gpuhubstack.HubValues(o.GPUHub.Chart.Dir, nil)
+			if err != nil {
+				return cleanup, err
+			}
+			f, err := os.CreateTemp("", "gpuhub-hub-values-*.yaml")
+			if err != nil {
+				return cleanup, fmt.Errorf("hub values: %w", err)
+			}
+			cleanup = func() { _ = os.Remove(f.Name()) }
+			_, err = f.Write(values)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return cleanup, fmt.Errorf("hub values: %w", err)
+			}
+			o.Stack.HubValues = f.Name()
+		}
+	}
+	o.Stack.Components = append(o.Stack.Components, gpuhubstack.Components(o.GPUHub)...)
+	return cleanup, nil
 }
 
 func copyFile(src, dst string) error {

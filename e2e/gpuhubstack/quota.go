@@ -1,0 +1,108 @@
+package gpuhubstack
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/gpuhub/gpuhub/e2e/cluster/proc"
+	"github.com/gpuhub/gpuhub/e2e/hub"
+)
+
+// GlueFile is the Hub glue inside the chart directory: the one Python file z2jh loads as
+// hub.extraConfig.gpuhub, which the local Hub and the Hub integration tests load unchanged.
+const GlueFile = "files/gpuhub_hub_config.py"
+
+// HubValues returns the local Hub's values (e2e/hub/values.yaml) with the chart's glue as
+// hub.extraConfig.gpuhub, read from chartDir: what `helm upgrade --set-file hub.extraConfig.gpuhub=...` gives a
+// z2jh release. extra adds further hub.extraConfig snippets (tests: z2jh's spawn settings).
+func HubValues(chartDir string, extra map[string]string) ([]byte, error) {
+	glue, err := os.ReadFile(filepath.Join(chartDir, GlueFile))
+	if err != nil {
+		return nil, fmt.Errorf("hub glue: %w", err)
+	}
+	snippets := map[string]string{"gpuhub": string(glue)}
+	for k, v := range extra {
+		snippets[k] = v
+	}
+	return hub.WithExtraConfig(hub.DefaultValues(), snippets)
+}
+
+// Quota describes the gpu-quota process, flags as the chart's Deployment sets them.
+type Quota struct {
+	Binary     string // gpu-quota executable
+	Port       int    // on 127.0.0.1 (the Hub service URL names it)
+	Kubeconfig string // a token of the chart's gpu-quota ServiceAccount (Installed.WriteKubeconfig)
+	Policy     string // policy file
+	Namespace  string // single-user pods
+	// LeaseNamespace is the release namespace; LeaseArgs the chart's --lease-name (Installed.QuotaArgs).
+	LeaseNamespace string
+	LeaseArgs      []string
+	UsageURL       string // usage API base URL with its prefix (Usage.URL without api/v1/); empty: none
+	HubAPIURL      string
+	Token          string // the service's Hub token
+	// UsageRefresh and EnforceInterval default to 5s and 10s (the demo should move quickly).
+	UsageRefresh, EnforceInterval string
+	LogLevel                      string // default info
+	ExtraArgs                     []string
+	ExtraEnvForTest               []string
+}
+
+// URL is gpu-quota's base URL on loopback with its prefix: http://127.0.0.1:<port>/services/gpu-quota/.
+func (q Quota) URL() string {
+	return fmt.Sprintf("http://127.0.0.1:%d/services/%s/", q.Port, QuotaServiceName)
+}
+
+// Spec is the process description for proc.Start (readiness: /readyz).
+func (q Quota) Spec() proc.Spec {
+	def := func(v, d string) string {
+		if v == "" {
+			return d
+		}
+		return v
+	}
+	env := []string{
+		"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8",
+		"JUPYTERHUB_API_URL=" + q.HubAPIURL, "JUPYTERHUB_API_TOKEN=" + q.Token, "JUPYTERHUB_SERVICE_NAME=" + QuotaServiceName,
+	}
+	env = append(env, q.ExtraEnvForTest...)
+	args := []string{
+		"--listen=127.0.0.1:" + strconv.Itoa(q.Port), "--prefix=/services/" + QuotaServiceName + "/",
+		"--policy=" + q.Policy, "--policy-poll=2s", "--namespace=" + q.Namespace, "--kubeconfig=" + q.Kubeconfig,
+		"--lease-namespace=" + q.LeaseNamespace, "--reader-services=" + ServiceName,
+		"--usage-refresh=" + def(q.UsageRefresh, "5s"), "--enforce-interval=" + def(q.EnforceInterval, "10s"),
+		"--log-level=" + def(q.LogLevel, "info"),
+	}
+	if q.UsageURL != "" {
+		args = append(args, "--usage-url="+q.UsageURL)
+	}
+	args = append(args, q.LeaseArgs...)
+	ready := fmt.Sprintf("http://127.0.0.1:%d/readyz", q.Port)
+	return proc.Spec{
+		Name: "gpu-quota",
+		Path: q.Binary,
+		Args: append(args, q.ExtraArgs...),
+		Env:  env,
+		Ready: func(ctx context.Context) error {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, ready, http.NoBody)
+			if err != nil {
+				return err
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("readyz: %s", resp.Status)
+			}
+			return nil
+		},
+		ReadyTimeout: 90 * time.Second,
+		StopGrace:    10 * time.Second,
+	}
+}

@@ -1,0 +1,280 @@
+"""Unit tests of the Hub glue (chart/gpuhub/files/gpuhub_hub_config.py), run by TestGlueUnit with the Hub's own
+Python (the venv of the Hub line under test): the glue is executed as the Hub's config executes it, against a
+fake gpu-quota on 127.0.0.1 and fake spawners. The real Hub, KubeSpawner and gpu-quota are in quota_test.go."""
+
+import asyncio
+import http.server
+import json
+import logging
+import os
+import threading
+import unittest
+from types import SimpleNamespace
+
+import jupyterhub
+from kubernetes_asyncio.client import models as k8s
+from tornado import web
+from traitlets.config import Config
+
+GLUE = os.environ.get("GPUHUB_GLUE", "../../../chart/gpuhub/files/gpuhub_hub_config.py")
+CLOSED = (
+    "The quota service cannot check your GPU quota right now, so GPU servers cannot start. "
+    "Try again in a few minutes, or pick a CPU-only profile."
+)
+
+
+class FakeQuota(http.server.ThreadingHTTPServer):
+    """Answers each POST with the next (status, body) of `answers` and records the requests."""
+
+    def __init__(self):
+        self.requests = []
+        self.answers = []
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.server.requests.append(
+            {"path": self.path, "auth": self.headers["Authorization"], "body": json.loads(body)}
+        )
+        status, answer = self.server.answers.pop(0) if self.server.answers else (200, {"allow": True})
+        data = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def load_glue(services=None, previous_hook=None):
+    c = Config()
+    if services is not None:
+        c.JupyterHub.services = services
+    if previous_hook is not None:
+        c.KubeSpawner.modify_pod_hook = previous_hook
+    with open(GLUE) as f:
+        exec(compile(f.read(), GLUE, "exec"), {"c": c})
+    return c.KubeSpawner.modify_pod_hook
+
+
+def gpu_pod(containers=None, init_containers=None, node_selector=None):
+    return k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name="jupyter-bob", annotations={"a": "b"}),
+        spec=k8s.V1PodSpec(
+            containers=containers
+            or [k8s.V1Container(name="notebook", resources=k8s.V1ResourceRequirements(limits={"nvidia.com/gpu": "1"}))],
+            init_containers=init_containers,
+            node_selector=node_selector or {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+        ),
+    )
+
+
+logging.getLogger("glue-test").addHandler(logging.NullHandler())
+logging.getLogger("glue-test").propagate = False
+
+
+class Spawner:
+    def __init__(self, loop=None, limit=5, base_url="/"):
+        self.user = SimpleNamespace(
+            name="bob", groups=[SimpleNamespace(name="students")], settings={"base_url": base_url}
+        )
+        self.name = ""
+        self.user_options = {"profile": "h100"}
+        self.log = logging.getLogger("glue-test")
+        self.consecutive_failure_limit = limit
+        self.handler = SimpleNamespace(settings={"failure_count": 2})
+        self._spawn_future = loop.create_future() if loop else None
+
+
+class GlueTest(unittest.TestCase):
+    def setUp(self):
+        self.quota = FakeQuota()
+        self.addCleanup(self.quota.server_close)
+        self.addCleanup(self.quota.shutdown)
+        for k in ("GPUHUB_QUOTA_URL", "GPUHUB_QUOTA_TOKEN", "GPUHUB_QUOTA_ON_UNAVAILABLE", "GPUHUB_QUOTA_TIMEOUT"):
+            os.environ.pop(k, None)
+        self.services = [{"name": "gpu-quota", "url": self.quota.url, "api_token": "secret-token-123"}]
+
+    def run_hook(self, hook, pod, spawner=None):
+        async def go():
+            s = spawner or Spawner(asyncio.get_running_loop())
+            return await hook(s, pod), s
+
+        return asyncio.run(go())
+
+    def test_request_from_the_final_pod(self):
+        hook = load_glue(self.services)
+        sidecar = k8s.V1Container(
+            name="side", restart_policy="Always", resources=k8s.V1ResourceRequirements(requests={"nvidia.com/mig-1g.5gb": "1"})
+        )
+        init = k8s.V1Container(name="init", resources=k8s.V1ResourceRequirements(limits={"nvidia.com/mig-1g.5gb": "3"}))
+        app = k8s.V1Container(
+            name="nb",
+            resources=k8s.V1ResourceRequirements(
+                limits={"nvidia.com/mig-1g.5gb": "1", "cpu": "2"}, requests={"memory": "1Gi", "nvidia.com/mig-1g.5gb": "5"}
+            ),
+        )
+        self.quota.answers = [(200, {"allow": True, "reason": "ok", "decisionId": "d-7", "onUnavailable": "open"})]
+        pod, _ = self.run_hook(hook, gpu_pod([app], [sidecar, init], {"nvidia.com/mig.strategy": "mixed"}))
+        (req,) = self.quota.requests
+        self.assertEqual(req["path"], "/services/gpu-quota/api/v1/admit")
+        self.assertEqual(req["auth"], "token secret-token-123")
+        # app 1 (limit beats request) + sidecar 1 = 2; init 3 + the sidecar started before it 1 = 4: max 4.
+        self.assertEqual(
+            req["body"],
+            {
+                "user": "bob",
+                "server": "",
+                "groups": ["students"],
+                "resources": {"nvidia.com/mig-1g.5gb": 4},
+                "nodeSelector": {"nvidia.com/mig.strategy": "mixed"},
+                "profile": "h100",
+            },
+        )
+        self.assertEqual(pod.metadata.annotations, {"a": "b", "gpuhub.io/quota-decision": "d-7"})
+
+    def test_cpu_pod_never_asks(self):
+        hook = load_glue(self.services)
+        cpu = k8s.V1Container(name="nb", resources=k8s.V1ResourceRequirements(limits={"cpu": "1"}))
+        pod = gpu_pod([cpu])
+        got, _ = self.run_hook(hook, pod)
+        self.assertIs(got, pod)
+        self.assertEqual(self.quota.requests, [])
+
+    def test_base_url_and_env_override(self):
+        hook = load_glue(self.services)
+        self.run_hook(hook, gpu_pod(), Spawner(base_url="/jupyter/"))
+        self.assertEqual(self.quota.requests[-1]["path"], "/jupyter/services/gpu-quota/api/v1/admit")
+
+        os.environ["GPUHUB_QUOTA_URL"] = self.quota.url + "/elsewhere/"
+        os.environ["GPUHUB_QUOTA_TOKEN"] = "from-env-456"
+        hook = load_glue(services=None)
+        self.run_hook(hook, gpu_pod(), Spawner())
+        self.assertEqual(self.quota.requests[-1]["path"], "/elsewhere/api/v1/admit")
+        self.assertEqual(self.quota.requests[-1]["auth"], "token from-env-456")
+
+    def test_not_configured_does_nothing_and_says_so_once(self):
+        hook = load_glue(services=[{"name": "gpu-usage", "url": self.quota.url, "api_token": "x" * 10}])
+        with self.assertLogs("glue-test", level="WARNING") as logs:
+            for _ in range(3):
+                pod = gpu_pod()
+                got, _ = self.run_hook(hook, pod, Spawner())
+                self.assertIs(got, pod)
+        self.assertEqual(len(logs.records), 1)
+        self.assertIn("not checked", logs.output[0])
+        self.assertEqual(self.quota.requests, [])
+
+    def test_previous_hook_runs_first(self):
+        def previous(spawner, pod):
+            pod.spec.containers[0].resources.limits = {"nvidia.com/gpu.shared": "1"}
+            return pod
+
+        hook = load_glue(self.services, previous_hook=previous)
+        self.run_hook(hook, gpu_pod())
+        self.assertEqual(self.quota.requests[0]["body"]["resources"], {"nvidia.com/gpu.shared": 1})
+
+    def test_refusal(self):
+        hook = load_glue(self.services)
+        msg = "You may hold 50% of a GPU <at most> & one server."
+        self.quota.answers = [(200, {"allow": False, "reason": "max_gpus", "message": msg, "decisionId": "d-1"})]
+
+        async def go():
+            loop = asyncio.get_running_loop()
+            s = Spawner(loop)
+            with self.assertRaises(web.HTTPError) as cm:
+                await hook(s, gpu_pod())
+            exc = cm.exception
+            self.assertEqual(exc.status_code, 403)
+            self.assertEqual(exc.jupyterhub_message, msg)
+            if jupyterhub.version_info[0] < 6:
+                self.assertEqual(exc.log_message % exc.args, msg)
+                # The Hub's callback would count this failure (2 -> 3) with the limit it reads now: 0, no check.
+                self.assertEqual(s.consecutive_failure_limit, 0)
+                s.handler.settings["failure_count"] += 1
+                s._spawn_future.set_exception(exc)
+                await asyncio.sleep(0)
+                await asyncio.sleep(0)
+                self.assertEqual(s.handler.settings["failure_count"], 2)
+                self.assertEqual(s.consecutive_failure_limit, 5)
+            else:
+                from jupyterhub.spawner import SpawnException
+
+                self.assertIsInstance(exc, SpawnException)
+                self.assertEqual(s.consecutive_failure_limit, 5)
+
+        asyncio.run(go())
+
+    def test_unavailable(self):
+        cases = {
+            "env default open": (None, [(503, {"message": "informers not synced"})], None),
+            "env closed": ("closed", [(503, {"message": "no policy"})], CLOSED),
+            "env bogus means open": ("sometimes", [(500, {})], None),
+            # What gpu-quota last said wins over the environment.
+            "reported open beats env closed": (
+                "closed",
+                [(200, {"allow": True, "onUnavailable": "open"}), (503, {})],
+                None,
+            ),
+            "reported closed": (None, [(200, {"allow": True, "onUnavailable": "closed"}), (401, {})], CLOSED),
+            "not json": (None, [(200, "<html>proxy error</html>")], None),
+        }
+        for name, (env, answers, refusal) in cases.items():
+            with self.subTest(name):
+                os.environ.pop("GPUHUB_QUOTA_ON_UNAVAILABLE", None)
+                if env:
+                    os.environ["GPUHUB_QUOTA_ON_UNAVAILABLE"] = env
+                hook = load_glue(self.services)
+                self.quota.answers = list(answers)
+                for _ in answers[:-1]:
+                    self.run_hook(hook, gpu_pod())
+                if refusal is None:
+                    pod = gpu_pod()
+                    got, _ = self.run_hook(hook, pod)
+                    self.assertIs(got, pod)
+                else:
+                    with self.assertRaises(web.HTTPError) as cm:
+                        self.run_hook(hook, gpu_pod())
+                    self.assertEqual(cm.exception.jupyterhub_message, refusal)
+
+    def test_unreachable_and_timeout(self):
+        # Nothing listens: refused at once. A server that never answers: the glue's timeout.
+        os.environ["GPUHUB_QUOTA_ON_UNAVAILABLE"] = "closed"
+        os.environ["GPUHUB_QUOTA_TIMEOUT"] = "0.5"
+        import socket
+
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        self.addCleanup(silent.close)
+        dead = socket.socket()
+        dead.bind(("127.0.0.1", 0))
+        dead_port = dead.getsockname()[1]
+        dead.close()
+        for url in (f"http://127.0.0.1:{dead_port}", f"http://127.0.0.1:{silent.getsockname()[1]}"):
+            with self.subTest(url):
+                hook = load_glue([{"name": "gpu-quota", "url": url, "api_token": "secret-token-123"}])
+                with self.assertLogs("glue-test", level="WARNING") as logs:
+                    with self.assertRaises(web.HTTPError) as cm:
+                        self.run_hook(hook, gpu_pod())
+                self.assertEqual(cm.exception.jupyterhub_message, CLOSED)
+                self.assertNotIn("secret-token-123", "\n".join(logs.output))
+
+    def test_metrics_registered_once(self):
+        from prometheus_client import REGISTRY
+
+        load_glue(self.services)
+        load_glue(self.services)
+        self.assertIsNotNone(REGISTRY._names_to_collectors.get("gpuhub_quota_glue_unavailable_total"))
+
+
+if __name__ == "__main__":
+    unittest.main()
