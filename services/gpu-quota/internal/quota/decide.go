@@ -379,8 +379,17 @@ func windowWords(w time.Duration) (last, per string) {
 }
 
 // hoursText writes GPU-hours with at most two decimals: 2, 2.5, 0.25.
+// hoursText writes GPU-hours for people: two decimals from 1 up, two significant digits below (a budget of
+// 0.004 must not read "0"), and "under 0.001" for what would need an exponent.
 func hoursText(h float64) string {
-	return strconv.FormatFloat(math.Round(h*100)/100, 'f', -1, 64)
+	switch {
+	case h == 0 || math.Abs(h) >= 1:
+		return strconv.FormatFloat(math.Round(h*100)/100, 'f', -1, 64)
+	case math.Abs(h) < 0.001:
+		return "under 0.001"
+	default:
+		return strconv.FormatFloat(h, 'g', 2, 64)
+	}
 }
 
 func joinOr(items []string) string {

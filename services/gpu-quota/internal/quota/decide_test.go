@@ -324,3 +324,11 @@ func BenchmarkDecide(b *testing.B) {
 		_ = Decide(p.Effective("bob", groups), u, r)
 	}
 }
+
+func TestHoursText(t *testing.T) {
+	for in, want := range map[float64]string{0: "0", 2: "2", 2.345: "2.35", 48: "48", 0.5: "0.5", 0.004: "0.004", 0.00423: "0.0042", 0.1: "0.1", 0.0004: "under 0.001"} {
+		if got := hoursText(in); got != want {
+			t.Errorf("hoursText(%v) = %q, want %q", in, got, want)
+		}
+	}
+}
