@@ -8,6 +8,9 @@
 //   GPUHUB_CHROMIUM          chromium executable (default /usr/bin/chromium)
 //   GPUHUB_BROWSER_MODULES   node_modules holding playwright-core (make browser-deps)
 //   GPUHUB_ARTIFACTS         where screenshots go (default e2e/artifacts)
+//   EXPECT_REFUSAL           when set, the spawn must be refused (gpu-quota) within REFUSAL_WITHIN_MS
+//                            (default 5000) with a message containing this text, on the spawn form or
+//                            the progress page; the screenshot is browser-refused-<user>.png
 import { createRequire } from 'node:module';
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
@@ -22,6 +25,8 @@ const password = env('HUB_PASSWORD', '');
 const server = env('HUB_SERVER', 'browser');
 const profile = env('HUB_PROFILE', 't4-shared');
 const artifacts = env('GPUHUB_ARTIFACTS', path.resolve('e2e/artifacts'));
+const expectRefusal = env('EXPECT_REFUSAL', '');
+const refusalWithin = Number(env('REFUSAL_WITHIN_MS', '5000'));
 if (!hub.startsWith('http://127.')) {
   console.error(`HUB_URL must be a loopback URL, got ${JSON.stringify(hub)}`);
   process.exit(2);
@@ -58,7 +63,22 @@ try {
   await radio.check({ force: true });
   await page.screenshot({ path: path.join(artifacts, 'browser-spawn-form.png'), fullPage: true });
   step(`spawn form shown, profile ${profile} selected`);
+  const submitted = Date.now();
   await page.locator('form#spawn_form input[type="submit"], form#spawn_form button[type="submit"], #spawn_form [type="submit"]').first().click();
+
+  if (expectRefusal) {
+    // A refusal within the Hub's 1 s re-renders the form with the message (.alert / #spawn-error); a later one
+    // shows on the progress page as "Spawn failed: <message>".
+    const shown = page.locator('.alert-danger, .spawn-error-msg, #progress-message, .progress-log, .alert').filter({ hasText: expectRefusal });
+    await shown.first().waitFor({ state: 'visible', timeout: refusalWithin });
+    const took = Date.now() - submitted;
+    const text = (await shown.first().innerText()).trim();
+    await page.screenshot({ path: path.join(artifacts, `browser-refused-${user}.png`), fullPage: true });
+    step(`refused after ${took} ms: ${text}`);
+    console.log(JSON.stringify({ ok: true, steps, refusal: text, tookMs: took }));
+    await browser.close();
+    process.exit(0);
+  }
 
   const lab = new RegExp(`/user/${user}/${server}/lab`);
   await page.waitForURL(lab, { timeout: 240_000 });

@@ -75,6 +75,7 @@ type Stack struct {
 	emuCancel  context.CancelFunc
 	emuDone    chan error
 	components []*proc.Process
+	specs      []proc.Spec // of components, for StartComponent
 	tempDir    bool
 }
 
@@ -210,6 +211,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 			return nil, fmt.Errorf("component %s: %w", c.Name, err)
 		}
 		s.components = append(s.components, p)
+		s.specs = append(s.specs, spec)
 		opts.Progress(c.Name+" ready", time.Since(t0))
 	}
 	return s, nil
@@ -305,6 +307,35 @@ func (s *Stack) waitServiceAccount(ctx context.Context) error {
 
 // HubURL is the public URL of the Hub (through the proxy), with a trailing slash.
 func (s *Stack) HubURL() string { return s.Hub.BaseURL() }
+
+// StopComponent stops the named component (an outage in a test); StartComponent brings it back.
+func (s *Stack) StopComponent(name string) error {
+	for _, p := range s.components {
+		if p.Name() == name {
+			p.Stop()
+			return nil
+		}
+	}
+	return fmt.Errorf("no component %q", name)
+}
+
+// StartComponent starts the named component again from its spec and waits until it is ready. Its log file
+// starts over.
+func (s *Stack) StartComponent(ctx context.Context, name string) error {
+	for i, p := range s.components {
+		if p.Name() != name {
+			continue
+		}
+		p.Stop()
+		np, err := proc.Start(ctx, s.Opts.Logger, s.specs[i])
+		if err != nil {
+			return fmt.Errorf("component %s: %w", name, err)
+		}
+		s.components[i] = np
+		return nil
+	}
+	return fmt.Errorf("no component %q", name)
+}
 
 // Stop stops components, the Hub (which stops its servers), the emulator (which ends every process
 // it started) and the control plane, in that order, and removes a temporary state dir.
