@@ -43,18 +43,19 @@ func TestShippedPolicies(t *testing.T) {
 	}
 	load("chart/gpuhub/values.yaml quota.policy", []byte(v.Quota.Policy))
 	// YAML examples in the READMEs that look like a policy (they have a groups: or default: key).
-	block := regexp.MustCompile("(?s)```yaml\n(.*?)```")
+	block := regexp.MustCompile("(?s)```yaml\n(.*?)```|<<'POLICY'\n(.*?)\nPOLICY\n")
 	isPolicy := regexp.MustCompile(`(?m)^(groups|default|onUnavailable):`)
-	for _, f := range []string{"README.md", "services/gpu-quota/README.md"} {
+	for _, f := range []string{"README.md", "services/gpu-quota/README.md", "chart/README.md"} {
 		data, err := os.ReadFile(filepath.Join(root, f))
 		if err != nil {
 			t.Fatal(err)
 		}
 		n := 0
 		for _, m := range block.FindAllSubmatch(data, -1) {
-			if isPolicy.Match(m[1]) {
+			text := append(m[1], m[2]...) // a yaml block, or a heredoc in a shell example
+			if isPolicy.Match(text) {
 				n++
-				load(f+" example", m[1])
+				load(f+" example", text)
 			}
 		}
 		if n == 0 {
