@@ -39,6 +39,17 @@ groups:
 // its GPU-hours come from a usage cache loaded from a fake usage API with every user's use.
 func benchRig(b *testing.B, users int) (*Engine, []Request) {
 	b.Helper()
+	log, err := decision.NewLog(decision.Options{Service: Service})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return BenchRig(b, users, log)
+}
+
+// BenchRig is benchRig recording into log, for the HTTP benchmark in package admit_test (which may import
+// the API package).
+func BenchRig(b *testing.B, users int, log *decision.Log) (*Engine, []Request) {
+	b.Helper()
 	pol := mustPolicy(b, benchPolicy)
 	dir := make(map[string][]string, users)
 	hours := map[string]map[string]map[string]float64{"24h": {}, "7d": {}, "30d": {}}
@@ -59,10 +70,6 @@ func benchRig(b *testing.B, users int) (*Engine, []Request) {
 		b.Fatal(err)
 	}
 	cache.Refresh(context.Background())
-	log, err := decision.NewLog(decision.Options{Service: Service})
-	if err != nil {
-		b.Fatal(err)
-	}
 	e, err := New(Options{Policy: func() *quota.Policy { return pol }, Hours: cache, Log: log,
 		Directory: func() (map[string][]string, error) { return dir, nil }})
 	if err != nil {
