@@ -389,26 +389,27 @@ func (e *Engine) canTakeLocked(eff quota.Effective, u quota.Usage, r Request) []
 
 // numbers are a check's numbers for the decision log; unlimited limits are left out (JSON has no infinity).
 func numbers(c quota.Check) map[string]float64 {
-	m := map[string]float64{}
-	put := func(k string, v float64) {
-		if !math.IsInf(v, 0) && !math.IsNaN(v) {
-			m[k] = round(v)
-		}
-	}
+	m := make(map[string]float64, 4) // and requestedGPUs
 	switch c.Reason {
 	case quota.ReasonBudgetExhausted:
-		put("windowSeconds", c.Window.Seconds())
-		put("budget", c.Budget)
-		put("used", c.Used)
+		put(m, "windowSeconds", c.Window.Seconds())
+		put(m, "budget", c.Budget)
+		put(m, "used", c.Used)
 	case quota.ReasonUsageUnavailable:
-		put("windowSeconds", c.Window.Seconds())
-		put("budget", c.Budget)
+		put(m, "windowSeconds", c.Window.Seconds())
+		put(m, "budget", c.Budget)
 	case quota.ReasonOK, quota.ReasonMaxGPUs, quota.ReasonMaxGPUsPerKind, quota.ReasonMaxServers, quota.ReasonKindNotAllowed:
-		put("limit", c.Limit)
-		put("held", c.Held)
-		put("requested", c.Requested)
+		put(m, "limit", c.Limit)
+		put(m, "held", c.Held)
+		put(m, "requested", c.Requested)
 	}
 	return m
+}
+
+func put(m map[string]float64, k string, v float64) {
+	if !math.IsInf(v, 0) && !math.IsNaN(v) {
+		m[k] = round(v)
+	}
 }
 
 func sumShares(as []gpu.Allocation) float64 {

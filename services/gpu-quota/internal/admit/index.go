@@ -98,8 +98,9 @@ func (ix *index) classifyPod(p inventory.Pod) classified {
 // first node (by name) that matches the selector and offers the resources complete it, so a request is
 // classified exactly as the pod will be once bound. Without such a node, the selector's labels alone.
 func (ix *index) resolve(res map[string]int64, sel map[string]string) classified {
-	key := resolveKey(res, sel)
-	if a, ok := ix.resolved[key]; ok {
+	var buf [256]byte
+	key := appendResolveKey(buf[:0], res, sel)
+	if a, ok := ix.resolved[string(key)]; ok { // no allocation: the common case, a profile seen before
 		return a
 	}
 	labels := sel
@@ -114,28 +115,39 @@ func (ix *index) resolve(res map[string]int64, sel map[string]string) classified
 	if len(ix.resolved) >= maxResolved {
 		clear(ix.resolved)
 	}
-	ix.resolved[key] = a
+	ix.resolved[string(key)] = a
 	return a
 }
 
-func resolveKey(res map[string]int64, sel map[string]string) string {
-	var b strings.Builder
-	for _, k := range slices.Sorted(maps.Keys(res)) {
-		if res[k] > 0 && gpu.IsGPUResource(k) {
-			b.WriteString(k)
-			b.WriteByte('=')
-			b.WriteString(strconv.FormatInt(res[k], 10))
-			b.WriteByte(';')
+// appendResolveKey appends resolve's cache key to b: the GPU resources asked for and the selector, sorted.
+func appendResolveKey(b []byte, res map[string]int64, sel map[string]string) []byte {
+	var kb [8]string
+	keys := kb[:0]
+	for k, v := range res {
+		if v > 0 && gpu.IsGPUResource(k) {
+			keys = append(keys, k)
 		}
 	}
-	b.WriteByte('|')
-	for _, k := range slices.Sorted(maps.Keys(sel)) {
-		b.WriteString(k)
-		b.WriteByte('=')
-		b.WriteString(sel[k])
-		b.WriteByte(';')
+	slices.Sort(keys)
+	for _, k := range keys {
+		b = append(b, k...)
+		b = append(b, '=')
+		b = strconv.AppendInt(b, res[k], 10)
+		b = append(b, ';')
 	}
-	return b.String()
+	b = append(b, '|')
+	keys = keys[:0]
+	for k := range sel {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		b = append(b, k...)
+		b = append(b, '=')
+		b = append(b, sel[k]...)
+		b = append(b, ';')
+	}
+	return b
 }
 
 func matches(n inventory.Node, sel map[string]string) bool {
