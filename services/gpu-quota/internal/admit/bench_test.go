@@ -37,7 +37,7 @@ groups:
 // benchRig is an engine holding users users with one GPU pod each on a cluster of 100 H100 nodes (8 each),
 // 200 A100s in MIG and 100 T4 nodes (4 GPUs x 4 shares), fed through its event handlers as the informers do;
 // its GPU-hours come from a usage cache loaded from a fake usage API with every user's use.
-func benchRig(b *testing.B, users int) (*Engine, []Request) {
+func benchRig(b testing.TB, users int) (*Engine, []Request) {
 	b.Helper()
 	log, err := decision.NewLog(decision.Options{Service: Service})
 	if err != nil {
@@ -48,7 +48,7 @@ func benchRig(b *testing.B, users int) (*Engine, []Request) {
 
 // BenchRig is benchRig recording into log, for the HTTP benchmark in package admit_test (which may import
 // the API package).
-func BenchRig(b *testing.B, users int, log *decision.Log) (*Engine, []Request) {
+func BenchRig(b testing.TB, users int, log *decision.Log) (*Engine, []Request) {
 	b.Helper()
 	pol := mustPolicy(b, benchPolicy)
 	dir := make(map[string][]string, users)

@@ -277,7 +277,7 @@ func (e *Engine) decideLocked(ent effEntry, r Request, now time.Time) (Result, d
 	if d.Allow && len(asked) > 0 {
 		if short, free := e.shortLocked(r, askedC); short != nil {
 			res.Allow, res.Reason = false, string(ReasonNoneFree)
-			res.CanTake = e.canTakeLocked(eff, u, r)
+			res.CanTake = e.canTakeLocked(eff, u, r, d)
 			res.Message = noneFreeMessage(*short, free, res.CanTake)
 			rec.Reason = res.Reason
 			rec.Numbers = map[string]float64{"free": float64(free), "requested": float64(short.Count)}
@@ -285,7 +285,7 @@ func (e *Engine) decideLocked(ent effEntry, r Request, now time.Time) (Result, d
 			res.Reservation = e.res.reserve(r.User, r.Server, askedC, now.Add(e.o.ReservationTTL), ix)
 		}
 	} else if !d.Allow {
-		res.CanTake = e.canTakeLocked(eff, u, r)
+		res.CanTake = e.canTakeLocked(eff, u, r, d)
 	}
 	rec.Action = decision.ActionDeny
 	if res.Allow {
@@ -371,7 +371,12 @@ func (e *Engine) shortLocked(r Request, asked classified) (*gpu.Allocation, int6
 }
 
 // canTakeLocked lists the classes with a free unit that the policy would admit one unit of, for this user now.
-func (e *Engine) canTakeLocked(eff quota.Effective, u quota.Usage, r Request) []Option {
+// d is the policy's decision on the request itself: when it refuses for a reason that does not depend on what
+// is asked, every unit is refused as well, without asking the policy once per class.
+func (e *Engine) canTakeLocked(eff quota.Effective, u quota.Usage, r Request, d quota.Decision) []Option {
+	if refusesAnyGPU(d) {
+		return nil
+	}
 	var out []Option
 	for _, class := range e.ix.classes {
 		free := e.freeLocked(class, r.User, r.Server)
@@ -382,9 +387,31 @@ func (e *Engine) canTakeLocked(eff quota.Effective, u quota.Usage, r Request) []
 		if !quota.Decide(eff, u, quota.Request{Allocations: []gpu.Allocation{one}}).Allow {
 			continue
 		}
-		out = append(out, Option{Kind: one.Kind, Class: class, Description: one.Description(), Free: free, unit: one})
+		out = append(out, Option{Kind: one.Kind, Class: class, Description: e.ix.described[class], Free: free, unit: one})
 	}
 	return out
+}
+
+// refusesAnyGPU reports whether d refuses for a reason quota.Decide finds whatever GPUs are asked for: a
+// spent budget, GPU-hours unreadable under onUnavailable closed, or the server limit (budgets and servers are
+// checked on the usage alone).
+func refusesAnyGPU(d quota.Decision) bool {
+	if d.Allow {
+		return false
+	}
+	if requestIndependent(d.Reason) {
+		return true
+	}
+	for _, c := range d.Also {
+		if requestIndependent(c.Reason) {
+			return true
+		}
+	}
+	return false
+}
+
+func requestIndependent(r quota.Reason) bool {
+	return r == quota.ReasonBudgetExhausted || r == quota.ReasonUsageUnavailable || r == quota.ReasonMaxServers
 }
 
 // numbers are a check's numbers for the decision log; unlimited limits are left out (JSON has no infinity).

@@ -24,6 +24,7 @@ type index struct {
 	nodeUnits map[string][]gpu.Allocation
 	capacity  map[string]int64          // class -> units the nodes offer
 	sample    map[string]gpu.Allocation // class -> one unit of it (Count 1), for canTake
+	described map[string]string         // class -> sample's Description, formatted once
 	classes   []string                  // classes with capacity, in vocabulary order
 
 	pods    map[string]*podEntry            // namespace/name
@@ -75,7 +76,7 @@ type podEntry struct {
 func newIndex() *index {
 	return &index{
 		nodes: map[string]inventory.Node{}, nodeUnits: map[string][]gpu.Allocation{},
-		capacity: map[string]int64{}, sample: map[string]gpu.Allocation{},
+		capacity: map[string]int64{}, sample: map[string]gpu.Allocation{}, described: map[string]string{},
 		pods: map[string]*podEntry{}, byUser: map[string]map[string]*podEntry{}, byNode: map[string]map[string]*podEntry{},
 		unbound: map[string]*podEntry{}, held: map[string]int64{}, resolved: map[string]classified{},
 	}
@@ -273,15 +274,17 @@ func (ix *index) setNode(name string, n *inventory.Node) {
 	}
 }
 
-// refreshClasses recomputes classes and sample after capacity changed.
+// refreshClasses recomputes classes, sample and described after capacity changed.
 func (ix *index) refreshClasses() {
 	clear(ix.sample)
+	clear(ix.described)
 	for _, name := range ix.nodeNames {
 		for _, a := range ix.nodeUnits[name] {
 			if _, ok := ix.sample[a.Class()]; !ok {
 				one := a
 				one.Count = 1
 				ix.sample[a.Class()] = one
+				ix.described[a.Class()] = one.Description()
 			}
 		}
 	}
