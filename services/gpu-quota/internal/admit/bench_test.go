@@ -30,8 +30,11 @@ groups:
     budgets: [{window: 24h, gpuHours: 2}, {window: 7d, gpuHours: 6}]
   researchers:
     maxGPUs: 2
+    maxGPUsPerKind: {mig: 3/7}
     maxServers: 3
     allowedKinds: [gpu, mig]
+users:
+  user00042: {exempt: true}
 `
 
 // benchRig is an engine holding users users with one GPU pod each on a cluster of 100 H100 nodes (8 each),

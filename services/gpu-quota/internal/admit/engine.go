@@ -377,6 +377,7 @@ func (e *Engine) canTakeLocked(eff quota.Effective, u quota.Usage, r Request, d 
 	if refusesAnyGPU(d) {
 		return nil
 	}
+	held := heldShares(u.Held)
 	var out []Option
 	for _, class := range e.ix.classes {
 		free := e.freeLocked(class, r.User, r.Server)
@@ -384,12 +385,55 @@ func (e *Engine) canTakeLocked(eff quota.Effective, u quota.Usage, r Request, d 
 			continue
 		}
 		one := e.ix.sample[class]
-		if !quota.Decide(eff, u, quota.Request{Allocations: []gpu.Allocation{one}}).Allow {
+		if held.refuses(eff, one) || !quota.Decide(eff, u, quota.Request{Allocations: []gpu.Allocation{one}}).Allow {
 			continue
 		}
 		out = append(out, Option{Kind: one.Kind, Class: class, Description: e.ix.described[class], Free: free, unit: one})
 	}
 	return out
+}
+
+// shares are GPU-equivalents held, in total and by kind (few kinds: a slice, not a map).
+type shares struct {
+	total  float64
+	kinds  []gpu.Kind
+	byKind []float64
+}
+
+func heldShares(as []gpu.Allocation) shares {
+	var s shares
+	for _, a := range as {
+		s.total += a.Share()
+		i := slices.Index(s.kinds, a.Kind)
+		if i < 0 {
+			s.kinds, s.byKind = append(s.kinds, a.Kind), append(s.byKind, 0)
+			i = len(s.kinds) - 1
+		}
+		s.byKind[i] += a.Share()
+	}
+	return s
+}
+
+// refuses reports whether quota.Decide surely refuses one more unit to a user holding s: a kind they may not
+// use, or over the total or per-kind limit by more than any rounding. It only says "surely": anything close
+// to a limit, and every other limit, is left to Decide, which formats messages canTake does not need.
+func (s shares) refuses(eff quota.Effective, one gpu.Allocation) bool {
+	const margin = 1e-6 // far above Decide's tolerance and the rounding of sums in another order
+	if eff.Exempt.Value {
+		return false
+	}
+	if !eff.Allows(one.Kind) || s.total+one.Share() > float64(eff.MaxGPUs.Value)+margin {
+		return true
+	}
+	limit, ok := eff.MaxGPUsPerKind[one.Kind]
+	if !ok {
+		return false
+	}
+	var kind float64
+	if i := slices.Index(s.kinds, one.Kind); i >= 0 {
+		kind = s.byKind[i]
+	}
+	return kind+one.Share() > float64(limit.Value)+margin
 }
 
 // refusesAnyGPU reports whether d refuses for a reason quota.Decide finds whatever GPUs are asked for: a

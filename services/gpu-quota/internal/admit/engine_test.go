@@ -435,11 +435,12 @@ func TestNodeChangesReclassify(t *testing.T) {
 }
 
 // TestCanTakeShortcut: when the decision on a request refuses for a reason that does not depend on what is
-// asked (refusesAnyGPU), the policy refuses one unit of every class too, so canTake may skip asking it.
+// asked (refusesAnyGPU), the policy refuses one unit of every class too, so canTake may skip asking it; and
+// what the prefilter (shares.refuses) refuses, the policy refuses.
 func TestCanTakeShortcut(t *testing.T) {
 	e, reqs := benchRig(t, 500)
 	ctx := context.Background()
-	shortcuts := 0
+	shortcuts, prefiltered := 0, 0
 	for round := range 3 {
 		for _, r := range reqs {
 			if round > 0 { // the reservations of earlier rounds push users to their limits
@@ -451,6 +452,16 @@ func TestCanTakeShortcut(t *testing.T) {
 			e.mu.Lock()
 			u := e.usageLocked(ent.windows, r.User, &r.Server, e.o.Now())
 			d := quota.Decide(ent.eff, u, quota.Request{Allocations: e.ix.resolve(r.Resources, r.NodeSelector).allocs})
+			held := heldShares(u.Held)
+			for _, class := range e.ix.classes {
+				one := e.ix.sample[class]
+				if held.refuses(ent.eff, one) {
+					prefiltered++
+					if dd := quota.Decide(ent.eff, u, quota.Request{Allocations: []gpu.Allocation{one}}); dd.Allow {
+						t.Errorf("%s: the prefilter refuses one unit of %s, the policy admits it", r.User, class)
+					}
+				}
+			}
 			if refusesAnyGPU(d) {
 				shortcuts++
 				for _, class := range e.ix.classes {
@@ -462,8 +473,8 @@ func TestCanTakeShortcut(t *testing.T) {
 			e.mu.Unlock()
 		}
 	}
-	if shortcuts == 0 {
-		t.Error("no decision took the shortcut: the test proves nothing")
+	if shortcuts == 0 || prefiltered == 0 {
+		t.Errorf("shortcuts %d, prefiltered %d: the test proves nothing", shortcuts, prefiltered)
 	}
 }
 
