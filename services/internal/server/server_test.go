@@ -136,7 +136,7 @@ func TestInstrumentedLikePromhttp(t *testing.T) {
 				_, _ = w.Write([]byte("x"))
 			}
 		})
-		req := httptest.NewRequest(c.method, "/", nil)
+		req := httptest.NewRequestWithContext(t.Context(), c.method, "/", nil)
 		(&instrumented{next: h, duration: ours, inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "g", Help: "g"})}).
 			ServeHTTP(httptest.NewRecorder(), req)
 		promhttp.InstrumentHandlerDuration(theirs, h).ServeHTTP(httptest.NewRecorder(), req)

@@ -58,7 +58,7 @@ func BenchmarkAdmitHTTP(b *testing.B) {
 	b.Run("handler", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; b.Loop(); i++ {
-			req := httptest.NewRequest(http.MethodPost, admitPath, bytes.NewReader(bodies[i%len(bodies)]))
+			req := httptest.NewRequestWithContext(b.Context(), http.MethodPost, admitPath, bytes.NewReader(bodies[i%len(bodies)]))
 			req.Header.Set("Authorization", "token "+benchToken)
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, req)
@@ -73,7 +73,7 @@ func BenchmarkAdmitHTTP(b *testing.B) {
 		client := ts.Client()
 		b.ReportAllocs()
 		for i := 0; b.Loop(); i++ {
-			req, _ := http.NewRequest(http.MethodPost, ts.URL+admitPath, bytes.NewReader(bodies[i%len(bodies)]))
+			req, _ := http.NewRequestWithContext(b.Context(), http.MethodPost, ts.URL+admitPath, bytes.NewReader(bodies[i%len(bodies)]))
 			req.Header.Set("Authorization", "token "+benchToken)
 			resp, err := client.Do(req)
 			if err != nil {
