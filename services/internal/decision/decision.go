@@ -4,6 +4,7 @@
 package decision
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -114,9 +115,12 @@ func (l *Log) Record(r Record) Record {
 	if r.Actor == "" {
 		r.Actor = l.o.Service
 	}
+	var idb [32]byte
 	l.mu.Lock()
 	l.seq++
-	r.ID = strconv.FormatInt(r.Time.UnixMilli(), 36) + "-" + strconv.FormatUint(l.seq, 36)
+	id := strconv.AppendInt(idb[:0], r.Time.UnixMilli(), 36)
+	id = append(id, '-')
+	r.ID = string(strconv.AppendUint(id, l.seq, 36))
 	l.ring[l.next] = r
 	l.next++
 	if l.next == len(l.ring) {
@@ -124,19 +128,36 @@ func (l *Log) Record(r Record) Record {
 	}
 	l.mu.Unlock()
 	l.count.WithLabelValues(r.Action, r.Reason).Inc()
+	l.log(r)
+	return r
+}
 
-	attrs := []any{"id", r.ID, "action", r.Action, "reason", r.Reason, "user", r.User, "server", r.Server}
-	if r.Actor != r.Service {
-		attrs = append(attrs, "actor", r.Actor)
+// log writes r at info. Every admission is logged, so the attributes are built without boxing: slog.Attr on
+// the stack, the numbers' keys sorted in place.
+func (l *Log) log(r Record) {
+	ctx := context.Background()
+	if !l.o.Logger.Enabled(ctx, slog.LevelInfo) {
+		return
 	}
-	for _, k := range sortedKeys(r.Numbers) {
-		attrs = append(attrs, k, r.Numbers[k])
+	var ab [16]slog.Attr
+	attrs := append(ab[:0], slog.String("id", r.ID), slog.String("action", r.Action), slog.String("reason", r.Reason),
+		slog.String("user", r.User), slog.String("server", r.Server))
+	if r.Actor != r.Service {
+		attrs = append(attrs, slog.String("actor", r.Actor))
+	}
+	var kb [8]string
+	keys := kb[:0]
+	for k := range r.Numbers {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		attrs = append(attrs, slog.Float64(k, r.Numbers[k]))
 	}
 	if r.Message != "" {
-		attrs = append(attrs, "message", r.Message)
+		attrs = append(attrs, slog.String("message", r.Message))
 	}
-	l.o.Logger.Info("decision", attrs...)
-	return r
+	l.o.Logger.LogAttrs(ctx, slog.LevelInfo, "decision", attrs...)
 }
 
 // Filter selects records; zero fields select everything.
@@ -167,13 +188,4 @@ func (l *Log) List(f Filter) []Record {
 		}
 	}
 	return out
-}
-
-func sortedKeys(m map[string]float64) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -6,11 +6,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gpuhub/gpuhub/services/internal/logging"
 )
@@ -108,5 +111,56 @@ func TestLifecycle(t *testing.T) {
 	}
 	if _, err := (&net.Dialer{Timeout: time.Second}).DialContext(t.Context(), "tcp", ln.Addr().String()); err == nil {
 		t.Error("port still open after shutdown")
+	}
+}
+
+// TestInstrumentedLikePromhttp: the HTTP histogram has the labels promhttp.InstrumentHandlerDuration gave it.
+func TestInstrumentedLikePromhttp(t *testing.T) {
+	vec := func() *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "d", Help: "d"}, []string{"method", "code"})
+	}
+	ours, theirs := vec(), vec()
+	for _, c := range []struct {
+		method string
+		status int // 0: the handler writes nothing
+		body   bool
+	}{
+		{"GET", 0, false}, {"GET", 0, true}, {"POST", 200, true}, {"POST", 401, true}, {"post", 503, false},
+		{"Get", 200, false}, {"PROPFIND", 207, false}, {"DELETE", 204, false}, {"PATCH", 418, true}, {"PUT", 999, false},
+	} {
+		h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			if c.status != 0 {
+				w.WriteHeader(c.status)
+			}
+			if c.body {
+				_, _ = w.Write([]byte("x"))
+			}
+		})
+		req := httptest.NewRequestWithContext(t.Context(), c.method, "/", nil)
+		(&instrumented{next: h, duration: ours, inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "g", Help: "g"})}).
+			ServeHTTP(httptest.NewRecorder(), req)
+		promhttp.InstrumentHandlerDuration(theirs, h).ServeHTTP(httptest.NewRecorder(), req)
+	}
+	counts := func(v *prometheus.HistogramVec) map[string]uint64 {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(v)
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]uint64{}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				key := ""
+				for _, l := range m.GetLabel() {
+					key += l.GetName() + "=" + l.GetValue() + " "
+				}
+				out[key] = m.GetHistogram().GetSampleCount()
+			}
+		}
+		return out
+	}
+	if diff := cmp.Diff(counts(theirs), counts(ours)); diff != "" {
+		t.Errorf("labels differ from promhttp's (-promhttp +ours):\n%s", diff)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -65,6 +66,7 @@ func runBench(ctx context.Context, args []string) error {
 	fs.IntVar(&o.RaceRequests, "race", 1000, "concurrent spawns in the race")
 	fs.IntVar(&o.RaceLimit, "race-limit", 7, "the racer's limit of whole GPUs")
 	fs.StringVar(&o.SUTCPU, "sut-cpu", "0", "CPU list the HTTP system under test is pinned to (taskset; empty: not pinned)")
+	fs.StringVar(&o.SUTProfile, "sut-cpu-profile", "", "write the HTTP system under test's CPU profile (pprof) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -85,8 +87,19 @@ func runSUT(ctx context.Context, args []string) error {
 	fs.IntVar(&o.Users, "users", 10_000, "Hub users")
 	listen := fs.String("listen", "127.0.0.1:0", "gpu-quota address")
 	naiveListen := fs.String("naive-listen", "127.0.0.1:0", "naive enforcer address")
+	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile (pprof) to this file until stopped")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {

@@ -30,14 +30,28 @@ groups:
     budgets: [{window: 24h, gpuHours: 2}, {window: 7d, gpuHours: 6}]
   researchers:
     maxGPUs: 2
+    maxGPUsPerKind: {mig: 3/7}
     maxServers: 3
     allowedKinds: [gpu, mig]
+users:
+  user00042: {exempt: true}
 `
 
 // benchRig is an engine holding users users with one GPU pod each on a cluster of 100 H100 nodes (8 each),
 // 200 A100s in MIG and 100 T4 nodes (4 GPUs x 4 shares), fed through its event handlers as the informers do;
 // its GPU-hours come from a usage cache loaded from a fake usage API with every user's use.
-func benchRig(b *testing.B, users int) (*Engine, []Request) {
+func benchRig(b testing.TB, users int) (*Engine, []Request) {
+	b.Helper()
+	log, err := decision.NewLog(decision.Options{Service: Service})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return BenchRig(b, users, log)
+}
+
+// BenchRig is benchRig recording into log, for the HTTP benchmark in package admit_test (which may import
+// the API package).
+func BenchRig(b testing.TB, users int, log *decision.Log) (*Engine, []Request) {
 	b.Helper()
 	pol := mustPolicy(b, benchPolicy)
 	dir := make(map[string][]string, users)
@@ -59,10 +73,6 @@ func benchRig(b *testing.B, users int) (*Engine, []Request) {
 		b.Fatal(err)
 	}
 	cache.Refresh(context.Background())
-	log, err := decision.NewLog(decision.Options{Service: Service})
-	if err != nil {
-		b.Fatal(err)
-	}
 	e, err := New(Options{Policy: func() *quota.Policy { return pol }, Hours: cache, Log: log,
 		Directory: func() (map[string][]string, error) { return dir, nil }})
 	if err != nil {

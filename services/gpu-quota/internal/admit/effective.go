@@ -1,7 +1,6 @@
 package admit
 
 import (
-	"strings"
 	"sync"
 	"time"
 
@@ -26,19 +25,17 @@ type effEntry struct {
 const maxEffective = 100_000
 
 func (c *effCache) get(pol *quota.Policy, user string, groups []string) effEntry {
-	var b strings.Builder
-	b.Grow(len(user) + 16*len(groups))
-	b.WriteString(user)
+	var buf [128]byte
+	b := append(buf[:0], user...)
 	for _, g := range groups {
-		b.WriteByte(0)
-		b.WriteString(g)
+		b = append(b, 0)
+		b = append(b, g...)
 	}
-	key := b.String()
 	c.mu.Lock()
 	if c.pol != pol {
 		c.pol, c.m = pol, map[string]effEntry{}
 	}
-	ent, ok := c.m[key]
+	ent, ok := c.m[string(b)] // no allocation for a hit
 	c.mu.Unlock()
 	if ok {
 		return ent
@@ -50,7 +47,7 @@ func (c *effCache) get(pol *quota.Policy, user string, groups []string) effEntry
 		if len(c.m) >= maxEffective {
 			clear(c.m)
 		}
-		c.m[key] = ent
+		c.m[string(b)] = ent
 	}
 	c.mu.Unlock()
 	return ent

@@ -277,7 +277,7 @@ func (e *Engine) decideLocked(ent effEntry, r Request, now time.Time) (Result, d
 	if d.Allow && len(asked) > 0 {
 		if short, free := e.shortLocked(r, askedC); short != nil {
 			res.Allow, res.Reason = false, string(ReasonNoneFree)
-			res.CanTake = e.canTakeLocked(eff, u, r)
+			res.CanTake = e.canTakeLocked(eff, u, r, d)
 			res.Message = noneFreeMessage(*short, free, res.CanTake)
 			rec.Reason = res.Reason
 			rec.Numbers = map[string]float64{"free": float64(free), "requested": float64(short.Count)}
@@ -285,7 +285,7 @@ func (e *Engine) decideLocked(ent effEntry, r Request, now time.Time) (Result, d
 			res.Reservation = e.res.reserve(r.User, r.Server, askedC, now.Add(e.o.ReservationTTL), ix)
 		}
 	} else if !d.Allow {
-		res.CanTake = e.canTakeLocked(eff, u, r)
+		res.CanTake = e.canTakeLocked(eff, u, r, d)
 	}
 	rec.Action = decision.ActionDeny
 	if res.Allow {
@@ -371,7 +371,13 @@ func (e *Engine) shortLocked(r Request, asked classified) (*gpu.Allocation, int6
 }
 
 // canTakeLocked lists the classes with a free unit that the policy would admit one unit of, for this user now.
-func (e *Engine) canTakeLocked(eff quota.Effective, u quota.Usage, r Request) []Option {
+// d is the policy's decision on the request itself: when it refuses for a reason that does not depend on what
+// is asked, every unit is refused as well, without asking the policy once per class.
+func (e *Engine) canTakeLocked(eff quota.Effective, u quota.Usage, r Request, d quota.Decision) []Option {
+	if refusesAnyGPU(d) {
+		return nil
+	}
+	held := heldShares(u.Held)
 	var out []Option
 	for _, class := range e.ix.classes {
 		free := e.freeLocked(class, r.User, r.Server)
@@ -379,36 +385,102 @@ func (e *Engine) canTakeLocked(eff quota.Effective, u quota.Usage, r Request) []
 			continue
 		}
 		one := e.ix.sample[class]
-		if !quota.Decide(eff, u, quota.Request{Allocations: []gpu.Allocation{one}}).Allow {
+		if held.refuses(eff, one) || !quota.Decide(eff, u, quota.Request{Allocations: []gpu.Allocation{one}}).Allow {
 			continue
 		}
-		out = append(out, Option{Kind: one.Kind, Class: class, Description: one.Description(), Free: free, unit: one})
+		out = append(out, Option{Kind: one.Kind, Class: class, Description: e.ix.described[class], Free: free, unit: one})
 	}
 	return out
 }
 
-// numbers are a check's numbers for the decision log; unlimited limits are left out (JSON has no infinity).
-func numbers(c quota.Check) map[string]float64 {
-	m := map[string]float64{}
-	put := func(k string, v float64) {
-		if !math.IsInf(v, 0) && !math.IsNaN(v) {
-			m[k] = round(v)
+// shares are GPU-equivalents held, in total and by kind (few kinds: a slice, not a map).
+type shares struct {
+	total  float64
+	kinds  []gpu.Kind
+	byKind []float64
+}
+
+func heldShares(as []gpu.Allocation) shares {
+	var s shares
+	for _, a := range as {
+		s.total += a.Share()
+		i := slices.Index(s.kinds, a.Kind)
+		if i < 0 {
+			s.kinds, s.byKind = append(s.kinds, a.Kind), append(s.byKind, 0)
+			i = len(s.kinds) - 1
+		}
+		s.byKind[i] += a.Share()
+	}
+	return s
+}
+
+// refuses reports whether quota.Decide surely refuses one more unit to a user holding s: a kind they may not
+// use, or over the total or per-kind limit by more than any rounding. It only says "surely": anything close
+// to a limit, and every other limit, is left to Decide, which formats messages canTake does not need.
+func (s shares) refuses(eff quota.Effective, one gpu.Allocation) bool {
+	const margin = 1e-6 // far above Decide's tolerance and the rounding of sums in another order
+	if eff.Exempt.Value {
+		return false
+	}
+	if !eff.Allows(one.Kind) || s.total+one.Share() > float64(eff.MaxGPUs.Value)+margin {
+		return true
+	}
+	limit, ok := eff.MaxGPUsPerKind[one.Kind]
+	if !ok {
+		return false
+	}
+	var kind float64
+	if i := slices.Index(s.kinds, one.Kind); i >= 0 {
+		kind = s.byKind[i]
+	}
+	return kind+one.Share() > float64(limit.Value)+margin
+}
+
+// refusesAnyGPU reports whether d refuses for a reason quota.Decide finds whatever GPUs are asked for: a
+// spent budget, GPU-hours unreadable under onUnavailable closed, or the server limit (budgets and servers are
+// checked on the usage alone).
+func refusesAnyGPU(d quota.Decision) bool {
+	if d.Allow {
+		return false
+	}
+	if requestIndependent(d.Reason) {
+		return true
+	}
+	for _, c := range d.Also {
+		if requestIndependent(c.Reason) {
+			return true
 		}
 	}
+	return false
+}
+
+func requestIndependent(r quota.Reason) bool {
+	return r == quota.ReasonBudgetExhausted || r == quota.ReasonUsageUnavailable || r == quota.ReasonMaxServers
+}
+
+// numbers are a check's numbers for the decision log; unlimited limits are left out (JSON has no infinity).
+func numbers(c quota.Check) map[string]float64 {
+	m := make(map[string]float64, 4) // and requestedGPUs
 	switch c.Reason {
 	case quota.ReasonBudgetExhausted:
-		put("windowSeconds", c.Window.Seconds())
-		put("budget", c.Budget)
-		put("used", c.Used)
+		put(m, "windowSeconds", c.Window.Seconds())
+		put(m, "budget", c.Budget)
+		put(m, "used", c.Used)
 	case quota.ReasonUsageUnavailable:
-		put("windowSeconds", c.Window.Seconds())
-		put("budget", c.Budget)
+		put(m, "windowSeconds", c.Window.Seconds())
+		put(m, "budget", c.Budget)
 	case quota.ReasonOK, quota.ReasonMaxGPUs, quota.ReasonMaxGPUsPerKind, quota.ReasonMaxServers, quota.ReasonKindNotAllowed:
-		put("limit", c.Limit)
-		put("held", c.Held)
-		put("requested", c.Requested)
+		put(m, "limit", c.Limit)
+		put(m, "held", c.Held)
+		put(m, "requested", c.Requested)
 	}
 	return m
+}
+
+func put(m map[string]float64, k string, v float64) {
+	if !math.IsInf(v, 0) && !math.IsNaN(v) {
+		m[k] = round(v)
+	}
 }
 
 func sumShares(as []gpu.Allocation) float64 {

@@ -14,7 +14,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
 	"github.com/gpuhub/gpuhub/services/internal/decision"
+	"github.com/gpuhub/gpuhub/services/internal/gpu"
 )
 
 const (
@@ -430,4 +432,56 @@ func TestNodeChangesReclassify(t *testing.T) {
 	if res := r.admit(t, racer); res.Reason != "none_free" {
 		t.Errorf("no T4 node: %s", res.Reason)
 	}
+}
+
+// TestCanTakeShortcut: when the decision on a request refuses for a reason that does not depend on what is
+// asked (refusesAnyGPU), the policy refuses one unit of every class too, so canTake may skip asking it; and
+// what the prefilter (shares.refuses) refuses, the policy refuses.
+func TestCanTakeShortcut(t *testing.T) {
+	e, reqs := benchRig(t, 500)
+	ctx := context.Background()
+	shortcuts, prefiltered := 0, 0
+	for round := range 3 {
+		for _, r := range reqs {
+			if round > 0 { // the reservations of earlier rounds push users to their limits
+				if _, err := e.Admit(ctx, r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ent := e.effective.get(e.o.Policy(), r.User, []string{[]string{"students", "researchers"}[userIndex(t, r.User)%2]})
+			e.mu.Lock()
+			u := e.usageLocked(ent.windows, r.User, &r.Server, e.o.Now())
+			d := quota.Decide(ent.eff, u, quota.Request{Allocations: e.ix.resolve(r.Resources, r.NodeSelector).allocs})
+			held := heldShares(u.Held)
+			for _, class := range e.ix.classes {
+				one := e.ix.sample[class]
+				if held.refuses(ent.eff, one) {
+					prefiltered++
+					if dd := quota.Decide(ent.eff, u, quota.Request{Allocations: []gpu.Allocation{one}}); dd.Allow {
+						t.Errorf("%s: the prefilter refuses one unit of %s, the policy admits it", r.User, class)
+					}
+				}
+			}
+			if refusesAnyGPU(d) {
+				shortcuts++
+				for _, class := range e.ix.classes {
+					if one := e.ix.sample[class]; quota.Decide(ent.eff, u, quota.Request{Allocations: []gpu.Allocation{one}}).Allow {
+						t.Errorf("%s refused (%s) but one unit of %s admitted", r.User, d.Reason, class)
+					}
+				}
+			}
+			e.mu.Unlock()
+		}
+	}
+	if shortcuts == 0 || prefiltered == 0 {
+		t.Errorf("shortcuts %d, prefiltered %d: the test proves nothing", shortcuts, prefiltered)
+	}
+}
+
+func userIndex(t *testing.T, name string) int {
+	var i int
+	if _, err := fmt.Sscanf(name, "user%05d", &i); err != nil {
+		t.Fatal(err)
+	}
+	return i
 }

@@ -24,6 +24,7 @@ type index struct {
 	nodeUnits map[string][]gpu.Allocation
 	capacity  map[string]int64          // class -> units the nodes offer
 	sample    map[string]gpu.Allocation // class -> one unit of it (Count 1), for canTake
+	described map[string]string         // class -> sample's Description, formatted once
 	classes   []string                  // classes with capacity, in vocabulary order
 
 	pods    map[string]*podEntry            // namespace/name
@@ -75,7 +76,7 @@ type podEntry struct {
 func newIndex() *index {
 	return &index{
 		nodes: map[string]inventory.Node{}, nodeUnits: map[string][]gpu.Allocation{},
-		capacity: map[string]int64{}, sample: map[string]gpu.Allocation{},
+		capacity: map[string]int64{}, sample: map[string]gpu.Allocation{}, described: map[string]string{},
 		pods: map[string]*podEntry{}, byUser: map[string]map[string]*podEntry{}, byNode: map[string]map[string]*podEntry{},
 		unbound: map[string]*podEntry{}, held: map[string]int64{}, resolved: map[string]classified{},
 	}
@@ -98,8 +99,9 @@ func (ix *index) classifyPod(p inventory.Pod) classified {
 // first node (by name) that matches the selector and offers the resources complete it, so a request is
 // classified exactly as the pod will be once bound. Without such a node, the selector's labels alone.
 func (ix *index) resolve(res map[string]int64, sel map[string]string) classified {
-	key := resolveKey(res, sel)
-	if a, ok := ix.resolved[key]; ok {
+	var buf [256]byte
+	key := appendResolveKey(buf[:0], res, sel)
+	if a, ok := ix.resolved[string(key)]; ok { // no allocation: the common case, a profile seen before
 		return a
 	}
 	labels := sel
@@ -114,28 +116,39 @@ func (ix *index) resolve(res map[string]int64, sel map[string]string) classified
 	if len(ix.resolved) >= maxResolved {
 		clear(ix.resolved)
 	}
-	ix.resolved[key] = a
+	ix.resolved[string(key)] = a
 	return a
 }
 
-func resolveKey(res map[string]int64, sel map[string]string) string {
-	var b strings.Builder
-	for _, k := range slices.Sorted(maps.Keys(res)) {
-		if res[k] > 0 && gpu.IsGPUResource(k) {
-			b.WriteString(k)
-			b.WriteByte('=')
-			b.WriteString(strconv.FormatInt(res[k], 10))
-			b.WriteByte(';')
+// appendResolveKey appends resolve's cache key to b: the GPU resources asked for and the selector, sorted.
+func appendResolveKey(b []byte, res map[string]int64, sel map[string]string) []byte {
+	var kb [8]string
+	keys := kb[:0]
+	for k, v := range res {
+		if v > 0 && gpu.IsGPUResource(k) {
+			keys = append(keys, k)
 		}
 	}
-	b.WriteByte('|')
-	for _, k := range slices.Sorted(maps.Keys(sel)) {
-		b.WriteString(k)
-		b.WriteByte('=')
-		b.WriteString(sel[k])
-		b.WriteByte(';')
+	slices.Sort(keys)
+	for _, k := range keys {
+		b = append(b, k...)
+		b = append(b, '=')
+		b = strconv.AppendInt(b, res[k], 10)
+		b = append(b, ';')
 	}
-	return b.String()
+	b = append(b, '|')
+	keys = keys[:0]
+	for k := range sel {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		b = append(b, k...)
+		b = append(b, '=')
+		b = append(b, sel[k]...)
+		b = append(b, ';')
+	}
+	return b
 }
 
 func matches(n inventory.Node, sel map[string]string) bool {
@@ -261,15 +274,17 @@ func (ix *index) setNode(name string, n *inventory.Node) {
 	}
 }
 
-// refreshClasses recomputes classes and sample after capacity changed.
+// refreshClasses recomputes classes, sample and described after capacity changed.
 func (ix *index) refreshClasses() {
 	clear(ix.sample)
+	clear(ix.described)
 	for _, name := range ix.nodeNames {
 		for _, a := range ix.nodeUnits[name] {
 			if _, ok := ix.sample[a.Class()]; !ok {
 				one := a
 				one.Count = 1
 				ix.sample[a.Class()] = one
+				ix.described[a.Class()] = one.Description()
 			}
 		}
 	}

@@ -43,7 +43,10 @@ type RunOptions struct {
 	// SUTCPU pins the HTTP system under test (taskset); the load generator, kube-apiserver and etcd run on the
 	// other cores (run the whole command under taskset to pin them too).
 	SUTCPU string
-	Out    io.Writer
+	// SUTProfile, when set, is where the system under test writes its CPU profile (pprof), for finding where
+	// an HTTP admission's time goes.
+	SUTProfile string
+	Out        io.Writer
 }
 
 const namespace = "jhub"
@@ -221,6 +224,9 @@ func (o RunOptions) overHTTP(ctx context.Context, kc kubernetes.Interface, kubec
 	ports := cluster.FreePorts(2)
 	args := []string{o.Self, "sut", "--kubeconfig", kubeconfig, "--policy", policyPath, "--usage-url", usageURL,
 		"--users", strconv.Itoa(o.Synth.Users), "--listen", "127.0.0.1:" + strconv.Itoa(ports[0]), "--naive-listen", "127.0.0.1:" + strconv.Itoa(ports[1])}
+	if o.SUTProfile != "" {
+		args = append(args, "--cpu-profile", o.SUTProfile)
+	}
 	if o.SUTCPU != "" {
 		args = append([]string{"taskset", "-c", o.SUTCPU}, args...)
 	}
