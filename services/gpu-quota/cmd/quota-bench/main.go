@@ -85,8 +85,8 @@ func runSUT(ctx context.Context, args []string) error {
 	fs.StringVar(&o.PolicyPath, "policy", "", "policy file")
 	fs.StringVar(&o.UsageURL, "usage-url", "", "usage API base URL")
 	fs.IntVar(&o.Users, "users", 10_000, "Hub users")
-	listen := fs.String("listen", "127.0.0.1:0", "gpu-quota address")
-	naiveListen := fs.String("naive-listen", "127.0.0.1:0", "naive enforcer address")
+	listen := fs.String("listen", "", "gpu-quota address (empty: do not run it)")
+	naiveListen := fs.String("naive-listen", "", "naive enforcer address (empty: do not run it)")
 	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile (pprof) to this file until stopped")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -110,11 +110,18 @@ func runSUT(ctx context.Context, args []string) error {
 		return err
 	}
 	lc := net.ListenConfig{}
-	if o.Listener, err = lc.Listen(ctx, "tcp", *listen); err != nil {
-		return err
+	if *listen != "" {
+		if o.Listener, err = lc.Listen(ctx, "tcp", *listen); err != nil {
+			return err
+		}
 	}
-	if o.NaiveListener, err = lc.Listen(ctx, "tcp", *naiveListen); err != nil {
-		return err
+	if *naiveListen != "" {
+		if o.NaiveListener, err = lc.Listen(ctx, "tcp", *naiveListen); err != nil {
+			return err
+		}
+	}
+	if o.Listener == nil && o.NaiveListener == nil {
+		return fmt.Errorf("sut: --listen (gpu-quota) or --naive-listen (naive enforcer), or both")
 	}
 	o.Ready = func(*admit.Engine) { fmt.Println("ready") }
 	return bench.ServeSUT(ctx, o)

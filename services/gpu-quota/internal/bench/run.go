@@ -219,32 +219,25 @@ func measure(ctx context.Context, kc kubernetes.Interface, concurrency, n int, f
 type raceResult struct{ oursAdmitted, naiveAdmitted, requests, limit int }
 
 func (o RunOptions) overHTTP(ctx context.Context, kc kubernetes.Interface, kubeconfig, policyPath, usageURL string) ([]pair, raceResult, error) {
-	o.printf("==> over HTTP: %d concurrent spawns, %s per run, %d runs; gpu-quota and the naive enforcer in one process on CPU %q\n",
+	o.printf("==> over HTTP: %d concurrent spawns, %s per run, %d runs; gpu-quota and the naive enforcer in a process each on CPU %q\n",
 		o.Concurrency, o.Duration, o.Runs, o.SUTCPU)
 	ports := cluster.FreePorts(2)
-	args := []string{o.Self, "sut", "--kubeconfig", kubeconfig, "--policy", policyPath, "--usage-url", usageURL,
-		"--users", strconv.Itoa(o.Synth.Users), "--listen", "127.0.0.1:" + strconv.Itoa(ports[0]), "--naive-listen", "127.0.0.1:" + strconv.Itoa(ports[1])}
-	if o.SUTProfile != "" {
-		args = append(args, "--cpu-profile", o.SUTProfile)
+	// One process each, both pinned to the SUT CPU; only one is measured at a time, the other idles.
+	for i, listen := range []string{"--listen", "--naive-listen"} {
+		args := []string{o.Self, "sut", "--kubeconfig", kubeconfig, "--policy", policyPath, "--usage-url", usageURL,
+			"--users", strconv.Itoa(o.Synth.Users), listen, "127.0.0.1:" + strconv.Itoa(ports[i])}
+		if o.SUTProfile != "" && i == 0 {
+			args = append(args, "--cpu-profile", o.SUTProfile)
+		}
+		if o.SUTCPU != "" {
+			args = append([]string{"taskset", "-c", o.SUTCPU}, args...)
+		}
+		stop, err := startSUT(ctx, args)
+		if err != nil {
+			return nil, raceResult{}, err
+		}
+		defer stop()
 	}
-	if o.SUTCPU != "" {
-		args = append([]string{"taskset", "-c", o.SUTCPU}, args...)
-	}
-	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, raceResult{}, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, raceResult{}, err
-	}
-	defer func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }()
-	sc := bufio.NewScanner(out)
-	if !sc.Scan() || sc.Text() != "ready" {
-		return nil, raceResult{}, fmt.Errorf("the SUT process did not become ready (%q)", sc.Text())
-	}
-	go func() { _, _ = io.Copy(io.Discard, out) }()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * o.Concurrency, MaxConnsPerHost: 2 * o.Concurrency}, Timeout: time.Minute}
 	oursURL := "http://127.0.0.1:" + strconv.Itoa(ports[0]) + "/services/gpu-quota/api/v1/admit"
 	naiveURL := "http://127.0.0.1:" + strconv.Itoa(ports[1]) + "/services/gpu-quota/api/v1/admit"
@@ -277,6 +270,27 @@ func (o RunOptions) overHTTP(ctx context.Context, kc kubernetes.Interface, kubec
 	race.oursAdmitted = o.race(ctx, client, oursURL, "racer-ours")
 	race.naiveAdmitted = o.race(ctx, client, naiveURL, "racer-naive")
 	return runs, race, nil
+}
+
+// startSUT starts one system under test and waits for its "ready" line.
+func startSUT(ctx context.Context, args []string) (stop func(), err error) {
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	stop = func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }
+	sc := bufio.NewScanner(out)
+	if !sc.Scan() || sc.Text() != "ready" {
+		stop()
+		return nil, fmt.Errorf("the SUT process %v did not become ready (%q)", args, sc.Text())
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	return stop, nil
 }
 
 func measureFor(ctx context.Context, kc kubernetes.Interface, load func(func(context.Context, int) error) Latencies, fn func(context.Context, int) error) Latencies {

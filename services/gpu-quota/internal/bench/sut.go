@@ -52,21 +52,31 @@ type SUTOptions struct {
 	Ready func(*admit.Engine)
 }
 
-// ServeSUT runs the real gpu-quota service (app.Run: informers, engine, API, server) and, beside it, the naive
-// enforcer behind the same HTTP server package, until ctx ends.
+// ServeSUT runs the real gpu-quota service (app.Run: informers, engine, API, server) on Listener, or the naive
+// enforcer behind the same HTTP server package on NaiveListener, until ctx ends. Each runs in a process of
+// its own in the HTTP runs: the naive's LISTs of 10,000 pods grow a heap whose collections would otherwise
+// land on gpu-quota's measurements.
 func ServeSUT(ctx context.Context, o SUTOptions) error {
 	logger := slog.New(slog.DiscardHandler)
-	var pol quota.Policy
-	if err := policy.Load(o.PolicyPath, &pol); err != nil {
-		return err
+	if o.NaiveListener != nil {
+		var pol quota.Policy
+		if err := policy.Load(o.PolicyPath, &pol); err != nil {
+			return err
+		}
+		naive := &Naive{Client: o.Kube, Namespace: o.Namespace, Policy: &pol, Hours: SynthHours}
+		nsrv, err := server.New(server.Options{Listener: o.NaiveListener, Prefix: "/services/gpu-quota/", Registry: prometheus.NewRegistry(),
+			Logger: logger, Subsystem: "naive", Handler: naive.Handler()})
+		if err != nil {
+			return err
+		}
+		if o.Listener == nil {
+			if o.Ready != nil {
+				o.Ready(nil)
+			}
+			return nsrv.Run(ctx)
+		}
+		go func() { _ = nsrv.Run(ctx) }()
 	}
-	naive := &Naive{Client: o.Kube, Namespace: o.Namespace, Policy: &pol, Hours: SynthHours}
-	nsrv, err := server.New(server.Options{Listener: o.NaiveListener, Prefix: "/services/gpu-quota/", Registry: prometheus.NewRegistry(),
-		Logger: logger, Subsystem: "naive", Handler: naive.Handler()})
-	if err != nil {
-		return err
-	}
-	go func() { _ = nsrv.Run(ctx) }()
 	var srv *server.Server
 	var eng *admit.Engine
 	serving := make(chan struct{})

@@ -52,7 +52,10 @@ func TestShippedPolicies(t *testing.T) {
 		}
 		n := 0
 		for _, m := range block.FindAllSubmatch(data, -1) {
-			text := append(m[1], m[2]...) // a yaml block, or a heredoc in a shell example
+			text := m[1] // a yaml block, or a heredoc in a shell example
+			if len(text) == 0 {
+				text = m[2]
+			}
 			if isPolicy.Match(text) {
 				n++
 				load(f+" example", text)
