@@ -59,11 +59,13 @@ func TestNoH100Free(t *testing.T) {
 
 // TestBudgetExhaustedNoticeThenStop: alice's daily budget is made tiny (0.004 GPU-hours: half a minute on a
 // 3g.20gb slice); as her server accrues GPU-hours she is over it, her panel's endpoint (usage API me) shows the
-// notice with its deadline, and after the policy's grace gpu-quota stops the server through the Hub.
+// notice with its deadline, the GPU panel in her JupyterLab (Chromium) shows it with a countdown, and after the
+// policy's grace gpu-quota stops the server through the Hub.
 func TestBudgetExhaustedNoticeThenStop(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	writePolicy(t, basePolicy+`users:
+	// A grace long enough to open JupyterLab and look at the panel before the stop.
+	writePolicy(t, strings.Replace(basePolicy, "grace: 20s", "grace: 75s", 1)+`users:
   alice:
     budgets:
       - {window: 24h, gpuHours: 0.004}
@@ -103,6 +105,8 @@ func TestBudgetExhaustedNoticeThenStop(t *testing.T) {
 	if notice.Server != "budget" {
 		t.Errorf("notice names server %q, want budget", notice.Server)
 	}
+	// The panel shows it: alice's JupyterLab in Chromium, GPU panel open, the notice with its countdown.
+	panelNotice(t, "alice", "budget", "over your 24-hour GPU budget")
 	if u := getUser(ctx, t, "alice"); !u.Servers["budget"].Ready {
 		t.Fatalf("alice's server was stopped before the grace ran out (notice at %s, deadline %s)", time.Now().Format(time.TimeOnly), notice.Deadline)
 	}
@@ -381,6 +385,24 @@ func browserSpawn(t *testing.T, user, server, profile, want string) browserResul
 		t.Errorf("refusal shown after %d ms, want within 5 s", res.TookMs)
 	}
 	return res
+}
+
+// panelNotice opens user's JupyterLab in headless Chromium and waits for the GPU panel to show a notice
+// containing want (e2e/browser/panel-notice.mjs); the screenshot is e2e/artifacts/panel-notice-<user>.png.
+func panelNotice(t *testing.T, user, server, want string) {
+	t.Helper()
+	artifacts, _ := filepath.Abs(filepath.Join("..", "artifacts"))
+	script, _ := filepath.Abs(filepath.Join("..", "browser", "panel-notice.mjs"))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", script)
+	cmd.Env = append(os.Environ(), "HUB_URL="+st.HubURL(), "HUB_USER="+user, "HUB_PASSWORD="+password, "HUB_SERVER="+server,
+		"GPUHUB_ARTIFACTS="+artifacts, "EXPECT_NOTICE="+want)
+	out, err := cmd.CombinedOutput()
+	t.Logf("browser output:\n%s", out)
+	if err != nil {
+		t.Errorf("the GPU panel did not show %q: %v (screenshots in %s)", want, err, artifacts)
+	}
 }
 
 func logTail(component string, n int) string {

@@ -205,6 +205,27 @@ export function formatGpuHours(h: number | null | undefined): string {
   return formatNumber(h, 0);
 }
 
+/**
+ * GPU-hours of a budget: as formatGpuHours from 1 up, two significant digits
+ * below ("0.0045 of 0.004"), so a small demo budget never reads "< 0.01 of < 0.01"
+ * (the same words gpu-quota's notice uses); "< 0.001" for less.
+ */
+export function formatBudgetHours(h: number | null | undefined): string {
+  if (
+    h === undefined ||
+    h === null ||
+    !Number.isFinite(h) ||
+    h === 0 ||
+    Math.abs(h) >= 1
+  ) {
+    return formatGpuHours(h);
+  }
+  if (Math.abs(h) < 0.001) {
+    return h > 0 ? '< 0.001' : '> -0.001';
+  }
+  return String(Number(h.toPrecision(2)));
+}
+
 /** "45 s", "12 min", "1 h 05 min", "2 d 3 h". */
 export function formatDuration(seconds: number): string {
   if (!Number.isFinite(seconds)) {
@@ -447,17 +468,17 @@ export function windowSpan(
 export function describeBudgetWindow(w: BudgetWindow): string {
   const span = `in the last ${windowSpan(w)}`;
   const known = w.status === 'ok' && w.usedGPUHours !== null;
-  const used = known ? formatGpuHours(w.usedGPUHours) : 'unknown';
+  const used = known ? formatBudgetHours(w.usedGPUHours) : 'unknown';
   if (w.gpuHours === null) {
     return `${used} GPU-hours used ${span} · no limit`;
   }
   let left = 'unknown left';
   if (known) {
     const remaining = w.remainingGPUHours ?? w.gpuHours - (w.usedGPUHours ?? 0);
-    left = remaining > 0 ? `${formatGpuHours(remaining)} left` : 'none left';
+    left = remaining > 0 ? `${formatBudgetHours(remaining)} left` : 'none left';
   }
   const unit = w.gpuHours === 1 ? 'GPU-hour' : 'GPU-hours';
-  return `${used} of ${formatGpuHours(w.gpuHours)} ${unit} used ${span} · ${left}`;
+  return `${used} of ${formatBudgetHours(w.gpuHours)} ${unit} used ${span} · ${left}`;
 }
 
 /** The concurrent limit: "concurrent: 1/7 of 3/7 GPU · 1 of 1 GPU server"; null when nothing is reported. */

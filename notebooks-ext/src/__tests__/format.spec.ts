@@ -413,6 +413,18 @@ describe('budget and idle cull', () => {
     'a window in days and hours': [
       win({ window: '1d12h', windowSeconds: null }),
       '0.5 of 2 GPU-hours used in the last 36 h · 1.5 left'
+    ],
+    'a tiny budget keeps its digits (the e2e panel read "< 0.01 of < 0.01")': [
+      win({ gpuHours: 0.004, usedGPUHours: 0.00452, remainingGPUHours: 0 }),
+      '0.0045 of 0.004 GPU-hours used in the last 24 h · none left'
+    ],
+    'a tiny remainder': [
+      win({ gpuHours: 0.1, usedGPUHours: 0.0985, remainingGPUHours: 0.0015 }),
+      '0.099 of 0.1 GPU-hours used in the last 24 h · 0.0015 left'
+    ],
+    'less than a thousandth': [
+      win({ gpuHours: 0.1, usedGPUHours: 0.0004, remainingGPUHours: 0.0996 }),
+      '< 0.001 of 0.1 GPU-hours used in the last 24 h · 0.1 left'
     ]
   };
   it.each(Object.entries(windows))('budget window: %s', (_, [w, want]) => {
