@@ -64,7 +64,13 @@ try {
   countdown = (await panel.locator('[data-field="notice-countdown"]').first().innerText().catch(() => '')).trim();
   // JupyterLab's "get notified about official Jupyter news?" toast would cover the panel's lower part.
   await page.getByRole('button', { name: 'No', exact: true }).first().click({ timeout: 2000 }).catch(() => {});
-  await panel.screenshot({ path: path.join(artifacts, `panel-notice-${user}.png`) });
+  // The panel down to what the toast corner leaves free (the toast sits in the page's bottom 120 px).
+  const box = await panel.boundingBox();
+  const vp = page.viewportSize();
+  await page.screenshot({
+    path: path.join(artifacts, `panel-notice-${user}.png`),
+    clip: { x: box.x, y: box.y, width: box.width, height: Math.min(box.height, vp.height - 120 - box.y) },
+  });
   await page.screenshot({ path: path.join(artifacts, `panel-notice-${user}-page.png`) });
   step(`notice shown: ${notice} (${countdown})`);
   ok = true;
