@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"net"
@@ -87,6 +88,7 @@ func runSUT(ctx context.Context, args []string) error {
 	fs.IntVar(&o.Users, "users", 10_000, "Hub users")
 	listen := fs.String("listen", "", "gpu-quota address (empty: do not run it)")
 	naiveListen := fs.String("naive-listen", "", "naive enforcer address (empty: do not run it)")
+	inProcess := fs.Int("in-process", 0, "time this many engine decisions once ready, print them as JSON and exit")
 	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile (pprof) to this file until stopped")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -124,5 +126,23 @@ func runSUT(ctx context.Context, args []string) error {
 		return fmt.Errorf("sut: --listen (gpu-quota) or --naive-listen (naive enforcer), or both")
 	}
 	o.Ready = func(*admit.Engine) { fmt.Println("ready") }
+	if *inProcess > 0 {
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		kube := o.Kube
+		var out []byte
+		o.Ready = func(e *admit.Engine) {
+			out, err = json.Marshal(bench.InProcess(sctx, kube, e, o.Users, *inProcess))
+			cancel()
+		}
+		if serr := bench.ServeSUT(sctx, o); serr != nil && sctx.Err() == nil {
+			return serr
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Println(string(out))
+		return nil
+	}
 	return bench.ServeSUT(ctx, o)
 }

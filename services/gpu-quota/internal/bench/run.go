@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -136,7 +137,7 @@ func Run(ctx context.Context, o RunOptions) error {
 	defer func() { _ = usageSrv.Close() }()
 	usageURL := "http://" + usageLn.Addr().String() + "/services/gpu-usage/"
 
-	inproc, err := o.inProcess(ctx, kc, policyPath, usageURL, &pol)
+	inproc, err := o.inProcess(ctx, kc, cp.Kubeconfig, policyPath, usageURL, &pol)
 	if err != nil {
 		return err
 	}
@@ -163,38 +164,25 @@ func requests(users, n int, seed uint64) []Request {
 
 type pair struct{ ours, naive, oursSat, naiveSat Latencies }
 
-func (o RunOptions) inProcess(ctx context.Context, kc kubernetes.Interface, policyPath, usageURL string, pol *quota.Policy) (pair, error) {
-	o.printf("==> in process: gpu-quota's engine (informers filled) vs the naive enforcer (LIST per decision)\n")
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ready := make(chan *admit.Engine, 1)
-	errc := make(chan error, 1)
-	ln1, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+func (o RunOptions) inProcess(ctx context.Context, kc kubernetes.Interface, kubeconfig, policyPath, usageURL string, pol *quota.Policy) (pair, error) {
+	o.printf("==> in process: gpu-quota's engine (informers filled, on CPU %q) vs the naive enforcer (LIST per decision)\n", o.SUTCPU)
+	// gpu-quota's engine is timed in a process of its own on the SUT CPU, away from the control plane.
+	args := []string{o.Self, "sut", "--kubeconfig", kubeconfig, "--policy", policyPath, "--usage-url", usageURL,
+		"--users", strconv.Itoa(o.Synth.Users), "--listen", "127.0.0.1:0", "--in-process", strconv.Itoa(o.InProcess)}
+	if o.SUTCPU != "" {
+		args = append([]string{"taskset", "-c", o.SUTCPU}, args...)
+	}
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
 	if err != nil {
-		return pair{}, err
+		return pair{}, fmt.Errorf("in-process measurement: %w", err)
 	}
-	ln2, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
-	if err != nil {
-		return pair{}, err
+	var ours Latencies
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &ours); err != nil {
+		return pair{}, fmt.Errorf("in-process measurement: %w (%q)", err, out)
 	}
-	t0 := time.Now()
-	go func() {
-		errc <- ServeSUT(sctx, SUTOptions{Kube: kc, Namespace: namespace, PolicyPath: policyPath, UsageURL: usageURL,
-			Users: o.Synth.Users, Listener: ln1, NaiveListener: ln2, Ready: func(e *admit.Engine) { ready <- e }})
-	}()
-	var eng *admit.Engine
-	select {
-	case err := <-errc:
-		return pair{}, err
-	case eng = <-ready:
-	}
-	o.printf("    gpu-quota ready (informers synced, usage read) in %.1fs\n", time.Since(t0).Seconds())
-	reqs := requests(o.Synth.Users, o.InProcess, 1)
-	ours := measure(ctx, kc, 1, len(reqs), func(ctx context.Context, i int) error {
-		r := reqs[i]
-		_, err := eng.Admit(ctx, admit.Request{User: r.User, Groups: r.Groups, Server: r.Server, Resources: r.Resources, NodeSelector: r.NodeSelector})
-		return err
-	})
 	naive := &Naive{Client: kc, Namespace: namespace, Policy: pol, Hours: SynthHours}
 	nreqs := requests(o.Synth.Users, o.NaiveInProcess, 2)
 	theirs := measure(ctx, kc, 1, len(nreqs), func(ctx context.Context, i int) error {
@@ -202,6 +190,18 @@ func (o RunOptions) inProcess(ctx context.Context, kc kubernetes.Interface, poli
 		return err
 	})
 	return pair{ours: ours, naive: theirs}, nil
+}
+
+// InProcess times n decisions of the engine one after the other (random users and profiles) and counts the
+// API server's reads meanwhile; `quota-bench sut --in-process n` prints it.
+func InProcess(ctx context.Context, kc kubernetes.Interface, eng *admit.Engine, users, n int) Latencies {
+	reqs := requests(users, n, 1)
+	runtime.GC()
+	return measure(ctx, kc, 1, len(reqs), func(ctx context.Context, i int) error {
+		r := reqs[i]
+		_, err := eng.Admit(ctx, admit.Request{User: r.User, Groups: r.Groups, Server: r.Server, Resources: r.Resources, NodeSelector: r.NodeSelector})
+		return err
+	})
 }
 
 // measure runs fn n times (or for d) with the given concurrency and counts the API server's reads meanwhile.
