@@ -41,6 +41,10 @@ type Notice struct {
 	Deadline  time.Time `json:"deadline,omitzero"`
 	Snoozable bool      `json:"snoozable"`
 	CreatedAt time.Time `json:"createdAt"`
+	// Stops says the announced action falls on this pod's server at Deadline, announced since StopsSince: a
+	// service acts on a server only a full grace after a notice said so for that server.
+	Stops      bool      `json:"stops,omitempty"`
+	StopsSince time.Time `json:"stopsSince,omitzero"`
 }
 
 // Parse reads the notices among a pod's annotations (key -> JSON), sorted by service. A value that is not a

@@ -42,6 +42,11 @@ type Hours interface {
 // was never read.
 type Directory func() (map[string][]string, error)
 
+type toldGroups struct {
+	groups []string
+	at     time.Time
+}
+
 // Options configure an Engine.
 type Options struct {
 	// Policy is the policy in use (policy.Reloader.Current); nil when none is loaded.
@@ -50,6 +55,11 @@ type Options struct {
 	Hours Hours
 	// Directory gives each user's Hub groups when a request does not carry them.
 	Directory Directory
+	// DirectoryReadAt is when Directory was last read successfully (zero: unknown); with DirectoryMaxAge set,
+	// Views fails once the directory is older (the Hub unreadable for several refreshes): enforcement does not
+	// act on groups that may have changed.
+	DirectoryReadAt func() time.Time
+	DirectoryMaxAge time.Duration
 	// Synced fails while the informers (and the engine's handlers on them) have not delivered every object:
 	// until then nothing is decided.
 	Synced func() error
@@ -78,6 +88,11 @@ type Engine struct {
 
 	effective effCache
 
+	// told are the groups the Hub sent with each user's last admission, and when: fresher than the directory
+	// until its next read (enforcement must not judge a user by groups the Hub no longer has).
+	toldMu sync.Mutex
+	told   map[string]toldGroups
+
 	duration    prometheus.Histogram
 	unavailable *prometheus.CounterVec
 }
@@ -102,7 +117,7 @@ func New(o Options) (*Engine, error) {
 	if o.Directory == nil {
 		o.Directory = func() (map[string][]string, error) { return nil, errors.New("no Hub directory") }
 	}
-	e := &Engine{o: o, ix: newIndex(), res: newReservations()}
+	e := &Engine{o: o, ix: newIndex(), res: newReservations(), told: map[string]toldGroups{}}
 	e.duration = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "admit_duration_seconds",
 		Help:    "Time to decide one admission in the engine (from memory: no API-server or Hub request).",
 		Buckets: []float64{5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, .001, .0025, .005, .01}})
@@ -233,6 +248,11 @@ func (e *Engine) Admit(_ context.Context, r Request) (Result, error) {
 		return Result{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	groups := r.Groups
+	if groups != nil {
+		e.toldMu.Lock()
+		e.told[r.User] = toldGroups{groups: slices.Clone(groups), at: e.o.Now()}
+		e.toldMu.Unlock()
+	}
 	if groups == nil {
 		dir, err := e.o.Directory()
 		if dir == nil {

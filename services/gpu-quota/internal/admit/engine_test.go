@@ -485,3 +485,38 @@ func userIndex(t *testing.T, name string) int {
 	}
 	return i
 }
+
+// TestViewsJudgeByFreshGroups: enforcement judges a user by the freshest groups the Hub gave (an admission's
+// after the directory's last read), skips a user the Hub has not named yet, and stops acting once the directory
+// is too old (review finding: a user could be noticed and stopped by stale groups).
+func TestViewsJudgeByFreshGroups(t *testing.T) {
+	r := newRig(t, append(cluster(),
+		pod("jupyter-carol", "carol", "", "gpu-h100", "nvidia.com/gpu"),
+		pod("jupyter-frank", "frank", "", "gpu-h100", "nvidia.com/gpu"),
+	)...)
+	groupsOf := func() map[string][]string {
+		t.Helper()
+		views, err := r.eng.Views()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string][]string{}
+		for _, v := range views {
+			out[v.Name] = v.Groups
+		}
+		return out
+	}
+	if diff := cmp.Diff(map[string][]string{"carol": {"researchers"}}, groupsOf()); diff != "" {
+		t.Errorf("views before any admission (-want +got):\n%s", diff)
+	}
+	req := mig("carol", "two", "1g.5gb")
+	req.Groups = []string{"researchers", "ta"}
+	r.admit(t, req)
+	if diff := cmp.Diff(map[string][]string{"carol": {"researchers", "ta"}}, groupsOf()); diff != "" {
+		t.Errorf("views after carol's admission with new groups (-want +got):\n%s", diff)
+	}
+	r.clock.Add(7 * time.Minute)
+	if _, err := r.eng.Views(); err == nil || !strings.Contains(err.Error(), "too old to act on") {
+		t.Errorf("Views with a 8-minute-old directory: err = %v, want too old", err)
+	}
+}

@@ -184,6 +184,7 @@ type rig struct {
 	clock   *clock
 	hours   *fakeHours
 	dir     atomic.Pointer[map[string][]string]
+	dirAt   atomic.Pointer[time.Time]
 	pol     atomic.Pointer[quota.Policy]
 	apiRead atomic.Int64 // API-server requests after sync (reads and watches)
 }
@@ -202,6 +203,8 @@ func newRig(t testing.TB, objs ...runtime.Object) *rig {
 	r.pol.Store(mustPolicy(t, testPolicy))
 	dir := map[string][]string{"bob": {"students"}, "carol": {"researchers"}, "dave": {"researchers"}, "erin": {"students"}}
 	r.dir.Store(&dir)
+	readAt := t0.Add(-time.Minute)
+	r.dirAt.Store(&readAt)
 	r.inv = inventory.New(inventory.Options{Client: r.kc, Namespace: "jhub", MetricsSubsystem: "quota", NoAgents: true})
 	var err error
 	r.log, err = decision.NewLog(decision.Options{Service: Service, Size: 100_000})
@@ -211,7 +214,8 @@ func newRig(t testing.TB, objs ...runtime.Object) *rig {
 	var handlersSynced func() bool
 	r.eng, err = New(Options{
 		Policy: r.pol.Load, Hours: r.hours, Log: r.log, Now: r.clock.Now, ReservationTTL: 5 * time.Minute,
-		Directory: func() (map[string][]string, error) { return *r.dir.Load(), nil },
+		Directory:       func() (map[string][]string, error) { return *r.dir.Load(), nil },
+		DirectoryReadAt: func() time.Time { return *r.dirAt.Load() }, DirectoryMaxAge: 6 * time.Minute,
 		Synced: func() error {
 			if err := r.inv.Synced(context.Background()); err != nil {
 				return err

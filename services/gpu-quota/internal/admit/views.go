@@ -51,6 +51,24 @@ func (e *Engine) Views() ([]UserView, error) {
 		return nil, fmt.Errorf("hub users and groups not read yet: %w", err)
 	}
 	now := e.o.Now()
+	var readAt time.Time
+	if e.o.DirectoryReadAt != nil {
+		readAt = e.o.DirectoryReadAt()
+	}
+	if e.o.DirectoryMaxAge > 0 && !readAt.IsZero() && now.Sub(readAt) > e.o.DirectoryMaxAge {
+		return nil, fmt.Errorf("hub users and groups last read %s ago (at %s): too old to act on", now.Sub(readAt).Round(time.Second),
+			readAt.UTC().Format(time.RFC3339))
+	}
+	e.toldMu.Lock()
+	told := make(map[string]toldGroups, len(e.told))
+	for u, t := range e.told {
+		if t.at.After(readAt) {
+			told[u] = t
+		} else {
+			delete(e.told, u) // the directory has caught up
+		}
+	}
+	e.toldMu.Unlock()
 
 	type snap struct {
 		name    string
@@ -81,7 +99,15 @@ func (e *Engine) Views() ([]UserView, error) {
 
 	out := make([]UserView, 0, len(users))
 	for _, s := range users {
-		groups := dir[s.name]
+		// The freshest groups: those the Hub sent with an admission after the directory's last read, else the
+		// directory's; a user in neither is not judged (the Hub has not told us who they are yet).
+		groups, known := dir[s.name]
+		if t, ok := told[s.name]; ok {
+			groups, known = t.groups, true
+		}
+		if !known {
+			continue
+		}
 		ent := e.effective.get(pol, s.name, groups)
 		eff := ent.eff
 		if len(ent.windows) > 0 && e.o.Hours != nil {

@@ -179,7 +179,15 @@ func Run(ctx context.Context, o Options) error {
 	}
 	eng, err := admit.New(admit.Options{
 		Policy: pol.Current, Hours: s.usage, Directory: s.directory, Log: decisions,
-		Synced: synced, Healthy: func() error { return inv.Healthy(ctx) },
+		DirectoryReadAt: func() time.Time {
+			if at := s.dirAt.Load(); at != nil {
+				return *at
+			}
+			return time.Time{}
+		},
+		// Enforcement stops acting once the Hub could not be read for three refreshes.
+		DirectoryMaxAge: 3 * o.HubRefresh,
+		Synced:          synced, Healthy: func() error { return inv.Healthy(ctx) },
 		ReservationTTL: o.ReservationTTL, Now: o.Now, Registerer: o.Registry,
 	})
 	if err != nil {
@@ -267,6 +275,7 @@ type service struct {
 	usage *usagecache.Cache
 
 	dir    atomic.Pointer[map[string][]string]
+	dirAt  atomic.Pointer[time.Time] // when dir was read
 	hubErr atomic.Pointer[error]
 
 	reloads       *prometheus.CounterVec
@@ -354,6 +363,8 @@ func (s *service) hubLoop(ctx context.Context) {
 		} else {
 			s.hubSuccess.Set(1)
 			s.dir.Store(&dir)
+			at := s.o.Now()
+			s.dirAt.Store(&at)
 			backoff = time.Second
 		}
 		select {

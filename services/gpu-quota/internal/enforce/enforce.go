@@ -16,7 +16,9 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,7 +41,7 @@ type View struct {
 	Groups    []string
 	Effective quota.Effective
 	Usage     quota.Usage
-	// Pods are the user's GPU pods (any phase, terminating ones included).
+	// Pods are the user's active GPU pods: pending or running, not finished nor terminating.
 	Pods []inventory.Pod
 }
 
@@ -91,6 +93,8 @@ type Options struct {
 type Enforcer struct {
 	o Options
 	m metrics
+
+	running sync.Mutex // Run holds it: one loop at a time
 
 	pending map[serverKey]time.Time // stops sent (204 or 202), when: not sent again for PendingTimeout
 	retry   map[serverKey]retry     // stops that failed
@@ -178,6 +182,10 @@ func New(o Options) (*Enforcer, error) {
 
 // Run runs the loop now and every Interval until ctx is done. Call it only while holding the leader lease.
 func (e *Enforcer) Run(ctx context.Context) {
+	// client-go starts each leadership's callback in a goroutine without waiting for the last one to end, and a
+	// replica can win the lease straight back: one loop at a time over the enforcer's state.
+	e.running.Lock()
+	defer e.running.Unlock()
 	t := time.NewTicker(e.o.Interval)
 	defer t.Stop()
 	for {
@@ -220,6 +228,9 @@ func (e *Enforcer) once(ctx context.Context) (string, error) {
 	var errs []error
 	noticed := 0
 	for _, v := range views {
+		if ctx.Err() != nil { // leadership lost: act no further
+			return ResultPartial, ctx.Err()
+		}
 		u := sortOut(v, nodes)
 		for _, s := range u.servers {
 			seenServers[serverKey{v.Name, s.name}] = true
@@ -477,10 +488,22 @@ func (e *Enforcer) act(ctx context.Context, v View, u user, now time.Time, grace
 				created = w.created // written by an earlier run, not in the inventory yet
 			}
 			podDeadline := later(deadline, created.Add(grace))
+			// A server joins the stop set later than the user's first notice when the reason grows (a limit that
+			// named another server, then a budget that stops them all): it gets its own full grace from then.
+			since := now
+			if had && old.Stops && !old.StopsSince.IsZero() {
+				since = old.StopsSince
+			}
+			if s.selected {
+				podDeadline = later(podDeadline, since.Add(grace))
+			}
 			want := notice.Notice{
 				Service: Service, Kind: head.NoticeKind(), Reason: string(head.Reason),
 				Message:  quota.NoticeMessage(u.over, quota.Stop{Servers: names, Running: len(u.live), Deadline: podDeadline, Now: now}),
 				Deadline: podDeadline.UTC(), CreatedAt: created.UTC(),
+			}
+			if s.selected {
+				want.Stops, want.StopsSince = true, since.UTC()
 			}
 			key := noticeKey(want, names)
 			if !had || e.written[p.UID].key != key && !sameNotice(old, want) {
@@ -496,7 +519,8 @@ func (e *Enforcer) act(ctx context.Context, v View, u user, now time.Time, grace
 					noticedNow = want.Message
 				}
 			}
-			if !had || now.Before(old.Deadline) || now.Before(podDeadline) || now.Sub(old.CreatedAt) < grace {
+			if !had || !old.Stops || now.Before(old.Deadline) || now.Before(podDeadline) || now.Sub(old.CreatedAt) < grace ||
+				now.Sub(old.StopsSince) < grace {
 				ready = false
 			}
 		}
@@ -591,12 +615,12 @@ func ours(p inventory.Pod) (notice.Notice, bool) {
 // every run), but its reason, deadline and the servers it names.
 func noticeKey(n notice.Notice, servers []string) string {
 	return strings.Join([]string{n.Kind, n.Reason, n.Deadline.UTC().Format(time.RFC3339), n.CreatedAt.UTC().Format(time.RFC3339),
-		strings.Join(servers, "\x00")}, "|")
+		strconv.FormatBool(n.Stops), n.StopsSince.UTC().Format(time.RFC3339), strings.Join(servers, "\x00")}, "|")
 }
 
 func sameNotice(a, b notice.Notice) bool {
 	return a.Kind == b.Kind && a.Reason == b.Reason && a.Message == b.Message && a.Deadline.Equal(b.Deadline) &&
-		a.CreatedAt.Equal(b.CreatedAt) && a.Snoozable == b.Snoozable
+		a.CreatedAt.Equal(b.CreatedAt) && a.Snoozable == b.Snoozable && a.Stops == b.Stops && a.StopsSince.Equal(b.StopsSince)
 }
 
 func later(a, b time.Time) time.Time {

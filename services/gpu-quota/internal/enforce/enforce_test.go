@@ -294,7 +294,7 @@ func TestNoticeBeforeStop(t *testing.T) {
 
 	want := notice.Notice{Service: Service, Kind: notice.KindBudget, Reason: "budget_exhausted",
 		Message:  "You are over your 24-hour GPU budget (2 of 2 GPU-hours used): your default GPU server stops at 14:30 UTC unless you stop it first.",
-		Deadline: t0.Add(10 * time.Minute), CreatedAt: t0}
+		Deadline: t0.Add(10 * time.Minute), CreatedAt: t0, Stops: true, StopsSince: t0}
 	check(t, "notices after the first run", map[string]notice.Notice{"jupyter-bob": want}, e.notices())
 	check(t, "stops before the deadline", []string(nil), e.stopper.calls)
 	check(t, "decisions", []string{"notice bob/ budget_exhausted"}, e.decisions())
@@ -617,4 +617,31 @@ func sorted(s []string, desc bool) []string {
 		slices.Reverse(out)
 	}
 	return out
+}
+
+// TestEscalationGivesTheNewlyNamedServerAFullGrace: bob over the server limit hears that "new" stops; 9 minutes
+// later his budget runs out too, which stops every server: "old", named only now, still gets the whole grace
+// (review finding: it was stopped with "new", a minute after it was first named).
+func TestEscalationGivesTheNewlyNamedServerAFullGrace(t *testing.T) {
+	e := newEnv(t,
+		gpuPod("bob", "old", gpu.MIGResource("1g.5gb"), 1, "a100-0", t0.Add(-3*time.Hour)),
+		gpuPod("bob", "new", gpu.MIGResource("1g.5gb"), 1, "a100-0", t0.Add(-1*time.Hour)))
+	e.source.hours["bob"] = map[time.Duration]map[string]float64{day: {}}
+	e.source.policy.Groups["students"] = quota.Entry{MaxServers: ptr(quota.Limit(1)),
+		Budgets: []quota.Budget{{Window: policy.Duration(day), GPUHours: ptr(quota.Limit(2))}}}
+	enf := e.enforcer()
+	e.once(enf, false)
+	check(t, "old is not announced to stop", false, e.notices()["jupyter-bob--old"].Stops)
+	e.clock.Add(9 * time.Minute)
+	e.source.hours["bob"] = map[time.Duration]map[string]float64{day: {"mig A100-SXM4-40GB 1g.5gb": 2}}
+	e.once(enf, false)
+	old := e.notices()["jupyter-bob--old"]
+	check(t, "old announced now", true, old.Stops)
+	check(t, "old's deadline", t0.Add(19*time.Minute), old.Deadline)
+	e.clock.Add(time.Minute + time.Second) // new's deadline passed
+	e.once(enf, false)
+	check(t, "stopped at new's deadline", []string{"bob/new"}, e.stopper.calls)
+	e.clock.Add(9 * time.Minute) // old's full grace
+	e.once(enf, false)
+	check(t, "stopped after old's grace", []string{"bob/new", "bob/old"}, e.stopper.calls)
 }

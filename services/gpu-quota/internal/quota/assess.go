@@ -34,10 +34,13 @@ func (s situation) overBudgets() []Check {
 	var out []Check
 	for _, w := range s.eff.Windows() {
 		hours, ok := s.u.GPUHours[w]
+		b := s.eff.Budgets[w]
+		if !ok && b.Value == 0 {
+			ok, hours = true, map[string]float64{} // a budget of 0 is spent whatever the usage
+		}
 		if !ok {
 			continue // unreadable: never over
 		}
-		b := s.eff.Budgets[w]
 		budget, used := float64(b.Value), s.eff.Weighted(hours)
 		if used < budget-tolerance {
 			continue

@@ -199,6 +199,10 @@ func (s situation) budgets() (refused []Check, unknown *Check) {
 	for _, w := range s.eff.Windows() {
 		b := s.eff.Budgets[w]
 		hours, ok := s.u.GPUHours[w]
+		if !ok && b.Value == 0 {
+			// A budget of 0 is spent whatever the usage: no need to read it.
+			ok, hours = true, map[string]float64{}
+		}
 		if !ok {
 			c := Check{Reason: ReasonUsageUnavailable, Window: w, Budget: float64(b.Value), From: b.From}
 			if s.eff.OnUnavailable == Closed {

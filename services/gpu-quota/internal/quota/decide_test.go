@@ -332,3 +332,13 @@ func TestHoursText(t *testing.T) {
 		}
 	}
 }
+
+// TestZeroBudgetNeedsNoUsage: a budget of 0 refuses a GPU server even while GPU-hours cannot be read (review
+// finding: under onUnavailable open it was admitted as usage_unavailable, against the README).
+func TestZeroBudgetNeedsNoUsage(t *testing.T) {
+	p := mustPolicy(t, "groups:\n  guests:\n    budgets: [{window: 24h, gpuHours: 0}]\n")
+	got := Decide(p.Effective("gus", []string{"guests"}), Usage{}, Request{Allocations: allocs(whole(h100, 1))})
+	if got.Allow || got.Reason != ReasonBudgetExhausted || !strings.Contains(got.Message, "a budget of 0 GPU-hours") {
+		t.Errorf("Decide = allow %v, %s: %q; want budget_exhausted", got.Allow, got.Reason, got.Message)
+	}
+}

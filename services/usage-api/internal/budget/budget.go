@@ -156,7 +156,11 @@ func (c *Client) fetch(user string, e *entry) {
 	result := "ok"
 	if err != nil {
 		result = "error"
-		c.o.Logger.Warn("quota for the panel unavailable", "user", user, "err", err)
+		attrs := []any{"user", user, "err", err}
+		if cause := errors.Unwrap(err); cause != nil {
+			attrs = append(attrs, "cause", cause)
+		}
+		c.o.Logger.Warn("quota for the panel unavailable", attrs...)
 		body = unavailable(err.Error())
 	}
 	c.fetches.WithLabelValues(result).Inc()
@@ -185,7 +189,8 @@ func (c *Client) get(ctx context.Context, user string) (json.RawMessage, error) 
 		if errors.Is(err, context.DeadlineExceeded) {
 			return nil, fmt.Errorf("the quota service did not answer within %s", c.o.Timeout)
 		}
-		return nil, errors.New("the quota service cannot be reached")
+		// The panel gets plain words; the log (through the caller) keeps the cause.
+		return nil, &unreachable{err: err}
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
@@ -218,3 +223,9 @@ func unavailable(reason string) json.RawMessage {
 	b, _ := json.Marshal(map[string]string{"status": "unavailable", "reason": reason})
 	return b
 }
+
+// unreachable is a failed request to gpu-quota: its text is for the panel, Unwrap for the log.
+type unreachable struct{ err error }
+
+func (e *unreachable) Error() string { return "the quota service cannot be reached" }
+func (e *unreachable) Unwrap() error { return e.err }

@@ -1,6 +1,8 @@
 package usage
 
 import (
+	corev1 "k8s.io/api/core/v1"
+
 	"slices"
 	"strings"
 
@@ -15,13 +17,14 @@ type Notice struct {
 	Server string `json:"server"`
 }
 
-// notices collects the pending notices of each user from their pods (any phase; not those being deleted, whose
-// server is stopping already), one per service: the one with the earliest deadline (a notice without one
+// notices collects the pending notices of each user from their live pods (pending or running; not finished
+// pods, which no service looks at again, nor those being deleted, whose server is stopping already), one per
+// service: the one with the earliest deadline (a notice without one
 // last), then by server name. Values that are not notices are skipped.
 func notices(pods []inventory.Pod) map[string][]Notice {
 	out := map[string][]Notice{}
 	for _, p := range pods {
-		if p.User == "" || p.Terminating || len(p.Notices) == 0 {
+		if p.User == "" || p.Terminating || len(p.Notices) == 0 || p.Phase == corev1.PodSucceeded || p.Phase == corev1.PodFailed {
 			continue
 		}
 		ns, _ := notice.Parse(p.Notices)
