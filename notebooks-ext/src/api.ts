@@ -77,7 +77,8 @@ export interface BudgetWindow {
   /** null when gpu-quota cannot read the usage right now: shown as unknown. */
   usedGPUHours: number | null;
   remainingGPUHours: number | null;
-  status: 'ok' | 'unavailable';
+  /** `exhausted` once the budget is used up (gpu-quota refuses GPU servers). */
+  status: 'ok' | 'exhausted' | 'unavailable';
 }
 
 /** The concurrent limit: GPU-equivalents and GPU servers held now, and the most allowed (null = no limit). */
@@ -540,7 +541,9 @@ export function parseBudget(b: Record<string, unknown>): Budget {
         status:
           w.status === 'unavailable'
             ? ('unavailable' as const)
-            : ('ok' as const)
+            : w.status === 'exhausted'
+              ? ('exhausted' as const)
+              : ('ok' as const)
       }))
   };
 }

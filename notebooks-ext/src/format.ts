@@ -467,7 +467,7 @@ export function windowSpan(
  */
 export function describeBudgetWindow(w: BudgetWindow): string {
   const span = `in the last ${windowSpan(w)}`;
-  const known = w.status === 'ok' && w.usedGPUHours !== null;
+  const known = w.status !== 'unavailable' && w.usedGPUHours !== null;
   const used = known ? formatBudgetHours(w.usedGPUHours) : 'unknown';
   if (w.gpuHours === null) {
     return `${used} GPU-hours used ${span} · no limit`;
@@ -475,7 +475,10 @@ export function describeBudgetWindow(w: BudgetWindow): string {
   let left = 'unknown left';
   if (known) {
     const remaining = w.remainingGPUHours ?? w.gpuHours - (w.usedGPUHours ?? 0);
-    left = remaining > 0 ? `${formatBudgetHours(remaining)} left` : 'none left';
+    left =
+      remaining > 0 && w.status !== 'exhausted'
+        ? `${formatBudgetHours(remaining)} left`
+        : 'none left';
   }
   const unit = w.gpuHours === 1 ? 'GPU-hour' : 'GPU-hours';
   return `${used} of ${formatBudgetHours(w.gpuHours)} ${unit} used ${span} · ${left}`;

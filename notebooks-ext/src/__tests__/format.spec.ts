@@ -422,6 +422,15 @@ describe('budget and idle cull', () => {
       win({ gpuHours: 0.1, usedGPUHours: 0.0985, remainingGPUHours: 0.0015 }),
       '0.099 of 0.1 GPU-hours used in the last 24 h · 0.0015 left'
     ],
+    'exhausted, as gpu-quota says it': [
+      win({
+        gpuHours: 2,
+        usedGPUHours: 2,
+        remainingGPUHours: 0,
+        status: 'exhausted'
+      }),
+      '2 of 2 GPU-hours used in the last 24 h · none left'
+    ],
     'less than a thousandth': [
       win({ gpuHours: 0.1, usedGPUHours: 0.0004, remainingGPUHours: 0.0996 }),
       '< 0.001 of 0.1 GPU-hours used in the last 24 h · 0.1 left'
