@@ -62,6 +62,10 @@ try {
   await msg.first().waitFor({ state: 'visible', timeout: 30_000 });
   notice = (await msg.first().innerText()).trim();
   countdown = (await panel.locator('[data-field="notice-countdown"]').first().innerText().catch(() => '')).trim();
+  // The budget line comes from gpu-quota through the usage API's short cache: give it a moment to catch up with
+  // the notice (not required: the notice is what this checks).
+  await panel.locator('[data-field="budget"]').filter({ hasText: 'none left' }).first()
+    .waitFor({ state: 'visible', timeout: 25_000 }).catch(() => {});
   // JupyterLab's "get notified about official Jupyter news?" toast would cover the panel's lower part.
   await page.getByRole('button', { name: 'No', exact: true }).first().click({ timeout: 2000 }).catch(() => {});
   // The panel down to what the toast corner leaves free (the toast sits in the page's bottom 120 px).
