@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"runtime/pprof"
 	"syscall"
 	"time"
@@ -68,8 +69,12 @@ func runBench(ctx context.Context, args []string) error {
 	fs.IntVar(&o.RaceLimit, "race-limit", 7, "the racer's limit of whole GPUs")
 	fs.StringVar(&o.SUTCPU, "sut-cpu", "0", "CPU list the HTTP system under test is pinned to (taskset; empty: not pinned)")
 	fs.StringVar(&o.SUTProfile, "sut-cpu-profile", "", "write the HTTP system under test's CPU profile (pprof) to this file")
+	sutEnv := fs.String("sut-env", "", "comma-separated KEY=VALUE added to the HTTP systems' environment (e.g. GOGC=200)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *sutEnv != "" {
+		o.SUTEnv = strings.Split(*sutEnv, ",")
 	}
 	self, err := os.Executable()
 	if err != nil {

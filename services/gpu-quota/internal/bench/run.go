@@ -44,6 +44,8 @@ type RunOptions struct {
 	// SUTCPU pins the HTTP system under test (taskset); the load generator, kube-apiserver and etcd run on the
 	// other cores (run the whole command under taskset to pin them too).
 	SUTCPU string
+	// SUTEnv is added to the HTTP systems' environment (GOGC=..., GOMEMLIMIT=...: the chart's settings).
+	SUTEnv []string
 	// SUTProfile, when set, is where the system under test writes its CPU profile (pprof), for finding where
 	// an HTTP admission's time goes.
 	SUTProfile string
@@ -232,7 +234,7 @@ func (o RunOptions) overHTTP(ctx context.Context, kc kubernetes.Interface, kubec
 		if o.SUTCPU != "" {
 			args = append([]string{"taskset", "-c", o.SUTCPU}, args...)
 		}
-		stop, err := startSUT(ctx, args)
+		stop, err := startSUT(ctx, args, o.SUTEnv)
 		if err != nil {
 			return nil, raceResult{}, err
 		}
@@ -278,8 +280,9 @@ func (o RunOptions) overHTTP(ctx context.Context, kc kubernetes.Interface, kubec
 }
 
 // startSUT starts one system under test and waits for its "ready" line.
-func startSUT(ctx context.Context, args []string) (stop func(), err error) {
+func startSUT(ctx context.Context, args, env []string) (stop func(), err error) {
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
