@@ -13,8 +13,8 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"strings"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 	"time"
 
