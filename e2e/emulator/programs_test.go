@@ -1,6 +1,7 @@
 package emulator
 
 import (
+	"fmt"
 	"net"
 	"testing"
 
@@ -198,5 +199,33 @@ func TestParseTopologyErrors(t *testing.T) {
 				t.Errorf("ParseTopology accepted %q", doc)
 			}
 		})
+	}
+}
+
+// TestSecondTopologyFile checks e2e/topology-2.yaml: kinds that e2e/topology.yaml lacks (four whole L40S on one
+// node, an A10 shared by MPS), so the spawn form test can show the profiles follow the cluster.
+func TestSecondTopologyFile(t *testing.T) {
+	topo, err := LoadTopology("../topology-2.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, n := range topo.Nodes {
+		_, alloc, err := n.capacity()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range []corev1.ResourceName{"nvidia.com/gpu", "nvidia.com/gpu.shared"} {
+			if q, ok := alloc[r]; ok && !q.IsZero() {
+				got[n.Name] = fmt.Sprintf("%s=%s %s %s", r, q.String(), n.Labels["nvidia.com/gpu.product"], n.Labels["nvidia.com/gpu.sharing-strategy"])
+			}
+		}
+	}
+	want := map[string]string{
+		"gpu-l40s-0":    "nvidia.com/gpu=4 NVIDIA-L40S none",
+		"gpu-a10-mps-0": "nvidia.com/gpu.shared=2 NVIDIA-A10-SHARED mps",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("topology-2 GPU nodes (-want +got):\n%s", diff)
 	}
 }
