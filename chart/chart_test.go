@@ -65,6 +65,9 @@ func TestRender(t *testing.T) {
 		// gpu-quota with a policy, z2jh in its own namespace under a base URL.
 		"quota": {"--set", "quota.enabled=true", "--set", "usage.podNamespace=z2jh", "--set", "hub.baseURL=/jupyter/",
 			"--set", "quota.adminGroups={gpu-admins}", "--set-file", "quota.policy=testdata/quota-policy.yaml"},
+		// gpu-profiles next to gpu-quota (--quota-url is this release's), with overrides, z2jh in its own namespace.
+		"profiles": {"--set", "profiles.enabled=true", "--set", "quota.enabled=true", "--set", "usage.podNamespace=z2jh",
+			"--set", "profiles.pendingEndAfter=2m", "--set-file", "profiles.config=testdata/profiles-config.yaml"},
 	}
 	for name, extra := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -104,3 +104,12 @@ gpuhub-agent
 {{- define "gpuhub.quotaLease" -}}
 {{- printf "%s-quota" (include "gpuhub.fullname" .) -}}
 {{- end -}}
+
+{{- define "gpuhub.profilesServiceAccount" -}}
+{{- printf "%s-profiles" (include "gpuhub.fullname" .) -}}
+{{- end -}}
+
+{{/* The Lease that keeps gpu-profiles' pending-spawn explainer to one replica. */}}
+{{- define "gpuhub.profilesLease" -}}
+{{- printf "%s-profiles" (include "gpuhub.fullname" .) -}}
+{{- end -}}
