@@ -117,6 +117,7 @@ func TestFragment(t *testing.T) {
 		t.Errorf("scoringStrategy.type = %q, want MostAllocated", s.Type)
 	}
 	weights := map[string]int64{}
+	gpuWeight := int64(0)
 	for _, r := range s.Resources {
 		if _, dup := weights[r.Name]; dup {
 			t.Errorf("%s listed twice", r.Name)
@@ -135,9 +136,21 @@ func TestFragment(t *testing.T) {
 			t.Errorf("unexpected resource %s", r.Name)
 		case r.Name != "nvidia.com/gpu" && r.Name != "nvidia.com/gpu.shared" && !migResource.MatchString(r.Name):
 			t.Errorf("%s is not a device plugin GPU resource name", r.Name)
-		case r.Weight != 100:
-			t.Errorf("%s weight %d, want 100: GPU use must outweigh cpu+memory", r.Name, r.Weight)
+		case gpuWeight != 0 && r.Weight != gpuWeight:
+			t.Errorf("%s weight %d, want %d like the other GPU resources", r.Name, r.Weight, gpuWeight)
+		default:
+			gpuWeight = r.Weight
 		}
+	}
+	// The trade-off the fragment's comments explain (scores are whole numbers, the weighted mean rounded down):
+	// one GPU of 8 (12.5%) outweighs cpu and memory each 50 points apart, and 12.5 points of cpu+memory (two small
+	// notebooks) still move a GPU pod's score by a point.
+	cpuMem := weights["cpu"] + weights["memory"]
+	if gpuWeight*125 <= 500*cpuMem {
+		t.Errorf("GPU weight %d: one GPU of 8 no longer outweighs cpu and memory 50 points apart", gpuWeight)
+	}
+	if 125 < 10*(gpuWeight+cpuMem) {
+		t.Errorf("GPU weight %d: cpu and memory can no longer break ties between GPU nodes", gpuWeight)
 	}
 	for _, want := range []string{"cpu", "memory", "nvidia.com/gpu", "nvidia.com/gpu.shared",
 		"nvidia.com/mig-1g.5gb", "nvidia.com/mig-2g.10gb", "nvidia.com/mig-3g.20gb", "nvidia.com/mig-4g.20gb",
