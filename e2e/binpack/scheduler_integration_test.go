@@ -137,7 +137,8 @@ current-context: c
 
 // world is the control plane, the scheduler with the three profiles, and the nodes of every pool.
 type world struct {
-	t      *testing.T
+	t *testing.T // the running (sub)test: each scenario sets it
+
 	ctx    context.Context
 	client kubernetes.Interface
 }
@@ -202,7 +203,7 @@ func TestSideBySide(t *testing.T) {
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	startScheduler(t, ctx, cp)
+	startScheduler(ctx, t, cp)
 	w.waitServiceAccount()
 	t.Logf("control plane, %d nodes and the scheduler ready in %.1fs", len(topo.Nodes), time.Since(start).Seconds())
 
@@ -214,7 +215,7 @@ func TestSideBySide(t *testing.T) {
 
 // startScheduler runs a second kube-scheduler, with the three profiles, beside the control plane's default one
 // (which leaves pods of other scheduler names alone).
-func startScheduler(t *testing.T, ctx context.Context, cp *cluster.ControlPlane) {
+func startScheduler(ctx context.Context, t *testing.T, cp *cluster.ControlPlane) {
 	t.Helper()
 	kc, err := cp.WriteKubeconfig("binpack-scheduler", "system:kube-scheduler", nil)
 	if err != nil {
