@@ -474,20 +474,7 @@ func TestZ2JHValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A chart that holds nothing but z2jh's values and schema: helm checks values against the schema.
-	z2jh := t.TempDir()
-	for _, f := range []string{"values.yaml", "values.schema.json"} {
-		b, err := os.ReadFile(filepath.Join("testdata", "z2jh-4.4.0", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(z2jh, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(z2jh, "Chart.yaml"), []byte("apiVersion: v2\nname: jupyterhub\nversion: 4.4.0\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	z2jh := z2jhSchemaChart(t)
 	sawQuota := false
 	for i, snippet := range snippets {
 		t.Run(fmt.Sprintf("snippet %d", i+1), func(t *testing.T) {
