@@ -211,7 +211,7 @@ func TestConfigErrors(t *testing.T) {
 			want: `f.yaml:2:3: kinds.GPU_H100: "GPU_H100" is neither a kind (gpu, mig, shared, mps, mig-shared, cpu) nor a slug (gpu-h100-80gb-hbm3)`},
 		"static without slug": {yaml: "staticProfiles:\n  - display_name: x\n",
 			want: "f.yaml:2:5: staticProfiles.0: a static profile needs a slug of lowercase letters, digits and dashes (KubeSpawner selects it by slug)"},
-		"bad toleration": {yaml: "tolerations:\n  - {key: a, operator: In}\n", want: `f.yaml:2:24: tolerations.0.operator: operator is Equal or Exists, found "In"`},
+		"bad toleration":     {yaml: "tolerations:\n  - {key: a, operator: In}\n", want: `f.yaml:2:24: tolerations.0.operator: operator is Equal or Exists, found "In"`},
 		"groups in defaults": {yaml: "defaults: {groups: [a]}\n", want: "f.yaml:1:11: defaults: hide, groups and multiGPU are set per kind, not in defaults"},
 	}
 	for name, tc := range cases {
