@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/catalog"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/fixture"
@@ -315,5 +316,23 @@ func TestRenderer(t *testing.T) {
 	r := &profiles.Renderer{Catalog: kinds{err: catalog.ErrNotReady}, Config: func() *profiles.Config { return cfg }}
 	if _, err := r.Render(context.Background(), profiles.Request{User: "bob"}); !errors.Is(err, catalog.ErrNotReady) {
 		t.Errorf("not ready: %v", err)
+	}
+}
+
+func TestUnknownProduct(t *testing.T) {
+	n := fixture.Node("odd").Res("nvidia.com/gpu", 2).Obj()
+	ks, _ := catalog.FromObjects([]*corev1.Node{n}, nil, catalog.Options{}).Kinds()
+	cfg := &profiles.Config{Kinds: map[string]profiles.Override{"gpu": {MultiGPU: []int64{2}}}}
+	var got []string
+	for _, c := range profiles.Choices(ks, cfg) {
+		got = append(got, c.Slug+": "+c.DisplayName+": "+c.Description)
+	}
+	want := []string{
+		"cpu: CPU only: No GPU: for work that does not need one.",
+		"gpu-unknown: GPU of unknown model (whole GPU): A whole GPU of unknown model, yours alone.",
+		"gpu-unknown-x2: 2x GPU of unknown model (2 whole GPUs): Two whole GPUs of unknown model on one node, yours alone.",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
