@@ -14,18 +14,18 @@ import (
 
 // Reasons, as the metrics and the golden file name them. The Event's own reason is always EventReason.
 const (
-	ReasonNoneFree     = "none_free"     // every unit of the kind is in use: waits (units free up)
-	ReasonFragmented   = "fragmented"    // enough units are free, but not on one node: waits
-	ReasonCPUMemory    = "cpu_memory"    // the GPU is free, CPU or memory on its nodes is not: waits
-	ReasonNotPlaced    = "not_placed"    // the GPU is free and no known cause: waits
-	ReasonProvisioning = "provisioning"  // a provisionable kind: a node is being added; waits, never ended
-	ReasonBlocked      = "blocked"       // every node of the kind is cordoned, not ready or tainted: cannot start
-	ReasonNoNodes      = "no_nodes"      // no node offers the kind: cannot start
-	ReasonTooBig       = "too_big"       // more units than any schedulable node of the kind has: cannot start
-	ReasonPreparing    = "preparing"     // bound; image pull and container creation under way: waits
-	ReasonImagePull    = "image_pull"    // bound; the image cannot be pulled (the kubelet retries)
-	ReasonContainer    = "container"     // bound; the container cannot be created
-	ReasonEnded        = "ended"         // the Event written before the spawn is ended through the Hub
+	ReasonNoneFree     = "none_free"    // every unit of the kind is in use: waits (units free up)
+	ReasonFragmented   = "fragmented"   // enough units are free, but not on one node: waits
+	ReasonCPUMemory    = "cpu_memory"   // the GPU is free, CPU or memory on its nodes is not: waits
+	ReasonNotPlaced    = "not_placed"   // the GPU is free and no known cause: waits
+	ReasonProvisioning = "provisioning" // a provisionable kind: a node is being added; waits, never ended
+	ReasonBlocked      = "blocked"      // every node of the kind is cordoned, not ready or tainted: cannot start
+	ReasonNoNodes      = "no_nodes"     // no node offers the kind: cannot start
+	ReasonTooBig       = "too_big"      // more units than any schedulable node of the kind has: cannot start
+	ReasonPreparing    = "preparing"    // bound; image pull and container creation under way: waits
+	ReasonImagePull    = "image_pull"   // bound; the image cannot be pulled (the kubelet retries)
+	ReasonContainer    = "container"    // bound; the container cannot be created
+	ReasonEnded        = "ended"        // the Event written before the spawn is ended through the Hub
 )
 
 // Reasons lists every reason (metrics are initialised with them).

@@ -66,7 +66,7 @@ func avail(slug, res string, labels map[string]string, allocatable, free int64, 
 }
 
 func (a Availability) blocked(nodes map[string]string) Availability { a.Blocked = nodes; return a }
-func (a Availability) provisionable() Availability               { a.Provisionable = true; return a }
+func (a Availability) provisionable() Availability                  { a.Provisionable = true; return a }
 
 // fakeCapacity answers Lookup by the resource asked for and the product the selector names.
 type fakeCapacity struct {
@@ -165,8 +165,11 @@ func (b *podBuilder) bound(node string, at time.Time, waiting ...string) *podBui
 }
 
 func (b *podBuilder) phase(p corev1.PodPhase) *podBuilder { b.p.Status.Phase = p; return b }
-func (b *podBuilder) noUser() *podBuilder                 { delete(b.p.Annotations, inventory.AnnotationUser); return b }
-func (b *podBuilder) obj() *corev1.Pod                    { return b.p.DeepCopy() }
+func (b *podBuilder) noUser() *podBuilder {
+	delete(b.p.Annotations, inventory.AnnotationUser)
+	return b
+}
+func (b *podBuilder) obj() *corev1.Pod { return b.p.DeepCopy() }
 
 func (b *podBuilder) inv(t *testing.T) inventory.Pod {
 	t.Helper()
