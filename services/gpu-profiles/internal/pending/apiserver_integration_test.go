@@ -36,8 +36,10 @@ const eventsUser = "gpuhub:gpu-profiles-test" // holds Rules() in jhub only
 // staticCapacity is the catalog's answer for the cluster below: the H100 kind's only node is cordoned.
 type staticCapacity struct{ av Availability }
 
-func (c staticCapacity) Lookup(map[string]int64, map[string]string) (Availability, bool) { return c.av, true }
-func (c staticCapacity) FreeNow(string) []Availability                                  { return []Availability{mig1g} }
+func (c staticCapacity) Lookup(map[string]int64, map[string]string) (Availability, bool) {
+	return c.av, true
+}
+func (c staticCapacity) FreeNow(string) []Availability { return []Availability{mig1g} }
 
 func TestAgainstAPIServer(t *testing.T) {
 	bin := os.Getenv("GPUHUB_KUBE_BIN")
