@@ -39,6 +39,7 @@ const (
 	DefaultPrepareGrace  = 10 * time.Second
 	DefaultUnplacedGrace = 10 * time.Second
 	DefaultWriteTimeout  = 5 * time.Second
+	DefaultEndNotice     = 3 * time.Second
 	// maxStopAttempts bounds the Hub calls for one spawn: a Hub that keeps refusing is not asked forever.
 	maxStopAttempts = 5
 )
@@ -70,6 +71,9 @@ type Options struct {
 	// EndAfter is how long a spawn stays hopeless before it is ended; 0 never ends one. The service's flag
 	// defaults to DefaultEndAfter.
 	EndAfter time.Duration
+	// EndNotice is how long the Event saying that the spawn ends precedes the Hub call: the Hub stops relaying
+	// progress once the spawn is cancelled, and KubeSpawner polls its Events every second.
+	EndNotice time.Duration
 	// Recheck is how often every Pending pod is looked at again (capacity changes without a pod event).
 	Recheck time.Duration
 	// MinChange is the least time between two Events of one pod that differ only in what else is free.
@@ -101,6 +105,7 @@ type Explainer struct {
 	minChg   time.Duration
 	repeat   time.Duration
 	timeout  time.Duration
+	notice   time.Duration
 	host     string
 	metrics  *metrics
 
@@ -125,7 +130,7 @@ type podState struct {
 	refreshed time.Time // its last count/lastTimestamp update
 	// hopelessSince is when the pod was first found hopeless in the current run of hopeless verdicts.
 	hopelessSince time.Time
-	endWritten    bool
+	endWritten    time.Time // when the Event that the spawn ends was written (zero: not yet)
 	stopAttempts  int
 	ended         bool
 }
@@ -138,7 +143,7 @@ func New(opts Options) (*Explainer, error) {
 	e := &Explainer{
 		client: opts.Client, capacity: opts.Capacity, hub: opts.Hub, isLeader: opts.IsLeader, synced: opts.Synced,
 		log: opts.Logger, now: opts.Now, recheck: opts.Recheck, minChg: opts.MinChange, repeat: opts.Repeat,
-		timeout: opts.WriteTimeout, host: opts.Host,
+		timeout: opts.WriteTimeout, notice: opts.EndNotice, host: opts.Host,
 		cfg: explainConfig{endAfter: opts.EndAfter, canEnd: opts.Hub != nil, prepareGrace: opts.PrepareGrace,
 			unplacedGrace: opts.UnplacedGrace, maxFree: opts.MaxFree},
 		pods: map[string]inventory.Pod{}, dirty: map[string]struct{}{}, notify: make(chan struct{}, 1),
@@ -160,6 +165,7 @@ func New(opts Options) (*Explainer, error) {
 	defaultTo(&e.minChg, DefaultMinChange)
 	defaultTo(&e.repeat, DefaultRepeat)
 	defaultTo(&e.timeout, DefaultWriteTimeout)
+	defaultTo(&e.notice, DefaultEndNotice)
 	defaultTo(&e.cfg.prepareGrace, DefaultPrepareGrace)
 	defaultTo(&e.cfg.unplacedGrace, DefaultUnplacedGrace)
 	if e.cfg.endAfter < 0 {
@@ -363,15 +369,19 @@ func eventType(warning bool) string {
 	return corev1.EventTypeNormal
 }
 
-// end writes the Warning that the spawn ends, then stops the server through the Hub.
+// end writes the Warning that the spawn ends, then, EndNotice later (so that KubeSpawner relays it before the
+// Hub ends the progress stream), stops the server through the Hub.
 func (e *Explainer) end(ctx context.Context, p inventory.Pod, st *podState, x Explanation, log *slog.Logger) {
 	now := e.now()
-	if !st.endWritten {
+	if st.endWritten.IsZero() {
 		if _, err := e.write(ctx, p, ReasonEnded, corev1.EventTypeWarning, endMessage(x), now); err != nil {
 			// The spawn still ends: the user sees the cancellation, and the earlier Warning said why.
 			log.Warn("pending: cannot write the Event that the spawn ends", "err", err)
 		}
-		st.endWritten = true
+		st.endWritten = now
+	}
+	if now.Sub(st.endWritten) < e.notice {
+		return
 	}
 	st.stopAttempts++
 	cctx, cancel := context.WithTimeout(ctx, 2*e.timeout)

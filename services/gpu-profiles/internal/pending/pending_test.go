@@ -167,6 +167,10 @@ func TestEndEarly(t *testing.T) {
 		t.Fatalf("stopped before EndAfter: %v", calls)
 	}
 	r.check(time.Second)
+	if calls := r.hub.called(); len(calls) != 0 {
+		t.Fatalf("stopped with the Event that says so, before KubeSpawner could relay it: %v", calls)
+	}
+	r.check(5 * time.Second)
 	r.check(5 * time.Second)
 	if diff := cmp.Diff([]string{"bob/lab"}, r.hub.called()); diff != "" {
 		t.Errorf("StopServer calls (-want +got):\n%s", diff)
@@ -201,8 +205,9 @@ func TestHopelessResets(t *testing.T) {
 		t.Fatalf("stopped 55 s into the second hopeless run: %v", calls)
 	}
 	r.check(5 * time.Second)
+	r.check(5 * time.Second) // EndNotice after the Event
 	if calls := r.hub.called(); len(calls) != 1 {
-		t.Fatalf("StopServer calls at 60 s into the second run: %v, want one", calls)
+		t.Fatalf("StopServer calls at 65 s into the second run: %v, want one", calls)
 	}
 }
 
