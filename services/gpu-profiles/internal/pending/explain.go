@@ -73,8 +73,8 @@ type Explanation struct {
 	// Hopeless: nothing can free up for it (no schedulable node of its kind can ever hold it) and the kind is
 	// not provisionable. Such a spawn is ended after Options.EndAfter.
 	Hopeless bool
-	// Cause is the first sentence; Next says what happens next; Free what is free now. Key (Reason and
-	// Cause) changing is a new explanation at once; Free alone changing waits for Options.MinChange.
+	// Cause is the first sentence; Next says what happens next; Free what is free now. A new Reason is a new
+	// Event at once; other changes of the words (counts, what is free) wait for Options.MinChange.
 	Cause, Next, Free string
 }
 
@@ -83,7 +83,7 @@ func (x Explanation) Message() string {
 	return joinSentences(x.Cause, x.Next, x.Free)
 }
 
-func (x Explanation) key() string { return x.Reason + "\x00" + x.Cause }
+func (x Explanation) key() string { return x.Reason }
 
 func joinSentences(parts ...string) string {
 	var b strings.Builder

@@ -76,7 +76,8 @@ type Options struct {
 	EndNotice time.Duration
 	// Recheck is how often every Pending pod is looked at again (capacity changes without a pod event).
 	Recheck time.Duration
-	// MinChange is the least time between two Events of one pod that differ only in what else is free.
+	// MinChange is the least time between two Events of one pod with the same reason and other words (counts,
+	// what else is free); a new reason is written at once.
 	MinChange time.Duration
 	// Repeat is how often an unchanged explanation's count and lastTimestamp are refreshed.
 	Repeat time.Duration
@@ -345,7 +346,7 @@ func (e *Explainer) explainPod(ctx context.Context, p inventory.Pod) {
 	case st.eventName == "" || x.key() != st.key:
 		// A new explanation: at once.
 	case msg != st.message && now.Sub(st.created) >= e.minChg:
-		// Only what else is free changed: at most every MinChange.
+		// Same reason, other words (counts, what else is free): at most every MinChange.
 	case now.Sub(st.refreshed) >= e.repeat:
 		e.refresh(ctx, p, st, now, log)
 		return
