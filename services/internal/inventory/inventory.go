@@ -58,6 +58,14 @@ type Pod struct {
 	// still in its status, else status.startTime; zero when unknown. The ledger charges a pod first seen after
 	// an outage from here.
 	Started time.Time
+	// Created is metadata.creationTimestamp.
+	Created time.Time
+	// Scheduled is the PodScheduled condition (Status "" while the scheduler has not looked at the pod). A
+	// Pending pod it could not place has Status False and Reason Unschedulable (corev1.PodReasonUnschedulable).
+	Scheduled Condition
+	// Waiting are the containers (init containers first) waiting to run, with their reasons (ContainerCreating,
+	// PodInitializing, ErrImagePull, ImagePullBackOff, ...): why a bound pod is still Pending.
+	Waiting []Waiting
 }
 
 // Allocated reports whether the pod holds its GPUs: bound to a node and Running. Pending pods hold nothing.
@@ -86,6 +94,7 @@ func PodFrom(p *corev1.Pod) (Pod, bool) {
 		User: p.Annotations[AnnotationUser], Server: p.Annotations[AnnotationServer],
 		Phase: p.Status.Phase, Ready: podReady(p), IP: p.Status.PodIP, Resources: res, Started: podStarted(p),
 		NodeSelector: p.Spec.NodeSelector, Terminating: p.DeletionTimestamp != nil, Notices: notices(p.Annotations),
+		Created: p.CreationTimestamp.UTC(), Scheduled: podScheduled(p), Waiting: podWaiting(p),
 	}, true
 }
 
