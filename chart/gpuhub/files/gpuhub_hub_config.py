@@ -662,7 +662,7 @@ def _gpuhub_profiles_glue(c, glue, form):
             free = g.get("free")
             names.append(f"{p.get('display_name') or p.get('slug')} ({free} free)" if isinstance(free, int) else str(p.get("display_name") or p.get("slug")))
         if names:
-            return "Free now: " + ", ".join(names) + "."
+            return "Free now: " + "; ".join(names) + "."
         return "No GPU is free right now; a CPU-only server can start."
 
     async def still_available(spawner, pod):
@@ -692,7 +692,7 @@ def _gpuhub_profiles_glue(c, glue, form):
             return
         reason = g.get("reason") if g.get("reason") in ("none_free", "quota", "unschedulable", "gone") else "other"
         text = g.get("reasonText") if isinstance(g.get("reasonText"), str) and g.get("reasonText") else "It is not available right now."
-        message = f"{p.get('display_name') or p.get('slug')}: {text}"
+        message = f"{p.get('display_name') or p.get('slug')} is not available. {text}"
         if "free now" not in text.lower():
             message += " " + free_now(live)
         refusals_total.labels(reason=reason).inc()
@@ -756,7 +756,7 @@ PROFILE_FORM = """
              aria-describedby="{{ id }}-desc{% if off %} {{ id }}-reason{% endif %}">
       <div>
         <label for="{{ id }}">{{ p.display_name|e }}
-          {%- if g.free is number and g.kind != "cpu" %}
+          {%- if g.free is number and g.kind not in ("cpu", "static") %}
           <span class="gpuhub-free">{{ g.free|e }} free{% if g.total is number %} of {{ g.total|e }}{% endif %}</span>
           {%- endif %}
         </label>

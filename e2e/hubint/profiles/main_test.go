@@ -219,7 +219,8 @@ func stopAll() {
 }
 
 // startHub starts gpu-profiles and a Hub with KubeSpawner, the glue and the static profile list (plus
-// staticExtra) in its values, gpu-profiles registered as the Hub's service gpu-profiles.
+// staticExtra) in its values, gpu-profiles registered as the Hub's service gpu-profiles. gpu-profiles' overrides
+// give the time-sliced choice a description with markup and add a static profile with markup in its name.
 func startHub(ctx context.Context, dir, name, extraConfig string) (*hubUnderTest, error) {
 	h := &hubUnderTest{name: name, dir: filepath.Join(dir, name)}
 	if err := os.MkdirAll(h.dir, 0o755); err != nil {
@@ -237,6 +238,17 @@ func startHub(ctx context.Context, dir, name, extraConfig string) (*hubUnderTest
 	if err != nil {
 		return nil, err
 	}
+	overrides, err := yaml.Marshal(map[string]any{
+		"kinds":          map[string]any{"shared": map[string]any{"description": scriptDescription}},
+		"staticProfiles": []any{map[string]any{"slug": "static-live", "display_name": "Static <i>live</i>", "description": scriptDescription}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	overridesFile := filepath.Join(h.dir, "gpu-profiles.yaml")
+	if err := os.WriteFile(overridesFile, overrides, 0o644); err != nil {
+		return nil, err
+	}
 	values, err := hubValues(extraConfig)
 	if err != nil {
 		return nil, err
@@ -249,7 +261,7 @@ func startHub(ctx context.Context, dir, name, extraConfig string) (*hubUnderTest
 	profilesPort, hubPort := ports[0], ports[1]
 	h.profilesToken = gpuhubstack.NewToken()
 	h.profilesURL = fmt.Sprintf("http://127.0.0.1:%d/services/%s/", profilesPort, serviceName)
-	h.profilesSpec = profilesSpec(profilesPort, profilesKC, fmt.Sprintf("http://127.0.0.1:%d/hub/api", hubPort), h.profilesToken)
+	h.profilesSpec = profilesSpec(profilesPort, profilesKC, overridesFile, fmt.Sprintf("http://127.0.0.1:%d/hub/api", hubPort), h.profilesToken)
 	h.profilesSpec.LogFile = filepath.Join(h.dir, "gpu-profiles.log")
 	// gpu-profiles first: JupyterHub 6 waits at startup until each service with a url answers; it is waited
 	// for once the Hub runs (its readiness may need the Hub).
@@ -281,14 +293,14 @@ func startHub(ctx context.Context, dir, name, extraConfig string) (*hubUnderTest
 var profilesScopes = []string{"list:users", "read:users:name", "read:users:groups", "read:servers", "delete:servers"}
 
 // profilesSpec is the gpu-profiles process, flags as the chart sets them.
-func profilesSpec(port int, kubeconfig, hubAPI, token string) proc.Spec {
+func profilesSpec(port int, kubeconfig, overrides, hubAPI, token string) proc.Spec {
 	ready := fmt.Sprintf("http://127.0.0.1:%d/readyz", port)
 	return proc.Spec{
 		Name: serviceName,
 		Path: os.Getenv(envProfilesBin),
 		Args: []string{
 			"--listen=127.0.0.1:" + strconv.Itoa(port), "--prefix=/services/" + serviceName + "/",
-			"--kubeconfig=" + kubeconfig, "--namespace=" + ns, "--log-level=debug",
+			"--kubeconfig=" + kubeconfig, "--config=" + overrides, "--log-level=debug",
 		},
 		Env: []string{
 			"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8",

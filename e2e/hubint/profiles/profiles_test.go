@@ -100,6 +100,7 @@ func TestFormShowsLiveProfiles(t *testing.T) {
 					}
 				}
 			}
+			checkEscaped(t, page)
 			if !sawH100 {
 				t.Errorf("no single-H100 choice on the form: %v", gotSlugs)
 			}
@@ -177,11 +178,12 @@ func TestFallback(t *testing.T) {
 	})
 }
 
-// checkEscaped: the static profile's <script> description and HTML name are text on the page.
+// checkEscaped: the <script> descriptions and HTML names (gpu-profiles' overrides, the static list) are text
+// on the page.
 func checkEscaped(t *testing.T, page string) {
 	t.Helper()
-	if strings.Contains(page, `<script>document.title`) || strings.Contains(page, "<i>notes</i>") {
-		t.Errorf("the form carries the static profile's HTML unescaped")
+	if strings.Contains(page, `<script>document.title`) || strings.Contains(page, "<i>") {
+		t.Errorf("the form carries a profile's HTML unescaped")
 	}
 	if !strings.Contains(page, html.EscapeString(scriptDescription)) {
 		t.Errorf("the form lacks the escaped description %q", html.EscapeString(scriptDescription))
