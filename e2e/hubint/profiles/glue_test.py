@@ -355,6 +355,23 @@ class ProfilesGlueTest(unittest.TestCase):
         self.assertEqual([p["slug"] for p in profiles], [p["slug"] for p in LIVE] + ["h100", "images"])
         self.assertEqual([p["slug"] for p in profiles if p.get("default")], ["cpu"])
 
+    def test_start_reuses_young_answer_with_quota(self):
+        quota = FakeProfiles()
+        self.addCleanup(quota.server_close)
+        self.addCleanup(quota.shutdown)
+        quota.answer = (200, {"allow": True, "reason": "ok", "decisionId": "d-1"})
+        c = load_glue(self.services + [{"name": "gpu-quota", "url": quota.url, "api_token": "quota-token-123"}])
+        self.call(c)  # the form
+        self.start(c, "mig-a100-sxm4-40gb-1g-5gb", gpu_pod({"nvidia.com/mig-1g.5gb": "1"}, {}))
+        self.assertEqual(len(self.svc.requests), 1, "gpu-quota decides at start: the form's young answer is enough")
+        self.assertEqual(len(quota.requests), 1)
+        # A choice the young answer shows unavailable is asked again (it may have freed up), then refused
+        # without asking gpu-quota.
+        with self.assertRaises(web.HTTPError):
+            self.start(c, "gpu-h100-80gb-hbm3", gpu_pod({"nvidia.com/gpu": "1"}, H100_SELECTOR))
+        self.assertEqual(len(self.svc.requests), 2)
+        self.assertEqual(len(quota.requests), 1)
+
     def test_start_when_a_choice_is_gone(self):
         c = load_glue(self.services)
         self.call(c)  # the form showed the MIG choice
