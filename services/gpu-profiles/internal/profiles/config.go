@@ -97,6 +97,8 @@ func (c *Config) Validate() []error {
 		slug, _ := p["slug"].(string)
 		if !slugRe.MatchString(slug) {
 			errs = append(errs, policy.Errorf(path, "a static profile needs a slug of lowercase letters, digits and dashes (KubeSpawner selects it by slug)"))
+		} else if slug == catalog.SlugCPU {
+			errs = append(errs, policy.Errorf(append(path, "slug"), "cpu is the generated CPU choice's slug; set its text and resources under kinds.cpu"))
 		} else if j, dup := seen[slug]; dup {
 			errs = append(errs, policy.Errorf(append(path, "slug"), "slug %q is already used by staticProfiles.%d", slug, j))
 		} else {

@@ -281,10 +281,14 @@ func description(a gpu.Allocation, n int64) string {
 			"No memory isolation: an error in one user's program can stop the others'.",
 			article(p), withMemory(a, " with %d GB of memory"), a.Replicas, fraction(a))
 	}
-	if n > 1 {
-		return fmt.Sprintf("%s whole %s GPUs on one node%s, yours alone.", capitalize(countWord(n)), p, withMemory(a, ", %d GB of memory each"))
+	unit, units := p+" GPU", p+" GPUs"
+	if gpu.ShortProduct(a.Product) == "" {
+		unit, units = "GPU of unknown model", "GPUs of unknown model"
 	}
-	return fmt.Sprintf("A whole %s GPU%s, yours alone.", p, withMemory(a, " with %d GB of memory"))
+	if n > 1 {
+		return fmt.Sprintf("%s whole %s on one node%s, yours alone.", capitalize(countWord(n)), units, withMemory(a, ", %d GB of memory each"))
+	}
+	return fmt.Sprintf("A whole %s%s, yours alone.", unit, withMemory(a, " with %d GB of memory"))
 }
 
 // article puts "a" or "an" before "NVIDIA ..." or another name, as it is spoken.

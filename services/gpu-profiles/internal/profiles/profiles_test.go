@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/catalog"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/fixture"
@@ -211,7 +212,7 @@ func TestConfigErrors(t *testing.T) {
 			want: `f.yaml:2:3: kinds.GPU_H100: "GPU_H100" is neither a kind (gpu, mig, shared, mps, mig-shared, cpu) nor a slug (gpu-h100-80gb-hbm3)`},
 		"static without slug": {yaml: "staticProfiles:\n  - display_name: x\n",
 			want: "f.yaml:2:5: staticProfiles.0: a static profile needs a slug of lowercase letters, digits and dashes (KubeSpawner selects it by slug)"},
-		"bad toleration": {yaml: "tolerations:\n  - {key: a, operator: In}\n", want: `f.yaml:2:24: tolerations.0.operator: operator is Equal or Exists, found "In"`},
+		"bad toleration":     {yaml: "tolerations:\n  - {key: a, operator: In}\n", want: `f.yaml:2:24: tolerations.0.operator: operator is Equal or Exists, found "In"`},
 		"groups in defaults": {yaml: "defaults: {groups: [a]}\n", want: "f.yaml:1:11: defaults: hide, groups and multiGPU are set per kind, not in defaults"},
 	}
 	for name, tc := range cases {
@@ -315,5 +316,23 @@ func TestRenderer(t *testing.T) {
 	r := &profiles.Renderer{Catalog: kinds{err: catalog.ErrNotReady}, Config: func() *profiles.Config { return cfg }}
 	if _, err := r.Render(context.Background(), profiles.Request{User: "bob"}); !errors.Is(err, catalog.ErrNotReady) {
 		t.Errorf("not ready: %v", err)
+	}
+}
+
+func TestUnknownProduct(t *testing.T) {
+	n := fixture.Node("odd").Res("nvidia.com/gpu", 2).Obj()
+	ks, _ := catalog.FromObjects([]*corev1.Node{n}, nil, catalog.Options{}).Kinds()
+	cfg := &profiles.Config{Kinds: map[string]profiles.Override{"gpu": {MultiGPU: []int64{2}}}}
+	var got []string
+	for _, c := range profiles.Choices(ks, cfg) {
+		got = append(got, c.Slug+": "+c.DisplayName+": "+c.Description)
+	}
+	want := []string{
+		"cpu: CPU only: No GPU: for work that does not need one.",
+		"gpu-unknown: GPU of unknown model (whole GPU): A whole GPU of unknown model, yours alone.",
+		"gpu-unknown-x2: 2x GPU of unknown model (2 whole GPUs): Two whole GPUs of unknown model on one node, yours alone.",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
