@@ -15,7 +15,7 @@ NODE_PREFIX      := $(GPUHUB_CACHE)/node
 CHP              := $(NODE_PREFIX)/node_modules/.bin/configurable-http-proxy
 HUB_INT_PKGS     ?= ./e2e/hubint/... ./e2e/internal/hubproc/...
 # e2e/hubint/quota also needs a control plane (etcd, kube-apiserver: KubeSpawner), helm (the chart's RBAC for
-# gpu-quota) and gpu-quota built from this tree.
+# gpu-quota) and gpu-quota built from this tree; e2e/hubint/profiles a control plane and gpu-profiles.
 HUB_INT_FLAGS    ?= -race -count=1 -timeout 10m
 
 # hub-venv builds venv $(1) from requirements file $(2) unless the venv's stamp holds the sha256 of
@@ -70,13 +70,14 @@ chp: ## configurable-http-proxy from npm (pinned) under $GPUHUB_CACHE/node.
 	fi
 
 .PHONY: integration
-integration: venv-hub55 venv-hub6 chp etcd kube-binaries $(HELM) ## Hub integration tests (e2e/hubint, incl. gpu-quota refusals) against real JupyterHub 5.5 and 6.x.
+integration: venv-hub55 venv-hub6 chp etcd kube-binaries $(HELM) ## Hub integration tests (e2e/hubint, incl. gpu-quota refusals and the gpu-profiles spawn form) against real JupyterHub 5.5 and 6.x.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/gpu-quota ./services/gpu-quota
+	$(GO) build -o $(BIN)/gpu-profiles ./services/gpu-profiles
 	@for venv in $(VENV_HUB55) $(VENV_HUB6); do \
 	  echo "==> Hub integration tests against jupyterhub $$("$$venv/bin/jupyterhub" --version) ($$venv)"; \
 	  GPUHUB_HUB_VENV="$$venv" GPUHUB_CHP="$(CHP)" GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_HELM="$(HELM)" \
-	  GPUHUB_QUOTA_BIN="$(BIN)/gpu-quota" \
+	  GPUHUB_QUOTA_BIN="$(BIN)/gpu-quota" GPUHUB_PROFILES_BIN="$(BIN)/gpu-profiles" \
 	    $(GO) test $(HUB_INT_FLAGS) -tags integration $(HUB_INT_PKGS) || exit 1; \
 	done
 

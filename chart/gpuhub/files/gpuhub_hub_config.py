@@ -2,12 +2,22 @@
 #
 #   z2jh:       helm upgrade ... --set-file hub.extraConfig.gpuhub=chart/gpuhub/files/gpuhub_hub_config.py
 #   make demo:  the local Hub's values (e2e/gpuhubstack writes hub.extraConfig.gpuhub the same way)
-#   tests:      e2e/hubint/quota runs it in JupyterHub 5.5 and 6.x unchanged
+#   tests:      e2e/hubint/quota and e2e/hubint/profiles run it in JupyterHub 5.5 and 6.x unchanged
 #
-# What it does: before KubeSpawner creates a GPU server's pod, it asks gpu-quota
+# Two parts, each active only when its service is configured:
+#
+# gpu-quota: before KubeSpawner creates a GPU server's pod, it asks gpu-quota
 # (POST <service prefix>api/v1/admit) with the pod's real GPU request and refuses the spawn with
 # gpu-quota's message when the answer is no. It is thin on purpose: every decision is made in Go by
 # gpu-quota; nothing here is cached per user. See chart/README.md ("Quota at spawn time").
+#
+# gpu-profiles: KubeSpawner's profile_list becomes a callable that asks gpu-profiles
+# (POST <service prefix>api/v1/profiles) for the user's choices with their free counts, caches the
+# answer per user for a few seconds, and falls back to the admin's static list (singleuser.profileList,
+# whatever c.KubeSpawner.profile_list was when this file ran) with a note on the form when gpu-profiles
+# does not answer. The form (profile_form_template, below) shows free counts and disabled choices with
+# the reason. A start whose choice gpu-profiles shows as unavailable is refused at once, naming what is
+# free, and the Hub does not count it as a failure. See chart/README.md ("Spawn form from gpu-profiles").
 #
 # Environment (all optional):
 #   GPUHUB_QUOTA_URL             gpu-quota's base URL with its prefix, e.g.
@@ -16,9 +26,15 @@
 #   GPUHUB_QUOTA_TOKEN           the token to send (default: that service's api_token)
 #   GPUHUB_QUOTA_ON_UNAVAILABLE  open | closed, used until gpu-quota has answered once (default open)
 #   GPUHUB_QUOTA_TIMEOUT         seconds to wait for an answer (default 2)
+#   GPUHUB_PROFILES_URL          gpu-profiles' base URL with its prefix (default: from the Hub service
+#                                "gpu-profiles", as for gpu-quota)
+#   GPUHUB_PROFILES_TOKEN        the token to send (default: that service's api_token)
+#   GPUHUB_PROFILES_TIMEOUT      seconds to wait for an answer (default 1): the form never waits longer
+#   GPUHUB_PROFILES_CACHE_SECONDS  how long one user's answer is reused (default 5)
 #
-# Without a "gpu-quota" service entry (and no GPUHUB_QUOTA_URL/TOKEN) the glue does nothing and says so
-# once in the Hub log.
+# Without a "gpu-quota" service entry (and no GPUHUB_QUOTA_URL/TOKEN) the quota part does nothing and
+# says so once in the Hub log; without a "gpu-profiles" one the static profile list and KubeSpawner's
+# own form stay as they are.
 
 
 def _gpuhub_quota_glue(c):
@@ -217,12 +233,12 @@ def _gpuhub_quota_glue(c):
 
         future.add_done_callback(take_back)
 
-    def refuse(spawner, message):
+    def refuse(spawner, message, reason=service_name):
         if hub_counts_refusals:
             keep_out_of_failure_count(spawner)
             exc = web.HTTPError(403, "%s", message)
         else:
-            exc = spawn_exception(message, reason="gpu-quota", status_code=403)
+            exc = spawn_exception(message, reason=reason, status_code=403)
         # What the spawn form, the progress page and (6.x) the REST API show: plain text.
         exc.jupyterhub_message = message
         raise exc
@@ -316,12 +332,22 @@ def _gpuhub_quota_glue(c):
         refuse(spawner, message)
 
     previous = c.KubeSpawner.modify_pod_hook if "modify_pod_hook" in c.KubeSpawner else None
+    # Checks that run before gpu-quota is asked (the profile part's "still available?"): each is
+    # async (spawner, pod) and refuses by raising through refuse(); anything else it raises is logged.
+    before_admit = []
 
     async def gpuhub_modify_pod_hook(spawner, pod):
         # A modify_pod_hook set before this file (an earlier hub.extraConfig key) runs first, so the
         # quota sees the pod that will really be created.
         if callable(previous):
             pod = await maybe_future(previous(spawner, pod))
+        for check in before_admit:
+            try:
+                await check(spawner, pod)
+            except web.HTTPError:
+                raise
+            except Exception:
+                spawner.log.exception("gpuhub glue: unexpected error in %s for %s's server", check.__name__, spawner.user.name)
         try:
             return await admit(spawner, pod)
         except web.HTTPError:
@@ -335,5 +361,438 @@ def _gpuhub_quota_glue(c):
 
     c.KubeSpawner.modify_pod_hook = gpuhub_modify_pod_hook
 
+    # What the profile part shares with this one: one refusal path (one trap handling), one reading
+    # of a pod's GPU request, one way to register metrics.
+    from types import SimpleNamespace
 
-_gpuhub_quota_glue(c)  # noqa: F821 (c is the Hub's config, as in every jupyterhub_config.py snippet)
+    return SimpleNamespace(
+        refuse=refuse,
+        quota_configured=lambda spawner: resolve(spawner) is not None,
+        pod_gpus=pod_gpus,
+        field=field,
+        count=count,
+        metric=metric,
+        before_admit=before_admit,
+    )
+
+
+def _gpuhub_profiles_glue(c, glue, form):
+    """The spawn form from gpu-profiles: a callable profile_list, its template, and the start-time check.
+
+    Installed only when a Hub service "gpu-profiles" (or GPUHUB_PROFILES_URL/TOKEN) is configured;
+    otherwise the admin's static profile list and KubeSpawner's own form stay as they are.
+    """
+    import copy
+    import json
+    import os
+    import time
+    import weakref
+
+    from jupyterhub.utils import maybe_future
+    from prometheus_client import Counter, Histogram
+    from tornado import web
+    from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+
+    service_name = "gpu-profiles"
+    fallback_note = (
+        "Live GPU availability cannot be shown right now (the gpu-profiles service did not answer), so "
+        "these are the standard choices and free counts are not shown. A choice that is in use may not "
+        "start; if it does not, try again in a few minutes or pick another."
+    )
+
+    def setting(name, default):
+        try:
+            value = float(os.environ.get(name, default))
+        except ValueError:
+            value = float(default)
+        return value if value > 0 else float(default)
+
+    timeout = setting("GPUHUB_PROFILES_TIMEOUT", "1")
+    cache_seconds = setting("GPUHUB_PROFILES_CACHE_SECONDS", "5")
+    max_users = 10000  # answers kept (by user); the oldest go first
+
+    service = {}
+    if "services" in c.JupyterHub:
+        for s in c.JupyterHub.services or []:
+            if isinstance(s, dict) and s.get("name") == service_name:
+                service = s
+    env_url = os.environ.get("GPUHUB_PROFILES_URL", "").strip()
+    token = os.environ.get("GPUHUB_PROFILES_TOKEN", "").strip() or service.get("api_token") or ""
+    if not (env_url or service.get("url")) or not token:
+        return  # not deployed: z2jh's singleuser.profileList and KubeSpawner's form as usual
+
+    # The admin's static list (z2jh singleuser.profileList) as it was when this file ran: the fallback.
+    static = c.KubeSpawner.profile_list if "profile_list" in c.KubeSpawner else []
+
+    requests_total = glue.metric(
+        Counter,
+        "gpuhub_profiles_glue_requests_total",
+        "Profile lists the Hub built for the spawn form and for starts, by source: live (gpu-profiles "
+        "answered), cached (a young answer reused), fallback (the admin's static list).",
+        ["result"],
+    )
+    request_seconds = glue.metric(
+        Histogram,
+        "gpuhub_profiles_glue_request_duration_seconds",
+        "Time the Hub waited for gpu-profiles' answer.",
+        [],
+        buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5),
+    )
+    refusals_total = glue.metric(
+        Counter,
+        "gpuhub_profiles_glue_refusals_total",
+        "Starts refused because gpu-profiles showed the choice as unavailable (none free, over quota, gone).",
+        ["reason"],
+    )
+
+    class Unavailable(Exception):
+        """gpu-profiles gave no usable answer; the message says why (never holds the token)."""
+
+    answers = {}  # user name -> (monotonic time, profiles, note): the cache, and what the user last saw
+    at_start = weakref.WeakKeyDictionary()  # spawner -> (live profiles or None, full list) of its start
+    target = {}
+
+    def endpoint(spawner):
+        if "url" not in target:
+            url = env_url
+            if not url:
+                # The Hub asks the service directly at its url, under the prefix the proxy routes to it.
+                base = spawner.user.settings.get("base_url") or "/"
+                url = service["url"].rstrip("/") + base.rstrip("/") + "/services/" + service_name + "/"
+            if not url.endswith("/"):
+                url += "/"
+            target["url"] = url + "api/v1/profiles"
+            spawner.log.info("gpuhub profiles glue: spawn choices come from %s", target["url"])
+        return target["url"]
+
+    def remember(user, profiles, note):
+        if len(answers) >= max_users:
+            for name, _ in sorted(answers.items(), key=lambda kv: kv[1][0])[: max_users // 10]:
+                answers.pop(name, None)
+        answers[user] = (time.monotonic(), profiles, note)
+
+    def young(entry):
+        return entry is not None and time.monotonic() - entry[0] < cache_seconds
+
+    async def ask(spawner):
+        body = {
+            "user": spawner.user.name,
+            "groups": sorted(g.name for g in spawner.user.groups),
+            "server": spawner.name or "",
+        }
+        request = HTTPRequest(
+            endpoint(spawner),
+            method="POST",
+            headers={"Authorization": "token " + token, "Content-Type": "application/json"},
+            body=json.dumps(body),
+            connect_timeout=timeout,
+            request_timeout=timeout,
+        )
+        t0 = time.monotonic()
+        try:
+            resp = await AsyncHTTPClient().fetch(request, raise_error=False)
+        except Exception as e:
+            raise Unavailable(f"unreachable ({type(e).__name__}: {e})") from None
+        finally:
+            request_seconds.observe(time.monotonic() - t0)
+        if resp.code == 599:
+            raise Unavailable(f"unreachable ({resp.error})")
+        try:
+            answer = json.loads(resp.body or b"{}")
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            answer = {}
+        if resp.code != 200:
+            if resp.code == 401:
+                spawner.log.error("gpuhub profiles glue: gpu-profiles refused the Hub's token (401): check the gpu-profiles service's api_token")
+            msg = answer.get("message") if isinstance(answer.get("message"), str) else ""
+            raise Unavailable(f"answered {resp.code} {msg}".strip())
+        profiles = answer.get("profiles")
+        if (
+            not isinstance(profiles, list)
+            or not profiles
+            or not all(isinstance(p, dict) and isinstance(p.get("slug"), str) and p["slug"] for p in profiles)
+        ):
+            raise Unavailable("answered without a list of profiles")
+        note = answer.get("note") if isinstance(answer.get("note"), str) else ""
+        remember(spawner.user.name, profiles, note)
+        return profiles, note
+
+    async def static_profiles(spawner):
+        profiles = static
+        if callable(profiles):
+            profiles = await maybe_future(profiles(spawner))
+        if isinstance(profiles, dict):  # KubeSpawner accepts a dict too: its values, sorted by key
+            profiles = [profiles[k] for k in sorted(profiles)]
+        out = []
+        for p in profiles or []:
+            p = dict(p)
+            if not p.get("slug") and p.get("display_name"):
+                from slugify import slugify  # what KubeSpawner names a profile without a slug
+
+                p["slug"] = slugify(p["display_name"])
+            out.append(p)
+        return out
+
+    def with_note(profiles, note):
+        # The template receives only the profile list: the note rides on the first profile.
+        if not profiles or not note:
+            return profiles
+        return [dict(profiles[0], gpuhub_note=note)] + list(profiles[1:])
+
+    def slugs(profiles):
+        return {p.get("slug") for p in profiles}
+
+    def chosen_slug(spawner, profiles):
+        """The profile KubeSpawner applies: user_options' profile, else the default, else the first."""
+        slug = (spawner.user_options or {}).get("profile")
+        if slug:
+            return slug
+        for p in profiles:
+            if p.get("default"):
+                return p.get("slug")
+        return profiles[0].get("slug") if profiles else None
+
+    def find(profiles, slug):
+        for p in profiles:
+            if p.get("slug") == slug:
+                return p
+        return None
+
+    def available(p):
+        g = p.get("gpuhub") if p else None
+        return not (isinstance(g, dict) and g.get("available") is False)
+
+    async def render_list(spawner):
+        user = spawner.user.name
+        entry = answers.get(user)
+        if young(entry):
+            requests_total.labels(result="cached").inc()
+            return with_note(entry[1], entry[2])
+        try:
+            profiles, note = await ask(spawner)
+        except Unavailable as e:
+            spawner.log.warning("gpuhub profiles glue: gpu-profiles %s; %s's spawn form shows the static list", e, user)
+            requests_total.labels(result="fallback").inc()
+            return with_note(await static_profiles(spawner), fallback_note)
+        requests_total.labels(result="live").inc()
+        return with_note(profiles, note)
+
+    async def start_list(spawner):
+        """The list KubeSpawner resolves the user's choice in when the server starts. It holds every slug
+        the user may have been shown: the live list, the static one (the form may have been the fallback),
+        and what the user saw last (a choice gone since then is refused by name, not a "No such profile")."""
+        user = spawner.user.name
+        previous = answers.get(user)
+        slug = (spawner.user_options or {}).get("profile") or ""
+        live = None
+        # A young answer is enough when gpu-quota will still be asked (it refuses none_free itself) and
+        # the answer shows the choice available; otherwise the start gets a fresh answer.
+        if young(previous) and available(find(previous[1], slug)) and glue.quota_configured(spawner):
+            live = previous[1]
+            requests_total.labels(result="cached").inc()
+        else:
+            try:
+                live, _ = await ask(spawner)
+                requests_total.labels(result="live").inc()
+            except Unavailable as e:
+                spawner.log.warning("gpuhub profiles glue: gpu-profiles %s; %s's start uses the static list", e, user)
+                requests_total.labels(result="fallback").inc()
+        fixed = await static_profiles(spawner)
+        if live is None:
+            full = list(fixed)
+            # A choice from the last live form: start it unchecked (gpu-quota, when deployed, still decides).
+            for p in previous[1] if previous else []:
+                if p.get("slug") not in slugs(full):
+                    p = {k: v for k, v in p.items() if k != "gpuhub"}
+                    full.append(dict(p, default=False))
+            if slug and slug not in slugs(full):
+                glue.refuse(
+                    spawner,
+                    f"The choice {slug!r} cannot be checked right now because the gpu-profiles service is not "
+                    "answering. Reload the spawn page and pick again.",
+                    reason=service_name,
+                )
+        else:
+            full = list(live)
+            for p in fixed:
+                if p.get("slug") not in slugs(full):
+                    full.append(dict(p, default=False))
+            for p in previous[1] if previous else []:
+                if p.get("slug") not in slugs(full):
+                    gone = dict(p.get("gpuhub") or {}, available=False, reason="gone", reasonText="This choice is no longer offered.")
+                    full.append(dict(p, default=False, gpuhub=gone))
+        at_start[spawner] = (live, full)
+        return full
+
+    async def gpuhub_profile_list(spawner):
+        starting = spawner.pending == "spawn"
+        try:
+            if starting:
+                return await start_list(spawner)
+            return await render_list(spawner)
+        except web.HTTPError:
+            raise  # a refusal
+        except Exception:
+            # A bug here must never cost the user the form or the start: the static list always works.
+            spawner.log.exception("gpuhub profiles glue: building %s's profile list failed; using the static list", spawner.user.name)
+            requests_total.labels(result="fallback").inc()
+            fixed = await static_profiles(spawner)
+            return fixed if starting else with_note(fixed, fallback_note)
+
+    def gpu_request(p):
+        override = p.get("kubespawner_override") or {}
+        limits = override.get("extra_resource_limits") or {}
+        return {k: glue.count(v) for k, v in limits.items() if k.startswith("nvidia.com/") and glue.count(v) > 0}
+
+    def same_kind(p, gpus, node_selector):
+        """A live profile asking for the same GPUs on nodes the pod may land on (no selector disagrees)."""
+        if gpu_request(p) != gpus:
+            return False
+        mine = (p.get("kubespawner_override") or {}).get("node_selector") or {}
+        return all(node_selector.get(k, v) == v for k, v in mine.items())
+
+    def free_now(live):
+        names = []
+        for p in live or []:
+            g = p.get("gpuhub")
+            if not isinstance(g, dict) or g.get("kind") in ("cpu", "static") or not available(p):
+                continue
+            free = g.get("free")
+            names.append(f"{p.get('display_name') or p.get('slug')} ({free} free)" if isinstance(free, int) else str(p.get("display_name") or p.get("slug")))
+        if names:
+            return "Free now: " + "; ".join(names) + "."
+        return "No GPU is free right now; a CPU-only server can start."
+
+    async def still_available(spawner, pod):
+        """Refuse a start whose choice gpu-profiles showed as unavailable at start (a race with the form,
+        or an API spawn naming it), before gpu-quota is asked and before any pod exists."""
+        entry = at_start.pop(spawner, None)
+        if entry is None:
+            return
+        live, full = entry
+        p = find(full, chosen_slug(spawner, full))
+        if p is None:
+            return
+        if not isinstance(p.get("gpuhub"), dict):
+            # A static choice: judged by the live profile that asks for the same GPUs, if any.
+            gpus = glue.pod_gpus(pod)
+            if not gpus or not live:
+                return
+            spec = glue.field(pod, "spec")
+            selector = dict(glue.field(spec, "node_selector", "nodeSelector") or {})
+            match = next((q for q in live if isinstance(q.get("gpuhub"), dict) and same_kind(q, gpus, selector)), None)
+            if match is None:
+                return
+            g = match["gpuhub"]
+        else:
+            g = p["gpuhub"]
+        if g.get("available") is not False:
+            return
+        reason = g.get("reason") if g.get("reason") in ("none_free", "quota", "unschedulable", "gone") else "other"
+        text = g.get("reasonText") if isinstance(g.get("reasonText"), str) and g.get("reasonText") else "It is not available right now."
+        message = f"{p.get('display_name') or p.get('slug')} is not available. {text}"
+        if "free now" not in text.lower():
+            message += " " + free_now(live)
+        refusals_total.labels(reason=reason).inc()
+        spawner.log.info("gpuhub profiles glue: refuse %s's server %r: %r is unavailable (%s)", spawner.user.name, spawner.name, p.get("slug"), reason)
+        glue.refuse(spawner, message, reason=service_name)
+
+    glue.before_admit.append(still_available)
+    c.KubeSpawner.profile_list = gpuhub_profile_list
+    if "profile_form_template" in c.KubeSpawner or "additional_profile_form_template_paths" in c.KubeSpawner:
+        return  # the admin's own form wins; the start-time check above still refuses unavailable choices
+    c.KubeSpawner.profile_form_template = form
+
+
+# The spawn form (KubeSpawner's profile_form_template). KubeSpawner renders it with Jinja WITHOUT
+# autoescape and the Hub inserts the result unescaped, so every value is escaped here with |e: names,
+# descriptions and reasons come from gpu-profiles or the admin's list. It gets `profile_list` (the dicts
+# the callable returned, initialised by KubeSpawner: one has default true) and `user_options` (the last
+# choice). Plain HTML, no script: a fieldset of native radios (arrow keys move between enabled ones,
+# disabled ones are skipped), each with its label; a disabled choice says why, linked by aria-describedby.
+PROFILE_FORM = """
+<style>
+  #gpuhub-profiles fieldset { border: 0; margin: 0; padding: 0; }
+  #gpuhub-profiles legend { font-size: 1.1rem; font-weight: 600; margin-bottom: 0.5rem; }
+  #gpuhub-profiles .gpuhub-choice { display: flex; gap: 0.75rem; padding: 0.75rem 0; border-bottom: 1px solid #ccc; }
+  #gpuhub-profiles .gpuhub-choice input[type=radio] { margin-top: 0.3rem; flex: none; }
+  #gpuhub-profiles .gpuhub-choice input:focus-visible { outline: 3px solid #1a73e8; outline-offset: 2px; }
+  #gpuhub-profiles .gpuhub-choice label { font-weight: 600; margin: 0; }
+  #gpuhub-profiles .gpuhub-choice p { margin: 0.25rem 0 0 0; }
+  #gpuhub-profiles .gpuhub-free { font-weight: normal; margin-left: 0.5rem; }
+  #gpuhub-profiles .gpuhub-off label, #gpuhub-profiles .gpuhub-off .gpuhub-desc { color: #595959; }
+  #gpuhub-profiles .gpuhub-reason { color: #8a1c1c; }
+  #gpuhub-profiles .gpuhub-option { margin-top: 0.5rem; }
+</style>
+{%- set ns = namespace(selected=none, note="") %}
+{%- if profile_list and profile_list[0].gpuhub_note %}{% set ns.note = profile_list[0].gpuhub_note %}{% endif %}
+{%- set last = user_options.profile if user_options else none %}
+{#- Preselect the last choice, else the default, else the first: only among enabled choices. #}
+{%- for p in profile_list if not (p.gpuhub is mapping and p.gpuhub.available is sameas false) %}
+  {%- if ns.selected is none and last and p.slug == last %}{% set ns.selected = p.slug %}{% endif %}
+{%- endfor %}
+{%- for p in profile_list if not (p.gpuhub is mapping and p.gpuhub.available is sameas false) %}
+  {%- if ns.selected is none and p.default %}{% set ns.selected = p.slug %}{% endif %}
+{%- endfor %}
+{%- for p in profile_list if not (p.gpuhub is mapping and p.gpuhub.available is sameas false) %}
+  {%- if ns.selected is none %}{% set ns.selected = p.slug %}{% endif %}
+{%- endfor %}
+<div id="gpuhub-profiles">
+  {%- if ns.note %}
+  <div class="alert alert-warning" role="status" id="gpuhub-note">{{ ns.note|e }}</div>
+  {%- endif %}
+  <fieldset>
+    <legend>Choose a server type</legend>
+    {%- for p in profile_list %}
+    {%- set g = p.gpuhub if p.gpuhub is mapping else {} %}
+    {%- set off = g.available is sameas false %}
+    {%- set id = "gpuhub-profile-" ~ loop.index %}
+    <div class="gpuhub-choice{% if off %} gpuhub-off{% endif %}">
+      <input type="radio" name="profile" id="{{ id }}" value="{{ p.slug|e }}"
+             {%- if p.slug == ns.selected %} checked{% endif %}
+             {%- if off %} disabled aria-disabled="true"{% endif %}
+             aria-describedby="{{ id }}-desc{% if off %} {{ id }}-reason{% endif %}">
+      <div>
+        <label for="{{ id }}">{{ p.display_name|e }}
+          {%- if g.free is number and g.kind not in ("cpu", "static") %}
+          <span class="gpuhub-free">{{ g.free|e }} free{% if g.total is number %} of {{ g.total|e }}{% endif %}</span>
+          {%- endif %}
+        </label>
+        <p class="gpuhub-desc" id="{{ id }}-desc">{{ (p.description or "")|e }}</p>
+        {%- if off %}
+        <p class="gpuhub-reason" id="{{ id }}-reason">{{ (g.reasonText or "Not available right now.")|e }}</p>
+        {%- endif %}
+        {%- for key, option in (p.profile_options or {}).items() %}
+        {%- set oid = id ~ "-option-" ~ loop.index %}
+        {%- set picked = user_options[key] if (user_options and last == p.slug and key in user_options) else none %}
+        {%- if option.choices %}
+        <div class="gpuhub-option">
+          <label for="{{ oid }}">{{ (option.display_name or key)|e }}</label>
+          <select class="form-select" name="profile-option-{{ p.slug|e }}--{{ key|e }}" id="{{ oid }}"{% if off %} disabled{% endif %}>
+            {%- for ck, choice in option.choices.items() %}
+            <option value="{{ ck|e }}"{% if (picked is not none and ck == picked) or (picked is none and choice.default) %} selected{% endif %}>{{ (choice.display_name or ck)|e }}</option>
+            {%- endfor %}
+          </select>
+        </div>
+        {%- endif %}
+        {%- if option.unlisted_choice and option.unlisted_choice.enabled %}
+        <div class="gpuhub-option">
+          <label for="{{ oid }}-other">{{ (option.unlisted_choice.display_name or "Other")|e }}{% if option.choices %} (leave empty to use the list){% endif %}</label>
+          <input class="form-control" type="text" name="profile-option-{{ p.slug|e }}--{{ key|e }}--unlisted-choice" id="{{ oid }}-other"
+                 {%- if option.unlisted_choice.validation_regex %} pattern="{{ option.unlisted_choice.validation_regex|e }}"{% endif %}
+                 {%- if option.unlisted_choice.validation_message %} title="{{ option.unlisted_choice.validation_message|e }}"{% endif %}
+                 {%- if off %} disabled{% endif %}>
+        </div>
+        {%- endif %}
+        {%- endfor %}
+      </div>
+    </div>
+    {%- endfor %}
+  </fieldset>
+</div>
+"""
+
+
+_gpuhub_profiles_glue(c, _gpuhub_quota_glue(c), PROFILE_FORM)  # noqa: F821 (c is the Hub's config, as in every jupyterhub_config.py snippet)

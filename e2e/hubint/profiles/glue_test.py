@@ -1,0 +1,418 @@
+"""Unit tests of the Hub glue's profile part (chart/gpuhub/files/gpuhub_hub_config.py), run by TestGlueUnit with
+the Hub's own Python (the venv of the Hub line under test): the glue is executed as the Hub's config executes it,
+against a fake gpu-profiles on 127.0.0.1 and fake spawners; the form is rendered by KubeSpawner's own code.
+The real Hub, KubeSpawner and gpu-profiles are in profiles_test.go."""
+
+import asyncio
+import html.parser
+import http.server
+import json
+import logging
+import os
+import threading
+import time
+import unittest
+import weakref
+from types import SimpleNamespace
+
+import jupyterhub
+from kubernetes_asyncio.client import models as k8s
+from kubespawner import KubeSpawner
+from tornado import web
+from traitlets.config import Config
+
+GLUE = os.environ.get("GPUHUB_GLUE", "../../../chart/gpuhub/files/gpuhub_hub_config.py")
+
+STATIC = [
+    {"display_name": "CPU only", "slug": "cpu", "default": True, "description": "No GPU."},
+    {
+        "display_name": "H100 <static>",
+        "slug": "h100",
+        "description": "<script>alert(1)</script>",
+        "kubespawner_override": {
+            "node_selector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+            "extra_resource_limits": {"nvidia.com/gpu": "1"},
+        },
+    },
+    {
+        "display_name": "Image choice",
+        "slug": "images",
+        "profile_options": {
+            "image": {
+                "display_name": "Image",
+                "choices": {"a": {"display_name": "A"}, "b": {"display_name": "B <b>", "default": True}},
+                "unlisted_choice": {"enabled": True, "display_name": "Own image", "validation_regex": "^[a-z/:.]+$"},
+            }
+        },
+    },
+]
+
+
+def live_profile(slug, name, kind, free, total, available=True, reason="", text="", limits=None, selector=None):
+    override = {"extra_labels": {"gpuhub.io/profile": slug}}
+    if limits:
+        override["extra_resource_limits"] = limits
+        override["node_selector"] = selector or {}
+    return {
+        "slug": slug,
+        "display_name": name,
+        "description": f"{name} & more",
+        "default": kind == "cpu",
+        "kubespawner_override": override,
+        "gpuhub": {
+            "kind": kind,
+            "class": name,
+            "count": 1,
+            "free": free,
+            "total": total,
+            "nodes": 1,
+            "available": available,
+            "reason": reason,
+            "reasonText": text,
+        },
+    }
+
+
+H100_SELECTOR = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+LIVE = [
+    live_profile("cpu", "CPU only", "cpu", 0, 0),
+    live_profile(
+        "gpu-h100-80gb-hbm3", "NVIDIA H100 80GB", "gpu", 0, 2, False, "none_free", "None free right now (2 of 2 in use).",
+        {"nvidia.com/gpu": "1"}, H100_SELECTOR,
+    ),
+    live_profile(
+        "mig-a100-sxm4-40gb-1g-5gb", "A100 MIG 1g.5gb <slice>", "mig", 7, 8, limits={"nvidia.com/mig-1g.5gb": "1"},
+        selector={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"},
+    ),
+]
+
+
+class FakeProfiles(http.server.ThreadingHTTPServer):
+    """Answers each POST with `answer` (status, body) after `delay` seconds and records the requests."""
+
+    def __init__(self):
+        self.requests = []
+        self.answer = (200, {"profiles": LIVE, "generatedAt": "2026-01-01T00:00:00Z", "note": ""})
+        self.delay = 0
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.server.requests.append({"path": self.path, "auth": self.headers["Authorization"], "body": json.loads(body)})
+        time.sleep(self.server.delay)
+        status, answer = self.server.answer
+        data = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        try:
+            self.wfile.write(data)
+        except OSError:
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+def load_glue(services, static=STATIC, extra=None):
+    c = Config()
+    c.JupyterHub.services = services
+    if static is not None:
+        c.KubeSpawner.profile_list = static
+    for k, v in (extra or {}).items():
+        setattr(c.KubeSpawner, k, v)
+    with open(GLUE) as f:
+        exec(compile(f.read(), GLUE, "exec"), {"c": c})
+    return c
+
+
+log = logging.getLogger("glue-test")
+log.addHandler(logging.NullHandler())
+log.propagate = False
+
+
+class Spawner:
+    """What the glue reads of a KubeSpawner."""
+
+    def __init__(self, loop=None, user="bob", pending=None, profile=None):
+        self.user = SimpleNamespace(name=user, groups=[SimpleNamespace(name="students")], settings={"base_url": "/"})
+        self.name = ""
+        self.user_options = {"profile": profile} if profile else {}
+        self.log = log
+        self.pending = pending
+        self.consecutive_failure_limit = 5
+        self.handler = SimpleNamespace(settings={"failure_count": 0})
+        self._spawn_future = loop.create_future() if loop else None
+
+
+def gpu_pod(limits, selector):
+    return k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name="jupyter-bob", labels={}),
+        spec=k8s.V1PodSpec(
+            containers=[k8s.V1Container(name="notebook", resources=k8s.V1ResourceRequirements(limits=limits))],
+            node_selector=selector,
+        ),
+    )
+
+
+class Form(html.parser.HTMLParser):
+    """The parts of the rendered form an accessibility check needs."""
+
+    def __init__(self, text):
+        super().__init__()
+        self.radios, self.labels, self.ids, self.text = [], {}, {}, []
+        self.fieldset = self.legend = False
+        self._label = None
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if "id" in a:
+            self.ids[a["id"]] = tag
+        if tag == "input" and a.get("type") == "radio":
+            self.radios.append(a)
+        if tag == "label":
+            self._label = a.get("for")
+            self.labels[self._label] = ""
+        self.fieldset |= tag == "fieldset"
+        self.legend |= tag == "legend"
+
+    def handle_endtag(self, tag):
+        if tag == "label":
+            self._label = None
+
+    def handle_data(self, data):
+        self.text.append(data)
+        if self._label:
+            self.labels[self._label] += data
+
+
+def render(profiles, user_options=None):
+    """KubeSpawner's own rendering of profile_form_template (7.1.0's _render_options_form, unbound)."""
+    ks = SimpleNamespace(
+        profile_form_template=FORM,
+        additional_profile_form_template_paths=[],
+        user_options=user_options or {},
+        log=log,
+        _get_initialized_profile_list=lambda pl: KubeSpawner._get_initialized_profile_list(ks, pl),
+        _validate_user_options=lambda pl: KubeSpawner._validate_user_options(ks, pl),
+        _get_profile=lambda slug, pl: KubeSpawner._get_profile(ks, slug, pl),
+    )
+    return KubeSpawner._render_options_form(ks, profiles)
+
+
+FORM = load_glue([{"name": "gpu-profiles", "url": "http://127.0.0.1:9", "api_token": "x" * 16}]).KubeSpawner.profile_form_template
+
+
+class ProfilesGlueTest(unittest.TestCase):
+    def setUp(self):
+        self.svc = FakeProfiles()
+        self.addCleanup(self.svc.server_close)
+        self.addCleanup(self.svc.shutdown)
+        for k in ("GPUHUB_PROFILES_URL", "GPUHUB_PROFILES_TOKEN", "GPUHUB_PROFILES_TIMEOUT", "GPUHUB_PROFILES_CACHE_SECONDS"):
+            os.environ.pop(k, None)
+        self.services = [{"name": "gpu-profiles", "url": self.svc.url, "api_token": "profiles-token-123"}]
+
+    def call(self, c, **kw):
+        async def go():
+            s = Spawner(asyncio.get_running_loop(), **kw)
+            return await c.KubeSpawner.profile_list(s), s
+
+        return asyncio.run(go())
+
+    def test_not_configured_leaves_static_list(self):
+        c = load_glue([{"name": "gpu-quota", "url": self.svc.url, "api_token": "x" * 16}])
+        self.assertEqual(c.KubeSpawner.profile_list, STATIC)
+        self.assertNotIn("profile_form_template", c.KubeSpawner)
+
+    def test_render_asks_then_caches(self):
+        c = load_glue(self.services)
+        got, _ = self.call(c)
+        self.assertEqual([p["slug"] for p in got], [p["slug"] for p in LIVE])
+        (req,) = self.svc.requests
+        self.assertEqual(req["path"], "/services/gpu-profiles/api/v1/profiles")
+        self.assertEqual(req["auth"], "token profiles-token-123")
+        self.assertEqual(req["body"], {"user": "bob", "groups": ["students"], "server": ""})
+        self.call(c)
+        self.assertEqual(len(self.svc.requests), 1, "a second render within the cache time asked again")
+        self.call(c, user="alice")
+        self.assertEqual(len(self.svc.requests), 2, "the cache is per user")
+
+    def test_fallback_with_note(self):
+        cases = {
+            "503": lambda: setattr(self.svc, "answer", (503, {"message": "inventory not synced"})),
+            "401": lambda: setattr(self.svc, "answer", (401, {"message": "no"})),
+            "not a list": lambda: setattr(self.svc, "answer", (200, {"profiles": "x"})),
+            "slow": lambda: setattr(self.svc, "delay", 1.5),
+        }
+        os.environ["GPUHUB_PROFILES_TIMEOUT"] = "0.3"
+        for name, breakit in cases.items():
+            with self.subTest(name):
+                breakit()
+                c = load_glue(self.services)
+                t0 = time.monotonic()
+                got, _ = self.call(c)
+                self.assertLess(time.monotonic() - t0, 1.2)
+                self.assertEqual([p["slug"] for p in got], ["cpu", "h100", "images"])
+                self.assertIn("gpu-profiles service did not answer", got[0]["gpuhub_note"])
+                self.assertNotIn("gpuhub_note", STATIC[0], "the admin's list was changed")
+                page = render(got)
+                self.assertIn('id="gpuhub-note"', page)
+                self.svc.delay = 0
+
+    def test_down(self):
+        c = load_glue([{"name": "gpu-profiles", "url": "http://127.0.0.1:9", "api_token": "profiles-token-123"}])
+        with self.assertLogs("glue-test", level="WARNING") as logs:
+            got, _ = self.call(c)
+        self.assertEqual([p["slug"] for p in got], ["cpu", "h100", "images"])
+        self.assertNotIn("profiles-token-123", "\n".join(logs.output))
+
+    def test_form_markup(self):
+        page = render([dict(LIVE[0], gpuhub_note="Note <b>&</b>")] + LIVE[1:] + STATIC[1:])
+        f = Form(page)
+        self.assertTrue(f.fieldset and f.legend)
+        self.assertEqual([r["value"] for r in f.radios], ["cpu", "gpu-h100-80gb-hbm3", "mig-a100-sxm4-40gb-1g-5gb", "h100", "images"])
+        for r in f.radios:
+            self.assertIn(r["id"], f.labels, f"radio {r['value']} has no label")
+            for ref in r["aria-describedby"].split():
+                self.assertIn(ref, f.ids, f"radio {r['value']} is described by a missing element {ref}")
+        off = [r for r in f.radios if "disabled" in r]
+        self.assertEqual([r["value"] for r in off], ["gpu-h100-80gb-hbm3"])
+        self.assertEqual(off[0]["aria-disabled"], "true")
+        self.assertIn(off[0]["id"] + "-reason", off[0]["aria-describedby"])
+        self.assertIn("None free right now (2 of 2 in use).", page)
+        self.assertIn("7 free of 8", " ".join(f.labels.values()))
+        # The default (CPU) is checked; no disabled choice is.
+        self.assertEqual([r["value"] for r in f.radios if "checked" in r], ["cpu"])
+        # Nothing from the lists is markup.
+        for raw in ("<script>alert(1)</script>", "<static>", "<slice>", "Note <b>&</b>", "B <b>"):
+            self.assertNotIn(raw, page)
+        self.assertIn("&lt;script&gt;alert(1)&lt;/script&gt;", page)
+        self.assertIn("Note &lt;b&gt;&amp;&lt;/b&gt;", page)
+        # profile_options: a select named as KubeSpawner reads it, default chosen; the unlisted text field.
+        self.assertIn('name="profile-option-images--image"', page)
+        self.assertRegex(page, r'<option value="b" selected>B &lt;b&gt;</option>')
+        self.assertIn('name="profile-option-images--image--unlisted-choice"', page)
+
+    def test_form_preselects_last_enabled_choice(self):
+        page = render(LIVE, {"profile": "mig-a100-sxm4-40gb-1g-5gb"})
+        self.assertEqual([r["value"] for r in Form(page).radios if "checked" in r], ["mig-a100-sxm4-40gb-1g-5gb"])
+        # The last choice is now disabled, and the default too: the first enabled one is checked.
+        lst = [dict(LIVE[1], default=True), LIVE[2], LIVE[0]]
+        lst[2] = dict(lst[2], default=False)
+        page = render(lst, {"profile": "gpu-h100-80gb-hbm3"})
+        self.assertEqual([r["value"] for r in Form(page).radios if "checked" in r], ["mig-a100-sxm4-40gb-1g-5gb"])
+
+    def start(self, c, profile, pod):
+        """profile_list at start (a pending spawn), then the modify_pod_hook: the glue's part of a start."""
+
+        async def go():
+            s = Spawner(asyncio.get_running_loop(), pending="spawn", profile=profile)
+            profiles = await c.KubeSpawner.profile_list(s)
+            try:
+                return profiles, await c.KubeSpawner.modify_pod_hook(s, pod), s
+            except web.HTTPError as e:
+                if jupyterhub.version_info[0] < 6:
+                    # The refusal undoes its own failure count (see THE TRAP in the glue).
+                    self.assertEqual(s.consecutive_failure_limit, 0)
+                    s.handler.settings["failure_count"] += 1
+                    s._spawn_future.set_exception(e)
+                    await asyncio.sleep(0)
+                    await asyncio.sleep(0)
+                    self.assertEqual(s.handler.settings["failure_count"], 0)
+                    self.assertEqual(s.consecutive_failure_limit, 5)
+                raise
+
+        return asyncio.run(go())
+
+    def test_start_refuses_unavailable_choice(self):
+        c = load_glue(self.services)
+        pod = gpu_pod({"nvidia.com/gpu": "1"}, H100_SELECTOR)
+        with self.assertRaises(web.HTTPError) as cm:
+            self.start(c, "gpu-h100-80gb-hbm3", pod)
+        msg = cm.exception.jupyterhub_message
+        self.assertEqual(cm.exception.status_code, 403)
+        self.assertIn("None free right now", msg)
+        self.assertIn("Free now: A100 MIG 1g.5gb <slice> (7 free).", msg)
+        # A static choice asking for the same GPUs is judged by the live one.
+        with self.assertRaises(web.HTTPError):
+            self.start(c, "h100", pod)
+
+    def test_start_asks_fresh_without_quota(self):
+        c = load_glue(self.services)
+        self.call(c)  # the form
+        profiles, got, _ = self.start(c, "mig-a100-sxm4-40gb-1g-5gb", gpu_pod({"nvidia.com/mig-1g.5gb": "1"}, {}))
+        self.assertEqual(len(self.svc.requests), 2, "the start reused the form's answer with no gpu-quota to catch a race")
+        # The start's list resolves the static slugs too (the form may have been the fallback), none default.
+        self.assertEqual([p["slug"] for p in profiles], [p["slug"] for p in LIVE] + ["h100", "images"])
+        self.assertEqual([p["slug"] for p in profiles if p.get("default")], ["cpu"])
+
+    def test_start_reuses_young_answer_with_quota(self):
+        quota = FakeProfiles()
+        self.addCleanup(quota.server_close)
+        self.addCleanup(quota.shutdown)
+        quota.answer = (200, {"allow": True, "reason": "ok", "decisionId": "d-1"})
+        c = load_glue(self.services + [{"name": "gpu-quota", "url": quota.url, "api_token": "quota-token-123"}])
+        self.call(c)  # the form
+        self.start(c, "mig-a100-sxm4-40gb-1g-5gb", gpu_pod({"nvidia.com/mig-1g.5gb": "1"}, {}))
+        self.assertEqual(len(self.svc.requests), 1, "gpu-quota decides at start: the form's young answer is enough")
+        self.assertEqual(len(quota.requests), 1)
+        # A choice the young answer shows unavailable is asked again (it may have freed up), then refused
+        # without asking gpu-quota.
+        with self.assertRaises(web.HTTPError):
+            self.start(c, "gpu-h100-80gb-hbm3", gpu_pod({"nvidia.com/gpu": "1"}, H100_SELECTOR))
+        self.assertEqual(len(self.svc.requests), 2)
+        self.assertEqual(len(quota.requests), 1)
+
+    def test_start_when_a_choice_is_gone(self):
+        c = load_glue(self.services)
+        self.call(c)  # the form showed the MIG choice
+        self.svc.answer = (200, {"profiles": LIVE[:2]})
+        with self.assertRaises(web.HTTPError) as cm:
+            self.start(c, "mig-a100-sxm4-40gb-1g-5gb", gpu_pod({"nvidia.com/mig-1g.5gb": "1"}, {}))
+        self.assertIn("no longer offered", cm.exception.jupyterhub_message)
+
+    def test_start_while_down(self):
+        c = load_glue(self.services)
+        self.call(c)  # the live form
+        self.svc.answer = (503, {"message": "not synced"})
+        # A live choice from the last form starts unchecked; a static one resolves; an unknown one is refused.
+        profiles, _, _ = self.start(c, "mig-a100-sxm4-40gb-1g-5gb", gpu_pod({"nvidia.com/mig-1g.5gb": "1"}, {}))
+        self.assertIn("mig-a100-sxm4-40gb-1g-5gb", [p["slug"] for p in profiles])
+        self.start(c, "h100", gpu_pod({"nvidia.com/gpu": "1"}, H100_SELECTOR))
+        with self.assertRaises(web.HTTPError) as cm:
+            self.start(c, "gpu-l4", gpu_pod({"nvidia.com/gpu": "1"}, {}))
+        self.assertIn("cannot be checked right now", cm.exception.jupyterhub_message)
+
+    def test_admin_template_wins(self):
+        c = load_glue(self.services, extra={"profile_form_template": "<p>mine</p>"})
+        self.assertEqual(c.KubeSpawner.profile_form_template, "<p>mine</p>")
+        self.assertTrue(callable(c.KubeSpawner.profile_list))
+
+    def test_metrics(self):
+        from prometheus_client import REGISTRY
+
+        c = load_glue(self.services)
+        load_glue(self.services)
+
+        def value(result):
+            return REGISTRY.get_sample_value("gpuhub_profiles_glue_requests_total", {"result": result}) or 0
+
+        before = {r: value(r) for r in ("live", "cached", "fallback")}
+        self.call(c)
+        self.call(c)
+        self.svc.answer = (503, {})
+        self.call(c, user="carol")
+        self.assertEqual({r: value(r) - before[r] for r in before}, {"live": 1, "cached": 1, "fallback": 1})
+
+
+if __name__ == "__main__":
+    unittest.main()
