@@ -19,6 +19,7 @@ import (
 	"github.com/gpuhub/gpuhub/hubapi"
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/app"
+	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/pending"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/profiles"
 	"github.com/gpuhub/gpuhub/services/internal/config"
 	"github.com/gpuhub/gpuhub/services/internal/kube"
@@ -43,6 +44,9 @@ func run(args []string, stderr io.Writer) int {
 		quotaOnUnavailable = fs.String("quota-on-unavailable", "open", "what to do while gpu-quota cannot answer, until it has said its own onUnavailable: open (offer) or closed (disable GPU choices)")
 		readerServices     = fs.String("reader-services", "", "comma-separated Hub services that may read the inventory (admins always may)")
 		adminGroups        = fs.String("admin-groups", "", "comma-separated Hub groups whose members are admins here (the inventory)")
+		pendingEndAfter    = fs.Duration("pending-end-after", pending.DefaultEndAfter, "how long a GPU spawn that nothing can ever place (no schedulable node of its kind, not provisionable) waits before it is ended through the Hub; 0 never ends one")
+		leaseNamespace     = fs.String("lease-namespace", "", "namespace of the Lease that keeps the pending-spawn explainer to one replica (default: --namespace; empty both: no election, a single replica)")
+		leaseName          = fs.String("lease-name", "gpu-profiles", "name of that Lease")
 		kubeconfig         = fs.String("kubeconfig", "", "kubeconfig path (empty: in-cluster, then $KUBECONFIG)")
 		unreadyAfter       = fs.Duration("informer-unready-after", time.Minute, "how long a pod or node watch may keep failing before /readyz fails and forms fall back")
 		logFormat          = fs.String("log-format", "text", "log format: text or json")
@@ -53,6 +57,7 @@ func run(args []string, stderr io.Writer) int {
 		"namespace": "GPUHUB_NAMESPACE", "quota-url": "GPUHUB_QUOTA_URL", "quota-timeout": "GPUHUB_QUOTA_TIMEOUT",
 		"quota-cache": "GPUHUB_QUOTA_CACHE", "quota-on-unavailable": "GPUHUB_QUOTA_ON_UNAVAILABLE",
 		"reader-services": "GPUHUB_READER_SERVICES", "admin-groups": "GPUHUB_ADMIN_GROUPS", "kubeconfig": "KUBECONFIG",
+		"pending-end-after": "GPUHUB_PENDING_END_AFTER", "lease-namespace": "GPUHUB_LEASE_NAMESPACE", "lease-name": "GPUHUB_LEASE_NAME",
 		"informer-unready-after": "GPUHUB_INFORMER_UNREADY_AFTER", "log-format": "GPUHUB_LOG_FORMAT", "log-level": "GPUHUB_LOG_LEVEL",
 	}, nil)
 	if errors.Is(err, flag.ErrHelp) {
@@ -112,12 +117,18 @@ func run(args []string, stderr io.Writer) int {
 		}
 	}()
 
+	if *leaseNamespace == "" {
+		*leaseNamespace = *namespace
+	}
+	identity, _ := os.Hostname() // the pod name: one per replica
 	err = app.Run(ctx, app.Options{
 		Logger: logger, Registry: reg, Addr: *listen, Prefix: *prefix,
 		ConfigPath: *configPath, ConfigPoll: *configPoll, Reload: reload,
 		Kube: kc, Namespace: *namespace, InformerUnreadyAfter: *unreadyAfter,
 		Token: hubCfg.Token, Auth: auth.Middleware, ReaderServices: config.List(*readerServices),
 		QuotaURL: *quotaURL, QuotaTimeout: *quotaTimeout, QuotaCacheTTL: *quotaCache, QuotaOnUnavailable: *quotaOnUnavailable,
+		Extra: app.PendingExplainer(app.PendingOptions{Hub: hub, EndAfter: *pendingEndAfter,
+			LeaseNamespace: *leaseNamespace, LeaseName: *leaseName, Identity: identity}),
 	})
 	var ce *app.ConfigError
 	if errors.As(err, &ce) {
