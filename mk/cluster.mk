@@ -11,6 +11,8 @@ E2E_FLAGS        ?= -race -count=1 -timeout 15m
 DEMO_FLAGS       ?=
 # gpu-quota's policy in `make demo` (make demo QUOTA_POLICY=path); gpu-quota re-reads it when it changes.
 QUOTA_POLICY     ?= e2e/hub/quota-demo.yaml
+# gpu-profiles' overrides in `make demo` (make demo PROFILES_CONFIG=path); gpu-profiles re-reads them when they change.
+PROFILES_CONFIG  ?= e2e/hub/profiles-demo.yaml
 APT_GET          := DEBIAN_FRONTEND=noninteractive apt-get
 
 # apt-install installs Debian package $(2) unless $(1) exists (CI runs as root on a fresh machine).
@@ -57,7 +59,7 @@ browser-deps: ## playwright-core (pinned in e2e/browser/package-lock.json) under
 cluster-deps: etcd kube-binaries venv-hub55 chp
 
 .PHONY: demo
-demo: cluster-deps build $(HELM) ## Run the local GPU JupyterHub with gpuhub (agents, usage API, gpu-quota, panel) until Ctrl-C; QUOTA_POLICY=path.
+demo: cluster-deps build $(HELM) ## Run the local GPU JupyterHub with gpuhub (agents, usage API, gpu-quota, gpu-profiles, panel) until Ctrl-C; QUOTA_POLICY=path PROFILES_CONFIG=path.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/localcluster ./e2e/cmd/localcluster
 	$(LOCALCLUSTER_ENV) $(BIN)/localcluster $(DEMO_FLAGS)
@@ -65,12 +67,13 @@ demo: cluster-deps build $(HELM) ## Run the local GPU JupyterHub with gpuhub (ag
 # What localcluster needs: the cluster, gpuhub's binaries and helm to render chart/gpuhub.
 LOCALCLUSTER_ENV = GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_HUB_VENV="$(VENV_HUB55)" GPUHUB_CHP="$(CHP)" \
 	GPUHUB_GPU_AGENT="$(BIN)/gpu-agent" GPUHUB_USAGE_API="$(BIN)/usage-api" GPUHUB_HELM="$(HELM)" GPUHUB_CHART=chart/gpuhub \
-	GPUHUB_GPU_QUOTA="$(BIN)/gpu-quota" GPUHUB_QUOTA_POLICY="$(QUOTA_POLICY)"
+	GPUHUB_GPU_QUOTA="$(BIN)/gpu-quota" GPUHUB_QUOTA_POLICY="$(QUOTA_POLICY)" \
+	GPUHUB_GPU_PROFILES="$(BIN)/gpu-profiles" GPUHUB_PROFILES_CONFIG="$(PROFILES_CONFIG)"
 
 .PHONY: e2e
 e2e: cluster-deps chromium browser-deps $(HELM) ## End-to-end tests on the local cluster (spawns per GPU profile, scheduling, chart agents + usage API, browser).
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./services/gpu-agent ./services/usage-api ./services/gpu-quota
+	$(GO) build -o $(BIN)/ ./services/gpu-agent ./services/usage-api ./services/gpu-quota ./services/gpu-profiles
 	$(LOCALCLUSTER_ENV) GPUHUB_CHART="$(CURDIR)/chart/gpuhub" \
 	GPUHUB_BROWSER_MODULES="$(BROWSER_MODULES)/node_modules" GPUHUB_CHROMIUM="$(CHROMIUM)" \
 	  $(GO) test $(E2E_FLAGS) -tags e2e ./e2e/gpuhubstack/... ./e2e/cluster/... ./e2e/e2etest/...

@@ -18,6 +18,18 @@ type Options struct {
 	Token    string // the service's Hub token; must match HubService's
 	// Quota runs gpu-quota too when Quota.Binary is set (and the chart is rendered with it).
 	Quota QuotaOptions
+	// Profiles runs gpu-profiles too when Profiles.Binary is set (and the chart is rendered with it).
+	Profiles ProfilesOptions
+}
+
+// ProfilesOptions configures the gpu-profiles process of the stack.
+type ProfilesOptions struct {
+	Binary string // gpu-profiles executable; empty: no gpu-profiles
+	Port   int    // on 127.0.0.1; must match ProfilesHubService's
+	Token  string // its Hub token; must match ProfilesHubService's
+	Config string // overrides file; empty: none (every kind offered as it is)
+	// PendingEndAfter is --pending-end-after (default 30s).
+	PendingEndAfter string
 }
 
 // QuotaOptions configures the gpu-quota process of the stack.
@@ -29,8 +41,9 @@ type QuotaOptions struct {
 }
 
 // Components returns the stack components of gpuhub: the chart's agents and RBAC with the usage API, then
-// gpu-quota when o.Quota.Binary is set. Register the services with the Hub first (HubService,
-// QuotaHubService, HubRoles) and load the glue into it (HubValues).
+// gpu-quota when o.Quota.Binary is set, then gpu-profiles when o.Profiles.Binary is set. Register the services
+// with the Hub first (HubService, QuotaHubService, ProfilesHubService, HubRoles) and load the glue into it
+// (HubValues).
 func Components(o Options) []stack.Component {
 	var in *Installed
 	usage := Usage{Port: o.Port}
@@ -40,10 +53,41 @@ func Components(o Options) []stack.Component {
 		in, spec, err = usageSpec(s, o)
 		return spec, err
 	}}}
-	if o.Quota.Binary == "" {
-		return cs
+	if o.Quota.Binary != "" {
+		cs = append(cs, quotaComponent(o, &in, usage))
 	}
-	return append(cs, stack.Component{Name: "gpu-quota", Spec: func(s *stack.Stack) (proc.Spec, error) {
+	if o.Profiles.Binary != "" {
+		cs = append(cs, profilesComponent(o, &in))
+	}
+	return cs
+}
+
+func profilesComponent(o Options, installed **Installed) stack.Component {
+	return stack.Component{Name: "gpu-profiles", Spec: func(s *stack.Stack) (proc.Spec, error) {
+		in := *installed
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		kc := filepath.Join(s.Dir, "gpu-profiles", "kubeconfig")
+		if err := in.WriteKubeconfig(ctx, s.Client, in.ProfilesServiceAccount, s.ControlPlane.URL, s.ControlPlane.CAData(), kc); err != nil {
+			return proc.Spec{}, err
+		}
+		p := Profiles{
+			Binary: o.Profiles.Binary, Port: o.Profiles.Port, Kubeconfig: kc, Config: o.Profiles.Config,
+			Namespace: s.Opts.Namespace, LeaseNamespace: in.Namespace, LeaseArgs: in.ProfilesArgs,
+			HubAPIURL: s.Hub.APIURL(), Token: o.Profiles.Token, PendingEndAfter: o.Profiles.PendingEndAfter,
+		}
+		if o.Quota.Binary != "" {
+			p.QuotaURL = Quota{Port: o.Quota.Port}.URL()
+		}
+		spec := p.Spec()
+		spec.LogFile = filepath.Join(s.Dir, "logs", "gpu-profiles.log")
+		return spec, nil
+	}}
+}
+
+func quotaComponent(o Options, installed **Installed, usage Usage) stack.Component {
+	return stack.Component{Name: "gpu-quota", Spec: func(s *stack.Stack) (proc.Spec, error) {
+		in := *installed
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		kc := filepath.Join(s.Dir, "gpu-quota", "kubeconfig")
@@ -57,7 +101,7 @@ func Components(o Options) []stack.Component {
 		}.Spec()
 		spec.LogFile = filepath.Join(s.Dir, "logs", "gpu-quota.log")
 		return spec, nil
-	}})
+	}}
 }
 
 // usageSpec installs the chart's agents and RBAC once the stack is up and describes the usage API process
@@ -71,6 +115,7 @@ func usageSpec(s *stack.Stack, o Options) (*Installed, proc.Spec, error) {
 	}
 	ch.PodNamespace = s.Opts.Namespace
 	ch.NoQuota = o.Quota.Binary == ""
+	ch.NoProfiles = o.Profiles.Binary == ""
 	if ch.KubeVersion == "" {
 		v, err := ServerVersion(s.Client)
 		if err != nil {

@@ -108,6 +108,9 @@ type Chart struct {
 	// NoQuota renders the chart without gpu-quota (quota.enabled=false); by default its ServiceAccount and
 	// RBAC are rendered and installed too, so the local gpu-quota process runs with the chart's rights.
 	NoQuota bool
+	// NoProfiles renders the chart without gpu-profiles (profiles.enabled=false); by default its ServiceAccount
+	// and RBAC are rendered and installed too, so the local gpu-profiles process runs with the chart's rights.
+	NoProfiles bool
 }
 
 // ServerVersion asks the API server for its version (e.g. v1.36.3).
@@ -151,6 +154,9 @@ func (c Chart) renderYAML(ctx context.Context) ([]byte, error) {
 	}
 	if !c.NoQuota {
 		args = append(args, "--set", "quota.enabled=true")
+	}
+	if !c.NoProfiles {
+		args = append(args, "--set", "profiles.enabled=true")
 	}
 	for k, v := range GPUNodeSelector {
 		args = append(args, "--set-string", "agent.nodeSelector."+escapeKey(k)+"="+v)
@@ -222,7 +228,10 @@ type Installed struct {
 	// are the rendered gpu-quota Deployment's --lease-name (the Lease its Role names).
 	QuotaServiceAccount string
 	QuotaArgs           []string
-	AgentSelector       string
+	// ProfilesServiceAccount and ProfilesArgs are the same for gpu-profiles.
+	ProfilesServiceAccount string
+	ProfilesArgs           []string
+	AgentSelector          string
 	// AgentAudience is the audience of the projected token the chart mounts into the usage Deployment
 	// (the agents admit no other).
 	AgentAudience string
@@ -279,6 +288,8 @@ func install(ctx context.Context, c kubernetes.Interface, ns string, objs []runt
 				in.UsageServiceAccount = o.Name
 			case "gpu-quota":
 				in.QuotaServiceAccount = o.Name
+			case "gpu-profiles":
+				in.ProfilesServiceAccount = o.Name
 			}
 			_, err = c.CoreV1().ServiceAccounts(ns).Create(ctx, o, metav1.CreateOptions{})
 		case *rbacv1.ClusterRole:
@@ -309,13 +320,9 @@ func install(ctx context.Context, c kubernetes.Interface, ns string, objs []runt
 			case "usage-api":
 				in.readUsageDeployment(o)
 			case "gpu-quota":
-				for _, ctr := range o.Spec.Template.Spec.Containers {
-					for _, a := range ctr.Args {
-						if strings.HasPrefix(a, "--lease-name=") {
-							in.QuotaArgs = append(in.QuotaArgs, a)
-						}
-					}
-				}
+				in.QuotaArgs = leaseArgs(o)
+			case "gpu-profiles":
+				in.ProfilesArgs = leaseArgs(o)
 			}
 		}
 		if err != nil {
@@ -323,6 +330,19 @@ func install(ctx context.Context, c kubernetes.Interface, ns string, objs []runt
 		}
 	}
 	return in, nil
+}
+
+// leaseArgs are a rendered Deployment's --lease-name flags (the Lease its Role names).
+func leaseArgs(d *appsv1.Deployment) []string {
+	var out []string
+	for _, ctr := range d.Spec.Template.Spec.Containers {
+		for _, a := range ctr.Args {
+			if strings.HasPrefix(a, "--lease-name=") {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
 }
 
 // readUsageDeployment keeps what the usage process needs from the Deployment it replaces.

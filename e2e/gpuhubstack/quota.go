@@ -1,9 +1,7 @@
 package gpuhubstack
 
 import (
-	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -73,7 +71,7 @@ func (q Quota) Spec() proc.Spec {
 	args := []string{
 		"--listen=127.0.0.1:" + strconv.Itoa(q.Port), "--prefix=/services/" + QuotaServiceName + "/",
 		"--policy=" + q.Policy, "--policy-poll=2s", "--namespace=" + q.Namespace, "--kubeconfig=" + q.Kubeconfig,
-		"--lease-namespace=" + q.LeaseNamespace, "--reader-services=" + ServiceName,
+		"--lease-namespace=" + q.LeaseNamespace, "--reader-services=" + ServiceName + "," + ProfilesServiceName,
 		"--usage-refresh=" + def(q.UsageRefresh, "5s"), "--enforce-interval=" + def(q.EnforceInterval, "10s"),
 		"--log-level=" + def(q.LogLevel, "info"),
 	}
@@ -81,27 +79,12 @@ func (q Quota) Spec() proc.Spec {
 		args = append(args, "--usage-url="+q.UsageURL)
 	}
 	args = append(args, q.LeaseArgs...)
-	ready := fmt.Sprintf("http://127.0.0.1:%d/readyz", q.Port)
 	return proc.Spec{
-		Name: "gpu-quota",
-		Path: q.Binary,
-		Args: append(args, q.ExtraArgs...),
-		Env:  env,
-		Ready: func(ctx context.Context) error {
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, ready, http.NoBody)
-			if err != nil {
-				return err
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				return err
-			}
-			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("readyz: %s", resp.Status)
-			}
-			return nil
-		},
+		Name:         "gpu-quota",
+		Path:         q.Binary,
+		Args:         append(args, q.ExtraArgs...),
+		Env:          env,
+		Ready:        readyz(fmt.Sprintf("http://127.0.0.1:%d/readyz", q.Port)),
 		ReadyTimeout: 90 * time.Second,
 		StopGrace:    10 * time.Second,
 	}

@@ -56,6 +56,8 @@ type Options struct {
 	NoGPUHub bool
 	// NoQuota leaves gpu-quota out (GPUHub.Quota is ignored).
 	NoQuota bool
+	// NoProfiles leaves gpu-profiles out (GPUHub.Profiles is ignored): the form shows the static profileList.
+	NoProfiles bool
 	Out     io.Writer
 	Logger  *slog.Logger
 }
@@ -99,7 +101,12 @@ func parseFlags(args []string, getenv func(string) string) (Options, error) {
 		"gpu-quota policy file (env GPUHUB_QUOTA_POLICY; make demo QUOTA_POLICY=path)")
 	fs.IntVar(&o.GPUHub.Quota.Port, "quota-port", atoi(env("GPUHUB_QUOTA_PORT", "0")), "gpu-quota port on 127.0.0.1, 0 for a free one (env GPUHUB_QUOTA_PORT)")
 	fs.BoolVar(&o.NoQuota, "no-quota", false, "run gpuhub without gpu-quota (and without the Hub glue's admission check)")
-	fs.BoolVar(&o.NoGPUHub, "no-gpuhub", false, "run the bare cluster without gpu-agents, usage API and gpu-quota")
+	fs.StringVar(&o.GPUHub.Profiles.Binary, "gpu-profiles", env("GPUHUB_GPU_PROFILES", "bin/gpu-profiles"), "gpu-profiles executable (env GPUHUB_GPU_PROFILES)")
+	fs.StringVar(&o.GPUHub.Profiles.Config, "profiles-config", env("GPUHUB_PROFILES_CONFIG", "e2e/hub/profiles-demo.yaml"),
+		"gpu-profiles overrides file (env GPUHUB_PROFILES_CONFIG; make demo PROFILES_CONFIG=path)")
+	fs.IntVar(&o.GPUHub.Profiles.Port, "profiles-port", atoi(env("GPUHUB_PROFILES_PORT", "0")), "gpu-profiles port on 127.0.0.1, 0 for a free one (env GPUHUB_PROFILES_PORT)")
+	fs.BoolVar(&o.NoProfiles, "no-profiles", false, "run gpuhub without gpu-profiles (the spawn form shows the static profileList)")
+	fs.BoolVar(&o.NoGPUHub, "no-gpuhub", false, "run the bare cluster without gpu-agents, usage API, gpu-quota and gpu-profiles")
 	fs.BoolVar(&o.ExitWhenReady, "exit-when-ready", false, "stop right after reaching ready (timing)")
 	fs.StringVar(&logLevel, "log-level", env("GPUHUB_LOG_LEVEL", "warn"), "log level: debug, info, warn, error (env GPUHUB_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
@@ -187,6 +194,10 @@ func Run(ctx context.Context, o Options) error {
 			usageLine += fmt.Sprintf("    gpu-quota:   policy %s (direct: %s; edit the file, it reloads)\n", o.GPUHub.Quota.Policy,
 				gpuhubstack.Quota{Port: o.GPUHub.Quota.Port}.URL())
 		}
+		if o.GPUHub.Profiles.Binary != "" {
+			usageLine += fmt.Sprintf("    gpu-profiles: overrides %s (direct: %s; edit the file, it reloads)\n", o.GPUHub.Profiles.Config,
+				gpuhubstack.Profiles{Port: o.GPUHub.Profiles.Port}.URL())
+		}
 	}
 	if o.InfoFile != "" {
 		data, _ := json.MarshalIndent(Info{HubURL: s.HubURL(), UsageURL: usageURL, Kubeconfig: kubeconfig, Users: users,
@@ -230,13 +241,11 @@ func addGPUHub(o *Options) (cleanup func(), err error) {
 		o.GPUHub.Quota = gpuhubstack.QuotaOptions{}
 	} else {
 		q := &o.GPUHub.Quota
-		for what, path := range map[string]string{"gpu-quota executable (make build)": q.Binary, "quota policy": q.Policy} {
-			if st, err := os.Stat(path); err != nil || st.IsDir() {
-				return cleanup, fmt.Errorf("%s %q not found; or run with --no-quota", what, path)
-			}
-		}
-		policy, err := filepath.Abs(q.Policy)
+		policy, err := existingFile(q.Policy, "quota policy", "--no-quota")
 		if err != nil {
+			return cleanup, err
+		}
+		if _, err := existingFile(q.Binary, "gpu-quota executable (make build)", "--no-quota"); err != nil {
 			return cleanup, err
 		}
 		q.Policy = policy
@@ -247,28 +256,60 @@ func addGPUHub(o *Options) (cleanup func(), err error) {
 			q.Token = gpuhubstack.NewToken()
 		}
 		o.Stack.HubServices = append(o.Stack.HubServices, gpuhubstack.QuotaHubService(q.Port, q.Token))
-		if o.Stack.HubValues == "" {
-			values, err := gpuhubstack.HubValues(o.GPUHub.Chart.Dir, nil)
+	}
+	if o.NoProfiles {
+		o.GPUHub.Profiles = gpuhubstack.ProfilesOptions{}
+	} else {
+		p := &o.GPUHub.Profiles
+		if _, err := existingFile(p.Binary, "gpu-profiles executable (make build)", "--no-profiles"); err != nil {
+			return cleanup, err
+		}
+		if p.Config != "" {
+			config, err := existingFile(p.Config, "gpu-profiles overrides", "--no-profiles")
 			if err != nil {
 				return cleanup, err
 			}
-			f, err := os.CreateTemp("", "gpuhub-hub-values-*.yaml")
-			if err != nil {
-				return cleanup, fmt.Errorf("hub values: %w", err)
-			}
-			cleanup = func() { _ = os.Remove(f.Name()) }
-			_, err = f.Write(values)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return cleanup, fmt.Errorf("hub values: %w", err)
-			}
-			o.Stack.HubValues = f.Name()
+			p.Config = config
 		}
+		if p.Port == 0 {
+			p.Port = cluster.FreePort()
+		}
+		if p.Token == "" {
+			p.Token = gpuhubstack.NewToken()
+		}
+		o.Stack.HubServices = append(o.Stack.HubServices, gpuhubstack.ProfilesHubService(p.Port, p.Token))
+	}
+	if (!o.NoQuota || !o.NoProfiles) && o.Stack.HubValues == "" {
+		// The chart's Hub glue: admission (gpu-quota) and the spawn form (gpu-profiles).
+		values, err := gpuhubstack.HubValues(o.GPUHub.Chart.Dir, nil)
+		if err != nil {
+			return cleanup, err
+		}
+		f, err := os.CreateTemp("", "gpuhub-hub-values-*.yaml")
+		if err != nil {
+			return cleanup, fmt.Errorf("hub values: %w", err)
+		}
+		cleanup = func() { _ = os.Remove(f.Name()) }
+		_, err = f.Write(values)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return cleanup, fmt.Errorf("hub values: %w", err)
+		}
+		o.Stack.HubValues = f.Name()
 	}
 	o.Stack.Components = append(o.Stack.Components, gpuhubstack.Components(o.GPUHub)...)
 	return cleanup, nil
+}
+
+// existingFile returns path made absolute when it names a file, else an error naming what and the flag that
+// leaves it out.
+func existingFile(path, what, without string) (string, error) {
+	if st, err := os.Stat(path); err != nil || st.IsDir() {
+		return "", fmt.Errorf("%s %q not found; or run with %s", what, path, without)
+	}
+	return filepath.Abs(path)
 }
 
 func copyFile(src, dst string) error {

@@ -12,6 +12,7 @@ func TestParseFlags(t *testing.T) {
 		Helm, UsageAPI                    string
 		Port, UsagePort                   int
 		Quota, Policy                     string
+		Profiles, ProfilesConfig          string
 	}
 	tests := map[string]struct {
 		args []string
@@ -22,21 +23,22 @@ func TestParseFlags(t *testing.T) {
 			env: map[string]string{"GPUHUB_CACHE": "/c"},
 			want: got{KubeBin: "/c/kube/v1.36.3/bin", Venv: "/c/venv/hub55", Password: "gpuhub-demo",
 				Topology: "e2e/topology.yaml", Port: 8000, Helm: "/c/bin/helm-v3.22.0", UsageAPI: "bin/usage-api",
-				Quota: "bin/gpu-quota", Policy: "e2e/hub/quota-demo.yaml"},
+				Quota: "bin/gpu-quota", Policy: "e2e/hub/quota-demo.yaml", Profiles: "bin/gpu-profiles", ProfilesConfig: "e2e/hub/profiles-demo.yaml"},
 		},
 		"env fallback": {
 			env: map[string]string{"GPUHUB_CACHE": "/c", "GPUHUB_KUBE_BIN": "/k", "GPUHUB_DEMO_PORT": "9000", "GPUHUB_DEMO_PASSWORD": "pw",
 				"GPUHUB_HELM": "/h", "GPUHUB_USAGE_API": "/u", "GPUHUB_USAGE_PORT": "9001",
-				"GPUHUB_GPU_QUOTA": "/q", "GPUHUB_QUOTA_POLICY": "/p.yaml"},
+				"GPUHUB_GPU_QUOTA": "/q", "GPUHUB_QUOTA_POLICY": "/p.yaml", "GPUHUB_GPU_PROFILES": "/gp", "GPUHUB_PROFILES_CONFIG": "/o.yaml"},
 			want: got{KubeBin: "/k", Venv: "/c/venv/hub55", Password: "pw", Topology: "e2e/topology.yaml", Port: 9000,
-				Helm: "/h", UsageAPI: "/u", UsagePort: 9001, Quota: "/q", Policy: "/p.yaml"},
+				Helm: "/h", UsageAPI: "/u", UsagePort: 9001, Quota: "/q", Policy: "/p.yaml", Profiles: "/gp", ProfilesConfig: "/o.yaml"},
 		},
 		"flag beats env": {
-			args: []string{"--port=0", "--kube-bin=/f", "--topology=t.yaml", "--helm=/hf", "--usage-port=0", "--quota-policy=mine.yaml"},
+			args: []string{"--port=0", "--kube-bin=/f", "--topology=t.yaml", "--helm=/hf", "--usage-port=0", "--quota-policy=mine.yaml",
+				"--profiles-config=o.yaml"},
 			env: map[string]string{"GPUHUB_CACHE": "/c", "GPUHUB_KUBE_BIN": "/k", "GPUHUB_DEMO_PORT": "9000", "GPUHUB_HELM": "/h", "GPUHUB_USAGE_PORT": "9001",
 				"GPUHUB_QUOTA_POLICY": "/p.yaml"},
 			want: got{KubeBin: "/f", Venv: "/c/venv/hub55", Password: "gpuhub-demo", Topology: "t.yaml", Port: 0,
-				Helm: "/hf", UsageAPI: "bin/usage-api", Quota: "bin/gpu-quota", Policy: "mine.yaml"},
+				Helm: "/hf", UsageAPI: "bin/usage-api", Quota: "bin/gpu-quota", Policy: "mine.yaml", Profiles: "bin/gpu-profiles", ProfilesConfig: "o.yaml"},
 		},
 	}
 	for name, tc := range tests {
@@ -47,7 +49,8 @@ func TestParseFlags(t *testing.T) {
 			}
 			g := got{KubeBin: o.Stack.KubeBinDir, Venv: o.Stack.Venv, Password: o.Stack.Password,
 				Topology: o.Stack.Topology, Port: o.Stack.ProxyPort, Helm: o.GPUHub.Chart.Helm, UsageAPI: o.GPUHub.UsageAPI,
-				UsagePort: o.GPUHub.Port, Quota: o.GPUHub.Quota.Binary, Policy: o.GPUHub.Quota.Policy}
+				UsagePort: o.GPUHub.Port, Quota: o.GPUHub.Quota.Binary, Policy: o.GPUHub.Quota.Policy,
+				Profiles: o.GPUHub.Profiles.Binary, ProfilesConfig: o.GPUHub.Profiles.Config}
 			if diff := cmp.Diff(tc.want, g); diff != "" {
 				t.Errorf("options (-want +got):\n%s", diff)
 			}

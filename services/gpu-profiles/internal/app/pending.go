@@ -59,7 +59,9 @@ func PendingExplainer(po PendingOptions) func(ctx context.Context, h Hooks) {
 				}
 			}()
 		}
-		e.Run(ctx)
+		if err := e.Run(ctx); err != nil && ctx.Err() == nil {
+			h.Logger.Error("pending-spawn explainer stopped", "err", err)
+		}
 	}
 }
 
