@@ -37,6 +37,44 @@ func Start(ctx context.Context, args, env []string) (stop func(), err error) {
 	return stop, nil
 }
 
+// StartServer starts a service's own binary (args, env added to this process's) and waits until readyURL
+// answers 200 (its /readyz: informers synced); stop interrupts it and waits for it to exit. Its stdout and
+// stderr go to log (nil: discarded).
+func StartServer(ctx context.Context, args, env []string, readyURL string, log io.Writer) (stop func(), err error) {
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop = func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case err := <-exited:
+			exited <- err // for stop
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	if err := WaitReady(wctx, readyURL); err != nil {
+		stop()
+		return nil, fmt.Errorf("%s did not become ready: %w", args[0], err)
+	}
+	return stop, nil
+}
+
 // Pinned prefixes args with taskset so the process runs on cpus only ("" leaves it unpinned).
 func Pinned(cpus string, args []string) []string {
 	if cpus == "" {

@@ -166,13 +166,13 @@ func (s Synth) Seed(ctx context.Context, c kubernetes.Interface, namespace strin
 	return Create(ctx, c, namespace, append(s.Nodes(), extra...), s.PodObjects(namespace), parallel, progress)
 }
 
-// Create creates the namespace, the nodes (with their status) and the pods, with `parallel` writers of pods;
+// Create creates the namespace, the nodes (with their status) and the pods, each with `parallel` writers;
 // progress is called after every 1,000 pods.
 func Create(ctx context.Context, c kubernetes.Interface, namespace string, nodes []*corev1.Node, pods []*corev1.Pod, parallel int, progress func(done, total int)) error {
 	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create namespace: %w", err)
 	}
-	for _, n := range nodes {
+	err := inParallel(ctx, nodes, parallel, func(n *corev1.Node) error {
 		created, err := c.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
 		if err != nil {
 			return fmt.Errorf("create node %s: %w", n.Name, err)
@@ -181,40 +181,53 @@ func Create(ctx context.Context, c kubernetes.Interface, namespace string, nodes
 		if _, err := c.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("node %s status: %w", n.Name, err)
 		}
+		return nil
+	}, nil)
+	if err != nil {
+		return err
 	}
-	work := make(chan *corev1.Pod)
+	return inParallel(ctx, pods, parallel, func(p *corev1.Pod) error {
+		if _, err := c.CoreV1().Pods(namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create pod %s: %w", p.Name, err)
+		}
+		return nil
+	}, progress)
+}
+
+// inParallel calls fn on every item from `parallel` workers, stopping at the first error; progress (if set) is
+// called after every 1,000 items.
+func inParallel[T any](ctx context.Context, items []T, parallel int, fn func(T) error, progress func(done, total int)) error {
+	work := make(chan T)
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
 		firstErr error
 		done     int
 	)
-	for range parallel {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for p := range work {
-				_, err := c.CoreV1().Pods(namespace).Create(ctx, p, metav1.CreateOptions{})
+	for range max(parallel, 1) {
+		wg.Go(func() {
+			for it := range work {
+				err := fn(it)
 				mu.Lock()
 				if err != nil && firstErr == nil {
-					firstErr = fmt.Errorf("create pod %s: %w", p.Name, err)
+					firstErr = err
 				}
 				done++
 				if progress != nil && done%1000 == 0 {
-					progress(done, len(pods))
+					progress(done, len(items))
 				}
 				mu.Unlock()
 			}
-		}()
+		})
 	}
-	for _, p := range pods {
+	for _, it := range items {
 		mu.Lock()
 		failed := firstErr != nil
 		mu.Unlock()
 		if failed || ctx.Err() != nil {
 			break
 		}
-		work <- p
+		work <- it
 	}
 	close(work)
 	wg.Wait()

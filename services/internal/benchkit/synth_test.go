@@ -1,6 +1,13 @@
 package benchkit
 
-import "testing"
+import (
+	"context"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+)
 
 func TestSynthPlacesGPUPodsUntilFull(t *testing.T) {
 	s := Synth{Users: 100, Pods: 300, GPUNodes: 3, GPUPodEvery: 1}
@@ -40,5 +47,31 @@ func TestSynthCPUNodesAndCordons(t *testing.T) {
 		case !gpuPod && p.Spec.NodeName[:4] != "cpu-":
 			t.Errorf("CPU-only pod %s on %s, want a CPU node", p.Name, p.Spec.NodeName)
 		}
+	}
+}
+
+func TestCreate(t *testing.T) {
+	s := Synth{Users: 50, Pods: 1001, GPUNodes: 6, CPUNodes: 3, GPUPodEvery: 4}
+	c := fake.NewClientset()
+	ctx := context.Background()
+	var progress []int
+	if err := s.Seed(ctx, c, "jhub", 4, func(done, _ int) { progress = append(progress, done) }); err != nil {
+		t.Fatal(err)
+	}
+	nodes, _ := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	pods, _ := c.CoreV1().Pods("jhub").List(ctx, metav1.ListOptions{})
+	if len(nodes.Items) != 9 || len(pods.Items) != 1001 {
+		t.Errorf("%d nodes, %d pods; want 9 and 1001", len(nodes.Items), len(pods.Items))
+	}
+	for _, n := range nodes.Items {
+		if len(n.Status.Allocatable) == 0 {
+			t.Errorf("node %s has no status", n.Name)
+		}
+	}
+	if diff := cmp.Diff([]int{1000}, progress); diff != "" {
+		t.Errorf("progress (-want +got):\n%s", diff)
+	}
+	if err := s.Seed(ctx, c, "jhub", 4, nil); err == nil {
+		t.Error("seeding twice: no error (the namespace exists)")
 	}
 }
