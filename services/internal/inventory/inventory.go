@@ -68,6 +68,11 @@ type Node struct {
 	Name        string
 	Labels      map[string]string
 	Allocatable map[string]int64 // GPU resources only
+	// Unschedulable is spec.unschedulable (cordoned); Ready is the NodeReady condition; Taints are spec.taints.
+	// New pods land only on a Ready, uncordoned node whose NoSchedule/NoExecute taints they tolerate.
+	Unschedulable bool
+	Ready         bool
+	Taints        []corev1.Taint
 }
 
 // PodFrom converts a Kubernetes pod; ok is false when it holds no GPU resource.
@@ -137,7 +142,17 @@ func podReady(p *corev1.Pod) bool {
 
 // NodeFrom converts a Kubernetes node.
 func NodeFrom(n *corev1.Node) Node {
-	return Node{Name: n.Name, Labels: n.Labels, Allocatable: gpu.NodeAllocatable(n)}
+	return Node{Name: n.Name, Labels: n.Labels, Allocatable: gpu.NodeAllocatable(n),
+		Unschedulable: n.Spec.Unschedulable, Ready: nodeReady(n), Taints: n.Spec.Taints}
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // Options configure an Inventory.

@@ -1,0 +1,254 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/gpuhub/gpuhub/hubapi"
+	"github.com/gpuhub/gpuhub/hubapi/hubapitest"
+	"github.com/gpuhub/gpuhub/hubapi/hubauth"
+	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/catalog"
+	"github.com/gpuhub/gpuhub/services/internal/server"
+)
+
+const prefix = "/services/gpu-profiles/"
+
+const goodConfig = `kinds:
+  mig: {groups: [students, researchers]}
+  gpu: {groups: [researchers], multiGPU: [2]}
+`
+
+func node(name string, labels map[string]string, res string, n int64) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceName(res): *resource.NewQuantity(n, resource.DecimalSI)},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+}
+
+func gpuPod(name, nodeName, res string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "jhub", Name: name},
+		Spec: corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "notebook",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceName(res): *resource.NewQuantity(1, resource.DecimalSI)}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+}
+
+func objects() []runtime.Object {
+	return []runtime.Object{
+		node("gpu-h100", map[string]string{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.memory": "81559"}, "nvidia.com/gpu", 2),
+		node("gpu-a100", map[string]string{"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "nvidia.com/mig.strategy": "mixed"}, "nvidia.com/mig-1g.5gb", 7),
+		gpuPod("jupyter-carol", "gpu-h100", "nvidia.com/gpu"),
+	}
+}
+
+type running struct {
+	url      string
+	registry *prometheus.Registry
+	catalog  *catalog.Catalog
+	kube     *fake.Clientset
+	kubeOps  *atomic.Int64
+	config   string
+	reload   chan struct{}
+	logs     *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+func start(t *testing.T, opts ...func(*Options)) *running {
+	t.Helper()
+	hub := hubapitest.New(t)
+	r := &running{kube: fake.NewClientset(objects()...), kubeOps: &atomic.Int64{}, reload: make(chan struct{}, 1), logs: &syncBuffer{}}
+	r.kube.PrependReactor("*", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+		r.kubeOps.Add(1)
+		return false, nil, nil
+	})
+	r.kube.PrependWatchReactor("*", func(k8stesting.Action) (bool, watch.Interface, error) {
+		r.kubeOps.Add(1)
+		return false, nil, nil
+	})
+	hub.AddUser(hubapi.User{Name: "bob", Groups: []string{"students"}})
+	hub.AddUser(hubapi.User{Name: "alice", Admin: true})
+	hub.AddToken("bob-token", "bob")
+	hub.AddToken("alice-token", "alice")
+	hub.AddToken("profiles-token", "gpu-profiles")
+	r.config = filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(r.config, []byte(goodConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	r.url = "http://" + ln.Addr().String()
+	served := make(chan struct{})
+	o := Options{
+		Logger: slog.New(slog.NewTextHandler(r.logs, nil)), Registry: prometheus.NewRegistry(), Listener: ln, Prefix: prefix,
+		ConfigPath: r.config, ConfigPoll: 20 * time.Millisecond, Reload: r.reload,
+		Kube: r.kube, Token: "profiles-token",
+		Auth:      hubauth.New(hubauth.Options{Hub: hub.Client("profiles-token")}).Middleware,
+		OnServing: func(_ *server.Server, c *catalog.Catalog) { r.catalog = c; close(served) },
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	r.registry = o.Registry
+	go func() { done <- Run(ctx, o) }()
+	select {
+	case <-served:
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("not serving after 10 s")
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run returned %v", err)
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(r.url + "/readyz") //nolint:noctx // a test
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready after 10 s: %d", resp.StatusCode)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return r
+}
+
+type form struct {
+	Profiles []struct {
+		Slug    string `json:"slug"`
+		Default bool   `json:"default"`
+		GPUHub  struct {
+			Free      int64  `json:"free"`
+			Total     int64  `json:"total"`
+			Available bool   `json:"available"`
+			Reason    string `json:"reason"`
+		} `json:"gpuhub"`
+	} `json:"profiles"`
+	Note string `json:"note"`
+}
+
+// summary is slug:free/total:reason for each choice, the default starred.
+func (f form) summary() []string {
+	var out []string
+	for _, p := range f.Profiles {
+		s := p.Slug
+		if p.Default {
+			s += "*"
+		}
+		if p.GPUHub.Total > 0 || !p.GPUHub.Available {
+			s += " " + strings.TrimSpace(
+				strings.Join([]string{itoa(p.GPUHub.Free) + "/" + itoa(p.GPUHub.Total), p.GPUHub.Reason}, " "))
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
+
+func (r *running) profiles(t *testing.T, token, body string) (int, form) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, r.url+prefix+"api/v1/profiles", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "token "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var f form
+	data, _ := io.ReadAll(resp.Body)
+	_ = json.Unmarshal(data, &f)
+	return resp.StatusCode, f
+}
+
+func TestProfilesOverHTTP(t *testing.T) {
+	r := start(t)
+	cases := map[string]struct {
+		token, body string
+		wantCode    int
+		want        []string
+	}{
+		"student: MIG, no whole GPU": {token: "profiles-token", body: `{"user":"bob","groups":["students"]}`, wantCode: 200,
+			want: []string{"cpu*", "mig-a100-sxm4-40gb-1g-5gb 7/7"}},
+		"researcher: whole H100s, one free, and 2 together on one node: none free": {token: "profiles-token",
+			body: `{"user":"carol","groups":["researchers"]}`, wantCode: 200,
+			want: []string{"cpu*", "gpu-h100-80gb-hbm3 1/2", "gpu-h100-80gb-hbm3-x2 0/1 none_free", "mig-a100-sxm4-40gb-1g-5gb 7/7"}},
+		"no groups: CPU only": {token: "profiles-token", body: `{"user":"dave"}`, wantCode: 200, want: []string{"cpu*"}},
+		"without the token":   {body: `{"user":"bob"}`, wantCode: 401},
+		"a user's own token":  {token: "bob-token", body: `{"user":"bob"}`, wantCode: 401},
+		"no user":             {token: "profiles-token", body: `{"groups":[]}`, wantCode: 400},
+		"not JSON":            {token: "profiles-token", body: `user=bob`, wantCode: 400},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			code, f := r.profiles(t, tc.token, tc.body)
+			if code != tc.wantCode {
+				t.Fatalf("code %d, want %d", code, tc.wantCode)
+			}
+			if diff := cmp.Diff(tc.want, f.summary()); diff != "" {
+				t.Errorf("form (-want +got):\n%s", diff)
+			}
+		})
+	}
+	if err := testutil.GatherAndCompare(r.registry, strings.NewReader(`
+# HELP gpuhub_profiles_renders_total Forms asked for by the Hub glue, by result: ok, unavailable (inventory not ready: the glue falls back), bad_request, unauthorized.
+# TYPE gpuhub_profiles_renders_total counter
+gpuhub_profiles_renders_total{result="bad_request"} 2
+gpuhub_profiles_renders_total{result="ok"} 3
+gpuhub_profiles_renders_total{result="unauthorized"} 2
+gpuhub_profiles_renders_total{result="unavailable"} 0
+`), "gpuhub_profiles_renders_total"); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,154 @@
+package profiles
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/catalog"
+	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/quotaclient"
+)
+
+// Kinds is the catalog as the renderer reads it (*catalog.Catalog).
+type Kinds interface {
+	Kinds() ([]catalog.KindStatus, error)
+}
+
+// Assessor asks gpu-quota about a user's choices (*quotaclient.Client).
+type Assessor interface {
+	Assess(ctx context.Context, user string, groups []string, opts []quotaclient.Option) (map[string]quotaclient.Verdict, quotaclient.Result, error)
+	OnUnavailable() string
+}
+
+// Request is the Hub glue's question (contract C1).
+type Request struct {
+	User   string   `json:"user"`
+	Groups []string `json:"groups"`
+	Server string   `json:"server"`
+}
+
+// Response is the user's form (contract C1).
+type Response struct {
+	Profiles    []Profile `json:"profiles"`
+	GeneratedAt time.Time `json:"generatedAt"`
+	Note        string    `json:"note"`
+}
+
+// Quota results of a render, for the metrics.
+const (
+	QuotaOK                = "ok"
+	QuotaCached            = "cached"
+	QuotaUnavailableOpen   = "unavailable_open"
+	QuotaUnavailableClosed = "unavailable_closed"
+	QuotaNotConfigured     = "not_configured"
+	QuotaNothingToAsk      = "nothing_to_ask"
+)
+
+// ReasonQuotaUnavailable is the verdict on every GPU choice while gpu-quota cannot answer and says closed.
+const ReasonQuotaUnavailable = "quota_unavailable"
+
+// Renderer renders a user's form from the live catalog, the configuration in use and gpu-quota.
+type Renderer struct {
+	Catalog Kinds
+	Config  func() *Config
+	// Quota is nil when gpu-quota is not asked (--quota-url empty): no choice is disabled for quota.
+	Quota Assessor
+	Now   func() time.Time
+	// OnQuota, if set, is told how gpu-quota's part of each render went (a Quota* constant).
+	OnQuota func(result string)
+
+	mu   sync.Mutex
+	memo memo
+}
+
+// memo keeps the choices of the last table and configuration: renders between two inventory changes share them.
+type memo struct {
+	kinds   *catalog.KindStatus
+	n       int
+	cfg     *Config
+	choices []Choice
+}
+
+// Render answers one user. The error is the catalog's (not synced or unhealthy): the glue falls back.
+func (r *Renderer) Render(ctx context.Context, req Request) (Response, error) {
+	kinds, err := r.Catalog.Kinds()
+	if err != nil {
+		return Response{}, err
+	}
+	cfg := r.Config()
+	choices := Visible(r.choices(kinds, cfg), req.Groups)
+	verdicts := r.assess(ctx, req, choices)
+	def := catalog.SlugCPU
+	note := ""
+	if cfg != nil {
+		if cfg.Default != "" {
+			def = cfg.Default
+		}
+		note = cfg.Note
+	}
+	now := time.Now
+	if r.Now != nil {
+		now = r.Now
+	}
+	return Response{Profiles: ForUser(choices, verdicts, def), GeneratedAt: now().UTC().Truncate(time.Second), Note: note}, nil
+}
+
+func (r *Renderer) choices(kinds []catalog.KindStatus, cfg *Config) []Choice {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// The catalog hands out the same table until something changes: its first element's address names it.
+	var first *catalog.KindStatus
+	if len(kinds) > 0 {
+		first = &kinds[0]
+	}
+	if r.memo.choices != nil && r.memo.kinds == first && r.memo.n == len(kinds) && r.memo.cfg == cfg {
+		return r.memo.choices
+	}
+	c := Choices(kinds, cfg)
+	r.memo = memo{kinds: first, n: len(kinds), cfg: cfg, choices: c}
+	return c
+}
+
+func (r *Renderer) tell(result string) {
+	if r.OnQuota != nil {
+		r.OnQuota(result)
+	}
+}
+
+// assess asks gpu-quota about the GPU choices; while it cannot answer, its onUnavailable decides.
+func (r *Renderer) assess(ctx context.Context, req Request, choices []Choice) map[string]Verdict {
+	if r.Quota == nil {
+		r.tell(QuotaNotConfigured)
+		return nil
+	}
+	var opts []quotaclient.Option
+	for _, c := range choices {
+		if c.Resources != nil {
+			opts = append(opts, quotaclient.Option{ID: c.Slug, Resources: c.Resources, NodeSelector: c.Override.NodeSelector})
+		}
+	}
+	if len(opts) == 0 {
+		r.tell(QuotaNothingToAsk)
+		return nil
+	}
+	vs, res, err := r.Quota.Assess(ctx, req.User, req.Groups, opts)
+	if err != nil {
+		if r.Quota.OnUnavailable() != quotaclient.Closed {
+			r.tell(QuotaUnavailableOpen)
+			return nil
+		}
+		r.tell(QuotaUnavailableClosed)
+		out := make(map[string]Verdict, len(opts))
+		for _, o := range opts {
+			out[o.ID] = Verdict{Reason: ReasonQuotaUnavailable,
+				Message: "Your GPU quota cannot be checked right now, so GPUs cannot be started; try again in a minute, or choose CPU only."}
+		}
+		return out
+	}
+	r.tell(string(res))
+	out := make(map[string]Verdict, len(vs))
+	for id, v := range vs {
+		out[id] = Verdict{Allow: v.Allow, Reason: v.Reason, Message: v.Message}
+	}
+	return out
+}

@@ -1,0 +1,225 @@
+// Package quotaclient asks gpu-quota which of a user's choices their quota allows (contract C2, POST
+// {quota prefix}api/v1/assess), with a short timeout and a per-user cache of a few seconds: a form render
+// never waits long on gpu-quota, and a user reloading the form does not ask twice.
+package quotaclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// What gpu-quota's onUnavailable says to do when it cannot decide.
+const (
+	Open   = "open"   // offer every choice
+	Closed = "closed" // disable every GPU choice
+)
+
+// Option is one choice to assess.
+type Option struct {
+	ID           string            `json:"id"`
+	Resources    map[string]int64  `json:"resources"`
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+}
+
+// Verdict is gpu-quota's answer about one option.
+type Verdict struct {
+	ID      string `json:"id"`
+	Allow   bool   `json:"allow"`
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+type request struct {
+	User    string   `json:"user"`
+	Groups  []string `json:"groups"`
+	Options []Option `json:"options"`
+}
+
+type response struct {
+	Options       []Verdict `json:"options"`
+	OnUnavailable string    `json:"onUnavailable"`
+	Message       string    `json:"message"`
+}
+
+// Options configure a Client.
+type Options struct {
+	// URL is gpu-quota's base URL with its prefix, e.g. http://gpu-quota:8000/services/gpu-quota/.
+	URL string
+	// Token is gpu-profiles' own Hub API token (gpu-quota authenticates it through the Hub).
+	Token string
+	// Timeout bounds one call (default 500 ms); TTL is how long an answer serves the same user (default 2 s).
+	Timeout, TTL time.Duration
+	// OnUnavailable applies until gpu-quota has said its own setting (default Open).
+	OnUnavailable string
+	Client        *http.Client
+	Now           func() time.Time
+}
+
+// Client asks gpu-quota. Safe for concurrent use.
+type Client struct {
+	o        Options
+	endpoint string
+	// onUnavailable is the last setting gpu-quota said.
+	onUnavailable atomic.Pointer[string]
+
+	mu    sync.Mutex
+	cache map[string]cached
+}
+
+type cached struct {
+	verdicts map[string]Verdict
+	at       time.Time
+}
+
+// maxCached bounds the cache: expired answers are dropped once it is this big.
+const maxCached = 10000
+
+// New returns a client.
+func New(o Options) (*Client, error) {
+	if o.URL == "" {
+		return nil, errors.New("quotaclient: URL is required")
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 500 * time.Millisecond
+	}
+	if o.TTL <= 0 {
+		o.TTL = 2 * time.Second
+	}
+	switch o.OnUnavailable {
+	case "":
+		o.OnUnavailable = Open
+	case Open, Closed:
+	default:
+		return nil, fmt.Errorf("quotaclient: onUnavailable is open or closed, not %q", o.OnUnavailable)
+	}
+	if o.Client == nil {
+		o.Client = &http.Client{}
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Client{o: o, endpoint: strings.TrimSuffix(o.URL, "/") + "/api/v1/assess", cache: map[string]cached{}}, nil
+}
+
+// OnUnavailable is what to do while gpu-quota cannot answer: its own setting as it last said it, else the
+// configured default.
+func (c *Client) OnUnavailable() string {
+	if p := c.onUnavailable.Load(); p != nil {
+		return *p
+	}
+	return c.o.OnUnavailable
+}
+
+// Result says where an answer came from, for the metrics: "ok", "cached".
+type Result string
+
+// Assess returns gpu-quota's verdicts by option ID. On an error (gpu-quota down, slow, 503) the caller applies
+// OnUnavailable.
+func (c *Client) Assess(ctx context.Context, user string, groups []string, opts []Option) (map[string]Verdict, Result, error) {
+	key := cacheKey(user, groups, opts)
+	now := c.o.Now()
+	c.mu.Lock()
+	if e, ok := c.cache[key]; ok && now.Sub(e.at) < c.o.TTL {
+		c.mu.Unlock()
+		return e.verdicts, "cached", nil
+	}
+	c.mu.Unlock()
+
+	v, err := c.call(ctx, user, groups, opts)
+	if err != nil {
+		return nil, "", err
+	}
+	c.mu.Lock()
+	if len(c.cache) >= maxCached {
+		for k, e := range c.cache {
+			if now.Sub(e.at) >= c.o.TTL {
+				delete(c.cache, k)
+			}
+		}
+		if len(c.cache) >= maxCached {
+			clear(c.cache)
+		}
+	}
+	c.cache[key] = cached{verdicts: v, at: now}
+	c.mu.Unlock()
+	return v, "ok", nil
+}
+
+func cacheKey(user string, groups []string, opts []Option) string {
+	var b strings.Builder
+	b.WriteString(user)
+	b.WriteByte(0)
+	for _, g := range slices.Sorted(slices.Values(groups)) {
+		b.WriteString(g)
+		b.WriteByte(',')
+	}
+	b.WriteByte(0)
+	for _, o := range opts {
+		b.WriteString(o.ID)
+		b.WriteByte(',')
+	}
+	return b.String()
+}
+
+func (c *Client) call(ctx context.Context, user string, groups []string, opts []Option) (map[string]Verdict, error) {
+	if groups == nil {
+		groups = []string{}
+	}
+	body, err := json.Marshal(request{User: user, Groups: groups, Options: opts})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.o.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("gpu-quota assess: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "token "+c.o.Token)
+	resp, err := c.o.Client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("gpu-quota assess: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("gpu-quota assess: read answer: %w", err)
+	}
+	var r response
+	_ = json.Unmarshal(data, &r) // a 503's body may carry onUnavailable too
+	c.remember(r.OnUnavailable)
+	if resp.StatusCode != http.StatusOK {
+		msg := r.Message
+		if msg == "" {
+			msg = strings.TrimSpace(string(data))
+		}
+		return nil, fmt.Errorf("gpu-quota assess: %s: %s", resp.Status, msg)
+	}
+	if r.Options == nil {
+		return nil, errors.New("gpu-quota assess: the answer has no options")
+	}
+	out := make(map[string]Verdict, len(r.Options))
+	for _, v := range r.Options {
+		out[v.ID] = v
+	}
+	return out, nil
+}
+
+func (c *Client) remember(onUnavailable string) {
+	if onUnavailable == Open || onUnavailable == Closed {
+		if p := c.onUnavailable.Load(); p == nil || *p != onUnavailable {
+			c.onUnavailable.Store(&onUnavailable)
+		}
+	}
+}
