@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,6 +106,7 @@ func start(t *testing.T, opts ...func(*Options)) *running {
 	hub.AddToken("bob-token", "bob")
 	hub.AddToken("alice-token", "alice")
 	hub.AddToken("profiles-token", "gpu-profiles")
+	hub.AddToken("usage-token", "gpu-usage")
 	r.config = filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(r.config, []byte(goodConfig), 0o644); err != nil {
 		t.Fatal(err)
@@ -249,6 +252,195 @@ gpuhub_profiles_renders_total{result="ok"} 3
 gpuhub_profiles_renders_total{result="unauthorized"} 2
 gpuhub_profiles_renders_total{result="unavailable"} 0
 `), "gpuhub_profiles_renders_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+func (r *running) get(t *testing.T, path, token string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, r.url+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "token "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, data
+}
+
+func TestInventoryOverHTTP(t *testing.T) {
+	r := start(t, func(o *Options) { o.ReaderServices = []string{"gpu-usage"} })
+	cases := map[string]struct {
+		token    string
+		wantCode int
+	}{
+		"admin":           {token: "alice-token", wantCode: 200},
+		"reader service":  {token: "usage-token", wantCode: 200},
+		"a user":          {token: "bob-token", wantCode: 403},
+		"no token":        {wantCode: 401},
+		"profiles' token": {token: "profiles-token", wantCode: 403},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			code, data := r.get(t, prefix+"api/v1/inventory", tc.token)
+			if code != tc.wantCode {
+				t.Fatalf("code %d, want %d: %s", code, tc.wantCode, data)
+			}
+			if code != 200 {
+				return
+			}
+			var inv struct {
+				Kinds []struct {
+					Slug                    string
+					Allocatable, Free       int64
+					Nodes, SchedulableNodes int
+				} `json:"kinds"`
+				At time.Time `json:"at"`
+			}
+			if err := json.Unmarshal(data, &inv); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, k := range inv.Kinds {
+				got = append(got, fmt.Sprintf("%s %d/%d on %d/%d", k.Slug, k.Free, k.Allocatable, k.SchedulableNodes, k.Nodes))
+			}
+			want := []string{"cpu 0/0 on 0/0", "gpu-h100-80gb-hbm3 1/2 on 1/1", "mig-a100-sxm4-40gb-1g-5gb 7/7 on 1/1"}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("kinds (-want +got):\n%s", diff)
+			}
+			if inv.At.IsZero() {
+				t.Error("no at")
+			}
+		})
+	}
+}
+
+// TestNoReadsPerRender: once ready, forms read nothing from the API server; a change arrives by watch.
+func TestNoReadsPerRender(t *testing.T) {
+	r := start(t)
+	before := r.kubeOps.Load()
+	for range 50 {
+		if code, _ := r.profiles(t, "profiles-token", `{"user":"carol","groups":["researchers"]}`); code != 200 {
+			t.Fatal(code)
+		}
+	}
+	if n := r.kubeOps.Load() - before; n != 0 {
+		t.Errorf("%d API calls for 50 forms, want 0", n)
+	}
+	// carol's pod goes away: the H100s are free a moment later.
+	if err := r.kube.CoreV1().Pods("jhub").Delete(context.Background(), "jupyter-carol", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() bool {
+		_, f := r.profiles(t, "profiles-token", `{"user":"carol","groups":["researchers"]}`)
+		return slicesContain(f.summary(), "gpu-h100-80gb-hbm3-x2 1/1")
+	})
+}
+
+func slicesContain(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func eventually(t *testing.T, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatal("not after 10 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestReload: a good change is in use at once; a bad one is refused and the last good one stays.
+func TestReload(t *testing.T) {
+	r := start(t)
+	write := func(s string) {
+		if err := os.WriteFile(r.config, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("note: Maintenance tonight.\nkinds:\n  mig: {hide: true}\n")
+	eventually(t, func() bool {
+		_, f := r.profiles(t, "profiles-token", `{"user":"bob","groups":["students"]}`)
+		return f.Note == "Maintenance tonight." && len(f.Profiles) == 2 // cpu and the H100: no group limit now
+	})
+	write("kinds:\n  cpu: {hide: true}\n")
+	r.reload <- struct{}{}
+	eventually(t, func() bool { return strings.Contains(r.logs.String(), "nothing hides the CPU choice") })
+	_, f := r.profiles(t, "profiles-token", `{"user":"bob","groups":["students"]}`)
+	if f.Note != "Maintenance tonight." {
+		t.Errorf("the last good configuration is not in use: %+v", f)
+	}
+	code, data := r.get(t, "/readyz", "")
+	if code != 200 || !strings.Contains(string(data), "nothing hides the CPU choice") {
+		t.Errorf("readyz %d %s", code, data)
+	}
+	if err := testutil.GatherAndCompare(r.registry, strings.NewReader(`
+# HELP gpuhub_profiles_config_last_reload_success 1 when the last configuration load or reload succeeded, 0 when it failed (the last good one stays in use; /readyz has the errors).
+# TYPE gpuhub_profiles_config_last_reload_success gauge
+gpuhub_profiles_config_last_reload_success 0
+`), "gpuhub_profiles_config_last_reload_success"); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestQuotaOverHTTP: gpu-quota's verdicts shape the form; kind_not_allowed leaves the kind out.
+func TestQuotaOverHTTP(t *testing.T) {
+	var asked atomic.Int64
+	quota := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		if r.Header.Get("Authorization") != "token profiles-token" {
+			w.WriteHeader(http.StatusForbidden)
+			return
+		}
+		_, _ = io.WriteString(w, `{"options":[{"id":"gpu-h100-80gb-hbm3","allow":false,"reason":"budget_exhausted","message":"You are over your daily GPU budget."},
+			{"id":"gpu-h100-80gb-hbm3-x2","allow":false,"reason":"kind_not_allowed"},{"id":"mig-a100-sxm4-40gb-1g-5gb","allow":true}],"onUnavailable":"open"}`)
+	}))
+	defer quota.Close()
+	var hooked atomic.Bool
+	r := start(t, func(o *Options) {
+		o.QuotaURL = quota.URL + "/services/gpu-quota/"
+		o.Extra = func(ctx context.Context, h Hooks) {
+			if h.Catalog != nil && h.Config() != nil && !h.Provisionable("gpu", "gpu-h100-80gb-hbm3") {
+				hooked.Store(true)
+			}
+			<-ctx.Done()
+		}
+	})
+	_, f := r.profiles(t, "profiles-token", `{"user":"carol","groups":["researchers"]}`)
+	want := []string{"cpu*", "gpu-h100-80gb-hbm3 1/2 quota", "mig-a100-sxm4-40gb-1g-5gb 7/7"}
+	if diff := cmp.Diff(want, f.summary()); diff != "" {
+		t.Errorf("form (-want +got):\n%s", diff)
+	}
+	r.profiles(t, "profiles-token", `{"user":"carol","groups":["researchers"]}`)
+	if asked.Load() != 1 {
+		t.Errorf("gpu-quota asked %d times for two forms within the cache time", asked.Load())
+	}
+	if !hooked.Load() {
+		t.Error("Extra did not get the catalog and the configuration")
+	}
+	if err := testutil.GatherAndCompare(r.registry, strings.NewReader(`
+# HELP gpuhub_profiles_quota_assess_total How gpu-quota's part of each form went: ok, cached, unavailable_open, unavailable_closed (gpu-quota could not answer; its onUnavailable applied), not_configured, nothing_to_ask.
+# TYPE gpuhub_profiles_quota_assess_total counter
+gpuhub_profiles_quota_assess_total{result="cached"} 1
+gpuhub_profiles_quota_assess_total{result="not_configured"} 0
+gpuhub_profiles_quota_assess_total{result="nothing_to_ask"} 0
+gpuhub_profiles_quota_assess_total{result="ok"} 1
+gpuhub_profiles_quota_assess_total{result="unavailable_closed"} 0
+gpuhub_profiles_quota_assess_total{result="unavailable_open"} 0
+`), "gpuhub_profiles_quota_assess_total"); err != nil {
 		t.Error(err)
 	}
 }

@@ -529,15 +529,15 @@ func (c *Catalog) build() *snapshot {
 			}
 		}
 	}
+	// Kinds of one class that nodes advertise differently (a renamed and an unrenamed time-sliced pool, MIG
+	// under the mixed and the single strategy) share a slug: the one with its own resource name (.shared,
+	// mig-...) keeps it, the others are numbered in key order.
 	slices.SortFunc(order, func(x, y *acc) int {
-		return cmp.Or(kindRank(x.Kind)-kindRank(y.Kind), strings.Compare(x.Class, y.Class), strings.Compare(x.key, y.key))
+		return cmp.Or(kindRank(x.Kind)-kindRank(y.Kind), strings.Compare(x.Class, y.Class),
+			variantRank(x.Resource)-variantRank(y.Resource), strings.Compare(x.key, y.key))
 	})
-	// Kinds of one class that nodes advertise differently (a renamed and an unrenamed time-sliced pool) share
-	// a slug: the first by key keeps it, the others are numbered.
 	seen := map[string]int{}
-	byKeyOrder := slices.Clone(order)
-	slices.SortFunc(byKeyOrder, func(x, y *acc) int { return strings.Compare(x.key, y.key) })
-	for _, a := range byKeyOrder {
+	for _, a := range order {
 		seen[a.Slug]++
 		if n := seen[a.Slug]; n > 1 {
 			a.Slug += "-" + strconv.Itoa(n)
@@ -552,6 +552,14 @@ func (c *Catalog) build() *snapshot {
 		s.kinds = append(s.kinds, a.KindStatus)
 	}
 	return s
+}
+
+// variantRank puts a resource of the kind's own name before the plain nvidia.com/gpu it can also be advertised as.
+func variantRank(resource string) int {
+	if resource == gpu.ResourceGPU {
+		return 1
+	}
+	return 0
 }
 
 func kindRank(k string) int {

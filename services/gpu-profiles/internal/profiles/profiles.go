@@ -120,7 +120,9 @@ func Choices(kinds []catalog.KindStatus, cfg *Config) []Choice {
 		for _, n := range slices.Sorted(slices.Values(slices.Compact(slices.Sorted(slices.Values(o.MultiGPU))))) {
 			// Offered only where one schedulable node can hold n: a request that can never be placed is no choice.
 			if n > 1 && k.MaxAllocatableOnOneSchedulableNode >= n {
+				// The single kind's settings, but not its words: they describe one GPU.
 				mo := cfg.For(k.Kind, k.Slug)
+				mo.DisplayName, mo.Description = "", ""
 				mo = cfg.Kinds[multiSlug(k.Slug, n)].merge(mo)
 				if !mo.hidden() {
 					out = append(out, gpuChoice(k, n, mo))
@@ -184,11 +186,15 @@ func gpuChoice(k catalog.KindStatus, n int64, o Override) Choice {
 		slug = multiSlug(k.Slug, n)
 	}
 	res := map[string]int64{k.Resource: n}
-	free, total := k.Free, k.Allocatable
-	if n > 1 {
-		free, total = k.FreeSets(n), k.AllocatableSets(n)
+	// The total is what the nodes a new pod can land on hold: units on a cordoned or tainted node are no
+	// choice for the user.
+	free, total := k.FreeSets(n), k.AllocatableSets(n)
+	name := displayName(k.Unit, n)
+	if base := catalog.Slug(k.Unit); k.Slug != base {
+		// A second pool of the same kind, advertised differently: tell the two apart.
+		name += " (pool " + strings.TrimPrefix(k.Slug, base+"-") + ")"
 	}
-	p := Profile{Slug: slug, DisplayName: displayName(k.Unit, n), Description: description(k.Unit, n),
+	p := Profile{Slug: slug, DisplayName: name, Description: description(k.Unit, n),
 		Override: kubeSpawn(o, maps.Clone(k.NodeSelector), res, slug),
 		GPUHub: Info{Kind: k.Kind, Class: k.Class, Count: n, Free: free, Total: total, Nodes: k.Nodes, Available: true,
 			Provisionable: o.Provisionable != nil && *o.Provisionable}}

@@ -65,7 +65,7 @@ func ForUser(choices []Choice, verdicts map[string]Verdict, defaultSlug string) 
 		case p.GPUHub.Free == 0 && p.GPUHub.Count > 1:
 			disable(&p, ReasonNoneFree, fmt.Sprintf("None free right now: no node has %d free together.", p.GPUHub.Count))
 		case p.GPUHub.Free == 0:
-			disable(&p, ReasonNoneFree, fmt.Sprintf("None free right now: %d of %d in use.", c.Kind.Allocated, c.Kind.Allocatable))
+			disable(&p, ReasonNoneFree, fmt.Sprintf("None free right now: all %d in use.", p.GPUHub.Total))
 		}
 		out = append(out, p)
 	}

@@ -1,0 +1,319 @@
+package profiles_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/catalog"
+	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/fixture"
+	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/profiles"
+	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/quotaclient"
+	"github.com/gpuhub/gpuhub/services/internal/policy"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+func golden(t *testing.T, name string, v any) {
+	t.Helper()
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), buf.String()); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", path, diff)
+	}
+}
+
+func zoo(t *testing.T) []catalog.KindStatus {
+	t.Helper()
+	nodes, pods := fixture.Zoo()
+	ks, err := catalog.FromObjects(nodes, pods, catalog.Options{}).Kinds()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ks
+}
+
+// readmeExample is the example overrides file of services/gpu-profiles/README.md.
+func readmeExample(t *testing.T) (string, []byte) {
+	t.Helper()
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)<!-- example config -->\n```yaml\n(.*?)```").FindSubmatch(data)
+	if m == nil {
+		t.Fatal("README.md has no example config")
+	}
+	return "README.md", m[1]
+}
+
+func loadExample(t *testing.T) *profiles.Config {
+	t.Helper()
+	name, data := readmeExample(t)
+	var c profiles.Config
+	if err := policy.Decode(name, data, &c); err != nil {
+		t.Fatalf("the README's example does not load:\n%v", err)
+	}
+	return &c
+}
+
+// summary is one line per choice: slug, default star, free/total and the reason it is disabled.
+func summary(ps []profiles.Profile) []string {
+	var out []string
+	for _, p := range ps {
+		s := p.Slug
+		if p.Default {
+			s += "*"
+		}
+		if p.GPUHub.Total > 0 {
+			s += " " + strings.Join([]string{itoa(p.GPUHub.Free), itoa(p.GPUHub.Total)}, "/")
+		}
+		if !p.GPUHub.Available {
+			s += " " + p.GPUHub.Reason
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
+
+// TestGoldenForms: the whole form (KubeSpawner's dicts and the gpuhub key) for every kind of the vocabulary,
+// as generated and with the README's overrides.
+func TestGoldenForms(t *testing.T) {
+	ks := zoo(t)
+	example := loadExample(t)
+	cases := map[string]struct {
+		cfg      *profiles.Config
+		groups   []string
+		verdicts map[string]profiles.Verdict
+		def      string
+		want     []string
+	}{
+		"generated.golden": {def: "cpu", want: []string{
+			"cpu*", "gpu-h100-80gb-hbm3 1/2", "gpu-l4 unschedulable",
+			"mig-a100-sxm4-40gb-1g-5gb 7/8", "mig-a100-sxm4-40gb-1g-5gb-2 7/7", "mig-a100-sxm4-40gb-3g-20gb 1/2",
+			"shared-t4 3/4", "shared-t4-2 4/4", "mps-a100-sxm4-40gb 0/2 none_free", "mig-shared-a100-sxm4-40gb-1g-5gb 13/14",
+		}},
+		"example-researcher.golden": {cfg: example, groups: []string{"researchers"}, def: example.Default,
+			verdicts: map[string]profiles.Verdict{
+				"mig-a100-sxm4-40gb-3g-20gb": {Reason: "max_gpus", Message: "You may hold at most 1 GPU at a time; you hold 1 (one whole H100)."},
+				"shared-t4":                  {Reason: "kind_not_allowed", Message: "researchers may not use time-sliced GPU shares"},
+				"gpu-h100-80gb-hbm3":         {Allow: true},
+			},
+			// The 2-GPU choice exists (a schedulable node has 2); none has 2 free, but the H100 pool is
+			// provisionable, so it stays available. 4 and 8 exist on no schedulable node (the only 8-GPU node is
+			// tainted for another team).
+			want: []string{
+				"cpu", "gpu-h100-80gb-hbm3 1/2", "gpu-h100-80gb-hbm3-x2 0/1", "gpu-l4 unschedulable",
+				"mig-a100-sxm4-40gb-1g-5gb* 7/8", "mig-a100-sxm4-40gb-1g-5gb-2 7/7", "mig-a100-sxm4-40gb-3g-20gb 1/2 quota",
+				"mig-shared-a100-sxm4-40gb-1g-5gb 13/14", "big-memory", "shared-t4-2 4/4",
+			}},
+		"example-student.golden": {cfg: example, groups: []string{"students"}, def: example.Default,
+			want: []string{
+				"cpu", "mig-a100-sxm4-40gb-1g-5gb* 7/8", "mig-a100-sxm4-40gb-1g-5gb-2 7/7", "mig-a100-sxm4-40gb-3g-20gb 1/2",
+				"mig-shared-a100-sxm4-40gb-1g-5gb 13/14", "big-memory", "shared-t4 3/4", "shared-t4-2 4/4",
+			}},
+		"example-no-groups.golden": {cfg: example, def: example.Default,
+			want: []string{"cpu*", "mig-shared-a100-sxm4-40gb-1g-5gb 13/14", "big-memory", "shared-t4 3/4", "shared-t4-2 4/4"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			form := profiles.ForUser(profiles.Visible(profiles.Choices(ks, tc.cfg), tc.groups), tc.verdicts, tc.def)
+			if diff := cmp.Diff(tc.want, summary(form)); diff != "" {
+				t.Errorf("form (-want +got):\n%s", diff)
+			}
+			golden(t, name, form)
+		})
+	}
+}
+
+// TestNoHTML: descriptions are plain text (the glue escapes them); nothing here writes markup.
+func TestNoHTML(t *testing.T) {
+	for _, c := range profiles.Choices(zoo(t), loadExample(t)) {
+		for _, s := range []string{c.DisplayName, c.Description, c.GPUHub.ReasonText} {
+			if strings.ContainsAny(s, "<>&") {
+				t.Errorf("%s: markup in %q", c.Slug, s)
+			}
+		}
+	}
+}
+
+// TestCPUAlwaysThere: nothing hides the CPU choice, whatever the groups, the quota or the inventory.
+func TestCPUAlwaysThere(t *testing.T) {
+	deny := map[string]profiles.Verdict{"cpu": {Reason: "kind_not_allowed"}}
+	for name, ks := range map[string][]catalog.KindStatus{"zoo": zoo(t), "empty cluster": nil} {
+		form := profiles.ForUser(profiles.Visible(profiles.Choices(ks, loadExample(t)), nil), deny, "nope")
+		if len(form) == 0 || form[0].Slug != "cpu" || !form[0].Default || !form[0].GPUHub.Available {
+			t.Errorf("%s: %v", name, summary(form))
+		}
+	}
+}
+
+func TestProvisionable(t *testing.T) {
+	cfg := &profiles.Config{Kinds: map[string]profiles.Override{"mps-a100-sxm4-40gb": {Provisionable: ptr(true)}}}
+	form := profiles.ForUser(profiles.Choices(zoo(t), cfg), nil, "cpu")
+	for _, p := range form {
+		if p.Slug == "mps-a100-sxm4-40gb" {
+			if !p.GPUHub.Available || !strings.Contains(p.GPUHub.ReasonText, "a node is added") {
+				t.Errorf("provisionable with none free: %+v", p.GPUHub)
+			}
+		}
+	}
+	if !cfg.Provisionable("mps", "mps-a100-sxm4-40gb") || cfg.Provisionable("gpu", "gpu-l4") {
+		t.Error("Provisionable lookup")
+	}
+	if !loadExample(t).Provisionable("gpu", "gpu-h100-80gb-hbm3") {
+		t.Error("the README's example makes the H100 provisionable")
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestConfigErrors(t *testing.T) {
+	cases := map[string]struct {
+		yaml string
+		want string
+	}{
+		"unknown key": {yaml: "kinds:\n  gpu:\n    multiGpu: [2]\n",
+			want: `f.yaml:3:5: kinds.gpu: unknown key "multiGpu" (did you mean "multiGPU"?)`},
+		"hide cpu": {yaml: "kinds:\n  cpu: {hide: true}\n", want: "f.yaml:2:8: kinds.cpu: nothing hides the CPU choice: remove hide and groups from cpu"},
+		"multiGPU on MIG": {yaml: "kinds:\n  mig:\n    multiGPU: [2]\n",
+			want: "f.yaml:3:15: kinds.mig.multiGPU: multiGPU is for whole GPUs only (kind gpu or a gpu-... slug)"},
+		"multiGPU of 1": {yaml: "kinds:\n  gpu: {multiGPU: [1, 2]}\n", want: "f.yaml:2:20: kinds.gpu.multiGPU.0: a multi-GPU choice is 2 to 64 GPUs, found 1"},
+		"bad memory":    {yaml: "defaults:\n  memLimit: 4GB\n", want: `f.yaml:2:13: defaults.memLimit: memory is a number of bytes with K, M, G or T (as in 512M or 4G), found "4GB"`},
+		"bad kind key": {yaml: "kinds:\n  GPU_H100: {}\n",
+			want: `f.yaml:2:3: kinds.GPU_H100: "GPU_H100" is neither a kind (gpu, mig, shared, mps, mig-shared, cpu) nor a slug (gpu-h100-80gb-hbm3)`},
+		"static without slug": {yaml: "staticProfiles:\n  - display_name: x\n",
+			want: "f.yaml:2:5: staticProfiles.0: a static profile needs a slug of lowercase letters, digits and dashes (KubeSpawner selects it by slug)"},
+		"bad toleration":     {yaml: "tolerations:\n  - {key: a, operator: In}\n", want: `f.yaml:2:24: tolerations.0.operator: operator is Equal or Exists, found "In"`},
+		"groups in defaults": {yaml: "defaults: {groups: [a]}\n", want: "f.yaml:1:11: defaults: hide, groups and multiGPU are set per kind, not in defaults"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var c profiles.Config
+			err := policy.Decode("f.yaml", []byte(tc.yaml), &c)
+			if err == nil || err.Error() != tc.want {
+				t.Errorf("got  %v\nwant %s", err, tc.want)
+			}
+		})
+	}
+}
+
+// fakeQuota is gpu-quota's assess.
+type fakeQuota struct {
+	verdicts      map[string]quotaclient.Verdict
+	err           error
+	onUnavailable string
+	asked         [][]string
+}
+
+func (f *fakeQuota) Assess(_ context.Context, _ string, _ []string, opts []quotaclient.Option) (map[string]quotaclient.Verdict, quotaclient.Result, error) {
+	var ids []string
+	for _, o := range opts {
+		ids = append(ids, o.ID)
+	}
+	f.asked = append(f.asked, ids)
+	return f.verdicts, "ok", f.err
+}
+
+func (f *fakeQuota) OnUnavailable() string { return f.onUnavailable }
+
+type kinds struct {
+	ks  []catalog.KindStatus
+	err error
+}
+
+func (k kinds) Kinds() ([]catalog.KindStatus, error) { return k.ks, k.err }
+
+func TestRenderer(t *testing.T) {
+	ks := zoo(t)
+	at := time.Date(2026, 1, 5, 10, 0, 0, 0, time.UTC)
+	cfg := &profiles.Config{Note: "Be nice.", Kinds: map[string]profiles.Override{"gpu": {Groups: []string{"researchers"}}}}
+	cases := map[string]struct {
+		quota       *fakeQuota
+		groups      []string
+		want        []string
+		wantAsked   [][]string
+		wantResults []string
+	}{
+		"no quota": {groups: []string{"students"}, wantResults: []string{profiles.QuotaNotConfigured},
+			want: []string{"cpu*", "mig-a100-sxm4-40gb-1g-5gb 7/8", "mig-a100-sxm4-40gb-1g-5gb-2 7/7", "mig-a100-sxm4-40gb-3g-20gb 1/2",
+				"shared-t4 3/4", "shared-t4-2 4/4", "mps-a100-sxm4-40gb 0/2 none_free", "mig-shared-a100-sxm4-40gb-1g-5gb 13/14"}},
+		"gpu-quota answers; only the kinds the user sees are asked about": {groups: []string{"students"},
+			quota: &fakeQuota{verdicts: map[string]quotaclient.Verdict{
+				"mig-a100-sxm4-40gb-1g-5gb": {Allow: true}, "mig-a100-sxm4-40gb-3g-20gb": {Reason: "max_gpus", Message: "Too much."},
+				"shared-t4": {Reason: "kind_not_allowed"}, "shared-t4-2": {Reason: "kind_not_allowed"}, "mps-a100-sxm4-40gb": {Reason: "kind_not_allowed"},
+			}},
+			wantAsked: [][]string{{"mig-a100-sxm4-40gb-1g-5gb", "mig-a100-sxm4-40gb-1g-5gb-2", "mig-a100-sxm4-40gb-3g-20gb", "shared-t4",
+				"shared-t4-2", "mps-a100-sxm4-40gb", "mig-shared-a100-sxm4-40gb-1g-5gb"}},
+			wantResults: []string{profiles.QuotaOK},
+			want: []string{"cpu*", "mig-a100-sxm4-40gb-1g-5gb 7/8", "mig-a100-sxm4-40gb-1g-5gb-2 7/7", "mig-a100-sxm4-40gb-3g-20gb 1/2 quota",
+				"mig-shared-a100-sxm4-40gb-1g-5gb 13/14"}},
+		"gpu-quota down, open": {groups: []string{"students"}, quota: &fakeQuota{err: errors.New("timeout"), onUnavailable: "open"},
+			wantResults: []string{profiles.QuotaUnavailableOpen},
+			want: []string{"cpu*", "mig-a100-sxm4-40gb-1g-5gb 7/8", "mig-a100-sxm4-40gb-1g-5gb-2 7/7", "mig-a100-sxm4-40gb-3g-20gb 1/2",
+				"shared-t4 3/4", "shared-t4-2 4/4", "mps-a100-sxm4-40gb 0/2 none_free", "mig-shared-a100-sxm4-40gb-1g-5gb 13/14"}},
+		"gpu-quota down, closed": {groups: []string{"students"}, quota: &fakeQuota{err: errors.New("timeout"), onUnavailable: "closed"},
+			wantResults: []string{profiles.QuotaUnavailableClosed},
+			want: []string{"cpu*", "mig-a100-sxm4-40gb-1g-5gb 7/8 quota", "mig-a100-sxm4-40gb-1g-5gb-2 7/7 quota", "mig-a100-sxm4-40gb-3g-20gb 1/2 quota",
+				"shared-t4 3/4 quota", "shared-t4-2 4/4 quota", "mps-a100-sxm4-40gb 0/2 quota", "mig-shared-a100-sxm4-40gb-1g-5gb 13/14 quota"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var results []string
+			r := &profiles.Renderer{Catalog: kinds{ks: ks}, Config: func() *profiles.Config { return cfg }, Now: func() time.Time { return at },
+				OnQuota: func(res string) { results = append(results, res) }}
+			if tc.quota != nil {
+				r.Quota = tc.quota
+			}
+			res, err := r.Render(context.Background(), profiles.Request{User: "bob", Groups: tc.groups})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, summary(res.Profiles)); diff != "" {
+				t.Errorf("form (-want +got):\n%s", diff)
+			}
+			if res.Note != "Be nice." || !res.GeneratedAt.Equal(at) {
+				t.Errorf("note %q at %v", res.Note, res.GeneratedAt)
+			}
+			if tc.quota != nil && tc.wantAsked != nil {
+				if diff := cmp.Diff(tc.wantAsked, tc.quota.asked); diff != "" {
+					t.Errorf("asked (-want +got):\n%s", diff)
+				}
+			}
+			if diff := cmp.Diff(tc.wantResults, results); diff != "" {
+				t.Errorf("quota results (-want +got):\n%s", diff)
+			}
+		})
+	}
+	r := &profiles.Renderer{Catalog: kinds{err: catalog.ErrNotReady}, Config: func() *profiles.Config { return cfg }}
+	if _, err := r.Render(context.Background(), profiles.Request{User: "bob"}); !errors.Is(err, catalog.ErrNotReady) {
+		t.Errorf("not ready: %v", err)
+	}
+}
