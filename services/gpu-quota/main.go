@@ -43,7 +43,7 @@ func run(args []string, stderr io.Writer) int {
 		enforceInterval = fs.Duration("enforce-interval", 30*time.Second, "how often the leader checks running servers against the policy")
 		leaseNamespace  = fs.String("lease-namespace", "", "namespace of the leader-election Lease (default: --namespace)")
 		leaseName       = fs.String("lease-name", "gpu-quota", "name of the leader-election Lease")
-		readerServices  = fs.String("reader-services", "gpu-usage", "comma-separated Hub services that may read every user's quota and the decisions")
+		readerServices  = fs.String("reader-services", "gpu-usage,gpu-profiles", "comma-separated Hub services that may read every user's quota and the decisions and assess spawn choices (api/v1/assess), besides admins")
 		adminGroups     = fs.String("admin-groups", "", "comma-separated Hub groups whose members are admins here (decisions, explain, every user's quota)")
 		hubRefresh      = fs.Duration("hub-refresh", 2*time.Minute, "how often the Hub's users and groups are re-read")
 		kubeconfig      = fs.String("kubeconfig", "", "kubeconfig path (empty: in-cluster, then $KUBECONFIG)")

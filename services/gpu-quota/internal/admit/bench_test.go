@@ -135,3 +135,18 @@ func BenchmarkAdmit(b *testing.B) {
 		b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "p99-µs")
 	}
 }
+
+// BenchmarkAssess is one form's assessment (the six choices of the test cluster) for the same 10,000 users:
+// it runs at every render of the spawn form, so it must cost about one admission.
+func BenchmarkAssess(b *testing.B) {
+	e, reqs := benchRig(b, 10_000)
+	opts := formOptions()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		r := reqs[i%len(reqs)]
+		if _, err := e.Assess(ctx, AssessRequest{User: r.User, Server: r.Server, Options: opts}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 // Package api is gpu-quota's HTTP API under the Hub service prefix:
 //
 //	POST api/v1/admit              the Hub glue asks before creating a pod (gpu-quota's own token)
+//	POST api/v1/assess             which spawn choices the policy admits for a user (admins, reader services)
 //	GET  api/v1/users/{name}/quota the user's limits, budgets and pending notice (the user, admins, reader services)
 //	GET  api/v1/decisions          the decision log, newest first (admins, reader services)
 //	GET  api/v1/explain?user=NAME  the user's effective policy and why (admins)
@@ -30,6 +31,7 @@ import (
 // Engine is what the API asks (*admit.Engine).
 type Engine interface {
 	Admit(ctx context.Context, r admit.Request) (admit.Result, error)
+	Assess(ctx context.Context, r admit.AssessRequest) (admit.Assessment, error)
 	UserQuota(name string) (admit.QuotaStatus, error)
 	Explain(user string, groups []string) (admit.Explanation, error)
 }
@@ -44,13 +46,20 @@ type Options struct {
 	Token string
 	// Auth is hubauth's Middleware: it resolves the other endpoints' tokens to a Hub identity.
 	Auth func(http.Handler) http.Handler
-	// ReaderServices are the Hub services that may read every user's quota and the decisions (gpu-usage).
+	// ReaderServices are the Hub services that may read every user's quota and the decisions, and assess
+	// (gpu-usage, gpu-profiles).
 	ReaderServices []string
 	Logger         *slog.Logger
 }
 
 // maxBody bounds an admit request: a few resources and labels.
 const maxBody = 64 << 10
+
+// An assess request is a form's choices: far fewer than maxOptions, each of admit's size or less.
+const (
+	maxOptions    = 512
+	maxAssessBody = 1 << 20
+)
 
 // New returns the handler; it sees full paths, prefix included.
 func New(o Options) (http.Handler, error) {
@@ -68,6 +77,7 @@ func New(o Options) (http.Handler, error) {
 	mux := http.NewServeMux()
 	p := a.prefix + "api/v1/"
 	mux.HandleFunc("POST "+p+"admit", a.admit)
+	mux.Handle("POST "+p+"assess", o.Auth(a.readers(http.HandlerFunc(a.assess))))
 	mux.Handle("GET "+p+"users/{name}/quota", o.Auth(http.HandlerFunc(a.quota)))
 	mux.Handle("GET "+p+"decisions", o.Auth(a.readers(o.Log.Handler())))
 	mux.Handle("GET "+p+"explain", o.Auth(http.HandlerFunc(a.explain)))
@@ -111,6 +121,49 @@ func (a *api) admit(w http.ResponseWriter, r *http.Request) {
 	server.WriteJSON(w, http.StatusOK, res)
 }
 
+// assess answers gpu-profiles at each form render: 200 with a verdict per option, 400 for a bad body, 503
+// when no decision can be made (gpu-profiles then applies onUnavailable itself).
+func (a *api) assess(w http.ResponseWriter, r *http.Request) {
+	var req admit.AssessRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAssessBody))
+	if err := dec.Decode(&req); err != nil {
+		server.WriteError(w, http.StatusBadRequest, "the body is not an assess request ({\"user\", \"groups\", \"options\": [{\"id\", \"resources\", \"nodeSelector\"}]}): %v", err)
+		return
+	}
+	if msg := checkAssess(req); msg != "" {
+		server.WriteError(w, http.StatusBadRequest, "%s", msg)
+		return
+	}
+	res, err := a.o.Engine.Assess(r.Context(), req)
+	if err != nil {
+		a.o.Logger.Warn("cannot assess spawn choices", "user", req.User, "err", err)
+		w.Header().Set("Retry-After", "5")
+		server.WriteError(w, http.StatusServiceUnavailable, "%v", err)
+		return
+	}
+	server.WriteJSON(w, http.StatusOK, res)
+}
+
+func checkAssess(req admit.AssessRequest) string {
+	if strings.TrimSpace(req.User) == "" {
+		return `"user" is required: the Hub user whose spawn form is rendered`
+	}
+	if len(req.Options) > maxOptions {
+		return fmt.Sprintf("%d options: at most %d per request", len(req.Options), maxOptions)
+	}
+	for i, o := range req.Options {
+		if o.ID == "" {
+			return fmt.Sprintf(`options[%d] has no "id": name each option (the profile's slug)`, i)
+		}
+		for k, v := range o.Resources {
+			if v < 0 {
+				return fmt.Sprintf("options[%d] (%s): resources[%q] is %d: a count of GPUs is 0 or more", i, o.ID, k, v)
+			}
+		}
+	}
+	return ""
+}
+
 func check(req admit.Request) string {
 	if strings.TrimSpace(req.User) == "" {
 		return `"user" is required: the Hub user whose server starts`
@@ -142,7 +195,7 @@ func (a *api) readers(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, ok := hubauth.FromContext(r.Context())
 		if !ok || !a.reader(id) {
-			server.WriteError(w, http.StatusForbidden, "only Hub admins and the services %s may read gpu-quota's decisions",
+			server.WriteError(w, http.StatusForbidden, "only Hub admins and the services %s may read gpu-quota's decisions and assess spawn choices",
 				strings.Join(a.o.ReaderServices, ", "))
 			return
 		}

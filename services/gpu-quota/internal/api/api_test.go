@@ -23,7 +23,26 @@ import (
 type stubEngine struct {
 	mu       sync.Mutex
 	admitted []admit.Request
+	assessed []admit.AssessRequest
 	err      error
+}
+
+func (s *stubEngine) Assess(_ context.Context, r admit.AssessRequest) (admit.Assessment, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return admit.Assessment{}, s.err
+	}
+	s.assessed = append(s.assessed, r)
+	out := admit.Assessment{Options: []admit.Verdict{}, OnUnavailable: "closed"}
+	for _, o := range r.Options {
+		v := admit.Verdict{ID: o.ID, Allow: len(o.Resources) == 0, Reason: "no_gpu"}
+		if !v.Allow {
+			v.Reason, v.Message = "max_gpus", "You already use 1 GPU."
+		}
+		out.Options = append(out.Options, v)
+	}
+	return out, nil
 }
 
 func (s *stubEngine) Admit(_ context.Context, r admit.Request) (admit.Result, error) {
@@ -59,6 +78,7 @@ func newAPI(t *testing.T) (*httptest.Server, *stubEngine) {
 	hub.AddToken("alice-token", "alice")
 	hub.AddToken("tina-token", "tina")
 	hub.AddToken("usage-token", "gpu-usage")
+	hub.AddToken("profiles-token", "gpu-profiles")
 	hub.AddToken("other-token", "gpu-culler")
 	log, err := decision.NewLog(decision.Options{Service: "gpu-quota"})
 	if err != nil {
@@ -66,7 +86,7 @@ func newAPI(t *testing.T) (*httptest.Server, *stubEngine) {
 	}
 	log.Record(decision.Record{User: "bob", Action: decision.ActionDeny, Reason: "max_servers"})
 	eng := &stubEngine{}
-	h, err := New(Options{Prefix: prefix, Engine: eng, Log: log, Token: "quota-token", ReaderServices: []string{"gpu-usage"},
+	h, err := New(Options{Prefix: prefix, Engine: eng, Log: log, Token: "quota-token", ReaderServices: []string{"gpu-usage", "gpu-profiles"},
 		Auth: hubauth.New(hubauth.Options{Hub: hub.Client("quota-token"), AdminGroups: []string{"teachers"}}).Middleware})
 	if err != nil {
 		t.Fatal(err)
@@ -98,6 +118,7 @@ func do(t *testing.T, method, url, token, body string) (int, map[string]any) {
 func TestAuth(t *testing.T) {
 	srv, _ := newAPI(t)
 	admitBody := `{"user":"bob","resources":{"nvidia.com/gpu":1}}`
+	assessBody := `{"user":"bob","options":[{"id":"cpu"}]}`
 	tests := []struct {
 		method, path, token, body string
 		want                      int
@@ -117,6 +138,15 @@ func TestAuth(t *testing.T) {
 		{"GET", "api/v1/decisions", "alice-token", "", 200},
 		{"GET", "api/v1/decisions", "usage-token", "", 200},
 		{"GET", "api/v1/decisions", "bob-token", "", 403},
+		{"POST", "api/v1/assess", "profiles-token", assessBody, 200}, // --reader-services
+		{"POST", "api/v1/assess", "usage-token", assessBody, 200},
+		{"POST", "api/v1/assess", "alice-token", assessBody, 200},
+		{"POST", "api/v1/assess", "tina-token", assessBody, 200},
+		{"POST", "api/v1/assess", "bob-token", assessBody, 403}, // a user may not ask about anyone
+		{"POST", "api/v1/assess", "other-token", assessBody, 403},
+		{"POST", "api/v1/assess", "quota-token", assessBody, 401}, // gpu-quota's own token is for admit only
+		{"POST", "api/v1/assess", "", assessBody, 401},
+		{"GET", "api/v1/assess", "profiles-token", "", 404},
 		{"GET", "api/v1/explain?user=bob", "alice-token", "", 200},
 		{"GET", "api/v1/explain?user=bob", "usage-token", "", 403},
 		{"GET", "api/v1/explain?user=bob", "bob-token", "", 403},
@@ -163,6 +193,56 @@ func TestAdmitBody(t *testing.T) {
 
 	eng.err = fmt.Errorf("%w: informer caches not synced yet", admit.ErrUnavailable)
 	code, body = do(t, "POST", srv.URL+prefix+"api/v1/admit", "quota-token", `{"user":"bob"}`)
+	if code != 503 || !strings.Contains(body["message"].(string), "not synced") {
+		t.Errorf("engine unavailable: %d %v, want 503 with the reason", code, body)
+	}
+}
+
+func TestAssessBody(t *testing.T) {
+	srv, eng := newAPI(t)
+	url := srv.URL + prefix + "api/v1/assess"
+	code, body := do(t, "POST", url, "profiles-token",
+		`{"user":"bob","server":"gpu","groups":["students"],"future":"ignored","options":[
+		  {"id":"cpu"},
+		  {"id":"shared-t4","resources":{"nvidia.com/gpu.shared":1},"nodeSelector":{"nvidia.com/gpu.product":"Tesla-T4-SHARED"}}]}`)
+	if code != 200 {
+		t.Fatalf("status %d: %v", code, body)
+	}
+	want := map[string]any{"onUnavailable": "closed", "options": []any{
+		map[string]any{"id": "cpu", "allow": true, "reason": "no_gpu", "message": ""},
+		map[string]any{"id": "shared-t4", "allow": false, "reason": "max_gpus", "message": "You already use 1 GPU."},
+	}}
+	if diff := cmp.Diff(want, body); diff != "" {
+		t.Errorf("answer (-want +got):\n%s", diff)
+	}
+	wantReq := admit.AssessRequest{User: "bob", Server: "gpu", Groups: []string{"students"}, Options: []admit.AssessOption{
+		{ID: "cpu"},
+		{ID: "shared-t4", Resources: map[string]int64{"nvidia.com/gpu.shared": 1}, NodeSelector: map[string]string{"nvidia.com/gpu.product": "Tesla-T4-SHARED"}},
+	}}
+	if diff := cmp.Diff([]admit.AssessRequest{wantReq}, eng.assessed); diff != "" {
+		t.Errorf("request (-want +got):\n%s", diff)
+	}
+	if code, body := do(t, "POST", url, "profiles-token", `{"user":"bob","options":[]}`); code != 200 || fmt.Sprint(body["options"]) != "[]" {
+		t.Errorf("no options: %d %v, want 200 with options []", code, body)
+	}
+
+	many := `{"user":"bob","options":[` + strings.TrimSuffix(strings.Repeat(`{"id":"x"},`, maxOptions+1), ",") + `]}`
+	for name, bad := range map[string]string{
+		"not JSON":                `user=bob`,
+		"no user":                 `{"options":[{"id":"cpu"}]}`,
+		"an option without an id": `{"user":"bob","options":[{"resources":{"nvidia.com/gpu":1}}]}`,
+		"negative resources":      `{"user":"bob","options":[{"id":"h","resources":{"nvidia.com/gpu":-1}}]}`,
+		"wrong type":              `{"user":"bob","options":{"id":"cpu"}}`,
+		"too many options":        many,
+		"too big":                 `{"user":"bob","server":"` + strings.Repeat("x", maxAssessBody) + `"}`,
+	} {
+		if code, body := do(t, "POST", url, "profiles-token", bad); code != 400 || body["message"] == "" {
+			t.Errorf("%s: status %d %v, want 400 with a message", name, code, body)
+		}
+	}
+
+	eng.err = fmt.Errorf("%w: informer caches not synced yet", admit.ErrUnavailable)
+	code, body = do(t, "POST", url, "profiles-token", `{"user":"bob","options":[{"id":"cpu"}]}`)
 	if code != 503 || !strings.Contains(body["message"].(string), "not synced") {
 		t.Errorf("engine unavailable: %d %v, want 503 with the reason", code, body)
 	}

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +23,7 @@ import (
 	"github.com/gpuhub/gpuhub/e2e/cluster"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/admit"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
+	"github.com/gpuhub/gpuhub/services/internal/benchkit"
 	"github.com/gpuhub/gpuhub/services/internal/policy"
 )
 
@@ -32,7 +31,7 @@ import (
 type RunOptions struct {
 	Self           string // this binary, re-executed for the HTTP system under test
 	KubeBin, Etcd  string
-	Synth          Synth
+	Synth          benchkit.Synth
 	Concurrency    int           // concurrent spawns over HTTP (z2jh's concurrentSpawnLimit: 64)
 	BurstGap       time.Duration // between the starts of two bursts of Concurrency spawns
 	Duration       time.Duration // per measured HTTP run
@@ -119,7 +118,7 @@ func Run(ctx context.Context, o RunOptions) error {
 		if done%2000 == 0 {
 			o.printf("    %d/%d pods (%.0fs)\n", done, total, time.Since(t0).Seconds())
 		}
-	}); err != nil {
+	}, RaceNode()); err != nil {
 		return err
 	}
 	policyPath := filepath.Join(dir, "policy.yaml")
@@ -157,30 +156,28 @@ func requests(users, n int, seed uint64) []Request {
 	out := make([]Request, n)
 	for i := range out {
 		u := r.IntN(users)
-		p := Profiles[r.IntN(len(Profiles))]
-		out[i] = Request{User: UserName(u), Groups: []string{Group(u)}, Server: "", Profile: p.Slug,
+		p := benchkit.Profiles[r.IntN(len(benchkit.Profiles))]
+		out[i] = Request{User: benchkit.UserName(u), Groups: []string{benchkit.Group(u)}, Server: "", Profile: p.Slug,
 			Resources: map[string]int64{p.Resource: 1}, NodeSelector: p.NodeSelector}
 	}
 	return out
 }
 
-type pair struct{ ours, naive, oursSat, naiveSat Latencies }
+type pair struct{ ours, naive, oursSat, naiveSat benchkit.Latencies }
 
 func (o RunOptions) inProcess(ctx context.Context, kc kubernetes.Interface, kubeconfig, policyPath, usageURL string, pol *quota.Policy) (pair, error) {
 	o.printf("==> in process: gpu-quota's engine (informers filled, on CPU %q) vs the naive enforcer (LIST per decision)\n", o.SUTCPU)
 	// gpu-quota's engine is timed in a process of its own on the SUT CPU, away from the control plane.
 	args := []string{o.Self, "sut", "--kubeconfig", kubeconfig, "--policy", policyPath, "--usage-url", usageURL,
 		"--users", strconv.Itoa(o.Synth.Users), "--listen", "127.0.0.1:0", "--in-process", strconv.Itoa(o.InProcess)}
-	if o.SUTCPU != "" {
-		args = append([]string{"taskset", "-c", o.SUTCPU}, args...)
-	}
+	args = benchkit.Pinned(o.SUTCPU, args)
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
 		return pair{}, fmt.Errorf("in-process measurement: %w", err)
 	}
-	var ours Latencies
+	var ours benchkit.Latencies
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &ours); err != nil {
 		return pair{}, fmt.Errorf("in-process measurement: %w (%q)", err, out)
@@ -196,7 +193,7 @@ func (o RunOptions) inProcess(ctx context.Context, kc kubernetes.Interface, kube
 
 // InProcess times n decisions of the engine one after the other (random users and profiles) and counts the
 // API server's reads meanwhile; `quota-bench sut --in-process n` prints it.
-func InProcess(ctx context.Context, kc kubernetes.Interface, eng *admit.Engine, users, n int) Latencies {
+func InProcess(ctx context.Context, kc kubernetes.Interface, eng *admit.Engine, users, n int) benchkit.Latencies {
 	reqs := requests(users, n, 1)
 	runtime.GC()
 	return measure(ctx, kc, 1, len(reqs), func(ctx context.Context, i int) error {
@@ -206,16 +203,9 @@ func InProcess(ctx context.Context, kc kubernetes.Interface, eng *admit.Engine, 
 	})
 }
 
-// measure runs fn n times (or for d) with the given concurrency and counts the API server's reads meanwhile.
-func measure(ctx context.Context, kc kubernetes.Interface, concurrency, n int, fn func(context.Context, int) error) Latencies {
-	before, _ := ServerReads(ctx, kc)
-	l := Closed(ctx, concurrency, 0, n, fn)
-	after, _ := ServerReads(ctx, kc)
-	l.ServerReads = after - before
-	if l.N > 0 {
-		l.ReadsPerDecide = l.ServerReads / float64(l.N)
-	}
-	return l
+// measure runs fn n times with the given concurrency and counts the API server's reads meanwhile.
+func measure(ctx context.Context, kc kubernetes.Interface, concurrency, n int, fn func(context.Context, int) error) benchkit.Latencies {
+	return benchkit.Measured(ctx, kc, func() benchkit.Latencies { return benchkit.Closed(ctx, concurrency, 0, n, fn) })
 }
 
 type raceResult struct{ oursAdmitted, naiveAdmitted, requests, limit int }
@@ -231,10 +221,7 @@ func (o RunOptions) overHTTP(ctx context.Context, kc kubernetes.Interface, kubec
 		if o.SUTProfile != "" && i == 0 {
 			args = append(args, "--cpu-profile", o.SUTProfile)
 		}
-		if o.SUTCPU != "" {
-			args = append([]string{"taskset", "-c", o.SUTCPU}, args...)
-		}
-		stop, err := startSUT(ctx, args, o.SUTEnv)
+		stop, err := benchkit.Start(ctx, benchkit.Pinned(o.SUTCPU, args), o.SUTEnv)
 		if err != nil {
 			return nil, raceResult{}, err
 		}
@@ -256,19 +243,20 @@ func (o RunOptions) overHTTP(ctx context.Context, kc kubernetes.Interface, kubec
 		}
 	}
 	// Warm-up of both (connections, caches), not measured.
-	Closed(ctx, o.Concurrency, 2*time.Second, 0, post(oursURL))
-	Closed(ctx, o.Concurrency, 2*time.Second, 0, post(naiveURL))
+	benchkit.Closed(ctx, o.Concurrency, 2*time.Second, 0, post(oursURL))
+	benchkit.Closed(ctx, o.Concurrency, 2*time.Second, 0, post(naiveURL))
 	var runs []pair
 	for r := range o.Runs {
 		var p pair
-		p.ours = measureFor(ctx, kc, func(fn func(context.Context, int) error) Latencies {
-			return Bursts(ctx, o.Concurrency, o.BurstGap, o.Duration, fn)
-		}, post(oursURL))
-		p.naive = measureFor(ctx, kc, func(fn func(context.Context, int) error) Latencies {
-			return Bursts(ctx, o.Concurrency, o.BurstGap, o.Duration, fn)
-		}, post(naiveURL))
-		p.oursSat = Closed(ctx, o.Concurrency, o.Duration/2, 0, post(oursURL))
-		p.naiveSat = Closed(ctx, o.Concurrency, o.Duration/2, 0, post(naiveURL))
+		bursts := func(url string) func() benchkit.Latencies {
+			return func() benchkit.Latencies {
+				return benchkit.Bursts(ctx, o.Concurrency, o.BurstGap, o.Duration, post(url))
+			}
+		}
+		p.ours = benchkit.Measured(ctx, kc, bursts(oursURL))
+		p.naive = benchkit.Measured(ctx, kc, bursts(naiveURL))
+		p.oursSat = benchkit.Closed(ctx, o.Concurrency, o.Duration/2, 0, post(oursURL))
+		p.naiveSat = benchkit.Closed(ctx, o.Concurrency, o.Duration/2, 0, post(naiveURL))
 		o.printf("    run %d: bursts of %d: ours p99 %s (%d decisions), naive p99 %s (%d decisions); saturated: ours %.0f/s, naive %.1f/s\n",
 			r+1, o.Concurrency, ms(p.ours.P99), p.ours.N, ms(p.naive.P99), p.naive.N, p.oursSat.Throughput, p.naiveSat.Throughput)
 		runs = append(runs, p)
@@ -277,39 +265,6 @@ func (o RunOptions) overHTTP(ctx context.Context, kc kubernetes.Interface, kubec
 	race.oursAdmitted = o.race(ctx, client, oursURL, "racer-ours")
 	race.naiveAdmitted = o.race(ctx, client, naiveURL, "racer-naive")
 	return runs, race, nil
-}
-
-// startSUT starts one system under test and waits for its "ready" line.
-func startSUT(ctx context.Context, args, env []string) (stop func(), err error) {
-	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	stop = func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }
-	sc := bufio.NewScanner(out)
-	if !sc.Scan() || sc.Text() != "ready" {
-		stop()
-		return nil, fmt.Errorf("the SUT process %v did not become ready (%q)", args, sc.Text())
-	}
-	go func() { _, _ = io.Copy(io.Discard, out) }()
-	return stop, nil
-}
-
-func measureFor(ctx context.Context, kc kubernetes.Interface, load func(func(context.Context, int) error) Latencies, fn func(context.Context, int) error) Latencies {
-	before, _ := ServerReads(ctx, kc)
-	l := load(fn)
-	after, _ := ServerReads(ctx, kc)
-	l.ServerReads = after - before
-	if l.N > 0 {
-		l.ReadsPerDecide = l.ServerReads / float64(l.N)
-	}
-	return l
 }
 
 // race sends RaceRequests spawns of one user at once, each for one H200 on its own server; the racers'
@@ -372,15 +327,11 @@ func postAdmit(ctx context.Context, c *http.Client, url string, body []byte) (ad
 	return res, json.NewDecoder(resp.Body).Decode(&res)
 }
 
-func ratio(a, b float64) string {
-	if a == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.0fx", b/a)
-}
-
-func us(d time.Duration) string { return fmt.Sprintf("%.1f µs", float64(d.Nanoseconds())/1e3) }
-func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Nanoseconds())/1e6) }
+var (
+	ratio = benchkit.Ratio
+	us    = benchkit.US
+	ms    = benchkit.MS
+)
 
 func (o RunOptions) report(in pair, runs []pair, race raceResult) {
 	o.printf("\nB2 spawn admission: %d users, %d pods (%d GPU nodes), real kube-apiserver; anchor: naive enforcer (LIST pods + nodes per decision)\n",
@@ -388,16 +339,19 @@ func (o RunOptions) report(in pair, runs []pair, race raceResult) {
 	o.printf("%-34s %14s %14s %10s %s\n", "", "gpu-quota", "naive", "ratio", "target")
 	o.printf("%-34s %14s %14s %10s %s\n", "in-process p50", us(in.ours.P50), us(in.naive.P50), ratio(float64(in.ours.P50), float64(in.naive.P50)), "")
 	o.printf("%-34s %14s %14s %10s %s\n", "in-process p99", us(in.ours.P99), us(in.naive.P99), ratio(float64(in.ours.P99), float64(in.naive.P99)), "<= 100 µs")
-	o.printf("%-34s %14.3f %14.3f %10s %s\n", "API-server reads per decision", in.ours.ReadsPerDecide, in.naive.ReadsPerDecide, "", "0")
+	o.printf("%-34s %14.3f %14.3f %10s %s\n", "API-server reads per decision", in.ours.ReadsPerCall, in.naive.ReadsPerCall, "", "0")
 	var p99o, p99n, p50o, p50n, thro, thrn, rdo, rdn []float64
 	for _, r := range runs {
 		p99o, p99n = append(p99o, float64(r.ours.P99)), append(p99n, float64(r.naive.P99))
 		p50o, p50n = append(p50o, float64(r.ours.P50)), append(p50n, float64(r.naive.P50))
 		thro, thrn = append(thro, r.oursSat.Throughput), append(thrn, r.naiveSat.Throughput)
-		rdo, rdn = append(rdo, r.ours.ReadsPerDecide), append(rdn, r.naive.ReadsPerDecide)
+		rdo, rdn = append(rdo, r.ours.ReadsPerCall), append(rdn, r.naive.ReadsPerCall)
 	}
-	med := median
-	rng := func(xs []float64, f func(float64) string) string { lo, hi := minMax(xs); return f(lo) + "–" + f(hi) }
+	med := benchkit.Median
+	rng := func(xs []float64, f func(float64) string) string {
+		lo, hi := benchkit.MinMax(xs)
+		return f(lo) + "–" + f(hi)
+	}
 	dms := func(x float64) string { return ms(time.Duration(x)) }
 	o.printf("%-34s %14s %14s %10s %s\n", fmt.Sprintf("HTTP p50, %d at once (median)", o.Concurrency), dms(med(p50o)), dms(med(p50n)), ratio(med(p50o), med(p50n)), "")
 	o.printf("%-34s %14s %14s %10s %s\n", fmt.Sprintf("HTTP p99, %d at once (median)", o.Concurrency), dms(med(p99o)), dms(med(p99n)), ratio(med(p99o), med(p99n)), "<= 5 ms")
@@ -407,25 +361,4 @@ func (o RunOptions) report(in pair, runs []pair, race raceResult) {
 	o.printf("%-34s %14s %14s %10s %s\n", fmt.Sprintf("race: %d at once, limit %d", race.requests, race.limit),
 		fmt.Sprintf("%d admitted", race.oursAdmitted), fmt.Sprintf("%d admitted", race.naiveAdmitted), "", fmt.Sprintf("exactly %d", race.limit))
 	o.printf("(the naive enforcer admits every racer it answers: it has no reservations; the rest of its race timed out)\n")
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
-func minMax(xs []float64) (lo, hi float64) {
-	for i, x := range xs {
-		if i == 0 || x < lo {
-			lo = x
-		}
-		if i == 0 || x > hi {
-			hi = x
-		}
-	}
-	return lo, hi
 }

@@ -3,8 +3,6 @@ package bench
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"iter"
 	"log/slog"
 	"net"
@@ -18,6 +16,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/admit"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/app"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
+	"github.com/gpuhub/gpuhub/services/internal/benchkit"
 	"github.com/gpuhub/gpuhub/services/internal/policy"
 	"github.com/gpuhub/gpuhub/services/internal/server"
 )
@@ -32,7 +31,7 @@ type directory struct{ users int }
 func (d directory) Users(context.Context, hubapi.ListUsersOptions) iter.Seq2[hubapi.User, error] {
 	return func(yield func(hubapi.User, error) bool) {
 		for i := range d.users {
-			if !yield(hubapi.User{Name: UserName(i), Groups: []string{Group(i)}}, nil) {
+			if !yield(hubapi.User{Name: benchkit.UserName(i), Groups: []string{benchkit.Group(i)}}, nil) {
 				return
 			}
 		}
@@ -94,35 +93,13 @@ func ServeSUT(ctx context.Context, o SUTOptions) error {
 		return err
 	case <-serving:
 	}
-	if err := waitReady(ctx, "http://"+srv.Addr().String()+"/readyz"); err != nil {
+	if err := benchkit.WaitReady(ctx, "http://"+srv.Addr().String()+"/readyz"); err != nil {
 		return err
 	}
 	if o.Ready != nil {
 		o.Ready(eng)
 	}
 	return <-errc
-}
-
-func waitReady(ctx context.Context, url string) error {
-	deadline := time.Now().Add(3 * time.Minute)
-	last := ""
-	for time.Now().Before(deadline) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			last = string(b)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("%s not ready after 3 minutes: %s", url, last)
 }
 
 // Handler serves the naive enforcer with gpu-quota's admit request and answer shape.
@@ -170,7 +147,7 @@ func UsageHandler(users int) http.Handler {
 			}
 			per := make(map[string]map[string]float64, users)
 			for i := range users {
-				u := UserName(i)
+				u := benchkit.UserName(i)
 				per[u] = SynthHours(u)[d]
 			}
 			windows[name] = per

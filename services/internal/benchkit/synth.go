@@ -1,8 +1,8 @@
-// Package bench measures spawn admission (benchmarks.md B2): gpu-quota's decisions from memory against a
-// naive enforcer that LISTs pods and nodes from the API server for every decision, on the same real
-// kube-apiserver holding the same 10,000 pods, in one run. It counts the API server's own read counters, so
-// "reads per decision" is what the server saw, not what the client claims.
-package bench
+// Package benchkit is what the services' benchmarks against a real kube-apiserver share (benchmarks.md B2,
+// B7): a synthetic cluster of GPU nodes and single-user pods and the code that creates it, the load
+// generators (bursts and closed loops, each call timed), the API server's own read counters, and the start of
+// a system under test as a process of its own. Each benchmark keeps its systems under test and its table.
+package benchkit
 
 import (
 	"context"
@@ -22,6 +22,11 @@ type Synth struct {
 	// GPUNodes is the number of GPU nodes, split a third each: 8 x H100, A100 with MIG (per GPU 1 x 3g.20gb
 	// + 4 x 1g.5gb, 8 GPUs), 8 x T4 time-sliced 4 ways.
 	GPUNodes int
+	// CPUNodes are nodes without GPUs; the CPU-only pods run there (on the GPU nodes when there are none).
+	CPUNodes int
+	// CordonEvery: GPU node i is cordoned when CordonEvery > 0 and i % CordonEvery == CordonEvery-1 (its units
+	// are allocatable but not free for a new pod).
+	CordonEvery int
 	// GPUPodEvery: pod i holds a GPU unit when i % GPUPodEvery == 0 (the others are CPU-only servers).
 	GPUPodEvery int
 }
@@ -80,38 +85,36 @@ func (s Synth) Nodes() []*corev1.Node {
 		}
 		n.Status.Capacity, n.Status.Allocatable = alloc, alloc
 		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+		n.Spec.Unschedulable = s.CordonEvery > 0 && i%s.CordonEvery == s.CordonEvery-1
+		out = append(out, n)
+	}
+	for i := range s.CPUNodes {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cpu-%04d", i)}}
+		alloc := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("512Gi"), corev1.ResourcePods: resource.MustParse("110")}
+		n.Status.Capacity, n.Status.Allocatable = alloc, alloc
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
 		out = append(out, n)
 	}
 	return out
-}
-
-// RaceSelector selects the race's node: 8 free H200s that only the race asks for, so the racer's limit, not
-// the capacity, is what bounds the admissions.
-var RaceSelector = map[string]string{"nvidia.com/gpu.product": "NVIDIA-H200", "bench.gpuhub.io/race": "true"}
-
-// RaceNode is the race's node.
-func RaceNode() *corev1.Node {
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-race", Labels: map[string]string{"nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": "8"}}}
-	for k, v := range RaceSelector {
-		n.Labels[k] = v
-	}
-	alloc := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("512Gi"),
-		corev1.ResourcePods: resource.MustParse("110"), "nvidia.com/gpu": resource.MustParse("8")}
-	n.Status.Capacity, n.Status.Allocatable = alloc, alloc
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
-	return n
 }
 
 // PodObjects returns the single-user pods in namespace: pod i belongs to user i % Users. GPU pods take units on
 // the nodes in order until a kind is full; later GPU pods of that kind stay unbound (Pending), as they would.
 func (s Synth) PodObjects(namespace string) []*corev1.Pod {
 	nodes := s.Nodes()
+	hosts := nodes // where CPU-only pods run
+	if s.CPUNodes > 0 {
+		hosts = nodes[s.GPUNodes:]
+	}
 	type slot struct {
 		node string
 		left int64
 	}
 	slots := map[string][]*slot{}
 	for _, n := range nodes {
+		if n.Spec.Unschedulable {
+			continue
+		}
 		for res, q := range n.Status.Allocatable {
 			if r := string(res); len(r) > 11 && r[:11] == "nvidia.com/" {
 				slots[r] = append(slots[r], &slot{node: n.Name, left: q.Value()})
@@ -127,10 +130,10 @@ func (s Synth) PodObjects(namespace string) []*corev1.Pod {
 				Annotations: map[string]string{"hub.jupyter.org/username": user, "hub.jupyter.org/servername": serverName(i / s.Users)}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "notebook", Image: "quay.io/jupyterhub/k8s-singleuser-sample:4.3.2"}}},
 		}
-		if len(nodes) > 0 {
+		if len(hosts) > 0 {
 			// Bound from the start like a running server (nothing to schedule); GPU pods below take a GPU node
 			// with a free unit instead, or stay unbound when there is none.
-			p.Spec.NodeName = nodes[i%len(nodes)].Name
+			p.Spec.NodeName = hosts[i%len(hosts)].Name
 		}
 		if s.GPUPodEvery > 0 && i%s.GPUPodEvery == 0 {
 			p.Spec.NodeName = ""
@@ -157,13 +160,19 @@ func serverName(i int) string {
 	return "s" + strconv.Itoa(i)
 }
 
-// Seed creates the namespace, the nodes (with their status) and the pods, with `parallel` writers;
+// Seed creates the namespace, the synthetic nodes and extra ones (with their status) and the pods, with
+// `parallel` writers; progress is called after every 1,000 pods.
+func (s Synth) Seed(ctx context.Context, c kubernetes.Interface, namespace string, parallel int, progress func(done, total int), extra ...*corev1.Node) error {
+	return Create(ctx, c, namespace, append(s.Nodes(), extra...), s.PodObjects(namespace), parallel, progress)
+}
+
+// Create creates the namespace, the nodes (with their status) and the pods, each with `parallel` writers;
 // progress is called after every 1,000 pods.
-func (s Synth) Seed(ctx context.Context, c kubernetes.Interface, namespace string, parallel int, progress func(done, total int)) error {
+func Create(ctx context.Context, c kubernetes.Interface, namespace string, nodes []*corev1.Node, pods []*corev1.Pod, parallel int, progress func(done, total int)) error {
 	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create namespace: %w", err)
 	}
-	for _, n := range append(s.Nodes(), RaceNode()) {
+	err := inParallel(ctx, nodes, parallel, func(n *corev1.Node) error {
 		created, err := c.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
 		if err != nil {
 			return fmt.Errorf("create node %s: %w", n.Name, err)
@@ -172,41 +181,53 @@ func (s Synth) Seed(ctx context.Context, c kubernetes.Interface, namespace strin
 		if _, err := c.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("node %s status: %w", n.Name, err)
 		}
+		return nil
+	}, nil)
+	if err != nil {
+		return err
 	}
-	pods := s.PodObjects(namespace)
-	work := make(chan *corev1.Pod)
+	return inParallel(ctx, pods, parallel, func(p *corev1.Pod) error {
+		if _, err := c.CoreV1().Pods(namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create pod %s: %w", p.Name, err)
+		}
+		return nil
+	}, progress)
+}
+
+// inParallel calls fn on every item from `parallel` workers, stopping at the first error; progress (if set) is
+// called after every 1,000 items.
+func inParallel[T any](ctx context.Context, items []T, parallel int, fn func(T) error, progress func(done, total int)) error {
+	work := make(chan T)
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
 		firstErr error
 		done     int
 	)
-	for range parallel {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for p := range work {
-				_, err := c.CoreV1().Pods(namespace).Create(ctx, p, metav1.CreateOptions{})
+	for range max(parallel, 1) {
+		wg.Go(func() {
+			for it := range work {
+				err := fn(it)
 				mu.Lock()
 				if err != nil && firstErr == nil {
-					firstErr = fmt.Errorf("create pod %s: %w", p.Name, err)
+					firstErr = err
 				}
 				done++
 				if progress != nil && done%1000 == 0 {
-					progress(done, len(pods))
+					progress(done, len(items))
 				}
 				mu.Unlock()
 			}
-		}()
+		})
 	}
-	for _, p := range pods {
+	for _, it := range items {
 		mu.Lock()
 		failed := firstErr != nil
 		mu.Unlock()
 		if failed || ctx.Err() != nil {
 			break
 		}
-		work <- p
+		work <- it
 	}
 	close(work)
 	wg.Wait()

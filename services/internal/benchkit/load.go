@@ -1,4 +1,4 @@
-package bench
+package benchkit
 
 import (
 	"bufio"
@@ -16,12 +16,12 @@ import (
 
 // Latencies summarises one measured run.
 type Latencies struct {
-	N, Errors      int
-	P50, P99, Max  time.Duration
-	Throughput     float64 // decisions per second
-	Elapsed        time.Duration
-	ServerReads    float64 // API-server reads (GET + LIST of pods and nodes) during the run
-	ReadsPerDecide float64
+	N, Errors     int
+	P50, P99, Max time.Duration
+	Throughput    float64 // calls per second
+	Elapsed       time.Duration
+	ServerReads   float64 // API-server reads (GET + LIST of pods and nodes) during the run
+	ReadsPerCall  float64 // ServerReads / N
 }
 
 // Closed runs fn from `concurrency` workers for d (or until n calls when n > 0), each call timed on its own.
@@ -142,4 +142,16 @@ func ServerReads(ctx context.Context, c kubernetes.Interface) (float64, error) {
 		}
 	}
 	return total, sc.Err()
+}
+
+// Measured runs load and sets the API server's reads of pods and nodes meanwhile on its result.
+func Measured(ctx context.Context, c kubernetes.Interface, load func() Latencies) Latencies {
+	before, _ := ServerReads(ctx, c)
+	l := load()
+	after, _ := ServerReads(ctx, c)
+	l.ServerReads = after - before
+	if l.N > 0 {
+		l.ReadsPerCall = l.ServerReads / float64(l.N)
+	}
+	return l
 }
