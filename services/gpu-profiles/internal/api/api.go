@@ -28,7 +28,8 @@ import (
 
 // Renderer renders a user's form (*profiles.Renderer).
 type Renderer interface {
-	Render(ctx context.Context, req profiles.Request) (profiles.Response, error)
+	// Encoded is the user's form (profiles.Response) as the JSON body of the answer.
+	Encoded(ctx context.Context, req profiles.Request) ([]byte, error)
 }
 
 // Kinds is the inventory by kind (*catalog.Catalog).
@@ -127,7 +128,7 @@ func (a *api) profiles(w http.ResponseWriter, r *http.Request) {
 		server.WriteError(w, http.StatusBadRequest, `"user" is required: the Hub user whose form is rendered`)
 		return
 	}
-	res, err := a.o.Renderer.Render(r.Context(), req)
+	body, err := a.o.Renderer.Encoded(r.Context(), req)
 	if err != nil {
 		a.renders.WithLabelValues(resultUnavailable).Inc()
 		a.o.Logger.Warn("cannot render a form", "user", req.User, "err", err)
@@ -136,7 +137,9 @@ func (a *api) profiles(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.renders.WithLabelValues(resultOK).Inc()
-	server.WriteJSON(w, http.StatusOK, res)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(body)
 }
 
 // ownToken compares the request's token with gpu-profiles' own in constant time (hashes of equal length).

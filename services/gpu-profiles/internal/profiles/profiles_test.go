@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -334,5 +335,62 @@ func TestUnknownProduct(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// switchable is a catalog whose table is replaced (as the real one is after an inventory change).
+type switchable struct{ ks *[]catalog.KindStatus }
+
+func (s switchable) Kinds() ([]catalog.KindStatus, error) { return *s.ks, nil }
+
+// TestEncodedSharedUntilChange: Encoded is Render's answer as JSON; users with the same groups and verdicts
+// share one encoding, other groups or verdicts get their own, and a new inventory table is never answered from
+// the old one's encodings.
+func TestEncodedSharedUntilChange(t *testing.T) {
+	ks := zoo(t)
+	at := time.Date(2026, 1, 5, 10, 0, 0, 0, time.UTC)
+	cfg := &profiles.Config{Kinds: map[string]profiles.Override{"gpu": {Groups: []string{"researchers"}}}}
+	table := ks
+	q := &fakeQuota{verdicts: map[string]quotaclient.Verdict{"mig-a100-sxm4-40gb-3g-20gb": {Reason: "max_gpus", Message: "Too much."}}}
+	r := &profiles.Renderer{Catalog: switchable{&table}, Config: func() *profiles.Config { return cfg }, Now: func() time.Time { return at }, Quota: q}
+	ctx := context.Background()
+	encode := func(user string, groups ...string) string {
+		t.Helper()
+		req := profiles.Request{User: user, Groups: groups}
+		body, err := r.Encoded(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := r.Render(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := json.Marshal(res)
+		if diff := cmp.Diff(string(want)+"\n", string(body)); diff != "" {
+			t.Errorf("Encoded differs from Render for %s %v (-render +encoded):\n%s", user, groups, diff)
+		}
+		return string(body)
+	}
+	bob, alice := encode("bob", "students"), encode("alice", "students")
+	if bob != alice {
+		t.Error("two students with the same verdicts got different forms")
+	}
+	if carol := encode("carol", "researchers"); carol == bob {
+		t.Error("a researcher got a student's form (whole GPUs are for researchers only)")
+	}
+	q.verdicts = map[string]quotaclient.Verdict{}
+	if encode("dave", "students") == bob {
+		t.Error("a student whom gpu-quota allows everything got the form of one it refuses the 3g.20gb slice")
+	}
+	// The inventory changes: a new table (the catalog never changes one in place).
+	table = slices.Clone(ks)
+	for i := range table {
+		if table[i].Slug == "shared-t4" {
+			table[i].Free, table[i].FreeOnNodes = 0, nil
+		}
+	}
+	q.verdicts = map[string]quotaclient.Verdict{"mig-a100-sxm4-40gb-3g-20gb": {Reason: "max_gpus", Message: "Too much."}}
+	if encode("bob", "students") == bob {
+		t.Error("after an inventory change bob got the form encoded before it")
 	}
 }

@@ -2,6 +2,10 @@ package profiles
 
 import (
 	"context"
+	"encoding/json"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,7 +63,13 @@ type Renderer struct {
 
 	mu   sync.Mutex
 	memo memo
+	// bodies are encoded answers of the memo's choices, by what else a form depends on (forms).
+	bodies map[string][]byte
 }
+
+// maxBodies bounds the encoded answers kept between two changes of the inventory or the configuration: one per
+// set of groups and quota verdicts seen, so a few dozen in practice.
+const maxBodies = 4096
 
 // memo keeps the choices of the last table and configuration: renders between two inventory changes share them.
 type memo struct {
@@ -77,7 +87,72 @@ func (r *Renderer) Render(ctx context.Context, req Request) (Response, error) {
 	}
 	cfg := r.Config()
 	choices := Visible(r.choices(kinds, cfg), req.Groups)
+	return r.respond(cfg, choices, r.assess(ctx, req, choices)), nil
+}
+
+// Encoded is Render's answer as the JSON body the API sends. A form depends on nothing of the user but their
+// groups and gpu-quota's verdicts, so users alike share one encoding until the inventory or the configuration
+// changes: with many forms at once, encoding the same answer again was most of a render's cost (B7).
+func (r *Renderer) Encoded(ctx context.Context, req Request) ([]byte, error) {
+	kinds, err := r.Catalog.Kinds()
+	if err != nil {
+		return nil, err
+	}
+	cfg := r.Config()
+	all := r.choices(kinds, cfg)
+	choices := Visible(all, req.Groups)
 	verdicts := r.assess(ctx, req, choices)
+	key := formKey(req.Groups, verdicts)
+	r.mu.Lock()
+	body, ok := r.bodies[key]
+	fresh := r.memo.choices != nil && len(all) > 0 && len(r.memo.choices) > 0 && &r.memo.choices[0] == &all[0]
+	r.mu.Unlock()
+	if ok && fresh {
+		return body, nil
+	}
+	body, err = json.Marshal(r.respond(cfg, choices, verdicts))
+	if err != nil {
+		return nil, err
+	}
+	body = append(body, '\n')
+	r.mu.Lock()
+	if len(r.memo.choices) > 0 && len(all) > 0 && &r.memo.choices[0] == &all[0] {
+		if r.bodies == nil || len(r.bodies) >= maxBodies {
+			r.bodies = map[string][]byte{}
+		}
+		r.bodies[key] = body
+	}
+	r.mu.Unlock()
+	return body, nil
+}
+
+// formKey names what a form depends on besides the choices: the user's groups (which choices they see) and
+// gpu-quota's verdicts on them.
+func formKey(groups []string, verdicts map[string]Verdict) string {
+	var b strings.Builder
+	gs := slices.Clone(groups)
+	slices.Sort(gs)
+	for _, g := range gs {
+		b.WriteString(g)
+		b.WriteByte(0)
+	}
+	b.WriteByte(1)
+	for _, id := range slices.Sorted(maps.Keys(verdicts)) {
+		v := verdicts[id]
+		b.WriteString(id)
+		b.WriteByte(0)
+		if v.Allow {
+			b.WriteByte('y')
+		}
+		b.WriteString(v.Reason)
+		b.WriteByte(0)
+		b.WriteString(v.Message)
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+func (r *Renderer) respond(cfg *Config, choices []Choice, verdicts map[string]Verdict) Response {
 	def := catalog.SlugCPU
 	note := ""
 	if cfg != nil {
@@ -90,7 +165,7 @@ func (r *Renderer) Render(ctx context.Context, req Request) (Response, error) {
 	if r.Now != nil {
 		now = r.Now
 	}
-	return Response{Profiles: ForUser(choices, verdicts, def), GeneratedAt: now().UTC().Truncate(time.Second), Note: note}, nil
+	return Response{Profiles: ForUser(choices, verdicts, def), GeneratedAt: now().UTC().Truncate(time.Second), Note: note}
 }
 
 func (r *Renderer) choices(kinds []catalog.KindStatus, cfg *Config) []Choice {
@@ -106,6 +181,7 @@ func (r *Renderer) choices(kinds []catalog.KindStatus, cfg *Config) []Choice {
 	}
 	c := Choices(kinds, cfg)
 	r.memo = memo{kinds: first, n: len(kinds), cfg: cfg, choices: c}
+	r.bodies = nil // encoded for the old choices
 	return c
 }
 
