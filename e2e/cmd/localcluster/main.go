@@ -58,8 +58,8 @@ type Options struct {
 	NoQuota bool
 	// NoProfiles leaves gpu-profiles out (GPUHub.Profiles is ignored): the form shows the static profileList.
 	NoProfiles bool
-	Out     io.Writer
-	Logger  *slog.Logger
+	Out        io.Writer
+	Logger     *slog.Logger
 }
 
 func parseFlags(args []string, getenv func(string) string) (Options, error) {
