@@ -81,6 +81,10 @@ e2e: cluster-deps chromium browser-deps $(HELM) ## End-to-end tests on the local
 	$(LOCALCLUSTER_ENV) GPUHUB_CHART="$(CURDIR)/chart/gpuhub" \
 	GPUHUB_BROWSER_MODULES="$(BROWSER_MODULES)/node_modules" GPUHUB_CHROMIUM="$(CHROMIUM)" \
 	  $(GO) test $(E2E_FLAGS) -tags e2e ./e2e/quotae2e/...
+	@# gpu-profiles generates the spawn form: its own cluster too (the form, its fallback, Pending pods, a second topology).
+	$(LOCALCLUSTER_ENV) GPUHUB_CHART="$(CURDIR)/chart/gpuhub" \
+	GPUHUB_BROWSER_MODULES="$(BROWSER_MODULES)/node_modules" GPUHUB_CHROMIUM="$(CHROMIUM)" \
+	  $(GO) test $(E2E_FLAGS) -tags e2e ./e2e/profilese2e/...
 
 TEST_TARGETS += e2e
 
