@@ -274,7 +274,9 @@ type profile struct {
 func askProfiles(t *testing.T, user string, groups []string) []profile {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{"user": user, "groups": groups, "server": ""})
-	req, _ := http.NewRequest(http.MethodPost, profilesURL+"api/v1/profiles", strings.NewReader(string(body)))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, profilesURL+"api/v1/profiles", strings.NewReader(string(body)))
 	req.Header.Set("Authorization", "token "+profilesToken)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
