@@ -66,6 +66,9 @@ type Pod struct {
 	// Waiting are the containers (init containers first) waiting to run, with their reasons (ContainerCreating,
 	// PodInitializing, ErrImagePull, ImagePullBackOff, ...): why a bound pod is still Pending.
 	Waiting []Waiting
+	// NodeAffinity is set when the pod has required node affinity: its node selector alone does not say where it
+	// may run.
+	NodeAffinity bool
 }
 
 // Allocated reports whether the pod holds its GPUs: bound to a node and Running. Pending pods hold nothing.
@@ -95,6 +98,8 @@ func PodFrom(p *corev1.Pod) (Pod, bool) {
 		Phase: p.Status.Phase, Ready: podReady(p), IP: p.Status.PodIP, Resources: res, Started: podStarted(p),
 		NodeSelector: p.Spec.NodeSelector, Terminating: p.DeletionTimestamp != nil, Notices: notices(p.Annotations),
 		Created: p.CreationTimestamp.UTC(), Scheduled: podScheduled(p), Waiting: podWaiting(p),
+		NodeAffinity: p.Spec.Affinity != nil && p.Spec.Affinity.NodeAffinity != nil &&
+			p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil,
 	}, true
 }
 

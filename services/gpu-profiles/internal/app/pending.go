@@ -74,9 +74,13 @@ type capacity struct {
 
 func (c capacity) Lookup(resources map[string]int64, nodeSelector map[string]string) (pending.Availability, bool) {
 	if k, ok := c.cat.Lookup(resources, nodeSelector); ok {
-		return c.availability(k), true
+		av := c.availability(k)
+		// The catalog matched the pod to a kind; its counts are the pod's nodes only when the pod's selector
+		// names every label of the kind (a selector without the product label matches any product).
+		av.Certain = covers(nodeSelector, k.NodeSelector)
+		return av, true
 	}
-	// No node offers it. A provisionable kind still waits for its first node; anything else is hopeless.
+	// No node offers it. A provisionable kind still waits for its first node.
 	for _, a := range gpu.Allocations(resources, gpu.Node{Labels: nodeSelector}) {
 		if a.Kind == "" {
 			continue
@@ -87,7 +91,34 @@ func (c capacity) Lookup(resources map[string]int64, nodeSelector map[string]str
 			return pending.Availability{Slug: slug, Unit: a, Provisionable: true}, true
 		}
 	}
-	return pending.Availability{}, false
+	// The slug above is read from the pod's selector, which may not name what the config does (an unrenamed
+	// time-sliced pool looks like whole GPUs): with any provisionable pool configured, never call it certain.
+	return pending.Availability{Certain: !anyProvisionable(c.config())}, false
+}
+
+// covers reports whether sel names every label of kind with the same value.
+func covers(sel, kind map[string]string) bool {
+	for k, v := range kind {
+		if sel[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func anyProvisionable(cfg *profiles.Config) bool {
+	if cfg == nil {
+		return false
+	}
+	if p := cfg.Defaults.Provisionable; p != nil && *p {
+		return true
+	}
+	for _, o := range cfg.Kinds {
+		if o.Provisionable != nil && *o.Provisionable {
+			return true
+		}
+	}
+	return false
 }
 
 // FreeNow lists the GPU kinds with free units in the form's order. The explainer does not know the user's Hub

@@ -37,7 +37,9 @@ const eventsUser = "gpuhub:gpu-profiles-test" // holds Rules() in jhub only
 type staticCapacity struct{ av Availability }
 
 func (c staticCapacity) Lookup(map[string]int64, map[string]string) (Availability, bool) {
-	return c.av, true
+	av := c.av
+	av.Certain = true
+	return av, true
 }
 func (c staticCapacity) FreeNow(string) []Availability { return []Availability{mig1g} }
 

@@ -53,6 +53,10 @@ type Availability struct {
 	Blocked map[string]string
 	// Provisionable: the kind's node pool can scale up (cluster autoscaler, Karpenter); spawns wait for it.
 	Provisionable bool
+	// Certain: the counts describe exactly the nodes the pod may land on (its node selector names every label
+	// of the kind), or, from a Lookup that found nothing, no node offers the pod's GPU resource at all. Only a
+	// certain answer may end a spawn: a guess never does.
+	Certain bool
 }
 
 // Capacity answers from memory what the cluster offers; defined here, implemented by the service's catalog.
@@ -143,8 +147,11 @@ func explain(p inventory.Pod, c Capacity, now, hopelessSince time.Time, cfg expl
 	want := units(p.Resources)
 	av, ok := c.Lookup(p.Resources, p.NodeSelector)
 	if !ok {
-		av = Availability{Unit: unitOf(p)}
+		av = Availability{Unit: unitOf(p), Certain: av.Certain}
 	}
+	// Hopeless needs certainty: an exact kind, no node affinity the counts know nothing of, and no node left out
+	// for a taint only (the pod may tolerate it: the catalog judges taints with the configured tolerations).
+	certain := av.Certain && !p.NodeAffinity && !taintOnly(av.Blocked)
 	x := Explanation{Free: freeNow(c.FreeNow(p.User), av.Slug, cfg.maxFree)}
 	if x.Free == "" {
 		x.Free = nothingElse
@@ -158,13 +165,13 @@ func explain(p inventory.Pod, c Capacity, now, hopelessSince time.Time, cfg expl
 	sched := parseScheduler(p.Scheduled.Message)
 	switch {
 	case !ok || (av.SchedulableNodes == 0 && len(av.Blocked) == 0):
-		x.Reason, x.Hopeless = ReasonNoNodes, true
+		x.Reason, x.Hopeless, x.Warning = ReasonNoNodes, certain, true
 		x.Cause = fmt.Sprintf("Your server cannot start: no node in the cluster has %s.", plural(av))
 	case av.SchedulableNodes == 0:
-		x.Reason, x.Hopeless = ReasonBlocked, true
+		x.Reason, x.Hopeless, x.Warning = ReasonBlocked, certain, true
 		x.Cause = "Your server cannot start: " + blocked(av) + "."
 	case av.MaxAllocatableOnOneSchedulableNode < want:
-		x.Reason, x.Hopeless = ReasonTooBig, true
+		x.Reason, x.Hopeless, x.Warning = ReasonTooBig, certain, true
 		x.Cause = fmt.Sprintf("Your server cannot start: it needs %s on one node, and the largest node with %s has %d.",
 			count(av, want), plural(av), av.MaxAllocatableOnOneSchedulableNode)
 	case av.Free < want && want == 1:
@@ -190,8 +197,10 @@ func explain(p inventory.Pod, c Capacity, now, hopelessSince time.Time, cfg expl
 		x.Cause = fmt.Sprintf("Your server's GPU is free (%s), but Kubernetes has not placed your server on a node yet.", count(av, want))
 		x.Next = "It keeps trying."
 	}
+	if x.Warning && !x.Hopeless && x.Next == "" {
+		x.Next = "It keeps waiting in case this changes; stop the server and pick another choice to start sooner, or ask your admin."
+	}
 	if x.Hopeless {
-		x.Warning = true
 		if hopelessSince.IsZero() {
 			hopelessSince = now
 		}
@@ -207,6 +216,16 @@ func explain(p inventory.Pod, c Capacity, now, hopelessSince time.Time, cfg expl
 }
 
 const nothingElse = "Nothing else is free right now."
+
+// taintOnly reports whether some blocked node is left out only for a taint.
+func taintOnly(blocked map[string]string) bool {
+	for _, why := range blocked {
+		if strings.HasPrefix(why, "tainted") {
+			return true
+		}
+	}
+	return false
+}
 
 // endMessage is the Warning written just before the spawn is ended.
 func endMessage(x Explanation) string {

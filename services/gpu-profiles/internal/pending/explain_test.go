@@ -102,12 +102,28 @@ func TestExplain(t *testing.T) {
 				avail("gpu-h100-80gb-hbm3", resGPU, h100Labels, 0, 0, 0, 0).blocked(map[string]string{"gpu-h100-0": "cordoned"})),
 			want: ReasonBlocked, wantType: corev1.EventTypeWarning, hopeless: true,
 		},
-		"blocked: every H100 node out of service, more than three": {
+		"blocked: every H100 node out of service, more than three, one only by a taint (the pod may tolerate it: never ended)": {
 			pod: newPod("bob", "lab").wants(resGPU, 1, h100Labels).unschedulable(schedCordoned, t0),
 			capacity: newCapacity(freeKind...).with(resGPU, h100Labels,
 				avail("gpu-h100-80gb-hbm3", resGPU, h100Labels, 0, 0, 0, 0).blocked(map[string]string{
 					"gpu-h100-3": "tainted (maintenance=true:NoSchedule)", "gpu-h100-0": "cordoned", "gpu-h100-1": "not ready", "gpu-h100-2": "cordoned"})),
-			want: ReasonBlocked, wantType: corev1.EventTypeWarning, hopeless: true,
+			want: ReasonBlocked, wantType: corev1.EventTypeWarning, hopeless: false,
+		},
+		"blocked, but the catalog only guessed the kind (the pod's selector does not name it): never ended": {
+			pod: newPod("bob", "").wants(resGPU, 1, h100Labels).unschedulable(schedCordoned, t0),
+			capacity: uncertain(newCapacity(freeKind...).with(resGPU, h100Labels,
+				avail("gpu-h100-80gb-hbm3", resGPU, h100Labels, 0, 0, 0, 0).blocked(map[string]string{"gpu-h100-0": "cordoned"}))),
+			want: ReasonBlocked, wantType: corev1.EventTypeWarning, hopeless: false,
+		},
+		"too big, but the pod has required node affinity the counts know nothing of: never ended": {
+			pod:      newPod("bob", "").wants(resGPU, 4, h100Labels).unschedulable(schedGPU, t0).affinity(),
+			capacity: newCapacity(freeKind...).with(resGPU, h100Labels, avail("gpu-h100-80gb-hbm3", resGPU, h100Labels, 4, 4, 2, 2)),
+			want:     ReasonTooBig, wantType: corev1.EventTypeWarning, hopeless: false,
+		},
+		"no nodes, but a provisionable pool is configured that the pod may belong to: never ended": {
+			pod:      newPod("bob", "").wants(resGPU, 1, b200Labels).unschedulable(schedAffinity, t0),
+			capacity: uncertain(newCapacity(freeKind...)),
+			want:     ReasonNoNodes, wantType: corev1.EventTypeWarning, hopeless: false,
 		},
 		"blocked, never ended (EndAfter 0)": {
 			pod: newPod("bob", "").wants(resGPU, 1, h100Labels).unschedulable(schedCordoned, t0),

@@ -74,6 +74,8 @@ type fakeCapacity struct {
 	kinds map[string]Availability // resource + "|" + product label
 	free  []Availability
 	users []string // FreeNow's callers
+	// uncertain makes every answer a guess (Availability.Certain false).
+	uncertain bool
 }
 
 func newCapacity(free ...Availability) *fakeCapacity {
@@ -103,10 +105,11 @@ func (c *fakeCapacity) Lookup(res map[string]int64, sel map[string]string) (Avai
 	defer c.mu.Unlock()
 	for r := range res {
 		if av, ok := c.kinds[r+"|"+sel[gpu.LabelProduct]]; ok {
+			av.Certain = !c.uncertain
 			return av, true
 		}
 	}
-	return Availability{}, false
+	return Availability{Certain: !c.uncertain}, false
 }
 
 func (c *fakeCapacity) FreeNow(user string) []Availability {
@@ -165,6 +168,19 @@ func (b *podBuilder) bound(node string, at time.Time, waiting ...string) *podBui
 }
 
 func (b *podBuilder) phase(p corev1.PodPhase) *podBuilder { b.p.Status.Phase = p; return b }
+
+// affinity adds required node affinity (a zone), as an admin's KubeSpawner override might.
+func (b *podBuilder) affinity() *podBuilder {
+	b.p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "topology.kubernetes.io/zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}},
+		}}},
+	}}
+	return b
+}
+
+// uncertain makes every answer of c a guess.
+func uncertain(c *fakeCapacity) *fakeCapacity { c.uncertain = true; return c }
 func (b *podBuilder) noUser() *podBuilder {
 	delete(b.p.Annotations, inventory.AnnotationUser)
 	return b

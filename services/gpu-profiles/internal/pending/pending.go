@@ -296,6 +296,11 @@ func (e *Explainer) pass(ctx context.Context, only map[string]struct{}) {
 		}
 	}
 	if !e.isLeader() || !e.synced() {
+		// A gap (another replica leads, or the data is not complete): forget every countdown, so that acting
+		// again starts with a fresh warning and a full EndAfter, never with a stop decided before the gap.
+		for _, st := range e.states {
+			st.hopelessSince, st.endWritten = time.Time{}, time.Time{}
+		}
 		return
 	}
 	for _, p := range pods {
@@ -304,6 +309,15 @@ func (e *Explainer) pass(ctx context.Context, only map[string]struct{}) {
 		}
 		e.explainPod(ctx, p)
 	}
+}
+
+// stillUnplaced reports whether the pod as the informer last saw it is still p, unbound, Pending and not
+// being deleted.
+func (e *Explainer) stillUnplaced(p inventory.Pod) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	cur, ok := e.pods[p.Namespace+"/"+p.Name]
+	return ok && cur.UID == p.UID && cur.Node == "" && cur.Phase == corev1.PodPending && !cur.Terminating
 }
 
 func (e *Explainer) has(key string) bool {
@@ -382,6 +396,12 @@ func (e *Explainer) end(ctx context.Context, p inventory.Pod, st *podState, x Ex
 		st.endWritten = now
 	}
 	if now.Sub(st.endWritten) < e.notice {
+		return
+	}
+	// Seconds have passed since the decision: stop only if this replica still leads and the pod is still the
+	// same one, unbound and Pending (a server that has started in between must never be stopped).
+	if !e.isLeader() || !e.stillUnplaced(p) {
+		st.hopelessSince, st.endWritten = time.Time{}, time.Time{}
 		return
 	}
 	st.stopAttempts++

@@ -310,6 +310,45 @@ func TestGates(t *testing.T) {
 	}
 }
 
+// TestGapRestartsCountdown: after a gap (another replica led, or the data was incomplete) a hopeless spawn gets
+// a fresh warning and a full EndAfter before it is ended, never a stop decided before the gap.
+func TestGapRestartsCountdown(t *testing.T) {
+	var leading atomic.Bool
+	leading.Store(true)
+	r := newRig(t, newCapacity(mig1g).with(resGPU, h100Labels, blockedH100), func(o *Options) { o.IsLeader = leading.Load })
+	r.h.OnAdd(newPod("bob", "lab").wants(resGPU, 1, h100Labels).unschedulable(schedCordoned, t0).obj(), false)
+	r.check(time.Second)
+	r.check(55 * time.Second)
+	leading.Store(false)
+	r.check(30 * time.Second)
+	leading.Store(true)
+	r.check(time.Second) // 86 s after the first warning, but only just leading again
+	r.check(5 * time.Second)
+	if calls := r.hub.called(); len(calls) != 0 {
+		t.Fatalf("stopped right after leading again: %v", calls)
+	}
+	r.check(60 * time.Second)
+	r.check(5 * time.Second)
+	if calls := r.hub.called(); len(calls) != 1 {
+		t.Fatalf("StopServer calls a full EndAfter after leading again: %v, want one", calls)
+	}
+}
+
+// TestStartedMeanwhileNotStopped: a pod bound between the Event that the spawn ends and the Hub call (the node
+// came back) is never stopped.
+func TestStartedMeanwhileNotStopped(t *testing.T) {
+	r := newRig(t, newCapacity(mig1g).with(resGPU, h100Labels, blockedH100), nil)
+	pod := newPod("bob", "lab").wants(resGPU, 1, h100Labels).unschedulable(schedCordoned, t0)
+	r.h.OnAdd(pod.obj(), false)
+	r.check(time.Second)
+	r.check(60 * time.Second) // the "ended" Event is written; the Hub is asked EndNotice later
+	r.h.OnUpdate(pod.obj(), pod.bound("gpu-h100-0", t0.Add(61*time.Second)).obj())
+	r.check(5 * time.Second)
+	if calls := r.hub.called(); len(calls) != 0 {
+		t.Fatalf("a pod that was placed meanwhile was stopped: %v", calls)
+	}
+}
+
 // TestPodLifecycle: pods that are not Pending GPU pods of Hub users are not kept; a pod that starts or goes
 // away is forgotten (a new pod of the same name starts afresh).
 func TestPodLifecycle(t *testing.T) {
