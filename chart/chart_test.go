@@ -402,8 +402,8 @@ func TestQuotaWiring(t *testing.T) {
 	got.Listen, _ = flagValue(qc.Args, "listen")
 	want := wiring{
 		QuotaURL: serviceURL("gpuhub-quota", qc), UsageURL: serviceURL("gpuhub-usage", uc),
-		// gpu-profiles (profiles.serviceName) assesses spawn choices.
-		ReaderOfQuota: env(uc, "JUPYTERHUB_SERVICE_NAME") + ",gpu-profiles", ReaderOfUsage: env(qc, "JUPYTERHUB_SERVICE_NAME"),
+		// gpu-profiles (profiles.serviceName) assesses spawn choices only where the chart runs it (TestRender "profiles").
+		ReaderOfQuota: env(uc, "JUPYTERHUB_SERVICE_NAME"), ReaderOfUsage: env(qc, "JUPYTERHUB_SERVICE_NAME"),
 		Namespace: "z2jh", LeaseNS: "jhub", Lease: "gpuhub-quota", LeaseRoleNames: []string{"gpuhub-quota"},
 		Token: "secret hub/hub.services.gpu-quota.apiToken", Prefix: "/jupyter/services/gpu-quota/",
 		Listen: fmt.Sprintf(":%d", qc.Ports[0].ContainerPort),

@@ -145,7 +145,7 @@ func Run(ctx context.Context, o Options) error {
 	handlersSynced.Store(&hs)
 	inv.Start(ctx)
 
-	renderer := &profiles.Renderer{Catalog: cat, Config: s.config, Now: o.Now,
+	renderer := &profiles.Renderer{Catalog: cat, Config: s.config, Now: o.Now, Logger: o.Logger,
 		OnQuota: func(r string) { s.assessed.WithLabelValues(r).Inc() }}
 	if o.QuotaURL != "" {
 		qc, err := quotaclient.New(quotaclient.Options{URL: o.QuotaURL, Token: o.Token, Timeout: o.QuotaTimeout, TTL: o.QuotaCacheTTL,

@@ -235,7 +235,7 @@ type fakeQuota struct {
 	asked         [][]string
 }
 
-func (f *fakeQuota) Assess(_ context.Context, _ string, _ []string, opts []quotaclient.Option) (map[string]quotaclient.Verdict, quotaclient.Result, error) {
+func (f *fakeQuota) Assess(_ context.Context, _, _ string, _ []string, opts []quotaclient.Option) (map[string]quotaclient.Verdict, quotaclient.Result, error) {
 	var ids []string
 	for _, o := range opts {
 		ids = append(ids, o.ID)

@@ -6,7 +6,9 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/catalog"
@@ -20,7 +22,7 @@ type Kinds interface {
 
 // Assessor asks gpu-quota about a user's choices (*quotaclient.Client).
 type Assessor interface {
-	Assess(ctx context.Context, user string, groups []string, opts []quotaclient.Option) (map[string]quotaclient.Verdict, quotaclient.Result, error)
+	Assess(ctx context.Context, user, server string, groups []string, opts []quotaclient.Option) (map[string]quotaclient.Verdict, quotaclient.Result, error)
 	OnUnavailable() string
 }
 
@@ -60,6 +62,9 @@ type Renderer struct {
 	Now   func() time.Time
 	// OnQuota, if set, is told how gpu-quota's part of each render went (a Quota* constant).
 	OnQuota func(result string)
+	// Logger, if set, gets a warning when gpu-quota cannot answer (at most once a minute).
+	Logger   *slog.Logger
+	lastWarn atomic.Int64
 
 	mu   sync.Mutex
 	memo memo
@@ -185,6 +190,20 @@ func (r *Renderer) choices(kinds []catalog.KindStatus, cfg *Config) []Choice {
 	return c
 }
 
+// warnQuota logs why gpu-quota did not answer, at most once a minute: a 403 (gpu-profiles missing from its
+// --reader-services) would otherwise only move a metric while every form shows choices as its onUnavailable says.
+func (r *Renderer) warnQuota(err error) {
+	if r.Logger == nil {
+		return
+	}
+	now := time.Now()
+	last := r.lastWarn.Load()
+	if now.UnixNano()-last < int64(time.Minute) || !r.lastWarn.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	r.Logger.Warn("gpu-quota did not answer; the forms follow its onUnavailable (logged at most once a minute)", "err", err)
+}
+
 func (r *Renderer) tell(result string) {
 	if r.OnQuota != nil {
 		r.OnQuota(result)
@@ -207,8 +226,9 @@ func (r *Renderer) assess(ctx context.Context, req Request, choices []Choice) ma
 		r.tell(QuotaNothingToAsk)
 		return nil
 	}
-	vs, res, err := r.Quota.Assess(ctx, req.User, req.Groups, opts)
+	vs, res, err := r.Quota.Assess(ctx, req.User, req.Server, req.Groups, opts)
 	if err != nil {
+		r.warnQuota(err)
 		if r.Quota.OnUnavailable() != quotaclient.Closed {
 			r.tell(QuotaUnavailableOpen)
 			return nil

@@ -40,7 +40,10 @@ type Verdict struct {
 }
 
 type request struct {
-	User    string   `json:"user"`
+	User string `json:"user"`
+	// Server is the named server the form is for ("" the default one): gpu-quota leaves its own pods out of
+	// what the user holds, as admit does.
+	Server  string   `json:"server,omitempty"`
 	Groups  []string `json:"groups"`
 	Options []Option `json:"options"`
 }
@@ -125,8 +128,8 @@ type Result string
 
 // Assess returns gpu-quota's verdicts by option ID. On an error (gpu-quota down, slow, 503) the caller applies
 // OnUnavailable.
-func (c *Client) Assess(ctx context.Context, user string, groups []string, opts []Option) (map[string]Verdict, Result, error) {
-	key := cacheKey(user, groups, opts)
+func (c *Client) Assess(ctx context.Context, user, server string, groups []string, opts []Option) (map[string]Verdict, Result, error) {
+	key := cacheKey(user, server, groups, opts)
 	now := c.o.Now()
 	c.mu.Lock()
 	if e, ok := c.cache[key]; ok && now.Sub(e.at) < c.o.TTL {
@@ -135,7 +138,7 @@ func (c *Client) Assess(ctx context.Context, user string, groups []string, opts 
 	}
 	c.mu.Unlock()
 
-	v, err := c.call(ctx, user, groups, opts)
+	v, err := c.call(ctx, user, server, groups, opts)
 	if err != nil {
 		return nil, "", err
 	}
@@ -155,9 +158,11 @@ func (c *Client) Assess(ctx context.Context, user string, groups []string, opts 
 	return v, "ok", nil
 }
 
-func cacheKey(user string, groups []string, opts []Option) string {
+func cacheKey(user, server string, groups []string, opts []Option) string {
 	var b strings.Builder
 	b.WriteString(user)
+	b.WriteByte(0)
+	b.WriteString(server)
 	b.WriteByte(0)
 	for _, g := range slices.Sorted(slices.Values(groups)) {
 		b.WriteString(g)
@@ -171,11 +176,11 @@ func cacheKey(user string, groups []string, opts []Option) string {
 	return b.String()
 }
 
-func (c *Client) call(ctx context.Context, user string, groups []string, opts []Option) (map[string]Verdict, error) {
+func (c *Client) call(ctx context.Context, user, server string, groups []string, opts []Option) (map[string]Verdict, error) {
 	if groups == nil {
 		groups = []string{}
 	}
-	body, err := json.Marshal(request{User: user, Groups: groups, Options: opts})
+	body, err := json.Marshal(request{User: user, Server: server, Groups: groups, Options: opts})
 	if err != nil {
 		return nil, err
 	}

@@ -77,7 +77,7 @@ func TestAssess(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, res, err := c.Assess(context.Background(), "bob", []string{"students"}, opts)
+			got, res, err := c.Assess(context.Background(), "bob", "", []string{"students"}, opts)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err %v, want %q", err, tc.wantErr)
@@ -100,14 +100,21 @@ func TestAssess(t *testing.T) {
 			if !tc.wantSecondCached {
 				return
 			}
-			if _, res, _ := c.Assess(context.Background(), "bob", []string{"students"}, opts); res != "cached" || f.calls.Load() != 1 {
+			if _, res, _ := c.Assess(context.Background(), "bob", "", []string{"students"}, opts); res != "cached" || f.calls.Load() != 1 {
 				t.Errorf("second ask: %s after %d calls", res, f.calls.Load())
 			}
-			if _, res, _ := c.Assess(context.Background(), "bob", []string{"researchers"}, opts); res != "ok" {
+			if _, res, _ := c.Assess(context.Background(), "bob", "", []string{"researchers"}, opts); res != "ok" {
 				t.Errorf("other groups: %s", res)
 			}
+			// A named server's form: gpu-quota is told which server, so that its own pods do not count.
+			if _, res, _ := c.Assess(context.Background(), "bob", "lab", []string{"students"}, opts); res != "ok" {
+				t.Errorf("named server: %s, want asked (not the default server's cached answer)", res)
+			}
+			if req := f.got.Load(); req == nil || req.Server != "lab" {
+				t.Errorf("named server's request %+v, want server lab", req)
+			}
 			now = now.Add(3 * time.Second)
-			if _, res, _ := c.Assess(context.Background(), "bob", []string{"students"}, opts); res != "ok" {
+			if _, res, _ := c.Assess(context.Background(), "bob", "", []string{"students"}, opts); res != "ok" {
 				t.Errorf("after the TTL: %s", res)
 			}
 		})
