@@ -3,10 +3,10 @@ package profiles
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
