@@ -16,3 +16,9 @@ bench-profiles: etcd kube-binaries ## B7: the spawn form (POST api/v1/profiles) 
 	$(GO) build -o $(PROFILES_BENCH_QUOTA) ./services/gpu-quota
 	GPUHUB_KUBE_BIN="$(KUBE_BIN)" taskset -c $(PROFILES_BENCH_LOAD_CPU) $(PROFILES_BENCH_BIN) run \
 	  --profiles-bin $(PROFILES_BENCH_SVC) --quota-bin $(PROFILES_BENCH_QUOTA) $(PROFILES_BENCH_FLAGS)
+
+.PHONY: profiles-apiserver-test
+profiles-apiserver-test: etcd kube-binaries ## gpu-profiles against a real kube-apiserver: the form follows the informers; the pending explainer's Events as KubeSpawner lists them, with only its RBAC.
+	GPUHUB_KUBE_BIN="$(KUBE_BIN)" $(GO) test $(GO_TEST_FLAGS) -tags integration ./services/gpu-profiles/internal/app/ ./services/gpu-profiles/internal/pending/
+
+TEST_TARGETS += profiles-apiserver-test
