@@ -5,7 +5,8 @@
 //   GPUHUB_UI_ALICE_PASSWORD   alice's password (default $GPUHUB_DEMO_PASSWORD, else gpuhub-demo as make demo)
 //   GPUHUB_UI_BOB_PASSWORD     bob's password (same default)
 //   GPUHUB_UI_ALICE, _BOB      user names (default alice, bob)
-//   GPUHUB_UI_ALICE_PROFILE    KubeSpawner profile slug for alice (default a100-3g: MIG 3g.20gb; empty = first GPU one)
+//   GPUHUB_UI_ALICE_PROFILE    KubeSpawner profile slug for alice (default mig-a100-sxm4-40gb-3g-20gb, gpu-profiles'
+//                              slug of MIG 3g.20gb, else the static list's a100-3g; empty = first GPU one)
 //   GPUHUB_UI_BOB_PROFILE      same for bob (default t4-shared: a time-sliced T4 share)
 //   GPUHUB_UI_SERVICE          usage service name (default gpu-usage)
 //   GPUHUB_UI_SPAWN_TIMEOUT_S  seconds to wait for a server (default 300)
@@ -47,12 +48,16 @@ const users = {
   alice: {
     name: env('GPUHUB_UI_ALICE', 'alice'),
     password: env('GPUHUB_UI_ALICE_PASSWORD', demoPassword),
-    profile: process.env.GPUHUB_UI_ALICE_PROFILE ?? 'a100-3g'
+    profile:
+      process.env.GPUHUB_UI_ALICE_PROFILE ?? 'mig-a100-sxm4-40gb-3g-20gb',
+    // The static list's slug of the same GPU (e2e/hub/values.yaml): the form when gpu-profiles is not running.
+    staticProfile: 'a100-3g'
   },
   bob: {
     name: env('GPUHUB_UI_BOB', 'bob'),
     password: env('GPUHUB_UI_BOB_PASSWORD', demoPassword),
-    profile: process.env.GPUHUB_UI_BOB_PROFILE ?? 't4-shared'
+    profile: process.env.GPUHUB_UI_BOB_PROFILE ?? 'shared-t4',
+    staticProfile: 't4-shared'
   }
 };
 
@@ -94,6 +99,7 @@ async function startSession(user: {
   name: string;
   password: string;
   profile: string;
+  staticProfile?: string;
 }): Promise<Page> {
   const context = await browser.newContext({
     viewport: { width: 1366, height: 860 },
@@ -113,10 +119,13 @@ async function startSession(user: {
   await page.goto(`${hub}hub/spawn`);
   const radios = page.locator('input[type="radio"][name="profile"]');
   if ((await radios.count()) > 0) {
-    const slug = user.profile || (await firstGpuProfile(page));
-    await page
-      .locator(`input[type="radio"][name="profile"][value="${slug}"]`)
-      .check();
+    let slug = user.profile || (await firstGpuProfile(page));
+    const radio = (s: string) =>
+      page.locator(`input[type="radio"][name="profile"][value="${s}"]`);
+    if ((await radio(slug).count()) === 0 && user.staticProfile) {
+      slug = user.staticProfile;
+    }
+    await radio(slug).check();
     await page.click('#spawn_form button[type="submit"]');
   }
   await page.waitForURL(new RegExp(`/user/${user.name}/`), {
