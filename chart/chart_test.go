@@ -476,7 +476,7 @@ func TestZ2JHValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	z2jh := z2jhSchemaChart(t)
-	sawQuota := false
+	sawQuota, sawProfiles := false, false
 	for i, snippet := range snippets {
 		t.Run(fmt.Sprintf("snippet %d", i+1), func(t *testing.T) {
 			// Only what the schema leaves open is read here; helm checks every key against the schema below.
@@ -508,6 +508,12 @@ func TestZ2JHValues(t *testing.T) {
 					t.Errorf("hub.loadRoles.gpu-quota services (-want +got):\n%s", diff)
 				}
 			}
+			if role, ok := v.Hub.LoadRoles[gpuhubstack.ProfilesServiceName]; ok {
+				sawProfiles = true
+				if diff := cmp.Diff(gpuhubstack.ProfilesScopes, role.Scopes); diff != "" {
+					t.Errorf("hub.loadRoles.gpu-profiles scopes (-what the e2e stack runs it with +README):\n%s", diff)
+				}
+			}
 			values := filepath.Join(t.TempDir(), "values.yaml")
 			if err := os.WriteFile(values, []byte(snippet), 0o644); err != nil {
 				t.Fatal(err)
@@ -525,6 +531,9 @@ func TestZ2JHValues(t *testing.T) {
 	}
 	if !sawQuota {
 		t.Error("chart/README.md documents no hub.loadRoles.gpu-quota")
+	}
+	if !sawProfiles {
+		t.Error("chart/README.md documents no hub.loadRoles.gpu-profiles")
 	}
 
 	// The check itself works: z2jh refuses a key it does not know.
