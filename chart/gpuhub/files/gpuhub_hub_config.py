@@ -13,7 +13,7 @@
 #
 # gpu-profiles: KubeSpawner's profile_list becomes a callable that asks gpu-profiles
 # (POST <service prefix>api/v1/profiles) for the user's choices with their free counts, caches the
-# answer per user for a few seconds, and falls back to the admin's static list (singleuser.profileList,
+# answer per user and server for a few seconds, and falls back to the admin's static list (singleuser.profileList,
 # whatever c.KubeSpawner.profile_list was when this file ran) with a note on the form when gpu-profiles
 # does not answer. The form (profile_form_template, below) shows free counts and disabled choices with
 # the reason. A start whose choice gpu-profiles shows as unavailable is refused at once, naming what is
@@ -30,7 +30,7 @@
 #                                "gpu-profiles", as for gpu-quota)
 #   GPUHUB_PROFILES_TOKEN        the token to send (default: that service's api_token)
 #   GPUHUB_PROFILES_TIMEOUT      seconds to wait for an answer (default 1): the form never waits longer
-#   GPUHUB_PROFILES_CACHE_SECONDS  how long one user's answer is reused (default 5)
+#   GPUHUB_PROFILES_CACHE_SECONDS  how long the answer for one user's server is reused (default 5)
 #
 # Without a "gpu-quota" service entry (and no GPUHUB_QUOTA_URL/TOKEN) the quota part does nothing and
 # says so once in the Hub log; without a "gpu-profiles" one the static profile list and KubeSpawner's
@@ -409,7 +409,7 @@ def _gpuhub_profiles_glue(c, glue, form):
 
     timeout = setting("GPUHUB_PROFILES_TIMEOUT", "1")
     cache_seconds = setting("GPUHUB_PROFILES_CACHE_SECONDS", "5")
-    max_users = 10000  # answers kept (by user); the oldest go first
+    max_servers = 10000  # answers kept (by user and server); the oldest go first
 
     service = {}
     if "services" in c.JupyterHub:
@@ -448,7 +448,10 @@ def _gpuhub_profiles_glue(c, glue, form):
     class Unavailable(Exception):
         """gpu-profiles gave no usable answer; the message says why (never holds the token)."""
 
-    answers = {}  # user name -> (monotonic time, profiles, note): the cache, and what the user last saw
+    # (user name, server name) -> (monotonic time, profiles, note): the cache, and what the user last saw
+    # for that server. By server, because gpu-profiles computes a named server's choices for that server
+    # (gpu-quota's assess counts the user's other servers, not the one being started).
+    answers = {}
     at_start = weakref.WeakKeyDictionary()  # spawner -> (live profiles or None, full list) of its start
     target = {}
 
@@ -465,11 +468,14 @@ def _gpuhub_profiles_glue(c, glue, form):
             spawner.log.info("gpuhub profiles glue: spawn choices come from %s", target["url"])
         return target["url"]
 
-    def remember(user, profiles, note):
-        if len(answers) >= max_users:
-            for name, _ in sorted(answers.items(), key=lambda kv: kv[1][0])[: max_users // 10]:
-                answers.pop(name, None)
-        answers[user] = (time.monotonic(), profiles, note)
+    def key(spawner):
+        return (spawner.user.name, spawner.name or "")
+
+    def remember(spawner, profiles, note):
+        if len(answers) >= max_servers:
+            for k, _ in sorted(answers.items(), key=lambda kv: kv[1][0])[: max_servers // 10]:
+                answers.pop(k, None)
+        answers[key(spawner)] = (time.monotonic(), profiles, note)
 
     def young(entry):
         return entry is not None and time.monotonic() - entry[0] < cache_seconds
@@ -516,7 +522,7 @@ def _gpuhub_profiles_glue(c, glue, form):
         ):
             raise Unavailable("answered without a list of profiles")
         note = answer.get("note") if isinstance(answer.get("note"), str) else ""
-        remember(spawner.user.name, profiles, note)
+        remember(spawner, profiles, note)
         return profiles, note
 
     async def static_profiles(spawner):
@@ -566,7 +572,7 @@ def _gpuhub_profiles_glue(c, glue, form):
 
     async def render_list(spawner):
         user = spawner.user.name
-        entry = answers.get(user)
+        entry = answers.get(key(spawner))
         if young(entry):
             requests_total.labels(result="cached").inc()
             return with_note(entry[1], entry[2])
@@ -584,7 +590,7 @@ def _gpuhub_profiles_glue(c, glue, form):
         the user may have been shown: the live list, the static one (the form may have been the fallback),
         and what the user saw last (a choice gone since then is refused by name, not a "No such profile")."""
         user = spawner.user.name
-        previous = answers.get(user)
+        previous = answers.get(key(spawner))
         slug = (spawner.user_options or {}).get("profile") or ""
         live = None
         # A young answer is enough when gpu-quota will still be asked (it refuses none_free itself) and

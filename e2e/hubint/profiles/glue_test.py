@@ -142,9 +142,9 @@ log.propagate = False
 class Spawner:
     """What the glue reads of a KubeSpawner."""
 
-    def __init__(self, loop=None, user="bob", pending=None, profile=None):
+    def __init__(self, loop=None, user="bob", pending=None, profile=None, server=""):
         self.user = SimpleNamespace(name=user, groups=[SimpleNamespace(name="students")], settings={"base_url": "/"})
-        self.name = ""
+        self.name = server
         self.user_options = {"profile": profile} if profile else {}
         self.log = log
         self.pending = pending
@@ -246,6 +246,19 @@ class ProfilesGlueTest(unittest.TestCase):
         self.call(c, user="alice")
         self.assertEqual(len(self.svc.requests), 2, "the cache is per user")
 
+    def test_cache_per_server(self):
+        # gpu-profiles computes a named server's choices for that server (gpu-quota counts the user's
+        # other servers): each of bob's servers has its own answer, asked with its name.
+        c = load_glue(self.services)
+        self.call(c)
+        self.call(c, server="big")
+        self.call(c, server="big")
+        self.call(c)
+        self.assertEqual([r["body"]["server"] for r in self.svc.requests], ["", "big"])
+        # A start asks for its own server too.
+        self.start(c, "mig-a100-sxm4-40gb-1g-5gb", gpu_pod({"nvidia.com/mig-1g.5gb": "1"}, {}), server="big")
+        self.assertEqual(self.svc.requests[-1]["body"], {"user": "bob", "groups": ["students"], "server": "big"})
+
     def test_fallback_with_note(self):
         cases = {
             "503": lambda: setattr(self.svc, "answer", (503, {"message": "inventory not synced"})),
@@ -311,11 +324,11 @@ class ProfilesGlueTest(unittest.TestCase):
         page = render(lst, {"profile": "gpu-h100-80gb-hbm3"})
         self.assertEqual([r["value"] for r in Form(page).radios if "checked" in r], ["mig-a100-sxm4-40gb-1g-5gb"])
 
-    def start(self, c, profile, pod):
+    def start(self, c, profile, pod, **kw):
         """profile_list at start (a pending spawn), then the modify_pod_hook: the glue's part of a start."""
 
         async def go():
-            s = Spawner(asyncio.get_running_loop(), pending="spawn", profile=profile)
+            s = Spawner(asyncio.get_running_loop(), pending="spawn", profile=profile, **kw)
             profiles = await c.KubeSpawner.profile_list(s)
             try:
                 return profiles, await c.KubeSpawner.modify_pod_hook(s, pod), s
