@@ -29,7 +29,8 @@
 #   GPUHUB_PROFILES_URL          gpu-profiles' base URL with its prefix (default: from the Hub service
 #                                "gpu-profiles", as for gpu-quota)
 #   GPUHUB_PROFILES_TOKEN        the token to send (default: that service's api_token)
-#   GPUHUB_PROFILES_TIMEOUT      seconds to wait for an answer (default 1): the form never waits longer
+#   GPUHUB_PROFILES_TIMEOUT      seconds to wait for an answer (default 1): the form never waits more
+#                                than this plus 0.25 s, however many forms are asked for at once
 #   GPUHUB_PROFILES_CACHE_SECONDS  how long the answer for one user's server is reused (default 5)
 #
 # Without a "gpu-quota" service entry (and no GPUHUB_QUOTA_URL/TOKEN) the quota part does nothing and
@@ -382,6 +383,7 @@ def _gpuhub_profiles_glue(c, glue, form):
     Installed only when a Hub service "gpu-profiles" (or GPUHUB_PROFILES_URL/TOKEN) is configured;
     otherwise the admin's static profile list and KubeSpawner's own form stay as they are.
     """
+    import asyncio
     import copy
     import json
     import os
@@ -408,6 +410,7 @@ def _gpuhub_profiles_glue(c, glue, form):
         return value if value > 0 else float(default)
 
     timeout = setting("GPUHUB_PROFILES_TIMEOUT", "1")
+    queue_margin = 0.25  # beyond timeout, for a request that waited in the Hub's HTTP client queue
     cache_seconds = setting("GPUHUB_PROFILES_CACHE_SECONDS", "5")
     max_servers = 10000  # answers kept (by user and server); the oldest go first
 
@@ -496,7 +499,12 @@ def _gpuhub_profiles_glue(c, glue, form):
         )
         t0 = time.monotonic()
         try:
-            resp = await AsyncHTTPClient().fetch(request, raise_error=False)
+            # The Hub's one AsyncHTTPClient runs 10 requests at a time and queues the rest; with pycurl
+            # (z2jh's Hub image) request_timeout starts only when a request leaves the queue, so a burst
+            # of forms could wait many timeouts. The bound covers the queue too.
+            resp = await asyncio.wait_for(AsyncHTTPClient().fetch(request, raise_error=False), timeout + queue_margin)
+        except asyncio.TimeoutError:
+            raise Unavailable(f"gave no answer within {timeout + queue_margin:g} s") from None
         except Exception as e:
             raise Unavailable(f"unreachable ({type(e).__name__}: {e})") from None
         finally:

@@ -90,6 +90,8 @@ LIVE = [
 class FakeProfiles(http.server.ThreadingHTTPServer):
     """Answers each POST with `answer` (status, body) after `delay` seconds and records the requests."""
 
+    request_queue_size = 64  # a burst of forms connects at once; the default 5 drops SYNs (1 s retries)
+
     def __init__(self):
         self.requests = []
         self.answer = (200, {"profiles": LIVE, "generatedAt": "2026-01-01T00:00:00Z", "note": ""})
@@ -280,6 +282,31 @@ class ProfilesGlueTest(unittest.TestCase):
                 page = render(got)
                 self.assertIn('id="gpuhub-note"', page)
                 self.svc.delay = 0
+
+    def test_timeout_bounds_a_burst(self):
+        # 30 forms at once: the Hub's HTTP client runs 10 requests at a time, gpu-profiles takes 0.9 s
+        # for each. Every form renders within the timeout plus the glue's margin (0.25 s), the queued
+        # ones from the static list with the note, instead of waiting for their turn.
+        os.environ["GPUHUB_PROFILES_TIMEOUT"] = "1"
+        self.svc.delay = 0.9
+        c = load_glue(self.services)
+
+        async def one(user):
+            t0 = time.monotonic()
+            got = await c.KubeSpawner.profile_list(Spawner(asyncio.get_running_loop(), user=user))
+            return time.monotonic() - t0, got
+
+        async def burst():
+            return await asyncio.gather(*(one(f"user-{i:02d}") for i in range(30)))
+
+        results = asyncio.run(burst())
+        slowest = max(took for took, _ in results)
+        self.assertLess(slowest, 1.5, f"a form waited {slowest:.2f} s with GPUHUB_PROFILES_TIMEOUT=1")
+        live = [got for _, got in results if "gpuhub_note" not in got[0]]
+        self.assertGreaterEqual(len(live), 10, "the first ten forms did not get gpu-profiles' answer")
+        for _, got in results:
+            if "gpuhub_note" in got[0]:
+                self.assertEqual([p["slug"] for p in got], ["cpu", "h100", "images"])
 
     def test_down(self):
         c = load_glue([{"name": "gpu-profiles", "url": "http://127.0.0.1:9", "api_token": "profiles-token-123"}])
