@@ -533,10 +533,26 @@ def _gpuhub_profiles_glue(c, glue, form):
         remember(spawner, profiles, note)
         return profiles, note
 
+    # The fallback when the admin has no static list (or it fails): without it the form would be empty
+    # and the note lost. No overrides: KubeSpawner's own defaults, the server the Hub starts without
+    # profiles.
+    cpu_only = {
+        "slug": "cpu",
+        "display_name": "CPU only",
+        "description": "A server without a GPU.",
+        "default": True,
+        "kubespawner_override": {},
+    }
+
     async def static_profiles(spawner):
+        """The admin's static list, never empty: the CPU-only choice when it is."""
         profiles = static
         if callable(profiles):
-            profiles = await maybe_future(profiles(spawner))
+            try:
+                profiles = await maybe_future(profiles(spawner))
+            except Exception:
+                spawner.log.exception("gpuhub profiles glue: the static profile_list callable failed; offering a CPU-only server")
+                profiles = []
         if isinstance(profiles, dict):  # KubeSpawner accepts a dict too: its values, sorted by key
             profiles = [profiles[k] for k in sorted(profiles)]
         out = []
@@ -547,7 +563,7 @@ def _gpuhub_profiles_glue(c, glue, form):
 
                 p["slug"] = slugify(p["display_name"])
             out.append(p)
-        return out
+        return out or [dict(cpu_only, kubespawner_override={})]
 
     def with_note(profiles, note):
         # The template receives only the profile list: the note rides on the first profile.

@@ -308,6 +308,26 @@ class ProfilesGlueTest(unittest.TestCase):
             if "gpuhub_note" in got[0]:
                 self.assertEqual([p["slug"] for p in got], ["cpu", "h100", "images"])
 
+    def test_fallback_without_static_list(self):
+        # No static list (or one that fails): the fallback is a CPU-only server with KubeSpawner's own
+        # defaults, carrying the note, so the form still starts something.
+        def broken(spawner):
+            raise RuntimeError("the admin's callable is broken")
+
+        self.svc.answer = (503, {"message": "inventory not synced"})
+        for name, static in {"none": None, "empty": [], "failing callable": broken}.items():
+            with self.subTest(name):
+                c = load_glue(self.services, static=static)
+                got, _ = self.call(c)
+                self.assertEqual([(p["slug"], p.get("kubespawner_override")) for p in got], [("cpu", {})])
+                self.assertIn("gpu-profiles service did not answer", got[0]["gpuhub_note"])
+                f = Form(render(got))
+                self.assertEqual([(r["value"], "checked" in r, "disabled" in r) for r in f.radios], [("cpu", True, False)])
+                self.assertIn("gpuhub-note", f.ids)
+                # The start of that choice resolves while gpu-profiles is still down.
+                profiles, _, _ = self.start(c, "cpu", k8s.V1Pod(spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="notebook")])))
+                self.assertEqual([p["slug"] for p in profiles], ["cpu"])
+
     def test_down(self):
         c = load_glue([{"name": "gpu-profiles", "url": "http://127.0.0.1:9", "api_token": "profiles-token-123"}])
         with self.assertLogs("glue-test", level="WARNING") as logs:
