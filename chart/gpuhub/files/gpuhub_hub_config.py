@@ -676,12 +676,16 @@ def _gpuhub_profiles_glue(c, glue, form):
         limits = override.get("extra_resource_limits") or {}
         return {k: glue.count(v) for k, v in limits.items() if k.startswith("nvidia.com/") and glue.count(v) > 0}
 
-    def same_kind(p, gpus, node_selector):
-        """A live profile asking for the same GPUs on nodes the pod may land on (no selector disagrees)."""
-        if gpu_request(p) != gpus:
+    def same_kind(q, gpus, node_selector, named):
+        """Live profile q asks for the same GPUs on the same kind of node as the pod: no label of the two
+        selectors disagrees, and each label in `named` (what the static choice selects on, and the pod's
+        GPU labels: its product, say) q selects on too, with the pod's value."""
+        if gpu_request(q) != gpus:
             return False
-        mine = (p.get("kubespawner_override") or {}).get("node_selector") or {}
-        return all(node_selector.get(k, v) == v for k, v in mine.items())
+        theirs = (q.get("kubespawner_override") or {}).get("node_selector") or {}
+        if any(k in node_selector and node_selector[k] != v for k, v in theirs.items()):
+            return False
+        return all(k in theirs and theirs[k] == node_selector.get(k, theirs[k]) for k in named)
 
     def free_now(live):
         names = []
@@ -706,16 +710,21 @@ def _gpuhub_profiles_glue(c, glue, form):
         if p is None:
             return
         if not isinstance(p.get("gpuhub"), dict):
-            # A static choice: judged by the live profile that asks for the same GPUs, if any.
+            # A static choice: judged by the live profiles that ask for the same GPUs on the same kind of
+            # node. Several may (one per product when the static choice names none): refused only when
+            # none of them is available, since the scheduler may place it on any.
             gpus = glue.pod_gpus(pod)
             if not gpus or not live:
                 return
             spec = glue.field(pod, "spec")
             selector = dict(glue.field(spec, "node_selector", "nodeSelector") or {})
-            match = next((q for q in live if isinstance(q.get("gpuhub"), dict) and same_kind(q, gpus, selector)), None)
-            if match is None:
+            own = (p.get("kubespawner_override") or {}).get("node_selector")
+            named = set(own) if isinstance(own, dict) else set()  # KubeSpawner allows a callable here
+            named |= {k for k in selector if k.startswith("nvidia.com/")}
+            matches = [q for q in live if isinstance(q.get("gpuhub"), dict) and same_kind(q, gpus, selector, named)]
+            if not matches or any(available(q) for q in matches):
                 return
-            g = match["gpuhub"]
+            g = matches[0]["gpuhub"]
         else:
             g = p["gpuhub"]
         if g.get("available") is not False:

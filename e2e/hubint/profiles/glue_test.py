@@ -406,6 +406,45 @@ class ProfilesGlueTest(unittest.TestCase):
         with self.assertRaises(web.HTTPError):
             self.start(c, "h100", pod)
 
+    def test_start_judges_static_choice_by_every_matching_live_one(self):
+        # Two live choices ask for one whole GPU: the H100 (none free) and an L4 (free). A static choice
+        # is refused only when every live choice of the same kind is unavailable; it names no product,
+        # the scheduler may place it on either. One that names a selector is judged only by live choices
+        # selecting on the same labels.
+        l4 = {"nvidia.com/gpu.product": "NVIDIA-L4"}
+        pool = {"cloud.example.com/pool": "gpu"}
+        one_gpu = {"nvidia.com/gpu": "1"}
+
+        def static(slug, selector=None):
+            override = {"extra_resource_limits": one_gpu}
+            if selector:
+                override["node_selector"] = selector
+            return {"slug": slug, "display_name": slug, "kubespawner_override": override}
+
+        statics = STATIC + [static("any-gpu"), static("l4", l4), static("pool-gpu", pool)]
+        c = load_glue(self.services, static=statics)
+        self.svc.answer = (200, {"profiles": LIVE + [live_profile("gpu-l4", "NVIDIA L4", "gpu", 3, 4, limits=one_gpu, selector=l4)]})
+        cases = [
+            ("any-gpu", {}, False),
+            ("l4", l4, False),
+            ("h100", H100_SELECTOR, True),
+            ("pool-gpu", pool, False),  # no live choice selects on that pool: not gpu-profiles' call
+        ]
+        for slug, selector, refused in cases:
+            with self.subTest(slug):
+                pod = gpu_pod(one_gpu, selector)
+                if not refused:
+                    self.start(c, slug, pod)
+                    continue
+                with self.assertRaises(web.HTTPError) as cm:
+                    self.start(c, slug, pod)
+                self.assertIn("None free right now", cm.exception.jupyterhub_message)
+                self.assertIn("NVIDIA L4 (3 free)", cm.exception.jupyterhub_message)
+        # With the H100 the only live choice of that kind, a static choice naming no product is refused.
+        self.svc.answer = (200, {"profiles": LIVE})
+        with self.assertRaises(web.HTTPError):
+            self.start(c, "any-gpu", gpu_pod(one_gpu, {}))
+
     def test_start_asks_fresh_without_quota(self):
         c = load_glue(self.services)
         self.call(c)  # the form
