@@ -17,7 +17,7 @@
 # whatever c.KubeSpawner.profile_list was when this file ran) with a note on the form when gpu-profiles
 # does not answer. The form (profile_form_template, below) shows free counts and disabled choices with
 # the reason. A start whose choice gpu-profiles shows as unavailable is refused at once, naming what is
-# free, and the Hub does not count it as a failure. See chart/README.md ("Spawn form from gpu-profiles").
+# free, and so is one naming a choice that is not offered; the Hub counts neither as a failure. See chart/README.md ("Spawn form from gpu-profiles").
 #
 # Environment (all optional):
 #   GPUHUB_QUOTA_URL             gpu-quota's base URL with its prefix, e.g.
@@ -444,7 +444,8 @@ def _gpuhub_profiles_glue(c, glue, form):
     refusals_total = glue.metric(
         Counter,
         "gpuhub_profiles_glue_refusals_total",
-        "Starts refused because gpu-profiles showed the choice as unavailable (none free, over quota, gone).",
+        "Starts refused because gpu-profiles showed the choice as unavailable (none_free, quota, unschedulable, "
+        "gone, other) or because the start named no choice it could resolve (unknown, unchecked).",
         ["reason"],
     )
 
@@ -638,11 +639,10 @@ def _gpuhub_profiles_glue(c, glue, form):
                     p = {k: v for k, v in p.items() if k != "gpuhub"}
                     full.append(dict(p, default=False))
             if slug and slug not in slugs(full):
-                glue.refuse(
-                    spawner,
+                refuse_unknown(
+                    spawner, slug, "unchecked",
                     f"The choice {slug!r} cannot be checked right now because the gpu-profiles service is not "
                     "answering. Reload the spawn page and pick again.",
-                    reason=service_name,
                 )
         else:
             full = list(live)
@@ -653,8 +653,21 @@ def _gpuhub_profiles_glue(c, glue, form):
                 if p.get("slug") not in slugs(full):
                     gone = dict(p.get("gpuhub") or {}, available=False, reason="gone", reasonText="This choice is no longer offered.")
                     full.append(dict(p, default=False, gpuhub=gone))
+            if slug and slug not in slugs(full):
+                refuse_unknown(
+                    spawner, slug, "unknown",
+                    f"The choice {slug!r} is not offered to you. Reload the spawn page and pick again.",
+                )
         at_start[spawner] = (live, full)
         return full
+
+    def refuse_unknown(spawner, slug, reason, message):
+        """A choice the start's list cannot resolve (a hand-made API spawn, a page from another deployment).
+        KubeSpawner would raise "No such profile", a failure JupyterHub counts toward its consecutive
+        failure limit (five stop the Hub); the glue's refusal is not counted."""
+        refusals_total.labels(reason=reason).inc()
+        spawner.log.info("gpuhub profiles glue: refuse %s's server %r: no choice %r (%s)", spawner.user.name, spawner.name, slug, reason)
+        glue.refuse(spawner, message, reason=service_name)
 
     async def gpuhub_profile_list(spawner):
         starting = spawner.pending == "spawn"
@@ -669,6 +682,12 @@ def _gpuhub_profiles_glue(c, glue, form):
             spawner.log.exception("gpuhub profiles glue: building %s's profile list failed; using the static list", spawner.user.name)
             requests_total.labels(result="fallback").inc()
             fixed = await static_profiles(spawner)
+            slug = (spawner.user_options or {}).get("profile") or ""
+            if starting and slug and slug not in slugs(fixed):
+                refuse_unknown(
+                    spawner, slug, "unchecked",
+                    f"The choice {slug!r} cannot be checked right now. Reload the spawn page and pick again.",
+                )
             return fixed if starting else with_note(fixed, fallback_note)
 
     def gpu_request(p):

@@ -479,6 +479,25 @@ class ProfilesGlueTest(unittest.TestCase):
             self.start(c, "mig-a100-sxm4-40gb-1g-5gb", gpu_pod({"nvidia.com/mig-1g.5gb": "1"}, {}))
         self.assertIn("no longer offered", cm.exception.jupyterhub_message)
 
+    def test_start_refuses_unknown_choice(self):
+        # gpu-profiles answers, but nothing the user could have been shown has that slug (a hand-made API
+        # spawn): refused by the glue, not counted by the Hub (KubeSpawner's "No such profile" would be).
+        from prometheus_client import REGISTRY
+
+        def refused():
+            return REGISTRY.get_sample_value("gpuhub_profiles_glue_refusals_total", {"reason": "unknown"}) or 0
+
+        c = load_glue(self.services)
+        before = refused()
+        with self.assertRaises(web.HTTPError) as cm:
+            self.start(c, "no-such-profile", gpu_pod({"nvidia.com/gpu": "1"}, {}))
+        self.assertEqual(cm.exception.status_code, 403)
+        self.assertEqual(
+            cm.exception.jupyterhub_message,
+            "The choice 'no-such-profile' is not offered to you. Reload the spawn page and pick again.",
+        )
+        self.assertEqual(refused(), before + 1)
+
     def test_start_while_down(self):
         c = load_glue(self.services)
         self.call(c)  # the live form
