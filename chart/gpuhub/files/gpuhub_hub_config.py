@@ -13,11 +13,11 @@
 #
 # gpu-profiles: KubeSpawner's profile_list becomes a callable that asks gpu-profiles
 # (POST <service prefix>api/v1/profiles) for the user's choices with their free counts, caches the
-# answer per user for a few seconds, and falls back to the admin's static list (singleuser.profileList,
+# answer per user and server for a few seconds, and falls back to the admin's static list (singleuser.profileList,
 # whatever c.KubeSpawner.profile_list was when this file ran) with a note on the form when gpu-profiles
 # does not answer. The form (profile_form_template, below) shows free counts and disabled choices with
 # the reason. A start whose choice gpu-profiles shows as unavailable is refused at once, naming what is
-# free, and the Hub does not count it as a failure. See chart/README.md ("Spawn form from gpu-profiles").
+# free, and so is one naming a choice that is not offered; the Hub counts neither as a failure. See chart/README.md ("Spawn form from gpu-profiles").
 #
 # Environment (all optional):
 #   GPUHUB_QUOTA_URL             gpu-quota's base URL with its prefix, e.g.
@@ -29,8 +29,9 @@
 #   GPUHUB_PROFILES_URL          gpu-profiles' base URL with its prefix (default: from the Hub service
 #                                "gpu-profiles", as for gpu-quota)
 #   GPUHUB_PROFILES_TOKEN        the token to send (default: that service's api_token)
-#   GPUHUB_PROFILES_TIMEOUT      seconds to wait for an answer (default 1): the form never waits longer
-#   GPUHUB_PROFILES_CACHE_SECONDS  how long one user's answer is reused (default 5)
+#   GPUHUB_PROFILES_TIMEOUT      seconds to wait for an answer (default 1): the form never waits more
+#                                than this plus 0.25 s, however many forms are asked for at once
+#   GPUHUB_PROFILES_CACHE_SECONDS  how long the answer for one user's server is reused (default 5)
 #
 # Without a "gpu-quota" service entry (and no GPUHUB_QUOTA_URL/TOKEN) the quota part does nothing and
 # says so once in the Hub log; without a "gpu-profiles" one the static profile list and KubeSpawner's
@@ -382,6 +383,7 @@ def _gpuhub_profiles_glue(c, glue, form):
     Installed only when a Hub service "gpu-profiles" (or GPUHUB_PROFILES_URL/TOKEN) is configured;
     otherwise the admin's static profile list and KubeSpawner's own form stay as they are.
     """
+    import asyncio
     import copy
     import json
     import os
@@ -408,8 +410,9 @@ def _gpuhub_profiles_glue(c, glue, form):
         return value if value > 0 else float(default)
 
     timeout = setting("GPUHUB_PROFILES_TIMEOUT", "1")
+    queue_margin = 0.25  # beyond timeout, for a request that waited in the Hub's HTTP client queue
     cache_seconds = setting("GPUHUB_PROFILES_CACHE_SECONDS", "5")
-    max_users = 10000  # answers kept (by user); the oldest go first
+    max_servers = 10000  # answers kept (by user and server); the oldest go first
 
     service = {}
     if "services" in c.JupyterHub:
@@ -441,14 +444,18 @@ def _gpuhub_profiles_glue(c, glue, form):
     refusals_total = glue.metric(
         Counter,
         "gpuhub_profiles_glue_refusals_total",
-        "Starts refused because gpu-profiles showed the choice as unavailable (none free, over quota, gone).",
+        "Starts refused because gpu-profiles showed the choice as unavailable (none_free, quota, unschedulable, "
+        "gone, other) or because the start named no choice it could resolve (unknown, unchecked).",
         ["reason"],
     )
 
     class Unavailable(Exception):
         """gpu-profiles gave no usable answer; the message says why (never holds the token)."""
 
-    answers = {}  # user name -> (monotonic time, profiles, note): the cache, and what the user last saw
+    # (user name, server name) -> (monotonic time, profiles, note): the cache, and what the user last saw
+    # for that server. By server, because gpu-profiles computes a named server's choices for that server
+    # (gpu-quota's assess counts the user's other servers, not the one being started).
+    answers = {}
     at_start = weakref.WeakKeyDictionary()  # spawner -> (live profiles or None, full list) of its start
     target = {}
 
@@ -465,11 +472,14 @@ def _gpuhub_profiles_glue(c, glue, form):
             spawner.log.info("gpuhub profiles glue: spawn choices come from %s", target["url"])
         return target["url"]
 
-    def remember(user, profiles, note):
-        if len(answers) >= max_users:
-            for name, _ in sorted(answers.items(), key=lambda kv: kv[1][0])[: max_users // 10]:
-                answers.pop(name, None)
-        answers[user] = (time.monotonic(), profiles, note)
+    def key(spawner):
+        return (spawner.user.name, spawner.name or "")
+
+    def remember(spawner, profiles, note):
+        if len(answers) >= max_servers:
+            for k, _ in sorted(answers.items(), key=lambda kv: kv[1][0])[: max_servers // 10]:
+                answers.pop(k, None)
+        answers[key(spawner)] = (time.monotonic(), profiles, note)
 
     def young(entry):
         return entry is not None and time.monotonic() - entry[0] < cache_seconds
@@ -490,7 +500,12 @@ def _gpuhub_profiles_glue(c, glue, form):
         )
         t0 = time.monotonic()
         try:
-            resp = await AsyncHTTPClient().fetch(request, raise_error=False)
+            # The Hub's one AsyncHTTPClient runs 10 requests at a time and queues the rest; with pycurl
+            # (z2jh's Hub image) request_timeout starts only when a request leaves the queue, so a burst
+            # of forms could wait many timeouts. The bound covers the queue too.
+            resp = await asyncio.wait_for(AsyncHTTPClient().fetch(request, raise_error=False), timeout + queue_margin)
+        except asyncio.TimeoutError:
+            raise Unavailable(f"gave no answer within {timeout + queue_margin:g} s") from None
         except Exception as e:
             raise Unavailable(f"unreachable ({type(e).__name__}: {e})") from None
         finally:
@@ -516,13 +531,29 @@ def _gpuhub_profiles_glue(c, glue, form):
         ):
             raise Unavailable("answered without a list of profiles")
         note = answer.get("note") if isinstance(answer.get("note"), str) else ""
-        remember(spawner.user.name, profiles, note)
+        remember(spawner, profiles, note)
         return profiles, note
 
+    # The fallback when the admin has no static list (or it fails): without it the form would be empty
+    # and the note lost. No overrides: KubeSpawner's own defaults, the server the Hub starts without
+    # profiles.
+    cpu_only = {
+        "slug": "cpu",
+        "display_name": "CPU only",
+        "description": "A server without a GPU.",
+        "default": True,
+        "kubespawner_override": {},
+    }
+
     async def static_profiles(spawner):
+        """The admin's static list, never empty: the CPU-only choice when it is."""
         profiles = static
         if callable(profiles):
-            profiles = await maybe_future(profiles(spawner))
+            try:
+                profiles = await maybe_future(profiles(spawner))
+            except Exception:
+                spawner.log.exception("gpuhub profiles glue: the static profile_list callable failed; offering a CPU-only server")
+                profiles = []
         if isinstance(profiles, dict):  # KubeSpawner accepts a dict too: its values, sorted by key
             profiles = [profiles[k] for k in sorted(profiles)]
         out = []
@@ -533,7 +564,7 @@ def _gpuhub_profiles_glue(c, glue, form):
 
                 p["slug"] = slugify(p["display_name"])
             out.append(p)
-        return out
+        return out or [dict(cpu_only, kubespawner_override={})]
 
     def with_note(profiles, note):
         # The template receives only the profile list: the note rides on the first profile.
@@ -566,7 +597,7 @@ def _gpuhub_profiles_glue(c, glue, form):
 
     async def render_list(spawner):
         user = spawner.user.name
-        entry = answers.get(user)
+        entry = answers.get(key(spawner))
         if young(entry):
             requests_total.labels(result="cached").inc()
             return with_note(entry[1], entry[2])
@@ -584,7 +615,7 @@ def _gpuhub_profiles_glue(c, glue, form):
         the user may have been shown: the live list, the static one (the form may have been the fallback),
         and what the user saw last (a choice gone since then is refused by name, not a "No such profile")."""
         user = spawner.user.name
-        previous = answers.get(user)
+        previous = answers.get(key(spawner))
         slug = (spawner.user_options or {}).get("profile") or ""
         live = None
         # A young answer is enough when gpu-quota will still be asked (it refuses none_free itself) and
@@ -608,11 +639,10 @@ def _gpuhub_profiles_glue(c, glue, form):
                     p = {k: v for k, v in p.items() if k != "gpuhub"}
                     full.append(dict(p, default=False))
             if slug and slug not in slugs(full):
-                glue.refuse(
-                    spawner,
+                refuse_unknown(
+                    spawner, slug, "unchecked",
                     f"The choice {slug!r} cannot be checked right now because the gpu-profiles service is not "
                     "answering. Reload the spawn page and pick again.",
-                    reason=service_name,
                 )
         else:
             full = list(live)
@@ -623,8 +653,21 @@ def _gpuhub_profiles_glue(c, glue, form):
                 if p.get("slug") not in slugs(full):
                     gone = dict(p.get("gpuhub") or {}, available=False, reason="gone", reasonText="This choice is no longer offered.")
                     full.append(dict(p, default=False, gpuhub=gone))
+            if slug and slug not in slugs(full):
+                refuse_unknown(
+                    spawner, slug, "unknown",
+                    f"The choice {slug!r} is not offered to you. Reload the spawn page and pick again.",
+                )
         at_start[spawner] = (live, full)
         return full
+
+    def refuse_unknown(spawner, slug, reason, message):
+        """A choice the start's list cannot resolve (a hand-made API spawn, a page from another deployment).
+        KubeSpawner would raise "No such profile", a failure JupyterHub counts toward its consecutive
+        failure limit (five stop the Hub); the glue's refusal is not counted."""
+        refusals_total.labels(reason=reason).inc()
+        spawner.log.info("gpuhub profiles glue: refuse %s's server %r: no choice %r (%s)", spawner.user.name, spawner.name, slug, reason)
+        glue.refuse(spawner, message, reason=service_name)
 
     async def gpuhub_profile_list(spawner):
         starting = spawner.pending == "spawn"
@@ -639,6 +682,12 @@ def _gpuhub_profiles_glue(c, glue, form):
             spawner.log.exception("gpuhub profiles glue: building %s's profile list failed; using the static list", spawner.user.name)
             requests_total.labels(result="fallback").inc()
             fixed = await static_profiles(spawner)
+            slug = (spawner.user_options or {}).get("profile") or ""
+            if starting and slug and slug not in slugs(fixed):
+                refuse_unknown(
+                    spawner, slug, "unchecked",
+                    f"The choice {slug!r} cannot be checked right now. Reload the spawn page and pick again.",
+                )
             return fixed if starting else with_note(fixed, fallback_note)
 
     def gpu_request(p):
@@ -646,12 +695,16 @@ def _gpuhub_profiles_glue(c, glue, form):
         limits = override.get("extra_resource_limits") or {}
         return {k: glue.count(v) for k, v in limits.items() if k.startswith("nvidia.com/") and glue.count(v) > 0}
 
-    def same_kind(p, gpus, node_selector):
-        """A live profile asking for the same GPUs on nodes the pod may land on (no selector disagrees)."""
-        if gpu_request(p) != gpus:
+    def same_kind(q, gpus, node_selector, named):
+        """Live profile q asks for the same GPUs on the same kind of node as the pod: no label of the two
+        selectors disagrees, and each label in `named` (what the static choice selects on, and the pod's
+        GPU labels: its product, say) q selects on too, with the pod's value."""
+        if gpu_request(q) != gpus:
             return False
-        mine = (p.get("kubespawner_override") or {}).get("node_selector") or {}
-        return all(node_selector.get(k, v) == v for k, v in mine.items())
+        theirs = (q.get("kubespawner_override") or {}).get("node_selector") or {}
+        if any(k in node_selector and node_selector[k] != v for k, v in theirs.items()):
+            return False
+        return all(k in theirs and theirs[k] == node_selector.get(k, theirs[k]) for k in named)
 
     def free_now(live):
         names = []
@@ -676,16 +729,21 @@ def _gpuhub_profiles_glue(c, glue, form):
         if p is None:
             return
         if not isinstance(p.get("gpuhub"), dict):
-            # A static choice: judged by the live profile that asks for the same GPUs, if any.
+            # A static choice: judged by the live profiles that ask for the same GPUs on the same kind of
+            # node. Several may (one per product when the static choice names none): refused only when
+            # none of them is available, since the scheduler may place it on any.
             gpus = glue.pod_gpus(pod)
             if not gpus or not live:
                 return
             spec = glue.field(pod, "spec")
             selector = dict(glue.field(spec, "node_selector", "nodeSelector") or {})
-            match = next((q for q in live if isinstance(q.get("gpuhub"), dict) and same_kind(q, gpus, selector)), None)
-            if match is None:
+            own = (p.get("kubespawner_override") or {}).get("node_selector")
+            named = set(own) if isinstance(own, dict) else set()  # KubeSpawner allows a callable here
+            named |= {k for k in selector if k.startswith("nvidia.com/")}
+            matches = [q for q in live if isinstance(q.get("gpuhub"), dict) and same_kind(q, gpus, selector, named)]
+            if not matches or any(available(q) for q in matches):
                 return
-            g = match["gpuhub"]
+            g = matches[0]["gpuhub"]
         else:
             g = p["gpuhub"]
         if g.get("available") is not False:

@@ -90,6 +90,8 @@ LIVE = [
 class FakeProfiles(http.server.ThreadingHTTPServer):
     """Answers each POST with `answer` (status, body) after `delay` seconds and records the requests."""
 
+    request_queue_size = 64  # a burst of forms connects at once; the default 5 drops SYNs (1 s retries)
+
     def __init__(self):
         self.requests = []
         self.answer = (200, {"profiles": LIVE, "generatedAt": "2026-01-01T00:00:00Z", "note": ""})
@@ -142,9 +144,9 @@ log.propagate = False
 class Spawner:
     """What the glue reads of a KubeSpawner."""
 
-    def __init__(self, loop=None, user="bob", pending=None, profile=None):
+    def __init__(self, loop=None, user="bob", pending=None, profile=None, server=""):
         self.user = SimpleNamespace(name=user, groups=[SimpleNamespace(name="students")], settings={"base_url": "/"})
-        self.name = ""
+        self.name = server
         self.user_options = {"profile": profile} if profile else {}
         self.log = log
         self.pending = pending
@@ -246,6 +248,19 @@ class ProfilesGlueTest(unittest.TestCase):
         self.call(c, user="alice")
         self.assertEqual(len(self.svc.requests), 2, "the cache is per user")
 
+    def test_cache_per_server(self):
+        # gpu-profiles computes a named server's choices for that server (gpu-quota counts the user's
+        # other servers): each of bob's servers has its own answer, asked with its name.
+        c = load_glue(self.services)
+        self.call(c)
+        self.call(c, server="big")
+        self.call(c, server="big")
+        self.call(c)
+        self.assertEqual([r["body"]["server"] for r in self.svc.requests], ["", "big"])
+        # A start asks for its own server too.
+        self.start(c, "mig-a100-sxm4-40gb-1g-5gb", gpu_pod({"nvidia.com/mig-1g.5gb": "1"}, {}), server="big")
+        self.assertEqual(self.svc.requests[-1]["body"], {"user": "bob", "groups": ["students"], "server": "big"})
+
     def test_fallback_with_note(self):
         cases = {
             "503": lambda: setattr(self.svc, "answer", (503, {"message": "inventory not synced"})),
@@ -267,6 +282,51 @@ class ProfilesGlueTest(unittest.TestCase):
                 page = render(got)
                 self.assertIn('id="gpuhub-note"', page)
                 self.svc.delay = 0
+
+    def test_timeout_bounds_a_burst(self):
+        # 30 forms at once: the Hub's HTTP client runs 10 requests at a time, gpu-profiles takes 0.9 s
+        # for each. Every form renders within the timeout plus the glue's margin (0.25 s), the queued
+        # ones from the static list with the note, instead of waiting for their turn.
+        os.environ["GPUHUB_PROFILES_TIMEOUT"] = "1"
+        self.svc.delay = 0.9
+        c = load_glue(self.services)
+
+        async def one(user):
+            t0 = time.monotonic()
+            got = await c.KubeSpawner.profile_list(Spawner(asyncio.get_running_loop(), user=user))
+            return time.monotonic() - t0, got
+
+        async def burst():
+            return await asyncio.gather(*(one(f"user-{i:02d}") for i in range(30)))
+
+        results = asyncio.run(burst())
+        slowest = max(took for took, _ in results)
+        self.assertLess(slowest, 1.5, f"a form waited {slowest:.2f} s with GPUHUB_PROFILES_TIMEOUT=1")
+        live = [got for _, got in results if "gpuhub_note" not in got[0]]
+        self.assertGreaterEqual(len(live), 10, "the first ten forms did not get gpu-profiles' answer")
+        for _, got in results:
+            if "gpuhub_note" in got[0]:
+                self.assertEqual([p["slug"] for p in got], ["cpu", "h100", "images"])
+
+    def test_fallback_without_static_list(self):
+        # No static list (or one that fails): the fallback is a CPU-only server with KubeSpawner's own
+        # defaults, carrying the note, so the form still starts something.
+        def broken(spawner):
+            raise RuntimeError("the admin's callable is broken")
+
+        self.svc.answer = (503, {"message": "inventory not synced"})
+        for name, static in {"none": None, "empty": [], "failing callable": broken}.items():
+            with self.subTest(name):
+                c = load_glue(self.services, static=static)
+                got, _ = self.call(c)
+                self.assertEqual([(p["slug"], p.get("kubespawner_override")) for p in got], [("cpu", {})])
+                self.assertIn("gpu-profiles service did not answer", got[0]["gpuhub_note"])
+                f = Form(render(got))
+                self.assertEqual([(r["value"], "checked" in r, "disabled" in r) for r in f.radios], [("cpu", True, False)])
+                self.assertIn("gpuhub-note", f.ids)
+                # The start of that choice resolves while gpu-profiles is still down.
+                profiles, _, _ = self.start(c, "cpu", k8s.V1Pod(spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="notebook")])))
+                self.assertEqual([p["slug"] for p in profiles], ["cpu"])
 
     def test_down(self):
         c = load_glue([{"name": "gpu-profiles", "url": "http://127.0.0.1:9", "api_token": "profiles-token-123"}])
@@ -311,11 +371,11 @@ class ProfilesGlueTest(unittest.TestCase):
         page = render(lst, {"profile": "gpu-h100-80gb-hbm3"})
         self.assertEqual([r["value"] for r in Form(page).radios if "checked" in r], ["mig-a100-sxm4-40gb-1g-5gb"])
 
-    def start(self, c, profile, pod):
+    def start(self, c, profile, pod, **kw):
         """profile_list at start (a pending spawn), then the modify_pod_hook: the glue's part of a start."""
 
         async def go():
-            s = Spawner(asyncio.get_running_loop(), pending="spawn", profile=profile)
+            s = Spawner(asyncio.get_running_loop(), pending="spawn", profile=profile, **kw)
             profiles = await c.KubeSpawner.profile_list(s)
             try:
                 return profiles, await c.KubeSpawner.modify_pod_hook(s, pod), s
@@ -345,6 +405,45 @@ class ProfilesGlueTest(unittest.TestCase):
         # A static choice asking for the same GPUs is judged by the live one.
         with self.assertRaises(web.HTTPError):
             self.start(c, "h100", pod)
+
+    def test_start_judges_static_choice_by_every_matching_live_one(self):
+        # Two live choices ask for one whole GPU: the H100 (none free) and an L4 (free). A static choice
+        # is refused only when every live choice of the same kind is unavailable; it names no product,
+        # the scheduler may place it on either. One that names a selector is judged only by live choices
+        # selecting on the same labels.
+        l4 = {"nvidia.com/gpu.product": "NVIDIA-L4"}
+        pool = {"cloud.example.com/pool": "gpu"}
+        one_gpu = {"nvidia.com/gpu": "1"}
+
+        def static(slug, selector=None):
+            override = {"extra_resource_limits": one_gpu}
+            if selector:
+                override["node_selector"] = selector
+            return {"slug": slug, "display_name": slug, "kubespawner_override": override}
+
+        statics = STATIC + [static("any-gpu"), static("l4", l4), static("pool-gpu", pool)]
+        c = load_glue(self.services, static=statics)
+        self.svc.answer = (200, {"profiles": LIVE + [live_profile("gpu-l4", "NVIDIA L4", "gpu", 3, 4, limits=one_gpu, selector=l4)]})
+        cases = [
+            ("any-gpu", {}, False),
+            ("l4", l4, False),
+            ("h100", H100_SELECTOR, True),
+            ("pool-gpu", pool, False),  # no live choice selects on that pool: not gpu-profiles' call
+        ]
+        for slug, selector, refused in cases:
+            with self.subTest(slug):
+                pod = gpu_pod(one_gpu, selector)
+                if not refused:
+                    self.start(c, slug, pod)
+                    continue
+                with self.assertRaises(web.HTTPError) as cm:
+                    self.start(c, slug, pod)
+                self.assertIn("None free right now", cm.exception.jupyterhub_message)
+                self.assertIn("NVIDIA L4 (3 free)", cm.exception.jupyterhub_message)
+        # With the H100 the only live choice of that kind, a static choice naming no product is refused.
+        self.svc.answer = (200, {"profiles": LIVE})
+        with self.assertRaises(web.HTTPError):
+            self.start(c, "any-gpu", gpu_pod(one_gpu, {}))
 
     def test_start_asks_fresh_without_quota(self):
         c = load_glue(self.services)
@@ -379,6 +478,25 @@ class ProfilesGlueTest(unittest.TestCase):
         with self.assertRaises(web.HTTPError) as cm:
             self.start(c, "mig-a100-sxm4-40gb-1g-5gb", gpu_pod({"nvidia.com/mig-1g.5gb": "1"}, {}))
         self.assertIn("no longer offered", cm.exception.jupyterhub_message)
+
+    def test_start_refuses_unknown_choice(self):
+        # gpu-profiles answers, but nothing the user could have been shown has that slug (a hand-made API
+        # spawn): refused by the glue, not counted by the Hub (KubeSpawner's "No such profile" would be).
+        from prometheus_client import REGISTRY
+
+        def refused():
+            return REGISTRY.get_sample_value("gpuhub_profiles_glue_refusals_total", {"reason": "unknown"}) or 0
+
+        c = load_glue(self.services)
+        before = refused()
+        with self.assertRaises(web.HTTPError) as cm:
+            self.start(c, "no-such-profile", gpu_pod({"nvidia.com/gpu": "1"}, {}))
+        self.assertEqual(cm.exception.status_code, 403)
+        self.assertEqual(
+            cm.exception.jupyterhub_message,
+            "The choice 'no-such-profile' is not offered to you. Reload the spawn page and pick again.",
+        )
+        self.assertEqual(refused(), before + 1)
 
     def test_start_while_down(self):
         c = load_glue(self.services)

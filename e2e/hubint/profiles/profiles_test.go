@@ -110,20 +110,21 @@ func TestFormShowsLiveProfiles(t *testing.T) {
 }
 
 // TestFormCached: a second render within the glue's cache time does not ask gpu-profiles again; both are counted.
+// A named server's form is asked for on its own (gpu-profiles computes it for that server), then cached too.
 func TestFormCached(t *testing.T) {
 	live, cached := `gpuhub_profiles_glue_requests_total{result="live"}`, `gpuhub_profiles_glue_requests_total{result="cached"}`
 	beforeLive, beforeCached := z2jh.metric(t, live), z2jh.metric(t, cached)
 	b := z2jh.login(t, "alice")
-	for range 2 {
-		if code, page := b.get(t, "hub/spawn"); code != http.StatusOK || len(parseForm(t, page)) == 0 {
-			t.Fatalf("GET /hub/spawn: %d", code)
+	for _, path := range []string{"hub/spawn", "hub/spawn", "hub/spawn/alice/second", "hub/spawn/alice/second"} {
+		if code, page := b.get(t, path); code != http.StatusOK || len(parseForm(t, page)) == 0 {
+			t.Fatalf("GET /%s: %d", path, code)
 		}
 	}
-	if got := z2jh.metric(t, live); got != beforeLive+1 {
-		t.Errorf("%s = %v, want %v", live, got, beforeLive+1)
+	if got := z2jh.metric(t, live); got != beforeLive+2 {
+		t.Errorf("%s = %v, want %v (one per server)", live, got, beforeLive+2)
 	}
-	if got := z2jh.metric(t, cached); got != beforeCached+1 {
-		t.Errorf("%s = %v, want %v", cached, got, beforeCached+1)
+	if got := z2jh.metric(t, cached); got != beforeCached+2 {
+		t.Errorf("%s = %v, want %v", cached, got, beforeCached+2)
 	}
 }
 
@@ -313,6 +314,62 @@ func TestRefusalsKeepHubRunning(t *testing.T) {
 				t.Errorf("Hub log has %q", "Aborting due to")
 			}
 			t.Logf("jupyterhub %s (%s): 6 refusals in a row with consecutive_failure_limit 5, Hub serving", h.hub.Version(), h.name)
+		})
+	}
+}
+
+// TestUnknownChoiceRefused: REST spawns naming a choice nobody offers (a hand-made request, a stale script).
+// KubeSpawner alone raises "No such profile", which both Hub lines count toward consecutive_failure_limit: five
+// would stop the Hub. The glue refuses them instead, telling the user to reload the form; six in a row leave the
+// Hub serving.
+func TestUnknownChoiceRefused(t *testing.T) {
+	const want = "The choice 'no-such-profile' is not offered to you. Reload the spawn page and pick again."
+	for _, h := range []*hubUnderTest{plain, z2jh} {
+		t.Run(h.name, func(t *testing.T) {
+			ctx := ctxT(t, 2*time.Minute)
+			tok := h.userToken(t, "dave")
+			for i := range 6 {
+				code, body, err := h.startServer(ctx, tok, "dave", "", "no-such-profile")
+				if err != nil {
+					t.Fatal(err)
+				}
+				var msg string
+				switch h {
+				case plain:
+					var got struct {
+						Message string `json:"message"`
+					}
+					if err := json.Unmarshal(body, &got); err != nil || code != http.StatusForbidden {
+						t.Fatalf("spawn %d: POST dave's server = %d %s, want 403", i+1, code, body)
+					}
+					msg = got.Message
+				case z2jh:
+					if !answered(code) {
+						t.Fatalf("spawn %d: POST dave's server with slow_spawn_timeout 0: %d %s, want 202 (or 201)", i+1, code, body)
+					}
+					ev, all, err := h.failedEvent(ctx, tok, "dave")
+					if err != nil {
+						t.Fatalf("%v (events %+v)", err, all)
+					}
+					msg = strings.TrimPrefix(ev.Message, "Spawn failed: ")
+				}
+				if msg != want {
+					t.Errorf("spawn %d: message %q, want %q", i+1, msg, want)
+				}
+				if err := h.waitStopped(ctx, "dave", ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+			time.Sleep(3 * time.Second) // the Hub exits two seconds after reaching the limit
+			h.alive(t)
+			log := h.logText(t)
+			for _, bad := range []string{"Aborting due to", "No such profile"} {
+				if strings.Contains(log, bad) {
+					t.Errorf("Hub log has %q", bad)
+				}
+			}
+			h.noServerNoPod(t, "dave")
+			t.Logf("jupyterhub %s (%s): 6 unknown choices refused in a row with consecutive_failure_limit 5, Hub serving", h.hub.Version(), h.name)
 		})
 	}
 }
