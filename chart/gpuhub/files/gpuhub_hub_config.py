@@ -40,6 +40,7 @@
 
 def _gpuhub_quota_glue(c):
     """Install the admission hook; everything else stays local to this function."""
+    import asyncio
     import json
     import os
     import time
@@ -291,8 +292,13 @@ def _gpuhub_quota_glue(c):
         )
         t0 = time.monotonic()
         try:
-            resp = await AsyncHTTPClient().fetch(request, raise_error=False)
-        except Exception as e:  # connection refused, DNS, timeout (the message never holds the token)
+            # Bounded as a whole: the Hub's one AsyncHTTPClient queues requests beyond 10 at a time, and
+            # request_timeout does not cover that wait (a burst of spawns would wait several timeouts).
+            resp = await asyncio.wait_for(AsyncHTTPClient().fetch(request, raise_error=False), timeout + 0.25)
+        except asyncio.TimeoutError:
+            on_unavailable(spawner, f"gpu-quota gave no answer within {timeout + 0.25:g} s")
+            return pod
+        except Exception as e:  # connection refused, DNS (the message never holds the token)
             on_unavailable(spawner, f"gpu-quota unreachable ({type(e).__name__}: {e})")
             return pod
         finally:
