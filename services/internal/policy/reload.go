@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -58,6 +59,16 @@ func NewReloader[T any](path string, now time.Time) (*Reloader[T], error) {
 
 // Current is the policy in use: read it, never change it (reloads replace it as a whole).
 func (r *Reloader[T]) Current() *T { return r.cur.Load() }
+
+// Path is the file the Reloader reads.
+func (r *Reloader[T]) Path() string { return r.path }
+
+// goodHash is the hash of the content Current was decoded from.
+func (r *Reloader[T]) goodHash() [sha256.Size]byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return sha256.Sum256(r.good)
+}
 
 // Status is how the last reload went.
 func (r *Reloader[T]) Status() Status { return *r.status.Load() }

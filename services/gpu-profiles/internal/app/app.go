@@ -180,7 +180,12 @@ func Run(ctx context.Context, o Options) error {
 
 	var wg sync.WaitGroup
 	if s.cfg != nil {
-		wg.Go(func() { s.reloadLoop(ctx) })
+		wg.Go(func() {
+			policy.Watch(ctx, s.cfg, policy.WatchOptions{Poll: o.ConfigPoll, Signal: o.Reload, What: "configuration", Logger: o.Logger,
+				Now: o.Now, Metrics: s.reloadMetrics,
+				// The catalog counts free nodes with the configuration's tolerations.
+				OnChange: func() { s.cat.SetTolerations(s.config().TolerationsOrDefault()) }})
+		})
 	}
 	if o.Extra != nil {
 		h := Hooks{Catalog: cat, Inventory: inv, Config: s.config, Kube: o.Kube, Namespace: o.Namespace, Logger: o.Logger,
@@ -215,8 +220,7 @@ type service struct {
 	cfg *policy.Reloader[profiles.Config] // nil without a file
 	cat *catalog.Catalog
 
-	reloads       *prometheus.CounterVec
-	reloadSuccess prometheus.Gauge
+	reloadMetrics *policy.ReloadMetrics
 	assessed      *prometheus.CounterVec
 }
 
@@ -231,27 +235,20 @@ func (s *service) config() *profiles.Config {
 }
 
 func (s *service) metrics() error {
-	s.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpuhub", Subsystem: "profiles", Name: "config_reloads_total",
-		Help: "Configuration reload attempts (the file changed, or SIGHUP) by result: success, failure (the last good configuration stays in use)."},
-		[]string{"result"})
-	s.reloadSuccess = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpuhub", Subsystem: "profiles", Name: "config_last_reload_success",
-		Help: "1 when the last configuration load or reload succeeded, 0 when it failed (the last good one stays in use; /readyz has the errors)."})
+	var err error
+	if s.reloadMetrics, err = policy.NewReloadMetrics(s.o.Registry, "profiles", "config", "overrides"); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
 	s.assessed = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpuhub", Subsystem: "profiles", Name: "quota_assess_total",
 		Help: "How gpu-quota's part of each form went: ok, cached, unavailable_open, unavailable_closed (gpu-quota could not answer; its onUnavailable applied), not_configured, nothing_to_ask."},
 		[]string{"result"})
-	for _, c := range []prometheus.Collector{s.reloads, s.reloadSuccess, s.assessed} {
-		if err := s.o.Registry.Register(c); err != nil {
-			return fmt.Errorf("register metrics: %w", err)
-		}
-	}
-	for _, r := range []string{"success", "failure"} {
-		s.reloads.WithLabelValues(r)
+	if err := s.o.Registry.Register(s.assessed); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
 	}
 	for _, r := range []string{profiles.QuotaOK, profiles.QuotaCached, profiles.QuotaUnavailableOpen, profiles.QuotaUnavailableClosed,
 		profiles.QuotaNotConfigured, profiles.QuotaNothingToAsk} {
 		s.assessed.WithLabelValues(r)
 	}
-	s.reloadSuccess.Set(1)
 	return nil
 }
 

@@ -388,7 +388,7 @@ func TestReload(t *testing.T) {
 		t.Errorf("readyz %d %s", code, data)
 	}
 	if err := testutil.GatherAndCompare(r.registry, strings.NewReader(`
-# HELP gpuhub_profiles_config_last_reload_success 1 when the last configuration load or reload succeeded, 0 when it failed (the last good one stays in use; /readyz has the errors).
+# HELP gpuhub_profiles_config_last_reload_success 1 when the last load or reload of the overrides file succeeded, 0 when it failed (the last good one stays in use; /readyz has the errors).
 # TYPE gpuhub_profiles_config_last_reload_success gauge
 gpuhub_profiles_config_last_reload_success 0
 `), "gpuhub_profiles_config_last_reload_success"); err != nil {

@@ -226,7 +226,11 @@ func Run(ctx context.Context, o Options) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.hubLoop(ctx) })
 	wg.Go(func() { s.usage.Run(ctx) })
-	wg.Go(func() { s.reloadLoop(ctx) })
+	wg.Go(func() {
+		policy.Watch(ctx, s.pol, policy.WatchOptions{Poll: o.PolicyPoll, Signal: o.Reload, What: "policy", Logger: o.Logger,
+			Now: o.Now, Metrics: s.reloadMetrics,
+			OnChange: s.usage.Kick}) // the usage cache asks for the windows the new policy needs
+	})
 	if o.WhileLeader != nil {
 		el, err := leader.New(leader.Options{Client: o.Kube, Namespace: o.LeaseNamespace, Name: o.LeaseName, Identity: o.Identity,
 			LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.LeaseRetryPeriod,
@@ -278,31 +282,25 @@ type service struct {
 	dirAt  atomic.Pointer[time.Time] // when dir was read
 	hubErr atomic.Pointer[error]
 
-	reloads       *prometheus.CounterVec
-	reloadSuccess prometheus.Gauge
+	reloadMetrics *policy.ReloadMetrics
 	hubSuccess    prometheus.Gauge
 	hubDuration   prometheus.Gauge
 }
 
 func (s *service) metrics() error {
-	s.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "policy_reloads_total",
-		Help: "Policy reload attempts (the file changed, or SIGHUP) by result: success, failure (the last good policy stays in use)."},
-		[]string{"result"})
-	s.reloadSuccess = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "policy_last_reload_success",
-		Help: "1 when the last policy load or reload succeeded, 0 when it failed (the last good policy stays in use; /readyz has the errors)."})
+	var err error
+	if s.reloadMetrics, err = policy.NewReloadMetrics(s.o.Registry, "quota", "policy", "policy"); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
 	s.hubSuccess = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "hub_refresh_last_run_success",
 		Help: "1 when the last read of the Hub's users and groups succeeded, 0 when it failed (the last directory stays in use)."})
 	s.hubDuration = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "hub_refresh_run_duration_seconds",
 		Help: "Duration of the last read of the Hub's users and groups."})
-	for _, c := range []prometheus.Collector{s.reloads, s.reloadSuccess, s.hubSuccess, s.hubDuration} {
+	for _, c := range []prometheus.Collector{s.hubSuccess, s.hubDuration} {
 		if err := s.o.Registry.Register(c); err != nil {
 			return fmt.Errorf("register metrics: %w", err)
 		}
 	}
-	for _, r := range []string{"success", "failure"} {
-		s.reloads.WithLabelValues(r)
-	}
-	s.reloadSuccess.Set(1)
 	return nil
 }
 

@@ -392,7 +392,7 @@ func TestPolicyReload(t *testing.T) {
 	r.reload <- struct{}{}
 	eventually(t, "SIGHUP reread", func() bool { return strings.Contains(r.logs.String(), "policy reread: unchanged") })
 	if err := testutil.GatherAndCompare(r.registry, strings.NewReader(`
-# HELP gpuhub_quota_policy_reloads_total Policy reload attempts (the file changed, or SIGHUP) by result: success, failure (the last good policy stays in use).
+# HELP gpuhub_quota_policy_reloads_total Reload attempts of the policy file (it changed, or SIGHUP) by result: success, failure (the last good one stays in use).
 # TYPE gpuhub_quota_policy_reloads_total counter
 gpuhub_quota_policy_reloads_total{result="failure"} 1
 gpuhub_quota_policy_reloads_total{result="success"} 2

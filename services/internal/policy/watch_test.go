@@ -1,0 +1,95 @@
+package policy
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+type watched struct {
+	Limit int `yaml:"limit"`
+}
+
+// TestWatch: a changed file is reloaded within a poll and OnChange runs; a bad one keeps the last good version,
+// is logged with its place and counted once (not once per poll); a signal reloads at once.
+func TestWatch(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.yaml")
+	if err := os.WriteFile(path, []byte("limit: 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewReloader[watched](path, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m, err := NewReloadMetrics(reg, "test", "policy", "policy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedWriter
+	signal := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var changes atomic.Int64
+	go Watch(ctx, r, WatchOptions{Poll: 10 * time.Millisecond, Signal: signal, What: "policy", Metrics: m,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)), OnChange: func() { changes.Add(1) }})
+
+	eventually := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if ok() {
+				return
+			}
+		}
+		t.Fatalf("never: %s", what)
+	}
+	if err := os.WriteFile(path, []byte("limit: 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eventually("the new version in use", func() bool { return r.Current().Limit == 2 && changes.Load() == 1 })
+	if err := os.WriteFile(path, []byte("limit: 3\nlimt: 4\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eventually("the failure counted", func() bool { return testutil.ToFloat64(m.reloads.WithLabelValues("failure")) == 1 })
+	time.Sleep(50 * time.Millisecond) // several polls of the same bad content
+	if got := testutil.ToFloat64(m.reloads.WithLabelValues("failure")); got != 1 || r.Current().Limit != 2 || testutil.ToFloat64(m.success) != 0 {
+		t.Errorf("bad file: failures %v, limit %d, success %v; want 1, the last good 2, 0", got, r.Current().Limit, testutil.ToFloat64(m.success))
+	}
+	if err := os.WriteFile(path, []byte("limit: 5\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	signal <- struct{}{}
+	eventually("the signal's reload", func() bool { return r.Current().Limit == 5 })
+	cancel()
+	if !strings.Contains(logs.String(), "p.yaml:2:1") || !strings.Contains(logs.String(), "policy reload failed: keeping the last good one") {
+		t.Errorf("the failure's log does not name the place:\n%s", logs.String())
+	}
+}
+
+// lockedWriter is a log the test reads while the watcher may still write.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  bytes.Buffer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.String()
+}
