@@ -97,7 +97,7 @@ func quotaComponent(o Options, installed **Installed, usage Usage) stack.Compone
 		spec := Quota{
 			Binary: o.Quota.Binary, Port: o.Quota.Port, Kubeconfig: kc, Policy: o.Quota.Policy,
 			Namespace: s.Opts.Namespace, LeaseNamespace: in.Namespace, LeaseArgs: in.QuotaArgs,
-			UsageURL: usage.BaseURL(), HubAPIURL: s.Hub.APIURL(), Token: o.Quota.Token,
+			UsageURL: usage.BaseURL(), HubAPIURL: s.Hub.APIURL(), Token: o.Quota.Token, ProfilesToo: o.Profiles.Binary != "",
 		}.Spec()
 		spec.LogFile = filepath.Join(s.Dir, "logs", "gpu-quota.log")
 		return spec, nil

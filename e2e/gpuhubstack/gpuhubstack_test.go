@@ -67,11 +67,13 @@ func TestInstall(t *testing.T) {
 		}
 	}
 	sort.Strings(got)
-	// usage API, agent and gpu-quota (pods Role, Lease Role); not the Deployments, ConfigMap, PVC, Services,
-	// NetworkPolicies.
-	want := []string{"clusterrolebindings", "clusterrolebindings", "clusterrolebindings", "clusterroles", "clusterroles", "clusterroles",
-		"daemonsets", "namespaces", "rolebindings", "rolebindings", "rolebindings", "roles", "roles", "roles",
-		"serviceaccounts", "serviceaccounts", "serviceaccounts"}
+	// usage API, agent, gpu-quota and gpu-profiles (pods Role, Lease Role each); not the Deployments, ConfigMaps,
+	// PVC, Services, NetworkPolicies.
+	want := []string{"clusterrolebindings", "clusterrolebindings", "clusterrolebindings", "clusterrolebindings",
+		"clusterroles", "clusterroles", "clusterroles", "clusterroles",
+		"daemonsets", "namespaces", "rolebindings", "rolebindings", "rolebindings", "rolebindings", "rolebindings",
+		"roles", "roles", "roles", "roles", "roles",
+		"serviceaccounts", "serviceaccounts", "serviceaccounts", "serviceaccounts"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("created (-want +got):\n%s", diff)
 	}
@@ -253,5 +255,29 @@ func TestHubValues(t *testing.T) {
 	}
 	if v.Hub.ExtraConfig["00-z2jh"] == "" || len(v.Singleuser.ProfileList) == 0 {
 		t.Errorf("values lost the extra snippet or the profiles: %s", got)
+	}
+}
+
+// TestProfilesSpec: the local gpu-profiles process gets the flags the chart's Deployment sets (the Lease it is
+// told to use is the one its Role names), its Hub identity, and gpu-quota's URL when the stack runs gpu-quota.
+func TestProfilesSpec(t *testing.T) {
+	p := Profiles{Binary: "/bin/gpu-profiles", Port: 8124, Kubeconfig: "/s/kc", Config: "/s/profiles.yaml", Namespace: "jhub",
+		LeaseNamespace: "jhub", LeaseArgs: []string{"--lease-name=gpuhub-profiles"}, QuotaURL: "http://127.0.0.1:8123/services/gpu-quota/",
+		HubAPIURL: "http://127.0.0.1:8081/hub/api", Token: "tok"}
+	spec := p.Spec()
+	for _, a := range []string{"--listen=127.0.0.1:8124", "--prefix=/services/gpu-profiles/", "--config=/s/profiles.yaml", "--namespace=jhub",
+		"--kubeconfig=/s/kc", "--lease-namespace=jhub", "--lease-name=gpuhub-profiles", "--reader-services=gpu-usage",
+		"--quota-url=http://127.0.0.1:8123/services/gpu-quota/", "--pending-end-after=30s"} {
+		if !contains(spec.Args, a) {
+			t.Errorf("gpu-profiles args %v lack %s", spec.Args, a)
+		}
+	}
+	for _, e := range []string{"JUPYTERHUB_API_TOKEN=tok", "JUPYTERHUB_SERVICE_NAME=gpu-profiles", "JUPYTERHUB_API_URL=http://127.0.0.1:8081/hub/api"} {
+		if !contains(spec.Env, e) {
+			t.Errorf("gpu-profiles env lacks %s", e)
+		}
+	}
+	if got := (Quota{ProfilesToo: true}).Spec().Args; !contains(got, "--reader-services=gpu-usage,gpu-profiles") {
+		t.Errorf("gpu-quota next to gpu-profiles: args %v do not let gpu-profiles assess", got)
 	}
 }

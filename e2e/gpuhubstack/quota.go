@@ -41,6 +41,9 @@ type Quota struct {
 	LeaseNamespace string
 	LeaseArgs      []string
 	UsageURL       string // usage API base URL with its prefix (Usage.URL without api/v1/); empty: none
+	// ProfilesToo adds gpu-profiles to the services that may call gpu-quota (assess), as the chart does when it
+	// runs gpu-profiles.
+	ProfilesToo bool
 	HubAPIURL      string
 	Token          string // the service's Hub token
 	// UsageRefresh and EnforceInterval default to 5s and 10s (the demo should move quickly).
@@ -68,10 +71,14 @@ func (q Quota) Spec() proc.Spec {
 		"JUPYTERHUB_API_URL=" + q.HubAPIURL, "JUPYTERHUB_API_TOKEN=" + q.Token, "JUPYTERHUB_SERVICE_NAME=" + QuotaServiceName,
 	}
 	env = append(env, q.ExtraEnvForTest...)
+	readers := ServiceName
+	if q.ProfilesToo {
+		readers += "," + ProfilesServiceName
+	}
 	args := []string{
 		"--listen=127.0.0.1:" + strconv.Itoa(q.Port), "--prefix=/services/" + QuotaServiceName + "/",
 		"--policy=" + q.Policy, "--policy-poll=2s", "--namespace=" + q.Namespace, "--kubeconfig=" + q.Kubeconfig,
-		"--lease-namespace=" + q.LeaseNamespace, "--reader-services=" + ServiceName + "," + ProfilesServiceName,
+		"--lease-namespace=" + q.LeaseNamespace, "--reader-services=" + readers,
 		"--usage-refresh=" + def(q.UsageRefresh, "5s"), "--enforce-interval=" + def(q.EnforceInterval, "10s"),
 		"--log-level=" + def(q.LogLevel, "info"),
 	}
