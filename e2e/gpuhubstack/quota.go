@@ -44,8 +44,8 @@ type Quota struct {
 	// ProfilesToo adds gpu-profiles to the services that may call gpu-quota (assess), as the chart does when it
 	// runs gpu-profiles.
 	ProfilesToo bool
-	HubAPIURL      string
-	Token          string // the service's Hub token
+	HubAPIURL   string
+	Token       string // the service's Hub token
 	// UsageRefresh and EnforceInterval default to 5s and 10s (the demo should move quickly).
 	UsageRefresh, EnforceInterval string
 	LogLevel                      string // default info
