@@ -135,17 +135,17 @@ func (p *Percent) UnmarshalYAML(n *yaml.Node) error {
 // Bytes is an amount of memory, written with a unit: 0, 512MiB, 1GiB, 500MB.
 type Bytes int64
 
-var bytesRe = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B)$`)
+var bytesRe = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)\s*(B|[KMGT]i?B)$`)
 
 var byteUnits = map[string]float64{
-	"KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+	"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
 	"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
 }
 
 // maxBytes bounds memory amounts (a petabyte is more than any GPU holds).
 const maxBytes = 1 << 50
 
-// ParseBytes reads an amount of memory: 0, or a number and a unit (KB, MB, GB, TB, KiB, MiB, GiB, TiB).
+// ParseBytes reads an amount of memory: 0, or a number and a unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB).
 func ParseBytes(s string) (int64, error) {
 	s = strings.TrimSpace(s)
 	if s == "0" {
