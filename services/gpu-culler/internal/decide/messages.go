@@ -12,8 +12,8 @@ func warnMessage(d Decision, r policy.Rule, now time.Time) string {
 	at := clock(d.Deadline, now)
 	n := d.Numbers
 	if d.Reason == ReasonMaxAge {
-		return fmt.Sprintf("This server has run for %s, the longest %s server may run; it stops at %s. Save your work before then.",
-			words(n.Age), serverKind(r), at)
+		return fmt.Sprintf("This server has run for %s; %s server may run for %s, so it stops at %s. Save your work before then.",
+			words(n.Age), serverKind(r), words(r.MaxAge), at)
 	}
 	unless := "unless you use it"
 	if left := r.MaxSnoozes - n.Snoozes; left > 0 && r.Snooze > 0 {
@@ -39,7 +39,7 @@ func stopMessage(d Decision, r policy.Rule, now time.Time) string {
 	n := d.Numbers
 	switch {
 	case d.Reason == ReasonMaxAge:
-		return fmt.Sprintf("Stopped at %s: the server ran for %s, the longest %s server may run.", at, words(n.Age), serverKind(r))
+		return fmt.Sprintf("Stopped at %s: the server ran for %s, the longest %s server may run.", at, words(r.MaxAge), serverKind(r))
 	case r.CPU:
 		return fmt.Sprintf("Stopped at %s: no activity for %s.", at, words(n.IdleFor))
 	}
