@@ -46,7 +46,7 @@ func TestFormShowsLiveProfiles(t *testing.T) {
 		t.Run(h.name, func(t *testing.T) {
 			want := h.askProfiles(t, "bob", []string{"students"})
 			b := h.login(t, "bob")
-			code, page := b.get(t, "hub/spawn")
+			code, page := b.Get(t, "hub/spawn")
 			if code != http.StatusOK {
 				t.Fatalf("GET /hub/spawn: %d\n%s", code, page)
 			}
@@ -116,7 +116,7 @@ func TestFormCached(t *testing.T) {
 	beforeLive, beforeCached := z2jh.metric(t, live), z2jh.metric(t, cached)
 	b := z2jh.login(t, "alice")
 	for _, path := range []string{"hub/spawn", "hub/spawn", "hub/spawn/alice/second", "hub/spawn/alice/second"} {
-		if code, page := b.get(t, path); code != http.StatusOK || len(parseForm(t, page)) == 0 {
+		if code, page := b.Get(t, path); code != http.StatusOK || len(parseForm(t, page)) == 0 {
 			t.Fatalf("GET /%s: %d", path, code)
 		}
 	}
@@ -137,7 +137,7 @@ func TestFallback(t *testing.T) {
 		before := h.metric(t, sample)
 		b := h.login(t, user)
 		start := time.Now()
-		code, page := b.get(t, "hub/spawn")
+		code, page := b.Get(t, "hub/spawn")
 		took := time.Since(start)
 		if code != http.StatusOK {
 			t.Fatalf("GET /hub/spawn with gpu-profiles unavailable: %d\n%s", code, page)
@@ -200,9 +200,9 @@ func TestForcedSubmitRefused(t *testing.T) {
 		t.Run(h.name, func(t *testing.T) {
 			h100 := h.h100Slug(t, "bob", []string{"students"})
 			b := h.login(t, "bob")
-			_, form := b.get(t, "hub/spawn")
+			_, form := b.Get(t, "hub/spawn")
 			start := time.Now()
-			code, page, location := b.post(t, spawnAction(t, form), url.Values{"profile": {h100}})
+			code, page, location := b.Post(t, spawnAction(t, form), url.Values{"profile": {h100}})
 			switch h {
 			case plain:
 				if code != http.StatusForbidden {
@@ -217,7 +217,7 @@ func TestForcedSubmitRefused(t *testing.T) {
 						t.Fatalf("spawn-pending page (%d) without the refusal %s after asking:\n%s", code, seen, page)
 					}
 					time.Sleep(100 * time.Millisecond)
-					code, page = b.get(t, location)
+					code, page = b.Get(t, location)
 				}
 			}
 			took := time.Since(start)

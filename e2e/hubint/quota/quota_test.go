@@ -104,12 +104,12 @@ func TestFormRefusal(t *testing.T) {
 		t.Run(h.name, func(t *testing.T) {
 			want := h.askQuota(t, "carol", []string{"researchers"}, "h100")
 			b := h.login(t, "carol")
-			_, form := b.get(t, "hub/spawn")
+			_, form := b.Get(t, "hub/spawn")
 			if !strings.Contains(form, `value="h100"`) {
 				t.Fatalf("spawn form has no h100 profile:\n%s", form)
 			}
 			start := time.Now()
-			code, page, location := b.post(t, spawnAction(t, form), url.Values{"profile": {"h100"}})
+			code, page, location := b.Post(t, spawnAction(t, form), url.Values{"profile": {"h100"}})
 			escaped := html.EscapeString(want.Message)
 			switch h {
 			case plain:
@@ -121,7 +121,7 @@ func TestFormRefusal(t *testing.T) {
 					t.Fatalf("POST /hub/spawn = %d to %q, want 302 to spawn-pending", code, location)
 				}
 				for {
-					code, page = b.get(t, location)
+					code, page = b.Get(t, location)
 					if strings.Contains(page, escaped) {
 						break
 					}
