@@ -5,7 +5,6 @@ package profilese2e
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpuhub/gpuhub/e2e/emulator"
+	"github.com/gpuhub/gpuhub/e2e/internal/servers"
 	"github.com/gpuhub/gpuhub/hubapi"
 )
 
@@ -471,46 +471,16 @@ func events(ctx context.Context, t *testing.T, pod string) string {
 
 func startReady(ctx context.Context, t *testing.T, user, server, profile string) {
 	t.Helper()
-	if _, err := hubAdmin.StartServer(ctx, user, server, map[string]any{"profile": profile}); err != nil {
-		t.Fatalf("start %s/%s (%s): %v\nhub log:\n%s", user, server, profile, err, st.Hub.LogTail(30))
-	}
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		u, err := hubAdmin.GetUser(ctx, user)
-		if err != nil {
-			return false, nil
-		}
-		s, ok := u.Servers[server]
-		if ok && s.Ready {
-			return true, nil
-		}
-		if !ok || s.Pending == "" {
-			return false, fmt.Errorf("%s/%s is neither ready nor starting: the spawn failed", user, server)
-		}
-		return false, nil
-	})
-	if err != nil {
+	if err := servers.StartReady(ctx, hubAdmin, user, server, profile, 3*time.Minute); err != nil {
 		t.Fatalf("server %s/%s (%s) not ready: %v\nhub log:\n%s", user, server, profile, err, st.Hub.LogTail(40))
 	}
 }
 
 func stopServer(t *testing.T, user, server string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := hubAdmin.StopServer(ctx, user, server, true); err != nil && !hubapi.IsNotFound(err) {
-		var apiErr *hubapi.APIError
-		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest {
-			t.Errorf("stop %s/%s: %v", user, server, err)
-		}
+	if err := servers.Stop(context.Background(), hubAdmin, user, server); err != nil {
+		t.Error(err)
 	}
-	_ = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		u, err := hubAdmin.GetUser(ctx, user)
-		if err != nil {
-			return false, nil
-		}
-		s, ok := u.Servers[server]
-		return !ok || (s.Pending == "" && !s.Ready), nil
-	})
 }
 
 func getUser(ctx context.Context, t *testing.T, user string) *hubapi.User {
@@ -537,14 +507,4 @@ func diffMaps(want, got map[string]string) string {
 	return b.String()
 }
 
-func logTail(component string, n int) string {
-	b, err := os.ReadFile(filepath.Join(st.Dir, "logs", component+".log"))
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+func logTail(component string, n int) string { return servers.LogTail(st.Dir, component, n) }

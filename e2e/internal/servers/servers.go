@@ -1,0 +1,75 @@
+// Package servers starts and stops single-user servers through the Hub's REST API and waits for the outcome,
+// for the end-to-end tests (e2e/quotae2e, e2e/profilese2e).
+package servers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/gpuhub/gpuhub/hubapi"
+)
+
+// StartReady starts user's server (profile in user_options) and waits up to within until it is ready. It fails
+// at once when the spawn ends without a server (a refusal, a failure).
+func StartReady(ctx context.Context, c *hubapi.Client, user, server, profile string, within time.Duration) error {
+	if _, err := c.StartServer(ctx, user, server, map[string]any{"profile": profile}); err != nil {
+		return fmt.Errorf("start %s/%s (%s): %w", user, server, profile, err)
+	}
+	return wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
+		u, err := c.GetUser(ctx, user)
+		if err != nil {
+			return false, nil
+		}
+		s, ok := u.Servers[server]
+		if ok && s.Ready {
+			return true, nil
+		}
+		if !ok || s.Pending == "" {
+			return false, fmt.Errorf("%s/%s is neither ready nor starting: the spawn failed", user, server)
+		}
+		return false, nil
+	})
+}
+
+// Stop stops user's server (removing a named one) and waits up to a minute until it is gone. A server that does
+// not exist, or cannot be stopped because it is not running, is not an error.
+func Stop(ctx context.Context, c *hubapi.Client, user, server string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := c.StopServer(ctx, user, server, true); err != nil && !hubapi.IsNotFound(err) {
+		var apiErr *hubapi.APIError
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest {
+			return fmt.Errorf("stop %s/%s: %w", user, server, err)
+		}
+	}
+	_ = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		u, err := c.GetUser(ctx, user)
+		if err != nil {
+			return false, nil
+		}
+		s, ok := u.Servers[server]
+		return !ok || (s.Pending == "" && !s.Ready), nil
+	})
+	return nil
+}
+
+// LogTail is the last n lines of a stack component's log (<stack dir>/logs/<component>.log).
+func LogTail(stackDir, component string, n int) string {
+	b, err := os.ReadFile(filepath.Join(stackDir, "logs", component+".log"))
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
