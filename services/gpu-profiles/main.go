@@ -3,28 +3,20 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/kubernetes"
-
-	"github.com/gpuhub/gpuhub/hubapi"
-	"github.com/gpuhub/gpuhub/hubapi/hubauth"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/app"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/pending"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/profiles"
 	"github.com/gpuhub/gpuhub/services/internal/config"
-	"github.com/gpuhub/gpuhub/services/internal/kube"
 	"github.com/gpuhub/gpuhub/services/internal/logging"
 	"github.com/gpuhub/gpuhub/services/internal/policy"
+	"github.com/gpuhub/gpuhub/services/internal/start"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
@@ -82,52 +74,25 @@ func run(args []string, stderr io.Writer) int {
 			return configFailed(stderr, err)
 		}
 	}
-	hubCfg := hubapi.ConfigFromEnv()
-	hubCfg.Logger, hubCfg.UserAgent = logger, "gpuhub-gpu-profiles"
-	hub, err := hubapi.New(hubCfg)
+	cl, err := start.NewClients(start.Options{Service: "gpu-profiles", Kubeconfig: *kubeconfig, AdminGroups: config.List(*adminGroups), Logger: logger})
 	if err != nil {
-		logger.Error("hub client", "err", err)
+		logger.Error("cannot start", "err", err)
 		return 2
 	}
-	restCfg, err := kube.RESTConfig(kube.Options{Kubeconfig: *kubeconfig, UserAgent: "gpuhub-gpu-profiles"})
-	if err != nil {
-		logger.Error("kubernetes client", "err", err)
-		return 2
-	}
-	kc, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		logger.Error("kubernetes client", "err", err)
-		return 2
-	}
-	reg := prometheus.NewRegistry()
-	auth := hubauth.New(hubauth.Options{Hub: hub, Logger: logger, AdminGroups: config.List(*adminGroups), Registerer: reg})
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, reload, stop := start.Signals()
 	defer stop()
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	reload := make(chan struct{}, 1)
-	go func() {
-		for range hup {
-			select {
-			case reload <- struct{}{}:
-			default:
-			}
-		}
-	}()
 
 	if *leaseNamespace == "" {
 		*leaseNamespace = *namespace
 	}
 	identity, _ := os.Hostname() // the pod name: one per replica
 	err = app.Run(ctx, app.Options{
-		Logger: logger, Registry: reg, Addr: *listen, Prefix: *prefix,
+		Logger: logger, Registry: cl.Registry, Addr: *listen, Prefix: *prefix,
 		ConfigPath: *configPath, ConfigPoll: *configPoll, Reload: reload,
-		Kube: kc, Namespace: *namespace, InformerUnreadyAfter: *unreadyAfter,
-		Token: hubCfg.Token, Auth: auth.Middleware, ReaderServices: config.List(*readerServices),
+		Kube: cl.Kube, Namespace: *namespace, InformerUnreadyAfter: *unreadyAfter,
+		Token: cl.HubConfig.Token, Auth: cl.Auth.Middleware, ReaderServices: config.List(*readerServices),
 		QuotaURL: *quotaURL, QuotaTimeout: *quotaTimeout, QuotaCacheTTL: *quotaCache, QuotaOnUnavailable: *quotaOnUnavailable,
-		Extra: app.PendingExplainer(app.PendingOptions{Hub: hub, EndAfter: *pendingEndAfter,
+		Extra: app.PendingExplainer(app.PendingOptions{Hub: cl.Hub, EndAfter: *pendingEndAfter,
 			LeaseNamespace: *leaseNamespace, LeaseName: *leaseName, Identity: identity}),
 	})
 	var ce *app.ConfigError

@@ -3,27 +3,19 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/kubernetes"
-
-	"github.com/gpuhub/gpuhub/hubapi"
-	"github.com/gpuhub/gpuhub/hubapi/hubauth"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/app"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
 	"github.com/gpuhub/gpuhub/services/internal/config"
-	"github.com/gpuhub/gpuhub/services/internal/kube"
 	"github.com/gpuhub/gpuhub/services/internal/logging"
 	"github.com/gpuhub/gpuhub/services/internal/policy"
+	"github.com/gpuhub/gpuhub/services/internal/start"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
@@ -75,51 +67,24 @@ func run(args []string, stderr io.Writer) int {
 	if err := policy.Load(*policyPath, &quota.Policy{}); err != nil {
 		return policyFailed(stderr, err)
 	}
-	hubCfg := hubapi.ConfigFromEnv()
-	hubCfg.Logger, hubCfg.UserAgent = logger, "gpuhub-gpu-quota"
-	hub, err := hubapi.New(hubCfg)
+	cl, err := start.NewClients(start.Options{Service: "gpu-quota", Kubeconfig: *kubeconfig, AdminGroups: config.List(*adminGroups), Logger: logger})
 	if err != nil {
-		logger.Error("hub client", "err", err)
+		logger.Error("cannot start", "err", err)
 		return 2
 	}
-	restCfg, err := kube.RESTConfig(kube.Options{Kubeconfig: *kubeconfig, UserAgent: "gpuhub-gpu-quota"})
-	if err != nil {
-		logger.Error("kubernetes client", "err", err)
-		return 2
-	}
-	kc, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		logger.Error("kubernetes client", "err", err)
-		return 2
-	}
-	reg := prometheus.NewRegistry()
-	auth := hubauth.New(hubauth.Options{Hub: hub, Logger: logger, AdminGroups: config.List(*adminGroups), Registerer: reg})
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, reload, stop := start.Signals()
 	defer stop()
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	reload := make(chan struct{}, 1)
-	go func() {
-		for range hup {
-			select {
-			case reload <- struct{}{}:
-			default:
-			}
-		}
-	}()
 
 	identity, _ := os.Hostname() // the pod name: one per replica
 	err = app.Run(ctx, app.Options{
-		Logger: logger, Registry: reg, Addr: *listen, Prefix: *prefix,
+		Logger: logger, Registry: cl.Registry, Addr: *listen, Prefix: *prefix,
 		PolicyPath: *policyPath, PolicyPoll: *policyPoll, Reload: reload,
-		Kube: kc, Namespace: *namespace, InformerUnreadyAfter: *unreadyAfter,
-		Hub: hub, HubRefresh: *hubRefresh, Token: hubCfg.Token, Auth: auth.Middleware, ReaderServices: config.List(*readerServices),
+		Kube: cl.Kube, Namespace: *namespace, InformerUnreadyAfter: *unreadyAfter,
+		Hub: cl.Hub, HubRefresh: *hubRefresh, Token: cl.HubConfig.Token, Auth: cl.Auth.Middleware, ReaderServices: config.List(*readerServices),
 		UsageURL: *usageURL, UsageRefresh: *usageRefresh, ReservationTTL: *reservationTTL,
 		LeaseNamespace: *leaseNamespace, LeaseName: *leaseName, Identity: identity, EnforceInterval: *enforceInterval,
 		// The leader warns users over a limit or budget and stops their servers after the grace, through the Hub.
-		WhileLeader: app.Enforce(hub),
+		WhileLeader: app.Enforce(cl.Hub),
 	})
 	var pe *app.PolicyError
 	if errors.As(err, &pe) {

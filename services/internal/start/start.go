@@ -1,0 +1,93 @@
+// Package start is what every gpuhub service's main does before its own wiring: the Hub client from the Hub's
+// environment, the Kubernetes client, a metrics registry, the Hub-token authenticator for incoming requests, and
+// the process signals (SIGINT/SIGTERM stop, SIGHUP reloads). Each main.go stays flags, this, and its app.Run.
+package start
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpuhub/gpuhub/hubapi"
+	"github.com/gpuhub/gpuhub/hubapi/hubauth"
+	"github.com/gpuhub/gpuhub/services/internal/kube"
+)
+
+// Clients are a service's connections to the Hub and the API server, and what it answers with.
+type Clients struct {
+	// HubConfig is the Hub's environment (JUPYTERHUB_API_URL, JUPYTERHUB_API_TOKEN, ...); its Token is the
+	// service's own Hub token.
+	HubConfig hubapi.Config
+	Hub       *hubapi.Client
+	Kube      kubernetes.Interface
+	Registry  *prometheus.Registry
+	// Auth resolves the Hub token of an incoming request to a user or service (admins include AdminGroups).
+	Auth *hubauth.Authenticator
+}
+
+// Options name the service and its settings.
+type Options struct {
+	// Service is the binary's name ("gpu-quota"): the user agent is gpuhub-<Service>.
+	Service string
+	// Kubeconfig is the --kubeconfig flag (empty: in-cluster, then $KUBECONFIG).
+	Kubeconfig string
+	// AdminGroups are Hub groups whose members count as admins for this service.
+	AdminGroups []string
+	Logger      *slog.Logger
+}
+
+// NewClients builds the clients. Its errors say which client and why (the Hub's environment, a kubeconfig).
+func NewClients(o Options) (Clients, error) {
+	agent := "gpuhub-" + o.Service
+	hubCfg := hubapi.ConfigFromEnv()
+	hubCfg.Logger, hubCfg.UserAgent = o.Logger, agent
+	hub, err := hubapi.New(hubCfg)
+	if err != nil {
+		return Clients{}, fmt.Errorf("hub client: %w", err)
+	}
+	restCfg, err := kube.RESTConfig(kube.Options{Kubeconfig: o.Kubeconfig, UserAgent: agent})
+	if err != nil {
+		return Clients{}, fmt.Errorf("kubernetes client: %w", err)
+	}
+	kc, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return Clients{}, fmt.Errorf("kubernetes client: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	auth := hubauth.New(hubauth.Options{Hub: hub, Logger: o.Logger, AdminGroups: o.AdminGroups, Registerer: reg})
+	return Clients{HubConfig: hubCfg, Hub: hub, Kube: kc, Registry: reg, Auth: auth}, nil
+}
+
+// Signals returns a context that ends on SIGINT or SIGTERM, and a channel that receives on SIGHUP (several
+// SIGHUPs before the receiver looks count as one). stop releases the signals.
+func Signals() (ctx context.Context, reload <-chan struct{}, stop func()) {
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	r := make(chan struct{}, 1)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-hup:
+				select {
+				case r <- struct{}{}:
+				default:
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return ctx, r, func() {
+		signal.Stop(hup)
+		close(done)
+		cancel()
+	}
+}
