@@ -6,12 +6,17 @@ package snooze
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/decide"
+	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/notices"
 	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/policy"
 	"github.com/gpuhub/gpuhub/services/internal/decision"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
@@ -63,7 +68,124 @@ func New(o Options) *Snoozer {
 // Snooze moves the stop announced on user's server and returns the notice as written. actor is who asked:
 // the user, or an admin acting for them (the decision record names them).
 func (s *Snoozer) Snooze(ctx context.Context, actor, user, server string) (notice.Notice, error) {
-	return notice.Notice{}, errors.New("not implemented")
+	p := s.o.Policy()
+	if p == nil {
+		return notice.Notice{}, ErrNoPolicy
+	}
+	pod, ok := s.o.Pods(user, server)
+	if !ok {
+		return notice.Notice{}, noServer(user, server)
+	}
+	ns, name := pod.Namespace, pod.Name
+	for try := range attempts {
+		if try > 0 {
+			// The cached pod was older than the API server's: read it fresh.
+			var err error
+			pod, err = s.o.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				return notice.Notice{}, noServer(user, server)
+			case err != nil:
+				return notice.Notice{}, fmt.Errorf("read pod %s/%s: %w", ns, name, err)
+			}
+		}
+		n, rec, err := s.next(p, pod, user, server)
+		if err != nil {
+			return notice.Notice{}, err
+		}
+		err = notices.Write(ctx, s.o.Client, pod, &n)
+		switch {
+		case err == nil:
+			rec.Actor = actor
+			if s.o.Decisions != nil {
+				s.o.Decisions.Record(rec)
+			}
+			return n, nil
+		case apierrors.IsConflict(err):
+			s.o.Logger.Debug("snooze: the pod changed since it was read; reading it again", "user", user, "server", server, "pod", pod.Name)
+			continue
+		case apierrors.IsNotFound(err):
+			return notice.Notice{}, noServer(user, server)
+		}
+		return notice.Notice{}, err
+	}
+	return notice.Notice{}, ErrBusy
+}
+
+// attempts bounds the writes of one snooze: the pod's cached copy, then fresh reads after a conflict.
+const attempts = 4
+
+// next is the notice after the snooze, and the decision to record once it is written.
+func (s *Snoozer) next(p *policy.Policy, pod *corev1.Pod, user, server string) (notice.Notice, decision.Record, error) {
+	if pod.DeletionTimestamp != nil {
+		return notice.Notice{}, decision.Record{}, fmt.Errorf("%w: %s is stopping already", ErrNothing, what(user, server))
+	}
+	prev, _, ok := notices.FromPod(pod.Annotations)
+	if !ok {
+		return notice.Notice{}, decision.Record{}, fmt.Errorf("%w: no stop is announced for %s", ErrNothing, what(user, server))
+	}
+	var labels map[string]string
+	if s.o.NodeLabels != nil && pod.Spec.NodeName != "" {
+		labels = s.o.NodeLabels(pod.Spec.NodeName)
+	}
+	r := RuleFor(p, pod, labels)
+	now := s.o.Now()
+	next, err := decide.Snooze(r, prev, now)
+	switch {
+	case errors.Is(err, decide.ErrNotSnoozable) && prev.Reason == decide.ReasonMaxAge:
+		return notice.Notice{}, decision.Record{}, fmt.Errorf("%w: %s has run for the longest time allowed, and that stop cannot be snoozed; save your work",
+			ErrNothing, what(user, server))
+	case errors.Is(err, decide.ErrNotSnoozable):
+		return notice.Notice{}, decision.Record{}, fmt.Errorf("%w: the policy allows no snoozes for %s", ErrNothing, what(user, server))
+	case errors.Is(err, decide.ErrNoSnoozesLeft):
+		return notice.Notice{}, decision.Record{}, fmt.Errorf("%w: the stop of %s was snoozed %d times already, the most allowed; use the server to keep it",
+			ErrNothing, what(user, server), prev.Snoozes)
+	case err != nil:
+		return notice.Notice{}, decision.Record{}, fmt.Errorf("%w: %s: %w", ErrNothing, what(user, server), err)
+	}
+	n := notices.Notice(next.Reason, message(next, r, now), next.Deadline, next.Since, next.Snoozes, r)
+	rec := decision.Record{
+		Time: now, User: user, Server: server, Action: decision.ActionSnooze, Reason: string(next.Reason), Message: n.Message,
+		Numbers: map[string]float64{
+			"snoozes": float64(next.Snoozes), "max_snoozes": float64(r.MaxSnoozes),
+			"snooze_seconds":         r.Snooze.Seconds(),
+			"deadline_shift_seconds": next.Deadline.Sub(prev.Deadline).Seconds(),
+		},
+	}
+	return n, rec, nil
+}
+
+// message is the notice's text until the next pass writes decide's countdown.
+func message(n decide.Notice, r policy.Rule, now time.Time) string {
+	left := r.MaxSnoozes - n.Snoozes
+	more := "no snoozes left"
+	switch {
+	case left == 1:
+		more = "1 snooze left"
+	case left > 1:
+		more = fmt.Sprintf("%d snoozes left", left)
+	}
+	return fmt.Sprintf("Snoozed: this server now stops at %s unless you use it (%s).", clock(n.Deadline, now), more)
+}
+
+// clock writes t as "15:10 UTC", with the date when it is not today ("Jan 2 15:10 UTC"), as decide does.
+func clock(t, now time.Time) string {
+	t, now = t.UTC(), now.UTC()
+	if t.YearDay() == now.YearDay() && t.Year() == now.Year() {
+		return t.Format("15:04 UTC")
+	}
+	return t.Format("Jan 2 15:04 UTC")
+}
+
+func what(user, server string) string {
+	if server == "" {
+		return user + "'s default server"
+	}
+	return fmt.Sprintf("%s's server %q", user, server)
+}
+
+func noServer(user, server string) error {
+	return fmt.Errorf("%w: %s is not running; start it from the Hub home", ErrNoServer, what(user, server))
 }
 
 // RuleFor is the rule of the server running in pod under p: its GPU kind from the pod's GPU requests and its
