@@ -104,7 +104,7 @@ func (s *Store) Run(ctx context.Context) error {
 		},
 	}
 	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: lw, ObjectType: &corev1.ConfigMap{}, ResyncPeriod: s.o.Resync,
+		ListerWatcher: cache.ToListWatcherWithWatchListSemantics(lw, s.o.Client), ObjectType: &corev1.ConfigMap{}, ResyncPeriod: s.o.Resync,
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { s.load(obj) },
 			UpdateFunc: func(_, obj any) { s.load(obj) },
