@@ -37,9 +37,9 @@ func TestFromPod(t *testing.T) {
 		wantNotice  notice.Notice
 		wantOK      bool
 	}{
-		"none":           {annotations: map[string]string{notice.Key("gpu-quota"): enc(t, good)}},
-		"not a notice":   {annotations: map[string]string{Key: "{"}},
-		"no deadline":    {annotations: map[string]string{Key: `{"kind":"idle","message":"m"}`}},
+		"none":         {annotations: map[string]string{notice.Key("gpu-quota"): enc(t, good)}},
+		"not a notice": {annotations: map[string]string{Key: "{"}},
+		"no deadline":  {annotations: map[string]string{Key: `{"kind":"idle","message":"m"}`}},
 		"the culler's": {
 			annotations: map[string]string{Key: enc(t, good)},
 			want:        decide.Notice{Reason: decide.ReasonIdle, Since: t0, Deadline: t0.Add(15 * time.Minute), Snoozes: 1},
