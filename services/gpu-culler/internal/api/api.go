@@ -94,7 +94,7 @@ func New(o Options) http.Handler {
 	})
 	mux.Handle("GET "+p+"decisions", auth(http.HandlerFunc(a.decisions)))
 	mux.HandleFunc(a.prefix, func(w http.ResponseWriter, r *http.Request) {
-		server.WriteError(w, http.StatusNotFound, "no such endpoint: %s %s; see services/gpu-culler/README.md (API) or openapi.yaml", r.Method, r.URL.Path)
+		server.WriteError(w, http.StatusNotFound, "no such endpoint: %s %s (me and stops take GET, snooze takes POST); see services/gpu-culler/README.md (API) or openapi.yaml", r.Method, r.URL.Path)
 	})
 	return mux
 }
@@ -299,7 +299,8 @@ func (a *api) decisions(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if !id.IsAdmin() && !(id.Kind == "service" && slices.Contains(a.o.ReaderServices, id.Name)) {
+	reader := id.Kind == "service" && slices.Contains(a.o.ReaderServices, id.Name)
+	if !id.IsAdmin() && !reader {
 		server.WriteError(w, http.StatusForbidden, "only Hub admins and the services %s may read the culler's decisions",
 			strings.Join(a.o.ReaderServices, ", "))
 		return
