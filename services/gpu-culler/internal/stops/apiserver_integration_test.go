@@ -60,7 +60,7 @@ func TestAgainstAPIServer(t *testing.T) {
 		t.Fatalf("the culler may list every ConfigMap (err %v): the test's Role grants more than meant", err)
 	}
 
-	now := func() time.Time { return time.Now() }
+	now := time.Now
 	follower := New(Options{Client: c, Namespace: "gpuhub", Now: now})
 	runCtx, stopRun := context.WithCancel(ctx)
 	done := make(chan struct{})
