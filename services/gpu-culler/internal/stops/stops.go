@@ -52,7 +52,8 @@ type Options struct {
 	Name      string // DefaultName when empty
 	Logger    *slog.Logger
 	Now       func() time.Time
-	// Resync is how often the informer re-lists; 0: only the watch.
+	// Resync is how often the informer hands its copy to the cache again (no API request): it repairs a cache
+	// that a write of this store overwrote with an older copy than the watch had brought. Default 1 min.
 	Resync time.Duration
 }
 
@@ -75,6 +76,9 @@ func New(o Options) *Store {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.Resync <= 0 {
+		o.Resync = time.Minute
 	}
 	return &Store{o: o, byUser: map[string]Stop{}}
 }
