@@ -27,7 +27,6 @@ const (
 // Index is the informer and its indexes.
 type Index struct {
 	inf    cache.SharedIndexInformer
-	synced bool
 }
 
 // New builds the informer on namespace ("" = all namespaces); Start runs it.
