@@ -26,7 +26,7 @@ const (
 
 // Index is the informer and its indexes.
 type Index struct {
-	inf    cache.SharedIndexInformer
+	inf cache.SharedIndexInformer
 }
 
 // New builds the informer on namespace ("" = all namespaces); Start runs it.
