@@ -615,11 +615,13 @@ function Snooze(props: {
   const pending = state?.status === 'pending';
   return (
     <>
-      {state?.status === 'done' && (
-        <p className="jp-GpuPanel-value" data-field="snooze-result">
-          Snoozed: this server now stops at {clockText(state.result.deadline)}.
-        </p>
-      )}
+      {state?.status === 'done' &&
+        sameTime(state.result.deadline, n.deadline) && (
+          <p className="jp-GpuPanel-value" data-field="snooze-result">
+            Snoozed: this server now stops at {clockText(state.result.deadline)}
+            .
+          </p>
+        )}
       {state?.status === 'failed' && (
         <p
           className="jp-GpuPanel-snoozeError"
@@ -651,6 +653,11 @@ function Snooze(props: {
       )}
     </>
   );
+}
+
+/** Two ISO 8601 times name the same instant. */
+function sameTime(a: string, b?: string): boolean {
+  return b !== undefined && Date.parse(a) === Date.parse(b);
 }
 
 /** Why the culler stopped a server last; shown until dismissed. */

@@ -177,20 +177,18 @@ export class CullerModel implements IDisposable {
   }
 
   /**
-   * Forget the snoozes that `me` has caught up with: a server without a
-   * notice of the culler any more (the user got busy, or it stopped), or whose
-   * notice counts the snooze already.
+   * Forget the snoozes of servers without a notice of the culler any more
+   * (the user got busy, or the server stopped): a later notice is a new one.
+   * A snooze that `me` already counts stays, for its confirmation line.
    */
   syncNotices(notices: UserNotice[]): void {
     let changed = false;
     const next: Record<string, SnoozeState> = {};
     for (const [server, s] of Object.entries(this._state.snoozes)) {
-      const n = notices.find(
+      const n = notices.some(
         x => isCullerNotice(x, this.serviceName) && x.server === server
       );
-      const caughtUp =
-        s.status === 'done' && n && (n.snoozes ?? 0) >= s.result.snoozes;
-      if (s.status !== 'pending' && (!n || caughtUp)) {
+      if (s.status !== 'pending' && !n) {
         changed = true;
         continue;
       }

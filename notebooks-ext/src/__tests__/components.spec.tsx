@@ -566,6 +566,20 @@ describe('GpuPanel: the culler (issue 12)', () => {
     );
     expect(text('[data-field="snoozes-left"]')).toBe('no snoozes left');
     expect(host.querySelector('[data-action="snooze"]')).toBeNull();
+
+    // me caught up: its notice is shown, with the confirmation while the deadline is the snooze's.
+    const caughtUp = (deadline: string): UsageState =>
+      idle({ snoozes: 2, snoozable: false, deadline });
+    const props = cullerProps({ snoozes: { '': { status: 'done', result } } });
+    renderPanel(
+      caughtUp('2026-11-22T10:40:00.000Z'),
+      jest.fn(),
+      () => NOW,
+      props
+    );
+    expect(host.querySelector('[data-field="snooze-result"]')).not.toBeNull();
+    renderPanel(caughtUp('2026-11-22T10:45:00Z'), jest.fn(), () => NOW, props);
+    expect(host.querySelector('[data-field="snooze-result"]')).toBeNull();
   });
 
   it('shows why a snooze failed, and lets the user try again', () => {
