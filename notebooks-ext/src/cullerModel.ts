@@ -29,6 +29,8 @@ export interface CullerState {
   lastStop: LastStop | null;
   /** Snoozes sent from this page, by server name ("" = default server). */
   snoozes: Record<string, SnoozeState>;
+  /** The culler answered me: it watches this user's servers. */
+  installed: boolean;
 }
 
 /** Anything with localStorage's get/set (tests pass a map). */
@@ -123,8 +125,8 @@ export class CullerModel implements IDisposable {
     }
     const stop = me.lastStop;
     const shown = stop && stopKey(stop) !== this._dismissed() ? stop : null;
-    if (!sameStop(shown, this._state.lastStop)) {
-      this._set({ ...this._state, lastStop: shown });
+    if (!sameStop(shown, this._state.lastStop) || !this._state.installed) {
+      this._set({ ...this._state, lastStop: shown, installed: true });
     }
   }
 
@@ -235,7 +237,11 @@ export class CullerModel implements IDisposable {
   private _memoryDismissed: string | null = null;
   private _onSnoozed: (() => void) | undefined;
   private _poll: Poll | null;
-  private _state: CullerState = { lastStop: null, snoozes: {} };
+  private _state: CullerState = {
+    lastStop: null,
+    snoozes: {},
+    installed: false
+  };
   private _disposed = false;
   private _changed = new Signal<this, CullerState>(this);
 }

@@ -74,7 +74,9 @@ describe('CullerModel: the last stop', () => {
     const m = model(fetchFn, { storage });
     const changes: unknown[] = [];
     m.changed.connect((_, s) => changes.push(s.lastStop));
+    expect(m.state.installed).toBe(false);
     await m.fetchOnce();
+    expect(m.state.installed).toBe(true);
     expect(m.state.lastStop?.message).toBe(
       'Stopped at 09:10 UTC: GPU idle for 1 h 7 min.'
     );
@@ -147,6 +149,7 @@ describe('CullerModel: the last stop', () => {
         await m.start();
         await jest.advanceTimersByTimeAsync(5 * 60_000);
         expect(m.state.lastStop).toBeNull();
+        expect(m.state.installed).toBe(false);
         expect(warn).not.toHaveBeenCalled();
         expect(error).not.toHaveBeenCalled();
         // Asked at load, then less often than every minute.
