@@ -109,7 +109,7 @@ type fakeCuller struct {
 
 func startFakeCuller() (*fakeCuller, error) {
 	f := &fakeCuller{token: gpuhubstack.NewToken(), mode: "ok", stops: map[string]json.RawMessage{}}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func (f *fakeCuller) up() error {
 	var l net.Listener
 	var err error
 	for range 50 {
-		if l, err = net.Listen("tcp", f.addr); err == nil {
+		if l, err = (&net.ListenConfig{}).Listen(context.Background(), "tcp", f.addr); err == nil {
 			f.serve(l)
 			return nil
 		}
@@ -208,4 +208,3 @@ func (f *fakeCuller) handle(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = fmt.Fprintf(w, `{"lastStop":%s}`, stop)
 }
-
