@@ -111,6 +111,10 @@ type Chart struct {
 	// NoProfiles renders the chart without gpu-profiles (profiles.enabled=false); by default its ServiceAccount
 	// and RBAC are rendered and installed too, so the local gpu-profiles process runs with the chart's rights.
 	NoProfiles bool
+	// NoCuller renders the chart without gpu-culler (culler.enabled=false); by default its ServiceAccount and RBAC
+	// (pods in PodNamespace; its Lease and stops ConfigMap in Namespace) are rendered and installed too, so a local
+	// gpu-culler process runs with the chart's rights.
+	NoCuller bool
 }
 
 // ServerVersion asks the API server for its version (e.g. v1.36.3).
@@ -157,6 +161,9 @@ func (c Chart) renderYAML(ctx context.Context) ([]byte, error) {
 	}
 	if !c.NoProfiles {
 		args = append(args, "--set", "profiles.enabled=true")
+	}
+	if !c.NoCuller {
+		args = append(args, "--set", "culler.enabled=true")
 	}
 	for k, v := range GPUNodeSelector {
 		args = append(args, "--set-string", "agent.nodeSelector."+escapeKey(k)+"="+v)
