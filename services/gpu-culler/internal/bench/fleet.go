@@ -104,7 +104,7 @@ func (f Fleet) List() []Server {
 // the culler may stop the server as soon as its own samples show the idle period.
 func Notice(at time.Time) notice.Notice {
 	return notice.Notice{Service: "gpu-culler", Kind: notice.KindIdle, Reason: "idle",
-		Message: "B3 benchmark: this server's stop was announced before the culler started.",
+		Message:  "B3 benchmark: this server's stop was announced before the culler started.",
 		Deadline: at, CreatedAt: at, Stops: true, StopsSince: at}
 }
 
@@ -203,4 +203,3 @@ func Page(servers []Server, now time.Time, seq int) ServersPage {
 	}
 	return p
 }
-

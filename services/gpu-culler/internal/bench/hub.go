@@ -35,7 +35,7 @@ type Hub struct {
 	// Tokens of the Hub services: bench (admin of users and servers), gpu-culler and idle-culler (the four
 	// scopes of the issue each: list:users, read:users:activity, read:servers, delete:servers).
 	BenchToken, CullerToken, IdleCullerToken string
-	Dir                                       string
+	Dir                                      string
 
 	cmd    *exec.Cmd
 	client *http.Client
