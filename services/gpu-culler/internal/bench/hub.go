@@ -253,8 +253,11 @@ func (h *Hub) startServer(ctx context.Context, user string) error {
 // ServerReady says whether user's default server is ready.
 func (h *Hub) ServerReady(ctx context.Context, user string) (bool, error) {
 	code, b, err := h.do(ctx, http.MethodGet, "/users/"+url.PathEscape(user), nil)
-	if err != nil || code != http.StatusOK {
-		return false, fmt.Errorf("read hub user %s: status %d, %v", user, code, err)
+	if err != nil {
+		return false, fmt.Errorf("read hub user %s: %w", user, err)
+	}
+	if code != http.StatusOK {
+		return false, fmt.Errorf("read hub user %s: status %d: %s", user, code, b)
 	}
 	var u struct {
 		Servers map[string]struct {
@@ -272,8 +275,11 @@ func (h *Hub) ReadyUsers(ctx context.Context) (map[string]bool, error) {
 	out := map[string]bool{}
 	for offset := 0; ; {
 		code, b, err := h.do(ctx, http.MethodGet, "/users?state=ready&limit=200&offset="+strconv.Itoa(offset), nil)
-		if err != nil || code != http.StatusOK {
-			return nil, fmt.Errorf("list ready hub users: status %d, %v", code, err)
+		if err != nil {
+			return nil, fmt.Errorf("list ready hub users: %w", err)
+		}
+		if code != http.StatusOK {
+			return nil, fmt.Errorf("list ready hub users: status %d: %s", code, b)
 		}
 		var page []struct {
 			Name string `json:"name"`

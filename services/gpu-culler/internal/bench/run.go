@@ -156,6 +156,9 @@ func Run(ctx context.Context, o RunOptions) error {
 		return err
 	}
 	Report(o, runs, busyStopped)
+	if busyStopped > 0 {
+		return fmt.Errorf("%d servers with busy or stale telemetry were stopped: a culler acted on what it must not", busyStopped)
+	}
 	return nil
 }
 
