@@ -26,6 +26,9 @@ import (
 //go:embed hubfixture/b3_fixtures.py
 var fixturesPy []byte
 
+//go:embed hubfixture/b3_prefill.py
+var prefillPy []byte
+
 // Hub is a real JupyterHub whose servers run no process (hubfixture/b3_fixtures.py): the Hub's database, API and
 // scheduling are real, the single-user servers are not.
 type Hub struct {
@@ -38,6 +41,7 @@ type Hub struct {
 	Dir                                      string
 
 	cmd    *exec.Cmd
+	args   []string
 	client *http.Client
 }
 
@@ -47,6 +51,10 @@ type HubOptions struct {
 	CPUs string // taskset CPU list the Hub runs on ("" unpinned)
 	// StubURL is every server's URL (Stub()).
 	StubURL string
+	// Users (UserName 0..Users-1) and the users with a running default server are written into the Hub's
+	// database between a first start (which creates it) and the second (which checks every running server).
+	Users   int
+	Running []string
 }
 
 func token() string {
@@ -91,7 +99,8 @@ c.JupyterHub.load_roles = [
 `, dir, port, stubURL, bench, culler, idle, public)
 }
 
-// StartHub starts JupyterHub from o.Venv on loopback and waits until its API answers.
+// StartHub starts JupyterHub from o.Venv on loopback, fills its database with o.Users and o.Running, and
+// waits until its API answers.
 func StartHub(ctx context.Context, o HubOptions) (*Hub, error) {
 	dir, err := os.MkdirTemp("", "gpuhub-b3-hub-")
 	if err != nil {
@@ -102,34 +111,64 @@ func StartHub(ctx context.Context, o HubOptions) (*Hub, error) {
 	ports := cluster.FreePorts(2)
 	h.URL = "http://127.0.0.1:" + strconv.Itoa(ports[0])
 	cfg := hubConfig(dir, ports[0], ports[1], o.StubURL, h.BenchToken, h.CullerToken, h.IdleCullerToken)
-	if err := os.WriteFile(filepath.Join(dir, "jupyterhub_config.py"), []byte(cfg), 0o600); err != nil {
+	for name, b := range map[string][]byte{"jupyterhub_config.py": []byte(cfg), "b3_fixtures.py": fixturesPy, "b3_prefill.py": prefillPy} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	h.args = benchkit.Pinned(o.CPUs, []string{filepath.Join(o.Venv, "bin", "jupyterhub"), "-f", filepath.Join(dir, "jupyterhub_config.py")})
+	if err := h.start(ctx); err != nil {
+		h.Stop()
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "b3_fixtures.py"), fixturesPy, 0o600); err != nil {
+	if o.Users == 0 && len(o.Running) == 0 {
+		return h, nil
+	}
+	h.stopProcess()
+	names := make([]string, o.Users)
+	for i := range names {
+		names[i] = UserName(i)
+	}
+	spec, _ := json.Marshal(map[string]any{"users": names, "running": o.Running, "url": o.StubURL})
+	specPath := filepath.Join(dir, "prefill.json")
+	if err := os.WriteFile(specPath, spec, 0o600); err != nil {
 		return nil, err
 	}
-	args := benchkit.Pinned(o.CPUs, []string{filepath.Join(o.Venv, "bin", "jupyterhub"), "-f", filepath.Join(dir, "jupyterhub_config.py")})
-	h.cmd = exec.CommandContext(ctx, args[0], args[1:]...)
-	h.cmd.Dir = dir
-	logf, err := os.Create(filepath.Join(dir, "hub.log"))
+	out, err := exec.CommandContext(ctx, filepath.Join(o.Venv, "bin", "python"), filepath.Join(dir, "b3_prefill.py"),
+		"sqlite:///"+filepath.Join(dir, "jupyterhub.sqlite"), specPath).CombinedOutput()
 	if err != nil {
+		h.Stop()
+		return nil, fmt.Errorf("fill the Hub's database: %w: %s", err, out)
+	}
+	if err := h.start(ctx); err != nil {
+		h.Stop()
 		return nil, err
 	}
+	return h, nil
+}
+
+// start starts the Hub process and waits until its API answers (it checks every running server first).
+func (h *Hub) start(ctx context.Context) error {
+	h.cmd = exec.CommandContext(ctx, h.args[0], h.args[1:]...)
+	h.cmd.Dir = h.Dir
+	logf, err := os.OpenFile(filepath.Join(h.Dir, "hub.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = logf.Close() }()
 	h.cmd.Stdout, h.cmd.Stderr = logf, logf
 	h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := h.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start jupyterhub from %s (make venv-hub55): %w", o.Venv, err)
+		return fmt.Errorf("start jupyterhub %s (make venv-hub55): %w", h.args, err)
 	}
 	h.Pid = h.cmd.Process.Pid
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		if code, _, _ := h.do(ctx, http.MethodGet, "/", nil); code == http.StatusOK {
-			return h, nil
+			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			tail := h.LogTail()
-			h.Stop()
-			return nil, fmt.Errorf("jupyterhub did not answer in 2 min; its log ends:\n%s", tail)
+			return fmt.Errorf("jupyterhub did not answer in 5 min; its log ends:\n%s", h.LogTail())
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
@@ -299,7 +338,11 @@ func (h *Hub) ReadyUsers(ctx context.Context) (map[string]bool, error) {
 
 // Stop ends the Hub and removes its directory.
 func (h *Hub) Stop() {
-	defer func() { _ = os.RemoveAll(h.Dir) }()
+	h.stopProcess()
+	_ = os.RemoveAll(h.Dir)
+}
+
+func (h *Hub) stopProcess() {
 	if h.cmd == nil || h.cmd.Process == nil {
 		return
 	}
@@ -312,4 +355,5 @@ func (h *Hub) Stop() {
 		_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
 		<-done
 	}
+	h.cmd = nil
 }

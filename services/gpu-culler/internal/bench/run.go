@@ -216,24 +216,23 @@ func (e *env) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	o.printf("==> JupyterHub from %s on CPU %q: %d users, %d running servers (a spawner without processes)\n",
+	o.printf("==> JupyterHub from %s on CPU %q: %d users, %d running servers (database filled; a spawner without processes)\n",
 		o.HubVenv, o.HubCPU, o.Fleet.Users, len(e.servers))
 	t0 = time.Now()
-	if e.hub, err = StartHub(ctx, HubOptions{Venv: o.HubVenv, CPUs: o.HubCPU, StubURL: stubURL}); err != nil {
-		return err
-	}
-	e.closers = append(e.closers, e.hub.Stop)
-	if err := e.hub.CreateUsers(ctx, o.Fleet.Users); err != nil {
-		return err
-	}
 	users := make([]string, len(e.servers))
 	for i, s := range e.servers {
 		users[i] = s.User
 	}
-	if err := e.hub.StartServers(ctx, users, 32, func(done, total int) {
-		o.printf("    %d/%d servers (%.0fs)\n", done, total, time.Since(t0).Seconds())
-	}); err != nil {
-		return fmt.Errorf("%w\nthe Hub's log ends:\n%s", err, e.hub.LogTail())
+	if e.hub, err = StartHub(ctx, HubOptions{Venv: o.HubVenv, CPUs: o.HubCPU, StubURL: stubURL, Users: o.Fleet.Users, Running: users}); err != nil {
+		return err
+	}
+	e.closers = append(e.closers, e.hub.Stop)
+	ready, err := e.hub.ReadyUsers(ctx)
+	if err != nil {
+		return err
+	}
+	if len(ready) != len(users) {
+		return fmt.Errorf("the Hub has %d ready servers, want %d; its log ends:\n%s", len(ready), len(users), e.hub.LogTail())
 	}
 	o.printf("    ready in %.0fs\n", time.Since(t0).Seconds())
 
