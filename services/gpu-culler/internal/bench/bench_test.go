@@ -281,7 +281,7 @@ func TestSummarize(t *testing.T) {
 		run(120*time.Millisecond, 900*time.Millisecond, 10*time.Millisecond, 13*time.Millisecond),
 		run(90*time.Millisecond, 1100*time.Millisecond, 10*time.Millisecond, 11*time.Millisecond),
 	}
-	tab := Summarize(runs, 0)
+	tab := Summarize(runs, 0, 10)
 	got := map[string]string{}
 	for _, r := range tab.Rows {
 		met := "-"

@@ -536,6 +536,9 @@ func (e *env) printPhase(p PhaseResult) {
 	e.o.printf("    %-12s %d passes in %.0fs: pass %s (at the Hub %s), %d Hub requests %v, Hub CPU/pass %s (in bursts %s), probe p99 in passes %s (%d probes, %d failed)\n",
 		p.Name, p.Passes, p.Window.Seconds(), pass, ms(median(p.HubPassTimes)), p.Requests, p.Ops,
 		ms(p.PerPass(p.HubCPUWindow)), ms(p.PerPass(p.HubCPUBursts)), ms(p.ProbeP99), p.ProbeN, p.ProbeFailed)
+	if len(p.CullerMetrics.Decisions) > 0 {
+		e.o.printf("                 its decisions so far (action/reason): %v; its Hub requests: %v\n", p.CullerMetrics.Decisions, p.CullerMetrics.HubRequests)
+	}
 }
 
 // busyStopped counts the busy and stale servers that no longer run.
