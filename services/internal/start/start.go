@@ -46,7 +46,9 @@ type Options struct {
 func NewClients(o Options) (Clients, error) {
 	agent := "gpuhub-" + o.Service
 	hubCfg := hubapi.ConfigFromEnv()
-	hubCfg.Logger, hubCfg.UserAgent = o.Logger, agent
+	reg := prometheus.NewRegistry()
+	// The Hub client's requests by operation and status (gpuhub_hubapi_requests_total) on the service's /metrics.
+	hubCfg.Logger, hubCfg.UserAgent, hubCfg.Registerer = o.Logger, agent, reg
 	hub, err := hubapi.New(hubCfg)
 	if err != nil {
 		return Clients{}, fmt.Errorf("hub client: %w", err)
@@ -59,7 +61,6 @@ func NewClients(o Options) (Clients, error) {
 	if err != nil {
 		return Clients{}, fmt.Errorf("kubernetes client: %w", err)
 	}
-	reg := prometheus.NewRegistry()
 	auth := hubauth.New(hubauth.Options{Hub: hub, Logger: o.Logger, AdminGroups: o.AdminGroups, Registerer: reg})
 	return Clients{HubConfig: hubCfg, Hub: hub, Kube: kc, Registry: reg, Auth: auth}, nil
 }

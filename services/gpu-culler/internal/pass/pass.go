@@ -1,7 +1,7 @@
-// Package pass is one gpu-culler pass over every ready server: read the Hub's ready servers in full (paginated,
-// no request per user), decide each one (decide.Decide on the pod's notice and the server's own GPU
-// telemetry), and act with bounded concurrency: set or withdraw the notice on the pod, stop through the Hub,
-// or leave the server and say why. A pass that cannot read the whole list acts on nobody.
+// Package pass is one gpu-culler pass over every running server: decide each one (decide.Decide on the pod's
+// notice, the server's own GPU telemetry and what the Hub says of it, read only for the servers that may need an
+// action), and act with bounded concurrency: set or withdraw the notice on the pod, stop through the Hub, or
+// leave the server and say why. A pass that cannot read the Hub acts on nobody.
 package pass
 
 import (
@@ -32,12 +32,15 @@ import (
 // Hub is what a pass needs of the Hub (*hubapi.Client).
 type Hub interface {
 	Users(ctx context.Context, opts hubapi.ListUsersOptions) iter.Seq2[hubapi.User, error]
+	GetUser(ctx context.Context, name string) (*hubapi.User, error)
 	StopServer(ctx context.Context, user, server string, remove bool) (hubapi.StopResult, error)
 }
 
-// Pods finds a server's pod (*pods.Index).
+// Pods finds servers' pods (*pods.Index).
 type Pods interface {
 	Pod(user, server string) (*corev1.Pod, bool)
+	// Servers is the live pod of every server, by user and server.
+	Servers() map[[2]string]*corev1.Pod
 	Synced(ctx context.Context) error
 }
 
@@ -90,6 +93,7 @@ type Runner struct {
 	mu    sync.Mutex
 	last  map[serverKey]string
 	saved map[serverKey]*savedGPU
+	pages int // of the last full list; 0 before one
 }
 
 type serverKey struct{ user, server string }
@@ -124,14 +128,24 @@ func New(o Options) *Runner {
 	return &Runner{o: o, last: map[serverKey]string{}, saved: map[serverKey]*savedGPU{}}
 }
 
-// item is one ready server of the Hub.
+// item is one server to decide with the Hub's word on it.
 type item struct {
 	user   *hubapi.User
 	server hubapi.Server
 	name   string
 }
 
-// Pass runs one pass. Its error means nobody was acted on (the pod list is not in, the Hub list failed).
+// PageSize is the page a full list asks for (the Hub may cap it lower).
+const PageSize = 200
+
+// Pass runs one pass. Its error means nobody was acted on (the pod list is not in, the Hub could not be read).
+//
+// The Hub is asked only about the servers that may need an action: each running server is first decided from
+// its pod and its GPU telemetry alone, as if the Hub had seen no activity since it started (the most a
+// server can be idle). A server that is not even then warned or stopped, and carries no notice, needs nothing
+// from the Hub this pass: a busy GPU keeps its server whatever the Hub says. The others are read either one
+// user at a time (GET /users/{name}) when they are fewer than the pages of a full list, or with the full ready
+// list (paginated), so a pass never costs the Hub more requests than a full list plus the stops.
 func (r *Runner) Pass(ctx context.Context) (sum Summary, err error) {
 	start := r.o.Now()
 	sum.Decisions = map[string]int{}
@@ -144,13 +158,48 @@ func (r *Runner) Pass(ctx context.Context) (sum Summary, err error) {
 		return sum, err
 	}
 	p := r.o.Policy()
-	var items []item
-	for u, err := range r.o.Hub.Users(ctx, hubapi.ListUsersOptions{State: "ready"}) {
-		if err != nil {
-			return sum, fmt.Errorf("list the Hub's ready servers (nobody is acted on this pass): %w", err)
+	usage := r.o.Telemetry.Usage()
+	now := r.o.Now()
+
+	running := map[serverKey]time.Time{}
+	candidates := map[serverKey]bool{}
+	users := map[string]bool{}
+	settled := map[serverKey]decide.Decision{}
+	kinds := map[serverKey]string{}
+	for k, pod := range r.o.Pods.Servers() {
+		sk := serverKey{k[0], k[1]}
+		running[sk] = podStarted(pod)
+		r.clearOldStop(ctx, sk.user, sk.server, podStarted(pod))
+		d, kind := r.decideAlone(p, sk, pod, usage, now)
+		_, _, hasNotice := notices.FromPod(pod.Annotations)
+		if hasNotice || d.Action == decide.Warn || d.Action == decide.Stop || d.Would != "" {
+			candidates[sk] = true
+			users[sk.user] = true
+			continue
 		}
-		for name, s := range u.Servers {
-			items = append(items, item{user: &u, server: s, name: name})
+		settled[sk], kinds[sk] = d, kind
+	}
+	sum.Servers = len(running)
+
+	var items []item
+	if len(candidates) > 0 {
+		hub, err := r.readHub(ctx, users)
+		if err != nil {
+			return sum, err
+		}
+		for sk := range candidates {
+			u := hub[sk.user]
+			s, ok := hubapi.Server{}, false
+			if u != nil {
+				s, ok = u.Servers[sk.server]
+			}
+			if !ok || !s.Ready || s.Pending != "" {
+				// The Hub does not list it as ready: stopping, starting, or gone; nothing is done to it.
+				settled[sk] = decide.Decision{Action: decide.Skip, Reason: decide.ReasonNotReady,
+					Detail: "the Hub does not list this server as ready"}
+				continue
+			}
+			items = append(items, item{user: u, server: s, name: sk.server})
 		}
 	}
 	sort.Slice(items, func(i, j int) bool {
@@ -159,9 +208,11 @@ func (r *Runner) Pass(ctx context.Context) (sum Summary, err error) {
 		}
 		return items[i].name < items[j].name
 	})
-	sum.Servers = len(items)
-	usage := r.o.Telemetry.Usage()
 
+	for sk, d := range settled {
+		sum.Decisions[string(d.Action)+"/"+string(d.Reason)]++
+		r.settle(sk, d, kinds[sk])
+	}
 	results := make([]result, len(items))
 	work := make(chan int)
 	var wg sync.WaitGroup
@@ -177,10 +228,7 @@ func (r *Runner) Pass(ctx context.Context) (sum Summary, err error) {
 	}
 	close(work)
 	wg.Wait()
-
-	running := make(map[serverKey]time.Time, len(items))
-	for i, it := range items {
-		res := results[i]
+	for _, res := range results {
 		sum.Decisions[string(res.action)+"/"+string(res.reason)]++
 		if res.stopped {
 			sum.Stopped++
@@ -188,11 +236,128 @@ func (r *Runner) Pass(ctx context.Context) (sum Summary, err error) {
 		if res.err {
 			sum.Errors++
 		}
-		running[serverKey{it.user.Name, it.name}] = started(it.server)
 	}
 	r.countSaved(running)
 	r.forget(running)
 	return sum, nil
+}
+
+// readHub reads the users with candidate servers: one at a time while they are fewer than the pages of a full
+// list (as the last full list counted them), the full ready list otherwise. Any error fails the pass.
+func (r *Runner) readHub(ctx context.Context, users map[string]bool) (map[string]*hubapi.User, error) {
+	out := make(map[string]*hubapi.User, len(users))
+	r.mu.Lock()
+	pages := r.pages
+	r.mu.Unlock()
+	if pages > 0 && len(users) < pages {
+		var mu sync.Mutex
+		var firstErr error
+		sem := make(chan struct{}, max(r.o.Policy().Workers(), 1))
+		var wg sync.WaitGroup
+		for name := range users {
+			wg.Go(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				u, err := r.o.Hub.GetUser(ctx, name)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case hubapi.IsNotFound(err):
+				case err != nil:
+					if firstErr == nil {
+						firstErr = fmt.Errorf("read the Hub's user %s (nobody is acted on this pass): %w", name, err)
+					}
+				default:
+					out[name] = u
+				}
+			})
+		}
+		wg.Wait()
+		return out, firstErr
+	}
+	n := 0
+	for u, err := range r.o.Hub.Users(ctx, hubapi.ListUsersOptions{State: "ready", PageSize: PageSize}) {
+		if err != nil {
+			return nil, fmt.Errorf("list the Hub's ready servers (nobody is acted on this pass): %w", err)
+		}
+		n++
+		if users[u.Name] {
+			out[u.Name] = &u
+		}
+	}
+	r.mu.Lock()
+	r.pages = max(1, (n+PageSize-1)/PageSize)
+	r.mu.Unlock()
+	return out, nil
+}
+
+// decideAlone decides a server from its pod and telemetry alone, the Hub supposed silent since it started.
+func (r *Runner) decideAlone(p *policy.Policy, sk serverKey, pod *corev1.Pod, usage decide.Usage, now time.Time) (decide.Decision, string) {
+	kind, profile, info := r.kindOf(sk.user, sk.server, pod)
+	rule := p.Rule(kind, profile)
+	tel, _ := r.o.Telemetry.Server(sk.user, sk.server, rule.StaleAfter)
+	prev, _, _ := notices.FromPod(pod.Annotations)
+	in := decide.Input{Now: now, Rule: rule, Telemetry: tel, Usage: usage, Notice: prev, Contended: r.o.Contended(kind),
+		Server: decide.Server{User: sk.user, Name: sk.server, Kind: kind, Profile: profile, Started: podStarted(pod),
+			Ready: true, Annotations: pod.Annotations}}
+	return explainData(decide.Decide(in), info), kindLabel(kind)
+}
+
+// kindOf is a server's GPU kind (the usage API's, else from the pod's requests), profile and telemetry info.
+func (r *Runner) kindOf(user, server string, pod *corev1.Pod) (gpu.Kind, string, telemetry.Info) {
+	info := r.o.Telemetry.Info(user, server)
+	var kind gpu.Kind
+	switch {
+	case info.Known:
+		kind = info.Kind
+	case pod != nil:
+		kind = snooze.Kind(pod, nil)
+	}
+	profile := ""
+	if pod != nil {
+		profile = pod.Labels[snooze.LabelProfile]
+	}
+	return kind, profile, info
+}
+
+// explainData says why a GPU server's data is not usable, in the usage API's words.
+func explainData(d decide.Decision, info telemetry.Info) decide.Decision {
+	if d.Reason == decide.ReasonTelMiss && info.Stale {
+		d.Reason = decide.ReasonTelStale // stale from the start: no sample was ever usable
+	}
+	switch {
+	case (d.Reason == decide.ReasonTelMiss || d.Reason == decide.ReasonTelStale) && d.Detail == "":
+		d.Detail = firstOf(info.StaleReason, info.Unknown)
+	case d.Reason == decide.ReasonTelStale && info.StaleReason != "":
+		d.Detail += ": " + info.StaleReason
+	}
+	return d
+}
+
+// settle counts and records a decision that needed no action (no Hub, no write).
+func (r *Runner) settle(sk serverKey, d decide.Decision, kind string) {
+	if d.Action != decide.Skip {
+		r.note(sk.user, sk.server, decision.Record{}, string(d.Action)+"/"+string(d.Reason))
+		return
+	}
+	r.o.Metrics.skip(string(d.Reason), kind)
+	rec := decision.Record{User: sk.user, Server: sk.server, Action: "skip", Reason: string(d.Reason), Message: d.Detail, Numbers: d.Numbers.Map()}
+	r.note(sk.user, sk.server, rec, string(d.Action)+"/"+string(d.Reason))
+}
+
+// kindLabel is the kind's metric label: cpu for a CPU-only server.
+func kindLabel(k gpu.Kind) string {
+	if k == "" {
+		return "cpu"
+	}
+	return string(k)
+}
+
+func podStarted(p *corev1.Pod) time.Time {
+	if p.Status.StartTime != nil {
+		return p.Status.StartTime.Time
+	}
+	return p.CreationTimestamp.Time
 }
 
 // result is what happened to one server.
@@ -214,21 +379,9 @@ func started(s hubapi.Server) time.Time {
 func (r *Runner) one(ctx context.Context, p *policy.Policy, it item, usage decide.Usage) result {
 	now := r.o.Now()
 	u, s, name := it.user, it.server, it.name
-	r.clearOldStop(ctx, u.Name, name, started(s))
 
 	pod, hasPod := r.o.Pods.Pod(u.Name, name)
-	var kind gpu.Kind
-	profile := ""
-	info := r.o.Telemetry.Info(u.Name, name)
-	switch {
-	case info.Known:
-		kind = info.Kind
-	case hasPod:
-		kind = snooze.Kind(pod, nil)
-	}
-	if hasPod {
-		profile = pod.Labels[snooze.LabelProfile]
-	}
+	kind, profile, info := r.kindOf(u.Name, name, pod)
 	rule := p.Rule(kind, profile)
 	tel, _ := r.o.Telemetry.Server(u.Name, name, rule.StaleAfter)
 
@@ -248,21 +401,20 @@ func (r *Runner) one(ctx context.Context, p *policy.Policy, it item, usage decid
 		d = decide.Decision{Action: decide.Skip, Reason: ReasonNoPod, Numbers: d.Numbers,
 			Detail: "no single-user pod found for this server (component=singleuser-server with KubeSpawner's annotations): no notice can be shown, so it is not stopped"}
 	}
-	if (d.Reason == decide.ReasonTelMiss || d.Reason == decide.ReasonTelStale) && d.Detail == "" {
-		d.Detail = firstOf(info.StaleReason, info.Unknown)
-	} else if d.Reason == decide.ReasonTelStale && info.StaleReason != "" {
-		d.Detail += ": " + info.StaleReason
-	}
+	d = explainData(d, info)
 	res := result{action: d.Action, reason: d.Reason}
-	kindLabel := string(kind)
-	if kindLabel == "" {
-		kindLabel = "cpu"
-	}
+	kindLabel := kindLabel(kind)
 	rec := decision.Record{User: u.Name, Server: name, Reason: string(d.Reason), Numbers: d.Numbers.Map()}
 
 	switch d.Action {
 	case decide.Warn, decide.Skip:
 		if d.Action == decide.Skip && d.Reason != decide.ReasonSnoozed {
+			if d.Reason == decide.ReasonExempt && hasPod && !prev.Since.IsZero() {
+				// Exempt since the notice was set (the policy changed): the countdown no longer holds.
+				if err := notices.Write(ctx, r.o.Kube, pod, nil); err != nil {
+					return r.writeFailed(res, u.Name, name, err)
+				}
+			}
 			r.o.Metrics.skip(string(d.Reason), kindLabel)
 			rec.Action, rec.Message = "skip", d.Detail
 			if d.Would != "" {

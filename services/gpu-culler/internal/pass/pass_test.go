@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"iter"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -54,9 +55,12 @@ type fakeHub struct {
 	listErr error
 	pending bool // StopServer answers 202
 	stopped []string
+	gets    []string
+	lists   int
 }
 
 func (h *fakeHub) Users(context.Context, hubapi.ListUsersOptions) iter.Seq2[hubapi.User, error] {
+	h.lists++
 	return func(yield func(hubapi.User, error) bool) {
 		for _, u := range h.users {
 			if !yield(u, nil) {
@@ -67,6 +71,18 @@ func (h *fakeHub) Users(context.Context, hubapi.ListUsersOptions) iter.Seq2[huba
 			yield(hubapi.User{}, h.listErr)
 		}
 	}
+}
+
+func (h *fakeHub) GetUser(_ context.Context, name string) (*hubapi.User, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.gets = append(h.gets, name)
+	for _, u := range h.users {
+		if u.Name == name {
+			return &u, nil
+		}
+	}
+	return nil, &hubapi.APIError{StatusCode: 404}
 }
 
 func (h *fakeHub) StopServer(_ context.Context, user, server string, remove bool) (hubapi.StopResult, error) {
@@ -87,6 +103,13 @@ func (p fakePods) Pod(user, server string) (*corev1.Pod, bool) {
 	return pod, ok
 }
 func (fakePods) Synced(context.Context) error { return nil }
+func (p fakePods) Servers() map[[2]string]*corev1.Pod {
+	out := map[[2]string]*corev1.Pod{}
+	for _, pod := range p.pods {
+		out[[2]string{pod.Annotations["hub.jupyter.org/username"], pod.Annotations["hub.jupyter.org/servername"]}] = pod
+	}
+	return out
+}
 
 type fakeTelemetry struct {
 	usage   decide.Usage
@@ -237,10 +260,10 @@ func TestPass(t *testing.T) {
 			want:  want{Decisions: map[string]int{"stop/idle": 1}, Stopped: []string{"alice/lab remove"}, Recorded: 1, Notice: "idle", Actions: []string{"stop/idle"}},
 		},
 		{
-			name: "no pod for the server: no notice can be shown, nothing stopped",
+			name: "no pod for the server: not a server the culler can act on, nothing asked, nothing stopped",
 			hub:  &fakeHub{users: []hubapi.User{ready("alice", map[string]hubapi.Server{"": server("", started, now)})}},
 			tel:  idleFor(45 * time.Minute), info: gpuInfo, usage: reachable,
-			want: want{Decisions: map[string]int{"skip/pod_missing": 1}, Actions: []string{"skip/pod_missing"}},
+			want: want{Decisions: map[string]int{}},
 		},
 		{
 			name: "the pod changed under the pass (a snooze): no write, decided again next pass",
@@ -309,7 +332,8 @@ func TestPassRecordsChanges(t *testing.T) {
 	kc := fake.NewClientset(p)
 	log, _ := decision.NewLog(decision.Options{Service: "gpu-culler", Now: func() time.Time { return now }})
 	m, _ := NewMetrics(nil)
-	r := New(Options{Hub: hub, Pods: fakePods{pods: map[string]*corev1.Pod{"alice/": p}}, Telemetry: fakeTelemetry{}, Stops: &fakeStops{},
+	fp := fakePods{pods: map[string]*corev1.Pod{"alice/": p}}
+	r := New(Options{Hub: hub, Pods: fp, Telemetry: fakeTelemetry{}, Stops: &fakeStops{},
 		Kube: kc, Policy: func() *policy.Policy { return &pol }, Decisions: log, Metrics: m, Now: func() time.Time { return now }})
 	for range 3 {
 		if _, err := r.Pass(context.Background()); err != nil {
@@ -320,6 +344,7 @@ func TestPassRecordsChanges(t *testing.T) {
 		t.Errorf("3 passes with the usage API unreachable recorded %d decisions, want 1", n)
 	}
 	hub.users = nil
+	delete(fp.pods, "alice/")
 	if _, err := r.Pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -344,4 +369,66 @@ func TestSaved(t *testing.T) {
 	if len(r.saved) != 0 {
 		t.Error("a server running again is still counted")
 	}
+}
+
+// The Hub is asked only about servers that may need an action: busy GPUs cost no request; a few candidates are
+// read one user at a time once a full list has counted the pages, many with the full list.
+func TestHubRequests(t *testing.T) {
+	var pol policy.Policy
+	if err := ipolicy.Decode("test.yaml", []byte(policyYAML), &pol); err != nil {
+		t.Fatal(err)
+	}
+	rule := pol.Rule(gpu.KindGPU, "")
+	hub := &fakeHub{}
+	fp := fakePods{pods: map[string]*corev1.Pod{}}
+	tel := fakeTelemetry{usage: decide.Usage{Reachable: true, At: now}, servers: map[string]decide.Telemetry{}, info: map[string]telemetry.Info{}}
+	var objs []runtime.Object
+	for i := range 10 {
+		name := "u" + string(rune('a'+i))
+		hub.users = append(hub.users, ready(name, map[string]hubapi.Server{"": server("", now.Add(-3*time.Hour), now)}))
+		p := pod(name, "", true, nil, rule)
+		p.Name = "jupyter-" + name
+		fp.pods[name+"/"] = p
+		objs = append(objs, p)
+		tel.servers[name+"/"] = busy()
+		tel.info[name+"/"] = telemetry.Info{Known: true, Kind: gpu.KindGPU, AllocatedGPUs: 1}
+	}
+	kc := fake.NewClientset(objs...)
+	m, _ := NewMetrics(nil)
+	r := New(Options{Hub: hub, Pods: fp, Telemetry: tel, Stops: &fakeStops{}, Kube: kc, Policy: func() *policy.Policy { return &pol },
+		Metrics: m, Now: func() time.Time { return now }})
+	pass := func() {
+		t.Helper()
+		if _, err := r.Pass(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pass()
+	if hub.lists != 0 || len(hub.gets) != 0 {
+		t.Fatalf("all GPUs busy: %d lists, %d gets, want none", hub.lists, len(hub.gets))
+	}
+	tel.servers["ua/"] = idleFor(45 * time.Minute)
+	pass()
+	if hub.lists != 1 || len(hub.gets) != 0 {
+		t.Fatalf("first candidate: %d lists, %d gets, want the full list once", hub.lists, len(hub.gets))
+	}
+	r.pages = 3 // as if the last full list had 3 pages
+	tel.servers["ub/"] = idleFor(45 * time.Minute)
+	pass()
+	if diff := cmp.Diff([]string{"ua", "ub"}, sorted(hub.gets)); hub.lists != 1 || diff != "" {
+		t.Fatalf("two candidates under 3 pages: %d lists, gets (-want +got):\n%s", hub.lists, diff)
+	}
+	for _, n := range []string{"uc/", "ud/", "ue/"} {
+		tel.servers[n] = idleFor(45 * time.Minute)
+	}
+	pass()
+	if hub.lists != 2 {
+		t.Fatalf("five candidates over 3 pages: %d lists, want a second full list", hub.lists)
+	}
+}
+
+func sorted(ss []string) []string {
+	out := append([]string(nil), ss...)
+	slices.Sort(out)
+	return out
 }

@@ -93,6 +93,22 @@ func (x *Index) Pod(user, server string) (*corev1.Pod, bool) {
 	return best, best != nil
 }
 
+// Servers is the live pod of every server (the newest one not being deleted), by user and server.
+func (x *Index) Servers() map[[2]string]*corev1.Pod {
+	out := map[[2]string]*corev1.Pod{}
+	for _, o := range x.inf.GetIndexer().List() {
+		p, ok := o.(*corev1.Pod)
+		if !ok || p.DeletionTimestamp != nil || p.Annotations[inventory.AnnotationUser] == "" {
+			continue
+		}
+		k := [2]string{p.Annotations[inventory.AnnotationUser], p.Annotations[inventory.AnnotationServer]}
+		if cur, ok := out[k]; !ok || p.CreationTimestamp.After(cur.CreationTimestamp.Time) {
+			out[k] = p
+		}
+	}
+	return out
+}
+
 // UserPods are all of user's pods.
 func (x *Index) UserPods(user string) []*corev1.Pod {
 	objs, _ := x.inf.GetIndexer().ByIndex(byUser, user)
