@@ -50,8 +50,10 @@ func runSilentCell(ctx context.Context, hubURL, user, server, token, code string
 	switch {
 	case resp.StatusCode != http.StatusCreated:
 		return fmt.Errorf("start a kernel: %s", resp.Status)
-	case err != nil || kernel.ID == "":
-		return fmt.Errorf("start a kernel: no kernel id in the answer (%v)", err)
+	case err != nil:
+		return fmt.Errorf("start a kernel: %w", err)
+	case kernel.ID == "":
+		return fmt.Errorf("start a kernel: no kernel id in the answer")
 	}
 
 	session, msgID := newID(), newID()
