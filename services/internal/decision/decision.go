@@ -22,6 +22,7 @@ const (
 	ActionNotice = "notice" // the user was told an action is coming (a pod annotation)
 	ActionStop   = "stop"   // a server was stopped
 	ActionClear  = "clear"  // a notice was withdrawn: the user is back within the limits
+	ActionSnooze = "snooze" // the user (or an admin for them) moved an announced stop later
 )
 
 // Record is one decision.

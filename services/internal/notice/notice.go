@@ -45,6 +45,9 @@ type Notice struct {
 	// service acts on a server only a full grace after a notice said so for that server.
 	Stops      bool      `json:"stops,omitempty"`
 	StopsSince time.Time `json:"stopsSince,omitzero"`
+	// Snoozes is how many times the user moved Deadline (the panel's snooze button), of MaxSnoozes allowed.
+	Snoozes    int `json:"snoozes,omitempty"`
+	MaxSnoozes int `json:"maxSnoozes,omitempty"`
 }
 
 // Parse reads the notices among a pod's annotations (key -> JSON), sorted by service. A value that is not a
