@@ -120,6 +120,11 @@ export interface UserNotice {
   createdAt?: string;
   /** The server whose pod carries it; "" for the default server. */
   server: string;
+  /** The action falls on this server at the deadline (gpu-culler, gpu-quota). */
+  stops?: boolean;
+  /** gpu-culler: how many times the user snoozed it, of `maxSnoozes`. */
+  snoozes?: number;
+  maxSnoozes?: number;
 }
 
 /** Idle-cull countdown, filled by gpu-culler once it exists. */
@@ -186,10 +191,13 @@ export class NetworkError extends UsageApiError {
 /** The service answered with a non-2xx status. */
 export class ResponseError extends UsageApiError {
   readonly status: number;
-  constructor(status: number, message: string) {
+  /** The service's own `message` (its words for the user), '' when it sent none. */
+  readonly detail: string;
+  constructor(status: number, message: string, detail = '') {
     super(message);
     this.name = 'ResponseError';
     this.status = status;
+    this.detail = detail;
   }
 
   /** The token was refused or lacks `access:services!service=gpu-usage`. */
@@ -209,6 +217,8 @@ export class ParseError extends UsageApiError {
 export type FetchFn = (
   input: string,
   init?: {
+    method?: 'GET' | 'POST';
+    body?: string;
     headers?: Record<string, string>;
     signal?: AbortSignal;
     credentials?: 'omit' | 'same-origin' | 'include';
@@ -316,21 +326,54 @@ export async function requestMe(
   fetchFn: FetchFn,
   signal?: AbortSignal
 ): Promise<MeResponse> {
+  return parseMe(
+    await requestJson(url, token, fetchFn, { service: 'usage API', signal })
+  );
+}
+
+/**
+ * The one request helper: a JSON request to a Hub service with the Hub token
+ * (`Authorization: token …`), answered with the parsed JSON body. Failures are
+ * typed: {@link NetworkError} (no answer), {@link ResponseError} (non-2xx,
+ * with the service's message as `detail`), {@link ParseError} (not JSON).
+ * `service` names the service in messages ("usage API", "gpu-culler"); the
+ * token never appears in one.
+ */
+export async function requestJson(
+  url: string,
+  token: string,
+  fetchFn: FetchFn,
+  options: {
+    service: string;
+    method?: 'GET' | 'POST';
+    body?: unknown;
+    signal?: AbortSignal;
+  }
+): Promise<unknown> {
+  const { service } = options;
   const headers: Record<string, string> = { Accept: 'application/json' };
   if (token) {
     headers.Authorization = `token ${token}`;
   }
+  const init: Parameters<FetchFn>[1] = {
+    headers,
+    signal: options.signal,
+    credentials: 'same-origin',
+    cache: 'no-store'
+  };
+  if (options.method && options.method !== 'GET') {
+    init.method = options.method;
+  }
+  if (options.body !== undefined) {
+    headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(options.body);
+  }
   let response: Awaited<ReturnType<FetchFn>>;
   try {
-    response = await fetchFn(url, {
-      headers,
-      signal,
-      credentials: 'same-origin',
-      cache: 'no-store'
-    });
+    response = await fetchFn(url, init);
   } catch (err) {
     const reason = err instanceof Error ? err.message : String(err);
-    throw new NetworkError(`usage API unreachable: ${reason}`);
+    throw new NetworkError(`${service} unreachable: ${reason}`);
   }
   if (!response.ok) {
     let detail = '';
@@ -341,17 +384,16 @@ export async function requestMe(
     }
     throw new ResponseError(
       response.status,
-      `usage API answered ${response.status} ${response.statusText}${detail ? `: ${detail}` : ''}`
+      `${service} answered ${response.status} ${response.statusText}${detail ? `: ${detail}` : ''}`,
+      detail
     );
   }
-  let body: unknown;
   try {
-    body = await response.json();
+    return await response.json();
   } catch (err) {
     const reason = err instanceof Error ? err.message : String(err);
-    throw new ParseError(`usage API sent invalid JSON: ${reason}`);
+    throw new ParseError(`${service} sent invalid JSON: ${reason}`);
   }
-  return parseMe(body);
 }
 
 /** The service's `{"status", "message"}` error message, or the start of a non-JSON body. */
@@ -368,7 +410,7 @@ function errorDetail(body: string): string {
   return text.startsWith('<') ? '' : text.slice(0, 200);
 }
 
-function isObject(v: unknown): v is Record<string, unknown> {
+export function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
@@ -380,7 +422,7 @@ function numOrNull(v: unknown): number | null {
   return typeof v === 'number' && Number.isFinite(v) ? v : null;
 }
 
-function str(v: unknown, fallback = ''): string {
+export function str(v: unknown, fallback = ''): string {
   return typeof v === 'string' ? v : fallback;
 }
 
@@ -505,8 +547,16 @@ function parseNotice(n: Record<string, unknown>): UserNotice {
       deadline && !Number.isNaN(Date.parse(deadline)) ? deadline : undefined,
     snoozable: n.snoozable === true,
     createdAt: typeof n.createdAt === 'string' ? n.createdAt : undefined,
-    server: str(n.server)
+    server: str(n.server),
+    stops: n.stops === true ? true : undefined,
+    snoozes: count(n.snoozes),
+    maxSnoozes: count(n.maxSnoozes)
   };
+}
+
+/** A non-negative whole count, else undefined (absent or nonsense). */
+export function count(v: unknown): number | undefined {
+  return typeof v === 'number' && Number.isInteger(v) && v >= 0 ? v : undefined;
 }
 
 /** gpu-quota's quota object, or its unavailable stand-in. */

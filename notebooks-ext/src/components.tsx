@@ -4,8 +4,16 @@
 import * as React from 'react';
 
 import type { GpuHolding, MeResponse, ServerUsage, UserNotice } from './api';
+import type { LastStop } from './culler';
+import {
+  CullerState,
+  SnoozeState,
+  isCullerNotice,
+  withSnooze
+} from './cullerModel';
 import {
   asSentence,
+  clockText,
   budgetLines,
   describeHolding,
   describeIdleCull,
@@ -23,6 +31,7 @@ import {
   recentUtilization,
   sampleAgeSeconds,
   serverLabel,
+  snoozesLeftText,
   sparklinePath,
   sparklineSummary,
   staleNotice,
@@ -47,10 +56,23 @@ export interface PanelProps {
    * (default: the system clock); `now` is the time of the render.
    */
   clock?: () => Date;
+  /** gpu-culler's side: the last stop and the snooze button; absent without a culler model. */
+  culler?: CullerProps;
+}
+
+export interface CullerProps {
+  state: CullerState;
+  /** The culler's Hub service name (notices of it get a Snooze button). */
+  serviceName: string;
+  /** Snooze the stop announced on `server`, whose deadline is `deadline`. */
+  onSnooze: (server: string, deadline?: string) => void;
+  onDismissStop: () => void;
 }
 
 export function GpuPanel(props: PanelProps): JSX.Element {
   const { state } = props;
+  const lastStop =
+    state.status !== 'not-hub' ? props.culler?.state.lastStop : null;
   const provenance =
     state.status === 'ok' ? documentProvenance(state.data) : null;
   return (
@@ -73,6 +95,9 @@ export function GpuPanel(props: PanelProps): JSX.Element {
           </button>
         )}
       </header>
+      {lastStop && props.culler && (
+        <StopNotice stop={lastStop} onDismiss={props.culler.onDismissStop} />
+      )}
       <Body {...props} />
     </div>
   );
@@ -145,14 +170,27 @@ function Usage(
   const hoursUnavailable = gpuHoursUnavailableText(data);
   return (
     <div className="jp-GpuPanel-body">
-      {data.notices.map(n => (
-        <NoticeBanner
-          key={n.service}
-          notice={n}
-          now={now}
-          clock={props.clock}
-        />
-      ))}
+      {data.notices.map(n => {
+        const culler =
+          props.culler && isCullerNotice(n, props.culler.serviceName)
+            ? props.culler
+            : undefined;
+        const snooze = culler?.state.snoozes[n.server];
+        return (
+          <NoticeBanner
+            key={n.service}
+            notice={culler ? withSnooze(n, snooze) : n}
+            now={now}
+            clock={props.clock}
+            snooze={
+              culler && {
+                state: snooze,
+                onSnooze: () => culler.onSnooze(n.server, n.deadline)
+              }
+            }
+          />
+        );
+      })}
       {notice && (
         <Notice kind="warn" title="No fresh GPU reading">
           {notice.reasons.map(r => `${asSentence(r)} `).join('')}
@@ -525,6 +563,8 @@ function NoticeBanner(props: {
   notice: UserNotice;
   now: Date;
   clock?: () => Date;
+  /** A culler notice: its snooze, and the button's action. */
+  snooze?: { state?: SnoozeState; onSnooze: () => void };
 }): JSX.Element {
   const { notice: n } = props;
   const [now, setNow] = React.useState(props.now);
@@ -544,6 +584,8 @@ function NoticeBanner(props: {
       role="status"
       data-notice={noticeTitle(n)}
       data-service={n.service}
+      data-server={n.server}
+      data-deadline={n.deadline ?? ''}
     >
       <strong className="jp-GpuPanel-noticeTitle">{noticeTitle(n)}</strong>
       <div className="jp-GpuPanel-noticeBody">
@@ -553,7 +595,94 @@ function NoticeBanner(props: {
             {countdown}
           </p>
         )}
+        {props.snooze && <Snooze notice={n} {...props.snooze} />}
       </div>
+    </div>
+  );
+}
+
+/**
+ * The culler notice's snooze: what it did, how many are left, and the button
+ * while the stop can still be snoozed.
+ */
+function Snooze(props: {
+  notice: UserNotice;
+  state?: SnoozeState;
+  onSnooze: () => void;
+}): JSX.Element {
+  const { notice: n, state } = props;
+  const left = snoozesLeftText(n);
+  const pending = state?.status === 'pending';
+  return (
+    <>
+      {state?.status === 'done' && (
+        <p className="jp-GpuPanel-value" data-field="snooze-result">
+          Snoozed: this server now stops at {clockText(state.result.deadline)}.
+        </p>
+      )}
+      {state?.status === 'failed' && (
+        <p
+          className="jp-GpuPanel-snoozeError"
+          role="alert"
+          data-field="snooze-error"
+        >
+          {state.message}
+        </p>
+      )}
+      {(n.snoozable || left) && (
+        <div className="jp-GpuPanel-snooze">
+          {n.snoozable && (
+            <button
+              type="button"
+              className="jp-GpuPanel-snoozeButton"
+              onClick={props.onSnooze}
+              disabled={pending}
+              data-action="snooze"
+            >
+              {pending ? 'Snoozing…' : 'Snooze'}
+            </button>
+          )}
+          {left && (
+            <span className="jp-GpuPanel-muted" data-field="snoozes-left">
+              {left}
+            </span>
+          )}
+        </div>
+      )}
+    </>
+  );
+}
+
+/** Why the culler stopped a server last; shown until dismissed. */
+function StopNotice(props: {
+  stop: LastStop;
+  onDismiss: () => void;
+}): JSX.Element {
+  return (
+    <div
+      className="jp-GpuPanel-notice jp-mod-info jp-GpuPanel-stopNotice"
+      role="status"
+      data-notice="Server stopped"
+      data-field="last-stop"
+    >
+      <strong className="jp-GpuPanel-noticeTitle">
+        {props.stop.server
+          ? `Server ${props.stop.server} was stopped`
+          : 'Your server was stopped'}
+      </strong>
+      <div className="jp-GpuPanel-noticeBody">
+        <p data-field="last-stop-message">{props.stop.message}</p>
+      </div>
+      <button
+        type="button"
+        className="jp-GpuPanel-dismiss"
+        onClick={props.onDismiss}
+        aria-label="Dismiss this notice"
+        title="Dismiss"
+        data-action="dismiss-stop"
+      >
+        ×
+      </button>
     </div>
   );
 }

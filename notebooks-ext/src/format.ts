@@ -561,7 +561,9 @@ export function noticeTitle(n: UserNotice): string {
     case 'limit':
       return 'Over your GPU limit';
     case 'idle':
-      return 'Idle GPU server';
+      return n.reason === 'max_age'
+        ? 'GPU server time limit'
+        : 'Idle GPU server';
     case 'queue':
       return 'Waiting for a GPU';
   }
@@ -590,6 +592,33 @@ export function noticeCountdown(n: UserNotice, now: Date): string | null {
   }
   const left = (Date.parse(n.deadline) - now.getTime()) / 1000;
   return left > 0 ? `${formatCountdown(left)} left` : 'due now';
+}
+
+/** A time of day in the browser's zone, "15:10"; '' for a time that does not parse. */
+export function clockText(iso: string): string {
+  const t = Date.parse(iso);
+  if (Number.isNaN(t)) {
+    return '';
+  }
+  return new Date(t).toLocaleTimeString(undefined, {
+    hour: '2-digit',
+    minute: '2-digit'
+  });
+}
+
+/**
+ * How many snoozes are left: "1 snooze left", "2 snoozes left", "no snoozes
+ * left"; null when the notice says nothing about snoozes.
+ */
+export function snoozesLeftText(n: UserNotice): string | null {
+  if (!n.maxSnoozes) {
+    return null;
+  }
+  const left = Math.max(0, n.maxSnoozes - (n.snoozes ?? 0));
+  if (left === 0) {
+    return 'no snoozes left';
+  }
+  return `${left} ${left === 1 ? 'snooze' : 'snoozes'} left`;
 }
 
 /** The idle-cull line: "culled in 12 min if still idle" or "not configured". */

@@ -13,6 +13,8 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { IDisposable } from '@lumino/disposable';
 
 import { HubPageConfig, hubBaseUrl, usageUrl } from './api';
+import { cullerApiUrl } from './culler';
+import { CullerModel } from './cullerModel';
 import { UsageModel } from './model';
 import { readSettings, PanelSettings } from './settings';
 import { GpuPanelWidget, GpuStatusWidget, PANEL_ID } from './widget';
@@ -52,6 +54,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     };
 
     let model: UsageModel | null = null;
+    let culler: CullerModel | null = null;
     let panel: GpuPanelWidget | null = null;
     let status: IDisposable | null = null;
     let applied: PanelSettings | null = null;
@@ -61,19 +64,36 @@ const plugin: JupyterFrontEndPlugin<void> = {
       status = null;
       panel?.dispose();
       panel = null;
+      culler?.dispose();
+      culler = null;
       model?.dispose();
       model = null;
     };
 
     const setup = (s: PanelSettings): void => {
-      model = new UsageModel({
+      const usage = new UsageModel({
         url: usageUrl(page, s.serviceName, s.usageUrl),
         token: page.token,
         refreshSeconds: s.refreshInterval
       });
+      model = usage;
+      const cullerModel = new CullerModel({
+        url: cullerApiUrl(page, s.cullerServiceName),
+        token: page.token,
+        serviceName: s.cullerServiceName,
+        // The moved deadline is shown at once; me catches up on this poll.
+        onSnoozed: () => void usage.refresh()
+      });
+      culler = cullerModel;
+      usage.stateChanged.connect((_, st) => {
+        if (st.status === 'ok') {
+          cullerModel.syncNotices(st.data.notices);
+        }
+      });
       panel = new GpuPanelWidget(model, {
         currentServer,
-        hubBase: hubBaseUrl(page.hubPrefix)
+        hubBase: hubBaseUrl(page.hubPrefix),
+        culler: cullerModel
       });
       app.shell.add(panel, 'right', { rank: 650 });
       restorer?.add(panel, PANEL_ID);
@@ -88,6 +108,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
         });
       }
       void model.start();
+      // Silent when no culler is installed: its poll backs off and shows nothing.
+      cullerModel.start().catch(() => undefined);
     };
 
     const apply = (s: PanelSettings): void => {
@@ -96,6 +118,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         applied.enabled !== s.enabled ||
         applied.serviceName !== s.serviceName ||
         applied.usageUrl !== s.usageUrl ||
+        applied.cullerServiceName !== s.cullerServiceName ||
         applied.statusBar !== s.statusBar;
       if (needsRebuild) {
         teardown();

@@ -6,6 +6,8 @@ export interface PanelSettings {
   refreshInterval: number;
   serviceName: string;
   usageUrl: string;
+  /** gpu-culler's Hub service name (its last stop and the Snooze button). */
+  cullerServiceName: string;
 }
 
 export const DEFAULTS: PanelSettings = {
@@ -13,7 +15,8 @@ export const DEFAULTS: PanelSettings = {
   statusBar: true,
   refreshInterval: 10,
   serviceName: 'gpu-usage',
-  usageUrl: ''
+  usageUrl: '',
+  cullerServiceName: 'gpu-culler'
 };
 
 /** Settings from a composite settings object; bad values fall back to defaults. */
@@ -33,6 +36,9 @@ export function readSettings(raw: Record<string, unknown>): PanelSettings {
     refreshInterval: interval,
     serviceName:
       text(raw.serviceName, DEFAULTS.serviceName) || DEFAULTS.serviceName,
-    usageUrl: text(raw.usageUrl, DEFAULTS.usageUrl)
+    usageUrl: text(raw.usageUrl, DEFAULTS.usageUrl),
+    cullerServiceName:
+      text(raw.cullerServiceName, DEFAULTS.cullerServiceName) ||
+      DEFAULTS.cullerServiceName
   };
 }

@@ -4,7 +4,8 @@
 import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
-import { GpuPanel, GpuStatus } from './components';
+import { CullerProps, GpuPanel, GpuStatus } from './components';
+import type { CullerModel } from './cullerModel';
 import { gpuIcon } from './icon';
 import type { UsageModel, UsageState } from './model';
 
@@ -16,9 +17,13 @@ export class GpuPanelWidget extends ReactWidget {
     private readonly _options: {
       currentServer: { user: string; name: string };
       hubBase: string;
+      /** gpu-culler's side (last stop, Snooze); null without one. */
+      culler?: CullerModel | null;
     }
   ) {
     super();
+    // The culler's state changes apart from the usage polls: render again.
+    this._options.culler?.changed.connect(() => this.update(), this);
     this.id = PANEL_ID;
     this.addClass('jp-GpuPanel');
     this.title.icon = gpuIcon;
@@ -44,10 +49,24 @@ export class GpuPanelWidget extends ReactWidget {
             hubBase={this._options.hubBase}
             onRefresh={() => void this._model.refresh()}
             clock={this._clock}
+            culler={this._cullerProps()}
           />
         )}
       </UseSignal>
     );
+  }
+
+  private _cullerProps(): CullerProps | undefined {
+    const culler = this._options.culler;
+    if (!culler || culler.isDisposed) {
+      return undefined;
+    }
+    return {
+      state: culler.state,
+      serviceName: culler.serviceName,
+      onSnooze: (server, deadline) => void culler.snooze(server, deadline),
+      onDismissStop: () => culler.dismissStop()
+    };
   }
 }
 

@@ -10,7 +10,7 @@ import {
   requestMe,
   usageUrl
 } from '../api';
-import { aliceMe, bobOverBudgetJson } from './fixtures';
+import { aliceIdleJson, aliceMe, bobOverBudgetJson } from './fixtures';
 
 const TOKEN = 'secret-token-abc123';
 
@@ -261,6 +261,28 @@ describe('parseMe', () => {
         server: ''
       }
     ]);
+  });
+
+  it('reads gpu-culler’s notice with its snooze counts (issue 12)', () => {
+    expect(parseMe(aliceIdleJson()).notices).toEqual([
+      {
+        service: 'gpu-culler',
+        kind: 'idle',
+        reason: 'idle',
+        message:
+          'Your GPU has been idle for 52 min; this server stops at 10:10 UTC unless you use it or snooze.',
+        deadline: '2026-11-22T10:10:00Z',
+        snoozable: true,
+        createdAt: '2026-11-22T09:58:00Z',
+        server: '',
+        stops: true,
+        snoozes: 1,
+        maxSnoozes: 2
+      }
+    ]);
+    const odd = parseMe(aliceIdleJson({ snoozes: -1, maxSnoozes: 'two' }));
+    expect(odd.notices[0].snoozes).toBeUndefined();
+    expect(odd.notices[0].maxSnoozes).toBeUndefined();
   });
 
   it('reads an unavailable budget and drops notices without a message', () => {

@@ -3,10 +3,13 @@ import { act } from 'react';
 import { createRoot, Root } from 'react-dom/client';
 
 import { parseMe } from '../api';
-import { GpuPanel, GpuStatus } from '../components';
+import { CullerProps, GpuPanel, GpuStatus } from '../components';
+import type { CullerState } from '../cullerModel';
+import { clockText } from '../format';
 import type { UsageState } from '../model';
 import {
   NOW,
+  aliceIdleJson,
   aliceMe,
   bobAloneOnT4Json,
   bobOverBudgetJson,
@@ -36,7 +39,8 @@ afterEach(() => {
 function renderPanel(
   state: UsageState,
   onRefresh = jest.fn(),
-  clock?: () => Date
+  clock?: () => Date,
+  culler?: CullerProps
 ): HTMLDivElement {
   act(() =>
     root.render(
@@ -47,6 +51,7 @@ function renderPanel(
         hubBase="/"
         onRefresh={onRefresh}
         clock={clock}
+        culler={culler}
       />
     )
   );
@@ -443,5 +448,205 @@ describe('GpuPanel: budget and notices (issue 10)', () => {
   it('shows no banner without notices', () => {
     renderPanel({ status: 'ok', data: aliceMe(), fetchedAt: NOW });
     expect(host.querySelector('[data-service]')).toBeNull();
+  });
+});
+
+// Issue 12: gpu-culler's notice with its Snooze button, and why the last
+// server was stopped.
+describe('GpuPanel: the culler (issue 12)', () => {
+  afterEach(() => jest.useRealTimers());
+
+  function cullerProps(state: Partial<CullerState> = {}): CullerProps {
+    return {
+      state: { lastStop: null, snoozes: {}, ...state },
+      serviceName: 'gpu-culler',
+      onSnooze: jest.fn(),
+      onDismissStop: jest.fn()
+    };
+  }
+
+  const idle = (notice: Record<string, unknown> = {}): UsageState => ({
+    status: 'ok',
+    data: parseMe(aliceIdleJson(notice)),
+    fetchedAt: NOW
+  });
+
+  it('shows the idle countdown in words, live, with Snooze and the snoozes left', () => {
+    jest.useFakeTimers();
+    let clock = NOW.getTime();
+    const culler = cullerProps();
+    renderPanel(idle(), jest.fn(), () => new Date(clock), culler);
+    const banner = host.querySelector('[data-service="gpu-culler"]');
+    expect(banner?.getAttribute('data-notice')).toBe('Idle GPU server');
+    expect(banner?.getAttribute('data-deadline')).toBe('2026-11-22T10:10:00Z');
+    expect(text('[data-field="notice-message"]')).toBe(
+      'Your GPU has been idle for 52 min; this server stops at 10:10 UTC unless you use it or snooze.'
+    );
+    expect(text('[data-field="notice-countdown"]')).toBe('9 min 50 s left');
+    act(() => {
+      clock += 5000;
+      jest.advanceTimersByTime(5000);
+    });
+    expect(text('[data-field="notice-countdown"]')).toBe('9 min 45 s left');
+    expect(text('[data-field="snoozes-left"]')).toBe('1 snooze left');
+    const button = host.querySelector<HTMLButtonElement>(
+      '[data-action="snooze"]'
+    );
+    expect(button?.textContent).toBe('Snooze');
+    act(() => button?.click());
+    expect(culler.onSnooze).toHaveBeenCalledWith('', '2026-11-22T10:10:00Z');
+  });
+
+  it('has no Snooze button when the stop cannot be snoozed', () => {
+    renderPanel(
+      idle({ snoozable: false, snoozes: 2 }),
+      jest.fn(),
+      undefined,
+      cullerProps()
+    );
+    expect(host.querySelector('[data-action="snooze"]')).toBeNull();
+    expect(text('[data-field="snoozes-left"]')).toBe('no snoozes left');
+  });
+
+  it('says when a server reaches its time limit', () => {
+    renderPanel(
+      idle({ reason: 'max_age', snoozable: false, maxSnoozes: 0 }),
+      jest.fn(),
+      undefined,
+      cullerProps()
+    );
+    expect(
+      host
+        .querySelector('[data-service="gpu-culler"]')
+        ?.getAttribute('data-notice')
+    ).toBe('GPU server time limit');
+    expect(host.querySelector('[data-field="snoozes-left"]')).toBeNull();
+  });
+
+  it('disables the button while the snooze is on its way', () => {
+    renderPanel(
+      idle(),
+      jest.fn(),
+      undefined,
+      cullerProps({ snoozes: { '': { status: 'pending' } } })
+    );
+    const button = host.querySelector<HTMLButtonElement>(
+      '[data-action="snooze"]'
+    );
+    expect(button?.disabled).toBe(true);
+    expect(button?.textContent).toBe('Snoozing…');
+  });
+
+  it('shows the new deadline at once after a snooze', () => {
+    jest.useFakeTimers();
+    const result = {
+      server: '',
+      deadline: '2026-11-22T10:40:00Z',
+      snoozable: false,
+      snoozes: 2,
+      maxSnoozes: 2,
+      message:
+        'Snoozed. Your GPU has been idle for 52 min; this server stops at 10:40 UTC unless you use it.'
+    };
+    renderPanel(
+      idle(),
+      jest.fn(),
+      () => NOW,
+      cullerProps({ snoozes: { '': { status: 'done', result } } })
+    );
+    expect(
+      host
+        .querySelector('[data-service="gpu-culler"]')
+        ?.getAttribute('data-deadline')
+    ).toBe('2026-11-22T10:40:00Z');
+    expect(text('[data-field="notice-message"]')).toBe(result.message);
+    expect(text('[data-field="notice-countdown"]')).toBe('39 min 50 s left');
+    expect(text('[data-field="snooze-result"]')).toBe(
+      `Snoozed: this server now stops at ${clockText('2026-11-22T10:40:00Z')}.`
+    );
+    expect(text('[data-field="snoozes-left"]')).toBe('no snoozes left');
+    expect(host.querySelector('[data-action="snooze"]')).toBeNull();
+  });
+
+  it('shows why a snooze failed, and lets the user try again', () => {
+    const culler = cullerProps({
+      snoozes: {
+        '': {
+          status: 'failed',
+          message:
+            'gpu-culler could not be reached, so the stop was not snoozed.'
+        }
+      }
+    });
+    renderPanel(idle(), jest.fn(), undefined, culler);
+    expect(text('[data-field="snooze-error"]')).toBe(
+      'gpu-culler could not be reached, so the stop was not snoozed.'
+    );
+    expect(
+      host.querySelector('[data-field="snooze-error"]')?.getAttribute('role')
+    ).toBe('alert');
+    act(() =>
+      host.querySelector<HTMLButtonElement>('[data-action="snooze"]')?.click()
+    );
+    expect(culler.onSnooze).toHaveBeenCalledTimes(1);
+  });
+
+  it('has no Snooze button without the culler model (a notice of gpu-quota neither)', () => {
+    renderPanel(idle());
+    expect(host.querySelector('[data-action="snooze"]')).toBeNull();
+    renderPanel(
+      { status: 'ok', data: parseMe(bobOverBudgetJson()), fetchedAt: NOW },
+      jest.fn(),
+      undefined,
+      cullerProps()
+    );
+    expect(host.querySelector('[data-action="snooze"]')).toBeNull();
+  });
+
+  it('says why the last server was stopped, until dismissed', () => {
+    const culler = cullerProps({
+      lastStop: {
+        server: '',
+        at: '2026-11-22T09:10:00Z',
+        reason: 'idle',
+        message: 'Stopped at 09:10 UTC: GPU idle for 1 h 7 min.'
+      }
+    });
+    renderPanel(
+      { status: 'ok', data: aliceMe(), fetchedAt: NOW },
+      jest.fn(),
+      undefined,
+      culler
+    );
+    const notice = host.querySelector('[data-field="last-stop"]');
+    expect(notice?.textContent).toContain('Your server was stopped');
+    expect(text('[data-field="last-stop-message"]')).toBe(
+      'Stopped at 09:10 UTC: GPU idle for 1 h 7 min.'
+    );
+    act(() =>
+      host
+        .querySelector<HTMLButtonElement>('[data-action="dismiss-stop"]')
+        ?.click()
+    );
+    expect(culler.onDismissStop).toHaveBeenCalledTimes(1);
+  });
+
+  it('says why even while the usage service is unreachable', () => {
+    renderPanel(
+      { status: 'unreachable', message: 'x', since: NOW, failures: 1 },
+      jest.fn(),
+      undefined,
+      cullerProps({
+        lastStop: {
+          server: 'train',
+          at: '2026-11-22T09:10:00Z',
+          reason: 'idle',
+          message: 'Stopped at 09:10 UTC: GPU idle for 60 min.'
+        }
+      })
+    );
+    expect(text('[data-field="last-stop"] strong')).toBe(
+      'Server train was stopped'
+    );
   });
 });

@@ -237,3 +237,46 @@ export function bobAloneOnT4Json(): Record<string, unknown> {
     idleCull: null
   };
 }
+
+/**
+ * alice's GPU has been idle: the usage API's `me` with gpu-culler's notice on
+ * her default server (contract C2), snoozed once of two. Raw JSON.
+ */
+export function aliceIdleJson(
+  notice: Record<string, unknown> = {}
+): Record<string, unknown> {
+  const me = JSON.parse(JSON.stringify(aliceMe())) as Record<string, unknown>;
+  return {
+    ...me,
+    notices: [
+      {
+        service: 'gpu-culler',
+        kind: 'idle',
+        reason: 'idle',
+        message:
+          'Your GPU has been idle for 52 min; this server stops at 10:10 UTC unless you use it or snooze.',
+        deadline: '2026-11-22T10:10:00Z',
+        snoozable: true,
+        createdAt: '2026-11-22T09:58:00Z',
+        server: '',
+        stops: true,
+        stopsSince: '2026-11-22T09:58:00Z',
+        snoozes: 1,
+        maxSnoozes: 2,
+        ...notice
+      }
+    ]
+  };
+}
+
+/** gpu-culler's `me` for alice after it stopped her server (contract C3). */
+export const aliceStoppedJson = {
+  user: 'alice',
+  lastStop: {
+    server: '',
+    at: '2026-11-22T09:10:00Z',
+    reason: 'idle',
+    message: 'Stopped at 09:10 UTC: GPU idle for 1 h 7 min.'
+  },
+  notices: []
+};

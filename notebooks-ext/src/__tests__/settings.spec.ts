@@ -15,7 +15,12 @@ describe('readSettings', () => {
     ],
     'wrong types fall back': [{ enabled: 'no', refreshInterval: 'fast' }, {}],
     'service name trimmed, blank is default': [{ serviceName: '  ' }, {}],
-    'url override': [{ usageUrl: ' /x/me ' }, { usageUrl: '/x/me' }]
+    'url override': [{ usageUrl: ' /x/me ' }, { usageUrl: '/x/me' }],
+    'culler service name': [
+      { cullerServiceName: ' culler ' },
+      { cullerServiceName: 'culler' }
+    ],
+    'blank culler service name is default': [{ cullerServiceName: '' }, {}]
   };
   it.each(Object.entries(cases))('%s', (_, [raw, want]) => {
     expect(readSettings(raw)).toEqual({ ...DEFAULTS, ...want });

@@ -1,5 +1,6 @@
-// Package api serves the usage API v1 under the Hub service prefix: me, users/{name}, users (admin), cluster, and
-// gpu-hours (every user's rolling windows, for gpu-quota). Live numbers come from memory (the latest view and
+// Package api serves the usage API v1 under the Hub service prefix: me, users/{name}, users (admin), cluster,
+// gpu-hours (every user's rolling windows, for gpu-quota) and servers (every running GPU server's telemetry, for
+// gpu-culler). Live numbers come from memory (the latest view and
 // the history); GPU-hours for today, 7 d and 30 d from the ledger's in-memory window cache; custom windows from
 // the store; a user's budget from gpu-quota (cached). The OpenAPI file services/usage-api/openapi.yaml documents
 // the shapes.
@@ -17,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
@@ -53,7 +55,8 @@ type Options struct {
 	Auth func(http.Handler) http.Handler
 	// Budget answers the budget of me and users/{name}; nil: no quota service configured (budget is null).
 	Budget Budget
-	// ReaderServices are the Hub services that may read every user's GPU-hours (gpu-hours), besides admins.
+	// ReaderServices are the Hub services that may read every user's GPU-hours (gpu-hours) and every server's
+	// telemetry (servers), besides admins.
 	ReaderServices []string
 	Now            func() time.Time
 	Logger         *slog.Logger
@@ -63,6 +66,9 @@ type handler struct {
 	opts  Options
 	zones sync.Map // IANA name -> *time.Location, only names that loaded
 	tz    tzCache
+	// servers is the encoded answer of servers for the latest view it was asked of: every culler replica
+	// polls it, and the view changes once a sampling interval.
+	servers atomic.Pointer[serversBody]
 }
 
 // New returns the API handler; it expects full paths (prefix included).
@@ -82,6 +88,7 @@ func New(opts Options) http.Handler {
 	mux.HandleFunc("GET "+p+"users", h.users)
 	mux.HandleFunc("GET "+p+"cluster", h.cluster)
 	mux.HandleFunc("GET "+p+"gpu-hours", h.rolling)
+	mux.HandleFunc("GET "+p+"servers", h.serverList)
 	mux.HandleFunc(opts.Prefix, func(w http.ResponseWriter, r *http.Request) {
 		server.WriteError(w, http.StatusNotFound, "no such endpoint %s; see %sapi/v1/ in openapi.yaml", r.URL.Path, opts.Prefix)
 	})
@@ -659,8 +666,7 @@ func (h *handler) rolling(w http.ResponseWriter, r *http.Request) {
 		server.WriteError(w, http.StatusUnauthorized, "authenticate with a Hub token")
 		return
 	}
-	reader := id.Kind == "service" && slices.Contains(h.opts.ReaderServices, id.Name)
-	if !id.IsAdmin() && !reader {
+	if !h.canReadAll(id) {
 		server.WriteError(w, http.StatusForbidden,
 			"every user's GPU-hours are for admins and the services listed in the usage API's --reader-services; read your own at api/v1/me")
 		return
@@ -712,4 +718,58 @@ func (h *handler) rolling(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	server.WriteJSON(w, http.StatusOK, resp)
+}
+
+// canReadAll says whether id may read every user's data: admins and the Hub services of ReaderServices.
+func (h *handler) canReadAll(id *hubauth.Identity) bool {
+	return id.IsAdmin() || (id.Kind == "service" && slices.Contains(h.opts.ReaderServices, id.Name))
+}
+
+// ServersResponse is the body of servers.
+type ServersResponse struct {
+	SampledAt time.Time         `json:"sampledAt"`
+	Servers   []usage.Telemetry `json:"servers"`
+}
+
+type serversBody struct {
+	view *usage.View
+	body []byte
+}
+
+// serverList answers every running GPU server's telemetry (gpu-culler's input): admins and the Hub services of
+// ReaderServices. The answer is built and encoded once per view, so that polls from several replicas cost a
+// pointer comparison and a write.
+func (h *handler) serverList(w http.ResponseWriter, r *http.Request) {
+	id, ok := hubauth.FromContext(r.Context())
+	if !ok {
+		server.WriteError(w, http.StatusUnauthorized, "authenticate with a Hub token")
+		return
+	}
+	if !h.canReadAll(id) {
+		server.WriteError(w, http.StatusForbidden,
+			"every server's telemetry is for admins and the services listed in the usage API's --reader-services; read your own at api/v1/me")
+		return
+	}
+	v := h.opts.State.View()
+	if v == nil {
+		server.WriteError(w, http.StatusServiceUnavailable, "no sample yet; retry after one sampling interval")
+		return
+	}
+	b := h.servers.Load()
+	if b == nil || b.view != v {
+		body, err := json.Marshal(ServersResponse{SampledAt: v.SampledAt, Servers: v.Telemetry()})
+		if err != nil {
+			server.WriteError(w, http.StatusInternalServerError, "encode answer: %v", err)
+			return
+		}
+		b = &serversBody{view: v, body: append(body, '\n')}
+		h.servers.Store(b) // concurrent builders of one view store equal bodies
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b.body)))
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(b.body)
+	}
 }

@@ -66,6 +66,12 @@ func answers(t *testing.T, srv *httptest.Server) map[string]map[string]any {
 	if _, rolling := get(t, srv, "GET", prefix+"api/v1/gpu-hours?windows=24h", "root-token"); rolling != nil {
 		objects["RollingHours"] = rolling
 	}
+	if _, list := get(t, srv, "GET", prefix+"api/v1/servers", "root-token"); list != nil {
+		objects["ServerList"] = list
+		if ss := list["servers"].([]any); len(ss) > 0 {
+			objects["ServerTelemetry"] = ss[0].(map[string]any)
+		}
+	}
 	if cs := cluster["classes"].([]any); len(cs) > 0 {
 		objects["ClassStats"] = cs[0].(map[string]any)
 	}
@@ -100,7 +106,7 @@ func checkSchemas(t *testing.T, doc schemas, objects map[string]map[string]any) 
 // and every required property is present.
 func TestOpenAPIMatchesResponses(t *testing.T) {
 	objects := answers(t, testServer(t))
-	for _, name := range []string{"ClassStats", "Notice", "Quota", "RollingHours"} {
+	for _, name := range []string{"ClassStats", "Notice", "Quota", "RollingHours", "ServerList", "ServerTelemetry"} {
 		if _, ok := objects[name]; !ok {
 			t.Errorf("the test answers have no %s", name)
 		}
@@ -124,10 +130,13 @@ func TestOpenAPIStaleAnswers(t *testing.T) {
 	}
 	objects := answers(t, serveView(t, v))
 	checkSchemas(t, readSchemas(t), objects)
-	for _, name := range []string{"UserUsage", "Server", "GPU", "UserSummary", "AgentStatus"} {
+	for _, name := range []string{"UserUsage", "Server", "GPU", "UserSummary", "AgentStatus", "ServerTelemetry"} {
 		if objects[name]["staleReason"] != reason {
 			t.Errorf("%s: staleReason %v, want %q", name, objects[name]["staleReason"], reason)
 		}
+	}
+	if objects["ServerTelemetry"]["utilizationUnknownReason"] != reason || objects["ServerTelemetry"]["smUtilPercent"] != nil {
+		t.Errorf("ServerTelemetry: %v", objects["ServerTelemetry"])
 	}
 	if objects["GPU"]["utilizationUnknownReason"] != reason || objects["GPU"]["usedGPUs"] != nil {
 		t.Errorf("GPU: %v", objects["GPU"])

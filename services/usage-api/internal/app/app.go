@@ -58,7 +58,8 @@ type Options struct {
 	HubRefresh time.Duration // default 2 min
 	// Auth is hubauth's Middleware.
 	Auth func(http.Handler) http.Handler
-	// ReaderServices may read every user's GPU-hours (api/v1/gpu-hours), besides admins.
+	// ReaderServices may read every user's GPU-hours (api/v1/gpu-hours) and every server's telemetry
+	// (api/v1/servers), besides admins.
 	ReaderServices []string
 	// Budget answers the budget of me (budget.Client on --quota-url); nil: none configured.
 	Budget api.Budget
