@@ -68,6 +68,10 @@ func TestRender(t *testing.T) {
 		// gpu-profiles next to gpu-quota (--quota-url is this release's), with overrides, z2jh in its own namespace.
 		"profiles": {"--set", "profiles.enabled=true", "--set", "quota.enabled=true", "--set", "usage.podNamespace=z2jh",
 			"--set", "profiles.pendingEndAfter=2m", "--set-file", "profiles.config=testdata/profiles-config.yaml"},
+		// gpu-culler next to gpu-quota (the usage API reads for both), z2jh in its own namespace under a base URL.
+		"culler": {"--set", "culler.enabled=true", "--set", "quota.enabled=true", "--set", "usage.podNamespace=z2jh",
+			"--set", "hub.baseURL=/jupyter/", "--set", "culler.readerServices={gpu-usage}",
+			"--set-file", "culler.policy=testdata/culler-policy.yaml"},
 	}
 	for name, extra := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -111,6 +115,12 @@ func TestSchemaRejects(t *testing.T) {
 		"bad poll":        {set: "quota.policyPoll=10", wantErr: "policyPoll"},
 		"bad usage url":   {set: "quota.usageURL=gpuhub-usage:8000", wantErr: "usageURL"},
 		"bad quota name":  {set: "quota.serviceName=GPU_Quota", wantErr: "serviceName"},
+		"culler typo":     {set: "culler.polcy=x", wantErr: "polcy"},
+		"culler policy":   {set: "culler.policy=", wantErr: "policy"},
+		"no replicas":     {set: "culler.replicas=0", wantErr: "replicas"},
+		"bad sampling":    {set: "culler.sampleEvery=10", wantErr: "sampleEvery"},
+		"unknown scope":   {set: "culler.extraHubScopes={admin:users}", wantErr: "extraHubScopes"},
+		"culler url":      {set: "culler.usageURL=gpuhub-usage:8000", wantErr: "usageURL"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -285,7 +295,10 @@ func TestRBAC(t *testing.T) {
 		set       []string
 		wantUsage []string
 		wantQuota []string
-		wantPodNS string
+		// gpu-culler: the single-user pods (patch for its notices), its own Lease and stops ConfigMap; nothing
+		// cluster-wide.
+		wantCuller []string
+		wantPodNS  string
 	}{
 		"z2jh in the release namespace": {
 			wantUsage: []string{"cluster: /nodes get,list,watch", "jhub: /pods get,list,watch"},
@@ -312,6 +325,22 @@ func TestRBAC(t *testing.T) {
 				"z2jh: /pods get,list,watch,patch"},
 			wantPodNS: "z2jh",
 		},
+		"culler, z2jh in the release namespace": {
+			set:       []string{"--set", "culler.enabled=true"},
+			wantUsage: []string{"cluster: /nodes get,list,watch", "jhub: /pods get,list,watch"},
+			wantCuller: []string{"jhub: /configmaps create", "jhub: /configmaps get,list,watch,update gpuhub-culler-stops",
+				"jhub: /pods get,list,watch,patch",
+				"jhub: coordination.k8s.io/leases create", "jhub: coordination.k8s.io/leases get,update gpuhub-culler"},
+			wantPodNS: "jhub",
+		},
+		"culler, z2jh in its own namespace": {
+			set:       []string{"--set", "culler.enabled=true", "--set", "usage.podNamespace=z2jh"},
+			wantUsage: []string{"cluster: /nodes get,list,watch", "jhub: /pods get,list,watch", "z2jh: /pods get,list,watch"},
+			wantCuller: []string{"jhub: /configmaps create", "jhub: /configmaps get,list,watch,update gpuhub-culler-stops",
+				"jhub: coordination.k8s.io/leases create", "jhub: coordination.k8s.io/leases get,update gpuhub-culler",
+				"z2jh: /pods get,list,watch,patch"},
+			wantPodNS: "z2jh",
+		},
 	}
 	wantAgent := []string{"cluster: /nodes get,list,watch", "cluster: /pods get,list,watch", "cluster: authentication.k8s.io/tokenreviews create"}
 	for name, tc := range cases {
@@ -325,6 +354,9 @@ func TestRBAC(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.wantQuota, grants(objs, "jhub/gpuhub-quota")); diff != "" {
 				t.Errorf("gpu-quota rights (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantCuller, grants(objs, "jhub/gpuhub-culler")); diff != "" {
+				t.Errorf("gpu-culler rights (-want +got):\n%s", diff)
 			}
 			dep := objs["Deployment jhub/gpuhub-usage"].(*appsv1.Deployment)
 			ns, _ := flagValue(dep.Spec.Template.Spec.Containers[0].Args, "namespace")
@@ -476,7 +508,7 @@ func TestZ2JHValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	z2jh := z2jhSchemaChart(t)
-	sawQuota, sawProfiles := false, false
+	sawQuota, sawProfiles, sawCuller, sawCullOff := false, false, false, false
 	for i, snippet := range snippets {
 		t.Run(fmt.Sprintf("snippet %d", i+1), func(t *testing.T) {
 			// Only what the schema leaves open is read here; helm checks every key against the schema below.
@@ -488,6 +520,9 @@ func TestZ2JHValues(t *testing.T) {
 						Services []string `yaml:"services"`
 					} `yaml:"loadRoles"`
 				} `yaml:"hub"`
+				Cull struct {
+					Enabled *bool `yaml:"enabled"`
+				} `yaml:"cull"`
 			}
 			if err := yaml.Unmarshal([]byte(snippet), &v); err != nil {
 				t.Fatalf("snippet is not YAML: %v\n%s", err, snippet)
@@ -514,6 +549,27 @@ func TestZ2JHValues(t *testing.T) {
 					t.Errorf("hub.loadRoles.gpu-profiles scopes (-what the e2e stack runs it with +README):\n%s", diff)
 				}
 			}
+			if role, ok := v.Hub.LoadRoles[cullerServiceName]; ok {
+				sawCuller = true
+				if diff := cmp.Diff(cullerScopes, role.Scopes); diff != "" {
+					t.Errorf("hub.loadRoles.gpu-culler scopes (-the issue's four, what e2e/hubint/culler proves enough +README):\n%s", diff)
+				}
+				if diff := cmp.Diff([]string{cullerServiceName}, role.Services); diff != "" {
+					t.Errorf("hub.loadRoles.gpu-culler services (-want +got):\n%s", diff)
+				}
+				// The panel reaches gpu-culler with the user's token: the user role must grant access to it.
+				if user := v.Hub.LoadRoles["user"]; !slices.Contains(user.Scopes, "access:services!service="+cullerServiceName) {
+					t.Errorf("hub.loadRoles.user scopes %v lack access:services!service=%s", user.Scopes, cullerServiceName)
+				}
+				if _, ok := v.Hub.Services[cullerServiceName]; !ok {
+					t.Errorf("the snippet gives gpu-culler a role but no hub.services.%s entry", cullerServiceName)
+				}
+				if v.Cull.Enabled == nil || *v.Cull.Enabled {
+					t.Error("the gpu-culler snippet does not turn z2jh's culler off (cull.enabled: false)")
+				} else {
+					sawCullOff = true
+				}
+			}
 			values := filepath.Join(t.TempDir(), "values.yaml")
 			if err := os.WriteFile(values, []byte(snippet), 0o644); err != nil {
 				t.Fatal(err)
@@ -534,6 +590,9 @@ func TestZ2JHValues(t *testing.T) {
 	}
 	if !sawProfiles {
 		t.Error("chart/README.md documents no hub.loadRoles.gpu-profiles")
+	}
+	if !sawCuller || !sawCullOff {
+		t.Error("chart/README.md documents no hub.loadRoles.gpu-culler with cull.enabled: false")
 	}
 
 	// The check itself works: z2jh refuses a key it does not know.

@@ -116,8 +116,9 @@ type Chart struct {
 	// NoProfiles renders the chart without gpu-profiles (profiles.enabled=false); by default its ServiceAccount
 	// and RBAC are rendered and installed too, so the local gpu-profiles process runs with the chart's rights.
 	NoProfiles bool
-	// NoCuller renders the chart without gpu-culler (culler.enabled=false); by default its ServiceAccount and
-	// RBAC are rendered and installed too, so the local gpu-culler processes run with the chart's rights.
+	// NoCuller renders the chart without gpu-culler (culler.enabled=false); by default its ServiceAccount and RBAC
+	// (pods in PodNamespace; its Lease and stops ConfigMap in Namespace) are rendered and installed too, so a local
+	// gpu-culler process runs with the chart's rights.
 	NoCuller bool
 }
 

@@ -67,13 +67,14 @@ func TestInstall(t *testing.T) {
 		}
 	}
 	sort.Strings(got)
-	// usage API, agent, gpu-quota and gpu-profiles (pods Role, Lease Role each); not the Deployments, ConfigMaps,
-	// PVC, Services, NetworkPolicies.
+	// usage API, agent, gpu-quota, gpu-profiles and gpu-culler (pods Role, Lease Role each; gpu-culler has no
+	// ClusterRole); not the Deployments, ConfigMaps, PVC, Services, NetworkPolicies, PodDisruptionBudget.
 	want := []string{"clusterrolebindings", "clusterrolebindings", "clusterrolebindings", "clusterrolebindings",
 		"clusterroles", "clusterroles", "clusterroles", "clusterroles",
 		"daemonsets", "namespaces", "rolebindings", "rolebindings", "rolebindings", "rolebindings", "rolebindings",
-		"roles", "roles", "roles", "roles", "roles",
-		"serviceaccounts", "serviceaccounts", "serviceaccounts", "serviceaccounts"}
+		"rolebindings", "rolebindings",
+		"roles", "roles", "roles", "roles", "roles", "roles", "roles",
+		"serviceaccounts", "serviceaccounts", "serviceaccounts", "serviceaccounts", "serviceaccounts"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("created (-want +got):\n%s", diff)
 	}

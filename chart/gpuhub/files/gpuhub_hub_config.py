@@ -19,6 +19,12 @@
 # the reason. A start whose choice gpu-profiles shows as unavailable is refused at once, naming what is
 # free, and so is one naming a choice that is not offered; the Hub counts neither as a failure. See chart/README.md ("Spawn form from gpu-profiles").
 #
+# gpu-culler: after the culler stopped a server, the Hub home page (/hub/home) says why. The glue puts a
+# home.html that extends the Hub's own first in c.JupyterHub.template_paths and gives it
+# gpuhub_culler_stop() (c.JupyterHub.template_vars), which asks gpu-culler
+# (GET <service prefix>api/v1/stops/<user>) with gpu-culler's own token; no answer in time, no message. What to
+# say and for how long is gpu-culler's. See chart/README.md ("Culling with gpu-culler").
+#
 # Environment (all optional):
 #   GPUHUB_QUOTA_URL             gpu-quota's base URL with its prefix, e.g.
 #                                http://gpuhub-quota.jhub:8000/services/gpu-quota/ (default: the `url` of
@@ -32,10 +38,14 @@
 #   GPUHUB_PROFILES_TIMEOUT      seconds to wait for an answer (default 1): the form never waits more
 #                                than this plus 0.25 s, however many forms are asked for at once
 #   GPUHUB_PROFILES_CACHE_SECONDS  how long the answer for one user's server is reused (default 5)
+#   GPUHUB_CULLER_URL            gpu-culler's base URL with its prefix (default: from the Hub service
+#                                "gpu-culler", as for gpu-quota)
+#   GPUHUB_CULLER_TOKEN          the token to send (default: that service's api_token)
+#   GPUHUB_CULLER_TIMEOUT        seconds the home page waits for gpu-culler (default 1)
 #
 # Without a "gpu-quota" service entry (and no GPUHUB_QUOTA_URL/TOKEN) the quota part does nothing and
 # says so once in the Hub log; without a "gpu-profiles" one the static profile list and KubeSpawner's
-# own form stay as they are.
+# own form stay as they are; without a "gpu-culler" one the home page is the Hub's own.
 
 
 def _gpuhub_quota_glue(c):
@@ -859,4 +869,156 @@ PROFILE_FORM = """
 """
 
 
+def _gpuhub_culler_glue(c, home):
+    """The home page's "why": a home.html extending the Hub's and the gpuhub_culler_stop() it calls.
+
+    Installed only when a Hub service "gpu-culler" (or GPUHUB_CULLER_URL) is configured when this file runs;
+    otherwise the Hub's templates stay as they are.
+    """
+    import asyncio
+    import json
+    import logging
+    import os
+    import tempfile
+    from urllib.parse import quote
+
+    from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+
+    service_name = "gpu-culler"
+    log = logging.getLogger("JupyterHub")  # the Hub application's logger
+
+    def entry():
+        if "services" in c.JupyterHub:
+            for s in c.JupyterHub.services or []:
+                if isinstance(s, dict) and s.get("name") == service_name:
+                    return s
+        return {}
+
+    if not entry() and not os.environ.get("GPUHUB_CULLER_URL", "").strip():
+        return
+    try:
+        timeout = float(os.environ.get("GPUHUB_CULLER_TIMEOUT", "1"))
+    except ValueError:
+        timeout = 1.0
+
+    state = {"target": None, "resolved": False, "failing": False}
+
+    def resolve(user):
+        if state["resolved"]:
+            return state["target"]
+        state["resolved"] = True
+        service = entry()
+        url = os.environ.get("GPUHUB_CULLER_URL", "").strip()
+        token = os.environ.get("GPUHUB_CULLER_TOKEN", "").strip() or service.get("api_token") or ""
+        if not url and service.get("url"):
+            # As for gpu-quota: the service serves under its prefix; the Hub asks it directly.
+            base = user.settings.get("base_url") or "/"
+            url = service["url"].rstrip("/") + base.rstrip("/") + "/services/" + service_name + "/"
+        if not url or not token:
+            log.warning("gpuhub culler glue: no Hub service %r with url and api_token (and no GPUHUB_CULLER_URL/"
+                        "GPUHUB_CULLER_TOKEN): the home page cannot say why a server was stopped", service_name)
+            return None
+        if not url.endswith("/"):
+            url += "/"
+        state["target"] = (url + "api/v1/stops/", token)
+        log.info("gpuhub culler glue: the home page asks %sapi/v1/stops/<user> why a server was stopped", url)
+        return state["target"]
+
+    def failed(why):
+        # Once per outage, not once per page view; the token is never in `why`.
+        if not state["failing"]:
+            state["failing"] = True
+            log.warning("gpuhub culler glue: %s; the home page shows no culler stops until it answers", why)
+
+    async def last_stop(user):
+        target = resolve(user)
+        if target is None:
+            return None
+        url, token = target
+        request = HTTPRequest(
+            url + quote(user.name, safe=""),
+            headers={"Authorization": "token " + token, "Accept": "application/json"},
+            connect_timeout=timeout,
+            request_timeout=timeout,
+        )
+        try:
+            # Bounded as a whole, queueing in the Hub's shared client included (see the quota part).
+            resp = await asyncio.wait_for(AsyncHTTPClient().fetch(request, raise_error=False), timeout + 0.25)
+        except asyncio.TimeoutError:
+            failed(f"gpu-culler gave no answer within {timeout + 0.25:g} s")
+            return None
+        except Exception as e:  # connection refused, DNS
+            failed(f"gpu-culler unreachable ({type(e).__name__}: {e})")
+            return None
+        if resp.code != 200:
+            failed(f"gpu-culler answered {resp.code}" + (" (check the gpu-culler service's api_token)" if resp.code in (401, 403) else ""))
+            return None
+        try:
+            stop = (json.loads(resp.body or b"{}") or {}).get("lastStop")
+        except (ValueError, AttributeError):
+            failed("gpu-culler's answer is not the JSON of api/v1/stops")
+            return None
+        if state["failing"]:
+            state["failing"] = False
+            log.info("gpuhub culler glue: gpu-culler answers again")
+        if not isinstance(stop, dict) or not isinstance(stop.get("message"), str) or not stop["message"]:
+            return None
+        server = stop.get("server")
+        return {"message": stop["message"], "server": server if isinstance(server, str) else ""}
+
+    async def stop_of(user):
+        try:
+            return await last_stop(user)
+        except Exception:  # a bug here must never break the home page
+            log.exception("gpuhub culler glue: unexpected error asking gpu-culler about %s", user.name)
+            return None
+
+    def none():
+        return None
+
+    def gpuhub_culler_stop(user):
+        # The Hub calls every callable template var with the current user for every page it renders; only
+        # home.html calls what this returns, so only the home page asks gpu-culler.
+        if user is None:
+            return none
+        return lambda: stop_of(user)
+
+    paths = list(c.JupyterHub.template_paths) if "template_paths" in c.JupyterHub else []
+    own = [p for p in paths if os.path.isfile(os.path.join(p, "home.html"))]
+    if own:
+        log.info("gpuhub culler glue: %s holds your own home.html; it may show gpu-culler's message itself "
+                 "({%% set stop = gpuhub_culler_stop() %%}, chart/README.md)", own[0])
+    else:
+        try:
+            d = tempfile.mkdtemp(prefix="gpuhub-hub-templates-")
+            with open(os.path.join(d, "home.html"), "w", encoding="utf-8") as f:
+                f.write(home)
+        except OSError as e:
+            log.warning("gpuhub culler glue: cannot write the home page template (%s); it will not say why a server was stopped", e)
+            return
+        c.JupyterHub.template_paths = [d] + paths
+    template_vars = dict(c.JupyterHub.template_vars) if "template_vars" in c.JupyterHub else {}
+    template_vars["gpuhub_culler_stop"] = gpuhub_culler_stop
+    c.JupyterHub.template_vars = template_vars
+
+
+# The home page with gpu-culler's "why" above the Hub's own content. "templates/home.html" is the Hub's own
+# template (its loader serves the built-in ones under that prefix), in JupyterHub 5.5 and 6.x alike. Jinja runs in
+# async mode there, so the call below is awaited; the Hub's environment escapes the message and the server name.
+CULLER_HOME = """{% extends "templates/home.html" %}
+{% block main %}
+{%- set gpuhub_stop = gpuhub_culler_stop() if gpuhub_culler_stop is defined else none %}
+{%- if gpuhub_stop %}
+<div class="container">
+  <div class="alert alert-info" role="status" id="gpuhub-culler-stop">
+    {%- if gpuhub_stop.server %}<strong>{{ gpuhub_stop.server }}</strong>: {% endif %}{{ gpuhub_stop.message -}}
+  </div>
+</div>
+{%- endif %}
+{{ super() }}
+{% endblock main %}
+"""
+
+
 _gpuhub_profiles_glue(c, _gpuhub_quota_glue(c), PROFILE_FORM)  # noqa: F821 (c is the Hub's config, as in every jupyterhub_config.py snippet)
+_gpuhub_culler_glue(c, CULLER_HOME)  # noqa: F821

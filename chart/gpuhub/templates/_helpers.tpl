@@ -113,3 +113,36 @@ gpuhub-agent
 {{- define "gpuhub.profilesLease" -}}
 {{- printf "%s-profiles" (include "gpuhub.fullname" .) -}}
 {{- end -}}
+
+{{- define "gpuhub.cullerServiceAccount" -}}
+{{- printf "%s-culler" (include "gpuhub.fullname" .) -}}
+{{- end -}}
+
+{{/* The Lease that keeps gpu-culler's passes to one replica. */}}
+{{- define "gpuhub.cullerLease" -}}
+{{- printf "%s-culler" (include "gpuhub.fullname" .) -}}
+{{- end -}}
+
+{{/* The ConfigMap where gpu-culler keeps each user's last stop (the "why" on the Hub home page and the panel).
+gpu-culler creates it; the chart does not, so an upgrade never empties it. */}}
+{{- define "gpuhub.cullerStops" -}}
+{{- printf "%s-culler-stops" (include "gpuhub.fullname" .) -}}
+{{- end -}}
+
+{{/* The usage API's reader services: gpu-quota (GPU-hours) and gpu-culler (every GPU server's telemetry), those
+the chart runs. */}}
+{{- define "gpuhub.usageReaders" -}}
+{{- $r := list -}}
+{{- if .Values.quota.enabled }}{{ $r = append $r .Values.quota.serviceName }}{{ end -}}
+{{- if .Values.culler.enabled }}{{ $r = append $r .Values.culler.serviceName }}{{ end -}}
+{{- join "," $r -}}
+{{- end -}}
+
+{{/* The usage API's URL for gpu-culler's --usage-url: culler.usageURL, else this release's. */}}
+{{- define "gpuhub.cullerUsageURL" -}}
+{{- if .Values.culler.usageURL -}}
+{{- .Values.culler.usageURL -}}
+{{- else -}}
+{{- printf "http://%s.%s:%v%s/services/%s/" (include "gpuhub.usageServiceAccount" .) .Release.Namespace .Values.usage.port (include "gpuhub.basePath" .) .Values.usage.serviceName -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,226 @@
+//go:build e2e
+
+package gpuhubstack
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/gpuhub/gpuhub/e2e/cluster"
+)
+
+// TestCullerRBAC runs on a real API server (RBAC on) with the chart's gpu-culler ServiceAccount, z2jh's pods in
+// another namespace than the release: its Roles are enough for what gpu-culler does (an informer on the single-user
+// pods and its notice on them, client-go leader election on its Lease, its stops ConfigMap created, read, listed and
+// watched by name with a metadata.name field selector, updated) and nothing more (no other ConfigMap, no listing
+// them all, no pod deletes, no nodes, no Secrets).
+func TestCullerRBAC(t *testing.T) {
+	kubeBin, helm := os.Getenv("GPUHUB_KUBE_BIN"), os.Getenv("GPUHUB_HELM")
+	if kubeBin == "" || helm == "" {
+		t.Skip("GPUHUB_KUBE_BIN or GPUHUB_HELM is not set; make e2e sets them")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cp, err := cluster.Start(ctx, cluster.Options{BinDir: kubeBin, Dir: filepath.Join(t.TempDir(), "cluster")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cp.Stop()
+	adminCfg, err := cp.RESTConfig("admin", []string{"system:masters"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := kubernetes.NewForConfig(adminCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	version, err := ServerVersion(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const release, pods = "gpuhub", "jhub"
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: pods}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Chart{Helm: helm, Dir: "../../chart/gpuhub", Namespace: release, PodNamespace: pods, KubeVersion: version}.Render(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := InstallRBAC(ctx, admin, release, objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// gpu-culler's ServiceAccount and the names its Deployment is told, from the rendered chart.
+	var sa, lease, stops string
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *corev1.ServiceAccount:
+			if o.Labels["app.kubernetes.io/component"] == "gpu-culler" {
+				sa = o.Name
+			}
+		case *appsv1.Deployment:
+			if o.Labels["app.kubernetes.io/component"] != "gpu-culler" {
+				continue
+			}
+			for _, a := range o.Spec.Template.Spec.Containers[0].Args {
+				if v, ok := strings.CutPrefix(a, "--lease-name="); ok {
+					lease = v
+				}
+				if v, ok := strings.CutPrefix(a, "--stops-configmap="); ok {
+					stops = v
+				}
+			}
+		}
+	}
+	if sa == "" || lease == "" || stops == "" {
+		t.Fatalf("rendered chart: gpu-culler ServiceAccount %q, --lease-name %q, --stops-configmap %q", sa, lease, stops)
+	}
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := in.WriteKubeconfig(ctx, admin, sa, cp.URL, cp.CAData(), kc); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	culler, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{pods, release} {
+		// Pods need the namespace's default ServiceAccount, which the controller manager creates.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			if _, err := admin.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{}); err == nil || time.Now().After(deadline) {
+				break
+			}
+		}
+		if _, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "jupyter-bob", Labels: map[string]string{"component": "singleuser-server"},
+				Annotations: map[string]string{"hub.jupyter.org/username": "bob"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "notebook", Image: "x"}}},
+		}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("pod in %s: %v", ns, err)
+		}
+	}
+	if _, err := admin.CoreV1().ConfigMaps(release).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "someone-else"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	notice := []byte(`{"metadata":{"annotations":{"gpuhub.io/notice-gpu-culler":"{\"kind\":\"idle\"}"}}}`)
+	byName := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", stops).String()}
+	cms := culler.CoreV1().ConfigMaps(release)
+
+	// In order: the ConfigMap is created before it is read, listed, watched and updated.
+	allowed := []struct {
+		name string
+		do   func() error
+	}{
+		{"list single-user pods", func() error {
+			_, err := culler.CoreV1().Pods(pods).List(ctx, metav1.ListOptions{LabelSelector: "component=singleuser-server"})
+			return err
+		}},
+		{"watch single-user pods", func() error {
+			w, err := culler.CoreV1().Pods(pods).Watch(ctx, metav1.ListOptions{LabelSelector: "component=singleuser-server"})
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		}},
+		{"patch a notice on a single-user pod", func() error {
+			_, err := culler.CoreV1().Pods(pods).Patch(ctx, "jupyter-bob", types.MergePatchType, notice, metav1.PatchOptions{})
+			return err
+		}},
+		{"create the stops ConfigMap", func() error {
+			_, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: stops}}, metav1.CreateOptions{})
+			return err
+		}},
+		{"get the stops ConfigMap", func() error { _, err := cms.Get(ctx, stops, metav1.GetOptions{}); return err }},
+		{"list the stops ConfigMap by name", func() error { _, err := cms.List(ctx, byName); return err }},
+		{"watch the stops ConfigMap by name", func() error {
+			w, err := cms.Watch(ctx, byName)
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		}},
+		{"update the stops ConfigMap", func() error {
+			cm, err := cms.Get(ctx, stops, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			cm.Data = map[string]string{"616c696365": `{"user":"alice"}`}
+			_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+			return err
+		}},
+	}
+	for _, a := range allowed {
+		if err := a.do(); err != nil {
+			t.Errorf("%s: %v", a.name, err)
+		}
+	}
+	forbidden := map[string]func() error{
+		"list every ConfigMap":       func() error { _, err := cms.List(ctx, metav1.ListOptions{}); return err },
+		"get another ConfigMap":      func() error { _, err := cms.Get(ctx, "someone-else", metav1.GetOptions{}); return err },
+		"delete the stops ConfigMap": func() error { return cms.Delete(ctx, stops, metav1.DeleteOptions{}) },
+		"update another ConfigMap": func() error {
+			_, err := cms.Update(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "someone-else"}}, metav1.UpdateOptions{})
+			return err
+		},
+		"configmaps in the single-user namespace": func() error {
+			_, err := culler.CoreV1().ConfigMaps(pods).Get(ctx, stops, metav1.GetOptions{})
+			return err
+		},
+		"delete a single-user pod": func() error { return culler.CoreV1().Pods(pods).Delete(ctx, "jupyter-bob", metav1.DeleteOptions{}) },
+		"list pods in the release namespace": func() error {
+			_, err := culler.CoreV1().Pods(release).List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"list nodes":   func() error { _, err := culler.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); return err },
+		"list secrets": func() error { _, err := culler.CoreV1().Secrets(release).List(ctx, metav1.ListOptions{}); return err },
+	}
+	for name, do := range forbidden {
+		if err := do(); !apierrors.IsForbidden(err) {
+			t.Errorf("%s: error %v, want Forbidden", name, err)
+		}
+	}
+
+	// Leader election as gpu-culler does it: client-go on its Lease, create then renew (get, update).
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, release, lease, culler.CoreV1(), culler.CoordinationV1(),
+		resourcelock.ResourceLockConfig{Identity: "gpuhub-culler-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leCtx, stop := context.WithTimeout(ctx, 30*time.Second)
+	defer stop()
+	var led atomic.Bool
+	leaderelection.RunOrDie(leCtx, leaderelection.LeaderElectionConfig{
+		Lock: lock, LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond,
+		ReleaseOnCancel: true,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(context.Context) {
+				time.Sleep(time.Second) // a few renewals
+				led.Store(true)
+				stop()
+			},
+			OnStoppedLeading: func() {},
+		},
+	})
+	if !led.Load() {
+		t.Errorf("gpu-culler's ServiceAccount never led on Lease %s/%s", release, lease)
+	}
+}
