@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -215,6 +216,8 @@ func newFront(ctx context.Context, ports []int) (*front, error) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", hosts[0]
 		},
 		Transport: failover{hosts: hosts, rt: http.DefaultTransport},
+		// The Hub checks its services at start, before the replicas run: a 502 says enough.
+		ErrorLog: log.New(io.Discard, "", 0),
 	}
 	f := &front{port: ln.Addr().(*net.TCPAddr).Port, srv: &http.Server{Handler: rp, ReadHeaderTimeout: 10 * time.Second}}
 	go func() { _ = f.srv.Serve(ln) }()
