@@ -1,0 +1,83 @@
+package pass
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are a pass's counters (gpuhub_culler_*).
+type Metrics struct {
+	passes       *prometheus.CounterVec
+	duration     prometheus.Histogram
+	lastPass     prometheus.Gauge
+	servers      *prometheus.GaugeVec
+	skips        *prometheus.CounterVec
+	stopped      *prometheus.CounterVec
+	saved        *prometheus.CounterVec
+	stopErrors   prometheus.Counter
+	noticeErrors prometheus.Counter
+	conflicts    prometheus.Counter
+}
+
+// NewMetrics registers the metrics on reg (nil: not registered, for tests).
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	const ns, sub = "gpuhub", "culler"
+	m := &Metrics{
+		passes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "passes_total",
+			Help: "Passes over every ready server by result: ok, or error (the Hub's list or the pod list could not be read; nobody was acted on)."}, []string{"result"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "pass_duration_seconds",
+			Help: "How long a pass took, from the first Hub request to the last action.", Buckets: []float64{.01, .05, .1, .25, .5, 1, 2, 5, 10, 30, 60}}),
+		lastPass: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "last_pass_timestamp_seconds",
+			Help: "When the last good pass ended (Unix time)."}),
+		servers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "servers",
+			Help: "Ready servers in the last good pass by what was decided: none, warn, stop, skip."}, []string{"state"}),
+		skips: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "skips_total",
+			Help: "Servers left alone in a pass, by reason (telemetry_stale, usage_unreachable, exempt, snoozed, dry_run, ...) and GPU kind (cpu for CPU-only), counted every pass."}, []string{"reason", "kind"}),
+		stopped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "stops_total",
+			Help: "Servers stopped, by reason (idle, max_age) and GPU kind."}, []string{"reason", "kind"}),
+		saved: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "gpu_hours_saved_total",
+			Help: "GPU-hours (GPU-equivalents x hours) the stopped GPU servers did not hold: from each stop until the same server runs again, at most 24 h a stop; counted by the replica that stopped it."}, []string{"kind"}),
+		stopErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "stop_errors_total",
+			Help: "Stops the Hub refused or did not answer; the next pass tries again."}),
+		noticeErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "notice_errors_total",
+			Help: "Notices that could not be written on the pod; no server is stopped before its notice is shown."}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "notice_conflicts_total",
+			Help: "Notices not written because the pod changed since it was read (a snooze); the next pass decides again."}),
+	}
+	for _, r := range []string{"ok", "error"} {
+		m.passes.WithLabelValues(r)
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.passes, m.duration, m.lastPass, m.servers, m.skips, m.stopped, m.saved,
+			m.stopErrors, m.noticeErrors, m.conflicts} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *Metrics) pass(s Summary, err error, end time.Time) {
+	if err != nil {
+		m.passes.WithLabelValues("error").Inc()
+		return
+	}
+	m.passes.WithLabelValues("ok").Inc()
+	m.duration.Observe(s.Duration.Seconds())
+	m.lastPass.Set(float64(end.UnixNano()) / 1e9)
+	states := map[string]float64{"none": 0, "warn": 0, "stop": 0, "skip": 0}
+	for k, n := range s.Decisions {
+		for a := range states {
+			if len(k) > len(a) && k[:len(a)+1] == a+"/" {
+				states[a] += float64(n)
+			}
+		}
+	}
+	for a, n := range states {
+		m.servers.WithLabelValues(a).Set(n)
+	}
+}
+
+func (m *Metrics) skip(reason, kind string) { m.skips.WithLabelValues(reason, kind).Inc() }

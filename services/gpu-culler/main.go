@@ -1,0 +1,128 @@
+// Command gpu-culler is the Hub service gpu-culler: it stops servers whose GPU sits idle, judged by measured GPU
+// activity, after a warning the user can snooze; CPU-only servers by Hub activity under the same policy. See
+// services/gpu-culler/README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/app"
+	cpolicy "github.com/gpuhub/gpuhub/services/gpu-culler/internal/policy"
+	"github.com/gpuhub/gpuhub/services/internal/config"
+	"github.com/gpuhub/gpuhub/services/internal/logging"
+	"github.com/gpuhub/gpuhub/services/internal/policy"
+	"github.com/gpuhub/gpuhub/services/internal/start"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
+
+func run(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("gpu-culler", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		listen         = fs.String("listen", ":8080", "address to serve the API, probes and metrics on")
+		prefix         = fs.String("prefix", "/services/gpu-culler/", "URL prefix of the API (the Hub service prefix)")
+		policyPath     = fs.String("policy", "", "policy file (YAML, required); a file that does not load keeps the service from starting")
+		policyPoll     = fs.Duration("policy-poll", 10*time.Second, "how often the policy file is checked for a new content (ConfigMap updates); SIGHUP reloads at once")
+		usageURL       = fs.String("usage-url", "", "the usage API's base URL with its prefix, e.g. http://gpu-usage:8000/services/gpu-usage/ (required)")
+		sampleEvery    = fs.Duration("sample-every", 10*time.Second, "how often every replica samples the usage API's GPU telemetry")
+		namespace      = fs.String("namespace", "", "namespace of the single-user pods (empty: all namespaces)")
+		leaderElect    = fs.Bool("leader-elect", true, "act only while holding the Lease (false: this replica acts alone; run one)")
+		leaseNamespace = fs.String("lease-namespace", "", "namespace of the Lease and of the stops ConfigMap")
+		leaseName      = fs.String("lease-name", "gpu-culler", "name of the Lease")
+		leaseDuration  = fs.Duration("lease-duration", 15*time.Second, "how long a Lease lasts without renewal: a dead leader's replacement acts within it")
+		renewDeadline  = fs.Duration("renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it stops acting")
+		retryPeriod    = fs.Duration("retry-period", 2*time.Second, "how often replicas try to take or renew the Lease")
+		stopsConfigMap = fs.String("stops-configmap", "gpu-culler-stops", "ConfigMap (in --lease-namespace) keeping each user's last stop, so they read why")
+		readerServices = fs.String("reader-services", "", "comma-separated Hub services that may read the decisions (admins always may)")
+		adminGroups    = fs.String("admin-groups", "", "comma-separated Hub groups whose members are admins here")
+		kubeconfig     = fs.String("kubeconfig", "", "kubeconfig path (empty: in-cluster, then $KUBECONFIG)")
+		logFormat      = fs.String("log-format", "text", "log format: text or json")
+		logLevel       = fs.String("log-level", "info", "log level: debug, info, warn or error")
+	)
+	err := config.Parse(fs, args, map[string]string{
+		"listen": "GPUHUB_LISTEN", "prefix": config.HubEnv.ServicePrefix, "policy": "GPU_CULLER_POLICY", "policy-poll": "GPUHUB_POLICY_POLL",
+		"usage-url": "GPU_USAGE_URL", "sample-every": "GPUHUB_SAMPLE_EVERY", "namespace": "POD_NAMESPACE",
+		"leader-elect": "GPUHUB_LEADER_ELECT", "lease-namespace": "GPUHUB_LEASE_NAMESPACE", "lease-name": "GPUHUB_LEASE_NAME",
+		"lease-duration": "GPUHUB_LEASE_DURATION", "renew-deadline": "GPUHUB_RENEW_DEADLINE", "retry-period": "GPUHUB_RETRY_PERIOD",
+		"stops-configmap": "GPUHUB_STOPS_CONFIGMAP", "reader-services": "GPUHUB_READER_SERVICES", "admin-groups": "GPUHUB_ADMIN_GROUPS",
+		"kubeconfig": "KUBECONFIG", "log-format": "GPUHUB_LOG_FORMAT", "log-level": "GPUHUB_LOG_LEVEL",
+	}, nil)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		_, _ = fmt.Fprintln(stderr, err)
+		return 2
+	}
+	logger, err := logging.New(stderr, *logFormat, *logLevel)
+	if err != nil {
+		_, _ = fmt.Fprintln(stderr, err)
+		return 2
+	}
+	// The policy first: a file that does not load is the first thing to fix, whatever else is missing.
+	if *policyPath == "" {
+		_, _ = fmt.Fprintln(stderr, "gpu-culler: --policy is required (a YAML file; see services/gpu-culler/README.md)")
+		return 2
+	}
+	if err := policy.Load(*policyPath, &cpolicy.Policy{}); err != nil {
+		return policyFailed(stderr, err)
+	}
+	cl, err := start.NewClients(start.Options{Service: "gpu-culler", Kubeconfig: *kubeconfig, AdminGroups: config.List(*adminGroups), Logger: logger})
+	if err != nil {
+		logger.Error("cannot start", "err", err)
+		return 2
+	}
+	ctx, reload, stop := start.Signals()
+	defer stop()
+
+	// The token's scopes decide whether the policy's group exemptions can be applied.
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	me, err := cl.Hub.WhoAmI(wctx)
+	cancel()
+	if err != nil {
+		logger.Error("cannot ask the Hub about the culler's own token; check JUPYTERHUB_API_URL and that the Hub runs", "err", err)
+		return 1
+	}
+	host, _ := os.Hostname()                           // the pod name in a cluster
+	identity := host + "_" + strconv.Itoa(os.Getpid()) // unique also for replicas on one machine (tests)
+	err = app.Run(ctx, app.Options{
+		Logger: logger, Registry: cl.Registry, Addr: *listen, Prefix: *prefix,
+		PolicyPath: *policyPath, PolicyPoll: *policyPoll, Reload: reload,
+		Kube: cl.Kube, Namespace: *namespace, Hub: cl.Hub, Token: cl.HubConfig.Token, Scopes: nonNil(me.Scopes),
+		Auth: cl.Auth.Middleware, ReaderServices: config.List(*readerServices),
+		UsageURL: *usageURL, SampleEvery: *sampleEvery,
+		LeaderElect: *leaderElect, LeaseNamespace: *leaseNamespace, LeaseName: *leaseName, Identity: identity,
+		LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod,
+		StopsConfigMap: *stopsConfigMap,
+	})
+	var ce *app.ConfigError
+	if errors.As(err, &ce) {
+		return policyFailed(stderr, ce.Err)
+	}
+	if err != nil {
+		logger.Error("gpu-culler stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// policyFailed prints why the policy does not load, one error a line (file:line:column: message).
+func policyFailed(stderr io.Writer, err error) int {
+	_, _ = fmt.Fprintf(stderr, "gpu-culler: the policy does not load; fix it and start again:\n%v\n", err)
+	return 1
+}
