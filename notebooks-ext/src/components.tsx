@@ -263,18 +263,47 @@ function Usage(
         ))}
       </Section>
       <Section title="Idle cull" id="idle">
-        <p
-          className={data.idleCull ? 'jp-GpuPanel-value' : 'jp-GpuPanel-muted'}
-          data-field="idle-cull"
-        >
-          {describeIdleCull(data.idleCull, now)}
-        </p>
+        <IdleCull data={data} now={now} culler={props.culler} />
       </Section>
       <footer className="jp-GpuPanel-footer">
         {data.user} · updated {formatClock(props.fetchedAt)}
         {age !== null && !stale && ` · sample ${formatDuration(age)} old`}
       </footer>
     </div>
+  );
+}
+
+/**
+ * The idle-cull line: the culler's stop of this user's server when one is
+ * announced, that the culler watches when it answers, else what `me` says.
+ */
+function IdleCull(props: {
+  data: MeResponse;
+  now: Date;
+  culler?: CullerProps;
+}): JSX.Element {
+  const { data, now, culler } = props;
+  let text = describeIdleCull(data.idleCull, now);
+  let on = data.idleCull !== null;
+  if (culler) {
+    const n = data.notices.find(x => isCullerNotice(x, culler.serviceName));
+    const deadline =
+      n && withSnooze(n, culler.state.snoozes[n.server]).deadline;
+    if (deadline) {
+      text = `${serverLabel(n.server)} stops at ${clockText(deadline)} unless its GPU is used`;
+      on = true;
+    } else if (culler.state.installed && !data.idleCull) {
+      text = `on: ${culler.serviceName} stops GPU servers that sit idle, after a warning here`;
+      on = true;
+    }
+  }
+  return (
+    <p
+      className={on ? 'jp-GpuPanel-value' : 'jp-GpuPanel-muted'}
+      data-field="idle-cull"
+    >
+      {text}
+    </p>
   );
 }
 
@@ -615,11 +644,13 @@ function Snooze(props: {
   const pending = state?.status === 'pending';
   return (
     <>
-      {state?.status === 'done' && (
-        <p className="jp-GpuPanel-value" data-field="snooze-result">
-          Snoozed: this server now stops at {clockText(state.result.deadline)}.
-        </p>
-      )}
+      {state?.status === 'done' &&
+        sameTime(state.result.deadline, n.deadline) && (
+          <p className="jp-GpuPanel-value" data-field="snooze-result">
+            Snoozed: this server now stops at {clockText(state.result.deadline)}
+            .
+          </p>
+        )}
       {state?.status === 'failed' && (
         <p
           className="jp-GpuPanel-snoozeError"
@@ -651,6 +682,11 @@ function Snooze(props: {
       )}
     </>
   );
+}
+
+/** Two ISO 8601 times name the same instant. */
+function sameTime(a: string, b?: string): boolean {
+  return b !== undefined && Date.parse(a) === Date.parse(b);
 }
 
 /** Why the culler stopped a server last; shown until dismissed. */

@@ -29,6 +29,8 @@ export interface CullerState {
   lastStop: LastStop | null;
   /** Snoozes sent from this page, by server name ("" = default server). */
   snoozes: Record<string, SnoozeState>;
+  /** The culler answered me: it watches this user's servers. */
+  installed: boolean;
 }
 
 /** Anything with localStorage's get/set (tests pass a map). */
@@ -123,8 +125,8 @@ export class CullerModel implements IDisposable {
     }
     const stop = me.lastStop;
     const shown = stop && stopKey(stop) !== this._dismissed() ? stop : null;
-    if (!sameStop(shown, this._state.lastStop)) {
-      this._set({ ...this._state, lastStop: shown });
+    if (!sameStop(shown, this._state.lastStop) || !this._state.installed) {
+      this._set({ ...this._state, lastStop: shown, installed: true });
     }
   }
 
@@ -177,20 +179,18 @@ export class CullerModel implements IDisposable {
   }
 
   /**
-   * Forget the snoozes that `me` has caught up with: a server without a
-   * notice of the culler any more (the user got busy, or it stopped), or whose
-   * notice counts the snooze already.
+   * Forget the snoozes of servers without a notice of the culler any more
+   * (the user got busy, or the server stopped): a later notice is a new one.
+   * A snooze that `me` already counts stays, for its confirmation line.
    */
   syncNotices(notices: UserNotice[]): void {
     let changed = false;
     const next: Record<string, SnoozeState> = {};
     for (const [server, s] of Object.entries(this._state.snoozes)) {
-      const n = notices.find(
+      const n = notices.some(
         x => isCullerNotice(x, this.serviceName) && x.server === server
       );
-      const caughtUp =
-        s.status === 'done' && n && (n.snoozes ?? 0) >= s.result.snoozes;
-      if (s.status !== 'pending' && (!n || caughtUp)) {
+      if (s.status !== 'pending' && !n) {
         changed = true;
         continue;
       }
@@ -237,7 +237,11 @@ export class CullerModel implements IDisposable {
   private _memoryDismissed: string | null = null;
   private _onSnoozed: (() => void) | undefined;
   private _poll: Poll | null;
-  private _state: CullerState = { lastStop: null, snoozes: {} };
+  private _state: CullerState = {
+    lastStop: null,
+    snoozes: {},
+    installed: false
+  };
   private _disposed = false;
   private _changed = new Signal<this, CullerState>(this);
 }

@@ -594,7 +594,11 @@ export function noticeCountdown(n: UserNotice, now: Date): string | null {
   return left > 0 ? `${formatCountdown(left)} left` : 'due now';
 }
 
-/** A time of day in the browser's zone, "15:10"; '' for a time that does not parse. */
+/**
+ * A time of day in the browser's zone, with the zone, 24-hour like the
+ * services' messages: "15:10 UTC", "16:10 GMT+1"; '' for a time that does not
+ * parse.
+ */
 export function clockText(iso: string): string {
   const t = Date.parse(iso);
   if (Number.isNaN(t)) {
@@ -602,7 +606,9 @@ export function clockText(iso: string): string {
   }
   return new Date(t).toLocaleTimeString(undefined, {
     hour: '2-digit',
-    minute: '2-digit'
+    minute: '2-digit',
+    hourCycle: 'h23',
+    timeZoneName: 'short'
   });
 }
 

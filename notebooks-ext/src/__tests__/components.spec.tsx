@@ -458,7 +458,7 @@ describe('GpuPanel: the culler (issue 12)', () => {
 
   function cullerProps(state: Partial<CullerState> = {}): CullerProps {
     return {
-      state: { lastStop: null, snoozes: {}, ...state },
+      state: { lastStop: null, snoozes: {}, installed: true, ...state },
       serviceName: 'gpu-culler',
       onSnooze: jest.fn(),
       onDismissStop: jest.fn()
@@ -495,6 +495,29 @@ describe('GpuPanel: the culler (issue 12)', () => {
     expect(button?.textContent).toBe('Snooze');
     act(() => button?.click());
     expect(culler.onSnooze).toHaveBeenCalledWith('', '2026-11-22T10:10:00Z');
+  });
+
+  it('says in the Idle cull section when the culler stops the server, or that it watches', () => {
+    renderPanel(idle(), jest.fn(), undefined, cullerProps());
+    expect(text('[data-field="idle-cull"]')).toBe(
+      `default server stops at ${clockText('2026-11-22T10:10:00Z')} unless its GPU is used`
+    );
+    renderPanel(
+      { status: 'ok', data: aliceMe(), fetchedAt: NOW },
+      jest.fn(),
+      undefined,
+      cullerProps()
+    );
+    expect(text('[data-field="idle-cull"]')).toBe(
+      'on: gpu-culler stops GPU servers that sit idle, after a warning here'
+    );
+    renderPanel(
+      { status: 'ok', data: aliceMe(), fetchedAt: NOW },
+      jest.fn(),
+      undefined,
+      cullerProps({ installed: false })
+    );
+    expect(text('[data-field="idle-cull"]')).toBe('not configured');
   });
 
   it('has no Snooze button when the stop cannot be snoozed', () => {
@@ -566,6 +589,20 @@ describe('GpuPanel: the culler (issue 12)', () => {
     );
     expect(text('[data-field="snoozes-left"]')).toBe('no snoozes left');
     expect(host.querySelector('[data-action="snooze"]')).toBeNull();
+
+    // me caught up: its notice is shown, with the confirmation while the deadline is the snooze's.
+    const caughtUp = (deadline: string): UsageState =>
+      idle({ snoozes: 2, snoozable: false, deadline });
+    const props = cullerProps({ snoozes: { '': { status: 'done', result } } });
+    renderPanel(
+      caughtUp('2026-11-22T10:40:00.000Z'),
+      jest.fn(),
+      () => NOW,
+      props
+    );
+    expect(host.querySelector('[data-field="snooze-result"]')).not.toBeNull();
+    renderPanel(caughtUp('2026-11-22T10:45:00Z'), jest.fn(), () => NOW, props);
+    expect(host.querySelector('[data-field="snooze-result"]')).toBeNull();
   });
 
   it('shows why a snooze failed, and lets the user try again', () => {

@@ -74,7 +74,9 @@ describe('CullerModel: the last stop', () => {
     const m = model(fetchFn, { storage });
     const changes: unknown[] = [];
     m.changed.connect((_, s) => changes.push(s.lastStop));
+    expect(m.state.installed).toBe(false);
     await m.fetchOnce();
+    expect(m.state.installed).toBe(true);
     expect(m.state.lastStop?.message).toBe(
       'Stopped at 09:10 UTC: GPU idle for 1 h 7 min.'
     );
@@ -147,6 +149,7 @@ describe('CullerModel: the last stop', () => {
         await m.start();
         await jest.advanceTimersByTimeAsync(5 * 60_000);
         expect(m.state.lastStop).toBeNull();
+        expect(m.state.installed).toBe(false);
         expect(warn).not.toHaveBeenCalled();
         expect(error).not.toHaveBeenCalled();
         // Asked at load, then less often than every minute.
@@ -245,18 +248,15 @@ describe('CullerModel: snooze', () => {
     expect(onSnoozed).not.toHaveBeenCalled();
   });
 
-  it('forgets a snooze once me counts it, or the notice is gone', async () => {
+  it('forgets a snooze once the notice is gone, not while me shows it', async () => {
     const m = model(culler({ snooze: { status: 200, body: snoozed } }));
     await m.snooze('');
-    const notice = parseMe(aliceIdleJson()).notices;
-    m.syncNotices(notice); // me still says 1 snooze: keep the answer
+    m.syncNotices(parseMe(aliceIdleJson()).notices); // me still says 1 snooze
     expect(m.state.snoozes['']?.status).toBe('done');
-    m.syncNotices(parseMe(aliceIdleJson({ snoozes: 2 })).notices);
-    expect(m.state.snoozes['']).toBeUndefined();
-
-    await m.snooze('');
-    m.syncNotices([]); // the user got busy: the notice is gone
-    expect(m.state.snoozes['']).toBeUndefined();
+    m.syncNotices(parseMe(aliceIdleJson({ snoozes: 2 })).notices); // me caught up
+    expect(m.state.snoozes['']?.status).toBe('done');
+    m.syncNotices(parseMe(aliceIdleJson({ service: 'gpu-quota' })).notices);
+    expect(m.state.snoozes['']).toBeUndefined(); // the user got busy: the notice is gone
   });
 });
 

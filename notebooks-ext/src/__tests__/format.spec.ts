@@ -8,6 +8,7 @@ import type {
   UserNotice
 } from '../api';
 import {
+  clockText,
   article,
   asSentence,
   budgetLines,
@@ -859,5 +860,13 @@ describe('stale wording helpers (issue 9)', () => {
     );
     expect(asSentence(' done. ')).toBe('Done.');
     expect(asSentence('')).toBe('');
+  });
+});
+
+describe('clockText', () => {
+  it('writes a 24-hour time of day with its zone', () => {
+    const got = clockText('2026-11-22T10:40:00Z');
+    expect(got).toMatch(/^\d\d:40 \S+/);
+    expect(clockText('soon')).toBe('');
   });
 });
