@@ -63,10 +63,11 @@ const (
 	snooze      = 30 * time.Second
 	idleTimeout = 20 * time.Second // jupyterhub-idle-culler --timeout
 	idleEvery   = 2 * time.Second  // jupyterhub-idle-culler --cull-every
-	// leaseDuration is client-go's default, which gpu-culler keeps: the Lease of a dead leader is taken over at
-	// the first retry (2 s) after it expires.
-	leaseDuration = 15 * time.Second
-	leaseRetry    = 2 * time.Second
+	// The Lease, shorter than gpu-culler's defaults (15 s, 10 s, 2 s): the Lease of a dead leader is taken over
+	// at the first retry after it expires.
+	leaseDuration = 8 * time.Second
+	renewDeadline = 5 * time.Second
+	leaseRetry    = time.Second
 )
 
 var policy = fmt.Sprintf(`# gpu-culler's policy in the side-by-side test: short periods, every GPU server alike.
@@ -94,7 +95,7 @@ var (
 )
 
 type replica struct {
-	name string // stack component, and its identity in the Lease
+	name string // stack component
 	url  string // http://127.0.0.1:<port>/services/gpu-culler/
 	port int
 }
@@ -127,7 +128,9 @@ func run(m *testing.M) int {
 	// as the chart's Service does.
 	const n = 2
 	c := gpuhubstack.CullerOptions{Binary: need["GPUHUB_GPU_CULLER"], Token: gpuhubstack.NewToken(), Policy: policyPath,
-		Replicas: n, SampleEvery: "1s"}
+		Replicas: n, SampleEvery: "1s",
+		ExtraArgs: []string{"--lease-duration=" + leaseDuration.String(), "--renew-deadline=" + renewDeadline.String(),
+			"--retry-period=" + leaseRetry.String()}}
 	for i := range n {
 		r := replica{name: gpuhubstack.CullerComponentName(i, n), port: cluster.FreePort()}
 		r.url = gpuhubstack.Culler{Port: r.port}.URL()

@@ -51,7 +51,7 @@ type CullerOptions struct {
 }
 
 // CullerComponentName is the stack component name of replica i of n: gpu-culler alone, gpu-culler-<i> among
-// several (also the replica's identity in the Lease).
+// several.
 func CullerComponentName(i, n int) string {
 	if n <= 1 {
 		return CullerServiceName
@@ -90,7 +90,7 @@ func cullerComponents(o Options, installed **Installed, usage Usage) []stack.Com
 			spec := Culler{
 				Binary: o.Culler.Binary, Port: port, Kubeconfig: kc, Policy: o.Culler.Policy,
 				Namespace: s.Opts.Namespace, LeaseNamespace: in.Namespace, LeaseArgs: in.CullerArgs,
-				UsageURL: usage.BaseURL(), HubAPIURL: hubURL, Token: o.Culler.Token, Identity: name,
+				UsageURL: usage.BaseURL(), HubAPIURL: hubURL, Token: o.Culler.Token,
 				SampleEvery: o.Culler.SampleEvery, LogLevel: o.Culler.LogLevel, ExtraArgs: o.Culler.ExtraArgs,
 			}.Spec()
 			spec.Name = name
@@ -115,11 +115,9 @@ type Culler struct {
 	UsageURL       string // usage API base URL with its prefix (Usage.BaseURL)
 	HubAPIURL      string
 	Token          string // the service's Hub token
-	// Identity names the replica in the Lease (POD_NAME, the pod name in a real install).
-	Identity    string
-	SampleEvery string // default 2s
-	LogLevel    string // default info
-	ExtraArgs   []string
+	SampleEvery    string // default 2s
+	LogLevel       string // default info
+	ExtraArgs      []string
 }
 
 // URL is the replica's base URL on loopback with its prefix: http://127.0.0.1:<port>/services/gpu-culler/.
@@ -138,7 +136,6 @@ func (c Culler) Spec() proc.Spec {
 	env := []string{
 		"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8",
 		"JUPYTERHUB_API_URL=" + c.HubAPIURL, "JUPYTERHUB_API_TOKEN=" + c.Token, "JUPYTERHUB_SERVICE_NAME=" + CullerServiceName,
-		"POD_NAME=" + def(c.Identity, CullerServiceName),
 	}
 	args := []string{
 		"--listen=127.0.0.1:" + strconv.Itoa(c.Port), "--prefix=/services/" + CullerServiceName + "/",
