@@ -84,8 +84,10 @@ func idleGPUTabOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	tab, closeTab := context.WithCancel(ctx)
-	defer closeTab()
+	tabDone := make(chan struct{})
+	defer func() { closeTab(); <-tabDone }() // no t.Logf after the test ends
 	go func() {
+		defer close(tabDone)
 		for {
 			now := time.Now()
 			if err := uc.NotifyActivity(tab, user, hubapi.Activity{LastActivity: now, Servers: map[string]time.Time{server: now}}); err != nil && tab.Err() == nil {
