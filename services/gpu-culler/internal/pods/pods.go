@@ -26,8 +26,7 @@ const (
 
 // Index is the informer and its indexes.
 type Index struct {
-	inf    cache.SharedIndexInformer
-	synced bool
+	inf cache.SharedIndexInformer
 }
 
 // New builds the informer on namespace ("" = all namespaces); Start runs it.

@@ -1,0 +1,347 @@
+package pass
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"iter"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/gpuhub/gpuhub/hubapi"
+	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/decide"
+	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/notices"
+	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/notices/noticestest"
+	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/policy"
+	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/stops"
+	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/telemetry"
+	"github.com/gpuhub/gpuhub/services/internal/decision"
+	"github.com/gpuhub/gpuhub/services/internal/gpu"
+	ipolicy "github.com/gpuhub/gpuhub/services/internal/policy"
+)
+
+const policyYAML = `
+every: 1m
+staleAfter: 2m
+gpu:
+  idlePeriod: 30m
+  warn: 10m
+  snooze: 20m
+  maxSnoozes: 1
+cpu:
+  idlePeriod: 1h
+  warn: 10m
+  action: stop-and-remove
+`
+
+var now = time.Date(2026, 11, 23, 15, 0, 0, 0, time.UTC)
+
+type fakeHub struct {
+	mu      sync.Mutex
+	users   []hubapi.User
+	listErr error
+	pending bool // StopServer answers 202
+	stopped []string
+}
+
+func (h *fakeHub) Users(context.Context, hubapi.ListUsersOptions) iter.Seq2[hubapi.User, error] {
+	return func(yield func(hubapi.User, error) bool) {
+		for _, u := range h.users {
+			if !yield(u, nil) {
+				return
+			}
+		}
+		if h.listErr != nil {
+			yield(hubapi.User{}, h.listErr)
+		}
+	}
+}
+
+func (h *fakeHub) StopServer(_ context.Context, user, server string, remove bool) (hubapi.StopResult, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := user + "/" + server
+	if remove {
+		s += " remove"
+	}
+	h.stopped = append(h.stopped, s)
+	return hubapi.StopResult{Pending: h.pending}, nil
+}
+
+type fakePods struct{ pods map[string]*corev1.Pod }
+
+func (p fakePods) Pod(user, server string) (*corev1.Pod, bool) {
+	pod, ok := p.pods[user+"/"+server]
+	return pod, ok
+}
+func (fakePods) Synced(context.Context) error { return nil }
+
+type fakeTelemetry struct {
+	usage   decide.Usage
+	servers map[string]decide.Telemetry
+	info    map[string]telemetry.Info
+}
+
+func (f fakeTelemetry) Server(user, server string, _ time.Duration) (decide.Telemetry, telemetry.Info) {
+	return f.servers[user+"/"+server], f.info[user+"/"+server]
+}
+func (f fakeTelemetry) Info(user, server string) telemetry.Info { return f.info[user+"/"+server] }
+func (f fakeTelemetry) Usage() decide.Usage                     { return f.usage }
+
+type fakeStops struct {
+	mu       sync.Mutex
+	recorded []stops.Stop
+}
+
+func (s *fakeStops) Last(string) (stops.Stop, bool) { return stops.Stop{}, false }
+func (s *fakeStops) Record(_ context.Context, st stops.Stop) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.recorded = append(s.recorded, st)
+	return nil
+}
+func (s *fakeStops) Clear(context.Context, string, string) error { return nil }
+
+// idleFor is telemetry of a GPU at 0 % since now-d, sampled every 10 s.
+func idleFor(d time.Duration) decide.Telemetry {
+	t := decide.Telemetry{Present: true}
+	for at := now.Add(-d); !at.After(now); at = at.Add(10 * time.Second) {
+		t.Samples = append(t.Samples, decide.Sample{At: at, Utilization: 0, MemoryBytes: 1 << 30})
+	}
+	return t
+}
+
+func busy() decide.Telemetry {
+	return decide.Telemetry{Present: true, Samples: []decide.Sample{{At: now.Add(-10 * time.Second), Utilization: 90, MemoryBytes: 8 << 30}}}
+}
+
+func pod(user, server string, gpus bool, n *decide.Notice, rule policy.Rule) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "jupyter-" + user + server, Namespace: "jhub", ResourceVersion: "1",
+		Labels:      map[string]string{"component": "singleuser-server"},
+		Annotations: map[string]string{"hub.jupyter.org/username": user, "hub.jupyter.org/servername": server}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "notebook"}}}}
+	if gpus {
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+	}
+	if n != nil {
+		b, _ := json.Marshal(notices.Notice(n.Reason, "your GPU is idle", n.Deadline, n.Since, n.Snoozes, rule))
+		p.Annotations[notices.Key] = string(b)
+	}
+	return p
+}
+
+func ready(user string, servers map[string]hubapi.Server) hubapi.User {
+	return hubapi.User{Name: user, Servers: servers}
+}
+
+func server(name string, started, lastActivity time.Time) hubapi.Server {
+	return hubapi.Server{Name: name, Ready: true, Started: &started, LastActivity: &lastActivity}
+}
+
+func TestPass(t *testing.T) {
+	var pol policy.Policy
+	if err := ipolicy.Decode("test.yaml", []byte(policyYAML), &pol); err != nil {
+		t.Fatal(err)
+	}
+	gpuRule := pol.Rule(gpu.KindGPU, "")
+	gpuInfo := telemetry.Info{Known: true, Kind: gpu.KindGPU, AllocatedGPUs: 1}
+	reachable := decide.Usage{Reachable: true, At: now.Add(-5 * time.Second)}
+	started := now.Add(-3 * time.Hour)
+	type want struct {
+		Decisions map[string]int
+		Stopped   []string
+		Recorded  int    // stops kept for the user
+		Notice    string // the notice's reason on alice's pod after the pass, "" none
+		Err       bool
+		Actions   []string // decision records as action/reason
+	}
+	tests := []struct {
+		name     string
+		hub      *fakeHub
+		pod      *corev1.Pod
+		tel      decide.Telemetry
+		info     telemetry.Info
+		usage    decide.Usage
+		conflict bool
+		want     want
+	}{
+		{
+			name: "GPU idle past its period: warned, the notice written",
+			hub:  &fakeHub{users: []hubapi.User{ready("alice", map[string]hubapi.Server{"": server("", started, now)})}},
+			pod:  pod("alice", "", true, nil, gpuRule), tel: idleFor(45 * time.Minute), info: gpuInfo, usage: reachable,
+			want: want{Decisions: map[string]int{"warn/idle": 1}, Notice: "idle", Actions: []string{"notice/idle"}},
+		},
+		{
+			name: "the deadline shown has passed: stopped through the Hub and kept for the user",
+			hub:  &fakeHub{users: []hubapi.User{ready("alice", map[string]hubapi.Server{"": server("", started, now)})}},
+			pod:  pod("alice", "", true, &decide.Notice{Reason: decide.ReasonIdle, Since: now.Add(-11 * time.Minute), Deadline: now.Add(-time.Minute)}, gpuRule),
+			tel:  idleFor(50 * time.Minute), info: gpuInfo, usage: reachable,
+			want: want{Decisions: map[string]int{"stop/idle": 1}, Stopped: []string{"alice/"}, Recorded: 1, Notice: "idle", Actions: []string{"stop/idle"}},
+		},
+		{
+			name: "202: counted as stopped once; the Hub goes on stopping it",
+			hub:  &fakeHub{pending: true, users: []hubapi.User{ready("alice", map[string]hubapi.Server{"": server("", started, now)})}},
+			pod:  pod("alice", "", true, &decide.Notice{Reason: decide.ReasonIdle, Since: now.Add(-11 * time.Minute), Deadline: now.Add(-time.Minute)}, gpuRule),
+			tel:  idleFor(50 * time.Minute), info: gpuInfo, usage: reachable,
+			want: want{Decisions: map[string]int{"stop/idle": 1}, Stopped: []string{"alice/"}, Recorded: 1, Notice: "idle", Actions: []string{"stop/idle"}},
+		},
+		{
+			name: "stale telemetry: left alone and said so, even past the deadline",
+			hub:  &fakeHub{users: []hubapi.User{ready("alice", map[string]hubapi.Server{"": server("", started, now)})}},
+			pod:  pod("alice", "", true, &decide.Notice{Reason: decide.ReasonIdle, Since: now.Add(-11 * time.Minute), Deadline: now.Add(-time.Minute)}, gpuRule),
+			tel:  decide.Telemetry{Present: true, Samples: []decide.Sample{{At: now.Add(-10 * time.Minute)}}},
+			info: telemetry.Info{Known: true, Kind: gpu.KindGPU, Stale: true, StaleReason: "the agent on gpu-0 has not answered for 10 min"}, usage: reachable,
+			want: want{Decisions: map[string]int{"skip/telemetry_stale": 1}, Notice: "idle", Actions: []string{"skip/telemetry_stale"}},
+		},
+		{
+			name: "usage API unreachable: left alone",
+			hub:  &fakeHub{users: []hubapi.User{ready("alice", map[string]hubapi.Server{"": server("", started, now)})}},
+			pod:  pod("alice", "", true, &decide.Notice{Reason: decide.ReasonIdle, Since: now.Add(-11 * time.Minute), Deadline: now.Add(-time.Minute)}, gpuRule),
+			tel:  idleFor(50 * time.Minute), info: gpuInfo, usage: decide.Usage{},
+			want: want{Decisions: map[string]int{"skip/usage_unreachable": 1}, Notice: "idle", Actions: []string{"skip/usage_unreachable"}},
+		},
+		{
+			name: "the Hub's list fails midway: nobody is acted on",
+			hub:  &fakeHub{listErr: errors.New("503"), users: []hubapi.User{ready("alice", map[string]hubapi.Server{"": server("", started, now)})}},
+			pod:  pod("alice", "", true, &decide.Notice{Reason: decide.ReasonIdle, Since: now.Add(-11 * time.Minute), Deadline: now.Add(-time.Minute)}, gpuRule),
+			tel:  idleFor(50 * time.Minute), info: gpuInfo, usage: reachable,
+			want: want{Decisions: map[string]int{}, Notice: "idle", Err: true},
+		},
+		{
+			name: "busy again: the notice is withdrawn",
+			hub:  &fakeHub{users: []hubapi.User{ready("alice", map[string]hubapi.Server{"": server("", started, now)})}},
+			pod:  pod("alice", "", true, &decide.Notice{Reason: decide.ReasonIdle, Since: now.Add(-5 * time.Minute), Deadline: now.Add(5 * time.Minute)}, gpuRule),
+			tel:  busy(), info: gpuInfo, usage: reachable,
+			want: want{Decisions: map[string]int{"none/gpu_busy": 1}, Actions: []string{"clear/gpu_busy"}},
+		},
+		{
+			name: "a CPU-only named server idle by Hub activity: stopped and removed after its warning",
+			hub:  &fakeHub{users: []hubapi.User{ready("alice", map[string]hubapi.Server{"lab": server("lab", started, now.Add(-2*time.Hour))})}},
+			pod: func() *corev1.Pod {
+				p := pod("alice", "lab", false, &decide.Notice{Reason: decide.ReasonIdle, Since: now.Add(-11 * time.Minute), Deadline: now.Add(-time.Minute)}, pol.Rule("", ""))
+				return p
+			}(),
+			usage: reachable,
+			want:  want{Decisions: map[string]int{"stop/idle": 1}, Stopped: []string{"alice/lab remove"}, Recorded: 1, Notice: "idle", Actions: []string{"stop/idle"}},
+		},
+		{
+			name: "no pod for the server: no notice can be shown, nothing stopped",
+			hub:  &fakeHub{users: []hubapi.User{ready("alice", map[string]hubapi.Server{"": server("", started, now)})}},
+			tel:  idleFor(45 * time.Minute), info: gpuInfo, usage: reachable,
+			want: want{Decisions: map[string]int{"skip/pod_missing": 1}, Actions: []string{"skip/pod_missing"}},
+		},
+		{
+			name: "the pod changed under the pass (a snooze): no write, decided again next pass",
+			hub:  &fakeHub{users: []hubapi.User{ready("alice", map[string]hubapi.Server{"": server("", started, now)})}},
+			pod:  pod("alice", "", true, nil, gpuRule), tel: idleFor(45 * time.Minute), info: gpuInfo, usage: reachable, conflict: true,
+			want: want{Decisions: map[string]int{"warn/idle": 1}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var objs []runtime.Object
+			fp := fakePods{pods: map[string]*corev1.Pod{}}
+			if tt.pod != nil {
+				objs = append(objs, tt.pod)
+				fp.pods[tt.pod.Annotations["hub.jupyter.org/username"]+"/"+tt.pod.Annotations["hub.jupyter.org/servername"]] = tt.pod
+			}
+			kc := fake.NewClientset(objs...)
+			noticestest.Versioned(kc, "pods")
+			if tt.conflict {
+				kc.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+					return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, tt.pod.Name, errors.New("changed"))
+				})
+			}
+			key := "alice/"
+			if tt.pod != nil {
+				key = "alice/" + tt.pod.Annotations["hub.jupyter.org/servername"]
+			}
+			tel := fakeTelemetry{usage: tt.usage, servers: map[string]decide.Telemetry{key: tt.tel}, info: map[string]telemetry.Info{key: tt.info}}
+			st := &fakeStops{}
+			log, err := decision.NewLog(decision.Options{Service: "gpu-culler", Now: func() time.Time { return now }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, _ := NewMetrics(nil)
+			r := New(Options{Hub: tt.hub, Pods: fp, Telemetry: tel, Stops: st, Kube: kc, Policy: func() *policy.Policy { return &pol },
+				Decisions: log, Metrics: m, Now: func() time.Time { return now }})
+			sum, err := r.Pass(context.Background())
+			got := want{Decisions: sum.Decisions, Stopped: tt.hub.stopped, Recorded: len(st.recorded), Err: err != nil}
+			if tt.pod != nil {
+				p, err := kc.CoreV1().Pods("jhub").Get(context.Background(), tt.pod.Name, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d, _, ok := notices.FromPod(p.Annotations); ok {
+					got.Notice = string(d.Reason)
+				}
+			}
+			for _, rec := range log.List(decision.Filter{}) {
+				got.Actions = append(got.Actions, rec.Action+"/"+rec.Reason)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("pass (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// A skip is recorded when it starts, not again on every pass; a server that went away is forgotten.
+func TestPassRecordsChanges(t *testing.T) {
+	var pol policy.Policy
+	if err := ipolicy.Decode("test.yaml", []byte(policyYAML), &pol); err != nil {
+		t.Fatal(err)
+	}
+	hub := &fakeHub{users: []hubapi.User{ready("alice", map[string]hubapi.Server{"": server("", now.Add(-time.Hour), now)})}}
+	p := pod("alice", "", true, nil, pol.Rule(gpu.KindGPU, ""))
+	kc := fake.NewClientset(p)
+	log, _ := decision.NewLog(decision.Options{Service: "gpu-culler", Now: func() time.Time { return now }})
+	m, _ := NewMetrics(nil)
+	r := New(Options{Hub: hub, Pods: fakePods{pods: map[string]*corev1.Pod{"alice/": p}}, Telemetry: fakeTelemetry{}, Stops: &fakeStops{},
+		Kube: kc, Policy: func() *policy.Policy { return &pol }, Decisions: log, Metrics: m, Now: func() time.Time { return now }})
+	for range 3 {
+		if _, err := r.Pass(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(log.List(decision.Filter{})); n != 1 {
+		t.Errorf("3 passes with the usage API unreachable recorded %d decisions, want 1", n)
+	}
+	hub.users = nil
+	if _, err := r.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.last) != 0 {
+		t.Errorf("a server that stopped is still remembered: %v", r.last)
+	}
+}
+
+// The GPU-hours saved run from the stop until the server runs again.
+func TestSaved(t *testing.T) {
+	m, _ := NewMetrics(nil)
+	clock := now
+	r := New(Options{Metrics: m, Now: func() time.Time { return clock }})
+	r.saved[serverKey{"alice", ""}] = &savedGPU{at: now, gpus: 0.5, kind: "gpu"}
+	clock = now.Add(2 * time.Hour)
+	r.countSaved(nil)
+	clock = now.Add(3 * time.Hour)
+	r.countSaved(map[serverKey]time.Time{{"alice", ""}: now.Add(150 * time.Minute)})
+	if got := testutil.ToFloat64(m.saved.WithLabelValues("gpu")); got != 0.5*2.5 {
+		t.Errorf("saved %v GPU-hours, want %v", got, 0.5*2.5)
+	}
+	if len(r.saved) != 0 {
+		t.Error("a server running again is still counted")
+	}
+}
