@@ -13,6 +13,8 @@ DEMO_FLAGS       ?=
 QUOTA_POLICY     ?= e2e/hub/quota-demo.yaml
 # gpu-profiles' overrides in `make demo` (make demo PROFILES_CONFIG=path); gpu-profiles re-reads them when they change.
 PROFILES_CONFIG  ?= e2e/hub/profiles-demo.yaml
+# gpu-culler's policy in `make demo` (make demo CULLER_POLICY=path): idle 5 min, a 2 min countdown.
+CULLER_POLICY    ?= e2e/hub/culler-demo.yaml
 APT_GET          := DEBIAN_FRONTEND=noninteractive apt-get
 
 # apt-install installs Debian package $(2) unless $(1) exists (CI runs as root on a fresh machine).
@@ -59,7 +61,7 @@ browser-deps: ## playwright-core (pinned in e2e/browser/package-lock.json) under
 cluster-deps: etcd kube-binaries venv-hub55 chp
 
 .PHONY: demo
-demo: cluster-deps build $(HELM) ## Run the local GPU JupyterHub with gpuhub (agents, usage API, gpu-quota, gpu-profiles, panel) until Ctrl-C; QUOTA_POLICY=path PROFILES_CONFIG=path.
+demo: cluster-deps build $(HELM) ## Run the local GPU JupyterHub with gpuhub (agents, usage API, gpu-quota, gpu-profiles, gpu-culler, panel) until Ctrl-C; QUOTA_POLICY=path PROFILES_CONFIG=path CULLER_POLICY=path.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/localcluster ./e2e/cmd/localcluster
 	$(LOCALCLUSTER_ENV) $(BIN)/localcluster $(DEMO_FLAGS)
@@ -68,12 +70,13 @@ demo: cluster-deps build $(HELM) ## Run the local GPU JupyterHub with gpuhub (ag
 LOCALCLUSTER_ENV = GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_HUB_VENV="$(VENV_HUB55)" GPUHUB_CHP="$(CHP)" \
 	GPUHUB_GPU_AGENT="$(BIN)/gpu-agent" GPUHUB_USAGE_API="$(BIN)/usage-api" GPUHUB_HELM="$(HELM)" GPUHUB_CHART=chart/gpuhub \
 	GPUHUB_GPU_QUOTA="$(BIN)/gpu-quota" GPUHUB_QUOTA_POLICY="$(QUOTA_POLICY)" \
-	GPUHUB_GPU_PROFILES="$(BIN)/gpu-profiles" GPUHUB_PROFILES_CONFIG="$(PROFILES_CONFIG)"
+	GPUHUB_GPU_PROFILES="$(BIN)/gpu-profiles" GPUHUB_PROFILES_CONFIG="$(PROFILES_CONFIG)" \
+	GPUHUB_GPU_CULLER="$(BIN)/gpu-culler" GPUHUB_CULLER_POLICY="$(CULLER_POLICY)"
 
 .PHONY: e2e
-e2e: cluster-deps chromium browser-deps $(HELM) ## End-to-end tests on the local cluster (spawns per GPU profile, scheduling, chart agents + usage API, browser).
+e2e: cluster-deps chromium browser-deps venv-idleculler $(HELM) ## End-to-end tests on the local cluster (spawns per GPU profile, scheduling, chart agents + usage API, browser, gpu-culler beside jupyterhub-idle-culler).
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./services/gpu-agent ./services/usage-api ./services/gpu-quota ./services/gpu-profiles
+	$(GO) build -o $(BIN)/ ./services/gpu-agent ./services/usage-api ./services/gpu-quota ./services/gpu-profiles ./services/gpu-culler
 	$(LOCALCLUSTER_ENV) GPUHUB_CHART="$(CURDIR)/chart/gpuhub" \
 	GPUHUB_BROWSER_MODULES="$(BROWSER_MODULES)/node_modules" GPUHUB_CHROMIUM="$(CHROMIUM)" \
 	  $(GO) test $(E2E_FLAGS) -tags e2e ./e2e/gpuhubstack/... ./e2e/cluster/... ./e2e/e2etest/...
@@ -85,6 +88,10 @@ e2e: cluster-deps chromium browser-deps $(HELM) ## End-to-end tests on the local
 	$(LOCALCLUSTER_ENV) GPUHUB_CHART="$(CURDIR)/chart/gpuhub" \
 	GPUHUB_BROWSER_MODULES="$(BROWSER_MODULES)/node_modules" GPUHUB_CHROMIUM="$(CHROMIUM)" \
 	  $(GO) test $(E2E_FLAGS) -tags e2e ./e2e/profilese2e/...
+	@# gpu-culler stops servers: its own cluster, with jupyterhub-idle-culler (each version) beside it on the same Hub.
+	$(LOCALCLUSTER_ENV) GPUHUB_CHART="$(CURDIR)/chart/gpuhub" GPUHUB_IDLE_CULLER_VENVS="$(IDLE_CULLER_VENVS)" \
+	GPUHUB_BROWSER_MODULES="$(BROWSER_MODULES)/node_modules" GPUHUB_CHROMIUM="$(CHROMIUM)" \
+	  $(GO) test $(E2E_FLAGS) -tags e2e ./e2e/cullere2e/...
 
 TEST_TARGETS += e2e
 

@@ -2,7 +2,8 @@
 # two Python virtualenvs (JupyterHub 5.5 and 6.x) and configurable-http-proxy from npm.
 # Everything lives under $(GPUHUB_CACHE); nothing is installed into the work tree.
 #
-# Other fragments depend on: venv-hub55, venv-hub6, chp and the variables VENV_HUB55, VENV_HUB6, CHP.
+# Other fragments depend on: venv-hub55, venv-hub6, chp, venv-idleculler and the variables VENV_HUB55, VENV_HUB6,
+# CHP, IDLE_CULLER_VENVS.
 
 PYTHON3          ?= python3
 NPM              ?= npm
@@ -53,6 +54,18 @@ venv-hub55: ## Python venv: JupyterHub 5.5 + KubeSpawner + idle culler + Jupyter
 .PHONY: venv-hub6
 venv-hub6: ## Python venv: newest JupyterHub 6.x + JupyterLab (under $GPUHUB_CACHE/venv).
 	$(call hub-venv,$(VENV_HUB6),$(HUB_REQ_6))
+
+# jupyterhub-idle-culler, each version in a venv of its own, for the side-by-side test of gpu-culler
+# (e2e/cullere2e): 1.4.0, what z2jh 4.4 runs as its cull.* culler, and the newest on PyPI when this line was
+# written (`pip index versions jupyterhub-idle-culler`; bump it here).
+IDLE_CULLER_VERSIONS := 1.4.0 2.0.0
+IDLE_CULLER_VENVS    := $(foreach v,$(IDLE_CULLER_VERSIONS),$(GPUHUB_CACHE)/venv/idleculler-$(v))
+
+.PHONY: venv-idleculler
+venv-idleculler: ## Python venvs with jupyterhub-idle-culler 1.4.0 (z2jh's) and the newest (under $GPUHUB_CACHE/venv).
+	@for v in $(IDLE_CULLER_VERSIONS); do \
+	  PYTHON3=$(PYTHON3) e2e/scripts/idleculler-venv.sh "$$v" "$(GPUHUB_CACHE)/venv/idleculler-$$v" || exit 1; \
+	done
 
 .PHONY: chp
 chp: ## configurable-http-proxy from npm (pinned) under $GPUHUB_CACHE/node.

@@ -20,6 +20,8 @@ type Options struct {
 	Quota QuotaOptions
 	// Profiles runs gpu-profiles too when Profiles.Binary is set (and the chart is rendered with it).
 	Profiles ProfilesOptions
+	// Culler runs gpu-culler too when Culler.Binary is set (and the chart is rendered with it).
+	Culler CullerOptions
 }
 
 // ProfilesOptions configures the gpu-profiles process of the stack.
@@ -41,9 +43,9 @@ type QuotaOptions struct {
 }
 
 // Components returns the stack components of gpuhub: the chart's agents and RBAC with the usage API, then
-// gpu-quota when o.Quota.Binary is set, then gpu-profiles when o.Profiles.Binary is set. Register the services
-// with the Hub first (HubService, QuotaHubService, ProfilesHubService, HubRoles) and load the glue into it
-// (HubValues).
+// gpu-quota when o.Quota.Binary is set, then gpu-profiles when o.Profiles.Binary is set, then gpu-culler's
+// replicas when o.Culler.Binary is set. Register the services with the Hub first (HubService, QuotaHubService,
+// ProfilesHubService, CullerHubService, HubRoles) and load the glue into it (HubValues).
 func Components(o Options) []stack.Component {
 	var in *Installed
 	usage := Usage{Port: o.Port}
@@ -58,6 +60,9 @@ func Components(o Options) []stack.Component {
 	}
 	if o.Profiles.Binary != "" {
 		cs = append(cs, profilesComponent(o, &in))
+	}
+	if o.Culler.Binary != "" {
+		cs = append(cs, cullerComponents(o, &in, usage)...)
 	}
 	return cs
 }
@@ -116,6 +121,7 @@ func usageSpec(s *stack.Stack, o Options) (*Installed, proc.Spec, error) {
 	ch.PodNamespace = s.Opts.Namespace
 	ch.NoQuota = o.Quota.Binary == ""
 	ch.NoProfiles = o.Profiles.Binary == ""
+	ch.NoCuller = o.Culler.Binary == ""
 	if ch.KubeVersion == "" {
 		v, err := ServerVersion(s.Client)
 		if err != nil {
@@ -152,6 +158,9 @@ func usageSpec(s *stack.Stack, o Options) (*Installed, proc.Spec, error) {
 	}
 	if o.Quota.Binary != "" {
 		u.QuotaURL = Quota{Port: o.Quota.Port}.URL()
+	}
+	if o.Culler.Binary != "" {
+		u.Readers = append(u.Readers, CullerServiceName)
 	}
 	spec := u.Spec()
 	spec.LogFile = filepath.Join(s.Dir, "logs", "usage-api.log")

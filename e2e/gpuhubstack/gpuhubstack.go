@@ -59,12 +59,17 @@ func HubService(port int, token string) hubproc.Service {
 }
 
 // HubRoles overrides the Hub's default `user` role so a user who just logged in may reach the
-// service through the proxy (z2jh: hub.loadRoles.user).
-func HubRoles() []hubproc.Role {
+// service through the proxy (z2jh: hub.loadRoles.user), and the further services named (gpu-culler: the
+// panel's countdown and snooze).
+func HubRoles(services ...string) []hubproc.Role {
+	scopes := []string{"self", "access:services!service=" + ServiceName}
+	for _, s := range services {
+		scopes = append(scopes, "access:services!service="+s)
+	}
 	return []hubproc.Role{{
 		Name:        "user",
-		Description: "default user role plus access to the GPU usage service",
-		Scopes:      []string{"self", "access:services!service=" + ServiceName},
+		Description: "default user role plus access to gpuhub's services",
+		Scopes:      scopes,
 	}}
 }
 
@@ -238,7 +243,11 @@ type Installed struct {
 	// ProfilesServiceAccount and ProfilesArgs are the same for gpu-profiles.
 	ProfilesServiceAccount string
 	ProfilesArgs           []string
-	AgentSelector          string
+	// CullerServiceAccount is the chart's gpu-culler ServiceAccount (empty when the chart has no culler);
+	// CullerArgs the rendered Deployment's --lease-name and --stops-configmap (the objects its Role names).
+	CullerServiceAccount string
+	CullerArgs           []string
+	AgentSelector        string
 	// AgentAudience is the audience of the projected token the chart mounts into the usage Deployment
 	// (the agents admit no other).
 	AgentAudience string
@@ -297,6 +306,8 @@ func install(ctx context.Context, c kubernetes.Interface, ns string, objs []runt
 				in.QuotaServiceAccount = o.Name
 			case "gpu-profiles":
 				in.ProfilesServiceAccount = o.Name
+			case "gpu-culler":
+				in.CullerServiceAccount = o.Name
 			}
 			_, err = c.CoreV1().ServiceAccounts(ns).Create(ctx, o, metav1.CreateOptions{})
 		case *rbacv1.ClusterRole:
@@ -330,6 +341,10 @@ func install(ctx context.Context, c kubernetes.Interface, ns string, objs []runt
 				in.QuotaArgs = leaseArgs(o)
 			case "gpu-profiles":
 				in.ProfilesArgs = leaseArgs(o)
+			case "gpu-culler":
+				for _, ctr := range o.Spec.Template.Spec.Containers {
+					in.CullerArgs = append(in.CullerArgs, cullerArgs(ctr.Args)...)
+				}
 			}
 		}
 		if err != nil {
@@ -491,7 +506,10 @@ type Usage struct {
 	Token          string // the service's Hub token
 	// QuotaURL is gpu-quota's base URL with its prefix (Quota.URL); set, the usage API gets --quota-url and
 	// lets gpu-quota's token read GPU-hours (--reader-services).
-	QuotaURL        string
+	QuotaURL string
+	// Readers are further Hub services whose own token may read every user's data (--reader-services):
+	// gpu-culler reads every GPU server's telemetry (api/v1/servers).
+	Readers         []string
 	Interval        string // default 1s
 	HubRefresh      string // default 10s
 	LogLevel        string // default info
@@ -526,8 +544,13 @@ func (u Usage) Spec() proc.Spec {
 		"--namespace=" + u.Namespace, "--agent-namespace=" + u.AgentNamespace, "--agent-token-file=" + u.AgentTokenFile,
 		"--database=" + u.Database, "--kubeconfig=" + u.Kubeconfig, "--log-level=" + def(u.LogLevel, "info"),
 	}
+	readers := u.Readers
 	if u.QuotaURL != "" {
-		args = append(args, "--quota-url="+u.QuotaURL, "--reader-services="+QuotaServiceName)
+		args = append(args, "--quota-url="+u.QuotaURL)
+		readers = append([]string{QuotaServiceName}, readers...)
+	}
+	if len(readers) > 0 {
+		args = append(args, "--reader-services="+strings.Join(readers, ","))
 	}
 	return proc.Spec{
 		Name: "usage-api",

@@ -319,6 +319,16 @@ func (s *Stack) StopComponent(name string) error {
 	return fmt.Errorf("no component %q", name)
 }
 
+// Process is the named component's process (a test kills it with SIGKILL, as a node failure would), or nil.
+func (s *Stack) Process(name string) *proc.Process {
+	for _, p := range s.components {
+		if p.Name() == name {
+			return p
+		}
+	}
+	return nil
+}
+
 // StartComponent starts the named component again from its spec and waits until it is ready. Its log file
 // starts over.
 func (s *Stack) StartComponent(ctx context.Context, name string) error {

@@ -58,8 +58,10 @@ type Options struct {
 	NoQuota bool
 	// NoProfiles leaves gpu-profiles out (GPUHub.Profiles is ignored): the form shows the static profileList.
 	NoProfiles bool
-	Out        io.Writer
-	Logger     *slog.Logger
+	// NoCuller leaves gpu-culler out (GPUHub.Culler is ignored): no server is stopped for an idle GPU.
+	NoCuller bool
+	Out      io.Writer
+	Logger   *slog.Logger
 }
 
 func parseFlags(args []string, getenv func(string) string) (Options, error) {
@@ -106,7 +108,12 @@ func parseFlags(args []string, getenv func(string) string) (Options, error) {
 		"gpu-profiles overrides file (env GPUHUB_PROFILES_CONFIG; make demo PROFILES_CONFIG=path)")
 	fs.IntVar(&o.GPUHub.Profiles.Port, "profiles-port", atoi(env("GPUHUB_PROFILES_PORT", "0")), "gpu-profiles port on 127.0.0.1, 0 for a free one (env GPUHUB_PROFILES_PORT)")
 	fs.BoolVar(&o.NoProfiles, "no-profiles", false, "run gpuhub without gpu-profiles (the spawn form shows the static profileList)")
-	fs.BoolVar(&o.NoGPUHub, "no-gpuhub", false, "run the bare cluster without gpu-agents, usage API, gpu-quota and gpu-profiles")
+	fs.StringVar(&o.GPUHub.Culler.Binary, "gpu-culler", env("GPUHUB_GPU_CULLER", "bin/gpu-culler"), "gpu-culler executable (env GPUHUB_GPU_CULLER)")
+	fs.StringVar(&o.GPUHub.Culler.Policy, "culler-policy", env("GPUHUB_CULLER_POLICY", "e2e/hub/culler-demo.yaml"),
+		"gpu-culler policy file (env GPUHUB_CULLER_POLICY; make demo CULLER_POLICY=path)")
+	fs.IntVar(&o.GPUHub.Culler.Port, "culler-port", atoi(env("GPUHUB_CULLER_PORT", "0")), "gpu-culler port on 127.0.0.1, 0 for a free one (env GPUHUB_CULLER_PORT)")
+	fs.BoolVar(&o.NoCuller, "no-culler", false, "run gpuhub without gpu-culler (no server is stopped for an idle GPU)")
+	fs.BoolVar(&o.NoGPUHub, "no-gpuhub", false, "run the bare cluster without gpu-agents, usage API, gpu-quota, gpu-profiles and gpu-culler")
 	fs.BoolVar(&o.ExitWhenReady, "exit-when-ready", false, "stop right after reaching ready (timing)")
 	fs.StringVar(&logLevel, "log-level", env("GPUHUB_LOG_LEVEL", "warn"), "log level: debug, info, warn, error (env GPUHUB_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
@@ -172,7 +179,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer func() {
-		fmt.Fprintln(o.Out, "==> stopping: usage API, Hub (and its servers), node emulator (agents), control plane")
+		fmt.Fprintln(o.Out, "==> stopping: gpuhub services, Hub (and its servers), node emulator (agents), control plane")
 		t0 := time.Now()
 		s.Stop()
 		fmt.Fprintf(o.Out, "==> stopped cleanly in %.1fs\n", time.Since(t0).Seconds())
@@ -197,6 +204,10 @@ func Run(ctx context.Context, o Options) error {
 		if o.GPUHub.Profiles.Binary != "" {
 			usageLine += fmt.Sprintf("    gpu-profiles: overrides %s (direct: %s; edit the file, it reloads)\n", o.GPUHub.Profiles.Config,
 				gpuhubstack.Profiles{Port: o.GPUHub.Profiles.Port}.URL())
+		}
+		if o.GPUHub.Culler.Binary != "" {
+			usageLine += fmt.Sprintf("    gpu-culler:  policy %s (direct: %s; edit the file, it reloads)\n", o.GPUHub.Culler.Policy,
+				gpuhubstack.Culler{Port: o.GPUHub.Culler.Port}.URL())
 		}
 	}
 	if o.InfoFile != "" {
@@ -236,7 +247,6 @@ func addGPUHub(o *Options) (cleanup func(), err error) {
 		o.GPUHub.Token = gpuhubstack.NewToken()
 	}
 	o.Stack.HubServices = append(o.Stack.HubServices, gpuhubstack.HubService(o.GPUHub.Port, o.GPUHub.Token))
-	o.Stack.HubRoles = append(o.Stack.HubRoles, gpuhubstack.HubRoles()...)
 	if o.NoQuota {
 		o.GPUHub.Quota = gpuhubstack.QuotaOptions{}
 	} else {
@@ -278,6 +288,29 @@ func addGPUHub(o *Options) (cleanup func(), err error) {
 			p.Token = gpuhubstack.NewToken()
 		}
 		o.Stack.HubServices = append(o.Stack.HubServices, gpuhubstack.ProfilesHubService(p.Port, p.Token))
+	}
+	if o.NoCuller {
+		o.GPUHub.Culler = gpuhubstack.CullerOptions{}
+		o.Stack.HubRoles = append(o.Stack.HubRoles, gpuhubstack.HubRoles()...)
+	} else {
+		c := &o.GPUHub.Culler
+		if _, err := existingFile(c.Binary, "gpu-culler executable (make build)", "--no-culler"); err != nil {
+			return cleanup, err
+		}
+		policy, err := existingFile(c.Policy, "gpu-culler policy", "--no-culler")
+		if err != nil {
+			return cleanup, err
+		}
+		c.Policy = policy
+		if c.Port == 0 {
+			c.Port = cluster.FreePort()
+		}
+		if c.Token == "" {
+			c.Token = gpuhubstack.NewToken()
+		}
+		o.Stack.HubServices = append(o.Stack.HubServices, gpuhubstack.CullerHubService(c.Port, c.Token))
+		// The panel's countdown and snooze reach gpu-culler through the proxy with the user's token.
+		o.Stack.HubRoles = append(o.Stack.HubRoles, gpuhubstack.HubRoles(gpuhubstack.CullerServiceName)...)
 	}
 	if (!o.NoQuota || !o.NoProfiles) && o.Stack.HubValues == "" {
 		// The chart's Hub glue: admission (gpu-quota) and the spawn form (gpu-profiles).
