@@ -1,0 +1,31 @@
+# gpu-culler's benchmark B3 (services/gpu-culler/cmd/culler-bench): a pass over a real JupyterHub with 10,000
+# users and 2,000 running servers, against jupyterhub-idle-culler 1.4.0 (pinned in the hub55 venv) on the same Hub.
+# `make bench-culler` measures and prints the table; `make bench-culler-smoke` (in `make test`) runs the harness
+# on a small fleet, one pass each, to show it works, and asserts no timings.
+
+CULLER_BENCH_BIN   := $(GPUHUB_CACHE)/bin/culler-bench
+CULLER_BENCH_FLAGS ?=
+# The Hub runs on CPU 0 (culler-bench --hub-cpu); the cullers, the control plane and the load side on CPU 1.
+CULLER_BENCH_HUB_CPU  ?= 0
+CULLER_BENCH_LOAD_CPU ?= 1
+# gpu-culler is measured when its main exists in this tree; otherwise the table shows the anchor alone.
+CULLER_MAIN := $(wildcard services/gpu-culler/main.go)
+
+define culler-bench
+	@command -v taskset >/dev/null || { echo "ERROR: taskset not found; install it: apt-get install -y util-linux"; exit 1; }
+	@mkdir -p $(dir $(CULLER_BENCH_BIN)) $(BIN)
+	$(GO) build -o $(CULLER_BENCH_BIN) ./services/gpu-culler/cmd/culler-bench
+	$(if $(CULLER_MAIN),$(GO) build -o $(BIN)/gpu-culler ./services/gpu-culler)
+	GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_HUB_VENV="$(VENV_HUB55)" GPUHUB_CULLER_BIN="$(if $(CULLER_MAIN),$(BIN)/gpu-culler)" \
+	  taskset -c $(CULLER_BENCH_LOAD_CPU) $(CULLER_BENCH_BIN) --hub-cpu $(CULLER_BENCH_HUB_CPU) $(1) $(CULLER_BENCH_FLAGS)
+endef
+
+.PHONY: bench-culler
+bench-culler: venv-hub55 etcd kube-binaries ## B3: gpu-culler pass vs jupyterhub-idle-culler on a real Hub (10k users, 2k servers). Prints a table.
+	$(call culler-bench,)
+
+.PHONY: bench-culler-smoke
+bench-culler-smoke: venv-hub55 etcd kube-binaries ## B3's harness on a small fleet, one pass each (no timings asserted; < 2 min).
+	$(call culler-bench,-short)
+
+TEST_TARGETS += bench-culler-smoke

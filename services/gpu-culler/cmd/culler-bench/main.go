@@ -1,0 +1,70 @@
+// Command culler-bench measures a gpu-culler pass (benchmarks.md B3) against jupyterhub-idle-culler on the same
+// real JupyterHub (10,000 users, 2,000 running servers) with the servers' pods in a real kube-apiserver and
+// telemetry for all of them, and prints a table. `make bench-culler` runs it; `-short` is a quick smoke run of
+// the harness (small fleet, one run), not a measurement.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/bench"
+)
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+func run(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	fs := flag.NewFlagSet("culler-bench", flag.ContinueOnError)
+	o := bench.RunOptions{Out: os.Stdout, Fleet: bench.DefaultFleet}
+	fs.StringVar(&o.KubeBin, "kube-bin", os.Getenv("GPUHUB_KUBE_BIN"), "directory with kube-apiserver, kube-scheduler, kube-controller-manager (env GPUHUB_KUBE_BIN)")
+	fs.StringVar(&o.Etcd, "etcd", os.Getenv("GPUHUB_ETCD"), "etcd executable (env GPUHUB_ETCD; default: etcd on PATH)")
+	fs.StringVar(&o.HubVenv, "hub-venv", os.Getenv("GPUHUB_HUB_VENV"), "JupyterHub 5.5 venv with jupyterhub-idle-culler 1.4.0 (env GPUHUB_HUB_VENV; make venv-hub55)")
+	fs.StringVar(&o.CullerBin, "culler", os.Getenv("GPUHUB_CULLER_BIN"), "gpu-culler binary (env GPUHUB_CULLER_BIN; empty: measure the anchor alone)")
+	cullerArgs := fs.String("culler-args", "", "extra gpu-culler flags, space-separated (e.g. --log-level=debug)")
+	fs.StringVar(&o.IdleCuller, "idle-culler-python", "", "Python with jupyterhub_idle_culler (default: the Hub venv's)")
+	fs.IntVar(&o.Fleet.Users, "users", o.Fleet.Users, "Hub users")
+	fs.IntVar(&o.Fleet.Servers, "servers", o.Fleet.Servers, "running servers (each a pod and a telemetry entry)")
+	fs.IntVar(&o.Fleet.IdleEvery, "idle-every", o.Fleet.IdleEvery, "every n-th server is idle with a due notice (stopped by gpu-culler)")
+	fs.IntVar(&o.Fleet.StaleEvery, "stale-every", o.Fleet.StaleEvery, "every n-th server has stale telemetry (never stopped)")
+	fs.IntVar(&o.Runs, "runs", 3, "runs; each measures both cullers, interleaved")
+	fs.IntVar(&o.Passes, "passes", 5, "measured passes of each culler per run (after one warm-up pass)")
+	fs.DurationVar(&o.Every, "every", 10*time.Second, "gpu-culler's policy every (10s at least)")
+	fs.DurationVar(&o.IdleCullEvery, "idle-cull-every", 10*time.Second, "jupyterhub-idle-culler --cull-every")
+	fs.DurationVar(&o.IdleWindow, "idle-window", 15*time.Second, "per run, the phase without a culler (the Hub's idle CPU and probe baseline)")
+	fs.Float64Var(&o.ProbeRate, "probe-rate", 50, "GET /hub/api/ probes per second, open loop")
+	fs.DurationVar(&o.Gap, "gap", time.Second, "quiet time that ends a pass's burst of Hub requests")
+	fs.StringVar(&o.HubCPU, "hub-cpu", "0", "CPU list the Hub is pinned to (taskset; empty: not pinned); run this command on the others")
+	fs.StringVar(&o.LogDir, "log-dir", "", "keep the cullers' logs here (default: removed at the end)")
+	short := fs.Bool("short", false, "smoke run of the harness: 300 users, 40 servers, one run of one pass each (no timed assertions)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *short {
+		o.Fleet = bench.Fleet{Users: 300, Servers: 40, IdleEvery: 10, StaleEvery: 20}
+		o.Runs, o.Passes, o.IdleWindow, o.IdleCullEvery = 1, 1, 3*time.Second, 3*time.Second
+	}
+	if *cullerArgs != "" {
+		o.CullerArgs = strings.Fields(*cullerArgs)
+	}
+	if o.HubVenv == "" || o.KubeBin == "" {
+		fmt.Fprintln(os.Stderr, "culler-bench: --hub-venv and --kube-bin are required (make bench-culler sets them)")
+		return 2
+	}
+	if o.Every < 10*time.Second {
+		fmt.Fprintln(os.Stderr, "culler-bench: --every must be 10s or more (the policy's minimum)")
+		return 2
+	}
+	if err := bench.Run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "culler-bench:", err)
+		return 1
+	}
+	return 0
+}
