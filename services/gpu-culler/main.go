@@ -96,7 +96,7 @@ func run(args []string, stderr io.Writer) int {
 	err = app.Run(ctx, app.Options{
 		Logger: logger, Registry: cl.Registry, Addr: *listen, Prefix: *prefix,
 		PolicyPath: *policyPath, PolicyPoll: *policyPoll, Reload: reload,
-		Kube: cl.Kube, Namespace: *namespace, Hub: cl.Hub, Token: cl.HubConfig.Token, Scopes: nonNil(me.Scopes),
+		Kube: cl.Kube, Namespace: *namespace, HubConfig: cl.HubConfig, Token: cl.HubConfig.Token, Scopes: nonNil(me.Scopes),
 		Auth: cl.Auth.Middleware, ReaderServices: config.List(*readerServices),
 		UsageURL: *usageURL, SampleEvery: *sampleEvery,
 		LeaderElect: *leaderElect, LeaseNamespace: *leaseNamespace, LeaseName: *leaseName, Identity: identity,

@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/gpuhub/gpuhub/hubapi"
+
 	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/api"
 	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/notices"
 	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/pass"
@@ -51,7 +53,10 @@ type Options struct {
 	Kube      kubernetes.Interface
 	Namespace string // of the single-user pods; "" = all
 
-	Hub pass.Hub
+	// Hub is the pass's Hub; nil: a client is built from HubConfig whose requests are counted in
+	// gpuhub_culler_hub_requests_total.
+	Hub       pass.Hub
+	HubConfig hubapi.Config
 	// Token is the culler's own Hub token: the usage API is read with it, the Hub glue presents it.
 	Token string
 	// Scopes are the token's scopes (GET /user); nil: unknown, not checked.
@@ -84,8 +89,8 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 // Run serves and culls until ctx ends.
 func Run(ctx context.Context, o Options) error {
 	switch {
-	case o.Logger == nil || o.Registry == nil || o.Kube == nil || o.Auth == nil || o.Hub == nil:
-		return errors.New("gpu-culler: Logger, Registry, Kube, Hub and Auth are required")
+	case o.Logger == nil || o.Registry == nil || o.Kube == nil || o.Auth == nil:
+		return errors.New("gpu-culler: Logger, Registry, Kube and Auth are required")
 	case o.Token == "":
 		return errors.New("gpu-culler: the service's Hub API token (JUPYTERHUB_API_TOKEN) is required")
 	case o.UsageURL == "":
@@ -117,6 +122,22 @@ func Run(ctx context.Context, o Options) error {
 	metrics, err := pass.NewMetrics(o.Registry)
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
+	}
+	if o.Hub == nil {
+		cfg := o.HubConfig
+		base := http.DefaultTransport
+		if cfg.HTTPClient != nil && cfg.HTTPClient.Transport != nil {
+			base = cfg.HTTPClient.Transport
+		}
+		cfg.HTTPClient = &http.Client{Transport: metrics.CountHubRequests(base)}
+		cfg.Registerer = nil // the service's own Hub client (hubauth's) already has hubapi's metrics registered
+		// The policy's concurrency (at most 100, read at each pass) bounds the requests at once, not the client.
+		cfg.MaxConcurrent = max(cfg.MaxConcurrent, 100)
+		hub, err := hubapi.New(cfg)
+		if err != nil {
+			return fmt.Errorf("hub client: %w", err)
+		}
+		o.Hub = hub
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -280,15 +301,26 @@ func Window(p *cpolicy.Policy) time.Duration {
 }
 
 // CheckScopes is nil when the culler's Hub token can apply p: exempting by group needs the users' groups
-// (read:users:groups). scopes nil: not known, not checked.
+// (read:users:groups, or a scope that holds it, unfiltered or filtered to every exempt group: a user outside
+// the filter shows no groups, and would be taken as not exempt). scopes nil: not known, not checked.
 func CheckScopes(p *cpolicy.Policy, scopes []string) error {
 	if scopes == nil || len(p.Exempt.Groups) == 0 {
 		return nil
 	}
-	if slices.ContainsFunc(scopes, func(s string) bool {
-		base, _, _ := strings.Cut(s, "!")
-		return base == "read:users:groups" || base == "read:users" || base == "admin:users"
-	}) {
+	covered := map[string]bool{}
+	for _, s := range scopes {
+		base, filter, filtered := strings.Cut(s, "!")
+		if base != "read:users:groups" && base != "read:users" && base != "admin:users" {
+			continue
+		}
+		if !filtered {
+			return nil
+		}
+		if g, ok := strings.CutPrefix(filter, "group="); ok {
+			covered[g] = true
+		}
+	}
+	if !slices.ContainsFunc(p.Exempt.Groups, func(g string) bool { return !covered[g] }) {
 		return nil
 	}
 	return errors.New("exempt.groups needs the Hub scope read:users:groups, which the culler's token does not have: add it to the culler's role (chart value culler.extraHubScopes) or remove exempt.groups")

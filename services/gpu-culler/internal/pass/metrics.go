@@ -18,6 +18,7 @@ type Metrics struct {
 	stopErrors   prometheus.Counter
 	noticeErrors prometheus.Counter
 	conflicts    prometheus.Counter
+	hubRequests  *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics on reg (nil: not registered, for tests).
@@ -44,13 +45,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Notices that could not be written on the pod; no server is stopped before its notice is shown."}),
 		conflicts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "notice_conflicts_total",
 			Help: "Notices not written because the pod changed since it was read (a snooze); the next pass decides again."}),
+		hubRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "hub_requests_total",
+			Help: "Requests the passes sent to the Hub, retries included, by operation: users_list (a page of the ready servers), server_stop, other."}, []string{"op"}),
 	}
 	for _, r := range []string{"ok", "error"} {
 		m.passes.WithLabelValues(r)
 	}
+	for _, op := range []string{"users_list", "server_stop"} {
+		m.hubRequests.WithLabelValues(op)
+	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.passes, m.duration, m.lastPass, m.servers, m.skips, m.stopped, m.saved,
-			m.stopErrors, m.noticeErrors, m.conflicts} {
+			m.stopErrors, m.noticeErrors, m.conflicts, m.hubRequests} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -96,13 +96,22 @@ func (h *fakeHub) StopServer(_ context.Context, user, server string, remove bool
 	return hubapi.StopResult{Pending: h.pending}, nil
 }
 
-type fakePods struct{ pods map[string]*corev1.Pod }
+type fakePods struct {
+	pods      map[string]*corev1.Pod
+	notSynced bool
+}
 
 func (p fakePods) Pod(user, server string) (*corev1.Pod, bool) {
 	pod, ok := p.pods[user+"/"+server]
 	return pod, ok
 }
-func (fakePods) Synced(context.Context) error { return nil }
+func (p fakePods) Synced(context.Context) error {
+	if p.notSynced {
+		return errors.New("the single-user pods are not listed yet")
+	}
+	return nil
+}
+
 func (p fakePods) Servers() map[[2]string]*corev1.Pod {
 	out := map[[2]string]*corev1.Pod{}
 	for _, pod := range p.pods {
@@ -126,16 +135,28 @@ func (f fakeTelemetry) Usage() decide.Usage                     { return f.usage
 type fakeStops struct {
 	mu       sync.Mutex
 	recorded []stops.Stop
+	last     map[string]stops.Stop
+	cleared  []string
 }
 
-func (s *fakeStops) Last(string) (stops.Stop, bool) { return stops.Stop{}, false }
+func (s *fakeStops) Last(user string) (stops.Stop, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.last[user]
+	return st, ok
+}
 func (s *fakeStops) Record(_ context.Context, st stops.Stop) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.recorded = append(s.recorded, st)
 	return nil
 }
-func (s *fakeStops) Clear(context.Context, string, string) error { return nil }
+func (s *fakeStops) Clear(_ context.Context, user, server string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cleared = append(s.cleared, user+"/"+server)
+	return nil
+}
 
 // idleFor is telemetry of a GPU at 0 % since now-d, sampled every 10 s.
 func idleFor(d time.Duration) decide.Telemetry {
@@ -266,6 +287,22 @@ func TestPass(t *testing.T) {
 			want: want{Decisions: map[string]int{}},
 		},
 		{
+			name: "snoozed: past the rule's stop but before the snoozed deadline, left alone and said so",
+			hub:  &fakeHub{users: []hubapi.User{ready("alice", map[string]hubapi.Server{"": server("", started, now)})}},
+			pod: pod("alice", "", true, &decide.Notice{Reason: decide.ReasonIdle, Since: now.Add(-15 * time.Minute),
+				Deadline: now.Add(15 * time.Minute), Snoozes: 1}, gpuRule),
+			tel: idleFor(50 * time.Minute), info: gpuInfo, usage: reachable,
+			want: want{Decisions: map[string]int{"skip/snoozed": 1}, Notice: "idle", Actions: []string{"skip/snoozed"}},
+		},
+		{
+			name: "the snoozed deadline has passed: stopped",
+			hub:  &fakeHub{users: []hubapi.User{ready("alice", map[string]hubapi.Server{"": server("", started, now)})}},
+			pod: pod("alice", "", true, &decide.Notice{Reason: decide.ReasonIdle, Since: now.Add(-35 * time.Minute),
+				Deadline: now.Add(-time.Minute), Snoozes: 1}, gpuRule),
+			tel: idleFor(70 * time.Minute), info: gpuInfo, usage: reachable,
+			want: want{Decisions: map[string]int{"stop/idle": 1}, Stopped: []string{"alice/"}, Recorded: 1, Notice: "idle", Actions: []string{"stop/idle"}},
+		},
+		{
 			name: "the pod changed under the pass (a snooze): no write, decided again next pass",
 			hub:  &fakeHub{users: []hubapi.User{ready("alice", map[string]hubapi.Server{"": server("", started, now)})}},
 			pod:  pod("alice", "", true, nil, gpuRule), tel: idleFor(45 * time.Minute), info: gpuInfo, usage: reachable, conflict: true,
@@ -368,6 +405,69 @@ func TestSaved(t *testing.T) {
 	}
 	if len(r.saved) != 0 {
 		t.Error("a server running again is still counted")
+	}
+}
+
+// No pass acts before the single-user pods are listed: it fails without asking the Hub.
+func TestPassWaitsForPods(t *testing.T) {
+	var pol policy.Policy
+	if err := ipolicy.Decode("test.yaml", []byte(policyYAML), &pol); err != nil {
+		t.Fatal(err)
+	}
+	hub := &fakeHub{users: []hubapi.User{ready("alice", map[string]hubapi.Server{"": server("", now.Add(-time.Hour), now)})}}
+	m, _ := NewMetrics(nil)
+	r := New(Options{Hub: hub, Pods: fakePods{notSynced: true}, Telemetry: fakeTelemetry{}, Stops: &fakeStops{},
+		Policy: func() *policy.Policy { return &pol }, Metrics: m, Now: func() time.Time { return now }})
+	if _, err := r.Pass(context.Background()); err == nil {
+		t.Error("a pass before the pods are listed: no error")
+	}
+	if got := testutil.ToFloat64(m.passes.WithLabelValues("error")); got != 1 {
+		t.Errorf("passes_total{result=error} = %v, want 1", got)
+	}
+}
+
+// The user's last stop is withdrawn once the same server has run again for ShownAfterStart, not before, and
+// not for another server nor for a server started before the stop.
+func TestClearOldStop(t *testing.T) {
+	stoppedAt := now.Add(-2 * time.Hour)
+	tests := []struct {
+		name    string
+		server  string
+		started time.Time
+		want    []string
+	}{
+		{"running again for an hour", "", now.Add(-time.Hour), []string{"alice/"}},
+		{"just started again", "", now.Add(-time.Minute), nil},
+		{"started before the stop (the Hub's list lags)", "", stoppedAt.Add(-time.Minute), nil},
+		{"another server", "lab", now.Add(-time.Hour), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := &fakeStops{last: map[string]stops.Stop{"alice": {User: "alice", Server: "", At: stoppedAt, Reason: "idle"}}}
+			r := New(Options{Stops: st, Now: func() time.Time { return now }})
+			r.clearOldStop(context.Background(), "alice", tt.server, tt.started)
+			if diff := cmp.Diff(tt.want, st.cleared); diff != "" {
+				t.Errorf("cleared (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestHubOp(t *testing.T) {
+	tests := []struct{ method, path, want string }{
+		{"GET", "/hub/api/users", "users_list"},
+		{"GET", "/hub/api/users/", "users_list"},
+		{"DELETE", "/hub/api/users/alice/server", "server_stop"},
+		{"DELETE", "/hub/api/users/alice/servers/lab", "server_stop"},
+		{"GET", "/hub/api/users/alice", "user_get"},
+		{"GET", "/hub/api/users/alice/tokens", "other"},
+		{"GET", "/hub/api/user", "other"},
+		{"POST", "/hub/api/users/alice/server", "other"},
+	}
+	for _, tt := range tests {
+		if got := hubOp(tt.method, tt.path); got != tt.want {
+			t.Errorf("hubOp(%s %s) = %q, want %q", tt.method, tt.path, got, tt.want)
+		}
 	}
 }
 
