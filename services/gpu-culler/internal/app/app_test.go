@@ -44,7 +44,7 @@ cpu:
 // userPod is a KubeSpawner single-user pod of user's server, with the culler's notice when n is set.
 func userPod(user, server string, n *decide.Notice, r cpolicy.Rule) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "jupyter-" + user + "-" + server, Namespace: "jhub", ResourceVersion: "1",
-		CreationTimestamp: metav1.Now(),
+		CreationTimestamp: metav1.NewTime(time.Now().Add(-3 * time.Hour)), // as the Hub's started
 		Labels:            map[string]string{"component": "singleuser-server"},
 		Annotations:       map[string]string{"hub.jupyter.org/username": user, "hub.jupyter.org/servername": server}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "notebook"}}}}

@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpuhub/gpuhub/hubapi"
@@ -27,6 +28,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/telemetry"
 	"github.com/gpuhub/gpuhub/services/internal/decision"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
+	"github.com/gpuhub/gpuhub/services/internal/inventory"
 )
 
 // Hub is what a pass needs of the Hub (*hubapi.Client).
@@ -94,6 +96,8 @@ type Runner struct {
 	last  map[serverKey]string
 	saved map[serverKey]*savedGPU
 	pages int // of the last full list; 0 before one
+	// gone are the pods of servers this replica stopped: the Hub no longer runs them, KubeSpawner is deleting them.
+	gone map[types.UID]bool
 }
 
 type serverKey struct{ user, server string }
@@ -125,7 +129,7 @@ func New(o Options) *Runner {
 	if o.Contended == nil {
 		o.Contended = func(gpu.Kind) bool { return false }
 	}
-	return &Runner{o: o, last: map[serverKey]string{}, saved: map[serverKey]*savedGPU{}}
+	return &Runner{o: o, last: map[serverKey]string{}, saved: map[serverKey]*savedGPU{}, gone: map[types.UID]bool{}}
 }
 
 // item is one server to decide with the Hub's word on it.
@@ -166,18 +170,38 @@ func (r *Runner) Pass(ctx context.Context) (sum Summary, err error) {
 	users := map[string]bool{}
 	settled := map[serverKey]decide.Decision{}
 	kinds := map[serverKey]string{}
+	var toClear []*corev1.Pod
+	live := map[types.UID]bool{}
 	for k, pod := range r.o.Pods.Servers() {
 		sk := serverKey{k[0], k[1]}
+		live[pod.UID] = true
+		if r.isGone(pod.UID) {
+			continue // stopped by this replica; its pod is going away
+		}
 		running[sk] = podStarted(pod)
 		r.clearOldStop(ctx, sk.user, sk.server, podStarted(pod))
 		d, kind := r.decideAlone(p, sk, pod, usage, now)
-		_, _, hasNotice := notices.FromPod(pod.Annotations)
-		if hasNotice || d.Action == decide.Warn || d.Action == decide.Stop || d.Would != "" {
+		if d.Action == decide.Warn || d.Action == decide.Stop || d.Would != "" {
 			candidates[sk] = true
 			users[sk.user] = true
 			continue
 		}
+		// Supposing the Hub silent since the start is the most idle a server can be: what is not due then is
+		// not due at all, and a busy server's notice is withdrawn without asking the Hub.
+		if _, _, hasNotice := notices.FromPod(pod.Annotations); hasNotice && d.Action == decide.None {
+			toClear = append(toClear, pod)
+		}
 		settled[sk], kinds[sk] = d, kind
+	}
+	r.forgetGone(live)
+	for _, pod := range toClear {
+		if err := notices.Write(ctx, r.o.Kube, pod, nil); err != nil {
+			r.writeFailed(result{}, pod.Annotations[inventory.AnnotationUser], pod.Annotations[inventory.AnnotationServer], err)
+			continue
+		}
+		d := settled[serverKey{pod.Annotations[inventory.AnnotationUser], pod.Annotations[inventory.AnnotationServer]}]
+		r.record(decision.Record{User: pod.Annotations[inventory.AnnotationUser], Server: pod.Annotations[inventory.AnnotationServer],
+			Action: decision.ActionClear, Reason: string(d.Reason), Numbers: d.Numbers.Map()})
 	}
 	sum.Servers = len(running)
 
@@ -298,7 +322,7 @@ func (r *Runner) decideAlone(p *policy.Policy, sk serverKey, pod *corev1.Pod, us
 	tel, _ := r.o.Telemetry.Server(sk.user, sk.server, rule.StaleAfter)
 	prev, _, _ := notices.FromPod(pod.Annotations)
 	in := decide.Input{Now: now, Rule: rule, Telemetry: tel, Usage: usage, Notice: prev, Contended: r.o.Contended(kind),
-		Server: decide.Server{User: sk.user, Name: sk.server, Kind: kind, Profile: profile, Started: podStarted(pod),
+		Server: decide.Server{User: sk.user, Name: sk.server, Kind: kind, Profile: profile, Started: podStarted(pod).Add(-startMargin),
 			Ready: true, Annotations: pod.Annotations}}
 	return explainData(decide.Decide(in), info), kindLabel(kind)
 }
@@ -353,10 +377,11 @@ func kindLabel(k gpu.Kind) string {
 	return string(k)
 }
 
+// startMargin is how much earlier than its pod the Hub may have started a server (the Hub's started is set
+// before KubeSpawner creates the pod): the pass supposes the earlier, so no server is due before it is asked about.
+const startMargin = 5 * time.Minute
+
 func podStarted(p *corev1.Pod) time.Time {
-	if p.Status.StartTime != nil {
-		return p.Status.StartTime.Time
-	}
 	return p.CreationTimestamp.Time
 }
 
@@ -459,6 +484,11 @@ func (r *Runner) one(ctx context.Context, p *policy.Policy, it item, usage decid
 			return res
 		}
 		res.stopped = true
+		if hasPod {
+			r.mu.Lock()
+			r.gone[pod.UID] = true
+			r.mu.Unlock()
+		}
 		rec.Action, rec.Message = decision.ActionStop, d.Message
 		if st.Pending {
 			rec.Numbers["hub_pending"] = 1 // 202: the Hub is still stopping it; the next passes do not list it as ready
@@ -510,6 +540,23 @@ func (r *Runner) note(user, server string, rec decision.Record, state string) {
 func (r *Runner) record(rec decision.Record) {
 	if r.o.Decisions != nil {
 		r.o.Decisions.Record(rec)
+	}
+}
+
+func (r *Runner) isGone(uid types.UID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.gone[uid]
+}
+
+// forgetGone forgets the stopped pods that are gone.
+func (r *Runner) forgetGone(live map[types.UID]bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for uid := range r.gone {
+		if !live[uid] {
+			delete(r.gone, uid)
+		}
 	}
 }
 
