@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"net/http"
 	"sort"
 	"sync"
 	"time"
@@ -147,7 +148,8 @@ const PageSize = 200
 // The Hub is asked only about the servers that may need an action: each running server is first decided from
 // its pod and its GPU telemetry alone, as if the Hub had seen no activity since it started (the most a
 // server can be idle). A server that is not even then warned or stopped, and carries no notice, needs nothing
-// from the Hub this pass: a busy GPU keeps its server whatever the Hub says. The others are read either one
+// from the Hub this pass: a busy GPU keeps its server whatever the Hub says. A decision nothing of which depends
+// on the Hub (hubBlind) is acted on as it is. The others are read either one
 // user at a time (GET /users/{name}) when they are fewer than the pages of a full list, or with the full ready
 // list (paginated), so a pass never costs the Hub more requests than a full list plus the stops.
 func (r *Runner) Pass(ctx context.Context) (sum Summary, err error) {
@@ -171,6 +173,7 @@ func (r *Runner) Pass(ctx context.Context) (sum Summary, err error) {
 	settled := map[serverKey]decide.Decision{}
 	kinds := map[serverKey]string{}
 	var toClear []*corev1.Pod
+	var blind []item
 	live := map[types.UID]bool{}
 	for k, pod := range r.o.Pods.Servers() {
 		sk := serverKey{k[0], k[1]}
@@ -182,6 +185,12 @@ func (r *Runner) Pass(ctx context.Context) (sum Summary, err error) {
 		r.clearOldStop(ctx, sk.user, sk.server, podStarted(pod))
 		d, kind := r.decideAlone(p, sk, pod, usage, now)
 		if d.Action == decide.Warn || d.Action == decide.Stop || d.Would != "" {
+			if hubBlind(p, p.Rule(gpu.Kind(kindOrEmpty(kind)), pod.Labels[snooze.LabelProfile]), d) {
+				// Nothing of this decision depends on the Hub: act on the pod and the telemetry.
+				blind = append(blind, item{user: &hubapi.User{Name: sk.user}, name: sk.server,
+					server: hubapi.Server{Name: sk.server, Ready: true, Started: ptr(podStarted(pod).Add(-startMargin))}})
+				continue
+			}
 			candidates[sk] = true
 			users[sk.user] = true
 			continue
@@ -226,6 +235,7 @@ func (r *Runner) Pass(ctx context.Context) (sum Summary, err error) {
 			items = append(items, item{user: u, server: s, name: sk.server})
 		}
 	}
+	items = append(items, blind...)
 	sort.Slice(items, func(i, j int) bool {
 		if items[i].user.Name != items[j].user.Name {
 			return items[i].user.Name < items[j].user.Name
@@ -314,6 +324,27 @@ func (r *Runner) readHub(ctx context.Context, users map[string]bool) (map[string
 	r.mu.Unlock()
 	return out, nil
 }
+
+// hubBlind reports whether decision d, made without the Hub, stands whatever the Hub says: a GPU server idle by
+// its own telemetry under a rule that ignores Hub activity, with no exemption that only the Hub knows (groups,
+// admins), for idleness (a max_age stop counts from the Hub's started). A stop sent for a server the Hub no
+// longer runs is answered as such and changes nothing.
+func hubBlind(p *policy.Policy, r policy.Rule, d decide.Decision) bool {
+	reason := d.Reason
+	if d.Action == decide.Skip && d.Would != "" {
+		return false // snoozed or dry run: cheap to confirm, and rare
+	}
+	return !r.CPU && r.HubIdlePeriod == 0 && len(p.Exempt.Groups) == 0 && !p.Exempt.Admins && reason == decide.ReasonIdle
+}
+
+func kindOrEmpty(label string) string {
+	if label == "cpu" {
+		return ""
+	}
+	return label
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // decideAlone decides a server from its pod and telemetry alone, the Hub supposed silent since it started.
 func (r *Runner) decideAlone(p *policy.Policy, sk serverKey, pod *corev1.Pod, usage decide.Usage, now time.Time) (decide.Decision, string) {
@@ -477,6 +508,13 @@ func (r *Runner) one(ctx context.Context, p *policy.Policy, it item, usage decid
 	case decide.Stop:
 		remove := rule.Action == policy.StopAndRemove && name != ""
 		st, err := r.o.Hub.StopServer(ctx, u.Name, name, remove)
+		if hubapi.IsNotFound(err) || isNotRunning(err) {
+			// The Hub no longer runs it (stopped by the user or the Hub meanwhile): nothing to do.
+			d = decide.Decision{Action: decide.Skip, Reason: decide.ReasonNotReady, Detail: "the Hub does not run this server"}
+			res.action, res.reason = d.Action, d.Reason
+			r.settle(serverKey{u.Name, name}, d, kindLabel)
+			return res
+		}
 		if err != nil {
 			r.o.Metrics.stopErrors.Inc()
 			r.o.Logger.Warn("cannot stop the server; the next pass tries again", "user", u.Name, "server", name, "err", err)
@@ -541,6 +579,12 @@ func (r *Runner) record(rec decision.Record) {
 	if r.o.Decisions != nil {
 		r.o.Decisions.Record(rec)
 	}
+}
+
+// isNotRunning is the Hub's 400 to a stop of a server that is not running.
+func isNotRunning(err error) bool {
+	var ae *hubapi.APIError
+	return errors.As(err, &ae) && ae.StatusCode == http.StatusBadRequest
 }
 
 func (r *Runner) isGone(uid types.UID) bool {

@@ -257,11 +257,11 @@ func TestPass(t *testing.T) {
 			want: want{Decisions: map[string]int{"skip/usage_unreachable": 1}, Notice: "idle", Actions: []string{"skip/usage_unreachable"}},
 		},
 		{
-			name: "the Hub's list fails midway: nobody is acted on",
-			hub:  &fakeHub{listErr: errors.New("503"), users: []hubapi.User{ready("alice", map[string]hubapi.Server{"": server("", started, now)})}},
-			pod:  pod("alice", "", true, &decide.Notice{Reason: decide.ReasonIdle, Since: now.Add(-11 * time.Minute), Deadline: now.Add(-time.Minute)}, gpuRule),
-			tel:  idleFor(50 * time.Minute), info: gpuInfo, usage: reachable,
-			want: want{Decisions: map[string]int{}, Notice: "idle", Err: true},
+			name:  "the Hub's list fails midway: nobody is acted on (a CPU-only server: idle by the Hub's word)",
+			hub:   &fakeHub{listErr: errors.New("503"), users: []hubapi.User{ready("alice", map[string]hubapi.Server{"lab": server("lab", started, now.Add(-2*time.Hour))})}},
+			pod:   pod("alice", "lab", false, &decide.Notice{Reason: decide.ReasonIdle, Since: now.Add(-11 * time.Minute), Deadline: now.Add(-time.Minute)}, pol.Rule("", "")),
+			usage: reachable,
+			want:  want{Decisions: map[string]int{}, Notice: "idle", Err: true},
 		},
 		{
 			name: "busy again: the notice is withdrawn",
@@ -475,7 +475,8 @@ func TestHubOp(t *testing.T) {
 // read one user at a time once a full list has counted the pages, many with the full list.
 func TestHubRequests(t *testing.T) {
 	var pol policy.Policy
-	if err := ipolicy.Decode("test.yaml", []byte(policyYAML), &pol); err != nil {
+	// Exempting a group needs the Hub's word on each server that may be warned or stopped.
+	if err := ipolicy.Decode("test.yaml", []byte(policyYAML+"exempt:\n  groups: [staff]\n"), &pol); err != nil {
 		t.Fatal(err)
 	}
 	rule := pol.Rule(gpu.KindGPU, "")
@@ -531,4 +532,42 @@ func sorted(ss []string) []string {
 	out := append([]string(nil), ss...)
 	slices.Sort(out)
 	return out
+}
+
+// A GPU server idle by its own telemetry under a rule that ignores Hub activity, with no exemption only the Hub
+// knows, is warned and stopped without reading the Hub: one DELETE, no page; a 400 (not running) changes nothing.
+func TestHubBlind(t *testing.T) {
+	var pol policy.Policy
+	if err := ipolicy.Decode("test.yaml", []byte(policyYAML), &pol); err != nil {
+		t.Fatal(err)
+	}
+	rule := pol.Rule(gpu.KindGPU, "")
+	hub := &fakeHub{users: []hubapi.User{ready("alice", map[string]hubapi.Server{"": server("", now.Add(-3*time.Hour), now)})}}
+	due := pod("alice", "", true, &decide.Notice{Reason: decide.ReasonIdle, Since: now.Add(-11 * time.Minute), Deadline: now.Add(-time.Minute)}, rule)
+	fresh := pod("bob", "", true, nil, rule)
+	fp := fakePods{pods: map[string]*corev1.Pod{"alice/": due, "bob/": fresh}}
+	tel := fakeTelemetry{usage: decide.Usage{Reachable: true, At: now},
+		servers: map[string]decide.Telemetry{"alice/": idleFor(50 * time.Minute), "bob/": idleFor(45 * time.Minute)},
+		info:    map[string]telemetry.Info{"alice/": {Known: true, Kind: gpu.KindGPU, AllocatedGPUs: 1}, "bob/": {Known: true, Kind: gpu.KindGPU, AllocatedGPUs: 1}}}
+	kc := fake.NewClientset(due, fresh)
+	m, _ := NewMetrics(nil)
+	r := New(Options{Hub: hub, Pods: fp, Telemetry: tel, Stops: &fakeStops{}, Kube: kc, Policy: func() *policy.Policy { return &pol },
+		Metrics: m, Now: func() time.Time { return now }})
+	sum, err := r.Pass(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]int{"stop/idle": 1, "warn/idle": 1}, sum.Decisions); diff != "" {
+		t.Errorf("decisions (-want +got):\n%s", diff)
+	}
+	if hub.lists != 0 || len(hub.gets) != 0 || len(hub.stopped) != 1 {
+		t.Errorf("%d lists, %d gets, stops %v: want only alice's stop", hub.lists, len(hub.gets), hub.stopped)
+	}
+	// Stopped: not asked about again while its pod goes away.
+	if _, err := r.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(hub.stopped) != 1 {
+		t.Errorf("stopped twice: %v", hub.stopped)
+	}
 }
