@@ -21,6 +21,7 @@ import (
 
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/usagecache"
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/waitlist"
 	"github.com/gpuhub/gpuhub/services/internal/decision"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 	"github.com/gpuhub/gpuhub/services/internal/inventory"
@@ -71,8 +72,10 @@ type Options struct {
 	ReservationTTL time.Duration
 	// Now is the clock of decisions, reservations and accrual (default time.Now).
 	Now func() time.Time
-	// Registerer gets gpuhub_quota_admit_duration_seconds, gpuhub_quota_unavailable_total and
-	// gpuhub_quota_reservations; nil registers nothing.
+	// Waitlist configures the waitlist (off unless Enabled).
+	Waitlist WaitlistOptions
+	// Registerer gets gpuhub_quota_admit_duration_seconds, gpuhub_quota_unavailable_total,
+	// gpuhub_quota_reservations and gpuhub_quota_waitlist_*; nil registers nothing.
 	Registerer prometheus.Registerer
 }
 
@@ -85,6 +88,9 @@ type Engine struct {
 	mu  sync.Mutex
 	ix  *index
 	res reservations
+	// wl is the waitlist: holds and queues count in every decision, under the same lock.
+	wl        waitlistState
+	wlMetrics waitlistMetrics
 
 	effective effCache
 
@@ -117,7 +123,8 @@ func New(o Options) (*Engine, error) {
 	if o.Directory == nil {
 		o.Directory = func() (map[string][]string, error) { return nil, errors.New("no Hub directory") }
 	}
-	e := &Engine{o: o, ix: newIndex(), res: newReservations(), told: map[string]toldGroups{}}
+	e := &Engine{o: o, ix: newIndex(), res: newReservations(), told: map[string]toldGroups{}, wlMetrics: newWaitlistMetrics()}
+	e.wl.turn = waitlist.NewTurnover(o.Now(), 0)
 	e.duration = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "admit_duration_seconds",
 		Help:    "Time to decide one admission in the engine (from memory: no API-server or Hub request).",
 		Buckets: []float64{5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, .001, .0025, .005, .01}})
@@ -136,7 +143,11 @@ func New(o Options) (*Engine, error) {
 			return float64(e.res.live)
 		})
 	if o.Registerer != nil {
-		for _, c := range []prometheus.Collector{e.duration, e.unavailable, reservationsGauge} {
+		cs := []prometheus.Collector{e.duration, e.unavailable, reservationsGauge}
+		if o.Waitlist.Enabled {
+			cs = append(cs, e.wlMetrics.collectors()...)
+		}
+		for _, c := range cs {
 			if err := o.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("admit: register metrics: %w", err)
 			}
@@ -175,6 +186,9 @@ func (e *Engine) onPod(obj any, deleted bool) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if old := e.ix.pods[key]; old != nil && old.active && (!ok || !active(gp)) {
+		e.freedLocked(old.classified, e.o.Now())
+	}
 	if !ok {
 		e.ix.removePod(key)
 		return
@@ -210,6 +224,10 @@ type Request struct {
 	Resources    map[string]int64  `json:"resources"`
 	NodeSelector map[string]string `json:"nodeSelector"`
 	Profile      string            `json:"profile"` // informational
+	// Waitlist is the spawn form's choice: join the waitlist when nothing is free (nil: do not).
+	Waitlist *WaitlistChoice `json:"waitlist,omitempty"`
+	// UserOptions are the spawn form's answer, kept to start the server when its turn comes (AutoStart).
+	UserOptions map[string]any `json:"userOptions,omitempty"`
 }
 
 // Option is a GPU class the user could take instead: free now and within their quota.
@@ -234,6 +252,8 @@ type Result struct {
 	CanTake     []Option `json:"canTake"`
 	// OnUnavailable is the policy's mode, for the glue when a later request cannot be answered.
 	OnUnavailable quota.Mode `json:"onUnavailable"`
+	// Waitlist is the server's place in the waitlist when the request joined it.
+	Waitlist *Place `json:"waitlist,omitempty"`
 }
 
 // Admit decides one request from memory and records the decision. An error (wrapping ErrUnavailable) means
@@ -295,14 +315,31 @@ func (e *Engine) decideLocked(ent effEntry, r Request, now time.Time) (Result, d
 	}
 	res := Result{Allow: d.Allow, Reason: string(d.Reason), Message: d.Message}
 	if d.Allow && len(asked) > 0 {
-		if short, free := e.shortLocked(r, askedC); short != nil {
+		if i, free := e.shortLocked(r, askedC); i >= 0 {
+			short := &asked[i]
 			res.Allow, res.Reason = false, string(ReasonNoneFree)
 			res.CanTake = e.canTakeLocked(eff, u, r, d)
 			res.Message = noneFreeMessage(*short, free, res.CanTake)
-			rec.Reason = res.Reason
 			rec.Numbers = map[string]float64{"free": float64(free), "requested": float64(short.Count)}
+			if e.wlOn() && e.baseFreeLocked(askedC.classes[i], r.User, r.Server) >= short.Count {
+				res.Reason = string(ReasonWaitlist)
+				held, _ := e.holdsLocked(askedC.classes[i], r.User, r.Server, now)
+				res.Message = waitlistMessage(*short, held, e.aheadLocked(askedC.classes[i], r.User, r.Server), r.Waitlist != nil && r.Waitlist.Join)
+			}
+			if r.Waitlist != nil && r.Waitlist.Join {
+				place, err := e.joinLocked(r, askedC, now)
+				if err == nil {
+					res.Waitlist = &place
+					res.Message += " " + place.Message
+					rec.Numbers["position"] = float64(place.Position)
+				} else {
+					res.Message += " The waitlist could not take you: " + err.Error()
+				}
+			}
+			rec.Reason = res.Reason
 		} else {
 			res.Reservation = e.res.reserve(r.User, r.Server, askedC, now.Add(e.o.ReservationTTL), ix)
+			e.servedLocked(r.User, r.Server, now)
 		}
 	} else if !d.Allow {
 		res.CanTake = e.canTakeLocked(eff, u, r, d)
@@ -368,6 +405,11 @@ func missing(windows []time.Duration, u quota.Usage) bool {
 // less what active pods hold and reservations keep, plus what the server being restarted gives back (its old
 // pod and reservation).
 func (e *Engine) freeLocked(class, user, server string) int64 {
+	return e.waitlistFreeLocked(e.baseFreeLocked(class, user, server), class, user, server, e.o.Now())
+}
+
+// baseFreeLocked is freeLocked without the waitlist.
+func (e *Engine) baseFreeLocked(class, user, server string) int64 {
 	free := e.ix.capacity[class] - e.ix.held[class] - e.res.reserved[class]
 	for _, p := range e.ix.byUser[user] {
 		if p.active && p.pod.Server == server {
@@ -380,14 +422,15 @@ func (e *Engine) freeLocked(class, user, server string) int64 {
 	return max(free, 0)
 }
 
-// shortLocked returns the first requested allocation with fewer units free than asked, and how many are.
-func (e *Engine) shortLocked(r Request, asked classified) (*gpu.Allocation, int64) {
+// shortLocked returns the index of the first requested allocation with fewer units free than asked (-1: none),
+// and how many are.
+func (e *Engine) shortLocked(r Request, asked classified) (int, int64) {
 	for i, a := range asked.allocs {
 		if free := e.freeLocked(asked.classes[i], r.User, r.Server); free < a.Count {
-			return &asked.allocs[i], free
+			return i, free
 		}
 	}
-	return nil, 0
+	return -1, 0
 }
 
 // canTakeLocked lists the classes with a free unit that the policy would admit one unit of, for this user now.

@@ -191,6 +191,12 @@ type rig struct {
 
 func newRig(t testing.TB, objs ...runtime.Object) *rig {
 	t.Helper()
+	return newRigWith(t, nil, objs...)
+}
+
+// newRigWith is newRig with the engine's options changed by mod (nil: none).
+func newRigWith(t testing.TB, mod func(*Options), objs ...runtime.Object) *rig {
+	t.Helper()
 	r := &rig{kc: fake.NewClientset(objs...), clock: &clock{now: t0}, hours: &fakeHours{}}
 	r.kc.PrependReactor("*", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
 		r.apiRead.Add(1)
@@ -212,7 +218,7 @@ func newRig(t testing.TB, objs ...runtime.Object) *rig {
 		t.Fatal(err)
 	}
 	var handlersSynced func() bool
-	r.eng, err = New(Options{
+	o := Options{
 		Policy: r.pol.Load, Hours: r.hours, Log: r.log, Now: r.clock.Now, ReservationTTL: 5 * time.Minute,
 		Directory:       func() (map[string][]string, error) { return *r.dir.Load(), nil },
 		DirectoryReadAt: func() time.Time { return *r.dirAt.Load() }, DirectoryMaxAge: 6 * time.Minute,
@@ -226,7 +232,11 @@ func newRig(t testing.TB, objs ...runtime.Object) *rig {
 			return nil
 		},
 		Healthy: func() error { return r.inv.Healthy(context.Background()) },
-	})
+	}
+	if mod != nil {
+		mod(&o)
+	}
+	r.eng, err = New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,3 +57,29 @@ func isAre(n int64) string {
 	}
 	return "are"
 }
+
+// waitlistMessage refuses a request whose units are free on the nodes but held for (held), or owed to (ahead),
+// people on the waitlist.
+func waitlistMessage(asked gpu.Allocation, held, ahead int64, joining bool) string {
+	name := unitName(asked)
+	var b strings.Builder
+	switch {
+	case held > 0 && ahead > 0:
+		fmt.Fprintf(&b, "The free %s is held for the next person on the waitlist, and %d more %s waiting.", name, ahead, personPeople(ahead))
+	case held > 0:
+		fmt.Fprintf(&b, "The free %s is held for the next person on the waitlist.", name)
+	default:
+		fmt.Fprintf(&b, "Every free %s goes to the people on the waitlist first: %d %s waiting.", name, ahead, personPeople(ahead))
+	}
+	if !joining {
+		fmt.Fprintf(&b, " You would be number %d in line: choose \"join the waitlist\" on the spawn form to keep a place.", ahead+1)
+	}
+	return b.String()
+}
+
+func personPeople(n int64) string {
+	if n == 1 {
+		return "person is"
+	}
+	return "people are"
+}

@@ -1,0 +1,645 @@
+package admit
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/waitlist"
+	"github.com/gpuhub/gpuhub/services/internal/gpu"
+	"github.com/gpuhub/gpuhub/services/internal/notice"
+)
+
+// ReasonWaitlist denies a request whose units are free but held for (or owed to) people on the waitlist.
+const ReasonWaitlist quota.Reason = "waitlist"
+
+// WaitlistOptions configure the waitlist (services/gpu-quota/README.md, "When no GPU is free").
+type WaitlistOptions struct {
+	// Enabled turns the waitlist on: requests may join it, and queued people go before newcomers.
+	Enabled bool
+	// Hold is how long a freed unit is held for the next in line (default 10 min).
+	Hold time.Duration
+	// Decayed is every user's GPU-hours by class, decayed with the fair-share half-life (the usage API's
+	// gpu-hours/decayed), and whether it is known; nil or unknown: everyone counts as equal (arrival order).
+	Decayed func() (map[string]map[string]float64, bool)
+}
+
+// WaitlistChoice is what the spawn form says about the waitlist.
+type WaitlistChoice struct {
+	// Join queues the server when no unit of what it asks is free for the user.
+	Join bool `json:"join"`
+	// AutoStart starts the server through the Hub when the user's turn comes.
+	AutoStart bool `json:"autoStart"`
+}
+
+// Place is one server's place in a queue, as its user and the admins see it.
+type Place struct {
+	User        string   `json:"user"`
+	Server      string   `json:"server"`
+	Class       string   `json:"class"`
+	Kind        gpu.Kind `json:"kind"`
+	Description string   `json:"description"`
+	// Position is 0 while a unit is held for the server (its turn), else its place among those waiting (1 is next).
+	Position int `json:"position"`
+	// Waiting is how many wait in this queue (held entries not counted).
+	Waiting   int       `json:"waiting"`
+	JoinedAt  time.Time `json:"joinedAt"`
+	HeldUntil time.Time `json:"heldUntil,omitzero"`
+	// Estimate is when a unit may free for it; zero when nothing tells (see waitlist.Estimate).
+	Estimate       time.Time `json:"estimate,omitzero"`
+	AutoStart      bool      `json:"autoStart"`
+	StartRequested bool      `json:"startRequested"`
+	// FairShare is the user's fair-share factor (1 = used nothing recently).
+	FairShare float64 `json:"fairShare"`
+	// Blocked says why the user cannot be served from the queue now (over quota); it keeps its place.
+	Blocked string `json:"blocked,omitempty"`
+	// Message says it all in plain words.
+	Message string `json:"message"`
+}
+
+// Contention is one class someone waits for.
+type Contention struct {
+	Class   string   `json:"class"`
+	Kind    gpu.Kind `json:"kind"`
+	Waiting int      `json:"waiting"`
+}
+
+// Errors of the waitlist's API.
+var (
+	ErrWaitlistOff      = errors.New("the waitlist is not enabled (gpu-quota --waitlist)")
+	ErrWaitlistNotReady = errors.New("the waitlist is not loaded yet (the usage API keeps it): try again in a minute")
+	ErrNotQueued        = waitlist.ErrNotQueued
+)
+
+// JoinError is a join refused for a reason the user can act on (in plain words).
+type JoinError struct{ Message string }
+
+func (e *JoinError) Error() string { return e.Message }
+
+type wlKey struct{ user, server string }
+
+// waitlistState is the engine's waitlist, under e.mu.
+type waitlistState struct {
+	st      waitlist.State
+	ready   bool
+	blocked map[wlKey]string
+	turn    *waitlist.Turnover
+	// gen moves on every change: the persister saves when it differs from what it saved.
+	gen uint64
+	// factors are the users' fair-share factors as of the last tick.
+	factors map[string]float64
+}
+
+func (e *Engine) wlOn() bool { return e.o.Waitlist.Enabled }
+
+// LoadWaitlist installs the stored state (at start, before the waitlist answers).
+func (e *Engine) LoadWaitlist(st waitlist.State) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.wl.st = st
+	e.wl.ready = true
+	e.wl.gen++
+}
+
+// WaitlistSnapshot is the state to save and its generation.
+func (e *Engine) WaitlistSnapshot() (waitlist.State, uint64, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.wl.st.Clone(), e.wl.gen, e.wl.ready
+}
+
+// holdsLocked are the units of class held for entries other than (user, server), and (user, server)'s own.
+func (e *Engine) holdsLocked(class, user, server string, now time.Time) (others, own int64) {
+	for _, en := range e.wl.st.Entries {
+		if en.Class != class || !en.Held() || !now.Before(en.HeldUntil) {
+			continue
+		}
+		if en.User == user && en.Server == server {
+			own++
+		} else {
+			others++
+		}
+	}
+	return others, own
+}
+
+// aheadLocked is how many unblocked entries wait for class ahead of (user, server): all of them when it is not
+// queued for class. Units free for it are those left after each of them got one.
+func (e *Engine) aheadLocked(class, user, server string) int64 {
+	var n int64
+	for _, en := range e.wl.st.Order(class, e.factorLocked) {
+		if en.Held() {
+			continue
+		}
+		if en.User == user && en.Server == server {
+			return n
+		}
+		if _, blocked := e.wl.blocked[wlKey{en.User, en.Server}]; !blocked {
+			n++
+		}
+	}
+	return n
+}
+
+// factorLocked is the user's fair-share factor as of the last refresh (1 when unknown).
+func (e *Engine) factorLocked(user string) float64 {
+	if f, ok := e.wl.factors[user]; ok {
+		return f
+	}
+	return 1
+}
+
+// waitlistFreeLocked adjusts free, the units of class free for (user, server) on the nodes, by the waitlist:
+// units held for others are not free, and while people wait, a unit is free for (user, server) only after each
+// unblocked entry ahead of it got one. A unit held for (user, server) itself is among free.
+func (e *Engine) waitlistFreeLocked(free int64, class, user, server string, now time.Time) int64 {
+	if !e.wlOn() || len(e.wl.st.Entries) == 0 {
+		return free
+	}
+	others, own := e.holdsLocked(class, user, server, now)
+	free -= others
+	if own == 0 {
+		free -= e.aheadLocked(class, user, server)
+	}
+	return max(free, 0)
+}
+
+// joinLocked queues r's server for the first unit of asked that is short; it returns its place.
+func (e *Engine) joinLocked(r Request, asked classified, now time.Time) (Place, error) {
+	if !e.wlOn() {
+		return Place{}, ErrWaitlistOff
+	}
+	if !e.wl.ready {
+		return Place{}, ErrWaitlistNotReady
+	}
+	if len(asked.allocs) == 0 {
+		return Place{}, &JoinError{Message: "This server asks for no GPU: it does not need the waitlist."}
+	}
+	i := 0
+	for j, a := range asked.allocs {
+		if e.freeLocked(asked.classes[j], r.User, r.Server) < a.Count {
+			i = j
+			break
+		}
+	}
+	unit := asked.allocs[i]
+	class := asked.classes[i]
+	opts := r.UserOptions
+	en := e.wl.st.Join(waitlist.Entry{User: r.User, Server: r.Server, Class: class, Kind: unit.Kind,
+		Description: unitName(unit), Resources: r.Resources, NodeSelector: r.NodeSelector,
+		Profile: r.Profile, AutoStart: r.Waitlist != nil && r.Waitlist.AutoStart, UserOptions: opts}, now)
+	e.wl.gen++
+	e.waitlistMetricsLocked()
+	return e.placeLocked(en, now), nil
+}
+
+// placeLocked describes en's place now.
+func (e *Engine) placeLocked(en waitlist.Entry, now time.Time) Place {
+	p := Place{User: en.User, Server: en.Server, Class: en.Class, Kind: en.Kind, Description: en.Description,
+		JoinedAt: en.JoinedAt, HeldUntil: en.HeldUntil, AutoStart: en.AutoStart, StartRequested: en.StartRequested,
+		FairShare: e.factorLocked(en.User), Blocked: e.wl.blocked[wlKey{en.User, en.Server}]}
+	pos := 0
+	for _, o := range e.wl.st.Order(en.Class, e.factorLocked) {
+		if o.Held() {
+			continue
+		}
+		p.Waiting++
+		if o.User == en.User && o.Server == en.Server {
+			pos = p.Waiting
+		}
+	}
+	p.Position = pos
+	name := en.Description
+	if name == "" {
+		name = en.Class
+	}
+	switch {
+	case en.Held():
+		p.Message = fmt.Sprintf("Your turn: a %s is held for you until %s.", name, hhmm(en.HeldUntil))
+		if en.AutoStart {
+			p.Message += " Your server is being started for you."
+		} else {
+			p.Message += " Start your server before then, or it passes to the next person in line."
+		}
+	default:
+		p.Estimate = waitlist.Estimate(pos, e.deadlinesLocked(en.Class, now), e.wl.turn.Mean(en.Class, now), now)
+		p.Message = fmt.Sprintf("You are number %d of %d waiting for a %s.", pos, p.Waiting, name)
+		if !p.Estimate.IsZero() {
+			p.Message += fmt.Sprintf(" Estimated: around %s.", hhmm(p.Estimate))
+		}
+		if en.AutoStart {
+			p.Message += " Your server starts by itself when your turn comes."
+		} else {
+			p.Message += " When your turn comes, one is held for you for a while."
+		}
+		if p.Blocked != "" {
+			p.Message += " For now you cannot be served: " + p.Blocked
+		}
+	}
+	return p
+}
+
+func hhmm(t time.Time) string { return t.Local().Format("15:04") }
+
+// deadlinesLocked are when servers holding units of class are due to stop, from their notices (the culler's
+// countdown, the quota enforcer's).
+func (e *Engine) deadlinesLocked(class string, now time.Time) []time.Time {
+	var out []time.Time
+	for _, p := range e.ix.pods {
+		if !p.active || len(p.pod.Notices) == 0 || p.units(class) == 0 {
+			continue
+		}
+		ns, _ := notice.Parse(p.pod.Notices)
+		var soonest time.Time
+		for _, n := range ns {
+			if n.Stops && !n.Deadline.IsZero() && (soonest.IsZero() || n.Deadline.Before(soonest)) {
+				soonest = n.Deadline
+			}
+		}
+		if !soonest.IsZero() {
+			for range p.units(class) {
+				out = append(out, soonest)
+			}
+		}
+	}
+	return out
+}
+
+// Join queues a server outside admission (the panel's or the API's join): the request is judged by the
+// policy as an admission would be; a request the policy refuses, or one that could start now, is not queued.
+func (e *Engine) Join(r Request) (Place, error) {
+	pol := e.o.Policy()
+	if pol == nil {
+		return Place{}, fmt.Errorf("%w: no policy loaded", ErrUnavailable)
+	}
+	if err := e.o.Synced(); err != nil {
+		return Place{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	groups, err := e.groupsOf(r.User, r.Groups)
+	if err != nil {
+		return Place{}, err
+	}
+	ent := e.effective.get(pol, r.User, groups)
+	now := e.o.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.res.expire(now)
+	asked := e.ix.resolve(r.Resources, r.NodeSelector)
+	u := e.usageLocked(ent.windows, r.User, &r.Server, now)
+	d := quota.Decide(ent.eff, u, quota.Request{Allocations: asked.allocs})
+	if !d.Allow {
+		return Place{}, &JoinError{Message: "You cannot join the waitlist for this: " + d.Message}
+	}
+	if i, _ := e.shortLocked(r, asked); i < 0 && len(asked.allocs) > 0 {
+		return Place{}, &JoinError{Message: "What this server asks for is free now: start it instead of waiting."}
+	}
+	return e.joinLocked(r, asked, now)
+}
+
+// Leave takes (user, server) off the waitlist; a unit held for it passes to the next in line.
+func (e *Engine) Leave(user, server string) error {
+	if !e.wlOn() {
+		return ErrWaitlistOff
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.wl.ready {
+		return ErrWaitlistNotReady
+	}
+	if _, err := e.wl.st.Remove(user, server); err != nil {
+		return err
+	}
+	e.wl.gen++
+	e.waitlistMetricsLocked()
+	return nil
+}
+
+// Places are user's places in the queues ("" : every user's, for admins), in line order per class.
+func (e *Engine) Places(user string) ([]Place, error) {
+	if !e.wlOn() {
+		return nil, ErrWaitlistOff
+	}
+	now := e.o.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.wl.ready {
+		return nil, ErrWaitlistNotReady
+	}
+	out := []Place{}
+	for _, class := range e.wl.st.Classes() {
+		for _, en := range e.wl.st.Order(class, e.factorLocked) {
+			if user == "" || en.User == user {
+				out = append(out, e.placeLocked(en, now))
+			}
+		}
+	}
+	return out, nil
+}
+
+// Contended are the classes someone waits for (held entries do not count: their unit is found).
+func (e *Engine) Contended() ([]Contention, error) {
+	if !e.wlOn() {
+		return []Contention{}, nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.wl.ready {
+		return nil, ErrWaitlistNotReady
+	}
+	by := map[string]*Contention{}
+	var order []string
+	for _, en := range e.wl.st.Entries {
+		if en.Held() {
+			continue
+		}
+		c := by[en.Class]
+		if c == nil {
+			c = &Contention{Class: en.Class, Kind: en.Kind}
+			by[en.Class] = c
+			order = append(order, en.Class)
+		}
+		c.Waiting++
+	}
+	slices.Sort(order)
+	out := make([]Contention, 0, len(order))
+	for _, c := range order {
+		out = append(out, *by[c])
+	}
+	return out, nil
+}
+
+// TickResult is what one waitlist step did: entries whose turn came, entries whose hold expired, entries
+// served (their server's new pod appeared).
+type TickResult struct {
+	Held, Expired, Served []waitlist.Entry
+	// Start are held AutoStart entries whose start the Hub was not asked for yet.
+	Start []waitlist.Entry
+}
+
+// WaitlistTick moves the queues on at now (the leader, every second or so): refreshes fair share and who is
+// blocked by quota, removes served entries and expired holds, and holds each free unit for the next unblocked
+// entry in line. Exactly one entry gets each free unit: it runs under the same lock as admissions.
+func (e *Engine) WaitlistTick(now time.Time) TickResult {
+	var out TickResult
+	if !e.wlOn() {
+		return out
+	}
+	pol := e.o.Policy()
+	decayed, decayedOK := map[string]map[string]float64(nil), false
+	if e.o.Waitlist.Decayed != nil {
+		decayed, decayedOK = e.o.Waitlist.Decayed()
+	}
+	groups := map[string][]string{}
+	e.mu.Lock()
+	users := map[string]bool{}
+	for _, en := range e.wl.st.Entries {
+		users[en.User] = true
+	}
+	e.mu.Unlock()
+	for u := range users {
+		if g, err := e.groupsOf(u, nil); err == nil {
+			groups[u] = g
+		}
+	}
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.wl.ready {
+		return out
+	}
+	e.res.expire(now)
+	before := e.wl.gen
+
+	// Served: a pod of the server created after it joined is active (it started, from the queue or not).
+	kept := e.wl.st.Entries[:0]
+	for _, en := range e.wl.st.Entries {
+		if e.startedSinceLocked(en) {
+			out.Served = append(out.Served, en)
+			if en.Held() {
+				e.wlMetrics.waited(en.Class, en.HeldAt.Sub(en.JoinedAt))
+			}
+			continue
+		}
+		kept = append(kept, en)
+	}
+	if len(out.Served) > 0 {
+		e.wl.st.Entries = kept
+		e.wl.gen++
+	}
+	if ex := e.wl.st.Expire(now); len(ex) > 0 {
+		out.Expired = ex
+		e.wl.gen++
+		for _, en := range ex {
+			e.wlMetrics.expired.WithLabelValues(en.Class).Inc()
+		}
+	}
+
+	// Fair share and quota, per user.
+	e.wl.factors = map[string]float64{}
+	e.wl.blocked = map[wlKey]string{}
+	if pol != nil {
+		usage := map[string]float64{}
+		total := 0.0
+		for u, byClass := range decayed {
+			g, ok := groups[u]
+			if !ok {
+				g = nil
+			}
+			w := e.effective.get(pol, u, g).eff.Weighted(byClass)
+			usage[u] = w
+			total += w
+		}
+		for _, class := range e.wl.st.Classes() {
+			var shares float64
+			seen := map[string]float64{}
+			for _, en := range e.wl.st.Entries {
+				if en.Class != class {
+					continue
+				}
+				if _, ok := seen[en.User]; !ok {
+					s := waitlist.Shares(e.effective.get(pol, en.User, groups[en.User]).eff.Priority.Value)
+					seen[en.User] = s
+					shares += s
+				}
+			}
+			for u, s := range seen {
+				f := 1.0
+				if decayedOK {
+					f = waitlist.Factor(usage[u], total, s, shares)
+				}
+				// A user waiting in several queues keeps the lowest factor (the most conservative order).
+				if old, ok := e.wl.factors[u]; !ok || f < old {
+					e.wl.factors[u] = f
+				}
+			}
+		}
+		for _, en := range e.wl.st.Entries {
+			g, known := groups[en.User]
+			if !known {
+				continue // the Hub has not told us this user's groups yet: judged when it does
+			}
+			ent := e.effective.get(pol, en.User, g)
+			u := e.usageLocked(ent.windows, en.User, &en.Server, now)
+			asked := e.ix.resolve(en.Resources, en.NodeSelector)
+			if d := quota.Decide(ent.eff, u, quota.Request{Allocations: asked.allocs}); !d.Allow {
+				e.wl.blocked[wlKey{en.User, en.Server}] = d.Message
+			}
+		}
+	}
+
+	// Offer each free unit to the next unblocked entry in line.
+	for _, class := range e.wl.st.Classes() {
+		others, _ := e.holdsLocked(class, "", "\x00", now)
+		free := e.ix.capacity[class] - e.ix.held[class] - e.res.reserved[class] - others
+		for _, en := range e.wl.st.Order(class, e.factorLocked) {
+			if free <= 0 {
+				break
+			}
+			if en.Held() {
+				continue
+			}
+			if _, blocked := e.wl.blocked[wlKey{en.User, en.Server}]; blocked {
+				continue
+			}
+			h, err := e.wl.st.Hold(en.User, en.Server, now, e.holdWindow())
+			if err != nil {
+				continue
+			}
+			free--
+			e.wl.gen++
+			out.Held = append(out.Held, h)
+		}
+	}
+	for _, en := range e.wl.st.Entries {
+		if en.Held() && en.AutoStart && !en.StartRequested {
+			out.Start = append(out.Start, en)
+		}
+	}
+	if e.wl.gen != before {
+		e.waitlistMetricsLocked()
+	}
+	return out
+}
+
+func (e *Engine) holdWindow() time.Duration {
+	if e.o.Waitlist.Hold > 0 {
+		return e.o.Waitlist.Hold
+	}
+	return 10 * time.Minute
+}
+
+// MarkStartRequested records that the Hub was asked to start a held entry's server.
+func (e *Engine) MarkStartRequested(user, server string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.wl.st.MarkStartRequested(user, server)
+	e.wl.gen++
+}
+
+// startedSinceLocked reports whether a pod of en's server created after en joined is active.
+func (e *Engine) startedSinceLocked(en waitlist.Entry) bool {
+	for _, p := range e.ix.byUser[en.User] {
+		if p.active && p.pod.Server == en.Server && !p.pod.Created.Before(en.JoinedAt) {
+			return true
+		}
+	}
+	return false
+}
+
+// servedLocked takes (user, server) off the queue when admitted (it holds the unit through its reservation
+// from now on).
+func (e *Engine) servedLocked(user, server string, now time.Time) {
+	if !e.wlOn() {
+		return
+	}
+	en, err := e.wl.st.Remove(user, server)
+	if err != nil {
+		return
+	}
+	e.wl.gen++
+	if en.Held() {
+		e.wlMetrics.waited(en.Class, en.HeldAt.Sub(en.JoinedAt))
+	} else {
+		e.wlMetrics.waited(en.Class, now.Sub(en.JoinedAt))
+	}
+	e.waitlistMetricsLocked()
+}
+
+// groupsOf are user's groups: those given, else the freshest the Hub told, else the directory's.
+func (e *Engine) groupsOf(user string, given []string) ([]string, error) {
+	if given != nil {
+		return given, nil
+	}
+	e.toldMu.Lock()
+	t, ok := e.told[user]
+	e.toldMu.Unlock()
+	if ok {
+		return t.groups, nil
+	}
+	dir, err := e.o.Directory()
+	if dir == nil {
+		return nil, fmt.Errorf("%w: the Hub's groups were not read yet: %w", ErrUnavailable, err)
+	}
+	return dir[user], nil
+}
+
+// freedLocked records units of classes freed at now (for the turnover estimate).
+func (e *Engine) freedLocked(c classified, now time.Time) {
+	if e.wl.turn == nil {
+		return
+	}
+	for i, a := range c.allocs {
+		e.wl.turn.Freed(c.classes[i], now, a.Count)
+	}
+}
+
+// waitlistMetrics are the waitlist's series.
+type waitlistMetrics struct {
+	length  *prometheus.GaugeVec
+	held    *prometheus.GaugeVec
+	wait    *prometheus.HistogramVec
+	expired *prometheus.CounterVec
+	served  *prometheus.CounterVec
+}
+
+func newWaitlistMetrics() waitlistMetrics {
+	return waitlistMetrics{
+		length: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "waitlist_length",
+			Help: "Servers waiting for a unit of a GPU class (held ones not counted)."}, []string{"class"}),
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "waitlist_held",
+			Help: "Units of a GPU class held for the next in line until they start their server."}, []string{"class"}),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "waitlist_wait_seconds",
+			Help:    "Time from joining the waitlist to the turn (a unit held, or admitted), per GPU class.",
+			Buckets: []float64{30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 28800, 86400}}, []string{"class"}),
+		expired: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "waitlist_holds_expired_total",
+			Help: "Holds that ended without the server starting: the unit passed to the next in line."}, []string{"class"}),
+		served: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "waitlist_served_total",
+			Help: "Waitlist entries whose server started."}, []string{"class"}),
+	}
+}
+
+func (m waitlistMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.length, m.held, m.wait, m.expired, m.served}
+}
+
+func (m waitlistMetrics) waited(class string, d time.Duration) {
+	m.served.WithLabelValues(class).Inc()
+	m.wait.WithLabelValues(class).Observe(max(d, 0).Seconds())
+}
+
+// waitlistMetricsLocked sets the gauges from the state.
+func (e *Engine) waitlistMetricsLocked() {
+	e.wlMetrics.length.Reset()
+	e.wlMetrics.held.Reset()
+	for _, en := range e.wl.st.Entries {
+		if en.Held() {
+			e.wlMetrics.held.WithLabelValues(en.Class).Inc()
+		} else {
+			e.wlMetrics.length.WithLabelValues(en.Class).Inc()
+		}
+	}
+}
