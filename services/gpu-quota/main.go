@@ -37,6 +37,9 @@ func run(args []string, stderr io.Writer) int {
 		leaseName       = fs.String("lease-name", "gpu-quota", "name of the leader-election Lease")
 		readerServices  = fs.String("reader-services", "gpu-usage,gpu-profiles", "comma-separated Hub services that may read every user's quota and the decisions and assess spawn choices (api/v1/assess), besides admins")
 		adminGroups     = fs.String("admin-groups", "", "comma-separated Hub groups whose members are admins here (decisions, explain, every user's quota)")
+		waitlistOn      = fs.Bool("waitlist", false, "queue users for GPU classes that have none free, in fair-share order, and hold a freed unit for the next in line (needs --usage-url: the usage API keeps the queue; for auto-start the Hub role needs the servers scope)")
+		waitlistHold    = fs.Duration("waitlist-hold", 10*time.Minute, "how long a freed GPU is held for the next in line before it passes on")
+		halfLife        = fs.Duration("fair-share-half-life", 7*24*time.Hour, "half-life of GPU-hours in the waitlist's fair-share order (whole hours)")
 		hubRefresh      = fs.Duration("hub-refresh", 2*time.Minute, "how often the Hub's users and groups are re-read")
 		kubeconfig      = fs.String("kubeconfig", "", "kubeconfig path (empty: in-cluster, then $KUBECONFIG)")
 		unreadyAfter    = fs.Duration("informer-unready-after", time.Minute, "how long a pod or node watch may keep failing before /readyz fails")
@@ -49,7 +52,8 @@ func run(args []string, stderr io.Writer) int {
 		"reservation-ttl": "GPUHUB_RESERVATION_TTL", "enforce-interval": "GPUHUB_ENFORCE_INTERVAL",
 		"lease-namespace": "GPUHUB_LEASE_NAMESPACE", "lease-name": "GPUHUB_LEASE_NAME", "reader-services": "GPUHUB_READER_SERVICES",
 		"admin-groups": "GPUHUB_ADMIN_GROUPS", "hub-refresh": "GPUHUB_HUB_REFRESH", "kubeconfig": "KUBECONFIG",
-		"informer-unready-after": "GPUHUB_INFORMER_UNREADY_AFTER", "log-format": "GPUHUB_LOG_FORMAT", "log-level": "GPUHUB_LOG_LEVEL",
+		"informer-unready-after": "GPUHUB_INFORMER_UNREADY_AFTER", "waitlist": "GPUHUB_WAITLIST", "waitlist-hold": "GPUHUB_WAITLIST_HOLD",
+		"fair-share-half-life": "GPUHUB_FAIR_SHARE_HALF_LIFE", "log-format": "GPUHUB_LOG_FORMAT", "log-level": "GPUHUB_LOG_LEVEL",
 	}, nil)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -82,6 +86,7 @@ func run(args []string, stderr io.Writer) int {
 		Kube: cl.Kube, Namespace: *namespace, InformerUnreadyAfter: *unreadyAfter,
 		Hub: cl.Hub, HubRefresh: *hubRefresh, Token: cl.HubConfig.Token, Auth: cl.Auth.Middleware, ReaderServices: config.List(*readerServices),
 		UsageURL: *usageURL, UsageRefresh: *usageRefresh, ReservationTTL: *reservationTTL,
+		Waitlist: *waitlistOn, WaitlistHold: *waitlistHold, FairShareHalfLife: *halfLife, HubStart: cl.Hub,
 		LeaseNamespace: *leaseNamespace, LeaseName: *leaseName, Identity: identity, EnforceInterval: *enforceInterval,
 		// The leader warns users over a limit or budget and stops their servers after the grace, through the Hub.
 		WhileLeader: app.Enforce(cl.Hub),

@@ -2,6 +2,7 @@ package admit
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -256,7 +257,7 @@ func TestWaitlistQuota(t *testing.T) {
 
 	_, err := r.eng.Join(h100("lena", "", 1))
 	var je *JoinError
-	if err == nil || !errorsAs(err, &je) || !strings.Contains(je.Message, "GPU-hour") {
+	if err == nil || !errors.As(err, &je) || !strings.Contains(je.Message, "GPU-hour") {
 		t.Fatalf("lena over budget joined: %v", err)
 	}
 
@@ -282,15 +283,7 @@ func TestWaitlistQuota(t *testing.T) {
 	if err := r.eng.Leave("lena", ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.eng.Leave("lena", ""); err != ErrNotQueued {
+	if err := r.eng.Leave("lena", ""); !errors.Is(err, ErrNotQueued) {
 		t.Errorf("second leave: %v", err)
 	}
-}
-
-func errorsAs(err error, target **JoinError) bool {
-	je, ok := err.(*JoinError)
-	if ok {
-		*target = je
-	}
-	return ok
 }

@@ -5,6 +5,11 @@
 //	GET  api/v1/users/{name}/quota the user's limits, budgets and pending notice (the user, admins, reader services)
 //	GET  api/v1/decisions          the decision log, newest first (admins, reader services)
 //	GET  api/v1/explain?user=NAME  the user's effective policy and why (admins)
+//	GET  api/v1/waitlist           every queue in line order (admins, reader services)
+//	GET  api/v1/waitlist/contended the GPU classes someone waits for (admins, reader services: gpu-culler)
+//	GET  api/v1/users/{name}/waitlist           the user's places (the user, admins, reader services)
+//	POST api/v1/users/{name}/waitlist           join (the user, Hub admins)
+//	DELETE api/v1/users/{name}/waitlist?server= leave (the user, Hub admins)
 //
 // Every answer is JSON; errors are {"status", "message"} with a message that says what to do next.
 package api
@@ -20,6 +25,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/admit"
@@ -34,6 +40,10 @@ type Engine interface {
 	Assess(ctx context.Context, r admit.AssessRequest) (admit.Assessment, error)
 	UserQuota(name string) (admit.QuotaStatus, error)
 	Explain(user string, groups []string) (admit.Explanation, error)
+	Places(user string) ([]admit.Place, error)
+	Contended() ([]admit.Contention, error)
+	Join(r admit.Request) (admit.Place, error)
+	Leave(user, server string) error
 }
 
 // Options configure the API handler.
@@ -81,6 +91,11 @@ func New(o Options) (http.Handler, error) {
 	mux.Handle("GET "+p+"users/{name}/quota", o.Auth(http.HandlerFunc(a.quota)))
 	mux.Handle("GET "+p+"decisions", o.Auth(a.readers(o.Log.Handler())))
 	mux.Handle("GET "+p+"explain", o.Auth(http.HandlerFunc(a.explain)))
+	mux.Handle("GET "+p+"waitlist", o.Auth(a.readers(http.HandlerFunc(a.queues))))
+	mux.Handle("GET "+p+"waitlist/contended", o.Auth(a.readers(http.HandlerFunc(a.contended))))
+	mux.Handle("GET "+p+"users/{name}/waitlist", o.Auth(http.HandlerFunc(a.places)))
+	mux.Handle("POST "+p+"users/{name}/waitlist", o.Auth(http.HandlerFunc(a.join)))
+	mux.Handle("DELETE "+p+"users/{name}/waitlist", o.Auth(http.HandlerFunc(a.leave)))
 	mux.HandleFunc(a.prefix, func(w http.ResponseWriter, r *http.Request) {
 		server.WriteError(w, http.StatusNotFound, "no such endpoint: %s %s; see services/gpu-quota/README.md for the API", r.Method, r.URL.Path)
 	})
@@ -244,4 +259,113 @@ func (a *api) explain(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	server.WriteJSON(w, http.StatusOK, e)
+}
+
+// waitlistError answers an error of the waitlist: 404 when it is off or the server is not queued, 409 for a
+// join the user can act on, 503 otherwise.
+func (a *api) waitlistError(w http.ResponseWriter, err error) {
+	var je *admit.JoinError
+	switch {
+	case errors.As(err, &je):
+		server.WriteError(w, http.StatusConflict, "%s", je.Message)
+	case errors.Is(err, admit.ErrWaitlistOff), errors.Is(err, admit.ErrNotQueued):
+		server.WriteError(w, http.StatusNotFound, "%v", err)
+	default:
+		w.Header().Set("Retry-After", "5")
+		server.WriteError(w, http.StatusServiceUnavailable, "%v", err)
+	}
+}
+
+func (a *api) queues(w http.ResponseWriter, r *http.Request) {
+	ps, err := a.o.Engine.Places("")
+	if err != nil {
+		a.waitlistError(w, err)
+		return
+	}
+	server.WriteJSON(w, http.StatusOK, map[string]any{"places": ps})
+}
+
+func (a *api) contended(w http.ResponseWriter, r *http.Request) {
+	cs, err := a.o.Engine.Contended()
+	if err != nil {
+		a.waitlistError(w, err)
+		return
+	}
+	server.WriteJSON(w, http.StatusOK, map[string]any{"asOf": time.Now().UTC(), "classes": cs})
+}
+
+func (a *api) places(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	id, ok := hubauth.FromContext(r.Context())
+	if !ok || !id.CanReadUser(name) && !a.reader(id) {
+		server.WriteError(w, http.StatusForbidden, "you may read your own places in the waitlist only")
+		return
+	}
+	ps, err := a.o.Engine.Places(name)
+	if err != nil {
+		a.waitlistError(w, err)
+		return
+	}
+	server.WriteJSON(w, http.StatusOK, map[string]any{"places": ps})
+}
+
+// actsFor reports whether id may join or leave the waitlist for user name: the user, or a Hub admin.
+func actsFor(id *hubauth.Identity, name string) bool {
+	return id.Admin || id.Kind == "user" && id.Name == name
+}
+
+// joinBody is what the panel or a script sends to join: the server and its GPU request, as admit's.
+type joinBody struct {
+	Server       string            `json:"server"`
+	Resources    map[string]int64  `json:"resources"`
+	NodeSelector map[string]string `json:"nodeSelector"`
+	Profile      string            `json:"profile"`
+	AutoStart    bool              `json:"autoStart"`
+	UserOptions  map[string]any    `json:"userOptions"`
+}
+
+func (a *api) join(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	id, ok := hubauth.FromContext(r.Context())
+	if !ok || !actsFor(id, name) {
+		server.WriteError(w, http.StatusForbidden, "you may join the waitlist for yourself only")
+		return
+	}
+	var b joinBody
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody)).Decode(&b); err != nil {
+		server.WriteError(w, http.StatusBadRequest, "the body is not a join request ({\"server\", \"resources\", \"nodeSelector\", \"autoStart\"}): %v", err)
+		return
+	}
+	req := admit.Request{User: name, Server: b.Server, Resources: b.Resources, NodeSelector: b.NodeSelector, Profile: b.Profile,
+		UserOptions: b.UserOptions, Waitlist: &admit.WaitlistChoice{Join: true, AutoStart: b.AutoStart}}
+	if id.Kind == "user" && id.Name == name {
+		req.Groups = id.Groups
+	}
+	if msg := check(req); msg != "" {
+		server.WriteError(w, http.StatusBadRequest, "%s", msg)
+		return
+	}
+	p, err := a.o.Engine.Join(req)
+	if err != nil {
+		a.waitlistError(w, err)
+		return
+	}
+	a.o.Logger.Info("joined the waitlist", "user", name, "server", b.Server, "class", p.Class, "position", p.Position, "autoStart", b.AutoStart)
+	server.WriteJSON(w, http.StatusOK, p)
+}
+
+func (a *api) leave(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	id, ok := hubauth.FromContext(r.Context())
+	if !ok || !actsFor(id, name) {
+		server.WriteError(w, http.StatusForbidden, "you may leave the waitlist for yourself only")
+		return
+	}
+	srv := r.URL.Query().Get("server")
+	if err := a.o.Engine.Leave(name, srv); err != nil {
+		a.waitlistError(w, err)
+		return
+	}
+	a.o.Logger.Info("left the waitlist", "user", name, "server", srv)
+	w.WriteHeader(http.StatusNoContent)
 }

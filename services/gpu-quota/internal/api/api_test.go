@@ -24,6 +24,8 @@ type stubEngine struct {
 	mu       sync.Mutex
 	admitted []admit.Request
 	assessed []admit.AssessRequest
+	joined   []admit.Request
+	left     []string
 	err      error
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/api"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/usagecache"
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/waitlist"
 	"github.com/gpuhub/gpuhub/services/internal/decision"
 	"github.com/gpuhub/gpuhub/services/internal/inventory"
 	"github.com/gpuhub/gpuhub/services/internal/leader"
@@ -88,6 +89,19 @@ type Options struct {
 
 	ReservationTTL time.Duration // default 5 min
 
+	// Waitlist turns the waitlist on (services/gpu-quota/README.md, "When no GPU is free").
+	Waitlist bool
+	// WaitlistHold is how long a freed unit is held for the next in line (default 10 min).
+	WaitlistHold time.Duration
+	// WaitlistTick is how often the leader moves the queues on (default 2 s).
+	WaitlistTick time.Duration
+	// FairShareHalfLife is the half-life of GPU-hours in the fair-share order (default 7 days).
+	FairShareHalfLife time.Duration
+	// WaitlistStore keeps the queue; nil: the usage API at UsageURL (required then).
+	WaitlistStore WaitlistStore
+	// HubStart starts servers whose turn came with auto-start; nil: no auto-start (the hold still applies).
+	HubStart HubStarter
+
 	// WhileLeader, if set, runs under the Lease LeaseNamespace/LeaseName as Identity; its ctx ends when
 	// leadership is lost. Admission never needs the lease.
 	WhileLeader                  func(ctx context.Context, l Leading)
@@ -133,6 +147,23 @@ func Run(ctx context.Context, o Options) error {
 	if o.LeaseNamespace == "" {
 		o.LeaseNamespace = o.Namespace
 	}
+	if o.Waitlist {
+		if o.WaitlistTick <= 0 {
+			o.WaitlistTick = 2 * time.Second
+		}
+		if o.FairShareHalfLife <= 0 {
+			o.FairShareHalfLife = 7 * 24 * time.Hour
+		}
+		if o.UsageRefresh <= 0 {
+			o.UsageRefresh = 15 * time.Second
+		}
+		if o.WaitlistStore == nil {
+			if o.UsageURL == "" {
+				return errors.New("gpu-quota: the waitlist is kept by the usage API: set --usage-url with --waitlist")
+			}
+			o.WaitlistStore = &waitlist.UsageStore{URL: o.UsageURL, Token: o.Token, Client: o.UsageClient}
+		}
+	}
 	if o.WhileLeader != nil && (o.LeaseNamespace == "" || o.Identity == "") {
 		return errors.New("gpu-quota: enforcement runs under a Lease: set --lease-namespace (or --namespace) and an identity (POD_NAME)")
 	}
@@ -177,8 +208,10 @@ func Run(ctx context.Context, o Options) error {
 		}
 		return nil
 	}
+	wl := &waitlister{o: o, store: o.WaitlistStore, log: decisions}
 	eng, err := admit.New(admit.Options{
-		Policy: pol.Current, Hours: s.usage, Directory: s.directory, Log: decisions,
+		Waitlist: admit.WaitlistOptions{Enabled: o.Waitlist, Hold: o.WaitlistHold, Decayed: wl.decayedNow},
+		Policy:   pol.Current, Hours: s.usage, Directory: s.directory, Log: decisions,
 		DirectoryReadAt: func() time.Time {
 			if at := s.dirAt.Load(); at != nil {
 				return *at
@@ -193,6 +226,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	wl.eng = eng
 	hs, err := inv.AddHandlers(eng.PodHandler(), eng.NodeHandler())
 	if err != nil {
 		return err
@@ -217,6 +251,7 @@ func Run(ctx context.Context, o Options) error {
 			// Detail only: the last good policy still serves, and budgets follow onUnavailable.
 			{Name: "policy-reload", Fn: s.lastReload, Optional: true},
 			{Name: "usage", Fn: s.usage.Check, Optional: true},
+			{Name: "waitlist", Fn: wl.ready, Optional: true},
 		},
 	})
 	if err != nil {
@@ -231,13 +266,26 @@ func Run(ctx context.Context, o Options) error {
 			Now: o.Now, Metrics: s.reloadMetrics,
 			OnChange: s.usage.Kick}) // the usage cache asks for the windows the new policy needs
 	})
+	if o.Waitlist {
+		// Every replica answers from the stored queue; the leader moves it on and saves it.
+		wg.Go(func() { wl.load(ctx) })
+		wg.Go(func() { wl.decayedLoop(ctx) })
+		if o.WhileLeader == nil {
+			wg.Go(func() { wl.run(ctx) })
+		}
+	}
 	if o.WhileLeader != nil {
 		el, err := leader.New(leader.Options{Client: o.Kube, Namespace: o.LeaseNamespace, Name: o.LeaseName, Identity: o.Identity,
 			LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.LeaseRetryPeriod,
 			Logger: o.Logger, Registerer: o.Registry, Subsystem: "quota",
 			OnStartedLeading: func(lctx context.Context) {
+				var lwg sync.WaitGroup
+				if o.Waitlist {
+					lwg.Go(func() { wl.run(lctx) })
+				}
 				o.WhileLeader(lctx, Leading{Engine: eng, Inventory: inv, Decisions: decisions, Policy: pol, Kube: o.Kube, Hub: o.Hub,
 					Namespace: o.Namespace, Interval: o.EnforceInterval, Logger: o.Logger, Registry: o.Registry, Now: o.Now})
+				lwg.Wait()
 			}})
 		if err != nil {
 			cancel()

@@ -1,6 +1,7 @@
 package waitlist
 
 import (
+	"errors"
 	"math"
 	"testing"
 	"time"
@@ -116,7 +117,7 @@ func TestOrder(t *testing.T) {
 	if diff := cmp.Diff([]string{"d"}, order("x", flat)); diff != "" {
 		t.Errorf("after expiry (-want +got):\n%s", diff)
 	}
-	if _, err := s.Remove("zed", ""); err != ErrNotQueued {
+	if _, err := s.Remove("zed", ""); !errors.Is(err, ErrNotQueued) {
 		t.Errorf("Remove unknown: %v", err)
 	}
 }

@@ -1,0 +1,110 @@
+package app
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuhub/gpuhub/hubapi"
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/waitlist"
+)
+
+// memStore is the usage API's waitlist store in memory (compare-and-swap on a version).
+type memStore struct {
+	mu      sync.Mutex
+	st      waitlist.State
+	version int64
+	saves   int
+}
+
+func (m *memStore) Load(context.Context) (waitlist.State, int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.st.Clone(), m.version, nil
+}
+
+func (m *memStore) Save(_ context.Context, st waitlist.State, version int64) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if version != m.version {
+		return 0, waitlist.ErrConflict
+	}
+	m.st, m.version = st.Clone(), m.version+1
+	m.saves++
+	return m.version, nil
+}
+
+func (m *memStore) entries() []waitlist.Entry {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.st.Clone().Entries
+}
+
+type starts struct {
+	mu   sync.Mutex
+	got  []string
+	opts []map[string]any
+}
+
+func (s *starts) StartServer(_ context.Context, user, server string, options map[string]any) (hubapi.StartResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.got = append(s.got, user+"/"+server)
+	s.opts = append(s.opts, options)
+	return hubapi.StartResult{Pending: true}, nil
+}
+
+func (s *starts) count() int { s.mu.Lock(); defer s.mu.Unlock(); return len(s.got) }
+
+// The queue is saved in the store, the next in line gets the freed GPU and their server is started through the
+// Hub once, and a restarted gpu-quota finds the queue as it was.
+func TestWaitlistSavedStartedRestored(t *testing.T) {
+	store, hub := &memStore{}, &starts{}
+	withWaitlist := func(o *Options) {
+		o.Waitlist, o.WaitlistStore, o.HubStart = true, store, hub
+		o.WaitlistTick, o.WaitlistHold = 20*time.Millisecond, time.Hour
+	}
+	r := start(t, withWaitlist)
+	if _, err := r.kube.CoreV1().Pods("jhub").Create(context.Background(), gpuPod("jupyter-dave", "dave", "gpu-h100", "nvidia.com/gpu"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"user":"erin","groups":[],"resources":{"nvidia.com/gpu":1},"nodeSelector":{"nvidia.com/gpu.product":"NVIDIA-H100-80GB-HBM3"},
+		"waitlist":{"join":true,"autoStart":true},"userOptions":{"profile":"h100"}}`
+	eventually(t, "erin queued", func() bool {
+		c, res := r.admit(t, http.DefaultClient, body)
+		return c == 200 && !res.Allow && res.Waitlist != nil && res.Waitlist.Position == 1 && strings.Contains(res.Message, "number 1 of 1")
+	})
+	eventually(t, "the queue saved", func() bool { e := store.entries(); return len(e) == 1 && e[0].User == "erin" })
+
+	if err := r.kube.CoreV1().Pods("jhub").Delete(context.Background(), "jupyter-dave", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "erin's server started", func() bool { return hub.count() == 1 })
+	eventually(t, "the hold saved", func() bool {
+		e := store.entries()
+		return len(e) == 1 && e[0].Held() && e[0].StartRequested
+	})
+	time.Sleep(100 * time.Millisecond) // a few more ticks: no second start
+	if hub.count() != 1 || hub.opts[0]["profile"] != "h100" {
+		t.Errorf("starts: %v %v", hub.got, hub.opts)
+	}
+
+	r.cancel()
+	if err := <-r.done; err != nil {
+		t.Fatal(err)
+	}
+	r.done <- nil // for start's cleanup
+	r2 := start(t, withWaitlist)
+	eventually(t, "restored", func() bool {
+		ps, err := r2.engine.Places("erin")
+		return err == nil && len(ps) == 1 && ps[0].Position == 0 && !ps[0].HeldUntil.IsZero()
+	})
+	if hub.count() != 1 {
+		t.Errorf("started again after the restart: %v", hub.got)
+	}
+}
