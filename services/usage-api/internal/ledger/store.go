@@ -129,6 +129,12 @@ CREATE TABLE IF NOT EXISTS ledger_held (
 	since_ns    BIGINT NOT NULL,
 	PRIMARY KEY (pod, user_name, kind, class)
 );
+CREATE TABLE IF NOT EXISTS waitlist_state (
+	id            INTEGER PRIMARY KEY,
+	version       BIGINT NOT NULL,
+	state         TEXT NOT NULL,
+	updated_at_ns BIGINT NOT NULL
+);
 `
 
 // Open opens the store named by dsn: a postgres:// or postgresql:// URL, else a SQLite file path.
