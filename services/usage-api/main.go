@@ -51,7 +51,7 @@ func run(args []string) int {
 		unreadyAfter   = fs.Duration("informer-unready-after", time.Minute, "how long a pod or node watch may keep failing before /readyz fails")
 		hubRefresh     = fs.Duration("hub-refresh", 2*time.Minute, "how often the Hub's users and groups are re-read")
 		adminGroups    = fs.String("admin-groups", "", "comma-separated Hub groups whose members may read every user's data")
-		readerServices = fs.String("reader-services", "gpu-quota,gpu-culler", "comma-separated Hub services that may read every user's GPU-hours (api/v1/gpu-hours) and every server's telemetry (api/v1/servers), besides admins")
+		readerServices = fs.String("reader-services", "gpu-quota,gpu-culler", "comma-separated Hub services that may read every user's GPU-hours (api/v1/gpu-hours, gpu-hours/decayed) and every server's telemetry (api/v1/servers), besides admins")
 		waitlistSvcs   = fs.String("waitlist-services", "gpu-quota", "comma-separated Hub services that may write the GPU waitlist's state (api/v1/waitlist/state), kept in the ledger's database; they and admins may read it")
 		quotaURL       = fs.String("quota-url", "", "gpu-quota's base URL with its prefix (e.g. http://gpu-quota:8000/services/gpu-quota/): me's budget comes from it; empty: budget is null")
 		quotaTimeout   = fs.Duration("quota-timeout", 2*time.Second, "how long me waits for gpu-quota's answer before the budget is unavailable")

@@ -1,10 +1,10 @@
 // Package api serves the usage API v1 under the Hub service prefix: me, users/{name}, users (admin), cluster,
 // gpu-hours (every user's rolling windows, for gpu-quota), gpu-hours/decayed (fair-share usage, for gpu-quota's
 // waitlist), servers (every running GPU server's telemetry, for gpu-culler) and waitlist/state (gpu-quota's
-// waitlist, kept in the ledger's database; the one thing written here). Live numbers come from memory (the latest view and
-// the history); GPU-hours for today, 7 d and 30 d from the ledger's in-memory window cache; custom windows from
-// the store; a user's budget from gpu-quota (cached). The OpenAPI file services/usage-api/openapi.yaml documents
-// the shapes.
+// waitlist, kept in the ledger's database; the one thing written here). Live numbers come from memory (the
+// latest view and the history); GPU-hours for today, 7 d and 30 d from the ledger's in-memory window cache;
+// custom windows from the store; a user's budget from gpu-quota (cached). The OpenAPI file
+// services/usage-api/openapi.yaml documents the shapes.
 package api
 
 import (
@@ -59,8 +59,8 @@ type Options struct {
 	Auth func(http.Handler) http.Handler
 	// Budget answers the budget of me and users/{name}; nil: no quota service configured (budget is null).
 	Budget Budget
-	// ReaderServices are the Hub services that may read every user's GPU-hours (gpu-hours) and every server's
-	// telemetry (servers), besides admins.
+	// ReaderServices are the Hub services that may read every user's GPU-hours (gpu-hours, gpu-hours/decayed)
+	// and every server's telemetry (servers), besides admins.
 	ReaderServices []string
 	// Waitlist keeps gpu-quota's waitlist state; nil leaves api/v1/waitlist/state out.
 	Waitlist Waitlist

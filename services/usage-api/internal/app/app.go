@@ -58,8 +58,8 @@ type Options struct {
 	HubRefresh time.Duration // default 2 min
 	// Auth is hubauth's Middleware.
 	Auth func(http.Handler) http.Handler
-	// ReaderServices may read every user's GPU-hours (api/v1/gpu-hours) and every server's telemetry
-	// (api/v1/servers), besides admins.
+	// ReaderServices may read every user's GPU-hours (api/v1/gpu-hours, api/v1/gpu-hours/decayed) and every
+	// server's telemetry (api/v1/servers), besides admins.
 	ReaderServices []string
 	// WaitlistServices may write gpu-quota's waitlist state (api/v1/waitlist/state); they and admins may read it.
 	WaitlistServices []string
