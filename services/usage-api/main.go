@@ -51,7 +51,8 @@ func run(args []string) int {
 		unreadyAfter   = fs.Duration("informer-unready-after", time.Minute, "how long a pod or node watch may keep failing before /readyz fails")
 		hubRefresh     = fs.Duration("hub-refresh", 2*time.Minute, "how often the Hub's users and groups are re-read")
 		adminGroups    = fs.String("admin-groups", "", "comma-separated Hub groups whose members may read every user's data")
-		readerServices = fs.String("reader-services", "gpu-quota,gpu-culler", "comma-separated Hub services that may read every user's GPU-hours (api/v1/gpu-hours) and every server's telemetry (api/v1/servers), besides admins")
+		readerServices = fs.String("reader-services", "gpu-quota,gpu-culler", "comma-separated Hub services that may read every user's GPU-hours (api/v1/gpu-hours, gpu-hours/decayed) and every server's telemetry (api/v1/servers), besides admins")
+		waitlistSvcs   = fs.String("waitlist-services", "gpu-quota", "comma-separated Hub services that may write the GPU waitlist's state (api/v1/waitlist/state), kept in the ledger's database; they and admins may read it")
 		quotaURL       = fs.String("quota-url", "", "gpu-quota's base URL with its prefix (e.g. http://gpu-quota:8000/services/gpu-quota/): me's budget comes from it; empty: budget is null")
 		quotaTimeout   = fs.Duration("quota-timeout", 2*time.Second, "how long me waits for gpu-quota's answer before the budget is unavailable")
 		logFormat      = fs.String("log-format", "text", "log format: text or json")
@@ -63,7 +64,7 @@ func run(args []string) int {
 		"namespace": "GPUHUB_NAMESPACE", "agent-namespace": "GPUHUB_AGENT_NAMESPACE", "agent-port": "GPUHUB_AGENT_PORT",
 		"agent-selector": "GPUHUB_AGENT_SELECTOR", "agent-service-account": "GPUHUB_AGENT_SERVICE_ACCOUNT", "agent-token-file": "GPUHUB_AGENT_TOKEN_FILE",
 		"kubeconfig": "KUBECONFIG", "hub-refresh": "GPUHUB_HUB_REFRESH", "admin-groups": "GPUHUB_ADMIN_GROUPS",
-		"reader-services": "GPUHUB_READER_SERVICES", "quota-url": "GPUHUB_QUOTA_URL", "quota-timeout": "GPUHUB_QUOTA_TIMEOUT",
+		"reader-services": "GPUHUB_READER_SERVICES", "waitlist-services": "GPUHUB_WAITLIST_SERVICES", "quota-url": "GPUHUB_QUOTA_URL", "quota-timeout": "GPUHUB_QUOTA_TIMEOUT",
 		"log-format": "GPUHUB_LOG_FORMAT", "log-level": "GPUHUB_LOG_LEVEL", "informer-unready-after": "GPUHUB_INFORMER_UNREADY_AFTER",
 	}, nil)
 	if errors.Is(err, flag.ErrHelp) {
@@ -134,7 +135,7 @@ func run(args []string) int {
 		// Agents admit only a token for their audience (the snapshot names users); never our API-server credential.
 		AgentClient: agentclient.New(agentclient.Options{TokenFile: *agentTokenFile}),
 		Hub:         hub, HubRefresh: *hubRefresh, Auth: auth.Middleware,
-		ReaderServices: config.List(*readerServices), Budget: quota,
+		ReaderServices: config.List(*readerServices), WaitlistServices: config.List(*waitlistSvcs), Budget: quota,
 		Database: db, Interval: *interval, MaxGap: *maxGap, StaleAfter: *staleAfter,
 	})
 	if err != nil {

@@ -1,9 +1,10 @@
 // Package api serves the usage API v1 under the Hub service prefix: me, users/{name}, users (admin), cluster,
-// gpu-hours (every user's rolling windows, for gpu-quota) and servers (every running GPU server's telemetry, for
-// gpu-culler). Live numbers come from memory (the latest view and
-// the history); GPU-hours for today, 7 d and 30 d from the ledger's in-memory window cache; custom windows from
-// the store; a user's budget from gpu-quota (cached). The OpenAPI file services/usage-api/openapi.yaml documents
-// the shapes.
+// gpu-hours (every user's rolling windows, for gpu-quota), gpu-hours/decayed (fair-share usage, for gpu-quota's
+// waitlist), servers (every running GPU server's telemetry, for gpu-culler) and waitlist/state (gpu-quota's
+// waitlist, kept in the ledger's database; the one thing written here). Live numbers come from memory (the
+// latest view and the history); GPU-hours for today, 7 d and 30 d from the ledger's in-memory window cache;
+// custom windows from the store; a user's budget from gpu-quota (cached). The OpenAPI file
+// services/usage-api/openapi.yaml documents the shapes.
 package api
 
 import (
@@ -38,6 +39,9 @@ type GPUHours interface {
 	// Rolling is every user's allocated GPU-hours by class in rolling windows ending at asOf
 	// (ledger.Ledger.Rolling).
 	Rolling(ctx context.Context, windows []time.Duration, asOf time.Time) (map[time.Duration]map[string]map[string]float64, error)
+	// Decayed is every user's allocated GPU-hours by class, each hour weighted by 2^(-age/halfLife), over the
+	// horizon (ledger.Ledger.Decayed).
+	Decayed(ctx context.Context, halfLife, horizon time.Duration, asOf time.Time) (map[string]map[string]float64, error)
 }
 
 // Budget is a user's quota as gpu-quota answers it (budget.Client): the quota object, or
@@ -55,11 +59,15 @@ type Options struct {
 	Auth func(http.Handler) http.Handler
 	// Budget answers the budget of me and users/{name}; nil: no quota service configured (budget is null).
 	Budget Budget
-	// ReaderServices are the Hub services that may read every user's GPU-hours (gpu-hours) and every server's
-	// telemetry (servers), besides admins.
+	// ReaderServices are the Hub services that may read every user's GPU-hours (gpu-hours, gpu-hours/decayed)
+	// and every server's telemetry (servers), besides admins.
 	ReaderServices []string
-	Now            func() time.Time
-	Logger         *slog.Logger
+	// Waitlist keeps gpu-quota's waitlist state; nil leaves api/v1/waitlist/state out.
+	Waitlist Waitlist
+	// WaitlistServices are the Hub services that may write the waitlist state; they and admins may read it.
+	WaitlistServices []string
+	Now              func() time.Time
+	Logger           *slog.Logger
 }
 
 type handler struct {
@@ -88,22 +96,34 @@ func New(opts Options) http.Handler {
 	mux.HandleFunc("GET "+p+"users", h.users)
 	mux.HandleFunc("GET "+p+"cluster", h.cluster)
 	mux.HandleFunc("GET "+p+"gpu-hours", h.rolling)
+	mux.HandleFunc("GET "+p+"gpu-hours/decayed", h.decayed)
 	mux.HandleFunc("GET "+p+"servers", h.serverList)
+	statePath := p + "waitlist/state"
+	if opts.Waitlist != nil {
+		mux.HandleFunc("GET "+statePath, h.getWaitlistState)
+		mux.HandleFunc("PUT "+statePath, h.putWaitlistState)
+	}
 	mux.HandleFunc(opts.Prefix, func(w http.ResponseWriter, r *http.Request) {
 		server.WriteError(w, http.StatusNotFound, "no such endpoint %s; see %sapi/v1/ in openapi.yaml", r.URL.Path, opts.Prefix)
 	})
 	authed := opts.Auth(mux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Everything is read-only but the waitlist state, which gpu-quota writes.
+		writable := opts.Waitlist != nil && r.URL.Path == statePath
+		allow := "GET, HEAD, OPTIONS"
+		if writable {
+			allow = "GET, HEAD, PUT, OPTIONS"
+		}
 		if r.Method == http.MethodOptions {
 			// Same origin through the proxy: no CORS, but say what is allowed (and do it without a token, since
 			// preflights carry none).
-			w.Header().Set("Allow", "GET, HEAD, OPTIONS")
+			w.Header().Set("Allow", allow)
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD, OPTIONS")
-			server.WriteError(w, http.StatusMethodNotAllowed, "the usage API is read-only: use GET")
+		if r.Method != http.MethodGet && r.Method != http.MethodHead && (r.Method != http.MethodPut || !writable) {
+			w.Header().Set("Allow", allow)
+			server.WriteError(w, http.StatusMethodNotAllowed, "this part of the usage API is read-only: use GET")
 			return
 		}
 		authed.ServeHTTP(w, r)

@@ -129,7 +129,7 @@ func testServerWithLedger(t *testing.T) (*httptest.Server, *testLedger) {
 	state.Publish(v)
 	led := newTestLedger(t)
 	h := New(Options{Prefix: prefix, State: state, Ledger: led, Auth: auth.Middleware, Now: func() time.Time { return now },
-		Budget: fakeBudget{}, ReaderServices: []string{"gpu-quota"}})
+		Budget: fakeBudget{}, ReaderServices: []string{"gpu-quota"}, Waitlist: led, WaitlistServices: []string{"gpu-quota"}})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv, led

@@ -66,6 +66,9 @@ func answers(t *testing.T, srv *httptest.Server) map[string]map[string]any {
 	if _, rolling := get(t, srv, "GET", prefix+"api/v1/gpu-hours?windows=24h", "root-token"); rolling != nil {
 		objects["RollingHours"] = rolling
 	}
+	if _, decayed := get(t, srv, "GET", prefix+"api/v1/gpu-hours/decayed?halfLife=7d", "root-token"); decayed != nil {
+		objects["DecayedHours"] = decayed
+	}
 	if _, list := get(t, srv, "GET", prefix+"api/v1/servers", "root-token"); list != nil {
 		objects["ServerList"] = list
 		if ss := list["servers"].([]any); len(ss) > 0 {
@@ -106,7 +109,7 @@ func checkSchemas(t *testing.T, doc schemas, objects map[string]map[string]any) 
 // and every required property is present.
 func TestOpenAPIMatchesResponses(t *testing.T) {
 	objects := answers(t, testServer(t))
-	for _, name := range []string{"ClassStats", "Notice", "Quota", "RollingHours", "ServerList", "ServerTelemetry"} {
+	for _, name := range []string{"ClassStats", "Notice", "Quota", "RollingHours", "DecayedHours", "ServerList", "ServerTelemetry"} {
 		if _, ok := objects[name]; !ok {
 			t.Errorf("the test answers have no %s", name)
 		}

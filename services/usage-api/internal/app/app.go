@@ -58,9 +58,11 @@ type Options struct {
 	HubRefresh time.Duration // default 2 min
 	// Auth is hubauth's Middleware.
 	Auth func(http.Handler) http.Handler
-	// ReaderServices may read every user's GPU-hours (api/v1/gpu-hours) and every server's telemetry
-	// (api/v1/servers), besides admins.
+	// ReaderServices may read every user's GPU-hours (api/v1/gpu-hours, api/v1/gpu-hours/decayed) and every
+	// server's telemetry (api/v1/servers), besides admins.
 	ReaderServices []string
+	// WaitlistServices may write gpu-quota's waitlist state (api/v1/waitlist/state); they and admins may read it.
+	WaitlistServices []string
 	// Budget answers the budget of me (budget.Client on --quota-url); nil: none configured.
 	Budget api.Budget
 
@@ -137,7 +139,7 @@ func Run(ctx context.Context, o Options) error {
 	srv, err := server.New(server.Options{
 		Addr: o.Addr, Listener: o.Listener, Prefix: o.Prefix, Registry: o.Registry, Logger: o.Logger, Subsystem: "usage",
 		Handler: api.New(api.Options{Prefix: o.Prefix, State: state, Ledger: led, Auth: o.Auth, Now: o.Now, Logger: o.Logger,
-			Budget: o.Budget, ReaderServices: o.ReaderServices}),
+			Budget: o.Budget, ReaderServices: o.ReaderServices, Waitlist: led, WaitlistServices: o.WaitlistServices}),
 		ReadyChecks: []server.Check{
 			{Name: "informers", Fn: inv.Synced},
 			// A broken watch leaves the caches (and every answer) silently frozen: not ready once it lasts.

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +23,10 @@ type Ledger interface {
 	UserWindows(user string) ledger.Windows
 	Hours(ctx context.Context, q ledger.Query) ([]ledger.Row, error)
 	Rolling(ctx context.Context, windows []time.Duration, asOf time.Time) (map[time.Duration]map[string]map[string]float64, error)
+	Decayed(ctx context.Context, halfLife, horizon time.Duration, asOf time.Time) (map[string]map[string]float64, error)
+	// The waitlist state lives in the ledger's database (the usage API is its one writer).
+	WaitlistState(ctx context.Context) (ledger.WaitlistState, error)
+	PutWaitlistState(ctx context.Context, ifVersion int64, state json.RawMessage, now time.Time) (ledger.WaitlistState, error)
 }
 
 // OpenLedgerFunc opens the ledger as of now; closer releases it when the service stops.
@@ -209,7 +214,8 @@ func (c *ledgerConn) check(context.Context) error {
 	return nil
 }
 
-// UserWindows and Hours serve the API; Available says first whether their answers stand.
+// UserWindows, Hours, Rolling, Decayed and the waitlist state serve the API; Available says first whether their
+// answers stand.
 func (c *ledgerConn) UserWindows(user string) ledger.Windows {
 	if b := c.led.Load(); b != nil {
 		return b.UserWindows(user)
@@ -229,6 +235,27 @@ func (c *ledgerConn) Rolling(ctx context.Context, windows []time.Duration, asOf 
 		return b.Rolling(ctx, windows, asOf)
 	}
 	return nil, errNotConnected
+}
+
+func (c *ledgerConn) Decayed(ctx context.Context, halfLife, horizon time.Duration, asOf time.Time) (map[string]map[string]float64, error) {
+	if b := c.led.Load(); b != nil {
+		return b.Decayed(ctx, halfLife, horizon, asOf)
+	}
+	return nil, errNotConnected
+}
+
+func (c *ledgerConn) WaitlistState(ctx context.Context) (ledger.WaitlistState, error) {
+	if b := c.led.Load(); b != nil {
+		return b.WaitlistState(ctx)
+	}
+	return ledger.WaitlistState{}, errNotConnected
+}
+
+func (c *ledgerConn) PutWaitlistState(ctx context.Context, ifVersion int64, state json.RawMessage, now time.Time) (ledger.WaitlistState, error) {
+	if b := c.led.Load(); b != nil {
+		return b.PutWaitlistState(ctx, ifVersion, state, now)
+	}
+	return ledger.WaitlistState{}, errNotConnected
 }
 
 func (c *ledgerConn) close() {

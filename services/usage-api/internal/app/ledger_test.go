@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"strings"
@@ -26,6 +27,15 @@ func (nopLedger) Hours(context.Context, ledger.Query) ([]ledger.Row, error) {
 }
 func (nopLedger) Rolling(context.Context, []time.Duration, time.Time) (map[time.Duration]map[string]map[string]float64, error) {
 	return nil, nil
+}
+func (nopLedger) Decayed(context.Context, time.Duration, time.Duration, time.Time) (map[string]map[string]float64, error) {
+	return nil, nil
+}
+func (nopLedger) WaitlistState(context.Context) (ledger.WaitlistState, error) {
+	return ledger.WaitlistState{}, nil
+}
+func (nopLedger) PutWaitlistState(context.Context, int64, json.RawMessage, time.Time) (ledger.WaitlistState, error) {
+	return ledger.WaitlistState{}, nil
 }
 
 // TestLedgerConnRetries: failed opens are counted, explained in the readiness detail and in words for users,

@@ -23,6 +23,9 @@ func (noLedger) Hours(context.Context, ledger.Query) ([]ledger.Row, error) {
 func (noLedger) Rolling(context.Context, []time.Duration, time.Time) (map[time.Duration]map[string]map[string]float64, error) {
 	return nil, nil
 }
+func (noLedger) Decayed(context.Context, time.Duration, time.Duration, time.Time) (map[string]map[string]float64, error) {
+	return nil, nil
+}
 
 // meHandler is the API over the synthetic cluster (10,000 users, 1,000 GPUs, 10,000 pods) with ticks samples
 // of history (720: an hour), authenticated through hubauth's cache.

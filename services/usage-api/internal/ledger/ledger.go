@@ -3,6 +3,7 @@ package ledger
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -62,6 +63,9 @@ type store interface {
 	userWindows(ctx context.Context, today, d7, d30, current time.Time) (map[string][3]Totals, error)
 	rollingSums(ctx context.Context, current time.Time, windows []time.Duration) (map[time.Duration]*RollingSums, error)
 	bucketSums(ctx context.Context, buckets []time.Time) (map[int64]map[string]map[string]float64, error)
+	decayedSums(ctx context.Context, current, from time.Time, halfLife time.Duration) (map[string]map[string]float64, error)
+	WaitlistState(ctx context.Context) (WaitlistState, error)
+	PutWaitlistState(ctx context.Context, ifVersion int64, state json.RawMessage, now time.Time) (WaitlistState, error)
 }
 
 // Ledger integrates samples into the store and keeps per-user window totals in memory for the fast path.
@@ -99,6 +103,7 @@ type Ledger struct {
 	late atomic.Uint64
 
 	rolling rollingCache
+	decay   decayCache
 }
 
 // Result tells what one Record did.

@@ -1,6 +1,7 @@
 // Package ledger is the durable GPU-hours ledger: allocated and used GPU-seconds per (user, kind, class, hour
 // bucket), integrated at the sampling interval and committed together with a checkpoint in one transaction,
-// in embedded SQLite (default) or PostgreSQL.
+// in embedded SQLite (default) or PostgreSQL. The same database keeps gpu-quota's waitlist state (waitlist.go):
+// the usage API is its one writer.
 package ledger
 
 import (
@@ -128,6 +129,12 @@ CREATE TABLE IF NOT EXISTS ledger_held (
 	allocated   DOUBLE PRECISION NOT NULL,
 	since_ns    BIGINT NOT NULL,
 	PRIMARY KEY (pod, user_name, kind, class)
+);
+CREATE TABLE IF NOT EXISTS waitlist_state (
+	id            INTEGER PRIMARY KEY,
+	version       BIGINT NOT NULL,
+	state         TEXT NOT NULL,
+	updated_at_ns BIGINT NOT NULL
 );
 `
 
