@@ -53,11 +53,11 @@ func TestWatch(t *testing.T) {
 		}
 		t.Fatalf("never: %s", what)
 	}
-	if err := os.WriteFile(path, []byte("limit: 2\n"), 0o600); err != nil {
+	if err := replaceFile(path, []byte("limit: 2\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	eventually("the new version in use", func() bool { return r.Current().Limit == 2 && changes.Load() == 1 })
-	if err := os.WriteFile(path, []byte("limit: 3\nlimt: 4\n"), 0o600); err != nil {
+	if err := replaceFile(path, []byte("limit: 3\nlimt: 4\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	eventually("the failure counted", func() bool { return testutil.ToFloat64(m.reloads.WithLabelValues("failure")) == 1 })
@@ -65,7 +65,7 @@ func TestWatch(t *testing.T) {
 	if got := testutil.ToFloat64(m.reloads.WithLabelValues("failure")); got != 1 || r.Current().Limit != 2 || testutil.ToFloat64(m.success) != 0 {
 		t.Errorf("bad file: failures %v, limit %d, success %v; want 1, the last good 2, 0", got, r.Current().Limit, testutil.ToFloat64(m.success))
 	}
-	if err := os.WriteFile(path, []byte("limit: 5\n"), 0o600); err != nil {
+	if err := replaceFile(path, []byte("limit: 5\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	signal <- struct{}{}
@@ -92,4 +92,14 @@ func (l *lockedWriter) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.String()
+}
+
+// replaceFile writes data to path as a ConfigMap update does, in one step (a new file renamed over the old): a
+// watcher polling meanwhile never reads a half-written file.
+func replaceFile(path string, data []byte, perm os.FileMode) error {
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, data, perm); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }

@@ -154,7 +154,7 @@ func start(t *testing.T, opts ...func(*Options)) *running {
 	usageSrv := httptest.NewServer(r.usage)
 	t.Cleanup(usageSrv.Close)
 	r.policy = filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(r.policy, []byte(goodPolicy), 0o644); err != nil {
+	if err := replaceFile(r.policy, []byte(goodPolicy), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
@@ -352,7 +352,7 @@ func TestPolicyReload(t *testing.T) {
 	}
 	// A bad file: the last good policy stays, the error is logged with file:line:column, counted and in /readyz.
 	bad := strings.Replace(goodPolicy, "maxServers: 1", "maxServer: 1", 1)
-	if err := os.WriteFile(r.policy, []byte(bad), 0o644); err != nil {
+	if err := replaceFile(r.policy, []byte(bad), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the bad reload is noticed", func() bool { return gauge() == 0 })
@@ -376,7 +376,7 @@ func TestPolicyReload(t *testing.T) {
 
 	// A good file: in use at once; students may now use whole GPUs.
 	good := strings.Replace(goodPolicy, "allowedKinds: [mig, shared]", "allowedKinds: [gpu, mig, shared]", 1)
-	if err := os.WriteFile(r.policy, []byte(good), 0o644); err != nil {
+	if err := replaceFile(r.policy, []byte(good), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the good reload", func() bool { return gauge() == 1 })
@@ -476,3 +476,13 @@ type collectorFunc func(chan<- prometheus.Metric)
 
 func (f collectorFunc) Describe(chan<- *prometheus.Desc)    {}
 func (f collectorFunc) Collect(ch chan<- prometheus.Metric) { f(ch) }
+
+// replaceFile writes data to path as a ConfigMap update does, in one step (a new file renamed over the old): a
+// watcher polling meanwhile never reads a half-written file.
+func replaceFile(path string, data []byte, perm os.FileMode) error {
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, data, perm); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
