@@ -35,7 +35,7 @@ func run(args []string, stderr io.Writer) int {
 		enforceInterval = fs.Duration("enforce-interval", 30*time.Second, "how often the leader checks running servers against the policy")
 		leaseNamespace  = fs.String("lease-namespace", "", "namespace of the leader-election Lease (default: --namespace)")
 		leaseName       = fs.String("lease-name", "gpu-quota", "name of the leader-election Lease")
-		readerServices  = fs.String("reader-services", "gpu-usage,gpu-profiles", "comma-separated Hub services that may read every user's quota and the decisions and assess spawn choices (api/v1/assess), besides admins")
+		readerServices  = fs.String("reader-services", "gpu-usage,gpu-profiles,gpu-culler", "comma-separated Hub services that may read every user's quota and the decisions, assess spawn choices (api/v1/assess) and read the waitlist (gpu-culler: the contended classes), besides admins")
 		adminGroups     = fs.String("admin-groups", "", "comma-separated Hub groups whose members are admins here (decisions, explain, every user's quota)")
 		waitlistOn      = fs.Bool("waitlist", false, "queue users for GPU classes that have none free, in fair-share order, and hold a freed unit for the next in line (needs --usage-url: the usage API keeps the queue; for auto-start the Hub role needs the servers scope)")
 		waitlistHold    = fs.Duration("waitlist-hold", 10*time.Minute, "how long a freed GPU is held for the next in line before it passes on")
