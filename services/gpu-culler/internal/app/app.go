@@ -297,7 +297,7 @@ func Loop(ctx context.Context, o LoopOptions) {
 			o.Logger.Warn("pass failed; nobody was acted on; retrying", "err", err, "retry_in", wait.String())
 		} else {
 			backoff = 0
-			o.Logger.Info("pass", "servers", sum.Servers, "stopped", sum.Stopped, "errors", sum.Errors,
+			o.Logger.Info("pass", "servers", sum.Servers, "stopped", sum.Stopped, "errors", sum.Errors, "contended", sum.Contended,
 				"duration", sum.Duration.String(), "decisions", sum.Decisions)
 		}
 		select {
