@@ -155,6 +155,17 @@ func TestCullerWiring(t *testing.T) {
 		t.Errorf("usage API ingress %v does not admit gpu-culler (%s)", from("gpuhub-usage"), cullerPods)
 	}
 
+	// Next to gpu-quota, gpu-culler asks its waitlist who waits for which GPU class, and gpu-quota admits it.
+	quotaSvc := objs["Service jhub/gpuhub-quota"].(*corev1.Service)
+	quotaPrefix := env(objs["Deployment jhub/gpuhub-quota"].(*appsv1.Deployment).Spec.Template.Spec.Containers[0], "JUPYTERHUB_SERVICE_PREFIX")
+	quotaURL, _ := flagValue(cc.Args, "quota-url")
+	if got, want := quotaURL, fmt.Sprintf("http://%s.jhub:%d%s", quotaSvc.Name, quotaSvc.Spec.Ports[0].Port, quotaPrefix); got != want {
+		t.Errorf("gpu-culler --quota-url=%s, want %s", got, want)
+	}
+	if !slices.Contains(from("gpuhub-quota"), cullerPods) {
+		t.Errorf("gpu-quota ingress %v does not admit gpu-culler (%s)", from("gpuhub-quota"), cullerPods)
+	}
+
 	// One replica: no PodDisruptionBudget (it would block every drain).
 	if _, ok := rendered(t, "--set", "culler.enabled=true", "--set", "culler.replicas=1")["PodDisruptionBudget jhub/gpuhub-culler"]; ok {
 		t.Error("culler.replicas=1 renders a PodDisruptionBudget")
@@ -163,6 +174,10 @@ func TestCullerWiring(t *testing.T) {
 	alone := rendered(t, "--set", "culler.enabled=true")
 	if got, _ := flagValue(alone["Deployment jhub/gpuhub-usage"].(*appsv1.Deployment).Spec.Template.Spec.Containers[0].Args, "reader-services"); got != cullerServiceName {
 		t.Errorf("usage --reader-services=%s next to gpu-culler alone, want %s", got, cullerServiceName)
+	}
+	// Without gpu-quota there is no waitlist: no --quota-url, nothing is contended.
+	if got, ok := flagValue(alone["Deployment jhub/gpuhub-culler"].(*appsv1.Deployment).Spec.Template.Spec.Containers[0].Args, "quota-url"); ok {
+		t.Errorf("gpu-culler alone has --quota-url=%s", got)
 	}
 	// Without telemetry the culler could only skip: the chart says so at install.
 	if out, err := helm(t, "template", "gpuhub", "gpuhub", "--kube-version", kubeVersion, "--set", "culler.enabled=true", "--set", "usage.enabled=false"); err == nil || !strings.Contains(out, "culler.usageURL") {

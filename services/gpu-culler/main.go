@@ -27,29 +27,32 @@ func run(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gpu-culler", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		listen         = fs.String("listen", ":8080", "address to serve the API, probes and metrics on")
-		prefix         = fs.String("prefix", "/services/gpu-culler/", "URL prefix of the API (the Hub service prefix)")
-		policyPath     = fs.String("policy", "", "policy file (YAML, required); a file that does not load keeps the service from starting")
-		policyPoll     = fs.Duration("policy-poll", 10*time.Second, "how often the policy file is checked for a new content (ConfigMap updates); SIGHUP reloads at once")
-		usageURL       = fs.String("usage-url", "", "the usage API's base URL with its prefix, e.g. http://gpu-usage:8000/services/gpu-usage/ (required)")
-		sampleEvery    = fs.Duration("sample-every", 10*time.Second, "how often every replica samples the usage API's GPU telemetry")
-		namespace      = fs.String("namespace", "", "namespace of the single-user pods (empty: all namespaces)")
-		leaderElect    = fs.Bool("leader-elect", true, "act only while holding the Lease (false: this replica acts alone; run one)")
-		leaseNamespace = fs.String("lease-namespace", "", "namespace of the Lease and of the stops ConfigMap")
-		leaseName      = fs.String("lease-name", "gpu-culler", "name of the Lease")
-		leaseDuration  = fs.Duration("lease-duration", 15*time.Second, "how long a Lease lasts without renewal: a dead leader's replacement acts within it")
-		renewDeadline  = fs.Duration("renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it stops acting")
-		retryPeriod    = fs.Duration("retry-period", 2*time.Second, "how often replicas try to take or renew the Lease")
-		stopsConfigMap = fs.String("stops-configmap", "gpu-culler-stops", "ConfigMap (in --lease-namespace) keeping each user's last stop, so they read why")
-		readerServices = fs.String("reader-services", "", "comma-separated Hub services that may read the decisions (admins always may)")
-		adminGroups    = fs.String("admin-groups", "", "comma-separated Hub groups whose members are admins here")
-		kubeconfig     = fs.String("kubeconfig", "", "kubeconfig path (empty: in-cluster, then $KUBECONFIG)")
-		logFormat      = fs.String("log-format", "text", "log format: text or json")
-		logLevel       = fs.String("log-level", "info", "log level: debug, info, warn or error")
+		listen          = fs.String("listen", ":8080", "address to serve the API, probes and metrics on")
+		prefix          = fs.String("prefix", "/services/gpu-culler/", "URL prefix of the API (the Hub service prefix)")
+		policyPath      = fs.String("policy", "", "policy file (YAML, required); a file that does not load keeps the service from starting")
+		policyPoll      = fs.Duration("policy-poll", 10*time.Second, "how often the policy file is checked for a new content (ConfigMap updates); SIGHUP reloads at once")
+		usageURL        = fs.String("usage-url", "", "the usage API's base URL with its prefix, e.g. http://gpu-usage:8000/services/gpu-usage/ (required)")
+		sampleEvery     = fs.Duration("sample-every", 10*time.Second, "how often every replica samples the usage API's GPU telemetry")
+		quotaURL        = fs.String("quota-url", "", "gpu-quota's base URL with its prefix, e.g. http://gpu-quota:8000/services/gpu-quota/, whose waitlist says which GPU classes someone waits for (idleWhenContended applies to their servers); empty: no waitlist, nothing is contended")
+		contentionEvery = fs.Duration("contention-every", 10*time.Second, "how often every replica asks gpu-quota's waitlist; an answer older than 3 of these counts as nobody waiting")
+		namespace       = fs.String("namespace", "", "namespace of the single-user pods (empty: all namespaces)")
+		leaderElect     = fs.Bool("leader-elect", true, "act only while holding the Lease (false: this replica acts alone; run one)")
+		leaseNamespace  = fs.String("lease-namespace", "", "namespace of the Lease and of the stops ConfigMap")
+		leaseName       = fs.String("lease-name", "gpu-culler", "name of the Lease")
+		leaseDuration   = fs.Duration("lease-duration", 15*time.Second, "how long a Lease lasts without renewal: a dead leader's replacement acts within it")
+		renewDeadline   = fs.Duration("renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it stops acting")
+		retryPeriod     = fs.Duration("retry-period", 2*time.Second, "how often replicas try to take or renew the Lease")
+		stopsConfigMap  = fs.String("stops-configmap", "gpu-culler-stops", "ConfigMap (in --lease-namespace) keeping each user's last stop, so they read why")
+		readerServices  = fs.String("reader-services", "", "comma-separated Hub services that may read the decisions (admins always may)")
+		adminGroups     = fs.String("admin-groups", "", "comma-separated Hub groups whose members are admins here")
+		kubeconfig      = fs.String("kubeconfig", "", "kubeconfig path (empty: in-cluster, then $KUBECONFIG)")
+		logFormat       = fs.String("log-format", "text", "log format: text or json")
+		logLevel        = fs.String("log-level", "info", "log level: debug, info, warn or error")
 	)
 	err := config.Parse(fs, args, map[string]string{
 		"listen": "GPUHUB_LISTEN", "prefix": config.HubEnv.ServicePrefix, "policy": "GPU_CULLER_POLICY", "policy-poll": "GPUHUB_POLICY_POLL",
-		"usage-url": "GPU_USAGE_URL", "sample-every": "GPUHUB_SAMPLE_EVERY", "namespace": "POD_NAMESPACE",
+		"usage-url": "GPU_USAGE_URL", "sample-every": "GPUHUB_SAMPLE_EVERY",
+		"quota-url": "GPUHUB_QUOTA_URL", "contention-every": "GPUHUB_CONTENTION_EVERY", "namespace": "POD_NAMESPACE",
 		"leader-elect": "GPUHUB_LEADER_ELECT", "lease-namespace": "GPUHUB_LEASE_NAMESPACE", "lease-name": "GPUHUB_LEASE_NAME",
 		"lease-duration": "GPUHUB_LEASE_DURATION", "renew-deadline": "GPUHUB_RENEW_DEADLINE", "retry-period": "GPUHUB_RETRY_PERIOD",
 		"stops-configmap": "GPUHUB_STOPS_CONFIGMAP", "reader-services": "GPUHUB_READER_SERVICES", "admin-groups": "GPUHUB_ADMIN_GROUPS",
@@ -98,7 +101,7 @@ func run(args []string, stderr io.Writer) int {
 		PolicyPath: *policyPath, PolicyPoll: *policyPoll, Reload: reload,
 		Kube: cl.Kube, Namespace: *namespace, HubConfig: cl.HubConfig, Token: cl.HubConfig.Token, Scopes: nonNil(me.Scopes),
 		Auth: cl.Auth.Middleware, ReaderServices: config.List(*readerServices),
-		UsageURL: *usageURL, SampleEvery: *sampleEvery,
+		UsageURL: *usageURL, SampleEvery: *sampleEvery, QuotaURL: *quotaURL, ContentionEvery: *contentionEvery,
 		LeaderElect: *leaderElect, LeaseNamespace: *leaseNamespace, LeaseName: *leaseName, Identity: identity,
 		LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod,
 		StopsConfigMap: *stopsConfigMap,

@@ -20,6 +20,7 @@ import (
 	"github.com/gpuhub/gpuhub/hubapi"
 
 	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/api"
+	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/contention"
 	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/notices"
 	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/pass"
 	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/pods"
@@ -67,6 +68,13 @@ type Options struct {
 	UsageURL    string
 	SampleEvery time.Duration
 	UsageClient *http.Client
+
+	// QuotaURL is gpu-quota's base URL with its prefix, whose waitlist says which GPU classes someone waits for
+	// (idleWhenContended applies to their servers); "": no waitlist, nothing is ever contended. It is polled
+	// every ContentionEvery (default 10 s) with Token.
+	QuotaURL        string
+	ContentionEvery time.Duration
+	QuotaClient     *http.Client
 
 	// LeaderElect: act only while holding the Lease LeaseNamespace/LeaseName; false: act alone.
 	LeaderElect                               bool
@@ -154,29 +162,48 @@ func Run(ctx context.Context, o Options) error {
 	store := stops.New(stops.Options{Client: o.Kube, Namespace: stopsNS, Name: o.StopsConfigMap, Logger: o.Logger, Now: o.Now})
 	sampler := telemetry.New(telemetry.Options{URL: o.UsageURL, Token: o.Token, Client: o.UsageClient, Every: o.SampleEvery,
 		Window: func() time.Duration { return Window(pol.Current()) }, Logger: o.Logger, Now: o.Now})
+	// Every replica polls the waitlist, as it samples the telemetry: a snooze on any replica is limited while
+	// someone waits, and a new leader knows at once.
+	var waitlist *contention.Poller
+	contended := func(string) bool { return false }
+	if o.QuotaURL != "" {
+		waitlist, err = contention.New(contention.Options{URL: o.QuotaURL, Token: o.Token, Client: o.QuotaClient, Every: o.ContentionEvery,
+			Registerer: o.Registry, Logger: o.Logger, Now: o.Now})
+		if err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
+		contended = waitlist.Contended
+	} else if usesContention(pol.Current()) {
+		o.Logger.Warn("the policy sets idleWhenContended, but without --quota-url the culler cannot know who waits: the normal idle periods apply")
+	}
 	runner := pass.New(pass.Options{Hub: o.Hub, Pods: podIndex, Telemetry: sampler, Stops: store, Kube: o.Kube,
-		Policy: pol.Current, Decisions: decisions, Metrics: metrics, Logger: o.Logger, Now: o.Now})
+		Policy: pol.Current, Decisions: decisions, Metrics: metrics, Contended: contended, Logger: o.Logger, Now: o.Now})
 	snoozer := snooze.New(snooze.Options{Client: o.Kube, Pods: podIndex.Pod, Policy: pol.Current, Decisions: decisions,
+		Class: func(user, server string) string { return sampler.Info(user, server).Class }, Contended: contended,
 		Logger: o.Logger, Now: o.Now})
 
+	readyChecks := []server.Check{
+		{Name: "pods", Fn: podIndex.Synced},
+		{Name: "stops", Fn: func(context.Context) error {
+			if !store.Synced() {
+				return errors.New("the stops ConfigMap is not read yet")
+			}
+			return nil
+		}},
+		// Detail only: without the usage API GPU servers are left alone, which is safe.
+		{Name: "usage-api", Fn: func(context.Context) error { return sampler.Err() }, Optional: true},
+		{Name: "policy-reload", Fn: func(context.Context) error { return lastReload(pol) }, Optional: true},
+	}
+	if waitlist != nil {
+		// Detail only: without the waitlist nothing is contended, the normal idle periods apply.
+		readyChecks = append(readyChecks, server.Check{Name: "waitlist", Fn: func(context.Context) error { return waitlist.Err() }, Optional: true})
+	}
 	handler := api.New(api.Options{Prefix: o.Prefix, Auth: o.Auth, OwnToken: o.Token, Decisions: decisions, Stops: store,
 		Snoozer: snoozer, Notices: func(user string) []notices.OnServer { return notices.FromPods(podIndex.UserPods(user)) },
 		ReaderServices: o.ReaderServices, Logger: o.Logger})
 	srv, err := server.New(server.Options{
 		Addr: o.Addr, Listener: o.Listener, Prefix: o.Prefix, Registry: o.Registry, Logger: o.Logger, Subsystem: "culler",
-		Handler: handler,
-		ReadyChecks: []server.Check{
-			{Name: "pods", Fn: podIndex.Synced},
-			{Name: "stops", Fn: func(context.Context) error {
-				if !store.Synced() {
-					return errors.New("the stops ConfigMap is not read yet")
-				}
-				return nil
-			}},
-			// Detail only: without the usage API GPU servers are left alone, which is safe.
-			{Name: "usage-api", Fn: func(context.Context) error { return sampler.Err() }, Optional: true},
-			{Name: "policy-reload", Fn: func(context.Context) error { return lastReload(pol) }, Optional: true},
-		},
+		Handler: handler, ReadyChecks: readyChecks,
 	})
 	if err != nil {
 		return err
@@ -198,6 +225,9 @@ func Run(ctx context.Context, o Options) error {
 		}
 	})
 	wg.Go(func() { sampler.Run(ctx) })
+	if waitlist != nil {
+		wg.Go(func() { waitlist.Run(ctx) })
+	}
 
 	loop := func(ctx context.Context) {
 		if err := podIndex.WaitForSync(ctx); err != nil {
@@ -267,7 +297,7 @@ func Loop(ctx context.Context, o LoopOptions) {
 			o.Logger.Warn("pass failed; nobody was acted on; retrying", "err", err, "retry_in", wait.String())
 		} else {
 			backoff = 0
-			o.Logger.Info("pass", "servers", sum.Servers, "stopped", sum.Stopped, "errors", sum.Errors,
+			o.Logger.Info("pass", "servers", sum.Servers, "stopped", sum.Stopped, "errors", sum.Errors, "contended", sum.Contended,
 				"duration", sum.Duration.String(), "decisions", sum.Decisions)
 		}
 		select {
@@ -298,6 +328,24 @@ func Window(p *cpolicy.Policy) time.Duration {
 		consider(e)
 	}
 	return w + p.Rule("gpu", "").Warn
+}
+
+// usesContention reports whether a GPU rule of p sets idleWhenContended.
+func usesContention(p *cpolicy.Policy) bool {
+	if p.GPU.IdleWhenContended != nil {
+		return true
+	}
+	for _, e := range p.Kinds {
+		if e.IdleWhenContended != nil {
+			return true
+		}
+	}
+	for _, e := range p.Profiles {
+		if e.IdleWhenContended != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // CheckScopes is nil when the culler's Hub token can apply p: exempting by group needs the users' groups

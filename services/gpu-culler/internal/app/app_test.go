@@ -57,7 +57,7 @@ func userPod(user, server string, n *decide.Notice, r cpolicy.Rule) *corev1.Pod 
 
 // The wiring end to end on fakes: the pass reads the Hub's ready list page by page through the client whose
 // requests it counts, stops the CPU-only server whose notice ran out (and removes it, a named one), leaves the
-// others, and serves its probes and metrics. Hub requests = pages + stops, and the culler's count is the Hub's.
+// others, reads gpu-quota's waitlist, and serves its probes and metrics. Hub requests = pages + stops, and the culler's count is the Hub's.
 func TestRunPassesAndCountsHubRequests(t *testing.T) {
 	now := time.Now().UTC()
 	dir := t.TempDir()
@@ -102,6 +102,14 @@ func TestRunPassesAndCountsHubRequests(t *testing.T) {
 		_, _ = fmt.Fprintf(w, `{"sampledAt":%q,"servers":[]}`, time.Now().UTC().Format(time.RFC3339Nano))
 	}))
 	t.Cleanup(usage.Close)
+	waitlist := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/services/gpu-quota/api/v1/waitlist/contended" || r.Header.Get("Authorization") != "token culler-token" {
+			http.Error(w, `{"message":"no"}`, http.StatusForbidden)
+			return
+		}
+		_, _ = fmt.Fprintf(w, `{"asOf":%q,"classes":[{"class":"gpu H100-80GB-HBM3","kind":"gpu","waiting":1}]}`, time.Now().UTC().Format(time.RFC3339))
+	}))
+	t.Cleanup(waitlist.Close)
 
 	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
@@ -117,7 +125,7 @@ func TestRunPassesAndCountsHubRequests(t *testing.T) {
 			PolicyPath: path, Kube: kc, Namespace: "jhub",
 			HubConfig: hubapi.Config{URL: hub.URL(), Token: "culler-token"}, Token: "culler-token",
 			Auth: func(h http.Handler) http.Handler { return h }, UsageURL: usage.URL + "/services/gpu-usage/",
-			SampleEvery: time.Second, LeaderElect: false, StopsNamespace: "gpuhub", StopsConfigMap: "gpu-culler-stops",
+			SampleEvery: time.Second, QuotaURL: waitlist.URL + "/services/gpu-quota/", ContentionEvery: time.Second, LeaderElect: false, StopsNamespace: "gpuhub", StopsConfigMap: "gpu-culler-stops",
 			OnServing: func(s *server.Server) { served <- s },
 		})
 	}()
@@ -163,6 +171,13 @@ func TestRunPassesAndCountsHubRequests(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("metrics (-want +got):\n%s", diff)
+	}
+	// The waitlist is polled with the culler's token: someone waits for an H100.
+	for !strings.Contains(get(t, base+"/metrics"), "gpuhub_culler_contended_classes 1") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the waitlist was not read within 20 s; metrics:\n%s", get(t, base+"/metrics"))
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	if n := hub.Requests("GET /users"); n != 3 {
 		t.Errorf("the pass read %d pages of 5 users at 2 a page, want 3", n)
@@ -244,5 +259,23 @@ func TestWindow(t *testing.T) {
 	}
 	if got, want := Window(&p), 3*time.Hour+15*time.Minute; got != want {
 		t.Errorf("Window = %v, want %v", got, want)
+	}
+}
+
+// A policy that sets idleWhenContended anywhere needs the waitlist (the culler says so when --quota-url is empty).
+func TestUsesContention(t *testing.T) {
+	for yaml, want := range map[string]bool{
+		"gpu:\n  idlePeriod: 1h\n":                                       false,
+		"gpu:\n  idleWhenContended: 20m\n":                               true,
+		"kinds:\n  shared:\n    idleWhenContended: 20m\n":                true,
+		"profiles:\n  gpu-h100-80gb-hbm3:\n    idleWhenContended: 20m\n": true,
+	} {
+		var p cpolicy.Policy
+		if err := policy.Decode("p.yaml", []byte(yaml), &p); err != nil {
+			t.Fatal(err)
+		}
+		if got := usesContention(&p); got != want {
+			t.Errorf("%q: usesContention = %v, want %v", yaml, got, want)
+		}
 	}
 }

@@ -112,7 +112,8 @@ type Input struct {
 	Telemetry Telemetry
 	Usage     Usage
 	Notice    Notice
-	// Contended is set while someone waits for this server's kind: the rule's idleWhenContended applies.
+	// Contended is set while someone waits for this server's GPU class (the waitlist): the rule's
+	// idleWhenContended applies.
 	Contended bool
 }
 
@@ -141,6 +142,7 @@ type Numbers struct {
 	DataAge     time.Duration
 
 	IdlePeriod       time.Duration // the one that applies (idleWhenContended while contended)
+	Contended        bool          // someone waits for the server's GPU class and the rule has idleWhenContended
 	HubIdlePeriod    time.Duration
 	UtilizationBelow float64
 	MemoryTolerance  int64
@@ -173,6 +175,7 @@ func (n Numbers) Map() map[string]float64 {
 	add("max_age_seconds", n.MaxAge.Seconds(), n.MaxAge > 0)
 	add("snoozes", float64(n.Snoozes), n.MaxSnoozes > 0)
 	add("max_snoozes", float64(n.MaxSnoozes), n.MaxSnoozes > 0)
+	add("contended", 1, n.Contended)
 	return m
 }
 
@@ -183,6 +186,7 @@ func Decide(in Input) Decision {
 	d.Numbers = Numbers{
 		Age: nonNeg(now.Sub(s.Started)), IdlePeriod: r.IdlePeriodFor(in.Contended), HubIdlePeriod: r.HubIdlePeriod,
 		Warn: r.Warn, MaxAge: r.MaxAge, Snoozes: in.Notice.Snoozes, MaxSnoozes: r.MaxSnoozes,
+		Contended: !r.CPU && r.UnderContention(in.Contended),
 	}
 	if !r.CPU {
 		d.Numbers.UtilizationBelow, d.Numbers.MemoryTolerance = r.Utilization, r.MemoryTolerance
@@ -357,7 +361,9 @@ var (
 
 // Snooze is the notice after the user snoozes it at now: the deadline moves by the rule's snooze period (from
 // now, if it has passed), once per snooze, at most MaxSnoozes times. A stop for max_age is not snoozable.
-func Snooze(r policy.Rule, n Notice, now time.Time) (Notice, error) {
+// contended is set while someone waits for the server's GPU class: a snooze then moves the stop by no more than
+// the rule's idleWhenContended (policy.Rule.SnoozeFor).
+func Snooze(r policy.Rule, n Notice, now time.Time, contended bool) (Notice, error) {
 	switch {
 	case n.Since.IsZero() || n.Deadline.IsZero():
 		return n, ErrNothingToSnooze
@@ -366,7 +372,7 @@ func Snooze(r policy.Rule, n Notice, now time.Time) (Notice, error) {
 	case n.Snoozes >= r.MaxSnoozes:
 		return n, ErrNoSnoozesLeft
 	}
-	n.Deadline = latest(n.Deadline, now).Add(r.Snooze)
+	n.Deadline = latest(n.Deadline, now).Add(r.SnoozeFor(contended))
 	n.Snoozes++
 	return n, nil
 }

@@ -76,10 +76,19 @@ type outcome struct {
 	Deadline time.Time
 	IdleFor  time.Duration
 	Detail   string
+	// Contended: judged under idleWhenContended.
+	Contended bool
 }
 
 func project(d Decision) outcome {
-	return outcome{Action: d.Action, Reason: d.Reason, Would: d.Would, Deadline: d.Deadline, IdleFor: d.Numbers.IdleFor, Detail: d.Detail}
+	return outcome{Action: d.Action, Reason: d.Reason, Would: d.Would, Deadline: d.Deadline, IdleFor: d.Numbers.IdleFor, Detail: d.Detail,
+		Contended: d.Numbers.Contended}
+}
+
+// contended: someone waits for the server's GPU class, and the rule idles after 20 min then.
+func contended(i *Input) {
+	i.Rule.IdleWhenContended = 20 * time.Minute
+	i.Contended = true
 }
 
 func TestDecide(t *testing.T) {
@@ -178,12 +187,64 @@ func TestDecide(t *testing.T) {
 			tc:   with(in(now, gpuRule(), samples(at(12, 0), now, 97, 30000*mib)), func(i *Input) { i.Server.LastActivity = at(10, 0) }),
 			want: outcome{Action: None, Reason: ReasonGPUBusy},
 		},
-		"someone waits for the kind: idleWhenContended": {
+		"someone waits for the class: idleWhenContended": {
+			tc:   with(in(now, gpuRule(), busyThenIdle(at(14, 30), now)), contended),
+			want: outcome{Action: Warn, Reason: ReasonIdle, Deadline: at(15, 10), IdleFor: 25 * time.Minute, Contended: true},
+		},
+		"nobody waits: the idle period, 25 min is not yet": {
 			tc: with(in(now, gpuRule(), busyThenIdle(at(14, 30), now)), func(i *Input) {
 				i.Rule.IdleWhenContended = 20 * time.Minute
+			}),
+			want: outcome{Action: None, Reason: ReasonIdle, IdleFor: 25 * time.Minute},
+		},
+		"someone waits, the rule has no idleWhenContended: the idle period": {
+			tc:   with(in(now, gpuRule(), busyThenIdle(at(14, 30), now)), func(i *Input) { i.Contended = true }),
+			want: outcome{Action: None, Reason: ReasonIdle, IdleFor: 25 * time.Minute},
+		},
+		"someone waits, idle 52 min, never warned: still the full warning": {
+			tc:   with(in(now, gpuRule(), idle52), contended),
+			want: outcome{Action: Warn, Reason: ReasonIdle, Deadline: at(15, 10), IdleFor: 52 * time.Minute, Contended: true},
+		},
+		"someone waits, warned 15 min: stop (nobody waiting: 20 min more)": {
+			tc: with(in(at(15, 10), gpuRule(), busyThenIdle(at(14, 30), at(15, 10))), func(i *Input) {
+				contended(i)
+				i.Notice = warned
+			}),
+			want: outcome{Action: Stop, Reason: ReasonIdle, IdleFor: 40 * time.Minute, Contended: true},
+		},
+		"someone waits since after the warning: the deadline shown holds": {
+			tc: with(in(at(15, 0), gpuRule(), busyThenIdle(at(14, 10), at(15, 0))), func(i *Input) {
+				contended(i)
+				i.Notice = Notice{Reason: ReasonIdle, Since: at(14, 55), Deadline: at(15, 10)}
+			}),
+			want: outcome{Action: Warn, Reason: ReasonIdle, Deadline: at(15, 10), IdleFor: 50 * time.Minute, Contended: true},
+		},
+		"someone waits, snoozed: held until the snoozed deadline": {
+			tc: with(in(at(15, 12), gpuRule(), busyThenIdle(at(14, 30), at(15, 12))), func(i *Input) {
+				contended(i)
+				i.Notice = Notice{Reason: ReasonIdle, Since: at(14, 55), Deadline: at(15, 30), Snoozes: 1}
+			}),
+			want: outcome{Action: Skip, Would: Stop, Reason: ReasonSnoozed, Deadline: at(15, 30), IdleFor: 42 * time.Minute, Contended: true},
+		},
+		"someone waits, idle culling only then: warned": {
+			tc: with(in(now, gpuRule(), busyThenIdle(at(14, 30), now)), func(i *Input) {
+				contended(i)
+				i.Rule.IdlePeriod = 0
+			}),
+			want: outcome{Action: Warn, Reason: ReasonIdle, Deadline: at(15, 10), IdleFor: 25 * time.Minute, Contended: true},
+		},
+		"idle culling only while someone waits, nobody does: off": {
+			tc: with(in(now, gpuRule(), busyThenIdle(at(14, 30), now)), func(i *Input) {
+				i.Rule.IdlePeriod, i.Rule.IdleWhenContended = 0, 20*time.Minute
+			}),
+			want: outcome{Action: None, Reason: ReasonOff, IdleFor: 25 * time.Minute},
+		},
+		"a CPU-only server is not judged by the waitlist": {
+			tc: with(in(now, cpuRule(), nil), func(i *Input) {
+				i.Server.Kind, i.Server.LastActivity, i.Usage, i.Telemetry = "", at(14, 30), Usage{}, Telemetry{}
 				i.Contended = true
 			}),
-			want: outcome{Action: Warn, Reason: ReasonIdle, Deadline: at(15, 10), IdleFor: 25 * time.Minute},
+			want: outcome{Action: None, Reason: ReasonIdle, IdleFor: 25 * time.Minute},
 		},
 		"max age, busy: warned, then the deadline is the age": {
 			tc: with(in(now, gpuRule(), samples(at(12, 0), now, 90, 0)), func(i *Input) {
@@ -311,11 +372,13 @@ func TestSnooze(t *testing.T) {
 	r := gpuRule()
 	warned := Notice{Reason: ReasonIdle, Since: at(14, 55), Deadline: at(15, 10)}
 	cases := map[string]struct {
-		n       Notice
-		now     time.Time
-		rule    func(*policy.Rule)
-		want    Notice
-		wantErr error
+		n    Notice
+		now  time.Time
+		rule func(*policy.Rule)
+		// contended: someone waits for the server's GPU class (the rule's idleWhenContended is 20 min).
+		contended bool
+		want      Notice
+		wantErr   error
 	}{
 		"first snooze moves the deadline by the period": {
 			n: warned, now: at(15, 0), want: Notice{Reason: ReasonIdle, Since: at(14, 55), Deadline: at(16, 10), Snoozes: 1},
@@ -337,14 +400,31 @@ func TestSnooze(t *testing.T) {
 			n: warned, now: at(15, 0), rule: func(r *policy.Rule) { r.MaxSnoozes = 0 }, wantErr: ErrNotSnoozable,
 		},
 		"nothing announced": {now: at(15, 0), wantErr: ErrNothingToSnooze},
+		"someone waits: the snooze lasts idleWhenContended, not the snooze period": {
+			n: warned, now: at(15, 0), contended: true,
+			want: Notice{Reason: ReasonIdle, Since: at(14, 55), Deadline: at(15, 30), Snoozes: 1},
+		},
+		"someone waits, a second snooze: also cut, and still counted": {
+			n: Notice{Reason: ReasonIdle, Since: at(14, 55), Deadline: at(15, 30), Snoozes: 1}, now: at(15, 25), contended: true,
+			want: Notice{Reason: ReasonIdle, Since: at(14, 55), Deadline: at(15, 50), Snoozes: 2},
+		},
+		"someone waits, no snoozes left": {
+			n: Notice{Reason: ReasonIdle, Since: at(14, 55), Deadline: at(15, 50), Snoozes: 2}, now: at(15, 45), contended: true,
+			wantErr: ErrNoSnoozesLeft,
+		},
+		"someone waits, the rule has no idleWhenContended: the snooze period": {
+			n: warned, now: at(15, 0), contended: true, rule: func(r *policy.Rule) { r.IdleWhenContended = 0 },
+			want: Notice{Reason: ReasonIdle, Since: at(14, 55), Deadline: at(16, 10), Snoozes: 1},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			rule := r
+			rule.IdleWhenContended = 20 * time.Minute
 			if tc.rule != nil {
 				tc.rule(&rule)
 			}
-			got, err := Snooze(rule, tc.n, tc.now)
+			got, err := Snooze(rule, tc.n, tc.now, tc.contended)
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("Snooze error %v, want %v", err, tc.wantErr)
 			}
@@ -360,7 +440,7 @@ func TestSnooze(t *testing.T) {
 
 // TestSnoozeThenDecide: a snooze taken from the panel moves the stop by the snooze period.
 func TestSnoozeThenDecide(t *testing.T) {
-	n, err := Snooze(gpuRule(), Notice{Reason: ReasonIdle, Since: at(14, 55), Deadline: at(15, 10)}, at(15, 0))
+	n, err := Snooze(gpuRule(), Notice{Reason: ReasonIdle, Since: at(14, 55), Deadline: at(15, 10)}, at(15, 0), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,6 +485,15 @@ func TestMessagesGolden(t *testing.T) {
 			i.Notice = Notice{Reason: ReasonIdle, Since: at(14, 55), Deadline: at(16, 10), Snoozes: 1}
 		})},
 		{"stop idle", with(in(at(15, 10), gpuRule(), busyThenIdle(at(14, 3), at(15, 10))), func(i *Input) {
+			i.Notice = Notice{Reason: ReasonIdle, Since: at(14, 55), Deadline: at(15, 10)}
+		})},
+		{"warn idle, someone waiting", with(in(now, gpuRule(), busyThenIdle(at(14, 30), now)), contended)},
+		{"warn idle, idle culling only while someone waits", with(in(now, gpuRule(), busyThenIdle(at(14, 30), now)), func(i *Input) {
+			contended(i)
+			i.Rule.IdlePeriod = 0
+		})},
+		{"stop idle, someone waiting", with(in(at(15, 10), gpuRule(), busyThenIdle(at(14, 30), at(15, 10))), func(i *Input) {
+			contended(i)
 			i.Notice = Notice{Reason: ReasonIdle, Since: at(14, 55), Deadline: at(15, 10)}
 		})},
 		{"stop CPU-only", with(in(at(15, 10), cpuRule(), nil), func(i *Input) {
@@ -475,5 +564,12 @@ func TestNumbersMap(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, d.Numbers.Map()); diff != "" {
 		t.Errorf("Numbers.Map (-want +got):\n%s", diff)
+	}
+
+	// Someone waits: contended 1 and the shorter idle period used.
+	d = Decide(with(in(at(14, 55), gpuRule(), busyThenIdle(at(14, 3), at(14, 55))), contended))
+	want["contended"], want["idle_period_seconds"] = 1, 20*60
+	if diff := cmp.Diff(want, d.Numbers.Map()); diff != "" {
+		t.Errorf("Numbers.Map, contended (-want +got):\n%s", diff)
 	}
 }

@@ -27,10 +27,25 @@ func warnMessage(d Decision, r policy.Rule, now time.Time) string {
 	case r.CPU:
 		return fmt.Sprintf("%sThis server has had no activity for %s; it stops at %s %s.", snoozed, words(n.IdleFor), at, unless)
 	case r.HubIdlePeriod > 0:
-		return fmt.Sprintf("%sYour GPU has been idle for %s and the server has had no activity for %s; it stops at %s %s.",
-			snoozed, words(n.IdleFor), words(n.HubIdleFor), at, unless)
+		return fmt.Sprintf("%sYour GPU has been idle for %s and the server has had no activity for %s; it stops at %s %s.%s",
+			snoozed, words(n.IdleFor), words(n.HubIdleFor), at, unless, waiting(n, r))
 	}
-	return fmt.Sprintf("%sYour GPU has been idle for %s; this server stops at %s %s.", snoozed, words(n.IdleFor), at, unless)
+	return fmt.Sprintf("%sYour GPU has been idle for %s; this server stops at %s %s.%s", snoozed, words(n.IdleFor), at, unless, waiting(n, r))
+}
+
+// waiting says why the idle period is shorter while someone waits for the server's kind of GPU; "" otherwise.
+func waiting(n Numbers, r policy.Rule) string {
+	if !n.Contended {
+		return ""
+	}
+	switch {
+	case r.IdlePeriod == 0: // idle culling only while someone waits
+		return fmt.Sprintf(" Someone is waiting for this kind of GPU, so an idle server stops after %s.", words(n.IdlePeriod))
+	case r.IdlePeriod > n.IdlePeriod:
+		return fmt.Sprintf(" Someone is waiting for this kind of GPU, so an idle server stops after %s instead of %s.",
+			words(n.IdlePeriod), words(r.IdlePeriod))
+	}
+	return "" // the same period: nothing is shorter
 }
 
 // stopMessage is what the user reads after the stop.
@@ -42,6 +57,9 @@ func stopMessage(d Decision, r policy.Rule, now time.Time) string {
 		return fmt.Sprintf("Stopped at %s: the server ran for %s, the longest %s server may run.", at, words(r.MaxAge), serverKind(r))
 	case r.CPU:
 		return fmt.Sprintf("Stopped at %s: no activity for %s.", at, words(n.IdleFor))
+	}
+	if n.Contended {
+		return fmt.Sprintf("Stopped at %s: GPU idle for %s while someone was waiting for this kind of GPU.", at, words(n.IdleFor))
 	}
 	return fmt.Sprintf("Stopped at %s: GPU idle for %s.", at, words(n.IdleFor))
 }
@@ -71,6 +89,9 @@ func clock(t, now time.Time) string {
 	}
 	return t.Format("Jan 2 15:04 UTC")
 }
+
+// Words writes a duration as the culler's messages do (words).
+func Words(d time.Duration) string { return words(d) }
 
 // words writes a duration as people say it, rounded down: "less than a minute", "52 min", "1 h 5 min",
 // "3 h", "2 days 4 h".

@@ -8,17 +8,20 @@ import (
 
 // Metrics are a pass's counters (gpuhub_culler_*).
 type Metrics struct {
-	passes       *prometheus.CounterVec
-	duration     prometheus.Histogram
-	lastPass     prometheus.Gauge
-	servers      *prometheus.GaugeVec
-	skips        *prometheus.CounterVec
-	stopped      *prometheus.CounterVec
-	saved        *prometheus.CounterVec
-	stopErrors   prometheus.Counter
-	noticeErrors prometheus.Counter
-	conflicts    prometheus.Counter
-	hubRequests  *prometheus.CounterVec
+	passes   *prometheus.CounterVec
+	duration prometheus.Histogram
+	lastPass prometheus.Gauge
+	servers  *prometheus.GaugeVec
+	skips    *prometheus.CounterVec
+	stopped  *prometheus.CounterVec
+	// contendedStops and contended: stops and servers under idleWhenContended (someone waits for the class).
+	contendedStops *prometheus.CounterVec
+	contended      prometheus.Gauge
+	saved          *prometheus.CounterVec
+	stopErrors     prometheus.Counter
+	noticeErrors   prometheus.Counter
+	conflicts      prometheus.Counter
+	hubRequests    *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics on reg (nil: not registered, for tests).
@@ -37,6 +40,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Servers left alone in a pass, by reason (telemetry_stale, usage_unreachable, exempt, snoozed, dry_run, ...) and GPU kind (cpu for CPU-only), counted every pass."}, []string{"reason", "kind"}),
 		stopped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "stops_total",
 			Help: "Servers stopped, by reason (idle, max_age) and GPU kind."}, []string{"reason", "kind"}),
+		contendedStops: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "contended_stops_total",
+			Help: "Servers stopped for idleness under idleWhenContended, while someone waited for their GPU class, by GPU kind; also in stops_total."}, []string{"kind"}),
+		contended: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "contended_servers",
+			Help: "GPU servers the last good pass judged under idleWhenContended: someone waits for their GPU class."}),
 		saved: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "gpu_hours_saved_total",
 			Help: "GPU-hours (GPU-equivalents x hours) the stopped GPU servers did not hold: from each stop until the same server runs again, at most 24 h a stop; counted by the replica that stopped it."}, []string{"kind"}),
 		stopErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "stop_errors_total",
@@ -55,7 +62,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.hubRequests.WithLabelValues(op)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.passes, m.duration, m.lastPass, m.servers, m.skips, m.stopped, m.saved,
+		for _, c := range []prometheus.Collector{m.passes, m.duration, m.lastPass, m.servers, m.skips, m.stopped, m.contendedStops, m.contended, m.saved,
 			m.stopErrors, m.noticeErrors, m.conflicts, m.hubRequests} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
@@ -84,6 +91,7 @@ func (m *Metrics) pass(s Summary, err error, end time.Time) {
 	for a, n := range states {
 		m.servers.WithLabelValues(a).Set(n)
 	}
+	m.contended.Set(float64(s.Contended))
 }
 
 func (m *Metrics) skip(reason, kind string) { m.skips.WithLabelValues(reason, kind).Inc() }

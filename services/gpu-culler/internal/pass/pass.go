@@ -72,8 +72,9 @@ type Options struct {
 	Policy    func() *policy.Policy
 	Decisions *decision.Log
 	Metrics   *Metrics
-	// Contended says whether someone waits for a kind (the waitlist); nil: never.
-	Contended func(gpu.Kind) bool
+	// Contended says whether someone waits for a GPU class (gpu.Allocation.Class, the waitlist's and the usage
+	// API's name): a GPU server of that class is judged under its rule's idleWhenContended. nil: never.
+	Contended func(class string) bool
 	Logger    *slog.Logger
 	Now       func() time.Time
 }
@@ -85,6 +86,8 @@ type Summary struct {
 	Decisions map[string]int
 	Stopped   int
 	Errors    int
+	// Contended counts the GPU servers judged under idleWhenContended: someone waits for their class.
+	Contended int
 	Duration  time.Duration
 }
 
@@ -128,7 +131,7 @@ func New(o Options) *Runner {
 		o.Now = time.Now
 	}
 	if o.Contended == nil {
-		o.Contended = func(gpu.Kind) bool { return false }
+		o.Contended = func(string) bool { return false }
 	}
 	return &Runner{o: o, last: map[serverKey]string{}, saved: map[serverKey]*savedGPU{}, gone: map[types.UID]bool{}}
 }
@@ -184,6 +187,9 @@ func (r *Runner) Pass(ctx context.Context) (sum Summary, err error) {
 		running[sk] = podStarted(pod)
 		r.clearOldStop(ctx, sk.user, sk.server, podStarted(pod))
 		d, kind := r.decideAlone(p, sk, pod, usage, now)
+		if d.Numbers.Contended {
+			sum.Contended++
+		}
 		if d.Action == decide.Warn || d.Action == decide.Stop || d.Would != "" {
 			if hubBlind(p, p.Rule(gpu.Kind(kindOrEmpty(kind)), pod.Labels[snooze.LabelProfile]), d) {
 				// Nothing of this decision depends on the Hub: act on the pod and the telemetry.
@@ -352,10 +358,17 @@ func (r *Runner) decideAlone(p *policy.Policy, sk serverKey, pod *corev1.Pod, us
 	rule := p.Rule(kind, profile)
 	tel, _ := r.o.Telemetry.Server(sk.user, sk.server, rule.StaleAfter)
 	prev, _, _ := notices.FromPod(pod.Annotations)
-	in := decide.Input{Now: now, Rule: rule, Telemetry: tel, Usage: usage, Notice: prev, Contended: r.o.Contended(kind),
+	in := decide.Input{Now: now, Rule: rule, Telemetry: tel, Usage: usage, Notice: prev, Contended: r.contended(info),
 		Server: decide.Server{User: sk.user, Name: sk.server, Kind: kind, Profile: profile, Started: podStarted(pod).Add(-startMargin),
 			Ready: true, Annotations: pod.Annotations}}
 	return explainData(decide.Decide(in), info), kindLabel(kind)
+}
+
+// contended says whether someone waits for the GPU class of a server, as the usage API names it (the waitlist
+// uses the same name, gpu.Allocation.Class). A server the usage API does not list has no telemetry, and is not
+// culled for GPU idleness anyway.
+func (r *Runner) contended(info telemetry.Info) bool {
+	return info.Known && info.Class != "" && r.o.Contended(info.Class)
 }
 
 // kindOf is a server's GPU kind (the usage API's, else from the pod's requests), profile and telemetry info.
@@ -451,7 +464,7 @@ func (r *Runner) one(ctx context.Context, p *policy.Policy, it item, usage decid
 		srv.Annotations = pod.Annotations
 		prev, _, _ = notices.FromPod(pod.Annotations)
 	}
-	in := decide.Input{Now: now, Rule: rule, Server: srv, Telemetry: tel, Usage: usage, Notice: prev, Contended: r.o.Contended(kind)}
+	in := decide.Input{Now: now, Rule: rule, Server: srv, Telemetry: tel, Usage: usage, Notice: prev, Contended: r.contended(info)}
 	d := decide.Decide(in)
 	if !hasPod && (d.Action == decide.Warn || d.Action == decide.Stop || (d.Action == decide.Skip && d.Would != "")) {
 		d = decide.Decision{Action: decide.Skip, Reason: ReasonNoPod, Numbers: d.Numbers,
@@ -536,6 +549,9 @@ func (r *Runner) one(ctx context.Context, p *policy.Policy, it item, usage decid
 		}
 		r.record(rec)
 		r.o.Metrics.stopped.WithLabelValues(string(d.Reason), kindLabel).Inc()
+		if d.Numbers.Contended && d.Reason == decide.ReasonIdle {
+			r.o.Metrics.contendedStops.WithLabelValues(kindLabel).Inc()
+		}
 		if err := r.o.Stops.Record(ctx, stops.Stop{User: u.Name, Server: name, At: now, Reason: string(d.Reason), Message: d.Message}); err != nil {
 			r.o.Logger.Warn("the stop is done but its reason could not be kept for the user's next visit", "user", u.Name, "server", name, "err", err)
 		}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"iter"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -569,5 +571,113 @@ func TestHubBlind(t *testing.T) {
 	}
 	if len(hub.stopped) != 1 {
 		t.Errorf("stopped twice: %v", hub.stopped)
+	}
+}
+
+// While someone waits for a GPU class, that class's idle servers are judged under idleWhenContended, and only
+// they: an H100 waitlist does not shorten the idle period of A100 servers.
+func TestPassContended(t *testing.T) {
+	const contendedYAML = `
+every: 1m
+staleAfter: 2m
+gpu:
+  idlePeriod: 30m
+  idleWhenContended: 15m
+  warn: 10m
+  snooze: 20m
+  maxSnoozes: 1
+`
+	var pol policy.Policy
+	if err := ipolicy.Decode("test.yaml", []byte(contendedYAML), &pol); err != nil {
+		t.Fatal(err)
+	}
+	const h100, a100 = "gpu H100-80GB-HBM3", "gpu A100-SXM4-40GB"
+	rule := pol.Rule(gpu.KindGPU, "")
+	started := now.Add(-3 * time.Hour)
+	type server struct {
+		class string
+		idle  time.Duration
+		// notice: warned 11 min ago, with a deadline a minute ago.
+		notice bool
+	}
+	servers := map[string]server{
+		"alice": {class: h100, idle: 18 * time.Minute},
+		"bob":   {class: a100, idle: 18 * time.Minute},
+		"carol": {class: h100, idle: 25 * time.Minute, notice: true},
+	}
+	type want struct {
+		Decisions      map[string]int
+		Stopped        []string
+		Contended      float64
+		ContendedStops float64
+		// Records: each decision recorded, as user action/reason contended idle_period_seconds.
+		Records []string
+	}
+	tests := map[string]struct {
+		waiting []string
+		want    want
+	}{
+		"nobody waits: the idle period": {
+			want: want{Decisions: map[string]int{"none/idle": 2, "warn/idle": 1},
+				Records: []string{"carol notice/idle 0 1800"}},
+		},
+		"someone waits for an H100: the H100 servers under idleWhenContended, the A100 not": {
+			waiting: []string{h100},
+			want: want{Decisions: map[string]int{"warn/idle": 1, "none/idle": 1, "stop/idle": 1}, Stopped: []string{"carol/"},
+				Contended: 2, ContendedStops: 1,
+				Records: []string{"alice notice/idle 1 900", "carol stop/idle 1 900"}},
+		},
+		"someone waits for an A100: only the A100 server": {
+			waiting: []string{a100},
+			want: want{Decisions: map[string]int{"warn/idle": 2, "none/idle": 1}, Contended: 1,
+				Records: []string{"bob notice/idle 1 900", "carol notice/idle 0 1800"}},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			hub := &fakeHub{}
+			fp := fakePods{pods: map[string]*corev1.Pod{}}
+			tel := fakeTelemetry{usage: decide.Usage{Reachable: true, At: now}, servers: map[string]decide.Telemetry{}, info: map[string]telemetry.Info{}}
+			var objs []runtime.Object
+			for user, s := range servers {
+				hub.users = append(hub.users, ready(user, map[string]hubapi.Server{"": {Name: "", Ready: true, Started: &started, LastActivity: &now}}))
+				var n *decide.Notice
+				if s.notice {
+					n = &decide.Notice{Reason: decide.ReasonIdle, Since: now.Add(-11 * time.Minute), Deadline: now.Add(-time.Minute)}
+				}
+				p := pod(user, "", true, n, rule)
+				fp.pods[user+"/"] = p
+				objs = append(objs, p)
+				tel.servers[user+"/"] = idleFor(s.idle)
+				tel.info[user+"/"] = telemetry.Info{Known: true, Kind: gpu.KindGPU, Class: s.class, AllocatedGPUs: 1}
+			}
+			kc := fake.NewClientset(objs...)
+			log, err := decision.NewLog(decision.Options{Service: "gpu-culler", Now: func() time.Time { return now }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, _ := NewMetrics(nil)
+			r := New(Options{Hub: hub, Pods: fp, Telemetry: tel, Stops: &fakeStops{}, Kube: kc, Policy: func() *policy.Policy { return &pol },
+				Decisions: log, Metrics: m, Now: func() time.Time { return now },
+				Contended: func(class string) bool { return slices.Contains(tc.waiting, class) }})
+			sum, err := r.Pass(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := want{Decisions: sum.Decisions, Stopped: hub.stopped, Contended: testutil.ToFloat64(m.contended),
+				ContendedStops: testutil.ToFloat64(m.contendedStops.WithLabelValues("gpu"))}
+			for _, rec := range log.List(decision.Filter{}) {
+				got.Records = append(got.Records, fmt.Sprintf("%s %s/%s %v %v", rec.User, rec.Action, rec.Reason,
+					rec.Numbers["contended"], rec.Numbers["idle_period_seconds"]))
+				waiting := strings.Contains(rec.Message, "someone was waiting") || strings.Contains(rec.Message, "Someone is waiting")
+				if contended := rec.Numbers["contended"] == 1; waiting != contended {
+					t.Errorf("%s's %s: contended %v, message %q", rec.User, rec.Action, contended, rec.Message)
+				}
+			}
+			slices.Sort(got.Records)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("pass (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -59,7 +59,7 @@ type Exempt struct {
 type Entry struct {
 	// IdlePeriod is how long the GPU must be idle before the server stops; 0s turns idle culling off.
 	IdlePeriod *ipolicy.Duration `yaml:"idlePeriod"`
-	// IdleWhenContended replaces IdlePeriod while someone waits for this kind (the waitlist, issue 13).
+	// IdleWhenContended replaces IdlePeriod while someone waits for the server's GPU class (the waitlist, issue 13).
 	IdleWhenContended *ipolicy.Duration `yaml:"idleWhenContended"`
 	// Utilization is the SM utilization, in percent of the server's own allocation, below which the GPU
 	// counts as idle.

@@ -182,6 +182,48 @@ func TestIdlePeriodFor(t *testing.T) {
 	}
 }
 
+// While contended, the idle period is idleWhenContended and a snooze lasts no longer than it.
+func TestContendedPeriods(t *testing.T) {
+	type periods struct {
+		Under        bool
+		Idle, Snooze time.Duration
+	}
+	cases := map[string]struct {
+		tc        Rule
+		contended bool
+		want      periods
+	}{
+		"not contended": {
+			tc:   Rule{IdlePeriod: time.Hour, IdleWhenContended: 20 * time.Minute, Snooze: time.Hour},
+			want: periods{Idle: time.Hour, Snooze: time.Hour},
+		},
+		"contended: the shorter idle period, the snooze cut to it": {
+			tc: Rule{IdlePeriod: time.Hour, IdleWhenContended: 20 * time.Minute, Snooze: time.Hour}, contended: true,
+			want: periods{Under: true, Idle: 20 * time.Minute, Snooze: 20 * time.Minute},
+		},
+		"contended, a snooze already shorter: kept": {
+			tc: Rule{IdlePeriod: time.Hour, IdleWhenContended: 20 * time.Minute, Snooze: 10 * time.Minute}, contended: true,
+			want: periods{Under: true, Idle: 20 * time.Minute, Snooze: 10 * time.Minute},
+		},
+		"contended, no idleWhenContended: nothing changes": {
+			tc: Rule{IdlePeriod: time.Hour, Snooze: time.Hour}, contended: true,
+			want: periods{Idle: time.Hour, Snooze: time.Hour},
+		},
+		"idle culling only while contended": {
+			tc: Rule{IdleWhenContended: 20 * time.Minute, Snooze: time.Hour}, contended: true,
+			want: periods{Under: true, Idle: 20 * time.Minute, Snooze: 20 * time.Minute},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := periods{Under: tc.tc.UnderContention(tc.contended), Idle: tc.tc.IdlePeriodFor(tc.contended), Snooze: tc.tc.SnoozeFor(tc.contended)}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestExempts(t *testing.T) {
 	x := Exempt{Users: []string{"alice"}, Groups: []string{"staff"}, Admins: true,
 		Annotations: map[string]string{"gpuhub.io/cull": "never", "example.org/keep": "*"}}

@@ -52,10 +52,26 @@ const (
 
 // IdlePeriodFor is the idle period that applies: IdleWhenContended while the kind is contended (when set).
 func (r Rule) IdlePeriodFor(contended bool) time.Duration {
-	if contended && r.IdleWhenContended > 0 {
+	if r.UnderContention(contended) {
 		return r.IdleWhenContended
 	}
 	return r.IdlePeriod
+}
+
+// UnderContention reports whether the contended idle period applies: the kind is contended and the rule has
+// idleWhenContended.
+func (r Rule) UnderContention(contended bool) bool {
+	return contended && r.IdleWhenContended > 0
+}
+
+// SnoozeFor is how far one snooze moves the stop: while the kind is contended (and the rule has
+// idleWhenContended), no further than idleWhenContended, so that a snooze does not outlast the shorter period
+// the one waiting is promised.
+func (r Rule) SnoozeFor(contended bool) time.Duration {
+	if r.UnderContention(contended) {
+		return min(r.Snooze, r.IdleWhenContended)
+	}
+	return r.Snooze
 }
 
 // named is one entry in precedence order, strongest first, with the path it has in the file.

@@ -44,9 +44,15 @@ type Options struct {
 	Policy func() *policy.Policy
 	// NodeLabels are a node's labels, for the GPU kind of a pod (gpu.Allocations); nil: none known.
 	NodeLabels func(node string) map[string]string
-	Decisions  *decision.Log
-	Logger     *slog.Logger
-	Now        func() time.Time
+	// Class is the GPU class of a user's server as the usage API names it (gpu.Allocation.Class); "" or nil:
+	// from the pod's requests and its node's labels, when they name the product.
+	Class func(user, server string) string
+	// Contended says whether someone waits for a GPU class (the waitlist): a snooze taken then moves the stop by
+	// no more than the rule's idleWhenContended (policy.Rule.SnoozeFor). nil: never.
+	Contended func(class string) bool
+	Decisions *decision.Log
+	Logger    *slog.Logger
+	Now       func() time.Time
 }
 
 // Snoozer snoozes announced stops.
@@ -130,7 +136,8 @@ func (s *Snoozer) next(p *policy.Policy, pod *corev1.Pod, user, server string) (
 	}
 	r := RuleFor(p, pod, labels)
 	now := s.o.Now()
-	next, err := decide.Snooze(r, prev, now)
+	contended := r.UnderContention(s.contended(user, server, pod, labels))
+	next, err := decide.Snooze(r, prev, now, contended)
 	switch {
 	case errors.Is(err, decide.ErrNotSnoozable) && prev.Reason == decide.ReasonMaxAge:
 		return notice.Notice{}, decision.Record{}, fmt.Errorf("%w: %s has run for the longest time allowed, and that stop cannot be snoozed; save your work",
@@ -143,20 +150,39 @@ func (s *Snoozer) next(p *policy.Policy, pod *corev1.Pod, user, server string) (
 	case err != nil:
 		return notice.Notice{}, decision.Record{}, fmt.Errorf("%w: %s: %w", ErrNothing, what(user, server), err)
 	}
-	n := notices.Notice(next.Reason, message(next, r, now), next.Deadline, next.Since, next.Snoozes, r)
+	n := notices.Notice(next.Reason, message(next, r, now, contended), next.Deadline, next.Since, next.Snoozes, r)
 	rec := decision.Record{
 		Time: now, User: user, Server: server, Action: decision.ActionSnooze, Reason: string(next.Reason), Message: n.Message,
 		Numbers: map[string]float64{
 			"snoozes": float64(next.Snoozes), "max_snoozes": float64(r.MaxSnoozes),
-			"snooze_seconds":         r.Snooze.Seconds(),
+			"snooze_seconds":         r.SnoozeFor(contended).Seconds(),
 			"deadline_shift_seconds": next.Deadline.Sub(prev.Deadline).Seconds(),
 		},
+	}
+	if contended {
+		rec.Numbers["contended"] = 1
 	}
 	return n, rec, nil
 }
 
-// message is the notice's text until the next pass writes decide's countdown.
-func message(n decide.Notice, r policy.Rule, now time.Time) string {
+// contended says whether someone waits for the GPU class of the server in pod.
+func (s *Snoozer) contended(user, server string, pod *corev1.Pod, nodeLabels map[string]string) bool {
+	if s.o.Contended == nil {
+		return false
+	}
+	class := ""
+	if s.o.Class != nil {
+		class = s.o.Class(user, server)
+	}
+	if class == "" {
+		class = Class(pod, nodeLabels)
+	}
+	return class != "" && s.o.Contended(class)
+}
+
+// message is the notice's text until the next pass writes decide's countdown; contended: the snooze was taken
+// while someone waits for the server's GPU class.
+func message(n decide.Notice, r policy.Rule, now time.Time, contended bool) string {
 	left := r.MaxSnoozes - n.Snoozes
 	more := "no snoozes left"
 	switch {
@@ -165,7 +191,11 @@ func message(n decide.Notice, r policy.Rule, now time.Time) string {
 	case left > 1:
 		more = fmt.Sprintf("%d snoozes left", left)
 	}
-	return fmt.Sprintf("Snoozed: this server now stops at %s unless you use it (%s).", clock(n.Deadline, now), more)
+	msg := fmt.Sprintf("Snoozed: this server now stops at %s unless you use it (%s).", clock(n.Deadline, now), more)
+	if short := r.SnoozeFor(contended); short < r.Snooze {
+		msg += fmt.Sprintf(" Someone is waiting for this kind of GPU, so a snooze lasts %s.", decide.Words(short))
+	}
+	return msg
 }
 
 // clock writes t as "15:10 UTC", with the date when it is not today ("Jan 2 15:10 UTC"), as decide does.
@@ -192,6 +222,16 @@ func noServer(user, server string) error {
 // node's labels ("" for a CPU-only pod), its profile from LabelProfile.
 func RuleFor(p *policy.Policy, pod *corev1.Pod, nodeLabels map[string]string) policy.Rule {
 	return p.Rule(Kind(pod, nodeLabels), pod.Labels[LabelProfile])
+}
+
+// Class is the GPU class a pod holds (gpu.Allocation.Class, as the usage API and the waitlist name it): that of
+// its first GPU allocation, "" when it holds none or its node's labels do not name the product.
+func Class(pod *corev1.Pod, nodeLabels map[string]string) string {
+	as := gpu.Allocations(gpu.PodResources(pod), gpu.Node{Labels: nodeLabels})
+	if len(as) == 0 || as[0].Product == "" {
+		return ""
+	}
+	return as[0].Class()
 }
 
 // Kind is the GPU kind a pod holds: that of its first GPU allocation (by resource name), "" when it holds none.

@@ -36,6 +36,7 @@ gpu:
   warn: 15m
   snooze: 1h
   maxSnoozes: 2
+  idleWhenContended: 20m
 kinds:
   shared:
     snooze: 30m
@@ -140,6 +141,9 @@ func TestSnooze(t *testing.T) {
 		wantErr    error
 		wantErrMsg string
 		wantShift  time.Duration
+		// class is the server's GPU class as the usage API names it; waiting the class someone waits for.
+		class, waiting string
+		wantContended  bool
 	}{
 		"first snooze moves the deadline by an hour": {
 			pod: whole("alice").notice(decide.ReasonIdle, deadline, 0).p, user: "alice",
@@ -168,6 +172,27 @@ func TestSnooze(t *testing.T) {
 				CreatedAt: t0.Add(-10 * time.Minute), Stops: true, StopsSince: t0.Add(-10 * time.Minute), Snoozes: 1, MaxSnoozes: 1,
 				Message: "Snoozed: this server now stops at 15:25 UTC unless you use it (no snoozes left)."},
 			wantShift: 30 * time.Minute,
+		},
+		"someone waits for the server's class: the snooze lasts idleWhenContended": {
+			pod: whole("alice").notice(decide.ReasonIdle, deadline, 0).p, user: "alice", class: "gpu H100-80GB-HBM3", waiting: "gpu H100-80GB-HBM3",
+			want: notice.Notice{Service: "gpu-culler", Kind: "idle", Reason: "idle", Deadline: deadline.Add(20 * time.Minute), Snoozable: true,
+				CreatedAt: t0.Add(-10 * time.Minute), Stops: true, StopsSince: t0.Add(-10 * time.Minute), Snoozes: 1, MaxSnoozes: 2,
+				Message: "Snoozed: this server now stops at 15:15 UTC unless you use it (1 snooze left). Someone is waiting for this kind of GPU, so a snooze lasts 20 min."},
+			wantShift: 20 * time.Minute, wantContended: true,
+		},
+		"someone waits for another class: the full snooze": {
+			pod: whole("alice").notice(decide.ReasonIdle, deadline, 0).p, user: "alice", class: "gpu A100-SXM4-40GB", waiting: "gpu H100-80GB-HBM3",
+			want: notice.Notice{Service: "gpu-culler", Kind: "idle", Reason: "idle", Deadline: deadline.Add(time.Hour), Snoozable: true,
+				CreatedAt: t0.Add(-10 * time.Minute), Stops: true, StopsSince: t0.Add(-10 * time.Minute), Snoozes: 1, MaxSnoozes: 2,
+				Message: "Snoozed: this server now stops at 15:55 UTC unless you use it (1 snooze left)."},
+			wantShift: time.Hour,
+		},
+		"someone waits for the class the pod and its node name (no usage API class)": {
+			pod: pod("alice").gpus(1).notice(decide.ReasonIdle, deadline, 0).p, user: "alice", waiting: "shared T4",
+			want: notice.Notice{Service: "gpu-culler", Kind: "idle", Reason: "idle", Deadline: deadline.Add(20 * time.Minute),
+				CreatedAt: t0.Add(-10 * time.Minute), Stops: true, StopsSince: t0.Add(-10 * time.Minute), Snoozes: 1, MaxSnoozes: 1,
+				Message: "Snoozed: this server now stops at 15:15 UTC unless you use it (no snoozes left). Someone is waiting for this kind of GPU, so a snooze lasts 20 min."},
+			wantShift: 20 * time.Minute, wantContended: true,
 		},
 		"no snoozes left": {
 			pod: whole("alice").notice(decide.ReasonIdle, deadline, 2).p, user: "alice", wantErr: ErrNothing,
@@ -201,6 +226,8 @@ func TestSnooze(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t, pol, tc.pod)
+			f.s.o.Class = func(string, string) string { return tc.class }
+			f.s.o.Contended = func(class string) bool { return class == tc.waiting }
 			got, err := f.s.Snooze(context.Background(), "admin", tc.user, tc.server)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) || err.Error() != tc.wantErrMsg {
@@ -232,6 +259,9 @@ func TestSnooze(t *testing.T) {
 					"snooze_seconds": tc.want.Deadline.Sub(latest(deadline, t0)).Seconds(), "deadline_shift_seconds": tc.wantShift.Seconds()}}
 			if strings.Contains(name, "passed") {
 				want.Numbers["snooze_seconds"] = time.Hour.Seconds()
+			}
+			if tc.wantContended {
+				want.Numbers["contended"] = 1
 			}
 			if diff := cmp.Diff(want, r); diff != "" {
 				t.Errorf("decision (-want +got):\n%s", diff)
@@ -292,6 +322,24 @@ func TestNoPolicy(t *testing.T) {
 	f := newFixture(t, nil, pod("alice").p)
 	if _, err := f.s.Snooze(context.Background(), "alice", "alice", ""); !errors.Is(err, ErrNoPolicy) {
 		t.Errorf("err = %v, want ErrNoPolicy", err)
+	}
+}
+
+func TestClass(t *testing.T) {
+	shared := map[string]string{gpu.LabelProduct: "Tesla-T4", gpu.LabelReplicas: "4", gpu.LabelSharingStrategy: "time-slicing"}
+	for name, tc := range map[string]struct {
+		pod    *corev1.Pod
+		labels map[string]string
+		want   string
+	}{
+		"cpu only":                   {pod: pod("a").p, want: ""},
+		"whole gpu, product unknown": {pod: pod("a").gpus(1).p, want: ""},
+		"whole gpu":                  {pod: pod("a").gpus(1).p, labels: map[string]string{gpu.LabelProduct: "NVIDIA-H100-80GB-HBM3"}, want: "gpu H100-80GB-HBM3"},
+		"time-sliced share of a T4":  {pod: pod("a").gpus(1).p, labels: shared, want: "shared T4"},
+	} {
+		if got := Class(tc.pod, tc.labels); got != tc.want {
+			t.Errorf("%s: Class = %q, want %q", name, got, tc.want)
+		}
 	}
 }
 
