@@ -69,6 +69,9 @@ func TestRender(t *testing.T) {
 		"profiles": {"--set", "profiles.enabled=true", "--set", "quota.enabled=true", "--set", "usage.podNamespace=z2jh",
 			"--set", "profiles.pendingEndAfter=2m", "--set-file", "profiles.config=testdata/profiles-config.yaml"},
 		// gpu-culler next to gpu-quota (the usage API reads for both), z2jh in its own namespace under a base URL.
+		// The waitlist: gpu-quota keeps its queue in the usage API and gpu-culler reads the contended classes.
+		"waitlist": {"--set", "culler.enabled=true", "--set", "quota.enabled=true", "--set", "quota.waitlist.enabled=true",
+			"--set", "quota.waitlist.hold=5m", "--set-file", "culler.policy=testdata/culler-policy.yaml"},
 		"culler": {"--set", "culler.enabled=true", "--set", "quota.enabled=true", "--set", "usage.podNamespace=z2jh",
 			"--set", "hub.baseURL=/jupyter/", "--set", "culler.readerServices={gpu-usage}",
 			"--set-file", "culler.policy=testdata/culler-policy.yaml"},
@@ -508,7 +511,7 @@ func TestZ2JHValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	z2jh := z2jhSchemaChart(t)
-	sawQuota, sawProfiles, sawCuller, sawCullOff := false, false, false, false
+	sawQuota, sawProfiles, sawCuller, sawCullOff, sawWaitlist := false, false, false, false, false
 	for i, snippet := range snippets {
 		t.Run(fmt.Sprintf("snippet %d", i+1), func(t *testing.T) {
 			// Only what the schema leaves open is read here; helm checks every key against the schema below.
@@ -519,6 +522,7 @@ func TestZ2JHValues(t *testing.T) {
 						Scopes   []string `yaml:"scopes"`
 						Services []string `yaml:"services"`
 					} `yaml:"loadRoles"`
+					ExtraEnv map[string]string `yaml:"extraEnv"`
 				} `yaml:"hub"`
 				Cull struct {
 					Enabled *bool `yaml:"enabled"`
@@ -536,7 +540,16 @@ func TestZ2JHValues(t *testing.T) {
 			}
 			if role, ok := v.Hub.LoadRoles[gpuhubstack.QuotaServiceName]; ok {
 				sawQuota = true
-				if diff := cmp.Diff(gpuhubstack.QuotaScopes, role.Scopes); diff != "" {
+				want := gpuhubstack.QuotaScopes
+				if v.Hub.ExtraEnv["GPUHUB_WAITLIST"] != "" {
+					sawWaitlist = true
+					want = gpuhubstack.QuotaWaitlistScopes
+					// The panel reaches gpu-quota's waitlist with the user's token.
+					if user := v.Hub.LoadRoles["user"]; !slices.Contains(user.Scopes, "access:services!service="+gpuhubstack.QuotaServiceName) {
+						t.Errorf("hub.loadRoles.user scopes %v lack access:services!service=%s", user.Scopes, gpuhubstack.QuotaServiceName)
+					}
+				}
+				if diff := cmp.Diff(want, role.Scopes); diff != "" {
 					t.Errorf("hub.loadRoles.gpu-quota scopes (-what hubint proves enough +README):\n%s", diff)
 				}
 				if diff := cmp.Diff([]string{gpuhubstack.QuotaServiceName}, role.Services); diff != "" {
@@ -590,6 +603,9 @@ func TestZ2JHValues(t *testing.T) {
 	}
 	if !sawProfiles {
 		t.Error("chart/README.md documents no hub.loadRoles.gpu-profiles")
+	}
+	if !sawWaitlist {
+		t.Error("chart/README.md documents no waitlist values (hub.extraEnv.GPUHUB_WAITLIST with gpu-quota's role)")
 	}
 	if !sawCuller || !sawCullOff {
 		t.Error("chart/README.md documents no hub.loadRoles.gpu-culler with cull.enabled: false")

@@ -74,7 +74,7 @@ LOCALCLUSTER_ENV = GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_HUB_VENV="$(VENV_HUB55)"
 	GPUHUB_GPU_CULLER="$(BIN)/gpu-culler" GPUHUB_CULLER_POLICY="$(CULLER_POLICY)"
 
 .PHONY: e2e
-e2e: cluster-deps chromium browser-deps venv-idleculler $(HELM) ## End-to-end tests on the local cluster (spawns per GPU profile, scheduling, chart agents + usage API, browser, gpu-culler beside jupyterhub-idle-culler).
+e2e: cluster-deps chromium browser-deps venv-idleculler $(HELM) ## End-to-end tests on the local cluster (spawns per GPU profile, scheduling, chart agents + usage API, browser, gpu-culler beside jupyterhub-idle-culler, the waitlist).
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./services/gpu-agent ./services/usage-api ./services/gpu-quota ./services/gpu-profiles ./services/gpu-culler
 	$(LOCALCLUSTER_ENV) GPUHUB_CHART="$(CURDIR)/chart/gpuhub" \
@@ -92,6 +92,10 @@ e2e: cluster-deps chromium browser-deps venv-idleculler $(HELM) ## End-to-end te
 	$(LOCALCLUSTER_ENV) GPUHUB_CHART="$(CURDIR)/chart/gpuhub" GPUHUB_IDLE_CULLER_VENVS="$(IDLE_CULLER_VENVS)" \
 	GPUHUB_BROWSER_MODULES="$(BROWSER_MODULES)/node_modules" GPUHUB_CHROMIUM="$(CHROMIUM)" \
 	  $(GO) test $(E2E_FLAGS) -tags e2e ./e2e/cullere2e/...
+	@# The waitlist (gpu-quota + gpu-culler + the glue's spawn form + the panel): issue 13's story on its own cluster.
+	$(LOCALCLUSTER_ENV) GPUHUB_CHART="$(CURDIR)/chart/gpuhub" \
+	GPUHUB_BROWSER_MODULES="$(BROWSER_MODULES)/node_modules" GPUHUB_CHROMIUM="$(CHROMIUM)" \
+	  $(GO) test $(E2E_FLAGS) -tags e2e ./e2e/waitliste2e/...
 
 TEST_TARGETS += e2e
 

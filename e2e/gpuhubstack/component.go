@@ -40,6 +40,10 @@ type QuotaOptions struct {
 	Port   int    // on 127.0.0.1; must match QuotaHubService's
 	Token  string // its Hub token; must match QuotaHubService's
 	Policy string // policy file (make demo: e2e/hub/quota-demo.yaml)
+	// Waitlist runs gpu-quota's waitlist (--waitlist) with WaitlistHold (default the service's); register the
+	// service with QuotaWaitlistScopes and set the glue's GPUHUB_WAITLIST (WaitlistHubValues).
+	Waitlist     bool
+	WaitlistHold string
 }
 
 // Components returns the stack components of gpuhub: the chart's agents and RBAC with the usage API, then
@@ -103,6 +107,7 @@ func quotaComponent(o Options, installed **Installed, usage Usage) stack.Compone
 			Binary: o.Quota.Binary, Port: o.Quota.Port, Kubeconfig: kc, Policy: o.Quota.Policy,
 			Namespace: s.Opts.Namespace, LeaseNamespace: in.Namespace, LeaseArgs: in.QuotaArgs,
 			UsageURL: usage.BaseURL(), HubAPIURL: s.Hub.APIURL(), Token: o.Quota.Token, ProfilesToo: o.Profiles.Binary != "",
+			CullerToo: o.Culler.Binary != "", Waitlist: o.Quota.Waitlist, WaitlistHold: o.Quota.WaitlistHold,
 		}.Spec()
 		spec.LogFile = filepath.Join(s.Dir, "logs", "gpu-quota.log")
 		return spec, nil

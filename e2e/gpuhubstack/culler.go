@@ -87,12 +87,16 @@ func cullerComponents(o Options, installed **Installed, usage Usage) []stack.Com
 			if err := in.WriteKubeconfig(ctx, s.Client, in.CullerServiceAccount, s.ControlPlane.URL, s.ControlPlane.CAData(), kc); err != nil {
 				return proc.Spec{}, err
 			}
-			spec := Culler{
+			c := Culler{
 				Binary: o.Culler.Binary, Port: port, Kubeconfig: kc, Policy: o.Culler.Policy,
 				Namespace: s.Opts.Namespace, LeaseNamespace: in.Namespace, LeaseArgs: in.CullerArgs,
 				UsageURL: usage.BaseURL(), HubAPIURL: hubURL, Token: o.Culler.Token,
 				SampleEvery: o.Culler.SampleEvery, LogLevel: o.Culler.LogLevel, ExtraArgs: o.Culler.ExtraArgs,
-			}.Spec()
+			}
+			if o.Quota.Binary != "" {
+				c.QuotaURL = Quota{Port: o.Quota.Port}.URL()
+			}
+			spec := c.Spec()
 			spec.Name = name
 			spec.LogFile = filepath.Join(s.Dir, "logs", name+".log")
 			return spec, nil
@@ -113,11 +117,13 @@ type Culler struct {
 	LeaseNamespace string
 	LeaseArgs      []string
 	UsageURL       string // usage API base URL with its prefix (Usage.BaseURL)
-	HubAPIURL      string
-	Token          string // the service's Hub token
-	SampleEvery    string // default 2s
-	LogLevel       string // default info
-	ExtraArgs      []string
+	// QuotaURL is gpu-quota's base URL with its prefix (--quota-url: the waitlist's contended classes); empty: none.
+	QuotaURL    string
+	HubAPIURL   string
+	Token       string // the service's Hub token
+	SampleEvery string // default 2s
+	LogLevel    string // default info
+	ExtraArgs   []string
 }
 
 // URL is the replica's base URL on loopback with its prefix: http://127.0.0.1:<port>/services/gpu-culler/.
@@ -143,6 +149,9 @@ func (c Culler) Spec() proc.Spec {
 		"--usage-url=" + c.UsageURL, "--sample-every=" + def(c.SampleEvery, "2s"),
 		"--leader-elect=true", "--lease-namespace=" + c.LeaseNamespace,
 		"--log-level=" + def(c.LogLevel, "info"),
+	}
+	if c.QuotaURL != "" {
+		args = append(args, "--quota-url="+c.QuotaURL, "--contention-every="+def(c.SampleEvery, "2s"))
 	}
 	args = append(args, c.LeaseArgs...)
 	return proc.Spec{

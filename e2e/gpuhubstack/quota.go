@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpuhub/gpuhub/e2e/cluster/proc"
 	"github.com/gpuhub/gpuhub/e2e/hub"
+	"github.com/gpuhub/gpuhub/e2e/internal/hubproc"
 )
 
 // GlueFile is the Hub glue inside the chart directory: the one Python file z2jh loads as
@@ -30,6 +31,23 @@ func HubValues(chartDir string, extra map[string]string) ([]byte, error) {
 	return hub.WithExtraConfig(hub.DefaultValues(), snippets)
 }
 
+// WaitlistHubValues are HubValues with the glue's waitlist turned on (hub.extraEnv.GPUHUB_WAITLIST, as
+// chart/README.md tells z2jh admins).
+func WaitlistHubValues(chartDir string, extra map[string]string) ([]byte, error) {
+	v, err := HubValues(chartDir, extra)
+	if err != nil {
+		return nil, err
+	}
+	return hub.WithExtraEnv(v, map[string]string{"GPUHUB_WAITLIST": "1"})
+}
+
+// QuotaWaitlistHubService is QuotaHubService with the waitlist's scopes (QuotaWaitlistScopes).
+func QuotaWaitlistHubService(port int, token string) hubproc.Service {
+	s := QuotaHubService(port, token)
+	s.Scopes = QuotaWaitlistScopes
+	return s
+}
+
 // Quota describes the gpu-quota process, flags as the chart's Deployment sets them.
 type Quota struct {
 	Binary     string // gpu-quota executable
@@ -44,8 +62,13 @@ type Quota struct {
 	// ProfilesToo adds gpu-profiles to the services that may call gpu-quota (assess), as the chart does when it
 	// runs gpu-profiles.
 	ProfilesToo bool
-	HubAPIURL   string
-	Token       string // the service's Hub token
+	// CullerToo adds gpu-culler (the waitlist's contended classes), as the chart does when it runs gpu-culler.
+	CullerToo bool
+	// Waitlist is --waitlist, WaitlistHold --waitlist-hold (empty: the service's default).
+	Waitlist     bool
+	WaitlistHold string
+	HubAPIURL    string
+	Token        string // the service's Hub token
 	// UsageRefresh and EnforceInterval default to 5s and 10s (the demo should move quickly).
 	UsageRefresh, EnforceInterval string
 	LogLevel                      string // default info
@@ -75,6 +98,9 @@ func (q Quota) Spec() proc.Spec {
 	if q.ProfilesToo {
 		readers += "," + ProfilesServiceName
 	}
+	if q.CullerToo {
+		readers += "," + CullerServiceName
+	}
 	args := []string{
 		"--listen=127.0.0.1:" + strconv.Itoa(q.Port), "--prefix=/services/" + QuotaServiceName + "/",
 		"--policy=" + q.Policy, "--policy-poll=2s", "--namespace=" + q.Namespace, "--kubeconfig=" + q.Kubeconfig,
@@ -84,6 +110,12 @@ func (q Quota) Spec() proc.Spec {
 	}
 	if q.UsageURL != "" {
 		args = append(args, "--usage-url="+q.UsageURL)
+	}
+	if q.Waitlist {
+		args = append(args, "--waitlist")
+		if q.WaitlistHold != "" {
+			args = append(args, "--waitlist-hold="+q.WaitlistHold)
+		}
 	}
 	args = append(args, q.LeaseArgs...)
 	return proc.Spec{

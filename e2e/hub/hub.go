@@ -89,6 +89,36 @@ func WithExtraConfig(values []byte, snippets map[string]string) ([]byte, error) 
 	return out, nil
 }
 
+// WithExtraEnv returns values (YAML) with hub.extraEnv.<name> set to each value, as z2jh values set the Hub
+// pod's environment; the local Hub's config (kubespawner_config.py) applies them before hub.extraConfig runs.
+func WithExtraEnv(values []byte, env map[string]string) ([]byte, error) {
+	var v map[string]any
+	if err := yaml.Unmarshal(values, &v); err != nil {
+		return nil, fmt.Errorf("hub values: %w", err)
+	}
+	if v == nil {
+		v = map[string]any{}
+	}
+	h, _ := v["hub"].(map[string]any)
+	if h == nil {
+		h = map[string]any{}
+		v["hub"] = h
+	}
+	extra, _ := h["extraEnv"].(map[string]any)
+	if extra == nil {
+		extra = map[string]any{}
+		h["extraEnv"] = extra
+	}
+	for k, val := range env {
+		extra[k] = val
+	}
+	out, err := yaml.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("hub values: %w", err)
+	}
+	return out, nil
+}
+
 // Start starts the Hub (and its proxy) and waits until it answers through the proxy.
 func Start(ctx context.Context, opts Options) (*hubproc.Hub, error) {
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {

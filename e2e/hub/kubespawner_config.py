@@ -3,7 +3,7 @@
 # (e2e/hub/values.yaml, z2jh key names), then hub.extraConfig snippets run last, sorted by key.
 # e2e/hub/hub.go appends this file to the Hub config that e2e/internal/hubproc generates.
 # Settings that differ per run come from the environment:
-#   GPUHUB_HUB_VALUES       values file (z2jh subset: singleuser.*, hub.extraConfig)
+#   GPUHUB_HUB_VALUES       values file (z2jh subset: singleuser.*, hub.extraEnv, hub.extraConfig)
 #   GPUHUB_HUB_CONNECT_URL  how pods reach the Hub (http://127.0.0.1:<hub port>), JUPYTERHUB_API_URL
 #   GPUHUB_NAMESPACE        namespace of the single-user pods
 #   GPUHUB_EXTRA_CONFIG_DIR optional directory of *.py files run after hub.extraConfig (sorted)
@@ -49,6 +49,14 @@ ks.services_enabled = False
 ks.automount_service_account_token = False
 ks.common_labels = {"app": "jupyterhub", "heritage": "jupyterhub", "release": "gpuhub-local"}
 ks.extra_labels.setdefault("hub.jupyter.org/network-access-hub", "true")
+
+# hub.extraEnv: z2jh puts these in the hub pod's environment; here they are set before hub.extraConfig runs.
+_extra_env = get_config("hub.extraEnv") or {}
+if isinstance(_extra_env, list):  # z2jh also takes a list of EnvVar objects
+    _extra_env = {e["name"]: e.get("value", "") for e in _extra_env if isinstance(e, dict) and "name" in e}
+for _k, _v in _extra_env.items():
+    if isinstance(_v, (str, int, float, bool)):
+        os.environ[str(_k)] = str(_v)
 
 # hub.extraConfig: snippets run last, sorted by key, in this config's namespace (as in z2jh).
 for _name, _code in sorted((get_config("hub.extraConfig") or {}).items()):

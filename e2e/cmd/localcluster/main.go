@@ -56,6 +56,8 @@ type Options struct {
 	NoGPUHub bool
 	// NoQuota leaves gpu-quota out (GPUHub.Quota is ignored).
 	NoQuota bool
+	// NoWaitlist runs gpu-quota without its waitlist.
+	NoWaitlist bool
 	// NoProfiles leaves gpu-profiles out (GPUHub.Profiles is ignored): the form shows the static profileList.
 	NoProfiles bool
 	// NoCuller leaves gpu-culler out (GPUHub.Culler is ignored): no server is stopped for an idle GPU.
@@ -103,6 +105,9 @@ func parseFlags(args []string, getenv func(string) string) (Options, error) {
 		"gpu-quota policy file (env GPUHUB_QUOTA_POLICY; make demo QUOTA_POLICY=path)")
 	fs.IntVar(&o.GPUHub.Quota.Port, "quota-port", atoi(env("GPUHUB_QUOTA_PORT", "0")), "gpu-quota port on 127.0.0.1, 0 for a free one (env GPUHUB_QUOTA_PORT)")
 	fs.BoolVar(&o.NoQuota, "no-quota", false, "run gpuhub without gpu-quota (and without the Hub glue's admission check)")
+	fs.BoolVar(&o.NoWaitlist, "no-waitlist", false, "run gpu-quota without its waitlist (a GPU choice with none free cannot be queued for)")
+	fs.StringVar(&o.GPUHub.Quota.WaitlistHold, "waitlist-hold", env("GPUHUB_WAITLIST_HOLD", "5m"),
+		"how long a freed GPU is held for the next in line (env GPUHUB_WAITLIST_HOLD)")
 	fs.StringVar(&o.GPUHub.Profiles.Binary, "gpu-profiles", env("GPUHUB_GPU_PROFILES", "bin/gpu-profiles"), "gpu-profiles executable (env GPUHUB_GPU_PROFILES)")
 	fs.StringVar(&o.GPUHub.Profiles.Config, "profiles-config", env("GPUHUB_PROFILES_CONFIG", "e2e/hub/profiles-demo.yaml"),
 		"gpu-profiles overrides file (env GPUHUB_PROFILES_CONFIG; make demo PROFILES_CONFIG=path)")
@@ -265,7 +270,12 @@ func addGPUHub(o *Options) (cleanup func(), err error) {
 		if q.Token == "" {
 			q.Token = gpuhubstack.NewToken()
 		}
-		o.Stack.HubServices = append(o.Stack.HubServices, gpuhubstack.QuotaHubService(q.Port, q.Token))
+		q.Waitlist = !o.NoWaitlist
+		if q.Waitlist {
+			o.Stack.HubServices = append(o.Stack.HubServices, gpuhubstack.QuotaWaitlistHubService(q.Port, q.Token))
+		} else {
+			o.Stack.HubServices = append(o.Stack.HubServices, gpuhubstack.QuotaHubService(q.Port, q.Token))
+		}
 	}
 	if o.NoProfiles {
 		o.GPUHub.Profiles = gpuhubstack.ProfilesOptions{}
@@ -289,9 +299,14 @@ func addGPUHub(o *Options) (cleanup func(), err error) {
 		}
 		o.Stack.HubServices = append(o.Stack.HubServices, gpuhubstack.ProfilesHubService(p.Port, p.Token))
 	}
+	// The panel reaches gpu-culler (countdown, snooze) and the waitlist through the proxy with the user's token.
+	var panelServices []string
+	if o.GPUHub.Quota.Waitlist {
+		panelServices = append(panelServices, gpuhubstack.QuotaServiceName)
+	}
 	if o.NoCuller {
 		o.GPUHub.Culler = gpuhubstack.CullerOptions{}
-		o.Stack.HubRoles = append(o.Stack.HubRoles, gpuhubstack.HubRoles()...)
+		o.Stack.HubRoles = append(o.Stack.HubRoles, gpuhubstack.HubRoles(panelServices...)...)
 	} else {
 		c := &o.GPUHub.Culler
 		if _, err := existingFile(c.Binary, "gpu-culler executable (make build)", "--no-culler"); err != nil {
@@ -309,12 +324,15 @@ func addGPUHub(o *Options) (cleanup func(), err error) {
 			c.Token = gpuhubstack.NewToken()
 		}
 		o.Stack.HubServices = append(o.Stack.HubServices, gpuhubstack.CullerHubService(c.Port, c.Token))
-		// The panel's countdown and snooze reach gpu-culler through the proxy with the user's token.
-		o.Stack.HubRoles = append(o.Stack.HubRoles, gpuhubstack.HubRoles(gpuhubstack.CullerServiceName)...)
+		o.Stack.HubRoles = append(o.Stack.HubRoles, gpuhubstack.HubRoles(append(panelServices, gpuhubstack.CullerServiceName)...)...)
 	}
 	if (!o.NoQuota || !o.NoProfiles) && o.Stack.HubValues == "" {
 		// The chart's Hub glue: admission (gpu-quota) and the spawn form (gpu-profiles).
-		values, err := gpuhubstack.HubValues(o.GPUHub.Chart.Dir, nil)
+		hubValues := gpuhubstack.HubValues
+		if o.GPUHub.Quota.Waitlist {
+			hubValues = gpuhubstack.WaitlistHubValues
+		}
+		values, err := hubValues(o.GPUHub.Chart.Dir, nil)
 		if err != nil {
 			return cleanup, err
 		}

@@ -366,3 +366,14 @@ func FuzzPolicy(f *testing.F) {
 		}
 	})
 }
+
+// The policy make demo runs (and the docs quote) loads.
+func TestDemoPolicyLoads(t *testing.T) {
+	var p Policy
+	if err := ipolicy.Load("../../../../e2e/hub/culler-demo.yaml", &p); err != nil {
+		t.Fatal(err)
+	}
+	if r := p.Rule("gpu", ""); r.IdleWhenContended == 0 {
+		t.Errorf("the demo shows contention-aware culling: idleWhenContended is not set (%+v)", r)
+	}
+}

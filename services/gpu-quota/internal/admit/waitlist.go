@@ -43,12 +43,17 @@ type Place struct {
 	Class       string   `json:"class"`
 	Kind        gpu.Kind `json:"kind"`
 	Description string   `json:"description"`
-	// Position is 0 while a unit is held for the server (its turn), else its place among those waiting (1 is next).
+	// State is waiting, held (a unit is held for it: its turn) or started (its server started from the queue
+	// within the last recentServed; the panel says so).
+	State string `json:"state"`
+	// Position is 0 while a unit is held for the server (its turn) or once it started, else its place among those
+	// waiting (1 is next).
 	Position int `json:"position"`
 	// Waiting is how many wait in this queue (held entries not counted).
 	Waiting   int       `json:"waiting"`
 	JoinedAt  time.Time `json:"joinedAt"`
 	HeldUntil time.Time `json:"heldUntil,omitzero"`
+	StartedAt time.Time `json:"startedAt,omitzero"`
 	// Estimate is when a unit may free for it; zero when nothing tells (see waitlist.Estimate).
 	Estimate       time.Time `json:"estimate,omitzero"`
 	AutoStart      bool      `json:"autoStart"`
@@ -92,6 +97,28 @@ type waitlistState struct {
 	gen uint64
 	// factors are the users' fair-share factors as of the last tick.
 	factors map[string]float64
+	// recent are entries served within recentServed, newest last: the user is told their server started.
+	recent []servedEntry
+}
+
+type servedEntry struct {
+	en waitlist.Entry
+	at time.Time
+}
+
+// recentServed is how long a served entry is still shown (as started) to its user.
+const recentServed = 15 * time.Minute
+
+// rememberServedLocked keeps en as served at now, and forgets those served longer ago than recentServed.
+func (e *Engine) rememberServedLocked(en waitlist.Entry, now time.Time) {
+	kept := e.wl.recent[:0]
+	for _, r := range e.wl.recent {
+		if now.Sub(r.at) < recentServed && (r.en.User != en.User || r.en.Server != en.Server) {
+			kept = append(kept, r)
+		}
+	}
+	kept = append(kept, servedEntry{en: en, at: now})
+	e.wl.recent = kept
 }
 
 func (e *Engine) wlOn() bool { return e.o.Waitlist.Enabled }
@@ -200,8 +227,11 @@ func (e *Engine) joinLocked(r Request, asked classified, now time.Time) (Place, 
 // placeLocked describes en's place now.
 func (e *Engine) placeLocked(en waitlist.Entry, now time.Time) Place {
 	p := Place{User: en.User, Server: en.Server, Class: en.Class, Kind: en.Kind, Description: en.Description,
-		JoinedAt: en.JoinedAt, HeldUntil: en.HeldUntil, AutoStart: en.AutoStart, StartRequested: en.StartRequested,
+		State: "waiting", JoinedAt: en.JoinedAt, HeldUntil: en.HeldUntil, AutoStart: en.AutoStart, StartRequested: en.StartRequested,
 		FairShare: e.factorLocked(en.User), Blocked: e.wl.blocked[wlKey{en.User, en.Server}]}
+	if en.Held() {
+		p.State = "held"
+	}
 	pos := 0
 	for _, o := range e.wl.st.Order(en.Class, e.factorLocked) {
 		if o.Held() {
@@ -241,6 +271,26 @@ func (e *Engine) placeLocked(en waitlist.Entry, now time.Time) Place {
 		}
 	}
 	return p
+}
+
+// startedPlace is the place of an entry whose server started from the queue at.
+func startedPlace(en waitlist.Entry, at time.Time) Place {
+	name := en.Description
+	if name == "" {
+		name = en.Class
+	}
+	srv := "Your server"
+	if en.Server != "" {
+		srv = fmt.Sprintf("Your server %q", en.Server)
+	}
+	how := "started"
+	if en.AutoStart && en.StartRequested {
+		how = "was started for you"
+	}
+	return Place{User: en.User, Server: en.Server, Class: en.Class, Kind: en.Kind, Description: en.Description,
+		State: "started", JoinedAt: en.JoinedAt, HeldUntil: en.HeldUntil, StartedAt: at, AutoStart: en.AutoStart,
+		StartRequested: en.StartRequested, FairShare: 1,
+		Message: fmt.Sprintf("%s %s at %s with a %s from the waitlist.", srv, how, hhmm(at), name)}
 }
 
 func hhmm(t time.Time) string { return t.Local().Format("15:04") }
@@ -337,6 +387,11 @@ func (e *Engine) Places(user string) ([]Place, error) {
 			}
 		}
 	}
+	for _, r := range e.wl.recent {
+		if (user == "" || r.en.User == user) && now.Sub(r.at) < recentServed {
+			out = append(out, startedPlace(r.en, r.at))
+		}
+	}
 	return out, nil
 }
 
@@ -419,9 +474,12 @@ func (e *Engine) WaitlistTick(now time.Time) TickResult {
 	for _, en := range e.wl.st.Entries {
 		if e.startedSinceLocked(en) {
 			out.Served = append(out.Served, en)
+			e.rememberServedLocked(en, now)
+			turn := now
 			if en.Held() {
-				e.wlMetrics.waited(en.Class, en.HeldAt.Sub(en.JoinedAt))
+				turn = en.HeldAt
 			}
+			e.wlMetrics.waited(en.Class, turn.Sub(en.JoinedAt))
 			continue
 		}
 		kept = append(kept, en)
@@ -561,11 +619,12 @@ func (e *Engine) servedLocked(user, server string, now time.Time) {
 		return
 	}
 	e.wl.gen++
+	e.rememberServedLocked(en, now)
+	turn := now
 	if en.Held() {
-		e.wlMetrics.waited(en.Class, en.HeldAt.Sub(en.JoinedAt))
-	} else {
-		e.wlMetrics.waited(en.Class, now.Sub(en.JoinedAt))
+		turn = en.HeldAt
 	}
+	e.wlMetrics.waited(en.Class, turn.Sub(en.JoinedAt))
 	e.waitlistMetricsLocked()
 }
 

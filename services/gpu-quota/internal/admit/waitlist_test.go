@@ -3,6 +3,7 @@ package admit
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -90,15 +91,20 @@ func places(t *testing.T, r *rig) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
+	var out, started []string
 	for _, p := range ps {
+		if p.State == "started" {
+			started = append(started, p.User+":started")
+			continue
+		}
 		s := p.User + ":" + string(rune('0'+p.Position))
 		if p.Blocked != "" {
 			s += "(blocked)"
 		}
 		out = append(out, s)
 	}
-	return out
+	slices.Sort(started) // served concurrently: any order
+	return append(out, started...)
 }
 
 // The story: carol holds both H100s; bob and alice join (alice used more GPU-hours recently, so bob is
@@ -163,8 +169,11 @@ func TestWaitlistStory(t *testing.T) {
 	if !res.Allow || res.Reservation == "" {
 		t.Fatalf("bob with his hold: %+v", res)
 	}
-	if diff := cmp.Diff([]string{"alice:1"}, places(t, r)); diff != "" {
+	if diff := cmp.Diff([]string{"alice:1", "bob:started"}, places(t, r)); diff != "" {
 		t.Errorf("after bob started (-want +got):\n%s", diff)
+	}
+	if ps, _ := r.eng.Places("bob"); len(ps) != 1 || !strings.Contains(ps[0].Message, "Your server was started for you at") {
+		t.Errorf("bob's place once started: %+v", ps)
 	}
 
 	// The other H100 frees; alice's hold expires unused: the unit passes on (to nobody: dave never joined).
@@ -241,7 +250,7 @@ func TestWaitlistTwoFreedFiveWaiters(t *testing.T) {
 	if got := r.reservations(); got != 2 {
 		t.Errorf("reservations = %d, want 2", got)
 	}
-	if diff := cmp.Diff([]string{"frank:1", "grace:2", "heidi:3"}, places(t, r)); diff != "" {
+	if diff := cmp.Diff([]string{"frank:1", "grace:2", "heidi:3", "dave:started", "erin:started"}, places(t, r)); diff != "" {
 		t.Errorf("left in line (-want +got):\n%s", diff)
 	}
 }

@@ -1,12 +1,14 @@
 // Package cli is the gpuhub command: one entry point for operators' tools, dispatching to each service's
-// commands (gpuhub policy ... for gpu-quota policies).
+// commands (gpuhub policy ... for gpu-quota policies, gpuhub status for the GPU waitlist).
 package cli
 
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/gpuhub/gpuhub/services/gpu-quota/policycmd"
+	"github.com/gpuhub/gpuhub/services/gpu-quota/statuscmd"
 )
 
 // Env is what the command reads and writes besides its arguments.
@@ -18,6 +20,7 @@ commands:
   policy check FILE...                      check gpu-quota policy files
   policy explain USER [--groups a,b] --policy FILE | --quota-url URL
                                             a user's effective policy and why
+  status [--quota-url URL]                  the GPU waitlist: each queue, who, since when, place, estimate
 
 Run gpuhub policy help for details.
 `
@@ -31,6 +34,8 @@ func Run(ctx context.Context, args []string, env Env) int {
 	switch args[0] {
 	case "policy":
 		return policycmd.Run(ctx, args[1:], env)
+	case "status":
+		return statuscmd.Run(ctx, args[1:], env, time.Now)
 	case "help", "-h", "--help":
 		_, _ = fmt.Fprint(env.Stdout, usage)
 		return 0

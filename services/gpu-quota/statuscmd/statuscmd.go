@@ -1,0 +1,200 @@
+// Package statuscmd is `gpuhub status`: what gpu-quota knows now, read from the running service with a Hub
+// admin's token. Today it prints the GPU waitlist (who waits for which GPU, since when, their place and
+// estimate, and the GPUs held for the next in line).
+package statuscmd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gpuhub/gpuhub/services/gpu-quota/policycmd"
+)
+
+// Usage is the help of `gpuhub status`.
+const Usage = `usage:
+  gpuhub status [--quota-url URL]   (or $GPUHUB_QUOTA_URL)
+      the GPU waitlist of the running gpu-quota (URL with its prefix, e.g.
+      https://hub.example.org/services/gpu-quota/): each queue in line order, who, since when, place,
+      estimate, and units held for the next in line; needs a Hub admin's token in $JUPYTERHUB_API_TOKEN
+`
+
+// location is where times are printed (tests: UTC).
+var location = time.Local
+
+type place struct {
+	User        string    `json:"user"`
+	Server      string    `json:"server"`
+	Class       string    `json:"class"`
+	Description string    `json:"description"`
+	State       string    `json:"state"`
+	Position    int       `json:"position"`
+	Waiting     int       `json:"waiting"`
+	JoinedAt    time.Time `json:"joinedAt"`
+	HeldUntil   time.Time `json:"heldUntil"`
+	StartedAt   time.Time `json:"startedAt"`
+	Estimate    time.Time `json:"estimate"`
+	AutoStart   bool      `json:"autoStart"`
+	FairShare   float64   `json:"fairShare"`
+	Blocked     string    `json:"blocked"`
+}
+
+// Run runs `gpuhub status` with args and returns the exit code.
+func Run(ctx context.Context, args []string, env policycmd.Env, now func() time.Time) int {
+	fs := flag.NewFlagSet("gpuhub status", flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	quotaURL := fs.String("quota-url", "", "the running gpu-quota, prefix included [$GPUHUB_QUOTA_URL]")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			_, _ = fmt.Fprint(env.Stdout, Usage)
+			return 0
+		}
+		return 2
+	}
+	if *quotaURL == "" {
+		*quotaURL, _ = env.Getenv("GPUHUB_QUOTA_URL")
+	}
+	if *quotaURL == "" {
+		_, _ = fmt.Fprintf(env.Stderr, "gpuhub status: give --quota-url URL (or set GPUHUB_QUOTA_URL)\n%s", Usage)
+		return 2
+	}
+	ps, err := fetch(ctx, env, *quotaURL)
+	if err != nil {
+		_, _ = fmt.Fprintf(env.Stderr, "gpuhub status: %v\n", err)
+		return 1
+	}
+	printQueues(env.Stdout, ps, now())
+	return 0
+}
+
+func fetch(ctx context.Context, env policycmd.Env, base string) ([]place, error) {
+	token, _ := env.Getenv("JUPYTERHUB_API_TOKEN")
+	if token == "" {
+		return nil, errors.New("set JUPYTERHUB_API_TOKEN to a Hub admin's API token (the Hub's token page makes one)")
+	}
+	if !strings.HasSuffix(base, "/") {
+		base += "/"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"api/v1/waitlist", nil)
+	if err != nil {
+		return nil, fmt.Errorf("--quota-url %q: %w", base, err)
+	}
+	req.Header.Set("Authorization", "token "+token)
+	c := env.HTTP
+	if c == nil {
+		c = &http.Client{Timeout: 30 * time.Second}
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("gpu-quota at %s does not answer: %w", base, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	var e struct {
+		Message string `json:"message"`
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusUnauthorized:
+		return nil, errors.New("the Hub does not know the token in JUPYTERHUB_API_TOKEN: make a new one on the Hub's token page")
+	case http.StatusForbidden:
+		return nil, errors.New("only Hub admins may read every queue: use an admin's token in JUPYTERHUB_API_TOKEN")
+	case http.StatusNotFound:
+		_ = json.Unmarshal(body, &e)
+		return nil, fmt.Errorf("no waitlist at %s: %s", base, firstNonEmpty(e.Message, "404 (is it gpu-quota, with --waitlist?)"))
+	default:
+		_ = json.Unmarshal(body, &e)
+		return nil, fmt.Errorf("gpu-quota answered %s: %s", resp.Status, firstNonEmpty(e.Message, strings.TrimSpace(string(body))))
+	}
+	var out struct {
+		Places []place `json:"places"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil {
+		return nil, fmt.Errorf("gpu-quota's answer is not a waitlist: %w", err)
+	}
+	return out.Places, nil
+}
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// printQueues writes one block per GPU class in line order: held units first, then who waits.
+func printQueues(w io.Writer, ps []place, now time.Time) {
+	var classes []string
+	by := map[string][]place{}
+	for _, p := range ps {
+		if p.State == "started" {
+			continue
+		}
+		if _, ok := by[p.Class]; !ok {
+			classes = append(classes, p.Class)
+		}
+		by[p.Class] = append(by[p.Class], p)
+	}
+	if len(classes) == 0 {
+		_, _ = fmt.Fprintln(w, "GPU waitlist: nobody is waiting.")
+		return
+	}
+	for i, class := range classes {
+		if i > 0 {
+			_, _ = fmt.Fprintln(w)
+		}
+		q := by[class]
+		name := q[0].Description
+		if name == "" {
+			name = class
+		}
+		waiting := 0
+		for _, p := range q {
+			if p.State == "waiting" {
+				waiting++
+			}
+		}
+		_, _ = fmt.Fprintf(w, "GPU waitlist for %s (%s): %d waiting\n", name, class, waiting)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		_, _ = fmt.Fprintln(tw, "PLACE\tUSER\tSERVER\tWAITING SINCE\tFAIR SHARE\tESTIMATE / HELD UNTIL\tNOTE")
+		for _, p := range q {
+			pos, when, note := fmt.Sprint(p.Position), "unknown", ""
+			switch {
+			case p.State == "held":
+				pos, when = "turn", "held until "+p.HeldUntil.In(location).Format("15:04")
+			case !p.Estimate.IsZero():
+				when = "around " + p.Estimate.In(location).Format("15:04")
+			}
+			if p.AutoStart {
+				note = "auto-start"
+			}
+			if p.Blocked != "" {
+				note = strings.TrimSpace(note + " blocked: " + p.Blocked)
+			}
+			srv := p.Server
+			if srv == "" {
+				srv = "(default)"
+			}
+			_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s (%s)\t%.3f\t%s\t%s\n", pos, p.User, srv, p.JoinedAt.In(location).Format("15:04"),
+				ago(now.Sub(p.JoinedAt)), p.FairShare, when, note)
+		}
+		_ = tw.Flush()
+	}
+}
+
+func ago(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return "just now"
+	case d < time.Hour:
+		return fmt.Sprintf("%d min", int(d.Minutes()))
+	}
+	return fmt.Sprintf("%dh%02d", int(d.Hours()), int(d.Minutes())%60)
+}
