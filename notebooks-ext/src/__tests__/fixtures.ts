@@ -1,6 +1,20 @@
+import { clockText } from '../format';
 import type { MeResponse } from '../api';
 
 export const NOW = new Date('2026-11-22T10:00:10Z');
+
+/**
+ * The waitlist's estimate of a time 40 min after NOW in words: the weekday
+ * only in the few zones where midnight falls in between (Pacific/Chatham).
+ */
+export function aroundToday(iso: string): string {
+  const t = new Date(iso);
+  const day =
+    t.toDateString() === NOW.toDateString()
+      ? ''
+      : `${t.toLocaleDateString(undefined, { weekday: 'short' })} `;
+  return `around ${day}${clockText(iso)}`;
+}
 
 /** alice on a MIG 3g.20gb slice of an A100, simulated backend (the contract's example). */
 export function aliceMe(overrides: Partial<MeResponse> = {}): MeResponse {

@@ -14,7 +14,12 @@ import {
   turnHeadline,
   turnStart
 } from '../waitlist';
-import { NOW, bobTurnPlaceJson, bobWaitingPlaceJson } from './fixtures';
+import {
+  NOW,
+  aroundToday,
+  bobTurnPlaceJson,
+  bobWaitingPlaceJson
+} from './fixtures';
 
 const TOKEN = 'secret-token-abc123';
 const BASE = '/services/gpu-quota/api/v1/';
@@ -324,7 +329,7 @@ describe('the words for a place', () => {
 
   it('estimateText: a local time, the weekday when not today, passed', () => {
     expect(estimateText(waiting, NOW)).toBe(
-      `around ${clockText('2026-11-22T10:40:00Z')}`
+      aroundToday('2026-11-22T10:40:00Z')
     );
     const later = { ...waiting, estimate: '2026-11-24T09:00:00Z' };
     const day = new Date(later.estimate).toLocaleDateString(undefined, {
