@@ -496,6 +496,7 @@ test('the GPU waitlist: place in line, the turn, leaving, and silence once it is
     await section.locator('article').getAttribute('aria-label'),
     'Waiting for an H100 (train)'
   );
+  await snap(page, 'gpu-panel-waitlist-place-light');
 
   // alice's turn: the H100 is held and her server is being started for her.
   fixture.waitlist = {
@@ -526,6 +527,9 @@ test('the GPU waitlist: place in line, the turn, leaving, and silence once it is
   );
   await turn.scrollIntoViewIfNeeded();
   await snap(page, 'gpu-panel-waitlist-turn-light');
+  await setTheme(page, 'JupyterLab Dark');
+  await snap(page, 'gpu-panel-waitlist-turn-dark');
+  await setTheme(page, 'JupyterLab Light');
 
   // Leaving asks first; from the keyboard, the safe answer has the focus.
   await turn.locator('[data-action="leave-waitlist"]').click();
