@@ -217,7 +217,7 @@ export class ParseError extends UsageApiError {
 export type FetchFn = (
   input: string,
   init?: {
-    method?: 'GET' | 'POST';
+    method?: 'GET' | 'POST' | 'DELETE';
     body?: string;
     headers?: Record<string, string>;
     signal?: AbortSignal;
@@ -336,6 +336,7 @@ export async function requestMe(
  * (`Authorization: token …`), answered with the parsed JSON body. Failures are
  * typed: {@link NetworkError} (no answer), {@link ResponseError} (non-2xx,
  * with the service's message as `detail`), {@link ParseError} (not JSON).
+ * A 204 (No Content) answers null.
  * `service` names the service in messages ("usage API", "gpu-culler"); the
  * token never appears in one.
  */
@@ -345,7 +346,7 @@ export async function requestJson(
   fetchFn: FetchFn,
   options: {
     service: string;
-    method?: 'GET' | 'POST';
+    method?: 'GET' | 'POST' | 'DELETE';
     body?: unknown;
     signal?: AbortSignal;
   }
@@ -387,6 +388,9 @@ export async function requestJson(
       `${service} answered ${response.status} ${response.statusText}${detail ? `: ${detail}` : ''}`,
       detail
     );
+  }
+  if (response.status === 204) {
+    return null;
   }
   try {
     return await response.json();

@@ -42,6 +42,17 @@ import {
   utilizationView
 } from './format';
 import type { UsageState } from './model';
+import {
+  Place,
+  estimateText,
+  holdCountdown,
+  positionText,
+  startUrl,
+  turnHeadline,
+  turnStart,
+  waitedFor
+} from './waitlist';
+import type { LeaveState, WaitlistState } from './waitlistModel';
 
 export interface PanelProps {
   state: UsageState;
@@ -58,6 +69,16 @@ export interface PanelProps {
   clock?: () => Date;
   /** gpu-culler's side: the last stop and the snooze button; absent without a culler model. */
   culler?: CullerProps;
+  /** gpu-quota's waitlist: the user's places; absent without a waitlist model. */
+  waitlist?: WaitlistProps;
+}
+
+export interface WaitlistProps {
+  state: WaitlistState;
+  /** The Hub user the places belong to (for the spawn link of a named server). */
+  user: string;
+  /** Leave the queue `server` waits in. */
+  onLeave: (server: string) => void;
 }
 
 export interface CullerProps {
@@ -97,6 +118,14 @@ export function GpuPanel(props: PanelProps): JSX.Element {
       </header>
       {lastStop && props.culler && (
         <StopNotice stop={lastStop} onDismiss={props.culler.onDismissStop} />
+      )}
+      {props.waitlist && state.status !== 'not-hub' && (
+        <Waitlist
+          {...props.waitlist}
+          hubBase={props.hubBase}
+          now={props.now}
+          clock={props.clock}
+        />
       )}
       <Body {...props} />
     </div>
@@ -721,6 +750,305 @@ function StopNotice(props: {
       </button>
     </div>
   );
+}
+
+/**
+ * gpu-quota's waitlist: the user's turn, prominent, and every place in line
+ * with its message, position, estimate and a way out. Nothing at all while
+ * the user waits for nothing, or the waitlist is off.
+ */
+export function Waitlist(
+  props: WaitlistProps & {
+    hubBase: string;
+    now: Date;
+    clock?: () => Date;
+  }
+): JSX.Element | null {
+  const { state } = props;
+  if (
+    state.status === 'off' ||
+    (state.places.length === 0 && state.left.length === 0)
+  ) {
+    return null;
+  }
+  const turns = state.places.filter(p => p.position === 0);
+  const inLine = state.places.filter(p => p.position !== 0);
+  return (
+    <section
+      className="jp-GpuPanel-section jp-GpuPanel-waitlist"
+      aria-labelledby="jp-GpuPanel-waitlist"
+      data-section="waitlist"
+    >
+      <h3 id="jp-GpuPanel-waitlist" className="jp-GpuPanel-sectionTitle">
+        GPU waitlist
+      </h3>
+      {turns.map(p => (
+        <Turn
+          key={p.server}
+          place={p}
+          user={props.user}
+          hubBase={props.hubBase}
+          now={props.now}
+          clock={props.clock}
+          leave={state.leaving[p.server]}
+          onLeave={() => props.onLeave(p.server)}
+        />
+      ))}
+      {inLine.map(p => (
+        <InLine
+          key={p.server}
+          place={p}
+          now={props.now}
+          leave={state.leaving[p.server]}
+          onLeave={() => props.onLeave(p.server)}
+        />
+      ))}
+      {state.left.map(p => (
+        <p
+          key={p.server}
+          className="jp-GpuPanel-muted"
+          role="status"
+          data-field="waitlist-left"
+          data-server={p.server}
+        >
+          You left the waitlist for {waitedFor(p)} ({serverLabel(p.server)}).
+        </p>
+      ))}
+      {state.status === 'unavailable' && (
+        <p className="jp-GpuPanel-footnote" data-field="waitlist-unavailable">
+          The waitlist could not be read just now; this is its last known state.
+        </p>
+      )}
+    </section>
+  );
+}
+
+/** The user's turn: the unit held for them, until when, and how the server starts. */
+function Turn(props: {
+  place: Place;
+  user: string;
+  hubBase: string;
+  now: Date;
+  clock?: () => Date;
+  leave?: LeaveState;
+  onLeave: () => void;
+}): JSX.Element {
+  const { place: p } = props;
+  const now = useTicking(props.now, props.clock, p.heldUntil);
+  const countdown = holdCountdown(p, now);
+  const href = startUrl(props.hubBase, props.user, p.server);
+  const start = turnStart(p);
+  const yourServer = p.server ? `your server ${p.server}` : 'your server';
+  return (
+    <div
+      className="jp-GpuPanel-notice jp-GpuPanel-turn"
+      role="status"
+      data-notice="Your turn"
+      data-server={p.server}
+      data-held-until={p.heldUntil ?? ''}
+    >
+      <strong className="jp-GpuPanel-noticeTitle" data-field="turn-headline">
+        {turnHeadline(p)}
+      </strong>
+      <div className="jp-GpuPanel-noticeBody">
+        {countdown && (
+          <p className="jp-GpuPanel-countdown" data-field="turn-countdown">
+            {countdown}
+          </p>
+        )}
+        <p data-field="turn-start" data-start={start}>
+          {start === 'being-started' && (
+            <>
+              {asSentence(`${yourServer} is being started for you`)} Its page on
+              the{' '}
+              <a
+                href={`${props.hubBase}hub/home`}
+                target="_blank"
+                rel="noreferrer"
+              >
+                Hub home
+              </a>{' '}
+              shows how far it got.
+            </>
+          )}
+          {start === 'starts-soon' && (
+            <>
+              {asSentence(`${yourServer} will be started for you in a moment`)}{' '}
+              You can also{' '}
+              <a href={href} target="_blank" rel="noreferrer">
+                start it yourself
+              </a>
+              .
+            </>
+          )}
+          {start === 'start-it' && (
+            <>
+              <a href={href} target="_blank" rel="noreferrer">
+                {p.server
+                  ? `Start ${p.server}`
+                  : 'Start your server from the Hub home'}
+              </a>{' '}
+              before the hold ends, or the GPU passes to the next person in
+              line.
+            </>
+          )}
+        </p>
+        {p.blocked && (
+          <p className="jp-GpuPanel-snoozeError" data-field="waitlist-blocked">
+            {asSentence(`For now you cannot be served: ${p.blocked}`)}
+          </p>
+        )}
+        <Leave
+          place={p}
+          state={props.leave}
+          onLeave={props.onLeave}
+          consequence={`The ${p.description || 'GPU'} held for you passes to the next person in line.`}
+        />
+      </div>
+    </div>
+  );
+}
+
+/** A place in line: gpu-quota's words, the position, the estimate. */
+function InLine(props: {
+  place: Place;
+  now: Date;
+  leave?: LeaveState;
+  onLeave: () => void;
+}): JSX.Element {
+  const { place: p } = props;
+  const estimate = estimateText(p, props.now);
+  const label = `Waiting for ${waitedFor(p)} (${serverLabel(p.server)})`;
+  return (
+    <article
+      className="jp-GpuPanel-place"
+      aria-label={label}
+      data-server={p.server}
+      data-position={p.position}
+    >
+      <p className="jp-GpuPanel-value" data-field="waitlist-message">
+        {p.message || `${label}.`}
+      </p>
+      <dl className="jp-GpuPanel-placeFacts">
+        <dt>Place in line</dt>
+        <dd role="status" data-field="waitlist-position">
+          {positionText(p)}
+        </dd>
+        <dt>Estimated</dt>
+        <dd data-field="waitlist-estimate" data-estimate={p.estimate ?? ''}>
+          {estimate ?? 'no estimate yet'}
+        </dd>
+        <dt>Server</dt>
+        <dd data-field="waitlist-server">
+          {serverLabel(p.server)}
+          {p.autoStart ? ', starts by itself on your turn' : ''}
+        </dd>
+      </dl>
+      {p.blocked && !p.message.includes(p.blocked) && (
+        <p className="jp-GpuPanel-snoozeError" data-field="waitlist-blocked">
+          {asSentence(`For now you cannot be served: ${p.blocked}`)}
+        </p>
+      )}
+      <Leave
+        place={p}
+        state={props.leave}
+        onLeave={props.onLeave}
+        consequence={`You give up your place (${positionText(p)}); joining again later queues you anew.`}
+      />
+    </article>
+  );
+}
+
+/**
+ * "Leave the waitlist" with a confirmation in place: the first press asks,
+ * naming what is given up; "Stay in line" (focused) keeps the place.
+ */
+function Leave(props: {
+  place: Place;
+  state?: LeaveState;
+  consequence: string;
+  onLeave: () => void;
+}): JSX.Element {
+  const [asking, setAsking] = React.useState(false);
+  const pending = props.state?.status === 'pending';
+  const what = waitedFor(props.place);
+  return (
+    <>
+      {props.state?.status === 'failed' && (
+        <p
+          className="jp-GpuPanel-snoozeError"
+          role="alert"
+          data-field="leave-error"
+        >
+          {props.state.message}
+        </p>
+      )}
+      {asking && !pending ? (
+        <div
+          className="jp-GpuPanel-confirm"
+          role="group"
+          aria-label={`Leave the waitlist for ${what}?`}
+        >
+          <p data-field="leave-question">
+            Leave the waitlist for {what}? {props.consequence}
+          </p>
+          <div className="jp-GpuPanel-snooze">
+            <button
+              type="button"
+              className="jp-GpuPanel-snoozeButton"
+              onClick={() => {
+                setAsking(false);
+                props.onLeave();
+              }}
+              data-action="confirm-leave"
+            >
+              Leave
+            </button>
+            <button
+              type="button"
+              className="jp-GpuPanel-secondaryButton"
+              onClick={() => setAsking(false)}
+              autoFocus
+              data-action="cancel-leave"
+            >
+              Stay in line
+            </button>
+          </div>
+        </div>
+      ) : (
+        <div className="jp-GpuPanel-snooze">
+          <button
+            type="button"
+            className="jp-GpuPanel-secondaryButton"
+            onClick={() => setAsking(true)}
+            disabled={pending}
+            aria-label={`Leave the waitlist for ${what} (${serverLabel(props.place.server)})`}
+            data-action="leave-waitlist"
+          >
+            {pending ? 'Leaving…' : 'Leave the waitlist'}
+          </button>
+        </div>
+      )}
+    </>
+  );
+}
+
+/**
+ * The render's time, then the clock's every second while `until` is ahead:
+ * countdowns tick between polls.
+ */
+function useTicking(now: Date, clock?: () => Date, until?: string): Date {
+  const [t, setT] = React.useState(now);
+  React.useEffect(() => setT(now), [now]);
+  React.useEffect(() => {
+    if (!until) {
+      return;
+    }
+    const read = clock ?? (() => new Date());
+    const timer = setInterval(() => setT(read()), 1000);
+    return () => clearInterval(timer);
+  }, [until, clock]);
+  return t;
 }
 
 function ProvenanceBadge(props: { simulated: boolean }): JSX.Element {

@@ -17,6 +17,8 @@ import { cullerApiUrl } from './culler';
 import { CullerModel } from './cullerModel';
 import { UsageModel } from './model';
 import { readSettings, PanelSettings } from './settings';
+import { quotaApiUrl } from './waitlist';
+import { WaitlistModel } from './waitlistModel';
 import { GpuPanelWidget, GpuStatusWidget, PANEL_ID } from './widget';
 
 const PLUGIN_ID = '@gpuhub/jupyterlab-gpu-panel:plugin';
@@ -55,6 +57,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     let model: UsageModel | null = null;
     let culler: CullerModel | null = null;
+    let waitlist: WaitlistModel | null = null;
     let panel: GpuPanelWidget | null = null;
     let status: IDisposable | null = null;
     let applied: PanelSettings | null = null;
@@ -66,6 +69,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       panel = null;
       culler?.dispose();
       culler = null;
+      waitlist?.dispose();
+      waitlist = null;
       model?.dispose();
       model = null;
     };
@@ -90,10 +95,20 @@ const plugin: JupyterFrontEndPlugin<void> = {
           cullerModel.syncNotices(st.data.notices);
         }
       });
+      // The token's owner: their own places, as `me` is their own usage.
+      const waitlistModel = new WaitlistModel({
+        url: quotaApiUrl(page, s.quotaServiceName),
+        user: page.hubUser,
+        token: page.token,
+        serviceName: s.quotaServiceName,
+        refreshSeconds: s.refreshInterval
+      });
+      waitlist = waitlistModel;
       panel = new GpuPanelWidget(model, {
         currentServer,
         hubBase: hubBaseUrl(page.hubPrefix),
-        culler: cullerModel
+        culler: cullerModel,
+        waitlist: waitlistModel
       });
       app.shell.add(panel, 'right', { rank: 650 });
       restorer?.add(panel, PANEL_ID);
@@ -110,6 +125,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       void model.start();
       // Silent when no culler is installed: its poll backs off and shows nothing.
       cullerModel.start().catch(() => undefined);
+      // Silent when the waitlist is off: the first 404 ends its poll.
+      waitlistModel.start().catch(() => undefined);
     };
 
     const apply = (s: PanelSettings): void => {
@@ -119,6 +136,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         applied.serviceName !== s.serviceName ||
         applied.usageUrl !== s.usageUrl ||
         applied.cullerServiceName !== s.cullerServiceName ||
+        applied.quotaServiceName !== s.quotaServiceName ||
         applied.statusBar !== s.statusBar;
       if (needsRebuild) {
         teardown();
@@ -131,6 +149,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         applied.refreshInterval !== s.refreshInterval
       ) {
         model.setRefreshSeconds(s.refreshInterval);
+        waitlist?.setRefreshSeconds(s.refreshInterval);
       }
       applied = s;
     };

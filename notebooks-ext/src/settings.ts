@@ -8,6 +8,8 @@ export interface PanelSettings {
   usageUrl: string;
   /** gpu-culler's Hub service name (its last stop and the Snooze button). */
   cullerServiceName: string;
+  /** gpu-quota's Hub service name (the GPU waitlist). */
+  quotaServiceName: string;
 }
 
 export const DEFAULTS: PanelSettings = {
@@ -16,7 +18,8 @@ export const DEFAULTS: PanelSettings = {
   refreshInterval: 10,
   serviceName: 'gpu-usage',
   usageUrl: '',
-  cullerServiceName: 'gpu-culler'
+  cullerServiceName: 'gpu-culler',
+  quotaServiceName: 'gpu-quota'
 };
 
 /** Settings from a composite settings object; bad values fall back to defaults. */
@@ -39,6 +42,9 @@ export function readSettings(raw: Record<string, unknown>): PanelSettings {
     usageUrl: text(raw.usageUrl, DEFAULTS.usageUrl),
     cullerServiceName:
       text(raw.cullerServiceName, DEFAULTS.cullerServiceName) ||
-      DEFAULTS.cullerServiceName
+      DEFAULTS.cullerServiceName,
+    quotaServiceName:
+      text(raw.quotaServiceName, DEFAULTS.quotaServiceName) ||
+      DEFAULTS.quotaServiceName
   };
 }

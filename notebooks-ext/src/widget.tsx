@@ -4,10 +4,11 @@
 import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
-import { CullerProps, GpuPanel, GpuStatus } from './components';
+import { CullerProps, GpuPanel, GpuStatus, WaitlistProps } from './components';
 import type { CullerModel } from './cullerModel';
 import { gpuIcon } from './icon';
 import type { UsageModel, UsageState } from './model';
+import type { WaitlistModel } from './waitlistModel';
 
 export const PANEL_ID = 'gpuhub-gpu-panel';
 
@@ -19,11 +20,14 @@ export class GpuPanelWidget extends ReactWidget {
       hubBase: string;
       /** gpu-culler's side (last stop, Snooze); null without one. */
       culler?: CullerModel | null;
+      /** gpu-quota's waitlist (the user's places); null without one. */
+      waitlist?: WaitlistModel | null;
     }
   ) {
     super();
-    // The culler's state changes apart from the usage polls: render again.
+    // The culler's and the waitlist's states change apart from the usage polls: render again.
     this._options.culler?.changed.connect(() => this.update(), this);
+    this._options.waitlist?.changed.connect(() => this.update(), this);
     this.id = PANEL_ID;
     this.addClass('jp-GpuPanel');
     this.title.icon = gpuIcon;
@@ -50,6 +54,7 @@ export class GpuPanelWidget extends ReactWidget {
             onRefresh={() => void this._model.refresh()}
             clock={this._clock}
             culler={this._cullerProps()}
+            waitlist={this._waitlistProps()}
           />
         )}
       </UseSignal>
@@ -66,6 +71,18 @@ export class GpuPanelWidget extends ReactWidget {
       serviceName: culler.serviceName,
       onSnooze: (server, deadline) => void culler.snooze(server, deadline),
       onDismissStop: () => culler.dismissStop()
+    };
+  }
+
+  private _waitlistProps(): WaitlistProps | undefined {
+    const waitlist = this._options.waitlist;
+    if (!waitlist || waitlist.isDisposed) {
+      return undefined;
+    }
+    return {
+      state: waitlist.state,
+      user: waitlist.user,
+      onLeave: server => void waitlist.leave(server)
     };
   }
 }

@@ -3,16 +3,21 @@ import { act } from 'react';
 import { createRoot, Root } from 'react-dom/client';
 
 import { parseMe } from '../api';
-import { CullerProps, GpuPanel, GpuStatus } from '../components';
+import { CullerProps, GpuPanel, GpuStatus, WaitlistProps } from '../components';
 import type { CullerState } from '../cullerModel';
 import { clockText } from '../format';
 import type { UsageState } from '../model';
+import { Place, parsePlace } from '../waitlist';
+import type { WaitlistState } from '../waitlistModel';
 import {
   NOW,
+  aroundToday,
   aliceIdleJson,
   aliceMe,
   bobAloneOnT4Json,
   bobOverBudgetJson,
+  bobTurnPlaceJson,
+  bobWaitingPlaceJson,
   ledgerDownAliceJson,
   staleAliceJson
 } from './fixtures';
@@ -685,5 +690,298 @@ describe('GpuPanel: the culler (issue 12)', () => {
     expect(text('[data-field="last-stop"] strong')).toBe(
       'Server train was stopped'
     );
+  });
+});
+
+// Issue 13: the user's places in gpu-quota's waitlist.
+describe('GpuPanel: the GPU waitlist (issue 13)', () => {
+  afterEach(() => jest.useRealTimers());
+
+  const usage: UsageState = { status: 'ok', data: aliceMe(), fetchedAt: NOW };
+
+  function place(json: Record<string, unknown>): Place {
+    const p = parsePlace(json);
+    if (!p) {
+      throw new Error('fixture place does not parse');
+    }
+    return p;
+  }
+
+  function waitlistProps(state: Partial<WaitlistState> = {}): WaitlistProps {
+    return {
+      state: { status: 'ok', places: [], leaving: {}, left: [], ...state },
+      user: 'bob',
+      onLeave: jest.fn()
+    };
+  }
+
+  function render(
+    waitlist: WaitlistProps,
+    options: { state?: UsageState; clock?: () => Date; hubBase?: string } = {}
+  ): void {
+    act(() =>
+      root.render(
+        <GpuPanel
+          state={options.state ?? usage}
+          now={NOW}
+          currentServer={{ user: 'bob', name: '' }}
+          hubBase={options.hubBase ?? '/'}
+          onRefresh={jest.fn()}
+          clock={options.clock}
+          waitlist={waitlist}
+        />
+      )
+    );
+  }
+
+  it('shows a place in line: its words, "2 of 3", the estimate as a local time', () => {
+    render(waitlistProps({ places: [place(bobWaitingPlaceJson())] }));
+    const section = host.querySelector('[data-section="waitlist"]');
+    expect(section?.querySelector('h3')?.textContent).toBe('GPU waitlist');
+    expect(section?.getAttribute('aria-labelledby')).toBe(
+      section?.querySelector('h3')?.id
+    );
+    const article = host.querySelector('article[data-server=""]');
+    expect(article?.getAttribute('aria-label')).toBe(
+      'Waiting for an H100 (default server)'
+    );
+    expect(text('[data-field="waitlist-message"]')).toBe(
+      'You are number 2 of 3 waiting for a H100. Estimated: around 10:40. When your turn comes, one is held for you for a while.'
+    );
+    const position = host.querySelector('[data-field="waitlist-position"]');
+    expect(position?.textContent).toBe('2 of 3');
+    expect(position?.getAttribute('role')).toBe('status');
+    expect(text('[data-field="waitlist-estimate"]')).toBe(
+      aroundToday('2026-11-22T10:40:00Z')
+    );
+    expect(text('[data-field="waitlist-server"]')).toBe('default server');
+    expect(host.querySelector('[data-notice="Your turn"]')).toBeNull();
+  });
+
+  it('says when there is no estimate, and that a server starts by itself', () => {
+    render(
+      waitlistProps({
+        places: [
+          place(bobWaitingPlaceJson({ estimate: undefined, autoStart: true }))
+        ]
+      })
+    );
+    expect(text('[data-field="waitlist-estimate"]')).toBe('no estimate yet');
+    expect(text('[data-field="waitlist-server"]')).toBe(
+      'default server, starts by itself on your turn'
+    );
+  });
+
+  it('leaves only after the user confirms, and "Stay in line" keeps the place', () => {
+    const props = waitlistProps({ places: [place(bobWaitingPlaceJson())] });
+    render(props);
+    const leave = host.querySelector<HTMLButtonElement>(
+      '[data-action="leave-waitlist"]'
+    );
+    expect(leave?.textContent).toBe('Leave the waitlist');
+    expect(leave?.getAttribute('aria-label')).toBe(
+      'Leave the waitlist for an H100 (default server)'
+    );
+    act(() => leave?.click());
+    expect(props.onLeave).not.toHaveBeenCalled();
+    expect(text('[data-field="leave-question"]')).toBe(
+      'Leave the waitlist for an H100? You give up your place (2 of 3); joining again later queues you anew.'
+    );
+    const stay = host.querySelector<HTMLButtonElement>(
+      '[data-action="cancel-leave"]'
+    );
+    // The safe answer has the focus.
+    expect(document.activeElement).toBe(stay);
+    act(() => stay?.click());
+    expect(host.querySelector('[data-field="leave-question"]')).toBeNull();
+    expect(props.onLeave).not.toHaveBeenCalled();
+    act(() =>
+      host
+        .querySelector<HTMLButtonElement>('[data-action="leave-waitlist"]')
+        ?.click()
+    );
+    act(() =>
+      host
+        .querySelector<HTMLButtonElement>('[data-action="confirm-leave"]')
+        ?.click()
+    );
+    expect(props.onLeave).toHaveBeenCalledWith('');
+  });
+
+  it('shows a leave under way, a failure in words, and the confirmation after', () => {
+    const waiting = place(bobWaitingPlaceJson());
+    render(
+      waitlistProps({
+        places: [waiting],
+        leaving: { '': { status: 'pending' } }
+      })
+    );
+    const button = host.querySelector<HTMLButtonElement>(
+      '[data-action="leave-waitlist"]'
+    );
+    expect(button?.textContent).toBe('Leaving…');
+    expect(button?.disabled).toBe(true);
+
+    render(
+      waitlistProps({
+        places: [waiting],
+        leaving: { '': { status: 'failed', message: 'gpu-quota could not…' } }
+      })
+    );
+    const err = host.querySelector('[data-field="leave-error"]');
+    expect(err?.getAttribute('role')).toBe('alert');
+    expect(err?.textContent).toBe('gpu-quota could not…');
+
+    render(waitlistProps({ places: [], left: [waiting] }));
+    const left = host.querySelector('[data-field="waitlist-left"]');
+    expect(left?.getAttribute('role')).toBe('status');
+    expect(left?.textContent).toBe(
+      'You left the waitlist for an H100 (default server).'
+    );
+  });
+
+  it('shows the turn prominently with a live countdown: started for the user', () => {
+    jest.useFakeTimers();
+    let clock = NOW.getTime();
+    render(waitlistProps({ places: [place(bobTurnPlaceJson())] }), {
+      clock: () => new Date(clock)
+    });
+    const turn = host.querySelector('[data-notice="Your turn"]');
+    expect(turn?.getAttribute('role')).toBe('status');
+    expect(turn?.getAttribute('data-server')).toBe('train');
+    expect(text('[data-field="turn-headline"]')).toBe(
+      `Your turn: an H100 is held for you until ${clockText('2026-11-22T10:10:00Z')}`
+    );
+    expect(text('[data-field="turn-countdown"]')).toBe('9 min 50 s left');
+    act(() => {
+      clock += 5000;
+      jest.advanceTimersByTime(5000);
+    });
+    expect(text('[data-field="turn-countdown"]')).toBe('9 min 45 s left');
+    const start = host.querySelector('[data-field="turn-start"]');
+    expect(start?.getAttribute('data-start')).toBe('being-started');
+    expect(start?.textContent).toBe(
+      'Your server train is being started for you. Its page on the Hub home shows how far it got.'
+    );
+    expect(start?.querySelector('a')?.getAttribute('href')).toBe('/hub/home');
+    // The turn is not listed again as a place in line.
+    expect(host.querySelector('article[data-server="train"]')).toBeNull();
+  });
+
+  const starts: Record<
+    string,
+    {
+      json: Record<string, unknown>;
+      hubBase: string;
+      want: string;
+      href: string;
+    }
+  > = {
+    'named server, no auto-start: its spawn page': {
+      json: bobTurnPlaceJson({ autoStart: false, startRequested: false }),
+      hubBase: '/jhub/',
+      want: 'Start train before the hold ends, or the GPU passes to the next person in line.',
+      href: '/jhub/hub/spawn/bob/train'
+    },
+    'default server, no auto-start: the Hub home': {
+      json: bobTurnPlaceJson({
+        server: '',
+        autoStart: false,
+        startRequested: false
+      }),
+      hubBase: '/',
+      want: 'Start your server from the Hub home before the hold ends, or the GPU passes to the next person in line.',
+      href: '/hub/home'
+    },
+    'auto-start not asked yet': {
+      json: bobTurnPlaceJson({ server: '', startRequested: false }),
+      hubBase: '/',
+      want: 'Your server will be started for you in a moment. You can also start it yourself.',
+      href: '/hub/home'
+    }
+  };
+  it.each(Object.entries(starts))(
+    'tells how the server starts: %s',
+    (_, tc) => {
+      render(waitlistProps({ places: [place(tc.json)] }), {
+        hubBase: tc.hubBase
+      });
+      const start = host.querySelector('[data-field="turn-start"]');
+      expect(start?.textContent).toBe(tc.want);
+      expect(start?.querySelector('a')?.getAttribute('href')).toBe(tc.href);
+    }
+  );
+
+  it('names what giving up a turn means', () => {
+    render(waitlistProps({ places: [place(bobTurnPlaceJson())] }));
+    act(() =>
+      host
+        .querySelector<HTMLButtonElement>('[data-action="leave-waitlist"]')
+        ?.click()
+    );
+    expect(text('[data-field="leave-question"]')).toBe(
+      'Leave the waitlist for an H100? The H100 held for you passes to the next person in line.'
+    );
+  });
+
+  it('says why a user over quota is passed over, once', () => {
+    const blocked = 'you are over your 24-hour GPU budget';
+    render(
+      waitlistProps({
+        places: [
+          place(
+            bobWaitingPlaceJson({
+              blocked,
+              message: `You are number 2 of 3 waiting for a H100. For now you cannot be served: ${blocked}`
+            })
+          )
+        ]
+      })
+    );
+    expect(host.querySelector('[data-field="waitlist-blocked"]')).toBeNull();
+    render(
+      waitlistProps({ places: [place(bobWaitingPlaceJson({ blocked }))] })
+    );
+    expect(text('[data-field="waitlist-blocked"]')).toBe(
+      'For now you cannot be served: you are over your 24-hour GPU budget.'
+    );
+  });
+
+  const silent: Record<string, Partial<WaitlistState>> = {
+    'the waitlist is off': {
+      status: 'off',
+      places: [place(bobWaitingPlaceJson())]
+    },
+    'not answered yet': { status: 'loading' },
+    'the user waits for nothing': { status: 'ok' }
+  };
+  it.each(Object.entries(silent))('says nothing when %s', (_, state) => {
+    render(waitlistProps(state));
+    expect(host.querySelector('[data-section="waitlist"]')).toBeNull();
+    expect(host.textContent).not.toContain('waitlist');
+  });
+
+  it('keeps the last known places when gpu-quota cannot be read, and says so', () => {
+    render(
+      waitlistProps({
+        status: 'unavailable',
+        places: [place(bobWaitingPlaceJson())]
+      })
+    );
+    expect(text('[data-field="waitlist-position"]')).toBe('2 of 3');
+    expect(text('[data-field="waitlist-unavailable"]')).toContain(
+      'last known state'
+    );
+  });
+
+  it('shows the places even while the usage service is unreachable', () => {
+    render(waitlistProps({ places: [place(bobTurnPlaceJson())] }), {
+      state: { status: 'unreachable', message: 'x', since: NOW, failures: 1 }
+    });
+    expect(host.querySelector('[data-notice="Your turn"]')).not.toBeNull();
+    render(waitlistProps({ places: [place(bobTurnPlaceJson())] }), {
+      state: { status: 'not-hub' }
+    });
+    expect(host.querySelector('[data-section="waitlist"]')).toBeNull();
   });
 });

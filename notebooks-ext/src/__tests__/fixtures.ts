@@ -1,6 +1,20 @@
+import { clockText } from '../format';
 import type { MeResponse } from '../api';
 
 export const NOW = new Date('2026-11-22T10:00:10Z');
+
+/**
+ * The waitlist's estimate of a time 40 min after NOW in words: the weekday
+ * only in the few zones where midnight falls in between (Pacific/Chatham).
+ */
+export function aroundToday(iso: string): string {
+  const t = new Date(iso);
+  const day =
+    t.toDateString() === NOW.toDateString()
+      ? ''
+      : `${t.toLocaleDateString(undefined, { weekday: 'short' })} `;
+  return `around ${day}${clockText(iso)}`;
+}
 
 /** alice on a MIG 3g.20gb slice of an A100, simulated backend (the contract's example). */
 export function aliceMe(overrides: Partial<MeResponse> = {}): MeResponse {
@@ -280,3 +294,53 @@ export const aliceStoppedJson = {
   },
   notices: []
 };
+
+/**
+ * gpu-quota's places for bob (services/gpu-quota, "When no GPU is free"):
+ * his default server 2nd of 3 waiting for an H100 (estimate 10:40 UTC, no
+ * auto-start), and his named server "train" whose turn it is (an H100 held
+ * until 10:10 UTC, started for him). Raw JSON as the service sends it.
+ */
+export function bobWaitingPlaceJson(
+  overrides: Record<string, unknown> = {}
+): Record<string, unknown> {
+  return {
+    user: 'bob',
+    server: '',
+    class: 'gpu NVIDIA-H100-80GB-HBM3',
+    kind: 'gpu',
+    description: 'H100',
+    position: 2,
+    waiting: 3,
+    joinedAt: '2026-11-22T09:30:00Z',
+    estimate: '2026-11-22T10:40:00Z',
+    autoStart: false,
+    startRequested: false,
+    fairShare: 0.552,
+    message:
+      'You are number 2 of 3 waiting for a H100. Estimated: around 10:40. When your turn comes, one is held for you for a while.',
+    ...overrides
+  };
+}
+
+export function bobTurnPlaceJson(
+  overrides: Record<string, unknown> = {}
+): Record<string, unknown> {
+  return {
+    user: 'bob',
+    server: 'train',
+    class: 'gpu NVIDIA-H100-80GB-HBM3',
+    kind: 'gpu',
+    description: 'H100',
+    position: 0,
+    waiting: 2,
+    joinedAt: '2026-11-22T09:20:00Z',
+    heldUntil: '2026-11-22T10:10:00Z',
+    autoStart: true,
+    startRequested: true,
+    fairShare: 0.552,
+    message:
+      'Your turn: a H100 is held for you until 10:10. Your server is being started for you.',
+    ...overrides
+  };
+}

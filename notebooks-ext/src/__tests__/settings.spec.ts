@@ -20,7 +20,12 @@ describe('readSettings', () => {
       { cullerServiceName: ' culler ' },
       { cullerServiceName: 'culler' }
     ],
-    'blank culler service name is default': [{ cullerServiceName: '' }, {}]
+    'blank culler service name is default': [{ cullerServiceName: '' }, {}],
+    'quota service name': [
+      { quotaServiceName: ' quota ' },
+      { quotaServiceName: 'quota' }
+    ],
+    'blank quota service name is default': [{ quotaServiceName: ' ' }, {}]
   };
   it.each(Object.entries(cases))('%s', (_, [raw, want]) => {
     expect(readSettings(raw)).toEqual({ ...DEFAULTS, ...want });

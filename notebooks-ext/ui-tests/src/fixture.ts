@@ -1,5 +1,6 @@
 // Test fixture (UI tests only): plays the usage API's `GET /services/gpu-usage/api/v1/me`
-// for the standalone UI test. It answers per Hub token, like the real service, and
+// for the standalone UI test, and gpu-quota's waitlist (`GET` / `DELETE
+// /services/gpu-quota/api/v1/users/{name}/waitlist`, issue 13). It answers per Hub token, like the real service, and
 // derives a simulated SM utilization from the CPU time of the kernels it watches, the
 // way the gpu-agent's simulated backend does (docs/architecture.md), so a busy cell
 // makes the number rise.
@@ -9,6 +10,8 @@ import * as http from 'node:http';
 import type { AddressInfo } from 'node:net';
 
 export const ME_PATH = '/services/gpu-usage/api/v1/me';
+const WAITLIST_PATH =
+  /^\/services\/gpu-quota\/api\/v1\/users\/([^/]+)\/waitlist$/;
 
 type Json = Record<string, unknown>;
 
@@ -45,6 +48,16 @@ export class UsageFixture {
   readonly sinceRequests: Record<string, number> = {};
   /** Every request for the `me` document, answered or not. */
   total = 0;
+  /**
+   * gpu-quota's places by user name, as the service lists them (a user
+   * missing waits for nothing); null: the waitlist is off, and gpu-quota
+   * answers 404 as the service does.
+   */
+  waitlist: Record<string, Json[]> | null = {};
+  /** Waitlist requests seen (GET and DELETE). */
+  waitlistRequests = 0;
+  /** Servers taken off the waitlist by DELETE, as "user/server". */
+  readonly leaves: string[] = [];
 
   async start(host = '127.0.0.1'): Promise<string> {
     this._server = http.createServer((req, res) => this._handle(req, res));
@@ -106,12 +119,17 @@ export class UsageFixture {
     // JupyterLab runs on another port in the standalone test: allow the cross-origin call.
     res.setHeader('Access-Control-Allow-Origin', '*');
     res.setHeader('Access-Control-Allow-Headers', 'Authorization, Accept');
-    res.setHeader('Access-Control-Allow-Methods', 'GET, OPTIONS');
+    res.setHeader('Access-Control-Allow-Methods', 'GET, DELETE, OPTIONS');
     if (req.method === 'OPTIONS') {
       res.writeHead(204).end();
       return;
     }
     const url = new URL(req.url ?? '/', 'http://fixture');
+    const queued = WAITLIST_PATH.exec(url.pathname);
+    if (queued) {
+      this._waitlist(req, res, decodeURIComponent(queued[1]), url);
+      return;
+    }
     if (req.method !== 'GET' || url.pathname !== ME_PATH) {
       res
         .writeHead(404, { 'Content-Type': 'application/json' })
@@ -172,6 +190,59 @@ export class UsageFixture {
       'Cache-Control': 'no-store'
     });
     res.end(JSON.stringify(me));
+  }
+
+  /** gpu-quota's waitlist for one user: their places, or leaving one queue. */
+  private _waitlist(
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+    name: string,
+    url: URL
+  ): void {
+    this.waitlistRequests++;
+    const json = (status: number, body: unknown): void => {
+      res
+        .writeHead(status, {
+          'Content-Type': 'application/json',
+          'Cache-Control': 'no-store'
+        })
+        .end(JSON.stringify(body));
+    };
+    if (this.waitlist === null) {
+      json(404, {
+        status: 404,
+        message: 'the waitlist is not enabled (gpu-quota --waitlist)'
+      });
+      return;
+    }
+    const m = /^token (.+)$/.exec(req.headers.authorization ?? '');
+    const user = m ? this.users[m[1]] : undefined;
+    if (!user || user.name !== name) {
+      json(403, {
+        status: 403,
+        message: 'you may read your own places in the waitlist only'
+      });
+      return;
+    }
+    const places = this.waitlist[name] ?? [];
+    if (req.method === 'GET') {
+      json(200, { places });
+      return;
+    }
+    if (req.method === 'DELETE') {
+      const server = url.searchParams.get('server') ?? '';
+      const i = places.findIndex(p => p.server === server);
+      if (i < 0) {
+        json(404, { status: 404, message: 'this server is not queued' });
+        return;
+      }
+      places.splice(i, 1);
+      this.waitlist[name] = places;
+      this.leaves.push(`${name}/${server}`);
+      res.writeHead(204).end();
+      return;
+    }
+    json(405, { status: 405, message: 'method not allowed' });
   }
 
   /** One sampling round: CPU seconds of each user's kernels since the last round. */
@@ -454,4 +525,52 @@ export function standardUsers(): Record<string, FixtureUser> {
       })
     }
   };
+}
+
+/**
+ * A place in gpu-quota's waitlist as the service lists it: `position` 0 is the
+ * user's turn (an H100 held for `heldMinutes`), n ≥ 1 the n-th of `waiting`.
+ */
+export function h100Place(
+  user: string,
+  server: string,
+  options: {
+    position: number;
+    waiting: number;
+    now?: Date;
+    estimateMinutes?: number;
+    heldMinutes?: number;
+    autoStart?: boolean;
+    startRequested?: boolean;
+  }
+): Json {
+  const now = options.now ?? new Date();
+  const at = (min: number): string =>
+    new Date(now.getTime() + min * 60_000).toISOString();
+  const hhmm = (min: number): string => at(min).slice(11, 16);
+  const p: Json = {
+    user,
+    server,
+    class: 'gpu NVIDIA-H100-80GB-HBM3',
+    kind: 'gpu',
+    description: 'H100',
+    position: options.position,
+    waiting: options.waiting,
+    joinedAt: at(-20),
+    autoStart: options.autoStart ?? false,
+    startRequested: options.startRequested ?? false,
+    fairShare: 0.55
+  };
+  if (options.position === 0) {
+    p.heldUntil = at(options.heldMinutes ?? 10);
+    p.message = `Your turn: a H100 is held for you until ${hhmm(options.heldMinutes ?? 10)}.`;
+  } else {
+    p.message = `You are number ${options.position} of ${options.waiting} waiting for a H100.`;
+    if (options.estimateMinutes !== undefined) {
+      p.estimate = at(options.estimateMinutes);
+      p.message += ` Estimated: around ${hhmm(options.estimateMinutes)}.`;
+    }
+    p.message += ' When your turn comes, one is held for you for a while.';
+  }
+  return p;
 }

@@ -15,7 +15,13 @@ import * as path from 'node:path';
 import { after, before, test } from 'node:test';
 import type { Browser, Page } from 'playwright-core';
 
-import { ALICE_TOKEN, ME_PATH, UsageFixture, standardUsers } from './fixture';
+import {
+  ALICE_TOKEN,
+  ME_PATH,
+  UsageFixture,
+  h100Place,
+  standardUsers
+} from './fixture';
 import {
   launchChromium,
   openPanel,
@@ -455,6 +461,99 @@ test('GPU-hours unavailable: said in plain words, the live share stays', async (
     30_000,
     'GPU-hours once the ledger is back'
   );
+});
+
+test('the GPU waitlist: place in line, the turn, leaving, and silence once it is off', async () => {
+  const panel = page.locator('#gpuhub-gpu-panel');
+  const section = panel.locator('[data-section="waitlist"]');
+  assert.equal(
+    await section.count(),
+    0,
+    'no section while alice waits for nothing'
+  );
+  assert.ok(fixture.waitlistRequests > 0, 'the panel asked gpu-quota');
+
+  fixture.waitlist = {
+    alice: [
+      h100Place('alice', 'train', {
+        position: 2,
+        waiting: 3,
+        estimateMinutes: 40
+      })
+    ]
+  };
+  const position = section.locator('[data-field="waitlist-position"]');
+  await position.waitFor({ timeout: 30_000 });
+  assert.equal(await position.textContent(), '2 of 3');
+  assert.equal(await position.getAttribute('role'), 'status');
+  // The estimate in the browser's zone (Europe/Berlin), not the service's.
+  assert.match(
+    (await section.locator('[data-field="waitlist-estimate"]').textContent()) ??
+      '',
+    /^around (\w+ )?\d\d:\d\d (GMT\+[12]|CES?T)$/
+  );
+  assert.equal(
+    await section.locator('article').getAttribute('aria-label'),
+    'Waiting for an H100 (train)'
+  );
+  await snap(page, 'gpu-panel-waitlist-place-light');
+
+  // alice's turn: the H100 is held and her server is being started for her.
+  fixture.waitlist = {
+    alice: [
+      h100Place('alice', 'train', {
+        position: 0,
+        waiting: 2,
+        heldMinutes: 10,
+        autoStart: true,
+        startRequested: true
+      })
+    ]
+  };
+  const turn = panel.locator('[data-notice="Your turn"]');
+  await turn.waitFor({ timeout: 30_000 });
+  assert.equal(await turn.getAttribute('role'), 'status');
+  assert.match(
+    (await turn.locator('[data-field="turn-headline"]').textContent()) ?? '',
+    /^Your turn: an H100 is held for you until \d\d:\d\d (GMT\+[12]|CES?T)$/
+  );
+  assert.match(
+    (await turn.locator('[data-field="turn-countdown"]').textContent()) ?? '',
+    /^(10 min 00 s|9 min \d\d s) left$/
+  );
+  assert.equal(
+    await turn.locator('[data-field="turn-start"]').textContent(),
+    'Your server train is being started for you. Its page on the Hub home shows how far it got.'
+  );
+  await turn.scrollIntoViewIfNeeded();
+  await snap(page, 'gpu-panel-waitlist-turn-light');
+  await setTheme(page, 'JupyterLab Dark');
+  await snap(page, 'gpu-panel-waitlist-turn-dark');
+  await setTheme(page, 'JupyterLab Light');
+
+  // Leaving asks first; from the keyboard, the safe answer has the focus.
+  await turn.locator('[data-action="leave-waitlist"]').click();
+  const stay = turn.locator('[data-action="cancel-leave"]');
+  assert.ok(
+    await stay.evaluate(e => e === document.activeElement),
+    '"Stay in line" has the focus'
+  );
+  await turn.locator('[data-action="confirm-leave"]').click();
+  const left = section.locator('[data-field="waitlist-left"]');
+  await left.waitFor({ timeout: 15_000 });
+  assert.equal(
+    await left.textContent(),
+    'You left the waitlist for an H100 (train).'
+  );
+  assert.deepEqual(fixture.leaves, ['alice/train']);
+  assert.equal(await turn.count(), 0);
+
+  // The waitlist turned off: nothing is shown and gpu-quota is not asked again.
+  fixture.waitlist = null;
+  await section.waitFor({ state: 'detached', timeout: 30_000 });
+  const n = fixture.waitlistRequests;
+  await page.waitForTimeout(6000);
+  assert.equal(fixture.waitlistRequests, n, 'no request after the 404');
 });
 
 test('outside JupyterHub the panel says so and sends no request', async () => {
