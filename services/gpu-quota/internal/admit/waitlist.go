@@ -293,7 +293,8 @@ func startedPlace(en waitlist.Entry, at time.Time) Place {
 		Message: fmt.Sprintf("%s %s at %s with a %s from the waitlist.", srv, how, hhmm(at), name)}
 }
 
-func hhmm(t time.Time) string { return t.Local().Format("15:04") }
+// hhmm is a time as the other services write it in messages (gpu-culler, the quota enforcer): UTC, said so.
+func hhmm(t time.Time) string { return t.UTC().Format("15:04") + " UTC" }
 
 // deadlinesLocked are when servers holding units of class are due to stop, from their notices (the culler's
 // countdown, the quota enforcer's).
