@@ -9,7 +9,10 @@
 # gpu-quota: before KubeSpawner creates a GPU server's pod, it asks gpu-quota
 # (POST <service prefix>api/v1/admit) with the pod's real GPU request and refuses the spawn with
 # gpu-quota's message when the answer is no. It is thin on purpose: every decision is made in Go by
-# gpu-quota; nothing here is cached per user. See chart/README.md ("Quota at spawn time").
+# gpu-quota; nothing here is cached per user. With the waitlist on (GPUHUB_WAITLIST), a spawn whose
+# user_options ask to join sends that choice and the user_options along, and gpu-quota's refusal says
+# the user's place in line; which choice of a user's was last refused for want of a free unit is
+# remembered for a while, so the form can offer to join for it. See chart/README.md ("Quota at spawn time").
 #
 # gpu-profiles: KubeSpawner's profile_list becomes a callable that asks gpu-profiles
 # (POST <service prefix>api/v1/profiles) for the user's choices with their free counts, caches the
@@ -32,6 +35,10 @@
 #   GPUHUB_QUOTA_TOKEN           the token to send (default: that service's api_token)
 #   GPUHUB_QUOTA_ON_UNAVAILABLE  open | closed, used until gpu-quota has answered once (default open)
 #   GPUHUB_QUOTA_TIMEOUT         seconds to wait for an answer (default 2)
+#   GPUHUB_WAITLIST              1 when gpu-quota runs its waitlist (--waitlist): the form offers "Join the
+#                                waitlist" on a GPU choice none of which is free, and a spawn that asks to join
+#                                (user_options gpuhub_waitlist / gpuhub_autostart) is queued by gpu-quota instead
+#                                of only refused (default off: nothing changes)
 #   GPUHUB_PROFILES_URL          gpu-profiles' base URL with its prefix (default: from the Hub service
 #                                "gpu-profiles", as for gpu-quota)
 #   GPUHUB_PROFILES_TOKEN        the token to send (default: that service's api_token)
@@ -73,6 +80,21 @@ def _gpuhub_quota_glue(c):
         timeout = float(os.environ.get("GPUHUB_QUOTA_TIMEOUT", "2"))
     except ValueError:
         timeout = 2.0
+
+    def truthy(value):
+        # user_options from the form hold True; an API spawn's JSON may hold true, "true" or "1".
+        if isinstance(value, str):
+            return value.strip().lower() in ("1", "true", "yes", "on")
+        return value is True or value == 1
+
+    waitlist_on = truthy(os.environ.get("GPUHUB_WAITLIST", ""))
+    # (user, server) -> (monotonic time, profile slug): the choice gpu-quota last refused for want of a
+    # free unit (none_free, or waitlist: free but held for those in line) while the user did not ask to
+    # join. gpu-quota's words then tell them to join from the form; the form offers it on that choice
+    # for this long, even where gpu-profiles counts a unit free (it does not see the holds).
+    short_of_ttl = 15 * 60
+    short_of_max = 10000
+    short_of = {}
 
     # THE TRAP, and why refusals here never restart the Hub.
     #
@@ -228,6 +250,35 @@ def _gpuhub_quota_glue(c):
                     out[name] = max(out.get(name, 0), n)
         return out
 
+    def waitlist_choice(spawner):
+        """The spawn's answer to "join the waitlist?" for gpu-quota, or None: only with GPUHUB_WAITLIST on and
+        user_options asking for it (the form's checkboxes, or an API spawn's options). Starting by itself
+        when the turn comes means waiting in line first, so gpuhub_autostart alone joins too."""
+        if not waitlist_on:
+            return None
+        options = spawner.user_options if isinstance(spawner.user_options, dict) else {}
+        autostart = truthy(options.get("gpuhub_autostart"))
+        if not (autostart or truthy(options.get("gpuhub_waitlist"))):
+            return None
+        return {"join": True, "autoStart": autostart}
+
+    def joining(spawner):
+        """Whether this spawn asks to wait in line and gpu-quota is there to keep the line."""
+        return waitlist_choice(spawner) is not None and resolve(spawner) is not None
+
+    def remember_short_of(spawner, slug):
+        if len(short_of) >= short_of_max:
+            for k, _ in sorted(short_of.items(), key=lambda kv: kv[1][0])[: short_of_max // 10]:
+                short_of.pop(k, None)
+        short_of[(spawner.user.name, spawner.name or "")] = (time.monotonic(), slug)
+
+    def refused_short_of(spawner):
+        """The profile slug of this server's last start refused for want of a free unit, if recent."""
+        entry = short_of.get((spawner.user.name, spawner.name or ""))
+        if entry is None or time.monotonic() - entry[0] > short_of_ttl:
+            return None
+        return entry[1]
+
     def keep_out_of_failure_count(spawner):
         """JupyterHub 5.x only: see THE TRAP above."""
         handler = getattr(spawner, "handler", None)
@@ -292,11 +343,18 @@ def _gpuhub_quota_glue(c):
             "nodeSelector": dict(field(field(pod, "spec"), "node_selector", "nodeSelector") or {}),
             "profile": str((spawner.user_options or {}).get("profile") or ""),
         }
+        choice = waitlist_choice(spawner)
+        if choice is not None:
+            # gpu-quota queues the server when nothing is free and, with autoStart, starts it through the
+            # Hub with these options when its turn comes: the same spawn, profile options included.
+            body["waitlist"] = choice
+            body["userOptions"] = dict(spawner.user_options)
         request = HTTPRequest(
             url,
             method="POST",
             headers={"Authorization": "token " + token, "Content-Type": "application/json"},
-            body=json.dumps(body),
+            # user_options may hold bytes (uploaded files): they are no use to gpu-quota and go as null.
+            body=json.dumps(body, default=lambda _: None),
             connect_timeout=timeout,
             request_timeout=timeout,
         )
@@ -334,6 +392,7 @@ def _gpuhub_quota_glue(c):
             state["reported"] = answer["onUnavailable"]
         fields = (spawner.user.name, spawner.name, answer.get("reason", ""), answer.get("decisionId", ""))
         if answer["allow"]:
+            short_of.pop((spawner.user.name, spawner.name or ""), None)
             requests_total.labels(outcome="admit").inc()
             spawner.log.info("gpuhub quota glue: admit %s's server %r (reason %s, decision %s)", *fields)
             if answer.get("decisionId"):
@@ -344,7 +403,19 @@ def _gpuhub_quota_glue(c):
                     meta.annotations = dict(meta.annotations or {}, **{decision_annotation: answer["decisionId"]})
             return pod
         requests_total.labels(outcome="deny").inc()
-        spawner.log.info("gpuhub quota glue: deny %s's server %r (reason %s, decision %s)", *fields)
+        place = answer.get("waitlist") if isinstance(answer.get("waitlist"), dict) else None
+        if place is not None:
+            spawner.log.info(
+                "gpuhub quota glue: deny %s's server %r (reason %s, decision %s): waitlist position %s of %s",
+                *fields, place.get("position"), place.get("waiting"),
+            )
+        else:
+            spawner.log.info("gpuhub quota glue: deny %s's server %r (reason %s, decision %s)", *fields)
+        if waitlist_on and choice is None and answer.get("reason") in ("none_free", "waitlist"):
+            slug = (spawner.user_options or {}).get("profile")
+            if isinstance(slug, str) and slug:
+                remember_short_of(spawner, slug)
+        # gpu-quota's words: with a join, they already say the place in line and the estimate.
         message = answer.get("message") or "Your GPU quota does not allow this server right now."
         refuse(spawner, message)
 
@@ -385,6 +456,9 @@ def _gpuhub_quota_glue(c):
     return SimpleNamespace(
         refuse=refuse,
         quota_configured=lambda spawner: resolve(spawner) is not None,
+        waitlist_on=waitlist_on,
+        joining=joining,
+        refused_short_of=refused_short_of,
         pod_gpus=pod_gpus,
         field=field,
         count=count,
@@ -401,10 +475,13 @@ def _gpuhub_profiles_glue(c, glue, form):
     """
     import asyncio
     import copy
+    import inspect
     import json
+    import logging
     import os
     import time
     import weakref
+    from types import SimpleNamespace
 
     from jupyterhub.utils import maybe_future
     from prometheus_client import Counter, Histogram
@@ -611,20 +688,48 @@ def _gpuhub_profiles_glue(c, glue, form):
         g = p.get("gpuhub") if p else None
         return not (isinstance(g, dict) and g.get("available") is False)
 
+    def exhausted(p):
+        """A GPU choice gpu-profiles shows with no unit free: something to wait in line for. Not one the
+        user's quota rules out, nor one nothing could ever place: waiting would not help."""
+        g = p.get("gpuhub")
+        if not isinstance(g, dict) or g.get("kind") in ("cpu", "static"):
+            return False
+        if g.get("available") is False:
+            return g.get("reason") == "none_free"
+        free = g.get("free")
+        return isinstance(free, int) and not isinstance(free, bool) and free <= 0
+
+    def with_waitlist(spawner, profiles):
+        """With the waitlist on, mark the choices the form offers to join for (the template reads
+        gpuhub_waitlist): "exhausted" ones can be picked only to join; "offered" is the available choice
+        gpu-quota last refused for want of a free unit (held for those in line). Copies: the cache and the
+        admin's list stay as they are."""
+        if not glue.waitlist_on or not glue.quota_configured(spawner):
+            return profiles
+        refused = glue.refused_short_of(spawner)
+        out = []
+        for p in profiles:
+            if exhausted(p):
+                p = dict(p, gpuhub_waitlist="exhausted")
+            elif refused and p.get("slug") == refused and available(p):
+                p = dict(p, gpuhub_waitlist="offered")
+            out.append(p)
+        return out
+
     async def render_list(spawner):
         user = spawner.user.name
         entry = answers.get(key(spawner))
         if young(entry):
             requests_total.labels(result="cached").inc()
-            return with_note(entry[1], entry[2])
+            return with_note(with_waitlist(spawner, entry[1]), entry[2])
         try:
             profiles, note = await ask(spawner)
         except Unavailable as e:
             spawner.log.warning("gpuhub profiles glue: gpu-profiles %s; %s's spawn form shows the static list", e, user)
             requests_total.labels(result="fallback").inc()
-            return with_note(await static_profiles(spawner), fallback_note)
+            return with_note(with_waitlist(spawner, await static_profiles(spawner)), fallback_note)
         requests_total.labels(result="live").inc()
-        return with_note(profiles, note)
+        return with_note(with_waitlist(spawner, profiles), note)
 
     async def start_list(spawner):
         """The list KubeSpawner resolves the user's choice in when the server starts. It holds every slug
@@ -680,7 +785,9 @@ def _gpuhub_profiles_glue(c, glue, form):
     def refuse_unknown(spawner, slug, reason, message):
         """A choice the start's list cannot resolve (a hand-made API spawn, a page from another deployment).
         KubeSpawner would raise "No such profile", a failure JupyterHub counts toward its consecutive
-        failure limit (five stop the Hub); the glue's refusal is not counted."""
+        failure limit (five stop the Hub); the glue's refusal is not counted. A spawn asking to join the
+        waitlist is refused here too: without the profile there is no pod to ask gpu-quota about (an
+        exhausted choice is in the list, unavailable, and reaches gpu-quota through still_available)."""
         refusals_total.labels(reason=reason).inc()
         spawner.log.info("gpuhub profiles glue: refuse %s's server %r: no choice %r (%s)", spawner.user.name, spawner.name, slug, reason)
         glue.refuse(spawner, message, reason=service_name)
@@ -765,16 +872,75 @@ def _gpuhub_profiles_glue(c, glue, form):
         if g.get("available") is not False:
             return
         reason = g.get("reason") if g.get("reason") in ("none_free", "quota", "unschedulable", "gone") else "other"
+        if reason == "none_free" and glue.joining(spawner):
+            # gpu-quota keeps the line: it queues the server and its refusal says the place.
+            spawner.log.info("gpuhub profiles glue: %s's server %r asks to join the waitlist for %r (none free): gpu-quota decides", spawner.user.name, spawner.name, p.get("slug"))
+            return
         text = g.get("reasonText") if isinstance(g.get("reasonText"), str) and g.get("reasonText") else "It is not available right now."
         message = f"{p.get('display_name') or p.get('slug')} is not available. {text}"
         if "free now" not in text.lower():
             message += " " + free_now(live)
+        if reason == "none_free" and glue.waitlist_on and glue.quota_configured(spawner):
+            message += ' To wait for one, pick it on the spawn form and tick "Join the waitlist".'
         refusals_total.labels(reason=reason).inc()
         spawner.log.info("gpuhub profiles glue: refuse %s's server %r: %r is unavailable (%s)", spawner.user.name, spawner.name, p.get("slug"), reason)
         glue.refuse(spawner, message, reason=service_name)
 
+    # The form's waitlist checkboxes (PROFILE_FORM): one per joinable choice, valued with its slug.
+    join_field, autostart_field, join_only_field = "gpuhub-waitlist", "gpuhub-autostart", "gpuhub-join-only"
+    own_options_from_form = c.KubeSpawner.options_from_form if "options_from_form" in c.KubeSpawner else None
+
+    def base_options(formdata, spawner):
+        """What KubeSpawner (or the admin's options_from_form) makes of the form without our fields."""
+        if own_options_from_form is not None:
+            if "spawner" in inspect.signature(own_options_from_form).parameters:
+                return own_options_from_form(formdata, spawner=spawner)
+            return own_options_from_form(formdata)
+        if spawner is not None:
+            return spawner._options_from_form(formdata)
+        # GET /hub/spawn?profile=... calls options_from_form without the spawner; KubeSpawner's own
+        # reading of the form uses nothing of it but its logger.
+        from kubespawner import KubeSpawner
+
+        return KubeSpawner._options_from_form(SimpleNamespace(log=logging.getLogger("JupyterHub")), formdata)
+
+    def with_join(options, formdata):
+        slug = options.get("profile") if isinstance(options, dict) else None
+        if not slug:
+            return options
+        join, autostart = slug in formdata.get(join_field, []), slug in formdata.get(autostart_field, [])
+        if join or autostart:
+            options = dict(options, gpuhub_waitlist=True)
+            if autostart:
+                options["gpuhub_autostart"] = True
+        elif slug in formdata.get(join_only_field, []):
+            # An error here re-renders the form with the message and never counts as a failed spawn.
+            message = (
+                'The choice you picked has none free right now: you can pick it only to join the waitlist. '
+                'Tick "Join the waitlist" under it to wait in line for one, or pick another choice.'
+            )
+            exc = web.HTTPError(400, "%s", message)
+            exc.jupyterhub_message = message
+            raise exc
+        return options
+
+    def gpuhub_options_from_form(formdata, spawner=None):
+        """KubeSpawner keeps only the profile's keys of the form: the waitlist choice for the picked
+        profile is added to user_options as gpuhub_waitlist / gpuhub_autostart (what an API spawn sends)."""
+        rest = {k: v for k, v in formdata.items() if k not in (join_field, autostart_field, join_only_field)}
+        options = base_options(rest, spawner)
+        if inspect.isawaitable(options):  # an admin's async options_from_form
+
+            async def later():
+                return with_join(await options, formdata)
+
+            return later()
+        return with_join(options, formdata)
+
     glue.before_admit.append(still_available)
     c.KubeSpawner.profile_list = gpuhub_profile_list
+    if glue.waitlist_on:
+        c.KubeSpawner.options_from_form = gpuhub_options_from_form
     if "profile_form_template" in c.KubeSpawner or "additional_profile_form_template_paths" in c.KubeSpawner:
         return  # the admin's own form wins; the start-time check above still refuses unavailable choices
     c.KubeSpawner.profile_form_template = form
@@ -786,6 +952,10 @@ def _gpuhub_profiles_glue(c, glue, form):
 # the callable returned, initialised by KubeSpawner: one has default true) and `user_options` (the last
 # choice). Plain HTML, no script: a fieldset of native radios (arrow keys move between enabled ones,
 # disabled ones are skipped), each with its label; a disabled choice says why, linked by aria-describedby.
+# With the waitlist on, a choice marked gpuhub_waitlist (by with_waitlist) gets a group of two checkboxes,
+# "Join the waitlist" and "Start my server automatically when my turn comes", valued with its slug; an
+# exhausted one keeps its "none free" reason and is enabled, but only for joining (a hidden field says so;
+# options_from_form refuses it without the checkbox). Without the mark the form is what it was.
 PROFILE_FORM = """
 <style>
   #gpuhub-profiles fieldset { border: 0; margin: 0; padding: 0; }
@@ -799,6 +969,12 @@ PROFILE_FORM = """
   #gpuhub-profiles .gpuhub-off label, #gpuhub-profiles .gpuhub-off .gpuhub-desc { color: #595959; }
   #gpuhub-profiles .gpuhub-reason { color: #8a1c1c; }
   #gpuhub-profiles .gpuhub-option { margin-top: 0.5rem; }
+  {%- if profile_list|selectattr("gpuhub_waitlist")|list %}
+  #gpuhub-profiles .gpuhub-waitlist { margin-top: 0.5rem; }
+  #gpuhub-profiles .gpuhub-waitlist legend { font-size: 1rem; margin-bottom: 0.25rem; }
+  #gpuhub-profiles .gpuhub-waitlist label { font-weight: normal; margin-left: 0.4rem; }
+  #gpuhub-profiles .gpuhub-waitlist input:focus-visible { outline: 3px solid #1a73e8; outline-offset: 2px; }
+  {%- endif %}
 </style>
 {%- set ns = namespace(selected=none, note="") %}
 {%- if profile_list and profile_list[0].gpuhub_note %}{% set ns.note = profile_list[0].gpuhub_note %}{% endif %}
@@ -822,12 +998,14 @@ PROFILE_FORM = """
     {%- for p in profile_list %}
     {%- set g = p.gpuhub if p.gpuhub is mapping else {} %}
     {%- set off = g.available is sameas false %}
+    {%- set join = p.gpuhub_waitlist if p.gpuhub_waitlist in ("exhausted", "offered") else "" %}
+    {%- set locked = off and join != "exhausted" %}
     {%- set id = "gpuhub-profile-" ~ loop.index %}
     <div class="gpuhub-choice{% if off %} gpuhub-off{% endif %}">
       <input type="radio" name="profile" id="{{ id }}" value="{{ p.slug|e }}"
              {%- if p.slug == ns.selected %} checked{% endif %}
-             {%- if off %} disabled aria-disabled="true"{% endif %}
-             aria-describedby="{{ id }}-desc{% if off %} {{ id }}-reason{% endif %}">
+             {%- if locked %} disabled aria-disabled="true"{% endif %}
+             aria-describedby="{{ id }}-desc{% if off %} {{ id }}-reason{% endif %}{% if join %} {{ id }}-join-note{% endif %}">
       <div>
         <label for="{{ id }}">{{ p.display_name|e }}
           {%- if g.free is number and g.kind not in ("cpu", "static") %}
@@ -838,13 +1016,34 @@ PROFILE_FORM = """
         {%- if off %}
         <p class="gpuhub-reason" id="{{ id }}-reason">{{ (g.reasonText or "Not available right now.")|e }}</p>
         {%- endif %}
+        {%- if join %}
+        <fieldset class="gpuhub-waitlist">
+          <legend>Waitlist for {{ p.display_name|e }}</legend>
+          <p class="gpuhub-join-note" id="{{ id }}-join-note">
+            {%- if join == "exhausted" %}None is free now: you can pick this only to wait in line for one, with "Join the waitlist" ticked.
+            {%- else %}Your last start of this was refused because none was free for you: tick "Join the waitlist" to wait in line for one.
+            {%- endif %}</p>
+          <div>
+            <input type="checkbox" name="gpuhub-waitlist" id="{{ id }}-join" value="{{ p.slug|e }}" aria-describedby="{{ id }}-join-note">
+            <label for="{{ id }}-join">Join the waitlist</label>
+          </div>
+          <div>
+            <input type="checkbox" name="gpuhub-autostart" id="{{ id }}-autostart" value="{{ p.slug|e }}" aria-describedby="{{ id }}-autostart-desc">
+            <label for="{{ id }}-autostart">Start my server automatically when my turn comes</label>
+            <p class="gpuhub-desc" id="{{ id }}-autostart-desc">Ticking this joins the waitlist too. Without it, a GPU is held for you for a while when your turn comes, and you start the server yourself.</p>
+          </div>
+          {%- if join == "exhausted" %}
+          <input type="hidden" name="gpuhub-join-only" value="{{ p.slug|e }}">
+          {%- endif %}
+        </fieldset>
+        {%- endif %}
         {%- for key, option in (p.profile_options or {}).items() %}
         {%- set oid = id ~ "-option-" ~ loop.index %}
         {%- set picked = user_options[key] if (user_options and last == p.slug and key in user_options) else none %}
         {%- if option.choices %}
         <div class="gpuhub-option">
           <label for="{{ oid }}">{{ (option.display_name or key)|e }}</label>
-          <select class="form-select" name="profile-option-{{ p.slug|e }}--{{ key|e }}" id="{{ oid }}"{% if off %} disabled{% endif %}>
+          <select class="form-select" name="profile-option-{{ p.slug|e }}--{{ key|e }}" id="{{ oid }}"{% if locked %} disabled{% endif %}>
             {%- for ck, choice in option.choices.items() %}
             <option value="{{ ck|e }}"{% if (picked is not none and ck == picked) or (picked is none and choice.default) %} selected{% endif %}>{{ (choice.display_name or ck)|e }}</option>
             {%- endfor %}
@@ -857,7 +1056,7 @@ PROFILE_FORM = """
           <input class="form-control" type="text" name="profile-option-{{ p.slug|e }}--{{ key|e }}--unlisted-choice" id="{{ oid }}-other"
                  {%- if option.unlisted_choice.validation_regex %} pattern="{{ option.unlisted_choice.validation_regex|e }}"{% endif %}
                  {%- if option.unlisted_choice.validation_message %} title="{{ option.unlisted_choice.validation_message|e }}"{% endif %}
-                 {%- if off %} disabled{% endif %}>
+                 {%- if locked %} disabled{% endif %}>
         </div>
         {%- endif %}
         {%- endfor %}

@@ -35,11 +35,19 @@ type Hub struct {
 
 // StartServer is POST /hub/api/users/{user}/server[s/{server}] with the profile in user_options.
 func (h *Hub) StartServer(ctx context.Context, token, user, server, profile string) (int, []byte, error) {
+	return h.StartServerWith(ctx, token, user, server, map[string]any{"profile": profile})
+}
+
+// StartServerWith is StartServer with user_options of the caller's (the profile and anything else).
+func (h *Hub) StartServerWith(ctx context.Context, token, user, server string, userOptions map[string]any) (int, []byte, error) {
 	u := h.Proc.APIURL() + "/users/" + url.PathEscape(user) + "/server"
 	if server != "" {
 		u += "s/" + url.PathEscape(server)
 	}
-	body, _ := json.Marshal(map[string]string{"profile": profile})
+	body, err := json.Marshal(userOptions)
+	if err != nil {
+		return 0, nil, err
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err

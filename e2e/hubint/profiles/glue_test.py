@@ -144,10 +144,11 @@ log.propagate = False
 class Spawner:
     """What the glue reads of a KubeSpawner."""
 
-    def __init__(self, loop=None, user="bob", pending=None, profile=None, server=""):
+    def __init__(self, loop=None, user="bob", pending=None, profile=None, server="", options=None):
         self.user = SimpleNamespace(name=user, groups=[SimpleNamespace(name="students")], settings={"base_url": "/"})
         self.name = server
         self.user_options = {"profile": profile} if profile else {}
+        self.user_options.update(options or {})
         self.log = log
         self.pending = pending
         self.consecutive_failure_limit = 5
@@ -170,17 +171,22 @@ class Form(html.parser.HTMLParser):
 
     def __init__(self, text):
         super().__init__()
-        self.radios, self.labels, self.ids, self.text = [], {}, {}, []
+        self.radios, self.labels, self.ids, self.text, self.inputs, self.legends = [], {}, {}, [], [], []
         self.fieldset = self.legend = False
-        self._label = None
+        self._label = self._legend = None
         self.feed(text)
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
         if "id" in a:
             self.ids[a["id"]] = tag
+        if tag == "input":
+            self.inputs.append(a)
         if tag == "input" and a.get("type") == "radio":
             self.radios.append(a)
+        if tag == "legend":
+            self._legend = len(self.legends)
+            self.legends.append("")
         if tag == "label":
             self._label = a.get("for")
             self.labels[self._label] = ""
@@ -190,11 +196,18 @@ class Form(html.parser.HTMLParser):
     def handle_endtag(self, tag):
         if tag == "label":
             self._label = None
+        if tag == "legend":
+            self._legend = None
 
     def handle_data(self, data):
         self.text.append(data)
         if self._label:
             self.labels[self._label] += data
+        if self._legend is not None:
+            self.legends[self._legend] += data
+
+    def named(self, name):
+        return [a for a in self.inputs if a.get("name") == name]
 
 
 def render(profiles, user_options=None):
@@ -219,7 +232,7 @@ class ProfilesGlueTest(unittest.TestCase):
         self.svc = FakeProfiles()
         self.addCleanup(self.svc.server_close)
         self.addCleanup(self.svc.shutdown)
-        for k in ("GPUHUB_PROFILES_URL", "GPUHUB_PROFILES_TOKEN", "GPUHUB_PROFILES_TIMEOUT", "GPUHUB_PROFILES_CACHE_SECONDS"):
+        for k in ("GPUHUB_PROFILES_URL", "GPUHUB_PROFILES_TOKEN", "GPUHUB_PROFILES_TIMEOUT", "GPUHUB_PROFILES_CACHE_SECONDS", "GPUHUB_WAITLIST"):
             os.environ.pop(k, None)
         self.services = [{"name": "gpu-profiles", "url": self.svc.url, "api_token": "profiles-token-123"}]
 
@@ -514,6 +527,208 @@ class ProfilesGlueTest(unittest.TestCase):
         c = load_glue(self.services, extra={"profile_form_template": "<p>mine</p>"})
         self.assertEqual(c.KubeSpawner.profile_form_template, "<p>mine</p>")
         self.assertTrue(callable(c.KubeSpawner.profile_list))
+
+    # --- the waitlist (GPUHUB_WAITLIST) ---
+
+    def with_quota(self, answer=(200, {"allow": True, "reason": "ok", "decisionId": "d-1"})):
+        """A fake gpu-quota next to the fake gpu-profiles; the services of both."""
+        quota = FakeProfiles()
+        self.addCleanup(quota.server_close)
+        self.addCleanup(quota.shutdown)
+        quota.answer = answer
+        return quota, self.services + [{"name": "gpu-quota", "url": quota.url, "api_token": "quota-token-123"}]
+
+    def test_waitlist_off_form_unchanged(self):
+        # Without GPUHUB_WAITLIST the glue leaves options_from_form alone and the form is byte for byte what
+        # it was before the waitlist: testdata/form-waitlist-off.html was rendered by the glue of then
+        # (GPUHUB_UPDATE_GOLDEN=1 rewrites it).
+        _, services = self.with_quota()
+        c = load_glue(services)
+        self.assertNotIn("options_from_form", c.KubeSpawner)
+        got, _ = self.call(c)
+        page = render([dict(got[0], gpuhub_note="Note <b>&</b>")] + list(got[1:]) + STATIC[1:], {"profile": "images", "image": "a"})
+        golden = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata", "form-waitlist-off.html")
+        if os.environ.get("GPUHUB_UPDATE_GOLDEN"):
+            os.makedirs(os.path.dirname(golden), exist_ok=True)
+            with open(golden, "w") as f:
+                f.write(page)
+        with open(golden) as f:
+            self.assertEqual(page, f.read(), "the form changed with the waitlist off")
+
+    def test_waitlist_form(self):
+        quota, services = self.with_quota()
+        os.environ["GPUHUB_WAITLIST"] = "1"
+        c = load_glue(services)
+        got, _ = self.call(c)
+        self.assertEqual([p.get("gpuhub_waitlist") for p in got], [None, "exhausted", None])
+        self.assertNotIn("gpuhub_waitlist", LIVE[1], "gpu-profiles' answer was changed")
+        got, _ = self.call(c)  # the cached answer is marked as well
+        self.assertEqual([p.get("gpuhub_waitlist") for p in got], [None, "exhausted", None])
+        self.assertEqual(quota.requests, [], "the form asked gpu-quota")
+        page = render(got + STATIC[1:])
+        f = Form(page)
+        radios = {r["value"]: r for r in f.radios}
+        h100 = radios["gpu-h100-80gb-hbm3"]
+        # Still shown with its reason, and selectable (only for joining): not disabled, not checked.
+        self.assertNotIn("disabled", h100)
+        self.assertNotIn("aria-disabled", h100)
+        self.assertNotIn("checked", h100)
+        self.assertIn("None free right now (2 of 2 in use).", page)
+        described = h100["aria-describedby"].split()
+        self.assertEqual(described, [h100["id"] + s for s in ("-desc", "-reason", "-join-note")])
+        for ref in described:
+            self.assertIn(ref, f.ids)
+        join, autostart, only = f.named("gpuhub-waitlist"), f.named("gpuhub-autostart"), f.named("gpuhub-join-only")
+        self.assertEqual([(a["type"], a["value"]) for a in join], [("checkbox", "gpu-h100-80gb-hbm3")])
+        self.assertEqual([(a["type"], a["value"]) for a in autostart], [("checkbox", "gpu-h100-80gb-hbm3")])
+        self.assertEqual([(a["type"], a["value"]) for a in only], [("hidden", "gpu-h100-80gb-hbm3")])
+        self.assertEqual(f.labels[join[0]["id"]].strip(), "Join the waitlist")
+        self.assertEqual(f.labels[autostart[0]["id"]].strip(), "Start my server automatically when my turn comes")
+        for box in join + autostart:
+            self.assertNotIn("checked", box)
+            for ref in box["aria-describedby"].split():
+                self.assertIn(ref, f.ids)
+        self.assertIn("Waitlist for NVIDIA H100 80GB", f.legends)
+        # The other choices are as before: the MIG slice is free, the CPU is the default.
+        self.assertEqual([r["value"] for r in f.radios if "checked" in r], ["cpu"])
+        self.assertEqual([r["value"] for r in f.radios if "disabled" in r], [])
+        self.assertNotIn("<slice>", page)
+        # No gpu-quota, no line to wait in: the form is the one without the waitlist.
+        c = load_glue(self.services)
+        got, _ = self.call(c, user="carol")
+        self.assertEqual([p.get("gpuhub_waitlist") for p in got], [None, None, None])
+        self.assertNotIn("gpuhub-waitlist", render(got))
+
+    def options(self, c, formdata, spawner=True):
+        s = Spawner(user="bob")
+        s._options_from_form = lambda fd: KubeSpawner._options_from_form(s, fd)
+        fn = c.KubeSpawner.options_from_form
+        return fn(formdata, spawner=s) if spawner else fn(formdata)
+
+    def test_waitlist_options_from_form(self):
+        _, services = self.with_quota()
+        self.assertNotIn("options_from_form", load_glue(services).KubeSpawner, "set with the waitlist off")
+        os.environ["GPUHUB_WAITLIST"] = "1"
+        c = load_glue(services)
+        h100 = "gpu-h100-80gb-hbm3"
+        cases = {
+            "join and autostart": (
+                {"profile": [h100], "gpuhub-waitlist": [h100], "gpuhub-autostart": [h100], "gpuhub-join-only": [h100]},
+                {"profile": h100, "gpuhub_waitlist": True, "gpuhub_autostart": True},
+            ),
+            "join": ({"profile": [h100], "gpuhub-waitlist": [h100], "gpuhub-join-only": [h100]}, {"profile": h100, "gpuhub_waitlist": True}),
+            "autostart alone joins": ({"profile": [h100], "gpuhub-autostart": [h100], "gpuhub-join-only": [h100]},
+                                      {"profile": h100, "gpuhub_waitlist": True, "gpuhub_autostart": True}),
+            "another choice picked": ({"profile": ["cpu"], "gpuhub-waitlist": [h100], "gpuhub-join-only": [h100]}, {"profile": "cpu"}),
+            "profile options kept": (
+                {"profile": ["images"], "profile-option-images--image": ["a"], "profile-option-cpu--image": ["x"], "gpuhub-join-only": [h100]},
+                {"profile": "images", "image": "a"},
+            ),
+            "offered choice joined": (
+                {"profile": ["mig-a100-sxm4-40gb-1g-5gb"], "gpuhub-waitlist": ["mig-a100-sxm4-40gb-1g-5gb"]},
+                {"profile": "mig-a100-sxm4-40gb-1g-5gb", "gpuhub_waitlist": True},
+            ),
+        }
+        for name, (formdata, want) in cases.items():
+            for with_spawner in (True, False):  # GET /hub/spawn?... passes no spawner
+                with self.subTest(name, spawner=with_spawner):
+                    # Our fields never reach KubeSpawner's reading ("Ignoring unrecognized form data").
+                    with self.assertNoLogs("glue-test", level="WARNING"), self.assertNoLogs("JupyterHub", level="WARNING"):
+                        self.assertEqual(self.options(c, formdata, with_spawner), want)
+        # Picked only to join, without the checkbox: refused on the form (never a spawn the Hub counts).
+        with self.assertRaises(web.HTTPError) as cm:
+            self.options(c, {"profile": [h100], "gpuhub-join-only": [h100]})
+        self.assertEqual(cm.exception.status_code, 400)
+        self.assertIn('Tick "Join the waitlist"', cm.exception.jupyterhub_message)
+
+    def test_waitlist_wraps_admins_options_from_form(self):
+        _, services = self.with_quota()
+        os.environ["GPUHUB_WAITLIST"] = "1"
+
+        def own(formdata):
+            return {"profile": formdata["profile"][0], "mine": True}
+
+        async def own_async(formdata, spawner):
+            return {"profile": formdata["profile"][0], "user": spawner.user.name}
+
+        formdata = {"profile": ["gpu-h100-80gb-hbm3"], "gpuhub-waitlist": ["gpu-h100-80gb-hbm3"]}
+        c = load_glue(services, extra={"options_from_form": own})
+        self.assertEqual(self.options(c, formdata), {"profile": "gpu-h100-80gb-hbm3", "mine": True, "gpuhub_waitlist": True})
+        c = load_glue(services, extra={"options_from_form": own_async})
+        got = asyncio.run(self.options(c, formdata))
+        self.assertEqual(got, {"profile": "gpu-h100-80gb-hbm3", "user": "bob", "gpuhub_waitlist": True})
+
+    def test_waitlist_join_reaches_quota(self):
+        # The exhausted choice, asked with a join: the start check lets it through, gpu-quota gets the choice
+        # and the options, and its refusal (with the place in line) is the user's message; on 5.5 it is
+        # taken back out of the failure count (the start helper checks).
+        message = "No H100 is free right now. You are number 2 of 3 waiting for a H100. Your server starts by itself when your turn comes."
+        quota, services = self.with_quota((200, {
+            "allow": False, "reason": "none_free", "message": message, "decisionId": "d-2",
+            "waitlist": {"position": 2, "waiting": 3, "message": "You are number 2 of 3 waiting for a H100."},
+        }))
+        os.environ["GPUHUB_WAITLIST"] = "1"
+        c = load_glue(services)
+        pod = gpu_pod({"nvidia.com/gpu": "1"}, H100_SELECTOR)
+        joining = {"gpuhub_waitlist": True, "gpuhub_autostart": True}
+        with self.assertRaises(web.HTTPError) as cm:
+            self.start(c, "gpu-h100-80gb-hbm3", pod, options=joining)
+        self.assertEqual(cm.exception.status_code, 403)
+        self.assertEqual(cm.exception.jupyterhub_message, message)
+        (req,) = quota.requests
+        self.assertEqual(req["body"]["waitlist"], {"join": True, "autoStart": True})
+        self.assertEqual(req["body"]["userOptions"], dict(joining, profile="gpu-h100-80gb-hbm3"))
+        # The static H100, judged by the live one, joins the same way.
+        with self.assertRaises(web.HTTPError):
+            self.start(c, "h100", pod, options=joining)
+        self.assertEqual(len(quota.requests), 2)
+
+        # Not joining: refused before gpu-quota, with how to join.
+        with self.assertRaises(web.HTTPError) as cm:
+            self.start(c, "gpu-h100-80gb-hbm3", pod)
+        self.assertIn("None free right now", cm.exception.jupyterhub_message)
+        self.assertIn('tick "Join the waitlist"', cm.exception.jupyterhub_message)
+        self.assertEqual(len(quota.requests), 2)
+
+        # A choice the quota rules out is no line to wait in.
+        c = load_glue(services)  # no young answer from before: the start asks gpu-profiles
+        quota_out = live_profile("gpu-t4", "T4", "gpu", 3, 4, False, "quota", "Over your quota.", {"nvidia.com/gpu": "1"}, {"nvidia.com/gpu.product": "Tesla-T4"})
+        self.svc.answer = (200, {"profiles": LIVE + [quota_out]})
+        with self.assertRaises(web.HTTPError) as cm:
+            self.start(c, "gpu-t4", gpu_pod({"nvidia.com/gpu": "1"}, {"nvidia.com/gpu.product": "Tesla-T4"}), options=joining)
+        self.assertIn("Over your quota.", cm.exception.jupyterhub_message)
+        self.assertEqual(len(quota.requests), 2)
+
+        # No gpu-quota to keep a line: refused as without the waitlist.
+        self.svc.answer = (200, {"profiles": LIVE})
+        c = load_glue(self.services)
+        with self.assertRaises(web.HTTPError) as cm:
+            self.start(c, "gpu-h100-80gb-hbm3", pod, options=joining)
+        self.assertNotIn("Join the waitlist", cm.exception.jupyterhub_message)
+
+    def test_waitlist_offered_after_refusal_for_lack(self):
+        # gpu-profiles counts a MIG slice free, but gpu-quota holds it for the people in line (reason
+        # waitlist): its words tell bob to join from the form, so the form now offers it on that choice.
+        mig, pod = "mig-a100-sxm4-40gb-1g-5gb", gpu_pod({"nvidia.com/mig-1g.5gb": "1"}, {})
+        held = "The free MIG 1g.5gb is held for the next person on the waitlist. You would be number 2 in line."
+        quota, services = self.with_quota((200, {"allow": False, "reason": "waitlist", "message": held, "decisionId": "d-3"}))
+        os.environ["GPUHUB_WAITLIST"] = "1"
+        c = load_glue(services)
+        with self.assertRaises(web.HTTPError) as cm:
+            self.start(c, mig, pod)
+        self.assertEqual(cm.exception.jupyterhub_message, held)
+        got, _ = self.call(c)
+        self.assertEqual([p.get("gpuhub_waitlist") for p in got], [None, "exhausted", "offered"])
+        got_other, _ = self.call(c, server="other")
+        self.assertEqual([p.get("gpuhub_waitlist") for p in got_other], [None, "exhausted", None], "another server of bob's")
+        f = Form(render(got))
+        self.assertEqual([a["value"] for a in f.named("gpuhub-waitlist")], ["gpu-h100-80gb-hbm3", mig])
+        self.assertEqual([a["value"] for a in f.named("gpuhub-join-only")], ["gpu-h100-80gb-hbm3"], "an available choice is not join-only")
+        # Admitted later: the offer goes.
+        quota.answer = (200, {"allow": True, "reason": "ok", "decisionId": "d-4"})
+        self.start(c, mig, pod)
+        got, _ = self.call(c)
+        self.assertEqual([p.get("gpuhub_waitlist") for p in got], [None, "exhausted", None])
 
     def test_metrics(self):
         from prometheus_client import REGISTRY

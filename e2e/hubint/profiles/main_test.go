@@ -67,11 +67,13 @@ c.Spawner.consecutive_failure_limit = 5
 `
 
 var (
-	cp     *cluster.ControlPlane
-	admin  kubernetes.Interface
-	z2jh   *hubUnderTest
-	plain  *hubUnderTest
-	logger = slog.New(slog.DiscardHandler)
+	cp    *cluster.ControlPlane
+	admin kubernetes.Interface
+	z2jh  *hubUnderTest
+	plain *hubUnderTest
+	// waiting has z2jh's spawn settings, GPUHUB_WAITLIST=1 and a fake gpu-quota (waitlist_test.go).
+	waiting *hubUnderTest
+	logger  = slog.New(slog.DiscardHandler)
 )
 
 // hubUnderTest is one Hub with its own gpu-profiles.
@@ -83,6 +85,13 @@ type hubUnderTest struct {
 	profilesSpec  proc.Spec
 	profilesURL   string // base with prefix
 	profilesToken string
+	quota         *fakeQuota // the Hub's gpu-quota, when it has one
+}
+
+// hubExtras are what a Hub gets besides the glue and its gpu-profiles.
+type hubExtras struct {
+	env      []string
+	services []hubproc.Service
 }
 
 func TestMain(m *testing.M) {
@@ -115,18 +124,18 @@ func run(m *testing.M) int {
 		defer stopAll()
 		if err := setup(ctx, dir); err != nil {
 			fmt.Fprintf(os.Stderr, "hubint/profiles: setup: %v\n", err)
-			for _, h := range []*hubUnderTest{z2jh, plain} {
+			for _, h := range []*hubUnderTest{z2jh, plain, waiting} {
 				if h != nil {
 					h.dumpLogs()
 				}
 			}
 			return
 		}
-		fmt.Printf("hubint/profiles: control plane, jupyterhub %s x2 and gpu-profiles x2 ready in %s\n",
+		fmt.Printf("hubint/profiles: control plane, jupyterhub %s x3 and gpu-profiles x3 ready in %s\n",
 			z2jh.hub.Version(), time.Since(start).Round(time.Millisecond))
 		code = m.Run()
 		if code != 0 {
-			for _, h := range []*hubUnderTest{z2jh, plain} {
+			for _, h := range []*hubUnderTest{z2jh, plain, waiting} {
 				h.dumpLogs()
 			}
 		}
@@ -190,19 +199,31 @@ func setup(ctx context.Context, dir string) error {
 			return err
 		}
 	}
-	if z2jh, err = startHub(ctx, dir, "z2jh", z2jhSpawnSettings); err != nil {
+	if z2jh, err = startHub(ctx, dir, "z2jh", z2jhSpawnSettings, hubExtras{}); err != nil {
 		return err
 	}
-	if plain, err = startHub(ctx, dir, "plain", "c.Spawner.consecutive_failure_limit = 5\n"); err != nil {
+	if plain, err = startHub(ctx, dir, "plain", "c.Spawner.consecutive_failure_limit = 5\n", hubExtras{}); err != nil {
 		return err
 	}
+	// Before its Hub: JupyterHub 6 waits at startup until each service with a url answers.
+	quota := newFakeQuota()
+	if waiting, err = startHub(ctx, dir, "waitlist", z2jhSpawnSettings, hubExtras{
+		env: []string{"GPUHUB_WAITLIST=1"}, services: []hubproc.Service{quota.service()},
+	}); err != nil {
+		quota.Close()
+		return err
+	}
+	waiting.quota = quota
 	return nil
 }
 
 func stopAll() {
-	for _, h := range []*hubUnderTest{z2jh, plain} {
+	for _, h := range []*hubUnderTest{z2jh, plain, waiting} {
 		if h == nil {
 			continue
+		}
+		if h.quota != nil {
+			h.quota.Close()
 		}
 		if h.profiles != nil {
 			h.profiles.Stop()
@@ -219,9 +240,10 @@ func stopAll() {
 }
 
 // startHub starts gpu-profiles and a Hub with KubeSpawner, the glue and the static profile list (plus
-// staticExtra) in its values, gpu-profiles registered as the Hub's service gpu-profiles. gpu-profiles' overrides
-// give the time-sliced choice a description with markup and add a static profile with markup in its name.
-func startHub(ctx context.Context, dir, name, extraConfig string) (*hubUnderTest, error) {
+// staticExtra) in its values, gpu-profiles registered as the Hub's service gpu-profiles (and extra's services
+// besides, extra's env in the Hub's environment). gpu-profiles' overrides give the time-sliced choice a
+// description with markup and add a static profile with markup in its name.
+func startHub(ctx context.Context, dir, name, extraConfig string, extra hubExtras) (*hubUnderTest, error) {
 	h := &hubUnderTest{name: name, dir: filepath.Join(dir, name)}
 	if err := os.MkdirAll(h.dir, 0o755); err != nil {
 		return nil, err
@@ -270,11 +292,11 @@ func startHub(ctx context.Context, dir, name, extraConfig string) (*hubUnderTest
 	}
 	h.hub, err = hub.Start(ctx, hub.Options{
 		Venv: os.Getenv(hubproc.EnvVenv), CHP: os.Getenv(hubproc.EnvCHP), Kubeconfig: hubKC, Namespace: ns,
-		Dir: filepath.Join(h.dir, "hub"), Password: password, Values: valuesFile, HubPort: hubPort,
-		Services: []hubproc.Service{
+		Dir: filepath.Join(h.dir, "hub"), Password: password, Values: valuesFile, HubPort: hubPort, Env: extra.env,
+		Services: append([]hubproc.Service{
 			{Name: serviceName, Token: h.profilesToken, URL: fmt.Sprintf("http://127.0.0.1:%d", profilesPort), Scopes: profilesScopes},
 			{Name: metricsService, Scopes: []string{"read:metrics"}},
-		},
+		}, extra.services...),
 	})
 	if err != nil {
 		return h, err

@@ -100,7 +100,7 @@ class GlueTest(unittest.TestCase):
         self.quota = FakeQuota()
         self.addCleanup(self.quota.server_close)
         self.addCleanup(self.quota.shutdown)
-        for k in ("GPUHUB_QUOTA_URL", "GPUHUB_QUOTA_TOKEN", "GPUHUB_QUOTA_ON_UNAVAILABLE", "GPUHUB_QUOTA_TIMEOUT"):
+        for k in ("GPUHUB_QUOTA_URL", "GPUHUB_QUOTA_TOKEN", "GPUHUB_QUOTA_ON_UNAVAILABLE", "GPUHUB_QUOTA_TIMEOUT", "GPUHUB_WAITLIST"):
             os.environ.pop(k, None)
         self.services = [{"name": "gpu-quota", "url": self.quota.url, "api_token": "secret-token-123"}]
 
@@ -267,6 +267,55 @@ class GlueTest(unittest.TestCase):
                         self.run_hook(hook, gpu_pod())
                 self.assertEqual(cm.exception.jupyterhub_message, CLOSED)
                 self.assertNotIn("secret-token-123", "\n".join(logs.output))
+
+    def test_waitlist_join_sends_choice_and_options(self):
+        # With GPUHUB_WAITLIST on, a spawn whose user_options ask to join sends the choice and the options
+        # (gpu-quota starts the server with them when the turn comes); gpu-quota's refusal, which says the
+        # place in line, is what the user sees. Off, or not asked: the body is exactly what it was.
+        place = {"position": 2, "waiting": 3, "estimate": "2026-11-22T15:10:00Z", "message": "You are number 2 of 3 waiting for a H100."}
+        refusal = {
+            "allow": False, "reason": "none_free", "decisionId": "d-9", "waitlist": place,
+            "message": "No H100 is free right now. You are number 2 of 3 waiting for a H100. Estimated: around 15:10.",
+        }
+        base = {"user": "bob", "server": "", "groups": ["students"], "resources": {"nvidia.com/gpu": 1},
+                "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, "profile": "h100"}
+        cases = {
+            "join and autostart": ("1", {"profile": "h100", "gpuhub_waitlist": True, "gpuhub_autostart": True, "image": "b"},
+                                   {"join": True, "autoStart": True}),
+            "join": ("true", {"profile": "h100", "gpuhub_waitlist": True}, {"join": True, "autoStart": False}),
+            "API strings": ("on", {"profile": "h100", "gpuhub_waitlist": "true"}, {"join": True, "autoStart": False}),
+            "autostart alone joins": ("1", {"profile": "h100", "gpuhub_autostart": 1}, {"join": True, "autoStart": True}),
+            "not asked": ("1", {"profile": "h100"}, None),
+            "asked as false": ("1", {"profile": "h100", "gpuhub_waitlist": False, "gpuhub_autostart": "no"}, None),
+            "waitlist off": ("", {"profile": "h100", "gpuhub_waitlist": True, "gpuhub_autostart": True}, None),
+        }
+        for name, (env, options, want) in cases.items():
+            with self.subTest(name):
+                os.environ["GPUHUB_WAITLIST"] = env
+                hook = load_glue(self.services)
+                self.quota.answers = [(200, refusal)]
+                s = Spawner()
+                s.user_options = dict(options)
+                with self.assertLogs("glue-test", level="INFO") as logs:
+                    with self.assertRaises(web.HTTPError) as cm:
+                        self.run_hook(hook, gpu_pod(), s)
+                self.assertEqual(cm.exception.jupyterhub_message, refusal["message"])
+                body = self.quota.requests[-1]["body"]
+                if want is None:
+                    self.assertEqual(body, base)
+                else:
+                    self.assertEqual(body, dict(base, waitlist=want, userOptions=options))
+                self.assertIn("waitlist position 2 of 3", "\n".join(logs.output))
+                self.assertNotIn("secret-token-123", "\n".join(logs.output))
+
+    def test_waitlist_options_that_are_not_json(self):
+        # user_options may hold uploaded files (bytes): the admission still goes out, the bytes as null.
+        os.environ["GPUHUB_WAITLIST"] = "1"
+        hook = load_glue(self.services)
+        s = Spawner()
+        s.user_options = {"profile": "h100", "gpuhub_waitlist": True, "data_file": [b"\x00\x01"]}
+        self.run_hook(hook, gpu_pod(), s)
+        self.assertEqual(self.quota.requests[-1]["body"]["userOptions"], {"profile": "h100", "gpuhub_waitlist": True, "data_file": [None]})
 
     def test_metrics_registered_once(self):
         from prometheus_client import REGISTRY
