@@ -47,6 +47,7 @@ import {
   estimateText,
   holdCountdown,
   positionText,
+  serverUrl,
   startUrl,
   turnHeadline,
   turnStart,
@@ -753,9 +754,10 @@ function StopNotice(props: {
 }
 
 /**
- * gpu-quota's waitlist: the user's turn, prominent, and every place in line
- * with its message, position, estimate and a way out. Nothing at all while
- * the user waits for nothing, or the waitlist is off.
+ * gpu-quota's waitlist: the user's turn, prominent, a server just started
+ * from the queue, and every place in line with its message, position,
+ * estimate and a way out. Nothing at all while the user waits for nothing,
+ * or the waitlist is off.
  */
 export function Waitlist(
   props: WaitlistProps & {
@@ -771,8 +773,9 @@ export function Waitlist(
   ) {
     return null;
   }
-  const turns = state.places.filter(p => p.position === 0);
-  const inLine = state.places.filter(p => p.position !== 0);
+  const turns = state.places.filter(p => p.state === 'held');
+  const started = state.places.filter(p => p.state === 'started');
+  const inLine = state.places.filter(p => p.state === 'waiting');
   return (
     <section
       className="jp-GpuPanel-section jp-GpuPanel-waitlist"
@@ -792,6 +795,14 @@ export function Waitlist(
           clock={props.clock}
           leave={state.leaving[p.server]}
           onLeave={() => props.onLeave(p.server)}
+        />
+      ))}
+      {started.map(p => (
+        <Started
+          key={p.server}
+          place={p}
+          user={props.user}
+          hubBase={props.hubBase}
         />
       ))}
       {inLine.map(p => (
@@ -906,6 +917,51 @@ function Turn(props: {
         />
       </div>
     </div>
+  );
+}
+
+/**
+ * A server started from the queue: gpu-quota's words and a way to open it;
+ * nothing to leave any more.
+ */
+function Started(props: {
+  place: Place;
+  user: string;
+  hubBase: string;
+}): JSX.Element {
+  const { place: p } = props;
+  // gpu-quota writes UTC in its words; the local time goes next to them.
+  const at = p.startedAt ? clockText(p.startedAt) : '';
+  const yourServer = p.server ? `your server ${p.server}` : 'your server';
+  return (
+    <article
+      className="jp-GpuPanel-place jp-GpuPanel-started"
+      aria-label={`Started from the waitlist (${serverLabel(p.server)})`}
+      data-server={p.server}
+      data-started-at={p.startedAt ?? ''}
+    >
+      <p
+        className="jp-GpuPanel-value"
+        role="status"
+        data-field="waitlist-started"
+      >
+        {p.message ||
+          asSentence(
+            `${yourServer} was started with ${waitedFor(p)} from the waitlist`
+          )}
+      </p>
+      <p data-field="waitlist-started-open">
+        <a
+          href={serverUrl(props.hubBase, props.user, p.server)}
+          target="_blank"
+          rel="noreferrer"
+          data-action="open-server"
+        >
+          {p.server ? `Open ${p.server}` : 'Open your server'}
+        </a>
+        {at && <span className="jp-GpuPanel-muted"> · started {at}</span>}
+      </p>
+    </article>
   );
 }
 

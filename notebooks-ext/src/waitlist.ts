@@ -19,6 +19,12 @@ import { article, clockText, formatCountdown } from './format';
 
 const SERVICE = 'gpu-quota';
 
+/**
+ * Where a place stands: waiting in line, held (the user's turn) or started
+ * (its server started from the queue; gpu-quota lists it for 15 minutes after).
+ */
+export type PlaceState = 'waiting' | 'held' | 'started';
+
 /** One of the user's servers in a queue for a GPU class. */
 export interface Place {
   user: string;
@@ -28,13 +34,16 @@ export interface Place {
   kind: string;
   /** What is waited for, in words: "H100", "MIG 3g.20gb slice of an A100". */
   description: string;
-  /** 0: a unit is held for this server (the user's turn); n ≥ 1: n-th in line. */
+  state: PlaceState;
+  /** 0: held (the user's turn) or started; n ≥ 1: n-th in line. */
   position: number;
   /** How many wait in this queue (held entries not counted). */
   waiting: number;
   joinedAt: string;
   /** Until when the unit is held (ISO 8601); only while position is 0. */
   heldUntil?: string;
+  /** When its server started from the queue (ISO 8601); only once started. */
+  startedAt?: string;
   /** When a unit may free for it (ISO 8601); absent when nothing tells. */
   estimate?: string;
   /** The server starts by itself when its turn comes. */
@@ -107,6 +116,7 @@ export function parsePlace(v: unknown): Place | null {
     class: str(v.class),
     kind: str(v.kind),
     description,
+    state: placeState(v.state, position),
     position,
     waiting: count(v.waiting) ?? 0,
     joinedAt: str(v.joinedAt),
@@ -122,6 +132,10 @@ export function parsePlace(v: unknown): Place | null {
   if (heldUntil) {
     p.heldUntil = heldUntil;
   }
+  const startedAt = time(v.startedAt);
+  if (startedAt) {
+    p.startedAt = startedAt;
+  }
   const estimate = time(v.estimate);
   if (estimate) {
     p.estimate = estimate;
@@ -131,6 +145,17 @@ export function parsePlace(v: unknown): Place | null {
     p.blocked = blocked;
   }
   return p;
+}
+
+/**
+ * gpu-quota's state of a place; one older gpu-quota does not send (or one
+ * this panel does not know) follows from the position, as it used to: 0 is held.
+ */
+function placeState(v: unknown, position: number): PlaceState {
+  if (v === 'waiting' || v === 'held' || v === 'started') {
+    return v;
+  }
+  return position === 0 ? 'held' : 'waiting';
 }
 
 /** DELETE the server's place: resolves once it is out of the queue. */
@@ -251,6 +276,19 @@ export function startUrl(
     return `${hubBase}hub/home`;
   }
   return `${hubBase}hub/spawn/${encodeURIComponent(user)}/${encodeURIComponent(server)}`;
+}
+
+/**
+ * The server's own URL, where a started server opens: `user/<name>/` for the
+ * default server, `user/<name>/<server>/` for a named one.
+ */
+export function serverUrl(
+  hubBase: string,
+  user: string,
+  server: string
+): string {
+  const home = `${hubBase}user/${encodeURIComponent(user)}/`;
+  return server ? `${home}${encodeURIComponent(server)}/` : home;
 }
 
 /** How the server gets started on the user's turn. */

@@ -16,6 +16,7 @@ import {
   aliceMe,
   bobAloneOnT4Json,
   bobOverBudgetJson,
+  bobStartedPlaceJson,
   bobTurnPlaceJson,
   bobWaitingPlaceJson,
   ledgerDownAliceJson,
@@ -911,6 +912,65 @@ describe('GpuPanel: the GPU waitlist (issue 13)', () => {
       expect(start?.querySelector('a')?.getAttribute('href')).toBe(tc.href);
     }
   );
+
+  it('shows a server started from the queue as news with a link to it, not as a turn', () => {
+    render(
+      waitlistProps({
+        places: [place(bobStartedPlaceJson()), place(bobWaitingPlaceJson())]
+      }),
+      { hubBase: '/jhub/' }
+    );
+    const started = host.querySelector('article[data-server="gpu"]');
+    expect(started?.getAttribute('data-started-at')).toBe(
+      '2026-11-22T09:58:00Z'
+    );
+    const message = started?.querySelector('[data-field="waitlist-started"]');
+    expect(message?.getAttribute('role')).toBe('status');
+    expect(message?.textContent).toBe(
+      'Your server "gpu" was started for you at 09:58 UTC with a H100 from the waitlist.'
+    );
+    const open = started?.querySelector('[data-action="open-server"]');
+    expect(open?.textContent).toBe('Open gpu');
+    expect(open?.getAttribute('href')).toBe('/jhub/user/bob/gpu/');
+    expect(text('[data-field="waitlist-started-open"]')).toBe(
+      `Open gpu · started ${clockText('2026-11-22T09:58:00Z')}`
+    );
+    // Not a turn, not a place in line, nothing to leave.
+    expect(host.querySelector('[data-notice="Your turn"]')).toBeNull();
+    expect(started?.querySelector('[data-action="leave-waitlist"]')).toBeNull();
+    expect(
+      started?.querySelector('[data-field="waitlist-position"]')
+    ).toBeNull();
+    // The default server still waits, with its own Leave button.
+    expect(
+      host.querySelectorAll('[data-action="leave-waitlist"]')
+    ).toHaveLength(1);
+  });
+
+  it('opens a started default server at user/<name>/, with words of its own when gpu-quota sends none', () => {
+    render(
+      waitlistProps({
+        places: [
+          place(
+            bobStartedPlaceJson({
+              server: '',
+              message: '',
+              startedAt: undefined
+            })
+          )
+        ]
+      })
+    );
+    expect(text('[data-field="waitlist-started"]')).toBe(
+      'Your server was started with an H100 from the waitlist.'
+    );
+    const open = host.querySelector('[data-action="open-server"]');
+    expect(open?.textContent).toBe('Open your server');
+    expect(open?.getAttribute('href')).toBe('/user/bob/');
+    expect(text('[data-field="waitlist-started-open"]')).toBe(
+      'Open your server'
+    );
+  });
 
   it('names what giving up a turn means', () => {
     render(waitlistProps({ places: [place(bobTurnPlaceJson())] }));

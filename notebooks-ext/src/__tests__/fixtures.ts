@@ -299,7 +299,8 @@ export const aliceStoppedJson = {
  * gpu-quota's places for bob (services/gpu-quota, "When no GPU is free"):
  * his default server 2nd of 3 waiting for an H100 (estimate 10:40 UTC, no
  * auto-start), and his named server "train" whose turn it is (an H100 held
- * until 10:10 UTC, started for him). Raw JSON as the service sends it.
+ * until 10:10 UTC, started for him), and his named server "gpu" that started
+ * from the queue at 09:58 UTC. Raw JSON as the service sends it.
  */
 export function bobWaitingPlaceJson(
   overrides: Record<string, unknown> = {}
@@ -310,6 +311,7 @@ export function bobWaitingPlaceJson(
     class: 'gpu NVIDIA-H100-80GB-HBM3',
     kind: 'gpu',
     description: 'H100',
+    state: 'waiting',
     position: 2,
     waiting: 3,
     joinedAt: '2026-11-22T09:30:00Z',
@@ -332,6 +334,7 @@ export function bobTurnPlaceJson(
     class: 'gpu NVIDIA-H100-80GB-HBM3',
     kind: 'gpu',
     description: 'H100',
+    state: 'held',
     position: 0,
     waiting: 2,
     joinedAt: '2026-11-22T09:20:00Z',
@@ -341,6 +344,30 @@ export function bobTurnPlaceJson(
     fairShare: 0.552,
     message:
       'Your turn: a H100 is held for you until 10:10. Your server is being started for you.',
+    ...overrides
+  };
+}
+
+export function bobStartedPlaceJson(
+  overrides: Record<string, unknown> = {}
+): Record<string, unknown> {
+  return {
+    user: 'bob',
+    server: 'gpu',
+    class: 'gpu NVIDIA-H100-80GB-HBM3',
+    kind: 'gpu',
+    description: 'H100',
+    state: 'started',
+    position: 0,
+    waiting: 0,
+    joinedAt: '2026-11-22T09:10:00Z',
+    heldUntil: '2026-11-22T10:05:00Z',
+    startedAt: '2026-11-22T09:58:00Z',
+    autoStart: true,
+    startRequested: true,
+    fairShare: 1,
+    message:
+      'Your server "gpu" was started for you at 09:58 UTC with a H100 from the waitlist.',
     ...overrides
   };
 }

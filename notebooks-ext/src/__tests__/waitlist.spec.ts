@@ -10,6 +10,7 @@ import {
   quotaApiUrl,
   requestLeave,
   requestPlaces,
+  serverUrl,
   startUrl,
   turnHeadline,
   turnStart
@@ -17,6 +18,7 @@ import {
 import {
   NOW,
   aroundToday,
+  bobStartedPlaceJson,
   bobTurnPlaceJson,
   bobWaitingPlaceJson
 } from './fixtures';
@@ -161,6 +163,7 @@ describe('parsePlace', () => {
       class: 'gpu NVIDIA-H100-80GB-HBM3',
       kind: 'gpu',
       description: 'H100',
+      state: 'held',
       position: 0,
       waiting: 2,
       joinedAt: '2026-11-22T09:20:00Z',
@@ -178,6 +181,32 @@ describe('parsePlace', () => {
     string,
     { json: Record<string, unknown>; want: Partial<Place> | null }
   > = {
+    'a server started from the queue': {
+      json: bobStartedPlaceJson(),
+      want: {
+        state: 'started',
+        position: 0,
+        startedAt: '2026-11-22T09:58:00Z',
+        message:
+          'Your server "gpu" was started for you at 09:58 UTC with a H100 from the waitlist.'
+      }
+    },
+    'an older gpu-quota without state: position 0 is held': {
+      json: bobTurnPlaceJson({ state: undefined }),
+      want: { state: 'held' }
+    },
+    'an older gpu-quota without state: position n is waiting': {
+      json: bobWaitingPlaceJson({ state: undefined }),
+      want: { state: 'waiting' }
+    },
+    'a state this panel does not know follows the position': {
+      json: bobWaitingPlaceJson({ state: 'expired' }),
+      want: { state: 'waiting' }
+    },
+    'a startedAt that does not parse is left out': {
+      json: bobStartedPlaceJson({ startedAt: 'just now' }),
+      want: { state: 'started', startedAt: undefined }
+    },
     'no estimate, no hold': {
       json: bobWaitingPlaceJson({ estimate: undefined }),
       want: { estimate: undefined, heldUntil: undefined }
@@ -350,6 +379,12 @@ describe('the words for a place', () => {
       '/jhub/hub/spawn/bob/train'
     );
     expect(startUrl('/', 'a b', 'x/y')).toBe('/hub/spawn/a%20b/x%2Fy');
+  });
+
+  it('serverUrl: user/<name>/ for the default server, user/<name>/<server>/ for a named one', () => {
+    expect(serverUrl('/', 'bob', '')).toBe('/user/bob/');
+    expect(serverUrl('/jhub/', 'bob', 'gpu')).toBe('/jhub/user/bob/gpu/');
+    expect(serverUrl('/', 'a b', 'x/y')).toBe('/user/a%20b/x%2Fy/');
   });
 
   it('turnStart', () => {
