@@ -529,7 +529,9 @@ export function standardUsers(): Record<string, FixtureUser> {
 
 /**
  * A place in gpu-quota's waitlist as the service lists it: `position` 0 is the
- * user's turn (an H100 held for `heldMinutes`), n ≥ 1 the n-th of `waiting`.
+ * user's turn (an H100 held for `heldMinutes`), or, with `startedMinutesAgo`,
+ * a server that started from the queue that long ago; n ≥ 1 the n-th of
+ * `waiting`.
  */
 export function h100Place(
   user: string,
@@ -540,6 +542,7 @@ export function h100Place(
     now?: Date;
     estimateMinutes?: number;
     heldMinutes?: number;
+    startedMinutesAgo?: number;
     autoStart?: boolean;
     startRequested?: boolean;
   }
@@ -561,10 +564,17 @@ export function h100Place(
     startRequested: options.startRequested ?? false,
     fairShare: 0.55
   };
-  if (options.position === 0) {
+  if (options.startedMinutesAgo !== undefined) {
+    p.state = 'started';
+    p.startedAt = at(-options.startedMinutesAgo);
+    const srv = server ? `Your server "${server}"` : 'Your server';
+    p.message = `${srv} was started for you at ${hhmm(-options.startedMinutesAgo)} UTC with a H100 from the waitlist.`;
+  } else if (options.position === 0) {
+    p.state = 'held';
     p.heldUntil = at(options.heldMinutes ?? 10);
     p.message = `Your turn: a H100 is held for you until ${hhmm(options.heldMinutes ?? 10)}.`;
   } else {
+    p.state = 'waiting';
     p.message = `You are number ${options.position} of ${options.waiting} waiting for a H100.`;
     if (options.estimateMinutes !== undefined) {
       p.estimate = at(options.estimateMinutes);

@@ -463,7 +463,7 @@ test('GPU-hours unavailable: said in plain words, the live share stays', async (
   );
 });
 
-test('the GPU waitlist: place in line, the turn, leaving, and silence once it is off', async () => {
+test('the GPU waitlist: place in line, the turn, leaving, a server started from the queue, and silence once it is off', async () => {
   const panel = page.locator('#gpuhub-gpu-panel');
   const section = panel.locator('[data-section="waitlist"]');
   assert.equal(
@@ -547,6 +547,37 @@ test('the GPU waitlist: place in line, the turn, leaving, and silence once it is
   );
   assert.deepEqual(fixture.leaves, ['alice/train']);
   assert.equal(await turn.count(), 0);
+
+  // Her server "gpu" started from the queue: news with a link to it, not a turn, nothing to leave.
+  fixture.waitlist = {
+    alice: [
+      h100Place('alice', 'gpu', {
+        position: 0,
+        waiting: 0,
+        startedMinutesAgo: 2,
+        autoStart: true,
+        startRequested: true
+      })
+    ]
+  };
+  const started = section.locator('[data-field="waitlist-started"]');
+  await started.waitFor({ timeout: 30_000 });
+  assert.equal(await started.getAttribute('role'), 'status');
+  assert.match(
+    (await started.textContent()) ?? '',
+    /^Your server "gpu" was started for you at \d\d:\d\d UTC with a H100 from the waitlist\.$/
+  );
+  const open = section.locator('[data-action="open-server"]');
+  assert.equal(await open.textContent(), 'Open gpu');
+  assert.equal(await open.getAttribute('href'), '/user/alice/gpu/');
+  assert.equal(await turn.count(), 0, 'a started server is not a turn');
+  assert.equal(
+    await section.locator('[data-action="leave-waitlist"]').count(),
+    0,
+    'nothing to leave'
+  );
+  await started.scrollIntoViewIfNeeded();
+  await snap(page, 'gpu-panel-waitlist-started-light');
 
   // The waitlist turned off: nothing is shown and gpu-quota is not asked again.
   fixture.waitlist = null;
