@@ -63,8 +63,8 @@ exempt:
 `, idleWhenContended, warn, exemptAnnotation)
 
 const (
-	idleWhenContended = 40 * time.Second
-	warn              = 20 * time.Second
+	idleWhenContended = 90 * time.Second
+	warn              = 60 * time.Second // long enough for bob to see his place in the panel before his turn
 	hold              = 3 * time.Minute
 )
 

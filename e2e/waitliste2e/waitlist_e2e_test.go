@@ -87,6 +87,9 @@ func TestWaitlistStory(t *testing.T) {
 	if !(order[1].FairShare < order[0].FairShare) {
 		t.Errorf("fair share: alice %v should be below bob %v (she used an H100 recently)", order[1].FairShare, order[0].FairShare)
 	}
+	// bob sees his place in the panel of the CPU server he works in.
+	said := browser(t, "waitlist.mjs", "MODE=panel", "HUB_USER=bob", "HUB_SERVER=", "EXPECT=1 of 2", "WITHIN_MS=60000")
+	t.Logf("bob's panel said: %s", said)
 
 	// The H100 class is contended: gpu-culler warns carol first (a notice on her idle server's pod that says why)...
 	var warned cullerWarning
@@ -125,7 +128,7 @@ func TestWaitlistStory(t *testing.T) {
 		return len(ps) == 1 && ps[0].Position == 1 && ps[0].State == "waiting"
 	})
 	// bob's panel, in his CPU server's JupyterLab, says his GPU server was started for him.
-	said := browser(t, "waitlist.mjs", "MODE=panel", "HUB_USER=bob", "HUB_SERVER=", "EXPECT=was started for you")
+	said = browser(t, "waitlist.mjs", "MODE=panel", "HUB_USER=bob", "HUB_SERVER=", "EXPECT=was started for you")
 	t.Logf("bob's panel said: %s", said)
 
 	// carol's long job was never touched.
@@ -227,4 +230,3 @@ func browser(t *testing.T, script string, env ...string) string {
 }
 
 func logTail(component string, n int) string { return servers.LogTail(st.Dir, component, n) }
-

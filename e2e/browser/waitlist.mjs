@@ -1,0 +1,100 @@
+// Browser steps of the GPU waitlist (issue 13): headless Debian Chromium logs in as HUB_USER and
+//   MODE=join   opens the spawn form of HUB_SERVER, picks PROFILE (a GPU choice with none free), ticks "Join the
+//               waitlist" (and, with AUTO_START=1, "Start my server automatically when my turn comes"), submits,
+//               and waits for EXPECT in the answer (the refusal that says the place in line);
+//   MODE=panel  opens the user's running JupyterLab (HUB_SERVER, "" the default server), opens the GPU panel and
+//               waits up to WITHIN_MS (default 180000) for EXPECT in its GPU waitlist section.
+// It prints "result: <the text found>". Run by e2e/waitliste2e. Env:
+//   HUB_URL, HUB_USER, HUB_PASSWORD, HUB_SERVER, MODE, PROFILE, AUTO_START, EXPECT, WITHIN_MS
+//   GPUHUB_CHROMIUM, GPUHUB_BROWSER_MODULES, GPUHUB_ARTIFACTS   as login-spawn.mjs
+// Screenshots: waitlist-form-<user>.png, waitlist-joined-<user>.png, waitlist-panel-<user>.png.
+import { createRequire } from 'node:module';
+import { mkdirSync } from 'node:fs';
+import path from 'node:path';
+
+const env = (k, d) => process.env[k] || d;
+const modules = env('GPUHUB_BROWSER_MODULES', path.resolve('node_modules'));
+const { chromium } = createRequire(path.join(modules, 'noop.js'))('playwright-core');
+
+const hub = env('HUB_URL', '');
+const user = env('HUB_USER', 'bob');
+const password = env('HUB_PASSWORD', '');
+const server = env('HUB_SERVER', '');
+const mode = env('MODE', '');
+const profile = env('PROFILE', '');
+const autoStart = env('AUTO_START', '') === '1';
+const expect = env('EXPECT', '');
+const within = Number(env('WITHIN_MS', '180000'));
+const artifacts = env('GPUHUB_ARTIFACTS', path.resolve('e2e/artifacts'));
+if (!hub.startsWith('http://127.') || !expect || !['join', 'panel'].includes(mode) || (mode === 'join' && !profile)) {
+  console.error('HUB_URL must be a loopback URL, EXPECT set, MODE join (with PROFILE) or panel');
+  process.exit(2);
+}
+mkdirSync(artifacts, { recursive: true });
+
+const browser = await chromium.launch({
+  executablePath: env('GPUHUB_CHROMIUM', '/usr/bin/chromium'),
+  headless: true,
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
+});
+const step = (s) => console.log(`browser: ${s}`);
+let ok = false;
+const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+await page.route('**/*', (route) => {
+  const u = new URL(route.request().url());
+  if (u.protocol === 'data:' || u.protocol === 'blob:' || u.hostname.startsWith('127.')) return route.continue();
+  return route.abort();
+});
+try {
+  await page.goto(`${hub}hub/login`);
+  await page.fill('input[name="username"]', user);
+  await page.fill('input[name="password"]', password);
+  await Promise.all([page.waitForLoadState('load'), page.click('#login_submit, input[type="submit"], button[type="submit"]')]);
+  step(`logged in as ${user}`);
+
+  if (mode === 'join') {
+    await page.goto(server ? `${hub}hub/spawn/${user}/${server}` : `${hub}hub/spawn`);
+    const join = page.locator(`input[name="gpuhub-waitlist"][value="${profile}"]`);
+    await join.waitFor({ state: 'attached', timeout: 30_000 });
+    const radio = page.locator(`input[name="profile"][value="${profile}"]`);
+    if (await radio.isEnabled()) await radio.check();
+    await join.check();
+    if (autoStart) await page.locator(`input[name="gpuhub-autostart"][value="${profile}"]`).check();
+    step(`picked ${profile}, join${autoStart ? ' with auto-start' : ''}`);
+    await page.screenshot({ path: path.join(artifacts, `waitlist-form-${user}.png`), fullPage: true });
+    await page.locator('#spawn_form [type="submit"], form [type="submit"]').first().click();
+    const shown = page.locator('.alert, #progress-message, #progress-log, .progress-log').filter({ hasText: expect });
+    await shown.first().waitFor({ state: 'visible', timeout: 60_000 });
+    const text = (await shown.first().innerText()).trim().replace(/\s+/g, ' ');
+    await page.screenshot({ path: path.join(artifacts, `waitlist-joined-${user}.png`), fullPage: true });
+    console.log(`result: ${text}`);
+  } else {
+    const lab = server ? `${hub}user/${user}/${server}/lab` : `${hub}user/${user}/lab`;
+    await page.goto(lab);
+    await page.waitForSelector('#jp-main-dock-panel', { timeout: 90_000 });
+    await page.waitForSelector('#jupyterlab-splash', { state: 'detached', timeout: 90_000 });
+    step('JupyterLab loaded');
+    const tab = page.locator('.jp-SideBar.jp-mod-right .lm-TabBar-tab[data-id="gpuhub-gpu-panel"]');
+    await tab.waitFor({ state: 'visible', timeout: 30_000 });
+    if ((await tab.getAttribute('aria-selected')) !== 'true') await tab.click();
+    const panel = page.locator('#gpuhub-gpu-panel');
+    await panel.waitFor({ state: 'visible' });
+    step('GPU panel open');
+    await page.getByRole('button', { name: 'No', exact: true }).first().click({ timeout: 2000 }).catch(() => {});
+    const section = panel.locator('[data-section="waitlist"]').filter({ hasText: expect });
+    await section.first().waitFor({ state: 'visible', timeout: within });
+    const text = (await section.first().innerText()).trim().replace(/\s+/g, ' ');
+    const box = await section.first().boundingBox();
+    await page.screenshot({ path: path.join(artifacts, `waitlist-panel-${user}.png`),
+      clip: { x: box.x, y: box.y, width: box.width, height: Math.min(box.height, 600) } });
+    await page.screenshot({ path: path.join(artifacts, `waitlist-panel-${user}-page.png`) });
+    console.log(`result: ${text}`);
+  }
+  ok = true;
+} catch (err) {
+  console.error(`browser: FAILED at ${page.url()}: ${err.message}`);
+  await page.screenshot({ path: path.join(artifacts, `waitlist-failed-${user}-${mode}.png`), fullPage: true }).catch(() => {});
+} finally {
+  await browser.close();
+}
+process.exit(ok ? 0 : 1);
