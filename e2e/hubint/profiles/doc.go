@@ -9,5 +9,6 @@
 // Two Hubs per run, as in e2e/hubint/quota: "z2jh" with Zero-to-JupyterHub's spawn settings
 // (slow_spawn_timeout 0: every spawn is answered 202 and the reason is in the progress stream;
 // consecutive_failure_limit 5) and "plain" with JupyterHub's defaults (a refusal within slow_spawn_timeout is
-// the answer to the spawn request itself).
+// the answer to the spawn request itself). A third, "waitlist", has z2jh's settings, GPUHUB_WAITLIST=1 and a
+// fake gpu-quota answering as gpu-quota's waitlist does (waitlist_test.go): joining from the form.
 package profiles
