@@ -54,6 +54,14 @@ func TestWaitlistStory(t *testing.T) {
 			t.Fatalf("%v\n%s", err, logTail("gpu-quota", 30))
 		}
 	}
+	// The Hub glue gives gpu-profiles a second per form; its first answers after start can take longer.
+	poll(ctx, t, "the spawn form from gpu-profiles", time.Minute, func() bool {
+		_, err := hubAdmin.StartServer(ctx, "admin", "", map[string]any{"profile": "cpu"})
+		return err == nil
+	})
+	if err := servers.Stop(ctx, hubAdmin, "admin", ""); err != nil {
+		t.Fatal(err)
+	}
 
 	// alice used an H100 a while ago; bob did not.
 	start("alice", "", h100)
@@ -61,6 +69,8 @@ func TestWaitlistStory(t *testing.T) {
 	if err := servers.Stop(ctx, hubAdmin, "alice", ""); err != nil {
 		t.Fatal(err)
 	}
+	// Her pod holds the GPU until it is gone.
+	poll(ctx, t, "alice's pod gone", 2*time.Minute, func() bool { name, _ := podOf(ctx, t, "alice", ""); return name == "" })
 	// carol holds both H100s: an idle one, and a long job she marked exempt from culling.
 	start("carol", "", h100)
 	start("carol", "long", h100)
@@ -68,24 +78,26 @@ func TestWaitlistStory(t *testing.T) {
 	// bob works in a CPU server while he waits.
 	start("bob", "", "cpu")
 
-	// bob joins from the spawn form in Chromium, for a named server with auto-start; alice through the REST API
-	// (the same glue: the spawn's user_options say to join).
-	joined := browser(t, "waitlist.mjs", "MODE=join", "HUB_USER=bob", "HUB_SERVER=gpu", "PROFILE="+h100, "AUTO_START=1",
-		"EXPECT=You are number 1")
-	t.Logf("bob's spawn page said: %s", joined)
-	time.Sleep(3 * time.Second) // a tick later than bob
+	// alice joins first, through the REST API (the same glue: the spawn's user_options say to join); bob a little
+	// later from the spawn form in Chromium, for a named server, with "start my server automatically".
 	if _, err := hubAdmin.StartServer(ctx, "alice", "", map[string]any{"profile": h100, "gpuhub_waitlist": true}); err != nil {
 		t.Logf("alice's spawn: %v (a refusal is expected: she joins the waitlist)", err)
 	}
+	poll(ctx, t, "alice queued", 30*time.Second, func() bool { return len(places(ctx, t, "alice")) == 1 })
+	time.Sleep(2 * time.Second)
+	joined := browser(t, "waitlist.mjs", "MODE=join", "HUB_USER=bob", "HUB_SERVER=gpu", "PROFILE="+h100, "AUTO_START=1",
+		"EXPECT=waiting for an H100")
+	t.Logf("bob's spawn page said: %s", joined)
 
-	// Fair share: alice used more recently, so bob is first although both joined; alice second.
+	// Fair share: alice used an H100 recently and bob did not, so bob goes first although alice joined first.
 	var order []place
 	poll(ctx, t, "bob first and alice second in the H100 queue", time.Minute, func() bool {
 		order = places(ctx, t, "")
 		return len(order) == 2 && order[0].User == "bob" && order[0].Position == 1 && order[1].User == "alice" && order[1].Position == 2
 	})
 	if !(order[1].FairShare < order[0].FairShare) {
-		t.Errorf("fair share: alice %v should be below bob %v (she used an H100 recently)", order[1].FairShare, order[0].FairShare)
+		t.Errorf("fair share: alice %v should be below bob %v (she used an H100 recently)\n%s", order[1].FairShare, order[0].FairShare,
+			logGrep("gpu-quota", "fair share", "decayed"))
 	}
 	// bob sees his place in the panel of the CPU server he works in.
 	said := browser(t, "waitlist.mjs", "MODE=panel", "HUB_USER=bob", "HUB_SERVER=", "EXPECT=1 of 2", "WITHIN_MS=60000")
@@ -177,7 +189,7 @@ func podOf(ctx context.Context, t *testing.T, user, server string) (name string,
 		t.Fatal(err)
 	}
 	for _, p := range pods.Items {
-		if p.Annotations[annotationUser] == user && p.Annotations[annotationServer] == server && p.DeletionTimestamp == nil {
+		if p.Annotations[annotationUser] == user && p.Annotations[annotationServer] == server {
 			return p.Name, p.Annotations
 		}
 	}
@@ -201,7 +213,8 @@ func poll(ctx context.Context, t *testing.T, what string, within time.Duration, 
 	start := time.Now()
 	err := wait.PollUntilContextTimeout(ctx, time.Second, within, true, func(context.Context) (bool, error) { return ok(), nil })
 	if err != nil {
-		t.Fatalf("%s: not within %s\n--- gpu-quota ---\n%s\n--- gpu-culler ---\n%s", what, within, logTail("gpu-quota", 40), logTail("gpu-culler", 40))
+		t.Fatalf("%s: not within %s\n--- gpu-quota ---\n%s\n--- gpu-quota (fair share) ---\n%s\n--- gpu-culler ---\n%s", what, within,
+			logTail("gpu-quota", 40), logGrep("gpu-quota", "fair share", "decayed"), logTail("gpu-culler", 40))
 	}
 	t.Logf("%s (%.0fs)", what, time.Since(start).Seconds())
 }
@@ -230,3 +243,17 @@ func browser(t *testing.T, script string, env ...string) string {
 }
 
 func logTail(component string, n int) string { return servers.LogTail(st.Dir, component, n) }
+
+// logGrep is the lines of component's log that contain any of words.
+func logGrep(component string, words ...string) string {
+	var out []string
+	for _, line := range strings.Split(servers.LogTail(st.Dir, component, 100000), "\n") {
+		for _, w := range words {
+			if strings.Contains(line, w) {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -39,12 +39,13 @@ func StartReady(ctx context.Context, c *hubapi.Client, user, server, profile str
 	})
 }
 
-// Stop stops user's server (removing a named one) and waits up to a minute until it is gone. A server that does
+// Stop stops user's server (removing a named one) and waits up to a minute until the Hub no longer runs it. A server that does
 // not exist, or cannot be stopped because it is not running, is not an error.
 func Stop(ctx context.Context, c *hubapi.Client, user, server string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if _, err := c.StopServer(ctx, user, server, true); err != nil && !hubapi.IsNotFound(err) {
+	// The Hub refuses to remove the default server (400): only a named one is removed.
+	if _, err := c.StopServer(ctx, user, server, server != ""); err != nil && !hubapi.IsNotFound(err) {
 		var apiErr *hubapi.APIError
 		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest {
 			return fmt.Errorf("stop %s/%s: %w", user, server, err)

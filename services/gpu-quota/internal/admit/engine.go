@@ -330,7 +330,7 @@ func (e *Engine) decideLocked(ent effEntry, r Request, now time.Time) (Result, d
 				place, err := e.joinLocked(r, askedC, now)
 				if err == nil {
 					res.Waitlist = &place
-					res.Message += " " + place.Message
+					res.Message = joinedMessage(place, res.CanTake)
 					rec.Numbers["position"] = float64(place.Position)
 				} else {
 					res.Message += " The waitlist could not take you: " + err.Error()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -249,7 +250,7 @@ func (e *Engine) placeLocked(en waitlist.Entry, now time.Time) Place {
 	}
 	switch {
 	case en.Held():
-		p.Message = fmt.Sprintf("Your turn: a %s is held for you until %s.", name, hhmm(en.HeldUntil))
+		p.Message = fmt.Sprintf("Your turn: %s is held for you until %s.", withArticle(name), hhmm(en.HeldUntil))
 		if en.AutoStart {
 			p.Message += " Your server is being started for you."
 		} else {
@@ -257,7 +258,7 @@ func (e *Engine) placeLocked(en waitlist.Entry, now time.Time) Place {
 		}
 	default:
 		p.Estimate = waitlist.Estimate(pos, e.deadlinesLocked(en.Class, now), e.wl.turn.Mean(en.Class, now), now)
-		p.Message = fmt.Sprintf("You are number %d of %d waiting for a %s.", pos, p.Waiting, name)
+		p.Message = fmt.Sprintf("You are number %d of %d waiting for %s.", pos, p.Waiting, withArticle(name))
 		if !p.Estimate.IsZero() {
 			p.Message += fmt.Sprintf(" Estimated: around %s.", hhmm(p.Estimate))
 		}
@@ -290,10 +291,30 @@ func startedPlace(en waitlist.Entry, at time.Time) Place {
 	return Place{User: en.User, Server: en.Server, Class: en.Class, Kind: en.Kind, Description: en.Description,
 		State: "started", JoinedAt: en.JoinedAt, HeldUntil: en.HeldUntil, StartedAt: at, AutoStart: en.AutoStart,
 		StartRequested: en.StartRequested, FairShare: 1,
-		Message: fmt.Sprintf("%s %s at %s with a %s from the waitlist.", srv, how, hhmm(at), name)}
+		Message: fmt.Sprintf("%s %s at %s with %s from the waitlist.", srv, how, hhmm(at), withArticle(name))}
 }
 
 // hhmm is a time as the other services write it in messages (gpu-culler, the quota enforcer): UTC, said so.
+// withArticle puts "a" or "an" before a unit's name as it is spoken: "an H100", "an A100 slice", "a T4 share",
+// "a MIG slice".
+func withArticle(name string) string {
+	if name == "" {
+		return name
+	}
+	first := name[0]
+	second := byte(0)
+	if len(name) > 1 {
+		second = name[1]
+	}
+	switch {
+	case strings.ContainsRune("AEIOUaeiou", rune(first)):
+		return "an " + name
+	case strings.ContainsRune("FHLNRSX", rune(first)) && second >= '0' && second <= '9':
+		return "an " + name // an initialism said with a vowel sound: "an H100", "an L4"
+	}
+	return "a " + name
+}
+
 func hhmm(t time.Time) string { return t.UTC().Format("15:04") + " UTC" }
 
 // deadlinesLocked are when servers holding units of class are due to stop, from their notices (the culler's
@@ -591,11 +612,12 @@ func (e *Engine) holdWindow() time.Duration {
 	return 10 * time.Minute
 }
 
-// MarkStartRequested records that the Hub was asked to start a held entry's server.
-func (e *Engine) MarkStartRequested(user, server string) {
+// MarkStartRequested records that the Hub is asked (on) to start a held entry's server, or that the request
+// failed and is to be made again (off).
+func (e *Engine) MarkStartRequested(user, server string, on bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.wl.st.MarkStartRequested(user, server)
+	e.wl.st.MarkStartRequested(user, server, on)
 	e.wl.gen++
 }
 

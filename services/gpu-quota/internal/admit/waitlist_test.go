@@ -159,7 +159,7 @@ func TestWaitlistStory(t *testing.T) {
 	if res.Allow || res.Reason != string(ReasonWaitlist) {
 		t.Errorf("alice while held for bob: %+v", res)
 	}
-	r.eng.MarkStartRequested("bob", "")
+	r.eng.MarkStartRequested("bob", "", true)
 	if tick := r.eng.WaitlistTick(r.clock.Now()); len(tick.Start) != 0 {
 		t.Errorf("bob's start asked twice: %+v", tick)
 	}
@@ -294,5 +294,14 @@ func TestWaitlistQuota(t *testing.T) {
 	}
 	if err := r.eng.Leave("lena", ""); !errors.Is(err, ErrNotQueued) {
 		t.Errorf("second leave: %v", err)
+	}
+}
+
+func TestWithArticle(t *testing.T) {
+	for name, want := range map[string]string{"H100": "an H100", "A100": "an A100", "T4": "a T4", "L4": "an L4",
+		"MIG 3g.20gb slice on an A100": "a MIG 3g.20gb slice on an A100", "time-sliced share of a T4": "a time-sliced share of a T4"} {
+		if got := withArticle(name); got != want {
+			t.Errorf("withArticle(%q) = %q, want %q", name, got, want)
+		}
 	}
 }

@@ -83,3 +83,19 @@ func personPeople(n int64) string {
 	}
 	return "people are"
 }
+
+// joinedMessage answers a spawn that joined the waitlist: the place first, then what is free instead.
+func joinedMessage(p Place, canTake []Option) string {
+	var b strings.Builder
+	b.WriteString("You joined the waitlist. ")
+	b.WriteString(p.Message)
+	if len(canTake) > 0 {
+		units := make([]gpu.Allocation, len(canTake))
+		for i, o := range canTake {
+			units[i] = o.unit
+			units[i].Count = o.Free
+		}
+		fmt.Fprintf(&b, " Free now instead, within your quota: %s.", gpu.JoinUnits(units))
+	}
+	return b.String()
+}

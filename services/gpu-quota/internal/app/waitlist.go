@@ -146,6 +146,9 @@ func (w *waitlister) step(ctx context.Context) {
 		if w.o.HubStart == nil {
 			break
 		}
+		// Marked before the Hub is asked: the Hub admits the start (and gpu-quota takes the entry off the queue)
+		// before it answers, and the started place must say it was started for the user.
+		w.eng.MarkStartRequested(en.User, en.Server, true)
 		_, err := w.o.HubStart.StartServer(ctx, en.User, en.Server, en.UserOptions)
 		switch {
 		case err == nil:
@@ -156,9 +159,8 @@ func (w *waitlister) step(ctx context.Context) {
 			w.o.Logger.Info("the Hub did not start the server from the waitlist; the unit stays held for the user", "user", en.User, "server", en.Server, "err", err)
 		default:
 			w.o.Logger.Warn("cannot start a server from the waitlist; retrying", "user", en.User, "server", en.Server, "err", err)
-			continue
+			w.eng.MarkStartRequested(en.User, en.Server, false)
 		}
-		w.eng.MarkStartRequested(en.User, en.Server)
 	}
 	w.save(ctx)
 }
@@ -171,6 +173,9 @@ func (w *waitlister) decayedLoop(ctx context.Context) {
 	for {
 		users, err := w.fetchDecayed(ctx)
 		if err == nil {
+			if prev := w.decayed.Load(); prev == nil || len(prev.users) != len(users) {
+				w.o.Logger.Info("fair share: decayed GPU-hours read", "users", len(users), "halfLife", w.o.FairShareHalfLife)
+			}
 			w.decayed.Store(&decayedAnswer{users: users, fetched: w.o.Now()})
 		} else if ctx.Err() == nil {
 			w.o.Logger.Warn("cannot read decayed GPU-hours for fair share; the last answer stays in use while fresh", "err", err)

@@ -180,9 +180,9 @@ func (s *State) Hold(user, server string, now time.Time, window time.Duration) (
 	return s.Entries[i], nil
 }
 
-// MarkStartRequested records that the Hub was asked to start (user, server).
-func (s *State) MarkStartRequested(user, server string) {
+// MarkStartRequested records whether the Hub was asked to start (user, server).
+func (s *State) MarkStartRequested(user, server string, on bool) {
 	if i := s.Find(user, server); i >= 0 {
-		s.Entries[i].StartRequested = true
+		s.Entries[i].StartRequested = on
 	}
 }
