@@ -16,12 +16,14 @@ type Metrics struct {
 	stopped  *prometheus.CounterVec
 	// contendedStops and contended: stops and servers under idleWhenContended (someone waits for the class).
 	contendedStops *prometheus.CounterVec
-	contended      prometheus.Gauge
-	saved          *prometheus.CounterVec
-	stopErrors     prometheus.Counter
-	noticeErrors   prometheus.Counter
-	conflicts      prometheus.Counter
-	hubRequests    *prometheus.CounterVec
+	// reclaimed are the GPU-hours contended stops freed earlier than the normal idle period.
+	reclaimed    *prometheus.CounterVec
+	contended    prometheus.Gauge
+	saved        *prometheus.CounterVec
+	stopErrors   prometheus.Counter
+	noticeErrors prometheus.Counter
+	conflicts    prometheus.Counter
+	hubRequests  *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics on reg (nil: not registered, for tests).
@@ -42,6 +44,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Servers stopped, by reason (idle, max_age) and GPU kind."}, []string{"reason", "kind"}),
 		contendedStops: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "contended_stops_total",
 			Help: "Servers stopped for idleness under idleWhenContended, while someone waited for their GPU class, by GPU kind; also in stops_total."}, []string{"kind"}),
+		reclaimed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "reclaimed_gpu_hours_total",
+			Help: "GPU-hours (GPU-equivalents x hours) handed to people waiting earlier than the normal idle period would have: per stop under idleWhenContended, its GPUs x (idlePeriod - idleWhenContended); 0 when idlePeriod is 0 (see gpu_hours_saved_total)."}, []string{"kind"}),
 		contended: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "contended_servers",
 			Help: "GPU servers the last good pass judged under idleWhenContended: someone waits for their GPU class."}),
 		saved: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "gpu_hours_saved_total",
@@ -62,7 +66,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.hubRequests.WithLabelValues(op)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.passes, m.duration, m.lastPass, m.servers, m.skips, m.stopped, m.contendedStops, m.contended, m.saved,
+		for _, c := range []prometheus.Collector{m.passes, m.duration, m.lastPass, m.servers, m.skips, m.stopped, m.contendedStops, m.reclaimed, m.contended, m.saved,
 			m.stopErrors, m.noticeErrors, m.conflicts, m.hubRequests} {
 			if err := reg.Register(c); err != nil {
 				return nil, err

@@ -551,6 +551,10 @@ func (r *Runner) one(ctx context.Context, p *policy.Policy, it item, usage decid
 		r.o.Metrics.stopped.WithLabelValues(string(d.Reason), kindLabel).Inc()
 		if d.Numbers.Contended && d.Reason == decide.ReasonIdle {
 			r.o.Metrics.contendedStops.WithLabelValues(kindLabel).Inc()
+			// The GPU goes to someone waiting this much earlier than the normal idle period would have freed it.
+			if early := rule.IdlePeriod - d.Numbers.IdlePeriod; early > 0 && info.AllocatedGPUs > 0 {
+				r.o.Metrics.reclaimed.WithLabelValues(kindLabel).Add(info.AllocatedGPUs * early.Hours())
+			}
 		}
 		if err := r.o.Stops.Record(ctx, stops.Stop{User: u.Name, Server: name, At: now, Reason: string(d.Reason), Message: d.Message}); err != nil {
 			r.o.Logger.Warn("the stop is done but its reason could not be kept for the user's next visit", "user", u.Name, "server", name, "err", err)

@@ -610,6 +610,8 @@ gpu:
 		Stopped        []string
 		Contended      float64
 		ContendedStops float64
+		// Reclaimed: GPU-hours handed over earlier than the idle period (30 min) would have: 1 GPU x 15 min.
+		Reclaimed float64
 		// Records: each decision recorded, as user action/reason contended idle_period_seconds.
 		Records []string
 	}
@@ -624,7 +626,7 @@ gpu:
 		"someone waits for an H100: the H100 servers under idleWhenContended, the A100 not": {
 			waiting: []string{h100},
 			want: want{Decisions: map[string]int{"warn/idle": 1, "none/idle": 1, "stop/idle": 1}, Stopped: []string{"carol/"},
-				Contended: 2, ContendedStops: 1,
+				Contended: 2, ContendedStops: 1, Reclaimed: 0.25,
 				Records: []string{"alice notice/idle 1 900", "carol stop/idle 1 900"}},
 		},
 		"someone waits for an A100: only the A100 server": {
@@ -665,7 +667,7 @@ gpu:
 				t.Fatal(err)
 			}
 			got := want{Decisions: sum.Decisions, Stopped: hub.stopped, Contended: testutil.ToFloat64(m.contended),
-				ContendedStops: testutil.ToFloat64(m.contendedStops.WithLabelValues("gpu"))}
+				ContendedStops: testutil.ToFloat64(m.contendedStops.WithLabelValues("gpu")), Reclaimed: testutil.ToFloat64(m.reclaimed.WithLabelValues("gpu"))}
 			for _, rec := range log.List(decision.Filter{}) {
 				got.Records = append(got.Records, fmt.Sprintf("%s %s/%s %v %v", rec.User, rec.Action, rec.Reason,
 					rec.Numbers["contended"], rec.Numbers["idle_period_seconds"]))
