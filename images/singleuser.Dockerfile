@@ -5,3 +5,5 @@ ARG BASE=quay.io/jupyter/base-notebook:2025-12-01
 FROM ${BASE}
 COPY notebooks-ext/dist/*.whl /tmp/wheels/
 RUN pip install --no-cache-dir /tmp/wheels/*.whl && rm -rf /tmp/wheels
+# No "receive official Jupyter news?" toast over the GPU panel, and no update checks from a shared Hub's servers.
+COPY images/jupyterlab-overrides.json /opt/conda/share/jupyter/lab/settings/overrides.json

@@ -53,6 +53,8 @@ ext-install: ext-wheel ## Install the GPU panel wheel into $(VENV_HUB55) (the lo
 	"$(VENV_HUB55)/bin/python" -m pip install --disable-pip-version-check --quiet --no-deps --force-reinstall $(EXT_WHEEL_GLOB)
 	@"$(VENV_HUB55)/bin/jupyter" labextension list 2>&1 | grep -E '@gpuhub/jupyterlab-gpu-panel .*enabled' || { \
 	  echo "ERROR: @gpuhub/jupyterlab-gpu-panel is not listed as enabled by jupyter labextension list"; exit 1; }
+	@# JupyterLab's "receive official Jupyter news?" toast would cover the panel: off, as in images/singleuser.Dockerfile.
+	install -D -m 0644 images/jupyterlab-overrides.json "$(VENV_HUB55)/share/jupyter/lab/settings/overrides.json"
 
 .PHONY: ui-test
 ui-test: ext-install chromium ## GPU panel in a real JupyterLab + chromium against a usage-API fixture; screenshots in notebooks-ext/ui-tests/artifacts.
