@@ -4,9 +4,11 @@ package chart
 
 import (
 	"encoding/json"
+	"errors"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -427,5 +429,59 @@ func TestMonitoringDashboard(t *testing.T) {
 	walk(dash.Panels)
 	if len(ids) == 0 {
 		t.Errorf("%s: no panels", dashboardFile)
+	}
+}
+
+// TestMonitoringChartShipsFiles checks that the chart ships the rules and the dashboard unchanged: the
+// PrometheusRule's spec is the rules file, and the ConfigMaps hold the files byte for byte.
+func TestMonitoringChartShipsFiles(t *testing.T) {
+	out, err := helm(t, "template", "gpuhub", "gpuhub", "--kube-version", kubeVersion, "--show-only", "templates/monitoring.yaml",
+		"--set", "monitoring.prometheusRule.enabled=true", "--set", "monitoring.rulesConfigMap.enabled=true",
+		"--set", "monitoring.grafanaDashboard.enabled=true")
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, out)
+	}
+	type object struct {
+		Kind     string `yaml:"kind"`
+		Metadata struct {
+			Name string `yaml:"name"`
+		} `yaml:"metadata"`
+		Spec any               `yaml:"spec"`
+		Data map[string]string `yaml:"data"`
+	}
+	got := map[string]object{}
+	dec := yaml.NewDecoder(strings.NewReader(out))
+	for {
+		var o object
+		if err := dec.Decode(&o); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatal(err)
+		}
+		if o.Kind != "" {
+			got[o.Kind+" "+o.Metadata.Name] = o
+		}
+	}
+	rules, err := os.ReadFile(rulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dashboard, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wantSpec any
+	if err := yaml.Unmarshal(rules, &wantSpec); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(wantSpec, got["PrometheusRule gpuhub"].Spec); diff != "" {
+		t.Errorf("PrometheusRule spec is not %s (-want +got):\n%s", rulesFile, diff)
+	}
+	if diff := cmp.Diff(string(rules), got["ConfigMap gpuhub-prometheus-rules"].Data["prometheus-rules.yaml"]); diff != "" {
+		t.Errorf("rules ConfigMap is not %s (-want +got):\n%s", rulesFile, diff)
+	}
+	if diff := cmp.Diff(string(dashboard), got["ConfigMap gpuhub-grafana-dashboard"].Data["gpuhub.json"]); diff != "" {
+		t.Errorf("dashboard ConfigMap is not %s (-want +got):\n%s", dashboardFile, diff)
 	}
 }
