@@ -432,9 +432,9 @@ func TestMonitoringDashboard(t *testing.T) {
 	}
 }
 
-// TestMonitoringChartShipsFiles checks that the chart ships the rules and the dashboard unchanged: the
+// TestChartShipsMonitoringFiles checks that the chart ships the rules and the dashboard unchanged: the
 // PrometheusRule's spec is the rules file, and the ConfigMaps hold the files byte for byte.
-func TestMonitoringChartShipsFiles(t *testing.T) {
+func TestChartShipsMonitoringFiles(t *testing.T) {
 	out, err := helm(t, "template", "gpuhub", "gpuhub", "--kube-version", kubeVersion, "--show-only", "templates/monitoring.yaml",
 		"--set", "monitoring.prometheusRule.enabled=true", "--set", "monitoring.rulesConfigMap.enabled=true",
 		"--set", "monitoring.grafanaDashboard.enabled=true")

@@ -11,6 +11,6 @@ promtool: ## promtool from Debian (prometheus) for the rule checks.
 monitoring-test: promtool ## promtool check + unit tests of the chart's Prometheus rules; dashboard and rule metrics exist in the services.
 	$(PROMTOOL) check rules chart/gpuhub/files/prometheus-rules.yaml
 	$(PROMTOOL) test rules chart/testdata/prometheus-rules-test.yaml
-	$(GO) test -count=1 -tags chart -run 'TestMonitoring' ./chart/...
+	$(GO) test -race -count=1 -tags chart -run '^TestMonitoring' ./chart/...
 
 TEST_TARGETS += monitoring-test
