@@ -75,6 +75,9 @@ func TestRender(t *testing.T) {
 		"culler": {"--set", "culler.enabled=true", "--set", "quota.enabled=true", "--set", "usage.podNamespace=z2jh",
 			"--set", "hub.baseURL=/jupyter/", "--set", "culler.readerServices={gpu-usage}",
 			"--set-file", "culler.policy=testdata/culler-policy.yaml"},
+		// The shipped rules (as a PrometheusRule and a ConfigMap) and the Grafana dashboard.
+		"monitoring": {"--set", "monitoring.prometheusRule.enabled=true", "--set", "monitoring.prometheusRule.labels.release=kps",
+			"--set", "monitoring.rulesConfigMap.enabled=true", "--set", "monitoring.grafanaDashboard.enabled=true"},
 	}
 	for name, extra := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -124,6 +127,7 @@ func TestSchemaRejects(t *testing.T) {
 		"bad sampling":    {set: "culler.sampleEvery=10", wantErr: "sampleEvery"},
 		"unknown scope":   {set: "culler.extraHubScopes={admin:users}", wantErr: "extraHubScopes"},
 		"culler url":      {set: "culler.usageURL=gpuhub-usage:8000", wantErr: "usageURL"},
+		"monitoring typo": {set: "monitoring.prometheusRules.enabled=true", wantErr: "prometheusRules"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
