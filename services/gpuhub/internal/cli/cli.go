@@ -1,5 +1,5 @@
 // Package cli is the gpuhub command: one entry point for operators' tools, dispatching to each service's
-// commands (gpuhub policy ... for gpu-quota policies, gpuhub status for the GPU waitlist).
+// commands (gpuhub policy ... for gpu-quota and gpu-culler policies, gpuhub status for the GPU waitlist).
 package cli
 
 import (
@@ -17,7 +17,7 @@ type Env = policycmd.Env
 const usage = `usage: gpuhub COMMAND ...
 
 commands:
-  policy check FILE...                      check gpu-quota policy files
+  policy check [--kind quota|culler] FILE... check gpu-quota and gpu-culler policy files
   policy explain USER [--groups a,b] --policy FILE | --quota-url URL
                                             a user's effective policy and why
   status [--quota-url URL]                  the GPU waitlist: each queue, who, since when, place, estimate
