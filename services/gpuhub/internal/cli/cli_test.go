@@ -21,6 +21,7 @@ func TestRun(t *testing.T) {
 			`bad.yaml:2:3: default: unknown key "maxGPU"`},
 		"policy check culler": {[]string{"policy", "check", "../../../../e2e/hub/culler-demo.yaml"}, 0,
 			"culler-demo.yaml: ok (gpu-culler policy, told by its keys)"},
+		"report without a URL": {[]string{"report"}, 2, "give --usage-url URL (or set GPUHUB_USAGE_URL)"},
 		"policy explain": {[]string{"policy", "explain", "bob", "--policy", "../../../gpu-quota/policycmd/testdata/campus.yaml"}, 0,
 			"Quota policy for user bob"},
 	}
