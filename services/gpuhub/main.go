@@ -1,5 +1,5 @@
-// Command gpuhub is the operators' tool: gpuhub policy check FILE, gpuhub policy explain USER. See
-// services/gpu-quota/README.md.
+// Command gpuhub is the operators' tool: gpuhub policy check FILE, gpuhub policy explain USER, gpuhub status,
+// gpuhub report. See services/gpuhub/README.md.
 package main
 
 import (

@@ -1,6 +1,7 @@
-// Package policycmd is `gpuhub policy` for gpu-quota policies: check a file, and explain one user's
-// effective policy offline (from a file) or online (from the running gpu-quota). It lives beside gpu-quota,
-// outside its internal tree, because the gpuhub command reads the policy model that only gpu-quota may import.
+// Package policycmd is `gpuhub policy`: check gpu-quota and gpu-culler policy files with each service's own
+// parser, and explain one user's effective gpu-quota policy offline (from a file) or online (from the running
+// gpu-quota). It lives beside gpu-quota, outside its internal tree, because the gpuhub command reads the policy
+// model that only gpu-quota may import; gpu-culler's parser comes through services/gpu-culler/policycheck.
 package policycmd
 
 import (
@@ -12,9 +13,14 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"slices"
 	"strings"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
+	"github.com/gpuhub/gpuhub/services/gpu-culler/policycheck"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
 	"github.com/gpuhub/gpuhub/services/internal/config"
 	"github.com/gpuhub/gpuhub/services/internal/policy"
@@ -31,8 +37,10 @@ type Env struct {
 
 // Usage is the help of `gpuhub policy`.
 const Usage = `usage:
-  gpuhub policy check FILE...
-      check gpu-quota policy files: every error as file:line:column: message (exit 1 if any)
+  gpuhub policy check [--kind quota|culler] FILE...
+      check gpu-quota and gpu-culler policy files with the services' own parsers: every error as
+      file:line:column: message (exit 1 if any); each file's kind is told by its top-level keys unless --kind
+      says it, and the output names it
   gpuhub policy explain USER [--groups a,b] --policy FILE
       the effective policy of USER, a member of the Hub groups a and b, and why (offline)
   gpuhub policy explain USER [--groups a,b] --quota-url URL   (or $GPUHUB_QUOTA_URL)
@@ -64,17 +72,92 @@ func Run(ctx context.Context, args []string, env Env) int {
 }
 
 func check(args []string, env Env) int {
-	if len(args) == 0 {
+	fs := flag.NewFlagSet("gpuhub policy check", flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	kindFlag := fs.String("kind", "", "quota or culler: which service's parser (default: told by each file's top-level keys)")
+	paths, err := parseInterleaved(fs, args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case err != nil:
+		_, _ = fmt.Fprintln(env.Stderr, err)
+		return 2
+	case *kindFlag != "" && *kindFlag != kindQuota && *kindFlag != kindCuller:
+		_, _ = fmt.Fprintf(env.Stderr, "gpuhub policy check: --kind %q: write --kind quota or --kind culler\n", *kindFlag)
+		return 2
+	case len(paths) == 0:
 		_, _ = fmt.Fprintf(env.Stderr, "gpuhub policy check: name the policy files to check\n%s", Usage)
 		return 2
 	}
 	code := 0
-	for _, path := range args {
-		if err := policy.Check(env.Stdout, path, &quota.Policy{}); err != nil {
+	for _, path := range paths {
+		kind, how := *kindFlag, "--kind "+*kindFlag
+		if kind == "" {
+			var err error
+			if kind, how, err = detectKind(path); err != nil {
+				_, _ = fmt.Fprintf(env.Stdout, "%s: %v\n", path, err)
+				code = 1
+				continue
+			}
+		}
+		var err error
+		if kind == kindCuller {
+			err = policycheck.Check(env.Stdout, path, "gpu-culler policy, "+how)
+		} else {
+			err = policy.CheckAs(env.Stdout, path, "gpu-quota policy, "+how, &quota.Policy{})
+		}
+		if err != nil {
 			code = 1
 		}
 	}
 	return code
+}
+
+const (
+	kindQuota  = "quota"
+	kindCuller = "culler"
+)
+
+// detectKind tells a gpu-quota policy from a gpu-culler one by its top-level keys (the two share none): the
+// kind with more of them wins, so that a stray key of the other kind is reported as unknown rather than
+// turning the file over. A file that is not YAML is checked as a quota policy, whose parser reports the
+// problem with its place.
+func detectKind(path string) (kind, how string, err error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", "", fmt.Errorf("read policy: %w", err)
+	}
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil {
+		return kindQuota, "by default", nil
+	}
+	var keys []string
+	if len(doc.Content) == 1 && doc.Content[0].Kind == yaml.MappingNode {
+		m := doc.Content[0].Content
+		for i := 0; i+1 < len(m); i += 2 {
+			keys = append(keys, m[i].Value)
+		}
+	}
+	quotaKeys, cullerKeys := policy.Keys(&quota.Policy{}), policycheck.Keys()
+	var q, c int
+	for _, k := range keys {
+		if slices.Contains(quotaKeys, k) {
+			q++
+		}
+		if slices.Contains(cullerKeys, k) {
+			c++
+		}
+	}
+	switch {
+	case q > c:
+		return kindQuota, "told by its keys", nil
+	case c > q:
+		return kindCuller, "told by its keys", nil
+	case len(keys) == 0:
+		return "", "", errors.New("no top-level keys to tell a gpu-quota from a gpu-culler policy by: add --kind quota or --kind culler")
+	}
+	return "", "", fmt.Errorf("cannot tell a gpu-quota from a gpu-culler policy by its top-level keys (%s): add --kind quota or --kind culler",
+		strings.Join(keys, ", "))
 }
 
 // parseInterleaved parses flags that may come before or after the positional arguments (explain USER --policy

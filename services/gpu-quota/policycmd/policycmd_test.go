@@ -42,16 +42,46 @@ func runCmd(t *testing.T, env map[string]string, args ...string) (int, string, s
 }
 
 func TestCheck(t *testing.T) {
-	code, out, _ := runCmd(t, nil, "check", "testdata/campus.yaml", "testdata/bad.yaml")
+	code, out, _ := runCmd(t, nil, "check", "testdata/campus.yaml", "testdata/bad.yaml", "testdata/culler.yaml",
+		"testdata/culler-bad.yaml", "testdata/unknown-kind.yaml")
 	if code != 1 {
 		t.Errorf("exit %d, want 1 (a bad file)", code)
 	}
 	golden(t, "check.golden", out)
-	if code, out, _ := runCmd(t, nil, "check", "testdata/campus.yaml"); code != 0 || out != "testdata/campus.yaml: ok\n" {
-		t.Errorf("good file: exit %d, %q", code, out)
+	tests := map[string]struct {
+		args     []string
+		wantCode int
+		wantOut  string
+	}{
+		"quota":                 {[]string{"testdata/campus.yaml"}, 0, "testdata/campus.yaml: ok (gpu-quota policy, told by its keys)\n"},
+		"culler":                {[]string{"testdata/culler.yaml"}, 0, "testdata/culler.yaml: ok (gpu-culler policy, told by its keys)\n"},
+		"quota demo":            {[]string{"../../../e2e/hub/quota-demo.yaml"}, 0, "../../../e2e/hub/quota-demo.yaml: ok (gpu-quota policy, told by its keys)\n"},
+		"culler demo":           {[]string{"../../../e2e/hub/culler-demo.yaml"}, 0, "../../../e2e/hub/culler-demo.yaml: ok (gpu-culler policy, told by its keys)\n"},
+		"--kind culler":         {[]string{"--kind", "culler", "testdata/culler.yaml"}, 0, "testdata/culler.yaml: ok (gpu-culler policy, --kind culler)\n"},
+		"--kind after the file": {[]string{"testdata/culler.yaml", "--kind=culler"}, 0, "testdata/culler.yaml: ok (gpu-culler policy, --kind culler)\n"},
+		"--kind the other one": {[]string{"--kind", "quota", "testdata/culler.yaml"}, 1,
+			"testdata/culler.yaml:1:1: unknown key \"every\""},
+		"--kind for an unclear file": {[]string{"--kind", "quota", "testdata/unknown-kind.yaml"}, 1,
+			"testdata/unknown-kind.yaml: 1 error (gpu-quota policy, --kind quota)\n"},
+		"missing file": {[]string{"testdata/nothing.yaml"}, 1, "testdata/nothing.yaml: read policy: open testdata/nothing.yaml"},
+		"not YAML":     {[]string{"testdata/not-yaml.yaml"}, 1, "testdata/not-yaml.yaml:2:1: YAML syntax"},
 	}
-	if code, _, _ := runCmd(t, nil, "check"); code != 2 {
-		t.Errorf("no file: exit %d, want 2", code)
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			code, out, errOut := runCmd(t, nil, append([]string{"check"}, tc.args...)...)
+			if code != tc.wantCode || !strings.Contains(out, tc.wantOut) {
+				t.Errorf("exit %d (want %d), stdout:\n%s\nstderr:\n%s\nwant stdout to contain %q", code, tc.wantCode, out, errOut, tc.wantOut)
+			}
+		})
+	}
+	for name, args := range map[string][]string{
+		"no file":      {"check"},
+		"only --kind":  {"check", "--kind", "quota"},
+		"unknown kind": {"check", "--kind", "cull", "testdata/culler.yaml"},
+	} {
+		if code, _, errOut := runCmd(t, nil, args...); code != 2 || errOut == "" {
+			t.Errorf("%s: exit %d, stderr %q; want 2 with a usage message", name, code, errOut)
+		}
 	}
 }
 

@@ -114,15 +114,22 @@ func (r *Reloader[T]) read() ([]byte, *T, error) {
 // Check is `gpuhub policy check`: it loads the file at path into into (a pointer to a fresh policy value) and
 // writes the result to out, one error a line (file:line:column: message) and a count, or "<path>: ok". It
 // returns the error, so that the command exits non-zero.
-func Check(out io.Writer, path string, into any) error {
+func Check(out io.Writer, path string, into any) error { return CheckAs(out, path, "", into) }
+
+// CheckAs is Check that says what the file was checked as (e.g. "gpu-culler policy") on its last line:
+// "<path>: ok (gpu-culler policy)".
+func CheckAs(out io.Writer, path, what string, into any) error {
+	if what != "" {
+		what = " (" + what + ")"
+	}
 	err := Load(path, into)
 	if err == nil {
-		_, werr := fmt.Fprintf(out, "%s: ok\n", path)
+		_, werr := fmt.Fprintf(out, "%s: ok%s\n", path, what)
 		return werr
 	}
 	var es Errors
 	if !errors.As(err, &es) {
-		_, _ = fmt.Fprintf(out, "%s: %v\n", path, err)
+		_, _ = fmt.Fprintf(out, "%s: %v%s\n", path, err, what)
 		return err
 	}
 	for _, e := range es {
@@ -130,11 +137,22 @@ func Check(out io.Writer, path string, into any) error {
 	}
 	switch {
 	case len(es) > 0 && es[len(es)-1].Msg == tooManyErrors:
-		_, _ = fmt.Fprintf(out, "%s: more than %d errors\n", path, maxErrors)
+		_, _ = fmt.Fprintf(out, "%s: more than %d errors%s\n", path, maxErrors, what)
 	case len(es) == 1:
-		_, _ = fmt.Fprintf(out, "%s: 1 error\n", path)
+		_, _ = fmt.Fprintf(out, "%s: 1 error%s\n", path, what)
 	default:
-		_, _ = fmt.Fprintf(out, "%s: %d errors\n", path, len(es))
+		_, _ = fmt.Fprintf(out, "%s: %d errors%s\n", path, len(es), what)
 	}
 	return err
+}
+
+// Keys are the top-level keys of the policy type of into (a pointer to a policy value), as files write them:
+// what tells one service's policy file from another's.
+func Keys(into any) []string {
+	fs, _ := fields(typeOf(into))
+	keys := make([]string, len(fs))
+	for i, f := range fs {
+		keys[i] = f.name
+	}
+	return keys
 }

@@ -1,5 +1,6 @@
 // Package cli is the gpuhub command: one entry point for operators' tools, dispatching to each service's
-// commands (gpuhub policy ... for gpu-quota policies, gpuhub status for the GPU waitlist).
+// commands (gpuhub policy ... for gpu-quota and gpu-culler policies, gpuhub status for the GPU waitlist) and
+// its own (gpuhub report: GPU-hours from the usage API).
 package cli
 
 import (
@@ -9,6 +10,7 @@ import (
 
 	"github.com/gpuhub/gpuhub/services/gpu-quota/policycmd"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/statuscmd"
+	"github.com/gpuhub/gpuhub/services/gpuhub/internal/report"
 )
 
 // Env is what the command reads and writes besides its arguments.
@@ -17,12 +19,14 @@ type Env = policycmd.Env
 const usage = `usage: gpuhub COMMAND ...
 
 commands:
-  policy check FILE...                      check gpu-quota policy files
+  policy check [--kind quota|culler] FILE... check gpu-quota and gpu-culler policy files
   policy explain USER [--groups a,b] --policy FILE | --quota-url URL
                                             a user's effective policy and why
   status [--quota-url URL]                  the GPU waitlist: each queue, who, since when, place, estimate
+  report [--window 30d] [--by user|group|kind] [--group G] [--user U] [--format table|csv|json]
+                                            allocated and used GPU-hours, like Slurm's sreport
 
-Run gpuhub policy help for details.
+Run gpuhub policy help, gpuhub report --help for details.
 `
 
 // Run runs gpuhub with args (without the program name) and returns the exit code.
@@ -36,6 +40,8 @@ func Run(ctx context.Context, args []string, env Env) int {
 		return policycmd.Run(ctx, args[1:], env)
 	case "status":
 		return statuscmd.Run(ctx, args[1:], env, time.Now)
+	case "report":
+		return report.Run(ctx, args[1:], env, time.Now)
 	case "help", "-h", "--help":
 		_, _ = fmt.Fprint(env.Stdout, usage)
 		return 0
