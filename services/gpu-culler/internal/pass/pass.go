@@ -57,7 +57,7 @@ type Telemetry interface {
 // Stops keeps each user's last stop (*stops.Store).
 type Stops interface {
 	Last(user string) (stops.Stop, bool)
-	Record(ctx context.Context, s stops.Stop) error
+	Record(ctx context.Context, sts ...stops.Stop) error
 	Clear(ctx context.Context, user, server string) error
 }
 
@@ -268,14 +268,21 @@ func (r *Runner) Pass(ctx context.Context) (sum Summary, err error) {
 	}
 	close(work)
 	wg.Wait()
+	var stopped []stops.Stop
 	for _, res := range results {
 		sum.Decisions[string(res.action)+"/"+string(res.reason)]++
 		if res.stopped {
 			sum.Stopped++
 		}
+		if res.stop != nil {
+			stopped = append(stopped, *res.stop)
+		}
 		if res.err {
 			sum.Errors++
 		}
+	}
+	if err := r.o.Stops.Record(ctx, stopped...); err != nil {
+		r.o.Logger.Warn("the stops are done but their reasons could not be kept for the users' next visit", "stops", len(stopped), "err", err)
 	}
 	r.countSaved(running)
 	r.forget(running)
@@ -435,6 +442,8 @@ type result struct {
 	reason  decide.Reason
 	stopped bool
 	err     bool
+	// stop is the stop to keep for the user's next visit (the Stops store), when stopped.
+	stop *stops.Stop
 }
 
 func started(s hubapi.Server) time.Time {
@@ -556,9 +565,8 @@ func (r *Runner) one(ctx context.Context, p *policy.Policy, it item, usage decid
 				r.o.Metrics.reclaimed.WithLabelValues(kindLabel).Add(info.AllocatedGPUs * early.Hours())
 			}
 		}
-		if err := r.o.Stops.Record(ctx, stops.Stop{User: u.Name, Server: name, At: now, Reason: string(d.Reason), Message: d.Message}); err != nil {
-			r.o.Logger.Warn("the stop is done but its reason could not be kept for the user's next visit", "user", u.Name, "server", name, "err", err)
-		}
+		// Kept for the user's next visit in one write at the end of the pass: the stops go to the Hub back to back.
+		res.stop = &stops.Stop{User: u.Name, Server: name, At: now, Reason: string(d.Reason), Message: d.Message}
 		if kind != "" && info.AllocatedGPUs > 0 {
 			r.mu.Lock()
 			r.saved[serverKey{u.Name, name}] = &savedGPU{at: now, gpus: info.AllocatedGPUs, kind: kindLabel}

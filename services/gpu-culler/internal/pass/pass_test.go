@@ -136,6 +136,7 @@ func (f fakeTelemetry) Usage() decide.Usage                     { return f.usage
 
 type fakeStops struct {
 	mu       sync.Mutex
+	writes   int // Record calls with stops
 	recorded []stops.Stop
 	last     map[string]stops.Stop
 	cleared  []string
@@ -147,10 +148,13 @@ func (s *fakeStops) Last(user string) (stops.Stop, bool) {
 	st, ok := s.last[user]
 	return st, ok
 }
-func (s *fakeStops) Record(_ context.Context, st stops.Stop) error {
+func (s *fakeStops) Record(_ context.Context, sts ...stops.Stop) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.recorded = append(s.recorded, st)
+	s.recorded = append(s.recorded, sts...)
+	if len(sts) > 0 {
+		s.writes++
+	}
 	return nil
 }
 func (s *fakeStops) Clear(_ context.Context, user, server string) error {
@@ -681,5 +685,49 @@ gpu:
 				t.Errorf("pass (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// The stops of one pass go to the Hub back to back and are kept for the users in one write at the end (the
+// ConfigMap would otherwise take one read-modify-write per stop, conflicting with each other).
+func TestStopsKeptInOneWrite(t *testing.T) {
+	var pol policy.Policy
+	if err := ipolicy.Decode("test.yaml", []byte(policyYAML), &pol); err != nil {
+		t.Fatal(err)
+	}
+	rule := pol.Rule(gpu.KindGPU, "")
+	started := now.Add(-3 * time.Hour)
+	hub := &fakeHub{}
+	fp := fakePods{pods: map[string]*corev1.Pod{}}
+	tel := fakeTelemetry{usage: decide.Usage{Reachable: true, At: now}, servers: map[string]decide.Telemetry{}, info: map[string]telemetry.Info{}}
+	var objs []runtime.Object
+	users := []string{"alice", "bob", "carol", "dave"}
+	for _, user := range users {
+		hub.users = append(hub.users, ready(user, map[string]hubapi.Server{"": {Name: "", Ready: true, Started: &started, LastActivity: &now}}))
+		p := pod(user, "", true, &decide.Notice{Reason: decide.ReasonIdle, Since: now.Add(-11 * time.Minute), Deadline: now.Add(-time.Minute)}, rule)
+		fp.pods[user+"/"] = p
+		objs = append(objs, p)
+		tel.servers[user+"/"] = idleFor(50 * time.Minute)
+		tel.info[user+"/"] = telemetry.Info{Known: true, Kind: gpu.KindGPU, AllocatedGPUs: 1}
+	}
+	log, err := decision.NewLog(decision.Options{Service: "gpu-culler", Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := NewMetrics(nil)
+	st := &fakeStops{}
+	r := New(Options{Hub: hub, Pods: fp, Telemetry: tel, Stops: st, Kube: fake.NewClientset(objs...), Policy: func() *policy.Policy { return &pol },
+		Decisions: log, Metrics: m, Now: func() time.Time { return now }})
+	sum, err := r.Pass(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, s := range st.recorded {
+		kept = append(kept, s.User)
+	}
+	slices.Sort(kept)
+	if sum.Stopped != len(users) || st.writes != 1 || !slices.Equal(kept, users) {
+		t.Errorf("stopped %d, %d writes keeping %v; want %d stops kept in one write", sum.Stopped, st.writes, kept, len(users))
 	}
 }

@@ -61,9 +61,11 @@ type Options struct {
 type Store struct {
 	o Options
 
-	mu     sync.RWMutex
-	byUser map[string]Stop
-	synced bool
+	mu sync.RWMutex
+	// writeMu serializes update.
+	writeMu sync.Mutex
+	byUser  map[string]Stop
+	synced  bool
 }
 
 // New returns a store; Run fills its cache.
@@ -172,14 +174,21 @@ func (s *Store) Last(user string) (Stop, bool) {
 	return st, true
 }
 
-// Record keeps st as st.User's last stop (the leader, after the Hub accepted the stop).
-func (s *Store) Record(ctx context.Context, st Stop) error {
-	if st.User == "" {
-		return errors.New("record a stop: no user")
+// Record keeps each of sts as its user's last stop (the leader, after the Hub accepted the stops), in one write.
+func (s *Store) Record(ctx context.Context, sts ...Stop) error {
+	for i := range sts {
+		if sts[i].User == "" {
+			return errors.New("record a stop: no user")
+		}
+		sts[i].At = sts[i].At.UTC()
 	}
-	st.At = st.At.UTC()
+	if len(sts) == 0 {
+		return nil
+	}
 	return s.update(ctx, func(m map[string]Stop) bool {
-		m[st.User] = st
+		for _, st := range sts {
+			m[st.User] = st
+		}
 		return true
 	})
 }
@@ -212,6 +221,9 @@ const attempts = 5
 // update applies change to the ConfigMap's entries (read fresh from the API server), prunes and writes them
 // with the resourceVersion read; change returns false when there is nothing to write.
 func (s *Store) update(ctx context.Context, change func(map[string]Stop) bool) error {
+	// This replica's writes one at a time: concurrent ones would only conflict with each other.
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
 	cms := s.o.Client.CoreV1().ConfigMaps(s.o.Namespace)
 	var err error
 	for range attempts {
