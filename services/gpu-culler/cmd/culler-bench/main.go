@@ -35,10 +35,12 @@ func run(args []string) int {
 	fs.IntVar(&o.Fleet.IdleEvery, "idle-every", o.Fleet.IdleEvery, "every n-th server is idle with a due notice (stopped by gpu-culler)")
 	fs.IntVar(&o.Fleet.StaleEvery, "stale-every", o.Fleet.StaleEvery, "every n-th server has stale telemetry (never stopped)")
 	fs.IntVar(&o.Runs, "runs", 3, "runs; each measures both cullers, interleaved")
-	fs.IntVar(&o.Passes, "passes", 5, "measured passes of each culler per run (after one warm-up pass)")
+	// 6 passes of 10 s and an idle phase of 60 s each span whole periods of the Hub's own 30 s spawner poll, so
+	// that "Hub CPU less idle" subtracts that background exactly rather than by chance.
+	fs.IntVar(&o.Passes, "passes", 6, "measured passes of each culler per run (after one warm-up pass)")
 	fs.DurationVar(&o.Every, "every", 10*time.Second, "gpu-culler's policy every (10s at least)")
 	fs.DurationVar(&o.IdleCullEvery, "idle-cull-every", 10*time.Second, "jupyterhub-idle-culler --cull-every")
-	fs.DurationVar(&o.IdleWindow, "idle-window", 15*time.Second, "per run, the phase without a culler (the Hub's idle CPU and probe baseline)")
+	fs.DurationVar(&o.IdleWindow, "idle-window", 60*time.Second, "per run, the phase without a culler (the Hub's idle CPU and probe baseline); whole periods of the Hub's 30 s spawner poll")
 	fs.Float64Var(&o.ProbeRate, "probe-rate", 50, "GET /hub/api/ probes per second, open loop")
 	fs.DurationVar(&o.Gap, "gap", time.Second, "quiet time that ends a pass's burst of Hub requests")
 	fs.StringVar(&o.HubCPU, "hub-cpu", "0", "CPU list the Hub is pinned to (taskset; empty: not pinned); run this command on the others")
