@@ -85,6 +85,9 @@ func TestNoH100FreeOnTheForm(t *testing.T) {
 	defer cancel()
 	startReady(ctx, t, "carol", "both", "gpu-h100-80gb-hbm3-x2")
 	defer stopServer(t, "carol", "both")
+	// The glue keeps each user's answer for GPUHUB_PROFILES_CACHE_SECONDS (5 s): a form of bob's rendered by the
+	// test before, while the H100s were free, must have aged out.
+	time.Sleep(6 * time.Second)
 
 	form := openForm(t, formRun{user: "bob", screenshot: "spawn-form-generated.png"})
 	h100 := form.choice("gpu-h100-80gb-hbm3")
