@@ -207,13 +207,9 @@ func (e *Engine) joinLocked(r Request, asked classified, now time.Time) (Place, 
 	if len(asked.allocs) == 0 {
 		return Place{}, &JoinError{Message: "This server asks for no GPU: it does not need the waitlist."}
 	}
-	i := 0
-	for j, a := range asked.allocs {
-		if e.freeLocked(asked.classes[j], r.User, r.Server) < a.Count {
-			i = j
-			break
-		}
-	}
+	// The first unit that is short (the callers found one; the first unit otherwise).
+	i, _ := e.shortLocked(r, asked)
+	i = max(i, 0)
 	unit := asked.allocs[i]
 	class := asked.classes[i]
 	opts := r.UserOptions
@@ -244,10 +240,7 @@ func (e *Engine) placeLocked(en waitlist.Entry, now time.Time) Place {
 		}
 	}
 	p.Position = pos
-	name := en.Description
-	if name == "" {
-		name = en.Class
-	}
+	name := entryName(en)
 	switch {
 	case en.Held():
 		p.Message = fmt.Sprintf("Your turn: %s is held for you until %s.", withArticle(name), hhmm(en.HeldUntil))
@@ -274,12 +267,17 @@ func (e *Engine) placeLocked(en waitlist.Entry, now time.Time) Place {
 	return p
 }
 
+// entryName is what en waits for in words: its description, else its class.
+func entryName(en waitlist.Entry) string {
+	if en.Description != "" {
+		return en.Description
+	}
+	return en.Class
+}
+
 // startedPlace is the place of an entry whose server started from the queue at.
 func startedPlace(en waitlist.Entry, at time.Time) Place {
-	name := en.Description
-	if name == "" {
-		name = en.Class
-	}
+	name := entryName(en)
 	srv := "Your server"
 	if en.Server != "" {
 		srv = fmt.Sprintf("Your server %q", en.Server)

@@ -24,12 +24,7 @@ func noneFreeMessage(asked gpu.Allocation, free int64, canTake []Option) string 
 		b.WriteString(" No other GPU is free within your quota either: try again later, or pick a CPU-only profile.")
 		return b.String()
 	}
-	units := make([]gpu.Allocation, len(canTake))
-	for i, o := range canTake {
-		units[i] = o.unit
-		units[i].Count = o.Free
-	}
-	fmt.Fprintf(&b, " Free now and within your quota: %s. Pick one of those profiles, or try again later.", gpu.JoinUnits(units))
+	fmt.Fprintf(&b, " Free now and within your quota: %s. Pick one of those profiles, or try again later.", freeUnits(canTake))
 	return b.String()
 }
 
@@ -90,12 +85,17 @@ func joinedMessage(p Place, canTake []Option) string {
 	b.WriteString("You joined the waitlist. ")
 	b.WriteString(p.Message)
 	if len(canTake) > 0 {
-		units := make([]gpu.Allocation, len(canTake))
-		for i, o := range canTake {
-			units[i] = o.unit
-			units[i].Count = o.Free
-		}
-		fmt.Fprintf(&b, " Free now instead, within your quota: %s.", gpu.JoinUnits(units))
+		fmt.Fprintf(&b, " Free now instead, within your quota: %s.", freeUnits(canTake))
 	}
 	return b.String()
+}
+
+// freeUnits names what canTake offers with its free counts: "two MIG 3g.20gb slices on an A100 and ...".
+func freeUnits(canTake []Option) string {
+	units := make([]gpu.Allocation, len(canTake))
+	for i, o := range canTake {
+		units[i] = o.unit
+		units[i].Count = o.Free
+	}
+	return gpu.JoinUnits(units)
 }
