@@ -62,36 +62,18 @@ func DefaultValues() []byte { return append([]byte(nil), defaultValues...) }
 // `helm --set-file hub.extraConfig.<key>=file.py` sets it for a z2jh release: the snippets run last in
 // the Hub's config, sorted by key. Comments of values are not kept.
 func WithExtraConfig(values []byte, snippets map[string]string) ([]byte, error) {
-	var v map[string]any
-	if err := yaml.Unmarshal(values, &v); err != nil {
-		return nil, fmt.Errorf("hub values: %w", err)
-	}
-	if v == nil {
-		v = map[string]any{}
-	}
-	h, _ := v["hub"].(map[string]any)
-	if h == nil {
-		h = map[string]any{}
-		v["hub"] = h
-	}
-	extra, _ := h["extraConfig"].(map[string]any)
-	if extra == nil {
-		extra = map[string]any{}
-		h["extraConfig"] = extra
-	}
-	for k, code := range snippets {
-		extra[k] = code
-	}
-	out, err := yaml.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("hub values: %w", err)
-	}
-	return out, nil
+	return withHubMap(values, "extraConfig", snippets)
 }
 
 // WithExtraEnv returns values (YAML) with hub.extraEnv.<name> set to each value, as z2jh values set the Hub
 // pod's environment; the local Hub's config (kubespawner_config.py) applies them before hub.extraConfig runs.
 func WithExtraEnv(values []byte, env map[string]string) ([]byte, error) {
+	return withHubMap(values, "extraEnv", env)
+}
+
+// withHubMap returns values with hub.<key>.<name> set to each of entries, the map created where missing.
+// Comments of values are not kept.
+func withHubMap(values []byte, key string, entries map[string]string) ([]byte, error) {
 	var v map[string]any
 	if err := yaml.Unmarshal(values, &v); err != nil {
 		return nil, fmt.Errorf("hub values: %w", err)
@@ -104,13 +86,13 @@ func WithExtraEnv(values []byte, env map[string]string) ([]byte, error) {
 		h = map[string]any{}
 		v["hub"] = h
 	}
-	extra, _ := h["extraEnv"].(map[string]any)
-	if extra == nil {
-		extra = map[string]any{}
-		h["extraEnv"] = extra
+	m, _ := h[key].(map[string]any)
+	if m == nil {
+		m = map[string]any{}
+		h[key] = m
 	}
-	for k, val := range env {
-		extra[k] = val
+	for k, val := range entries {
+		m[k] = val
 	}
 	out, err := yaml.Marshal(v)
 	if err != nil {
