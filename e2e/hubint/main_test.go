@@ -26,6 +26,7 @@ const (
 	svcWeak    = "weak"           // list:users only
 	svcMinter  = "minter"         // tokens!user=alice
 	svcAuth    = "auth-checker"   // no scopes: validating someone else's token needs none
+	svcPages   = "oauth-pages"    // no scopes; a url: an OAuth client whose pages alice may open
 )
 
 // bulkUsers are created besides the named users, enough for several pages of GET /users
@@ -51,7 +52,17 @@ func run(m *testing.M) int {
 	}
 	opts.Users = userNames
 	opts.Groups = groups
+	pages, err := startOAuthPages()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "hubint: %v\n", err)
+		return 1
+	}
+	defer pages.close()
+	oauthService = pages
+	opts.Password = hubPassword
+	opts.Roles = append(opts.Roles, hubproc.Role{Name: "oauth-pages-users", Scopes: []string{"access:services!service=" + svcPages}, Users: []string{"alice"}})
 	opts.Services = []hubproc.Service{
+		{Name: svcPages, URL: pages.url, Token: pages.token},
 		{Name: svcLister, Scopes: []string{"list:users", "read:users"}},
 		{Name: svcGroups, Scopes: []string{"list:groups", "read:groups"}},
 		{Name: svcServers, Scopes: []string{"servers!user=alice", "read:users:activity"}},

@@ -191,33 +191,38 @@ func XSRF(t *testing.T, page string) string {
 
 func (b *Browser) Get(t *testing.T, path string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, b.base+strings.TrimPrefix(path, "/"), http.NoBody)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := b.client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
+	code, body, _ := b.Do(t, http.MethodGet, path, nil)
+	return code, body
 }
 
 func (b *Browser) Post(t *testing.T, path string, form url.Values) (int, string, string) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, b.base+strings.TrimPrefix(path, "/"), strings.NewReader(form.Encode()))
+	return b.Do(t, http.MethodPost, path, form)
+}
+
+// Do sends one request (a form when form is not nil) with the browser's cookies and returns the status, the
+// body and the Location header; it never follows a redirect. path is relative to the proxy's base URL; a leading
+// slash is dropped, so a Location the Hub sent can be passed back as it is.
+func (b *Browser) Do(t *testing.T, method, path string, form url.Values) (int, string, string) {
+	t.Helper()
+	var body io.Reader = http.NoBody
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequestWithContext(t.Context(), method, b.base+strings.TrimPrefix(path, "/"), body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
 	resp, err := b.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body), resp.Header.Get("Location")
+	page, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(page), resp.Header.Get("Location")
 }
 
 // Metric reads one sample of the Hub's /hub/metrics (0 when absent).
