@@ -19,7 +19,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"gopkg.in/yaml.v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -29,8 +28,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
-
-	"github.com/gpuhub/gpuhub/e2e/gpuhubstack"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -484,143 +481,5 @@ func TestQuotaWiring(t *testing.T) {
 		if strings.Contains(key, "quota") {
 			t.Errorf("quota.enabled=false renders %s", key)
 		}
-	}
-}
-
-// hubServiceKeys are the keys of a z2jh hub.services entry that reach JupyterHub (z2jh turns apiToken into
-// api_token); the Hub refuses to start on any other ("No such service field").
-var hubServiceKeys = []string{"name", "url", "apiToken", "display", "info", "oauth_no_confirm", "oauth_client_allowed_scopes", "oauth_redirect_uri"}
-
-// TestZ2JHValues validates every z2jh values snippet in chart/README.md (```yaml blocks that start with `hub:`)
-// against the values schema of z2jh 4.4.0 (testdata/z2jh-4.4.0, additionalProperties false on most objects), with
-// helm, plus what the schema leaves open: service keys the Hub accepts, the gpu-quota role's scopes, and the Hub
-// glue in hub.extraConfig.
-func TestZ2JHValues(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var snippets []string
-	for _, block := range strings.Split(string(readme), "```yaml\n")[1:] {
-		body, _, _ := strings.Cut(block, "```")
-		if strings.HasPrefix(body, "hub:") {
-			snippets = append(snippets, body)
-		}
-	}
-	if len(snippets) == 0 {
-		t.Fatal("chart/README.md has no z2jh values snippet (```yaml block starting with hub:)")
-	}
-	glue, err := os.ReadFile("gpuhub/files/gpuhub_hub_config.py")
-	if err != nil {
-		t.Fatal(err)
-	}
-	z2jh := z2jhSchemaChart(t)
-	sawQuota, sawProfiles, sawCuller, sawCullOff, sawWaitlist := false, false, false, false, false
-	for i, snippet := range snippets {
-		t.Run(fmt.Sprintf("snippet %d", i+1), func(t *testing.T) {
-			// Only what the schema leaves open is read here; helm checks every key against the schema below.
-			var v struct {
-				Hub struct {
-					Services  map[string]map[string]any `yaml:"services"`
-					LoadRoles map[string]struct {
-						Scopes   []string `yaml:"scopes"`
-						Services []string `yaml:"services"`
-					} `yaml:"loadRoles"`
-					ExtraEnv map[string]string `yaml:"extraEnv"`
-				} `yaml:"hub"`
-				Cull struct {
-					Enabled *bool `yaml:"enabled"`
-				} `yaml:"cull"`
-			}
-			if err := yaml.Unmarshal([]byte(snippet), &v); err != nil {
-				t.Fatalf("snippet is not YAML: %v\n%s", err, snippet)
-			}
-			for name, svc := range v.Hub.Services {
-				for k := range svc {
-					if !slices.Contains(hubServiceKeys, k) {
-						t.Errorf("hub.services.%s.%s: the Hub refuses unknown service keys (it knows %v)", name, k, hubServiceKeys)
-					}
-				}
-			}
-			if role, ok := v.Hub.LoadRoles[gpuhubstack.QuotaServiceName]; ok {
-				sawQuota = true
-				want := gpuhubstack.QuotaScopes
-				if v.Hub.ExtraEnv["GPUHUB_WAITLIST"] != "" {
-					sawWaitlist = true
-					want = gpuhubstack.QuotaWaitlistScopes
-					// The panel reaches gpu-quota's waitlist with the user's token.
-					if user := v.Hub.LoadRoles["user"]; !slices.Contains(user.Scopes, "access:services!service="+gpuhubstack.QuotaServiceName) {
-						t.Errorf("hub.loadRoles.user scopes %v lack access:services!service=%s", user.Scopes, gpuhubstack.QuotaServiceName)
-					}
-				}
-				if diff := cmp.Diff(want, role.Scopes); diff != "" {
-					t.Errorf("hub.loadRoles.gpu-quota scopes (-what hubint proves enough +README):\n%s", diff)
-				}
-				if diff := cmp.Diff([]string{gpuhubstack.QuotaServiceName}, role.Services); diff != "" {
-					t.Errorf("hub.loadRoles.gpu-quota services (-want +got):\n%s", diff)
-				}
-			}
-			if role, ok := v.Hub.LoadRoles[gpuhubstack.ProfilesServiceName]; ok {
-				sawProfiles = true
-				if diff := cmp.Diff(gpuhubstack.ProfilesScopes, role.Scopes); diff != "" {
-					t.Errorf("hub.loadRoles.gpu-profiles scopes (-what the e2e stack runs it with +README):\n%s", diff)
-				}
-			}
-			if role, ok := v.Hub.LoadRoles[cullerServiceName]; ok {
-				sawCuller = true
-				if diff := cmp.Diff(cullerScopes, role.Scopes); diff != "" {
-					t.Errorf("hub.loadRoles.gpu-culler scopes (-the issue's four, what e2e/hubint/culler proves enough +README):\n%s", diff)
-				}
-				if diff := cmp.Diff([]string{cullerServiceName}, role.Services); diff != "" {
-					t.Errorf("hub.loadRoles.gpu-culler services (-want +got):\n%s", diff)
-				}
-				// The panel reaches gpu-culler with the user's token: the user role must grant access to it.
-				if user := v.Hub.LoadRoles["user"]; !slices.Contains(user.Scopes, "access:services!service="+cullerServiceName) {
-					t.Errorf("hub.loadRoles.user scopes %v lack access:services!service=%s", user.Scopes, cullerServiceName)
-				}
-				if _, ok := v.Hub.Services[cullerServiceName]; !ok {
-					t.Errorf("the snippet gives gpu-culler a role but no hub.services.%s entry", cullerServiceName)
-				}
-				if v.Cull.Enabled == nil || *v.Cull.Enabled {
-					t.Error("the gpu-culler snippet does not turn z2jh's culler off (cull.enabled: false)")
-				} else {
-					sawCullOff = true
-				}
-			}
-			values := filepath.Join(t.TempDir(), "values.yaml")
-			if err := os.WriteFile(values, []byte(snippet), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			// With what the README tells operators to add: the glue file itself as hub.extraConfig.gpuhub.
-			glueFile := filepath.Join(t.TempDir(), "glue.py")
-			if err := os.WriteFile(glueFile, glue, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			args := []string{"template", "z2jh", z2jh, "--kube-version", kubeVersion, "-f", values, "--set-file", "hub.extraConfig.gpuhub=" + glueFile}
-			if out, err := helm(t, args...); err != nil {
-				t.Errorf("z2jh 4.4.0 rejects the snippet: %v\n%s\n--- snippet ---\n%s", err, out, snippet)
-			}
-		})
-	}
-	if !sawQuota {
-		t.Error("chart/README.md documents no hub.loadRoles.gpu-quota")
-	}
-	if !sawProfiles {
-		t.Error("chart/README.md documents no hub.loadRoles.gpu-profiles")
-	}
-	if !sawWaitlist {
-		t.Error("chart/README.md documents no waitlist values (hub.extraEnv.GPUHUB_WAITLIST with gpu-quota's role)")
-	}
-	if !sawCuller || !sawCullOff {
-		t.Error("chart/README.md documents no hub.loadRoles.gpu-culler with cull.enabled: false")
-	}
-
-	// The check itself works: z2jh refuses a key it does not know.
-	bad := filepath.Join(t.TempDir(), "bad.yaml")
-	if err := os.WriteFile(bad, []byte("hub:\n  extraConfg: {}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := helm(t, "template", "z2jh", z2jh, "--kube-version", kubeVersion, "-f", bad); err == nil || !strings.Contains(out, "extraConfg") {
-		t.Errorf("z2jh schema accepted hub.extraConfg (err %v):\n%s", err, out)
 	}
 }

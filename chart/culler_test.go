@@ -21,11 +21,6 @@ import (
 // cullerServiceName is gpu-culler's Hub service name (chart value culler.serviceName).
 const cullerServiceName = "gpu-culler"
 
-// cullerScopes are the Hub scopes of the issue, jupyterhub-idle-culler's set, and all gpu-culler gets by default:
-// e2e/hubint/culler shows that a token with exactly these lists ready servers page by page, reads their activity
-// and stops them; chart/README.md documents them (TestZ2JHValues).
-var cullerScopes = []string{"list:users", "read:users:activity", "read:servers", "delete:servers"}
-
 // TestCullerWiring: gpu-culler finds the usage API (Service, port, prefix under hub.baseURL) and the usage API lets
 // it read (--reader-services); the policy reaches it verbatim through a directory mount; the Lease and the stops
 // ConfigMap it is told to use are the ones its Role names; its Hub token is the one z2jh generates; two replicas

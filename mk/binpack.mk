@@ -1,4 +1,4 @@
-# GPU bin packing (chart/gpuhub/files/z2jh-user-scheduler-gpu-packing.yaml): the real kube-scheduler accepts the
+# GPU bin packing (chart/gpuhub/files/z2jh-values.yaml, scheduling.userScheduler): the real kube-scheduler accepts the
 # configuration z2jh renders with it, and schedules GPU pods side by side with stock and z2jh-default scoring.
 # Its own target, not part of `make integration` (which runs once per Hub venv). etcd and kube-binaries come from
 # mk/cluster.mk.

@@ -13,8 +13,13 @@ $(HELM):
 helm: $(HELM) ## Install helm into $(GPUHUB_CACHE)/bin.
 
 .PHONY: chart-test
-chart-test: $(HELM) ## helm lint + rendered-manifest golden files + values-schema tests (UPDATE=1 rewrites goldens).
+chart-test: $(HELM) ## helm lint + rendered-manifest golden files + values-schema tests + READMEs current (UPDATE=1 rewrites goldens).
 	$(HELM) lint --strict chart/gpuhub
+	$(GO) run ./chart/cmd/chartreadme -check
 	HELM=$(HELM) $(GO) test -count=1 -tags chart ./chart/... $(if $(UPDATE),-args -update)
 
 TEST_TARGETS += chart-test
+
+.PHONY: chart-readme
+chart-readme: ## Regenerate chart/README.md's values table (values.yaml's `# --` comments) and the READMEs' copies of files/z2jh-values.yaml.
+	$(GO) run ./chart/cmd/chartreadme

@@ -1,6 +1,6 @@
 // Package binpack builds the kube-scheduler configuration that z2jh's user-scheduler runs, from z2jh's default
-// values and the values files an admin adds (gpuhub's GPU-packing fragment, chart/gpuhub/files), and measures how
-// GPU pods sit on nodes: the side-by-side scheduler test of chart/README.md, "GPU bin packing".
+// values and the values files an admin adds (gpuhub's, chart/gpuhub/files/z2jh-values.yaml), and measures how GPU
+// pods sit on nodes: the side-by-side scheduler test of chart/README.md, "GPU bin packing".
 package binpack
 
 import (

@@ -15,7 +15,7 @@ import (
 )
 
 var (
-	fragmentPath = filepath.Join("..", "..", "chart", "gpuhub", "files", "z2jh-user-scheduler-gpu-packing.yaml")
+	fragmentPath = filepath.Join("..", "..", "chart", "gpuhub", "files", "z2jh-values.yaml")
 	z2jhValues   = filepath.Join("..", "..", "chart", "testdata", "z2jh-4.4.0", "values.yaml")
 )
 

@@ -41,7 +41,7 @@ type QuotaOptions struct {
 	Token  string // its Hub token; must match QuotaHubService's
 	Policy string // policy file (make demo: e2e/hub/quota-demo.yaml)
 	// Waitlist runs gpu-quota's waitlist (--waitlist) with WaitlistHold (default the service's); register the
-	// service with QuotaWaitlistScopes and set the glue's GPUHUB_WAITLIST (WaitlistHubValues).
+	// service with the z2jh values' waitlist switch on (LocalHubValues without NoWaitlist).
 	Waitlist     bool
 	WaitlistHold string
 }
@@ -49,7 +49,7 @@ type QuotaOptions struct {
 // Components returns the stack components of gpuhub: the chart's agents and RBAC with the usage API, then
 // gpu-quota when o.Quota.Binary is set, then gpu-profiles when o.Profiles.Binary is set, then gpu-culler's
 // replicas when o.Culler.Binary is set. Register the services with the Hub first (HubService, QuotaHubService,
-// ProfilesHubService, CullerHubService, HubRoles) and load the glue into it (HubValues).
+// ProfilesHubService, CullerHubService, HubRoles; or all of it with LocalHubValues) and load the glue into it.
 func Components(o Options) []stack.Component {
 	var in *Installed
 	usage := Usage{Port: o.Port}

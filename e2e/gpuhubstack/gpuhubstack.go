@@ -83,10 +83,6 @@ const QuotaServiceName = "gpu-quota"
 // e2e/hubint/quota runs gpu-quota with exactly these; chart/README.md documents them (TestZ2JHValues).
 var QuotaScopes = []string{"list:users", "read:users:name", "read:users:groups", "read:servers", "delete:servers"}
 
-// QuotaWaitlistScopes are QuotaScopes with the waitlist: servers (start a server whose turn came, auto-start)
-// instead of delete:servers, which it includes.
-var QuotaWaitlistScopes = []string{"list:users", "read:users:name", "read:users:groups", "read:servers", "servers"}
-
 // QuotaHubService registers gpu-quota at http://127.0.0.1:<port> with token (>= 8 characters), as z2jh's
 // hub.services.gpu-quota does: the url tells the glue where to ask, the token is what it presents.
 func QuotaHubService(port int, token string) hubproc.Service {

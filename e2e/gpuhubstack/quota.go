@@ -9,7 +9,6 @@ import (
 
 	"github.com/gpuhub/gpuhub/e2e/cluster/proc"
 	"github.com/gpuhub/gpuhub/e2e/hub"
-	"github.com/gpuhub/gpuhub/e2e/internal/hubproc"
 )
 
 // GlueFile is the Hub glue inside the chart directory: the one Python file z2jh loads as
@@ -29,23 +28,6 @@ func HubValues(chartDir string, extra map[string]string) ([]byte, error) {
 		snippets[k] = v
 	}
 	return hub.WithExtraConfig(hub.DefaultValues(), snippets)
-}
-
-// WaitlistHubValues are HubValues with the glue's waitlist turned on (hub.extraEnv.GPUHUB_WAITLIST, as
-// chart/README.md tells z2jh admins).
-func WaitlistHubValues(chartDir string, extra map[string]string) ([]byte, error) {
-	v, err := HubValues(chartDir, extra)
-	if err != nil {
-		return nil, err
-	}
-	return hub.WithExtraEnv(v, map[string]string{"GPUHUB_WAITLIST": "1"})
-}
-
-// QuotaWaitlistHubService is QuotaHubService with the waitlist's scopes (QuotaWaitlistScopes).
-func QuotaWaitlistHubService(port int, token string) hubproc.Service {
-	s := QuotaHubService(port, token)
-	s.Scopes = QuotaWaitlistScopes
-	return s
 }
 
 // Quota describes the gpu-quota process, flags as the chart's Deployment sets them.

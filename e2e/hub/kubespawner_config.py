@@ -3,7 +3,8 @@
 # (e2e/hub/values.yaml, z2jh key names), then hub.extraConfig snippets run last, sorted by key.
 # e2e/hub/hub.go appends this file to the Hub config that e2e/internal/hubproc generates.
 # Settings that differ per run come from the environment:
-#   GPUHUB_HUB_VALUES       values file (z2jh subset: singleuser.*, hub.extraEnv, hub.extraConfig)
+#   GPUHUB_HUB_VALUES       values file (z2jh subset: singleuser.*, hub.services, hub.loadRoles, hub.extraEnv,
+#                           hub.extraConfig)
 #   GPUHUB_HUB_CONNECT_URL  how pods reach the Hub (http://127.0.0.1:<hub port>), JUPYTERHUB_API_URL
 #   GPUHUB_NAMESPACE        namespace of the single-user pods
 #   GPUHUB_EXTRA_CONFIG_DIR optional directory of *.py files run after hub.extraConfig (sorted)
@@ -57,6 +58,18 @@ if isinstance(_extra_env, list):  # z2jh also takes a list of EnvVar objects
 for _k, _v in _extra_env.items():
     if isinstance(_v, (str, int, float, bool)):
         os.environ[str(_k)] = str(_v)
+
+# hub.services and hub.loadRoles, as z2jh reads them: dicts keyed by name, appended to the Hub's lists; a service's
+# apiToken is its api_token (z2jh takes it from its hub Secret; the local values carry it). The keys are passed on
+# as they are, so a key the Hub does not know stops this Hub as it would a z2jh one.
+for _name, _service in (get_config("hub.services") or {}).items():
+    _service = dict(_service, name=_service.get("name", _name))
+    _token = _service.pop("apiToken", None)
+    if _token:
+        _service["api_token"] = _token
+    c.JupyterHub.services.append(_service)  # noqa: F821
+for _name, _role in (get_config("hub.loadRoles") or {}).items():
+    c.JupyterHub.load_roles.append(dict(_role, name=_role.get("name", _name)))  # noqa: F821
 
 # hub.extraConfig: snippets run last, sorted by key, in this config's namespace (as in z2jh).
 for _name, _code in sorted((get_config("hub.extraConfig") or {}).items()):

@@ -21,7 +21,6 @@ import (
 	"github.com/gpuhub/gpuhub/e2e/cluster"
 	"github.com/gpuhub/gpuhub/e2e/cluster/stack"
 	"github.com/gpuhub/gpuhub/e2e/gpuhubstack"
-	"github.com/gpuhub/gpuhub/e2e/internal/hubproc"
 	"github.com/gpuhub/gpuhub/hubapi"
 )
 
@@ -83,16 +82,6 @@ func run(m *testing.M) int {
 			return 1
 		}
 	}
-	values, err := gpuhubstack.HubValues(need["GPUHUB_CHART"], nil)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	valuesPath := filepath.Join(dir, "hub-values.yaml")
-	if err := os.WriteFile(valuesPath, values, 0o600); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
 	q := gpuhubstack.QuotaOptions{Binary: need["GPUHUB_GPU_QUOTA"], Port: cluster.FreePort(), Token: gpuhubstack.NewToken(), Policy: policyPath}
 	p := gpuhubstack.ProfilesOptions{Binary: need["GPUHUB_GPU_PROFILES"], Port: cluster.FreePort(), Token: gpuhubstack.NewToken(),
 		Config: configPath, PendingEndAfter: pendingEndAfter.String()}
@@ -103,6 +92,21 @@ func run(m *testing.M) int {
 		UsageAPI: need["GPUHUB_USAGE_API"], Port: cluster.FreePort(), Token: readerToken, Quota: q, Profiles: p,
 	}
 	profilesURL = gpuhubstack.Profiles{Port: p.Port}.URL()
+	// The chart's z2jh values, as an admin installs them, with the usage API, gpu-quota (no waitlist) and
+	// gpu-profiles on loopback.
+	values, err := gpuhubstack.LocalHubValues(need["GPUHUB_CHART"], gpuhubstack.LocalHub{NoWaitlist: true, Services: map[string]gpuhubstack.LocalService{
+		gpuhubstack.ServiceName: {Port: g.Port, Token: g.Token}, gpuhubstack.QuotaServiceName: {Port: q.Port, Token: q.Token},
+		gpuhubstack.ProfilesServiceName: {Port: p.Port, Token: p.Token},
+	}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	valuesPath := filepath.Join(dir, "hub-values.yaml")
+	if err := os.WriteFile(valuesPath, values, 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	lvl := slog.LevelWarn
 	if os.Getenv("GPUHUB_E2E_DEBUG") != "" {
 		lvl = slog.LevelDebug
@@ -111,9 +115,6 @@ func run(m *testing.M) int {
 	defer cancel()
 	start := time.Now()
 	st, err = stack.Start(ctx, stack.Options{
-		HubServices: []hubproc.Service{gpuhubstack.HubService(g.Port, g.Token), gpuhubstack.QuotaHubService(q.Port, q.Token),
-			gpuhubstack.ProfilesHubService(p.Port, p.Token)},
-		HubRoles:   gpuhubstack.HubRoles(),
 		HubValues:  valuesPath,
 		KubeBinDir: need["GPUHUB_KUBE_BIN"], Venv: need["GPUHUB_HUB_VENV"], CHP: need["GPUHUB_CHP"],
 		Topology: filepath.Join("..", "topology.yaml"), Password: password,

@@ -79,7 +79,17 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	values, err := gpuhubstack.HubValues(need["GPUHUB_CHART"], nil)
+	usagePort = cluster.FreePort()
+	q := gpuhubstack.QuotaOptions{Binary: need["GPUHUB_GPU_QUOTA"], Port: cluster.FreePort(), Token: gpuhubstack.NewToken(), Policy: policyPath}
+	g := gpuhubstack.Options{
+		Chart:    gpuhubstack.Chart{Helm: need["GPUHUB_HELM"], Dir: need["GPUHUB_CHART"]},
+		UsageAPI: need["GPUHUB_USAGE_API"], Port: usagePort, Token: gpuhubstack.NewToken(), Quota: q,
+	}
+	quotaURL = gpuhubstack.Quota{Port: q.Port}.URL()
+	// The chart's z2jh values, as an admin installs them, with the usage API and gpu-quota (no waitlist) on loopback.
+	values, err := gpuhubstack.LocalHubValues(need["GPUHUB_CHART"], gpuhubstack.LocalHub{NoWaitlist: true, Services: map[string]gpuhubstack.LocalService{
+		gpuhubstack.ServiceName: {Port: g.Port, Token: g.Token}, gpuhubstack.QuotaServiceName: {Port: q.Port, Token: q.Token},
+	}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -89,13 +99,6 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	usagePort = cluster.FreePort()
-	q := gpuhubstack.QuotaOptions{Binary: need["GPUHUB_GPU_QUOTA"], Port: cluster.FreePort(), Token: gpuhubstack.NewToken(), Policy: policyPath}
-	g := gpuhubstack.Options{
-		Chart:    gpuhubstack.Chart{Helm: need["GPUHUB_HELM"], Dir: need["GPUHUB_CHART"]},
-		UsageAPI: need["GPUHUB_USAGE_API"], Port: usagePort, Token: gpuhubstack.NewToken(), Quota: q,
-	}
-	quotaURL = gpuhubstack.Quota{Port: q.Port}.URL()
 	lvl := slog.LevelWarn
 	if os.Getenv("GPUHUB_E2E_DEBUG") != "" {
 		lvl = slog.LevelDebug
@@ -104,11 +107,9 @@ func run(m *testing.M) int {
 	defer cancel()
 	start := time.Now()
 	st, err = stack.Start(ctx, stack.Options{
-		HubServices: []hubproc.Service{gpuhubstack.HubService(g.Port, g.Token), gpuhubstack.QuotaHubService(q.Port, q.Token),
-			{Name: metricsReader, Scopes: []string{"read:metrics"}}},
-		HubRoles:   gpuhubstack.HubRoles(),
-		HubValues:  valuesPath,
-		KubeBinDir: need["GPUHUB_KUBE_BIN"], Venv: need["GPUHUB_HUB_VENV"], CHP: need["GPUHUB_CHP"],
+		HubServices: []hubproc.Service{{Name: metricsReader, Scopes: []string{"read:metrics"}}},
+		HubValues:   valuesPath,
+		KubeBinDir:  need["GPUHUB_KUBE_BIN"], Venv: need["GPUHUB_HUB_VENV"], CHP: need["GPUHUB_CHP"],
 		Topology: filepath.Join("..", "topology.yaml"), Password: password,
 		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})),
 		GPUAgent: need["GPUHUB_GPU_AGENT"], Components: gpuhubstack.Components(g),

@@ -28,7 +28,6 @@ import (
 	"github.com/gpuhub/gpuhub/e2e/cluster"
 	"github.com/gpuhub/gpuhub/e2e/cluster/stack"
 	"github.com/gpuhub/gpuhub/e2e/gpuhubstack"
-	"github.com/gpuhub/gpuhub/e2e/internal/hubproc"
 	"github.com/gpuhub/gpuhub/hubapi"
 )
 
@@ -113,7 +112,11 @@ func run(m *testing.M) int {
 	}
 	quotaURL = gpuhubstack.Quota{Port: q.Port}.URL()
 	cullerURL = gpuhubstack.Culler{Port: c.Port}.URL()
-	values, err := gpuhubstack.WaitlistHubValues(need["GPUHUB_CHART"], nil)
+	// The chart's z2jh values, as an admin installs them, with every service on loopback.
+	values, err := gpuhubstack.LocalHubValues(need["GPUHUB_CHART"], gpuhubstack.LocalHub{Services: map[string]gpuhubstack.LocalService{
+		gpuhubstack.ServiceName: {Port: g.Port, Token: g.Token}, gpuhubstack.QuotaServiceName: {Port: q.Port, Token: q.Token},
+		gpuhubstack.ProfilesServiceName: {Port: p.Port, Token: p.Token}, gpuhubstack.CullerServiceName: {Port: c.Port, Token: c.Token},
+	}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -127,10 +130,6 @@ func run(m *testing.M) int {
 	defer cancel()
 	start := time.Now()
 	st, err = stack.Start(ctx, stack.Options{
-		HubServices: []hubproc.Service{gpuhubstack.HubService(g.Port, g.Token), gpuhubstack.QuotaWaitlistHubService(q.Port, q.Token),
-			gpuhubstack.ProfilesHubService(p.Port, p.Token), gpuhubstack.CullerHubService(c.Port, c.Token)},
-		// Users reach the usage API, gpu-culler and the waitlist (the panel) through the proxy.
-		HubRoles:   gpuhubstack.HubRoles(gpuhubstack.CullerServiceName, gpuhubstack.QuotaServiceName),
 		HubValues:  write("hub-values.yaml", string(values)),
 		KubeBinDir: need["GPUHUB_KUBE_BIN"], Venv: need["GPUHUB_HUB_VENV"], CHP: need["GPUHUB_CHP"],
 		Topology: filepath.Join("..", "topology.yaml"), Password: password,

@@ -240,9 +240,10 @@ func Run(ctx context.Context, o Options) error {
 	return nil
 }
 
-// addGPUHub registers gpuhub's services with the Hub and adds their processes to the stack: the usage API and,
-// unless NoQuota, gpu-quota with its policy, and the chart's Hub glue in the Hub's values (hub.extraConfig.gpuhub).
-// cleanup removes the values file it writes.
+// addGPUHub adds gpuhub's processes to the stack (the usage API and, unless left out, gpu-quota, gpu-profiles and
+// gpu-culler) and gives the Hub the chart's z2jh values file with the glue, as an admin does, with loopback urls
+// and fresh tokens for the services that run (gpuhubstack.LocalHubValues). cleanup removes the values file it
+// writes.
 func addGPUHub(o *Options) (cleanup func(), err error) {
 	cleanup = func() {}
 	if o.GPUHub.Port == 0 {
@@ -251,7 +252,9 @@ func addGPUHub(o *Options) (cleanup func(), err error) {
 	if o.GPUHub.Token == "" {
 		o.GPUHub.Token = gpuhubstack.NewToken()
 	}
-	o.Stack.HubServices = append(o.Stack.HubServices, gpuhubstack.HubService(o.GPUHub.Port, o.GPUHub.Token))
+	local := gpuhubstack.LocalHub{Services: map[string]gpuhubstack.LocalService{
+		gpuhubstack.ServiceName: {Port: o.GPUHub.Port, Token: o.GPUHub.Token},
+	}}
 	if o.NoQuota {
 		o.GPUHub.Quota = gpuhubstack.QuotaOptions{}
 	} else {
@@ -271,11 +274,7 @@ func addGPUHub(o *Options) (cleanup func(), err error) {
 			q.Token = gpuhubstack.NewToken()
 		}
 		q.Waitlist = !o.NoWaitlist
-		if q.Waitlist {
-			o.Stack.HubServices = append(o.Stack.HubServices, gpuhubstack.QuotaWaitlistHubService(q.Port, q.Token))
-		} else {
-			o.Stack.HubServices = append(o.Stack.HubServices, gpuhubstack.QuotaHubService(q.Port, q.Token))
-		}
+		local.Services[gpuhubstack.QuotaServiceName] = gpuhubstack.LocalService{Port: q.Port, Token: q.Token}
 	}
 	if o.NoProfiles {
 		o.GPUHub.Profiles = gpuhubstack.ProfilesOptions{}
@@ -297,16 +296,11 @@ func addGPUHub(o *Options) (cleanup func(), err error) {
 		if p.Token == "" {
 			p.Token = gpuhubstack.NewToken()
 		}
-		o.Stack.HubServices = append(o.Stack.HubServices, gpuhubstack.ProfilesHubService(p.Port, p.Token))
+		local.Services[gpuhubstack.ProfilesServiceName] = gpuhubstack.LocalService{Port: p.Port, Token: p.Token}
 	}
-	// The panel reaches gpu-culler (countdown, snooze) and the waitlist through the proxy with the user's token.
-	var panelServices []string
-	if o.GPUHub.Quota.Waitlist {
-		panelServices = append(panelServices, gpuhubstack.QuotaServiceName)
-	}
+	local.NoWaitlist = !o.GPUHub.Quota.Waitlist
 	if o.NoCuller {
 		o.GPUHub.Culler = gpuhubstack.CullerOptions{}
-		o.Stack.HubRoles = append(o.Stack.HubRoles, gpuhubstack.HubRoles(panelServices...)...)
 	} else {
 		c := &o.GPUHub.Culler
 		if _, err := existingFile(c.Binary, "gpu-culler executable (make build)", "--no-culler"); err != nil {
@@ -323,16 +317,10 @@ func addGPUHub(o *Options) (cleanup func(), err error) {
 		if c.Token == "" {
 			c.Token = gpuhubstack.NewToken()
 		}
-		o.Stack.HubServices = append(o.Stack.HubServices, gpuhubstack.CullerHubService(c.Port, c.Token))
-		o.Stack.HubRoles = append(o.Stack.HubRoles, gpuhubstack.HubRoles(append(panelServices, gpuhubstack.CullerServiceName)...)...)
+		local.Services[gpuhubstack.CullerServiceName] = gpuhubstack.LocalService{Port: c.Port, Token: c.Token}
 	}
-	if (!o.NoQuota || !o.NoProfiles) && o.Stack.HubValues == "" {
-		// The chart's Hub glue: admission (gpu-quota) and the spawn form (gpu-profiles).
-		hubValues := gpuhubstack.HubValues
-		if o.GPUHub.Quota.Waitlist {
-			hubValues = gpuhubstack.WaitlistHubValues
-		}
-		values, err := hubValues(o.GPUHub.Chart.Dir, nil)
+	if o.Stack.HubValues == "" {
+		values, err := gpuhubstack.LocalHubValues(o.GPUHub.Chart.Dir, local)
 		if err != nil {
 			return cleanup, err
 		}
