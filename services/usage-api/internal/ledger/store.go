@@ -433,6 +433,49 @@ func (s *Store) Sum(ctx context.Context, qr Query) ([]Row, error) {
 	return out, nil
 }
 
+// HourTotals are the GPU-seconds (in the store) or GPU-hours (in answers) of one hour bucket, summed over the
+// users a query selects.
+type HourTotals struct {
+	Bucket time.Time // start of the hour, UTC
+	Totals
+	// Idle is the held time nobody used: per user and class, allocated minus used minus used-unknown where that
+	// is positive, summed. A time-sliced share busier than it holds offsets no one else's idle GPU, and time
+	// whose use is unknown is not counted as idle.
+	Idle float64
+}
+
+// hourly sums the query's window bucket by bucket (buckets without rows are left out), oldest first.
+func (s *Store) hourly(ctx context.Context, qr Query) ([]HourTotals, error) {
+	query := `SELECT bucket, SUM(allocated_s), SUM(used_s), SUM(unknown_s),
+		SUM(CASE WHEN allocated_s > used_s + unknown_s THEN allocated_s - used_s - unknown_s ELSE 0 END)
+		FROM gpu_usage WHERE bucket >= ? AND bucket < ?`
+	args := []any{qr.From.UTC().Truncate(time.Hour).Unix(), qr.To.Unix()}
+	if qr.User != "" {
+		query += ` AND user_name = ?`
+		args = append(args, qr.User)
+	}
+	query += ` GROUP BY bucket ORDER BY bucket`
+	rows, err := s.db.QueryContext(ctx, s.q(query), args...)
+	if err != nil {
+		return nil, fmt.Errorf("query ledger hours: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []HourTotals
+	for rows.Next() {
+		var h HourTotals
+		var b int64
+		if err := rows.Scan(&b, &h.Allocated, &h.Used, &h.UsedUnknown, &h.Idle); err != nil {
+			return nil, fmt.Errorf("scan ledger hours: %w", err)
+		}
+		h.Bucket = time.Unix(b, 0).UTC()
+		out = append(out, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("query ledger hours: %w", err)
+	}
+	return out, nil
+}
+
 // userWindows sums every user's buckets from d30 on, except the current hour's, into three windows at once (one
 // scan). Buckets after the current hour exist only after the wall clock stepped back; they count.
 func (s *Store) userWindows(ctx context.Context, today, d7, d30, current time.Time) (map[string][3]Totals, error) {
