@@ -25,6 +25,9 @@ func (nopLedger) UserWindows(string) ledger.Windows { return ledger.Windows{} }
 func (nopLedger) Hours(context.Context, ledger.Query) ([]ledger.Row, error) {
 	return nil, nil
 }
+func (nopLedger) Breakdown(context.Context, ledger.Query) ([]ledger.Usage, error) {
+	return nil, nil
+}
 func (nopLedger) Hourly(context.Context, ledger.Query) ([]ledger.HourTotals, error) {
 	return nil, nil
 }

@@ -72,3 +72,45 @@ func TestHourly(t *testing.T) {
 		})
 	}
 }
+
+// TestHourlyBreakdown: Breakdown is Hours with each key's idle time, clamped hour bucket by hour bucket.
+func TestHourlyBreakdown(t *testing.T) {
+	ctx := context.Background()
+	s := openTestStore(t)
+	hour := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	seed := []Increment{
+		// bob's share is busier than it holds at 08:00 and idle at 09:00: 08:00 does not make up for 09:00.
+		{Key: bobT4, Bucket: hour.Add(-2 * time.Hour), Totals: Totals{Allocated: 900, Used: 3600}},
+		{Key: bobT4, Bucket: hour.Add(-time.Hour), Totals: Totals{Allocated: 900}},
+		{Key: aliceMIG, Bucket: hour.Add(-time.Hour), Totals: Totals{Allocated: 3600, Used: 1800, UsedUnknown: 900}},
+	}
+	var sum Totals
+	for _, inc := range seed {
+		sum.add(inc.Totals)
+	}
+	if err := s.Commit(ctx, nil, Checkpoint{At: hour, Ticks: 1, Sums: sum}, seed); err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(ctx, s, Options{Interval: interval}, hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := l.Breakdown(ctx, Query{From: hour.Add(-3 * time.Hour), To: hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Usage{
+		{Row: Row{Key: aliceMIG, Totals: Totals{Allocated: 1, Used: 0.5, UsedUnknown: 0.25}}, Idle: 0.25},
+		{Row: Row{Key: bobT4, Totals: Totals{Allocated: 0.5, Used: 1}}, Idle: 0.25},
+	}
+	if diff := cmp.Diff(want, got, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
+		t.Errorf("Breakdown (-want +got):\n%s", diff)
+	}
+	rows, err := l.Hours(ctx, Query{From: hour.Add(-3 * time.Hour), To: hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]Row{want[0].Row, want[1].Row}, rows, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
+		t.Errorf("Hours (-want +got):\n%s", diff)
+	}
+}
