@@ -148,7 +148,7 @@ func Run(ctx context.Context, o Options) error {
 	s := &service{o: o, inv: inv, led: led, state: state, mets: mets,
 		coll: collect.New(collect.Options{Client: o.AgentClient, Port: o.AgentPort, Logger: o.Logger, Now: o.Now})}
 
-	var handler http.Handler = api.New(api.Options{Prefix: o.Prefix, State: state, Ledger: led, Auth: o.Auth, Now: o.Now, Logger: o.Logger,
+	handler := api.New(api.Options{Prefix: o.Prefix, State: state, Ledger: led, Auth: o.Auth, Now: o.Now, Logger: o.Logger,
 		Budget: o.Budget, ReaderServices: o.ReaderServices, Waitlist: led, WaitlistServices: o.WaitlistServices})
 	if o.Login != nil {
 		// The JSON API keeps its own token auth under api/; everything else under the prefix is a page for people,
