@@ -141,6 +141,8 @@ func TestCullerWiring(t *testing.T) {
 	wantFrom := []string{
 		"app=jupyterhub,component=proxy in kubernetes.io/metadata.name=z2jh",
 		"app=jupyterhub,component=hub in kubernetes.io/metadata.name=z2jh",
+		// The usage API's admin view lists the culler's decisions.
+		"app.kubernetes.io/component=usage-api,app.kubernetes.io/instance=gpuhub,app.kubernetes.io/name=gpuhub",
 	}
 	if diff := cmp.Diff(wantFrom, from("gpuhub-culler")); diff != "" {
 		t.Errorf("gpu-culler ingress (-want +got):\n%s", diff)
@@ -148,6 +150,26 @@ func TestCullerWiring(t *testing.T) {
 	cullerPods := "app.kubernetes.io/component=gpu-culler,app.kubernetes.io/instance=gpuhub,app.kubernetes.io/name=gpuhub"
 	if !slices.Contains(from("gpuhub-usage"), cullerPods) {
 		t.Errorf("usage API ingress %v does not admit gpu-culler (%s)", from("gpuhub-usage"), cullerPods)
+	}
+
+	// The admin view reads the decisions with the usage API's token: --culler-url to this Service, and gpu-culler
+	// admits gpu-usage (with culler.readerServices kept, and named once).
+	cullerURL, _ := flagValue(uc.Args, "culler-url")
+	if want := fmt.Sprintf("http://%s.jhub:%d%s", cullerSvc.Name, cullerSvc.Spec.Ports[0].Port, got.Prefix); cullerURL != want {
+		t.Errorf("usage --culler-url=%s, want %s", cullerURL, want)
+	}
+	for _, tc := range []struct {
+		set  []string
+		want string
+	}{
+		{nil, "gpu-usage"},
+		{[]string{"--set", "culler.readerServices={reporting}"}, "reporting,gpu-usage"},
+		{[]string{"--set", "culler.readerServices={gpu-usage}"}, "gpu-usage"},
+	} {
+		objs := rendered(t, append([]string{"--set", "culler.enabled=true"}, tc.set...)...)
+		if got, _ := flagValue(objs["Deployment jhub/gpuhub-culler"].(*appsv1.Deployment).Spec.Template.Spec.Containers[0].Args, "reader-services"); got != tc.want {
+			t.Errorf("%v: gpu-culler --reader-services=%s, want %s", tc.set, got, tc.want)
+		}
 	}
 
 	// Next to gpu-quota, gpu-culler asks its waitlist who waits for which GPU class, and gpu-quota admits it.
@@ -187,6 +209,9 @@ func TestCullerWiring(t *testing.T) {
 		if d, ok := o.(*appsv1.Deployment); ok && d.Name == "gpuhub-usage" {
 			if got, _ := flagValue(d.Spec.Template.Spec.Containers[0].Args, "reader-services"); strings.Contains(got, cullerServiceName) {
 				t.Errorf("usage --reader-services=%s without gpu-culler", got)
+			}
+			if got, ok := flagValue(d.Spec.Template.Spec.Containers[0].Args, "culler-url"); ok {
+				t.Errorf("usage --culler-url=%s without gpu-culler", got)
 			}
 		}
 	}

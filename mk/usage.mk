@@ -24,7 +24,7 @@ postgres-server: ## Ensure PostgreSQL server binaries exist (installs the Debian
 .PHONY: test-usage-postgres
 test-usage-postgres: postgres-server ## Ledger tests against a throw-away PostgreSQL on 127.0.0.1 (never skipped), incl. restarting it under a writer.
 	services/usage-api/scripts/with-postgres.sh \
-	  $(GO) test $(GO_TEST_FLAGS) -v -run 'Test(Postgres|Record|UserWindows|Waitlist|Decayed)' ./services/usage-api/internal/ledger/
+	  $(GO) test $(GO_TEST_FLAGS) -v -run 'Test(Postgres|Record|UserWindows|Waitlist|Decayed|Hourly)' ./services/usage-api/internal/ledger/
 
 TEST_TARGETS += test-usage-postgres
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 	_ "time/tzdata" // the API's tz parameter must not depend on the image having /usr/share/zoneinfo
@@ -23,10 +24,12 @@ import (
 	"github.com/gpuhub/gpuhub/services/internal/inventory"
 	"github.com/gpuhub/gpuhub/services/internal/kube"
 	"github.com/gpuhub/gpuhub/services/internal/logging"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/adminview"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/agentclient"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/api"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/app"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/budget"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/remote"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -55,6 +58,7 @@ func run(args []string) int {
 		waitlistSvcs   = fs.String("waitlist-services", "gpu-quota", "comma-separated Hub services that may write the GPU waitlist's state (api/v1/waitlist/state), kept in the ledger's database; they and admins may read it")
 		quotaURL       = fs.String("quota-url", "", "gpu-quota's base URL with its prefix (e.g. http://gpu-quota:8000/services/gpu-quota/): me's budget comes from it; empty: budget is null")
 		quotaTimeout   = fs.Duration("quota-timeout", 2*time.Second, "how long me waits for gpu-quota's answer before the budget is unavailable")
+		cullerURL      = fs.String("culler-url", "", "gpu-culler's base URL with its prefix (e.g. http://gpu-culler:8000/services/gpu-culler/): the admin view's decisions come from it (gpu-culler must list gpu-usage in its --reader-services); empty: the page says it is not configured")
 		logFormat      = fs.String("log-format", "text", "log format: text or json")
 		logLevel       = fs.String("log-level", "info", "log level: debug, info, warn or error")
 	)
@@ -64,7 +68,7 @@ func run(args []string) int {
 		"namespace": "GPUHUB_NAMESPACE", "agent-namespace": "GPUHUB_AGENT_NAMESPACE", "agent-port": "GPUHUB_AGENT_PORT",
 		"agent-selector": "GPUHUB_AGENT_SELECTOR", "agent-service-account": "GPUHUB_AGENT_SERVICE_ACCOUNT", "agent-token-file": "GPUHUB_AGENT_TOKEN_FILE",
 		"kubeconfig": "KUBECONFIG", "hub-refresh": "GPUHUB_HUB_REFRESH", "admin-groups": "GPUHUB_ADMIN_GROUPS",
-		"reader-services": "GPUHUB_READER_SERVICES", "waitlist-services": "GPUHUB_WAITLIST_SERVICES", "quota-url": "GPUHUB_QUOTA_URL", "quota-timeout": "GPUHUB_QUOTA_TIMEOUT",
+		"reader-services": "GPUHUB_READER_SERVICES", "waitlist-services": "GPUHUB_WAITLIST_SERVICES", "quota-url": "GPUHUB_QUOTA_URL", "quota-timeout": "GPUHUB_QUOTA_TIMEOUT", "culler-url": "GPUHUB_CULLER_URL",
 		"log-format": "GPUHUB_LOG_FORMAT", "log-level": "GPUHUB_LOG_LEVEL", "informer-unready-after": "GPUHUB_INFORMER_UNREADY_AFTER",
 	}, nil)
 	if errors.Is(err, flag.ErrHelp) {
@@ -122,6 +126,23 @@ func run(args []string) int {
 		}
 		quota = bc
 	}
+	// The admin view reads decisions and the waitlist with the same token (briefly cached, short timeouts).
+	var quotaAPI, cullerAPI adminview.Remote
+	for _, rc := range []struct {
+		service, url string
+		into         *adminview.Remote
+	}{{"gpu-quota", *quotaURL, &quotaAPI}, {"gpu-culler", *cullerURL, &cullerAPI}} {
+		if rc.url == "" {
+			continue
+		}
+		c, err := remote.New(remote.Options{Service: rc.service, URL: rc.url, Token: hubCfg.Token, Self: os.Getenv(config.HubEnv.ServiceName),
+			Timeout: *quotaTimeout, Logger: logger})
+		if err != nil {
+			logger.Error("--"+strings.TrimPrefix(rc.service, "gpu-")+"-url", "err", err)
+			return 2
+		}
+		*rc.into = c
+	}
 	db := *database
 	if *databaseURL != "" {
 		db = *databaseURL
@@ -136,6 +157,7 @@ func run(args []string) int {
 		AgentClient: agentclient.New(agentclient.Options{TokenFile: *agentTokenFile}),
 		Hub:         hub, HubRefresh: *hubRefresh, Auth: auth.Middleware,
 		ReaderServices: config.List(*readerServices), WaitlistServices: config.List(*waitlistSvcs), Budget: quota,
+		QuotaAPI: quotaAPI, CullerAPI: cullerAPI,
 		Database: db, Interval: *interval, MaxGap: *maxGap, StaleAfter: *staleAfter,
 	})
 	if err != nil {

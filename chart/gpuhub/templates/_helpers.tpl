@@ -138,6 +138,12 @@ the chart runs. */}}
 {{- join "," $r -}}
 {{- end -}}
 
+{{/* gpu-culler's base URL inside the cluster, with its service prefix (the usage API's --culler-url: the admin view's
+decisions). */}}
+{{- define "gpuhub.cullerURL" -}}
+{{- printf "http://%s.%s:%v%s/services/%s/" (include "gpuhub.cullerServiceAccount" .) .Release.Namespace .Values.culler.port (include "gpuhub.basePath" .) .Values.culler.serviceName -}}
+{{- end -}}
+
 {{/* The usage API's URL for gpu-culler's --usage-url: culler.usageURL, else this release's. */}}
 {{- define "gpuhub.cullerUsageURL" -}}
 {{- if .Values.culler.usageURL -}}

@@ -21,6 +21,7 @@ import (
 	"github.com/gpuhub/gpuhub/hubapi"
 	"github.com/gpuhub/gpuhub/services/internal/inventory"
 	"github.com/gpuhub/gpuhub/services/internal/server"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/adminview"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/api"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/collect"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
@@ -65,6 +66,17 @@ type Options struct {
 	WaitlistServices []string
 	// Budget answers the budget of me (budget.Client on --quota-url); nil: none configured.
 	Budget api.Budget
+
+	// Login logs people into the admin view's pages (hubapi/huboauth): Routes adds its own routes (the OAuth
+	// callback, logout) and Require puts the session in the context of every page request. nil leaves the pages
+	// out: GET {prefix} is then the API's 404, as before.
+	Login interface {
+		Routes(mux *http.ServeMux)
+		Require(next http.Handler) http.Handler
+	}
+	// CullerAPI and QuotaAPI are gpu-culler's and gpu-quota's APIs for the admin view's decisions and waitlist
+	// (remote.Client with the usage API's token); nil: not configured, the pages say so.
+	CullerAPI, QuotaAPI adminview.Remote
 
 	// Database is a SQLite file path or a postgres:// URL, opened with OpenDatabase unless OpenLedger is set.
 	Database   string
@@ -136,10 +148,22 @@ func Run(ctx context.Context, o Options) error {
 	s := &service{o: o, inv: inv, led: led, state: state, mets: mets,
 		coll: collect.New(collect.Options{Client: o.AgentClient, Port: o.AgentPort, Logger: o.Logger, Now: o.Now})}
 
+	handler := api.New(api.Options{Prefix: o.Prefix, State: state, Ledger: led, Auth: o.Auth, Now: o.Now, Logger: o.Logger,
+		Budget: o.Budget, ReaderServices: o.ReaderServices, Waitlist: led, WaitlistServices: o.WaitlistServices})
+	if o.Login != nil {
+		// The JSON API keeps its own token auth under api/; everything else under the prefix is a page for people,
+		// behind the login.
+		prefix := server.NormalizePrefix(o.Prefix)
+		mux := http.NewServeMux()
+		mux.Handle(prefix+"api/", handler)
+		o.Login.Routes(mux)
+		mux.Handle(prefix, o.Login.Require(adminview.New(adminview.Options{Prefix: prefix, State: state, Ledger: led,
+			Culler: o.CullerAPI, Quota: o.QuotaAPI, Now: o.Now, Logger: o.Logger})))
+		handler = mux
+	}
 	srv, err := server.New(server.Options{
 		Addr: o.Addr, Listener: o.Listener, Prefix: o.Prefix, Registry: o.Registry, Logger: o.Logger, Subsystem: "usage",
-		Handler: api.New(api.Options{Prefix: o.Prefix, State: state, Ledger: led, Auth: o.Auth, Now: o.Now, Logger: o.Logger,
-			Budget: o.Budget, ReaderServices: o.ReaderServices, Waitlist: led, WaitlistServices: o.WaitlistServices}),
+		Handler: handler,
 		ReadyChecks: []server.Check{
 			{Name: "informers", Fn: inv.Synced},
 			// A broken watch leaves the caches (and every answer) silently frozen: not ready once it lasts.

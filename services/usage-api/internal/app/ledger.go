@@ -22,6 +22,8 @@ type Ledger interface {
 	Record(ctx context.Context, now time.Time, samples []ledger.Sample) (ledger.Result, error)
 	UserWindows(user string) ledger.Windows
 	Hours(ctx context.Context, q ledger.Query) ([]ledger.Row, error)
+	Breakdown(ctx context.Context, q ledger.Query) ([]ledger.Usage, error)
+	Hourly(ctx context.Context, q ledger.Query) ([]ledger.HourTotals, error)
 	Rolling(ctx context.Context, windows []time.Duration, asOf time.Time) (map[time.Duration]map[string]map[string]float64, error)
 	Decayed(ctx context.Context, halfLife, horizon time.Duration, asOf time.Time) (map[string]map[string]float64, error)
 	// The waitlist state lives in the ledger's database (the usage API is its one writer).
@@ -214,7 +216,7 @@ func (c *ledgerConn) check(context.Context) error {
 	return nil
 }
 
-// UserWindows, Hours, Rolling, Decayed and the waitlist state serve the API; Available says first whether their
+// UserWindows, Hours, Breakdown, Hourly, Rolling, Decayed and the waitlist state serve the API and the admin view; Available says first whether their
 // answers stand.
 func (c *ledgerConn) UserWindows(user string) ledger.Windows {
 	if b := c.led.Load(); b != nil {
@@ -226,6 +228,20 @@ func (c *ledgerConn) UserWindows(user string) ledger.Windows {
 func (c *ledgerConn) Hours(ctx context.Context, q ledger.Query) ([]ledger.Row, error) {
 	if b := c.led.Load(); b != nil {
 		return b.Hours(ctx, q)
+	}
+	return nil, errNotConnected
+}
+
+func (c *ledgerConn) Breakdown(ctx context.Context, q ledger.Query) ([]ledger.Usage, error) {
+	if b := c.led.Load(); b != nil {
+		return b.Breakdown(ctx, q)
+	}
+	return nil, errNotConnected
+}
+
+func (c *ledgerConn) Hourly(ctx context.Context, q ledger.Query) ([]ledger.HourTotals, error) {
+	if b := c.led.Load(); b != nil {
+		return b.Hourly(ctx, q)
 	}
 	return nil, errNotConnected
 }

@@ -25,6 +25,12 @@ func (nopLedger) UserWindows(string) ledger.Windows { return ledger.Windows{} }
 func (nopLedger) Hours(context.Context, ledger.Query) ([]ledger.Row, error) {
 	return nil, nil
 }
+func (nopLedger) Breakdown(context.Context, ledger.Query) ([]ledger.Usage, error) {
+	return nil, nil
+}
+func (nopLedger) Hourly(context.Context, ledger.Query) ([]ledger.HourTotals, error) {
+	return nil, nil
+}
 func (nopLedger) Rolling(context.Context, []time.Duration, time.Time) (map[time.Duration]map[string]map[string]float64, error) {
 	return nil, nil
 }

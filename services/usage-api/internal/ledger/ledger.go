@@ -60,6 +60,8 @@ type store interface {
 	// Commit adds incs and moves the checkpoint from prev to next atomically, or returns ErrConflict.
 	Commit(ctx context.Context, prev *Checkpoint, next Checkpoint, incs []Increment) error
 	Sum(ctx context.Context, q Query) ([]Row, error)
+	breakdown(ctx context.Context, q Query) ([]Usage, error)
+	hourly(ctx context.Context, q Query) ([]HourTotals, error)
 	userWindows(ctx context.Context, today, d7, d30, current time.Time) (map[string][3]Totals, error)
 	rollingSums(ctx context.Context, current time.Time, windows []time.Duration) (map[time.Duration]*RollingSums, error)
 	bucketSums(ctx context.Context, buckets []time.Time) (map[int64]map[string]map[string]float64, error)
@@ -706,6 +708,33 @@ func (l *Ledger) Hours(ctx context.Context, q Query) ([]Row, error) {
 		rows[i].Totals = rows[i].scale(1.0 / 3600)
 	}
 	return rows, nil
+}
+
+// Hourly returns GPU-hours per hour bucket over a window, summed over every user (or q.User), from the store:
+// the admin view's chart of held and idle-but-held GPU-hours. Buckets without GPU-hours are left out.
+func (l *Ledger) Hourly(ctx context.Context, q Query) ([]HourTotals, error) {
+	hs, err := l.store.hourly(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	const h = 1.0 / 3600
+	for i := range hs {
+		hs[i].Totals, hs[i].Idle = hs[i].scale(h), hs[i].Idle*h
+	}
+	return hs, nil
+}
+
+// Breakdown is Hours with each key's idle-but-held GPU-hours (Usage.Idle), for the admin view.
+func (l *Ledger) Breakdown(ctx context.Context, q Query) ([]Usage, error) {
+	us, err := l.store.breakdown(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	const h = 1.0 / 3600
+	for i := range us {
+		us[i].Totals, us[i].Idle = us[i].scale(h), us[i].Idle*h
+	}
+	return us, nil
 }
 
 // MaxRollingWindows bounds the windows of one Rolling call (one query column pair each).

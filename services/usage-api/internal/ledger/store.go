@@ -94,6 +94,17 @@ type Row struct {
 	Totals
 }
 
+// Usage is one line of a Breakdown answer: a Row and its held time nobody used, hour bucket by hour bucket (as
+// HourTotals.Idle).
+type Usage struct {
+	Row
+	Idle float64
+}
+
+// idleSQL sums, row by row (one user, class and hour bucket each), the held time that was neither used nor of
+// unknown use.
+const idleSQL = `SUM(CASE WHEN allocated_s > used_s + unknown_s THEN allocated_s - used_s - unknown_s ELSE 0 END)`
+
 // Store is the SQL store, SQLite or PostgreSQL.
 type Store struct {
 	db       *sql.DB
@@ -407,7 +418,24 @@ type Query struct {
 
 // Sum returns GPU-seconds per key over the query's window.
 func (s *Store) Sum(ctx context.Context, qr Query) ([]Row, error) {
-	query := `SELECT user_name, kind, class, SUM(allocated_s), SUM(used_s), SUM(unknown_s) FROM gpu_usage WHERE bucket >= ? AND bucket < ?`
+	var out []Row
+	err := s.sum(ctx, qr, false, func(u Usage) { out = append(out, u.Row) })
+	return out, err
+}
+
+// breakdown is Sum with the idle time of each key.
+func (s *Store) breakdown(ctx context.Context, qr Query) ([]Usage, error) {
+	var out []Usage
+	err := s.sum(ctx, qr, true, func(u Usage) { out = append(out, u) })
+	return out, err
+}
+
+func (s *Store) sum(ctx context.Context, qr Query, idle bool, row func(Usage)) error {
+	cols := `user_name, kind, class, SUM(allocated_s), SUM(used_s), SUM(unknown_s)`
+	if idle {
+		cols += `, ` + idleSQL
+	}
+	query := `SELECT ` + cols + ` FROM gpu_usage WHERE bucket >= ? AND bucket < ?`
 	args := []any{qr.From.UTC().Truncate(time.Hour).Unix(), qr.To.Unix()}
 	if qr.User != "" {
 		query += ` AND user_name = ?`
@@ -416,19 +444,63 @@ func (s *Store) Sum(ctx context.Context, qr Query) ([]Row, error) {
 	query += ` GROUP BY user_name, kind, class ORDER BY user_name, kind, class`
 	rows, err := s.db.QueryContext(ctx, s.q(query), args...)
 	if err != nil {
-		return nil, fmt.Errorf("query ledger: %w", err)
+		return fmt.Errorf("query ledger: %w", err)
 	}
 	defer func() { _ = rows.Close() }()
-	var out []Row
 	for rows.Next() {
-		var r Row
-		if err := rows.Scan(&r.User, &r.Kind, &r.Class, &r.Allocated, &r.Used, &r.UsedUnknown); err != nil {
-			return nil, fmt.Errorf("scan ledger row: %w", err)
+		var u Usage
+		dest := []any{&u.User, &u.Kind, &u.Class, &u.Allocated, &u.Used, &u.UsedUnknown}
+		if idle {
+			dest = append(dest, &u.Idle)
 		}
-		out = append(out, r)
+		if err := rows.Scan(dest...); err != nil {
+			return fmt.Errorf("scan ledger row: %w", err)
+		}
+		row(u)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("query ledger: %w", err)
+		return fmt.Errorf("query ledger: %w", err)
+	}
+	return nil
+}
+
+// HourTotals are the GPU-seconds (in the store) or GPU-hours (in answers) of one hour bucket, summed over the
+// users a query selects.
+type HourTotals struct {
+	Bucket time.Time // start of the hour, UTC
+	Totals
+	// Idle is the held time nobody used: per user and class, allocated minus used minus used-unknown where that
+	// is positive, summed. A time-sliced share busier than it holds offsets no one else's idle GPU, and time
+	// whose use is unknown is not counted as idle.
+	Idle float64
+}
+
+// hourly sums the query's window bucket by bucket (buckets without rows are left out), oldest first.
+func (s *Store) hourly(ctx context.Context, qr Query) ([]HourTotals, error) {
+	query := `SELECT bucket, SUM(allocated_s), SUM(used_s), SUM(unknown_s), ` + idleSQL + ` FROM gpu_usage WHERE bucket >= ? AND bucket < ?`
+	args := []any{qr.From.UTC().Truncate(time.Hour).Unix(), qr.To.Unix()}
+	if qr.User != "" {
+		query += ` AND user_name = ?`
+		args = append(args, qr.User)
+	}
+	query += ` GROUP BY bucket ORDER BY bucket`
+	rows, err := s.db.QueryContext(ctx, s.q(query), args...)
+	if err != nil {
+		return nil, fmt.Errorf("query ledger hours: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []HourTotals
+	for rows.Next() {
+		var h HourTotals
+		var b int64
+		if err := rows.Scan(&b, &h.Allocated, &h.Used, &h.UsedUnknown, &h.Idle); err != nil {
+			return nil, fmt.Errorf("scan ledger hours: %w", err)
+		}
+		h.Bucket = time.Unix(b, 0).UTC()
+		out = append(out, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("query ledger hours: %w", err)
 	}
 	return out, nil
 }
