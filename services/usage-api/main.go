@@ -3,12 +3,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
+	"path"
 	"strings"
 	"syscall"
 	"time"
@@ -20,10 +23,12 @@ import (
 
 	"github.com/gpuhub/gpuhub/hubapi"
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
+	"github.com/gpuhub/gpuhub/hubapi/huboauth"
 	"github.com/gpuhub/gpuhub/services/internal/config"
 	"github.com/gpuhub/gpuhub/services/internal/inventory"
 	"github.com/gpuhub/gpuhub/services/internal/kube"
 	"github.com/gpuhub/gpuhub/services/internal/logging"
+	"github.com/gpuhub/gpuhub/services/internal/server"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/adminview"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/agentclient"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/api"
@@ -59,6 +64,12 @@ func run(args []string) int {
 		quotaURL       = fs.String("quota-url", "", "gpu-quota's base URL with its prefix (e.g. http://gpu-quota:8000/services/gpu-quota/): me's budget comes from it; empty: budget is null")
 		quotaTimeout   = fs.Duration("quota-timeout", 2*time.Second, "how long me waits for gpu-quota's answer before the budget is unavailable")
 		cullerURL      = fs.String("culler-url", "", "gpu-culler's base URL with its prefix (e.g. http://gpu-culler:8000/services/gpu-culler/): the admin view's decisions come from it (gpu-culler must list gpu-usage in its --reader-services); empty: the page says it is not configured")
+		adminView      = fs.Bool("admin-view", true, "serve the admin view under --prefix (the Hub's Services menu links there); people log in through the Hub's OAuth flow")
+		clientID       = fs.String("oauth-client-id", "", "the service's OAuth client id at the Hub (default service-<name>, <name> from --prefix)")
+		callbackURL    = fs.String("oauth-callback-url", "", "redirect_uri exactly as the Hub registered it for the service (default <prefix>oauth_callback)")
+		hubBaseURL     = fs.String("hub-base-url", "/", "the Hub's public base URL path (z2jh hub.baseUrl): browsers go to <it>hub/api/oauth2/authorize to log in")
+		sessionKeyFile = fs.String("session-key-file", "", "file with >= 32 random bytes that sign the admin view's session cookies (empty: a random key per start; a restart then sends people through the Hub's login again, which is silent)")
+		sessionTTL     = fs.Duration("session-ttl", huboauth.DefaultSessionTTL, "how long an admin view session is trusted before the user's admin status is checked with the Hub again")
 		logFormat      = fs.String("log-format", "text", "log format: text or json")
 		logLevel       = fs.String("log-level", "info", "log level: debug, info, warn or error")
 	)
@@ -69,6 +80,8 @@ func run(args []string) int {
 		"agent-selector": "GPUHUB_AGENT_SELECTOR", "agent-service-account": "GPUHUB_AGENT_SERVICE_ACCOUNT", "agent-token-file": "GPUHUB_AGENT_TOKEN_FILE",
 		"kubeconfig": "KUBECONFIG", "hub-refresh": "GPUHUB_HUB_REFRESH", "admin-groups": "GPUHUB_ADMIN_GROUPS",
 		"reader-services": "GPUHUB_READER_SERVICES", "waitlist-services": "GPUHUB_WAITLIST_SERVICES", "quota-url": "GPUHUB_QUOTA_URL", "quota-timeout": "GPUHUB_QUOTA_TIMEOUT", "culler-url": "GPUHUB_CULLER_URL",
+		"admin-view": "GPUHUB_ADMIN_VIEW", "oauth-client-id": config.HubEnv.ClientID, "oauth-callback-url": "JUPYTERHUB_OAUTH_CALLBACK_URL",
+		"hub-base-url": config.HubEnv.BaseURL, "session-key-file": "GPUHUB_SESSION_KEY_FILE", "session-ttl": "GPUHUB_SESSION_TTL",
 		"log-format": "GPUHUB_LOG_FORMAT", "log-level": "GPUHUB_LOG_LEVEL", "informer-unready-after": "GPUHUB_INFORMER_UNREADY_AFTER",
 	}, nil)
 	if errors.Is(err, flag.ErrHelp) {
@@ -143,6 +156,16 @@ func run(args []string) int {
 		}
 		*rc.into = c
 	}
+	var login app.Login
+	if *adminView {
+		l, err := newLogin(loginConfig{prefix: *prefix, clientID: *clientID, callbackURL: *callbackURL, hubBaseURL: *hubBaseURL,
+			keyFile: *sessionKeyFile, ttl: *sessionTTL, adminGroups: groups}, hubCfg, hub, reg, logger)
+		if err != nil {
+			logger.Error("admin view", "err", err)
+			return 2
+		}
+		login = l
+	}
 	db := *database
 	if *databaseURL != "" {
 		db = *databaseURL
@@ -157,7 +180,7 @@ func run(args []string) int {
 		AgentClient: agentclient.New(agentclient.Options{TokenFile: *agentTokenFile}),
 		Hub:         hub, HubRefresh: *hubRefresh, Auth: auth.Middleware,
 		ReaderServices: config.List(*readerServices), WaitlistServices: config.List(*waitlistSvcs), Budget: quota,
-		QuotaAPI: quotaAPI, CullerAPI: cullerAPI,
+		QuotaAPI: quotaAPI, CullerAPI: cullerAPI, Login: login,
 		Database: db, Interval: *interval, MaxGap: *maxGap, StaleAfter: *staleAfter,
 	})
 	if err != nil {
@@ -165,4 +188,40 @@ func run(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+type loginConfig struct {
+	prefix, clientID, callbackURL, hubBaseURL, keyFile string
+	ttl                                                time.Duration
+	adminGroups                                        []string
+}
+
+// newLogin logs people into the admin view with the Hub's OAuth flow: the service's API token is its client
+// secret, the code is exchanged on the Hub's API address, the browser goes to the Hub's public authorize path.
+func newLogin(c loginConfig, hubCfg hubapi.Config, hub *hubapi.Client, reg prometheus.Registerer, logger *slog.Logger) (*huboauth.Login, error) {
+	prefix := server.NormalizePrefix(c.prefix)
+	if c.clientID == "" {
+		c.clientID = "service-" + path.Base(strings.TrimSuffix(prefix, "/"))
+	}
+	if c.callbackURL == "" {
+		c.callbackURL = prefix + "oauth_callback"
+	}
+	base := "/" + strings.Trim(c.hubBaseURL, "/") + "/"
+	if base == "//" {
+		base = "/"
+	}
+	var key []byte
+	if c.keyFile != "" {
+		b, err := os.ReadFile(c.keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--session-key-file: %w", err)
+		}
+		key = bytes.TrimSpace(b)
+	}
+	return huboauth.New(huboauth.Options{
+		ClientID: c.clientID, ClientSecret: hubCfg.Token, Hub: hub, AdminGroups: c.adminGroups, Key: key, SessionTTL: c.ttl,
+		AuthorizeURL: base + "hub/api/oauth2/authorize", HubLogoutURL: base + "hub/logout",
+		TokenURL: strings.TrimSuffix(hubCfg.URL, "/") + "/oauth2/token", CallbackURL: c.callbackURL, Prefix: prefix,
+		Logger: logger, Registerer: reg,
+	})
 }

@@ -34,6 +34,12 @@ type HubUsers interface {
 	Users(ctx context.Context, opts hubapi.ListUsersOptions) iter.Seq2[hubapi.User, error]
 }
 
+// Login logs people into pages (*huboauth.Login).
+type Login interface {
+	Routes(mux *http.ServeMux)
+	Require(next http.Handler) http.Handler
+}
+
 // Options configure Run.
 type Options struct {
 	Logger   *slog.Logger
@@ -70,10 +76,7 @@ type Options struct {
 	// Login logs people into the admin view's pages (hubapi/huboauth): Routes adds its own routes (the OAuth
 	// callback, logout) and Require puts the session in the context of every page request. nil leaves the pages
 	// out: GET {prefix} is then the API's 404, as before.
-	Login interface {
-		Routes(mux *http.ServeMux)
-		Require(next http.Handler) http.Handler
-	}
+	Login Login
 	// CullerAPI and QuotaAPI are gpu-culler's and gpu-quota's APIs for the admin view's decisions and waitlist
 	// (remote.Client with the usage API's token); nil: not configured, the pages say so.
 	CullerAPI, QuotaAPI adminview.Remote
