@@ -13,5 +13,6 @@ RUN CGO_ENABLED=1 go build -trimpath -ldflags="-s -w" -o /out/gpu-agent ./servic
 FROM gcr.io/distroless/base-debian12:nonroot
 COPY --from=build /out/gpu-agent /usr/local/bin/gpu-agent
 # Root is needed only to read other users' /proc/<pid>/cgroup on some kernels; the chart drops all capabilities.
+# hadolint ignore=DL3002
 USER 0:0
 ENTRYPOINT ["/usr/local/bin/gpu-agent"]

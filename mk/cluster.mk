@@ -61,7 +61,9 @@ browser-deps: ## playwright-core (pinned in e2e/browser/package-lock.json) under
 cluster-deps: etcd kube-binaries venv-hub55 chp
 
 .PHONY: demo
-demo: cluster-deps build $(HELM) ## Run the local GPU JupyterHub with gpuhub (agents, usage API, gpu-quota, gpu-profiles, gpu-culler, panel) until Ctrl-C; QUOTA_POLICY=path PROFILES_CONFIG=path CULLER_POLICY=path.
+demo: cluster-deps build $(HELM) ## Run the local GPU JupyterHub with gpuhub (agents, usage API, gpu-quota, gpu-profiles, gpu-culler, panel, Prometheus) until Ctrl-C; QUOTA_POLICY=path PROFILES_CONFIG=path CULLER_POLICY=path.
+	@# Prometheus is optional: without Debian's prometheus package the demo says so and runs without it.
+	@$(MAKE) promtool || echo "==> Debian's prometheus package could not be installed: the demo runs without Prometheus"
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/localcluster ./e2e/cmd/localcluster
 	$(LOCALCLUSTER_ENV) $(BIN)/localcluster $(DEMO_FLAGS)
@@ -74,7 +76,7 @@ LOCALCLUSTER_ENV = GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_HUB_VENV="$(VENV_HUB55)"
 	GPUHUB_GPU_CULLER="$(BIN)/gpu-culler" GPUHUB_CULLER_POLICY="$(CULLER_POLICY)"
 
 .PHONY: e2e
-e2e: cluster-deps chromium browser-deps venv-idleculler $(HELM) ## End-to-end tests on the local cluster (spawns per GPU profile, scheduling, chart agents + usage API, browser, gpu-culler beside jupyterhub-idle-culler, the waitlist).
+e2e: cluster-deps chromium browser-deps venv-idleculler promtool $(HELM) ## End-to-end tests on the local cluster (spawns per GPU profile, scheduling, chart agents + usage API, browser, gpu-culler beside jupyterhub-idle-culler, the waitlist).
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./services/gpu-agent ./services/usage-api ./services/gpu-quota ./services/gpu-profiles ./services/gpu-culler
 	$(LOCALCLUSTER_ENV) GPUHUB_CHART="$(CURDIR)/chart/gpuhub" \

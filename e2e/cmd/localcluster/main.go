@@ -62,8 +62,12 @@ type Options struct {
 	NoProfiles bool
 	// NoCuller leaves gpu-culler out (GPUHub.Culler is ignored): no server is stopped for an idle GPU.
 	NoCuller bool
-	Out      io.Writer
-	Logger   *slog.Logger
+	// Prometheus scrapes the services and agents (Prometheus.Binary looked up on PATH); NoPrometheus leaves it
+	// out, as does a machine without it (the demo says so and goes on).
+	Prometheus   gpuhubstack.PrometheusOptions
+	NoPrometheus bool
+	Out          io.Writer
+	Logger       *slog.Logger
 }
 
 func parseFlags(args []string, getenv func(string) string) (Options, error) {
@@ -118,6 +122,11 @@ func parseFlags(args []string, getenv func(string) string) (Options, error) {
 		"gpu-culler policy file (env GPUHUB_CULLER_POLICY; make demo CULLER_POLICY=path)")
 	fs.IntVar(&o.GPUHub.Culler.Port, "culler-port", atoi(env("GPUHUB_CULLER_PORT", "0")), "gpu-culler port on 127.0.0.1, 0 for a free one (env GPUHUB_CULLER_PORT)")
 	fs.BoolVar(&o.NoCuller, "no-culler", false, "run gpuhub without gpu-culler (no server is stopped for an idle GPU)")
+	fs.StringVar(&o.Prometheus.Binary, "prometheus", env("GPUHUB_PROMETHEUS", "prometheus"),
+		"prometheus executable that scrapes the services and agents (env GPUHUB_PROMETHEUS; Debian package prometheus)")
+	fs.IntVar(&o.Prometheus.Port, "prometheus-port", atoi(env("GPUHUB_PROMETHEUS_PORT", "0")),
+		"Prometheus port on 127.0.0.1, 0 for a free one (env GPUHUB_PROMETHEUS_PORT)")
+	fs.BoolVar(&o.NoPrometheus, "no-prometheus", false, "run gpuhub without a Prometheus")
 	fs.BoolVar(&o.NoGPUHub, "no-gpuhub", false, "run the bare cluster without gpu-agents, usage API, gpu-quota, gpu-profiles and gpu-culler")
 	fs.BoolVar(&o.ExitWhenReady, "exit-when-ready", false, "stop right after reaching ready (timing)")
 	fs.StringVar(&logLevel, "log-level", env("GPUHUB_LOG_LEVEL", "warn"), "log level: debug, info, warn, error (env GPUHUB_LOG_LEVEL)")
@@ -213,6 +222,9 @@ func Run(ctx context.Context, o Options) error {
 		if o.GPUHub.Culler.Binary != "" {
 			usageLine += fmt.Sprintf("    gpu-culler:  policy %s (direct: %s; edit the file, it reloads)\n", o.GPUHub.Culler.Policy,
 				gpuhubstack.Culler{Port: o.GPUHub.Culler.Port}.URL())
+		}
+		if !o.NoPrometheus {
+			usageLine += fmt.Sprintf("    Prometheus:  %s (every service and agent, the chart's rules: %salerts)\n", o.Prometheus.URL(), o.Prometheus.URL())
 		}
 	}
 	if o.InfoFile != "" {
@@ -339,7 +351,26 @@ func addGPUHub(o *Options) (cleanup func(), err error) {
 		o.Stack.HubValues = f.Name()
 	}
 	o.Stack.Components = append(o.Stack.Components, gpuhubstack.Components(o.GPUHub)...)
+	if !o.NoPrometheus {
+		addPrometheus(o)
+	}
 	return cleanup, nil
+}
+
+// addPrometheus adds Prometheus after gpuhub's services, with the chart's rules, or says why there is none.
+func addPrometheus(o *Options) {
+	bin, err := gpuhubstack.LookPrometheus(o.Prometheus.Binary)
+	if err != nil {
+		fmt.Fprintf(o.Out, "==> %v: the demo runs without it\n", err)
+		o.NoPrometheus = true
+		return
+	}
+	o.Prometheus.Binary = bin
+	if o.Prometheus.Port == 0 {
+		o.Prometheus.Port = cluster.FreePort()
+	}
+	o.Prometheus.Rules = filepath.Join(o.GPUHub.Chart.Dir, "files", "prometheus-rules.yaml")
+	o.Stack.Components = append(o.Stack.Components, gpuhubstack.PrometheusComponent(o.GPUHub, o.Prometheus))
 }
 
 // existingFile returns path made absolute when it names a file, else an error naming what and the flag that

@@ -1,30 +1,18 @@
-// Package statuscmd is `gpuhub status`: what gpu-quota knows now, read from the running service with a Hub
-// admin's token. Today it prints the GPU waitlist (who waits for which GPU, since when, their place and
-// estimate, and the GPUs held for the next in line).
+// Package statuscmd is gpu-quota's part of `gpuhub status` (services/gpuhub): the GPU waitlist of the running
+// service, read with a Hub admin's token: who waits for which GPU, since when, their place and estimate, and
+// the GPUs held for the next in line.
 package statuscmd
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"github.com/gpuhub/gpuhub/services/gpu-quota/policycmd"
 )
-
-// Usage is the help of `gpuhub status`.
-const Usage = `usage:
-  gpuhub status [--quota-url URL]   (or $GPUHUB_QUOTA_URL)
-      the GPU waitlist of the running gpu-quota (URL with its prefix, e.g.
-      https://hub.example.org/services/gpu-quota/): each queue in line order, who, since when, place,
-      estimate, and units held for the next in line; needs a Hub admin's token in $JUPYTERHUB_API_TOKEN
-`
 
 // location is where times are printed (tests: UTC).
 var location = time.Local
@@ -46,39 +34,26 @@ type place struct {
 	Blocked     string    `json:"blocked"`
 }
 
-// Run runs `gpuhub status` with args and returns the exit code.
-func Run(ctx context.Context, args []string, env policycmd.Env, now func() time.Time) int {
-	fs := flag.NewFlagSet("gpuhub status", flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
-	quotaURL := fs.String("quota-url", "", "the running gpu-quota, prefix included [$GPUHUB_QUOTA_URL]")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			_, _ = fmt.Fprint(env.Stdout, Usage)
-			return 0
-		}
-		return 2
-	}
-	if *quotaURL == "" {
-		*quotaURL, _ = env.Getenv("GPUHUB_QUOTA_URL")
-	}
-	if *quotaURL == "" {
-		_, _ = fmt.Fprintf(env.Stderr, "gpuhub status: give --quota-url URL (or set GPUHUB_QUOTA_URL)\n%s", Usage)
-		return 2
-	}
-	ps, err := fetch(ctx, env, *quotaURL)
-	if err != nil {
-		_, _ = fmt.Fprintf(env.Stderr, "gpuhub status: %v\n", err)
-		return 1
-	}
-	printQueues(env.Stdout, ps, now())
-	return 0
+// Source is where the waitlist is read: the running gpu-quota, with a Hub admin's token.
+type Source struct {
+	HTTP      *http.Client // default: one with a 30 s timeout
+	URL       string       // gpu-quota with its prefix, e.g. https://hub.example.org/services/gpu-quota/
+	Token     string
+	TokenFrom string // where the token came from (JUPYTERHUB_API_TOKEN, --token-file F), for the errors
 }
 
-func fetch(ctx context.Context, env policycmd.Env, base string) ([]place, error) {
-	token, _ := env.Getenv("JUPYTERHUB_API_TOKEN")
-	if token == "" {
-		return nil, errors.New("set JUPYTERHUB_API_TOKEN to a Hub admin's API token (the Hub's token page makes one)")
+// WriteWaitlist reads gpu-quota's waitlist and writes every queue to w; errors say what to do.
+func WriteWaitlist(ctx context.Context, w io.Writer, src Source, now time.Time) error {
+	ps, err := fetch(ctx, src)
+	if err != nil {
+		return err
 	}
+	printQueues(w, ps, now)
+	return nil
+}
+
+func fetch(ctx context.Context, src Source) ([]place, error) {
+	base := src.URL
 	if !strings.HasSuffix(base, "/") {
 		base += "/"
 	}
@@ -86,14 +61,17 @@ func fetch(ctx context.Context, env policycmd.Env, base string) ([]place, error)
 	if err != nil {
 		return nil, fmt.Errorf("--quota-url %q: %w", base, err)
 	}
-	req.Header.Set("Authorization", "token "+token)
-	c := env.HTTP
+	req.Header.Set("Authorization", "token "+src.Token)
+	c := src.HTTP
 	if c == nil {
 		c = &http.Client{Timeout: 30 * time.Second}
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("gpu-quota at %s does not answer: %w", base, err)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("gpu-quota at %s does not answer (%w): check --quota-url, gpu-quota's URL with its prefix, e.g. https://hub.example.org/services/gpu-quota/", base, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
@@ -103,9 +81,9 @@ func fetch(ctx context.Context, env policycmd.Env, base string) ([]place, error)
 	switch resp.StatusCode {
 	case http.StatusOK:
 	case http.StatusUnauthorized:
-		return nil, errors.New("the Hub does not know the token in JUPYTERHUB_API_TOKEN: make a new one on the Hub's token page")
+		return nil, fmt.Errorf("the Hub does not know the token in %s: make a new one on the Hub's token page", src.TokenFrom)
 	case http.StatusForbidden:
-		return nil, errors.New("only Hub admins may read every queue: use an admin's token in JUPYTERHUB_API_TOKEN")
+		return nil, fmt.Errorf("only Hub admins may read every queue: use an admin's token in %s", src.TokenFrom)
 	case http.StatusNotFound:
 		_ = json.Unmarshal(body, &e)
 		return nil, fmt.Errorf("no waitlist at %s: %s", base, firstNonEmpty(e.Message, "404 (is it gpu-quota, with --waitlist?)"))
@@ -117,7 +95,7 @@ func fetch(ctx context.Context, env policycmd.Env, base string) ([]place, error)
 		Places []place `json:"places"`
 	}
 	if err := json.Unmarshal(body, &out); err != nil {
-		return nil, fmt.Errorf("gpu-quota's answer is not a waitlist: %w", err)
+		return nil, fmt.Errorf("gpu-quota's answer is not a waitlist (%w): check --quota-url", err)
 	}
 	return out.Places, nil
 }

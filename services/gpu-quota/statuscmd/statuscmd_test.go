@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/gpuhub/gpuhub/services/gpu-quota/policycmd"
 )
 
 func TestStatus(t *testing.T) {
@@ -35,15 +33,15 @@ func TestStatus(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	run := func(env map[string]string, args ...string) (int, string, string) {
-		var out, errOut bytes.Buffer
-		code := Run(context.Background(), args, policycmd.Env{Stdout: &out, Stderr: &errOut,
-			Getenv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }}, func() time.Time { return now })
-		return code, out.String(), errOut.String()
+	write := func(src Source) (string, error) {
+		var out bytes.Buffer
+		err := WriteWaitlist(context.Background(), &out, src, now)
+		return out.String(), err
 	}
-	code, out, errOut := run(map[string]string{"JUPYTERHUB_API_TOKEN": "admin-token"}, "--quota-url", srv.URL+"/services/gpu-quota/")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
+	base := srv.URL + "/services/gpu-quota/"
+	out, err := write(Source{URL: base, Token: "admin-token", TokenFrom: "JUPYTERHUB_API_TOKEN"})
+	if err != nil {
+		t.Fatal(err)
 	}
 	if os.Getenv("UPDATE_GOLDEN") != "" {
 		_ = os.WriteFile("testdata/status.golden", []byte(out), 0o644)
@@ -55,20 +53,21 @@ func TestStatus(t *testing.T) {
 	if diff := cmp.Diff(string(want), out); diff != "" {
 		t.Errorf("status (-want +got):\n%s", diff)
 	}
-	for _, tc := range []struct {
-		env  map[string]string
-		args []string
-		code int
+	tests := map[string]struct {
+		src  Source
 		want string
 	}{
-		{map[string]string{"JUPYTERHUB_API_TOKEN": "user-token"}, []string{"--quota-url", srv.URL + "/services/gpu-quota/"}, 1, "only Hub admins"},
-		{nil, []string{"--quota-url", srv.URL + "/services/gpu-quota/"}, 1, "set JUPYTERHUB_API_TOKEN"},
-		{map[string]string{"JUPYTERHUB_API_TOKEN": "admin-token"}, nil, 2, "give --quota-url"},
-		{map[string]string{"JUPYTERHUB_API_TOKEN": "admin-token", "GPUHUB_QUOTA_URL": srv.URL + "/nope/"}, nil, 1, "no waitlist"},
-	} {
-		code, _, errOut := run(tc.env, tc.args...)
-		if code != tc.code || !strings.Contains(errOut, tc.want) {
-			t.Errorf("%v %v: exit %d %q, want %d and %q", tc.env, tc.args, code, errOut, tc.code, tc.want)
-		}
+		"a user's token":  {Source{URL: base, Token: "user-token", TokenFrom: "--token-file t"}, "only Hub admins may read every queue: use an admin's token in --token-file t"},
+		"not gpu-quota":   {Source{URL: srv.URL + "/nope", Token: "admin-token"}, "no waitlist at " + srv.URL + "/nope/"},
+		"nothing answers": {Source{URL: "http://127.0.0.1:1/", Token: "admin-token"}, "does not answer"},
+		"not a URL":       {Source{URL: "::", Token: "admin-token"}, "--quota-url"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, err := write(tc.src)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("WriteWaitlist: %v, want an error with %q", err, tc.want)
+			}
+		})
 	}
 }

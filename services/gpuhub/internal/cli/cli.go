@@ -1,6 +1,6 @@
 // Package cli is the gpuhub command: one entry point for operators' tools, dispatching to each service's
-// commands (gpuhub policy ... for gpu-quota and gpu-culler policies, gpuhub status for the GPU waitlist) and
-// its own (gpuhub report: GPU-hours from the usage API).
+// commands (gpuhub policy ... for gpu-quota and gpu-culler policies, gpuhub status's waitlist) and its own
+// (gpuhub report: GPU-hours from the usage API; gpuhub status: the GPUs at a glance).
 package cli
 
 import (
@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/gpuhub/gpuhub/services/gpu-quota/policycmd"
-	"github.com/gpuhub/gpuhub/services/gpu-quota/statuscmd"
 	"github.com/gpuhub/gpuhub/services/gpuhub/internal/report"
+	"github.com/gpuhub/gpuhub/services/gpuhub/internal/status"
 )
 
 // Env is what the command reads and writes besides its arguments.
@@ -22,11 +22,13 @@ commands:
   policy check [--kind quota|culler] FILE... check gpu-quota and gpu-culler policy files
   policy explain USER [--groups a,b] --policy FILE | --quota-url URL
                                             a user's effective policy and why
-  status [--quota-url URL]                  the GPU waitlist: each queue, who, since when, place, estimate
+  status [--usage-url URL] [--quota-url URL]
+                                            the GPUs at a glance: inventory by class, who holds what with
+                                            live utilization, the waitlist
   report [--window 30d] [--by user|group|kind] [--group G] [--user U] [--format table|csv|json]
                                             allocated and used GPU-hours, like Slurm's sreport
 
-Run gpuhub policy help, gpuhub report --help for details.
+Run gpuhub policy help, gpuhub report --help, gpuhub status --help for details.
 `
 
 // Run runs gpuhub with args (without the program name) and returns the exit code.
@@ -39,7 +41,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 	case "policy":
 		return policycmd.Run(ctx, args[1:], env)
 	case "status":
-		return statuscmd.Run(ctx, args[1:], env, time.Now)
+		return status.Run(ctx, args[1:], env, time.Now)
 	case "report":
 		return report.Run(ctx, args[1:], env, time.Now)
 	case "help", "-h", "--help":

@@ -134,23 +134,30 @@ func newClient(env policycmd.Env, base, tokenFile string) (*client, error) {
 	if !strings.HasSuffix(c.base, "/") {
 		c.base += "/"
 	}
+	var err error
+	c.token, c.tokenFrom, err = Token(env, tokenFile)
+	return c, err
+}
+
+// Token reads the Hub token from tokenFile, or else from $JUPYTERHUB_API_TOKEN, and says where it came from
+// (for errors about it; the token itself is never printed).
+func Token(env policycmd.Env, tokenFile string) (token, from string, err error) {
 	if tokenFile != "" {
 		data, err := os.ReadFile(tokenFile)
 		if err != nil {
-			return nil, fmt.Errorf("--token-file: %w", err)
+			return "", "", fmt.Errorf("--token-file: %w", err)
 		}
-		c.token, c.tokenFrom = strings.TrimSpace(string(data)), "--token-file "+tokenFile
-		if c.token == "" {
-			return nil, fmt.Errorf("--token-file %s is empty: write a Hub admin's API token into it (the Hub's token page makes one)", tokenFile)
+		token, from = strings.TrimSpace(string(data)), "--token-file "+tokenFile
+		if token == "" {
+			return "", "", fmt.Errorf("--token-file %s is empty: write a Hub admin's API token into it (the Hub's token page makes one)", tokenFile)
 		}
-		return c, nil
+		return token, from, nil
 	}
-	c.token, _ = env.Getenv("JUPYTERHUB_API_TOKEN")
-	c.tokenFrom = "JUPYTERHUB_API_TOKEN"
-	if c.token == "" {
-		return nil, errors.New("no Hub token: set JUPYTERHUB_API_TOKEN to a Hub admin's API token, or give --token-file FILE (the Hub's token page makes one)")
+	token, _ = env.Getenv("JUPYTERHUB_API_TOKEN")
+	if token == "" {
+		return "", "", errors.New("no Hub token: set JUPYTERHUB_API_TOKEN to a Hub admin's API token, or give --token-file FILE (the Hub's token page makes one)")
 	}
-	return c, nil
+	return token, "JUPYTERHUB_API_TOKEN", nil
 }
 
 // query is what a report asks for.
