@@ -16,6 +16,8 @@ type Options struct {
 	UsageAPI string // usage-api executable
 	Port     int    // usage API port on 127.0.0.1; must match HubService's
 	Token    string // the service's Hub token; must match HubService's
+	// SessionTTL is the usage API's --session-ttl (the admin view's sessions); empty: its default (15m).
+	SessionTTL string
 	// Quota runs gpu-quota too when Quota.Binary is set (and the chart is rendered with it).
 	Quota QuotaOptions
 	// Profiles runs gpu-profiles too when Profiles.Binary is set (and the chart is rendered with it).
@@ -159,13 +161,18 @@ func usageSpec(s *stack.Stack, o Options) (*Installed, proc.Spec, error) {
 	u := Usage{
 		Binary: o.UsageAPI, Port: o.Port, Kubeconfig: kc, Database: filepath.Join(s.Dir, "usage-api", "ledger.db"),
 		Namespace: s.Opts.Namespace, AgentNamespace: ch.Namespace, AgentTokenFile: agentToken, AgentArgs: in.UsageAgentArgs,
-		HubAPIURL: s.Hub.APIURL(), Token: o.Token,
+		HubAPIURL: s.Hub.APIURL(), Token: o.Token, SessionTTL: o.SessionTTL,
 	}
 	if o.Quota.Binary != "" {
 		u.QuotaURL = Quota{Port: o.Quota.Port}.URL()
 	}
 	if o.Culler.Binary != "" {
 		u.Readers = append(u.Readers, CullerServiceName)
+		// Any replica answers the admin view's decisions page (the chart's Service picks one too).
+		u.CullerURL = Culler{Port: o.Culler.Port}.URL()
+		if len(o.Culler.ReplicaPorts) > 0 {
+			u.CullerURL = Culler{Port: o.Culler.ReplicaPorts[0]}.URL()
+		}
 	}
 	spec := u.Spec()
 	spec.LogFile = filepath.Join(s.Dir, "logs", "usage-api.log")

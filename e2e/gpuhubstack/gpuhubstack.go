@@ -507,6 +507,10 @@ type Usage struct {
 	// QuotaURL is gpu-quota's base URL with its prefix (Quota.URL); set, the usage API gets --quota-url and
 	// lets gpu-quota's token read GPU-hours (--reader-services).
 	QuotaURL string
+	// CullerURL is gpu-culler's base URL with its prefix (Culler.URL); set, the admin view reads its decisions.
+	CullerURL string
+	// SessionTTL is --session-ttl (the admin view's sessions); empty: the usage API's default.
+	SessionTTL string
 	// Readers are further Hub services whose own token may read every user's data (--reader-services):
 	// gpu-culler reads every GPU server's telemetry (api/v1/servers).
 	Readers         []string
@@ -548,6 +552,12 @@ func (u Usage) Spec() proc.Spec {
 	if u.QuotaURL != "" {
 		args = append(args, "--quota-url="+u.QuotaURL)
 		readers = append([]string{QuotaServiceName}, readers...)
+	}
+	if u.CullerURL != "" {
+		args = append(args, "--culler-url="+u.CullerURL)
+	}
+	if u.SessionTTL != "" {
+		args = append(args, "--session-ttl="+u.SessionTTL)
 	}
 	if len(readers) > 0 {
 		args = append(args, "--reader-services="+strings.Join(readers, ","))

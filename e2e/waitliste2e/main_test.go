@@ -65,6 +65,7 @@ const (
 	idleWhenContended = 90 * time.Second
 	warn              = 60 * time.Second // long enough for bob to see his place in the panel before his turn
 	hold              = 3 * time.Minute
+	adminSessionTTL   = 20 * time.Second
 )
 
 var (
@@ -72,6 +73,7 @@ var (
 	kube      kubernetes.Interface
 	hubAdmin  *hubapi.Client
 	quotaURL  string // gpu-quota on loopback, with its prefix
+	usageURL  string // the usage API on loopback, with its prefix
 	cullerURL string
 )
 
@@ -108,9 +110,12 @@ func run(m *testing.M) int {
 	g := gpuhubstack.Options{
 		Chart:    gpuhubstack.Chart{Helm: need["GPUHUB_HELM"], Dir: need["GPUHUB_CHART"]},
 		UsageAPI: need["GPUHUB_USAGE_API"], Port: cluster.FreePort(), Token: gpuhubstack.NewToken(),
-		Quota: q, Profiles: p, Culler: c,
+		// Short admin view sessions: TestAdminView sees an expired cookie of a revoked login refused.
+		SessionTTL: adminSessionTTL.String(),
+		Quota:      q, Profiles: p, Culler: c,
 	}
 	quotaURL = gpuhubstack.Quota{Port: q.Port}.URL()
+	usageURL = gpuhubstack.Usage{Port: g.Port}.BaseURL()
 	cullerURL = gpuhubstack.Culler{Port: c.Port}.URL()
 	// The chart's z2jh values, as an admin installs them, with every service on loopback.
 	values, err := gpuhubstack.LocalHubValues(need["GPUHUB_CHART"], gpuhubstack.LocalHub{Services: map[string]gpuhubstack.LocalService{

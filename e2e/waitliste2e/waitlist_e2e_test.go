@@ -4,11 +4,16 @@ package waitliste2e
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/csv"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -223,6 +228,18 @@ func poll(ctx context.Context, t *testing.T, what string, within time.Duration, 
 // "result: " and fails the test when the script fails. Screenshots go to e2e/artifacts.
 func browser(t *testing.T, script string, env ...string) string {
 	t.Helper()
+	for _, line := range strings.Split(browserOutput(t, script, env...), "\n") {
+		if r, ok := strings.CutPrefix(line, "result: "); ok {
+			return r
+		}
+	}
+	return ""
+}
+
+// browserOutput runs e2e/browser/<script> in headless Chromium with the Hub's URL and password and returns what it
+// printed.
+func browserOutput(t *testing.T, script string, env ...string) string {
+	t.Helper()
 	artifacts, _ := filepath.Abs(filepath.Join("..", "artifacts"))
 	path, _ := filepath.Abs(filepath.Join("..", "browser", script))
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -230,16 +247,13 @@ func browser(t *testing.T, script string, env ...string) string {
 	cmd := exec.CommandContext(ctx, "node", path)
 	cmd.Env = append(os.Environ(), append([]string{"HUB_URL=" + st.HubURL(), "HUB_PASSWORD=" + password, "GPUHUB_ARTIFACTS=" + artifacts}, env...)...)
 	out, err := cmd.CombinedOutput()
-	t.Logf("browser output (%s %v):\n%s", script, env, out)
+	// A session cookie is a credential: the log shows only that one came back.
+	logged := regexp.MustCompile(`(?m)^cookie: .*$`).ReplaceAllString(string(out), "cookie: (session cookie, not logged)")
+	t.Logf("browser output (%s %v):\n%s", script, env, logged)
 	if err != nil {
 		t.Fatalf("%s: %v (screenshots in %s)", script, err, artifacts)
 	}
-	for _, line := range strings.Split(string(out), "\n") {
-		if r, ok := strings.CutPrefix(line, "result: "); ok {
-			return r
-		}
-	}
-	return ""
+	return string(out)
 }
 
 func logTail(component string, n int) string { return servers.LogTail(st.Dir, component, n) }
@@ -256,4 +270,295 @@ func logGrep(component string, words ...string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// adminPage is what e2e/browser/admin-view.mjs prints for each page it opens.
+type adminPage struct {
+	Path   string `json:"path"`
+	Status int    `json:"status"`
+	URL    string `json:"url"`
+	H1     string `json:"h1"`
+	Text   string `json:"text"`
+	Tables []struct {
+		Caption string     `json:"caption"`
+		Headers []string   `json:"headers"`
+		Rows    [][]string `json:"rows"`
+	} `json:"tables"`
+}
+
+type adminVisit struct {
+	pages  map[string]adminPage
+	csv    string
+	cookie http.Cookie
+}
+
+// visitAdminView runs admin-view.mjs as user: the Hub's Services menu, then each page; the CSV; the session cookie.
+func visitAdminView(t *testing.T, user string, pages []string, csvPath string, extraEnv ...string) adminVisit {
+	t.Helper()
+	out := browserOutput(t, "admin-view.mjs", append([]string{"HUB_USER=" + user, "PAGES=" + strings.Join(pages, "|"), "CSV=" + csvPath}, extraEnv...)...)
+	v := adminVisit{pages: map[string]adminPage{}}
+	for _, line := range strings.Split(out, "\n") {
+		switch {
+		case strings.HasPrefix(line, "page: "):
+			var p adminPage
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "page: ")), &p); err != nil {
+				t.Fatal(err)
+			}
+			v.pages[p.Path] = p
+		case strings.HasPrefix(line, "csv: "):
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "csv: ")), &v.csv); err != nil {
+				t.Fatal(err)
+			}
+		case strings.HasPrefix(line, "cookie: "):
+			var c struct{ Name, Value string }
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "cookie: ")), &c); err != nil {
+				t.Fatal(err)
+			}
+			v.cookie = http.Cookie{Name: c.Name, Value: c.Value}
+		}
+	}
+	return v
+}
+
+// usageJSON GETs a usage API path (under api/v1/) on loopback with the Hub admin's token.
+func usageJSON(ctx context.Context, t *testing.T, path string, into any) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, usageURL+"api/v1/"+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "token "+st.Hub.AdminToken())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET api/v1/%s: %s", path, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(into); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAdminView (issue 14) runs after the waitlist story, so the admin view has something to show: bob's H100
+// started from the queue, carol's exempt job and her culled server, alice waiting. alice also starts a MIG slice.
+// In Chromium, the Hub admin reaches the view from the Hub's Services menu (the Hub's OAuth flow) and sees alice's
+// and bob's servers with the numbers the usage API reports, the GPU-hours CSV equals the JSON API, the decisions
+// and the waitlist; alice sees only her own page; a tampered cookie, and alice's cookie after its session expired
+// and the Hub revoked her login, are refused.
+func TestAdminView(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	if err := servers.StartReady(ctx, hubAdmin, "alice", "slice", "mig-a100-sxm4-40gb-3g-20gb", 3*time.Minute); err != nil {
+		t.Fatalf("%v\n%s", err, logTail("gpu-quota", 30))
+	}
+	var live struct {
+		Servers []struct {
+			User          string  `json:"user"`
+			Server        string  `json:"server"`
+			AllocatedGPUs float64 `json:"allocatedGPUs"`
+		} `json:"servers"`
+	}
+	holds := map[string]float64{}
+	poll(ctx, t, "alice's and bob's GPU servers in the usage API", time.Minute, func() bool {
+		usageJSON(ctx, t, "servers", &live)
+		clear(holds)
+		for _, s := range live.Servers {
+			holds[s.User+"/"+s.Server] += s.AllocatedGPUs
+		}
+		return holds["alice/slice"] > 0 && holds["bob/gpu"] > 0
+	})
+
+	csvPath := "gpu-hours?window=24h&by=user&format=csv"
+	admin := visitAdminView(t, "admin", []string{"", "holders?sort=user", "gpu-hours?window=24h&by=user", "decisions", "waitlist"}, csvPath, "DARK=1")
+	home := admin.pages[""]
+	if home.Status != http.StatusOK || !strings.Contains(home.Text, "H100") {
+		t.Errorf("admin's home (the GPU inventory): %d %q", home.Status, home.Text)
+	}
+	holders := admin.pages["holders?sort=user"]
+	if len(holders.Tables) == 0 {
+		t.Fatalf("no holders table: %+v", holders)
+	}
+	seen := map[string]string{}
+	for _, row := range holders.Tables[0].Rows {
+		if len(row) >= 5 {
+			server := row[1]
+			if server == "default" {
+				server = ""
+			}
+			seen[row[0]+"/"+server] = row[4]
+		}
+	}
+	for _, key := range []string{"alice/slice", "bob/gpu"} {
+		if want := strconv.FormatFloat(holds[key], 'f', 2, 64); seen[key] != want {
+			t.Errorf("holders: %s allocated %q, the usage API says %s (rows %v)", key, seen[key], want, holders.Tables[0].Rows)
+		}
+	}
+
+	// The CSV against the JSON API: each user's held GPU-hours over the bounds the CSV states. Running servers go
+	// on accruing between the two reads: allow what their holdings accrue in a minute.
+	rows, err := csv.NewReader(strings.NewReader(admin.csv)).ReadAll()
+	if err != nil || len(rows) < 2 {
+		t.Fatalf("CSV %q: %v", admin.csv, err)
+	}
+	checked := 0
+	for _, r := range rows[1:] {
+		from, to, user := r[1], r[2], r[3]
+		got, _ := strconv.ParseFloat(r[4], 64)
+		var u struct {
+			GPUHours struct {
+				Custom struct {
+					Allocated float64 `json:"allocated"`
+				} `json:"custom"`
+			} `json:"gpuHours"`
+		}
+		usageJSON(ctx, t, "users/"+user+"?"+url.Values{"from": {from}, "to": {to}}.Encode(), &u)
+		held := 0.0
+		for k, v := range holds {
+			if strings.HasPrefix(k, user+"/") {
+				held += v
+			}
+		}
+		if diff := u.GPUHours.Custom.Allocated - got; diff < -1e-6 || diff > held/60+1e-6 {
+			t.Errorf("CSV %s: %v allocated GPU-hours; the API says %v for %s..%s", user, got, u.GPUHours.Custom.Allocated, from, to)
+		}
+		checked++
+	}
+	if checked == 0 {
+		t.Errorf("the CSV has no users: %q", admin.csv)
+	}
+	if d := admin.pages["decisions"]; !strings.Contains(d.Text, "carol") {
+		t.Errorf("decisions page without carol's cull: %q", d.Text)
+	}
+	if w := admin.pages["waitlist"]; !strings.Contains(w.Text, "alice") {
+		t.Errorf("waitlist page without alice: %q", w.Text)
+	}
+
+	// The same numbers in the terminal: gpuhub report and status against this stack, kept as screenshots for the
+	// README (e2e/artifacts/gpuhub-report.png, gpuhub-status.png).
+	report := gpuhubCommand(ctx, t, "report", "--window", "24h", "--by", "user")
+	for _, u := range []string{"alice", "bob", "carol"} {
+		if !strings.Contains(report, u) {
+			t.Errorf("gpuhub report without %s:\n%s", u, report)
+		}
+	}
+	if status := gpuhubCommand(ctx, t, "status"); !strings.Contains(status, "alice") || !strings.Contains(status, "H100") {
+		t.Errorf("gpuhub status without alice's slice or the H100s:\n%s", status)
+	}
+
+	// alice: her own page only.
+	alice := visitAdminView(t, "alice", []string{"", "holders", "users/bob"}, "")
+	if p := alice.pages[""]; p.Status != http.StatusOK || !strings.Contains(p.Text, "slice") {
+		t.Errorf("alice's own page: %d %q", p.Status, p.Text)
+	}
+	for path, p := range alice.pages {
+		if strings.Contains(p.Text, "bob") && path != "users/bob" || strings.Contains(p.Text, "carol") {
+			t.Errorf("alice's %q shows someone else: %q", path, p.Text)
+		}
+		if path != "" && p.Status != http.StatusForbidden {
+			t.Errorf("alice's %q: %d, want 403", path, p.Status)
+		}
+	}
+
+	// Cookies: alice's own works; tampered to make her an admin, it is refused; once its session is over and the
+	// Hub has revoked her login, it is refused too.
+	get := func(c http.Cookie) int {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, st.HubURL()+"services/gpu-usage/", nil)
+		req.AddCookie(&c)
+		cl := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := cl.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get(alice.cookie); code != http.StatusOK {
+		t.Fatalf("alice's session cookie: %d, want 200", code)
+	}
+	parts := strings.Split(alice.cookie.Value, ".")
+	if len(parts) != 3 {
+		t.Fatalf("session cookie is not a JWT: %q", alice.cookie.Value)
+	}
+	payload, _ := base64.RawURLEncoding.DecodeString(parts[1])
+	forged := alice.cookie
+	forged.Value = parts[0] + "." + base64.RawURLEncoding.EncodeToString([]byte(strings.Replace(string(payload), `"adm":false`, `"adm":true`, 1))) + "." + parts[2]
+	if code := get(forged); code != http.StatusFound {
+		t.Errorf("alice's cookie made admin: %d, want 302 to a new login", code)
+	}
+	revokeOAuthTokens(ctx, t, "alice", "gpu-usage")
+	time.Sleep(adminSessionTTL + 2*time.Second)
+	if code := get(alice.cookie); code != http.StatusFound {
+		t.Errorf("alice's expired cookie after the Hub revoked her login: %d, want 302 to a new login", code)
+	}
+	if err := servers.Stop(ctx, hubAdmin, "alice", "slice"); err != nil {
+		t.Error(err)
+	}
+}
+
+// gpuhubCommand runs the gpuhub command (go run) against this stack with the Hub admin's token, and renders what it
+// printed as e2e/artifacts/gpuhub-<command>.png.
+func gpuhubCommand(ctx context.Context, t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, "go", append([]string{"run", "../../services/gpuhub"}, args...)...)
+	cmd.Env = append(os.Environ(), "JUPYTERHUB_API_TOKEN="+st.Hub.AdminToken(), "GPUHUB_USAGE_URL="+usageURL, "GPUHUB_QUOTA_URL="+quotaURL)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("gpuhub %v: %v\n%s", args, err, out)
+	}
+	artifacts, _ := filepath.Abs(filepath.Join("..", "artifacts"))
+	text := filepath.Join(artifacts, "gpuhub-"+args[0]+".txt")
+	if err := os.WriteFile(text, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	shot, _ := filepath.Abs(filepath.Join("..", "browser", "terminal-shot.mjs"))
+	render := exec.CommandContext(ctx, "node", shot)
+	render.Env = append(os.Environ(), "TEXT_FILE="+text, "COMMAND=gpuhub "+strings.Join(args, " "),
+		"OUT="+filepath.Join(artifacts, "gpuhub-"+args[0]+".png"))
+	if msg, err := render.CombinedOutput(); err != nil {
+		t.Errorf("screenshot of gpuhub %s: %v\n%s", args[0], err, msg)
+	}
+	return string(out)
+}
+
+// revokeOAuthTokens deletes user's OAuth tokens issued to the service's client (as an admin would in the Hub).
+func revokeOAuthTokens(ctx context.Context, t *testing.T, user, service string) {
+	t.Helper()
+	do := func(method, path string) *http.Response {
+		req, _ := http.NewRequestWithContext(ctx, method, st.HubURL()+"hub/api/users/"+user+"/tokens"+path, nil)
+		req.Header.Set("Authorization", "token "+st.Hub.AdminToken())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	resp := do(http.MethodGet, "")
+	var lists map[string][]struct {
+		ID          string `json:"id"`
+		OAuthClient string `json:"oauth_client"`
+	}
+	err := json.NewDecoder(resp.Body).Decode(&lists)
+	_ = resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, tokens := range lists {
+		for _, tok := range tokens {
+			if strings.Contains(tok.OAuthClient, service) {
+				r := do(http.MethodDelete, "/"+tok.ID)
+				_ = r.Body.Close()
+				if r.StatusCode != http.StatusNoContent {
+					t.Fatalf("revoke %s's token %s: %s", user, tok.ID, r.Status)
+				}
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatalf("%s has no OAuth token of %s to revoke: %+v", user, service, lists)
+	}
 }

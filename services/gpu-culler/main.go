@@ -43,7 +43,7 @@ func run(args []string, stderr io.Writer) int {
 		renewDeadline   = fs.Duration("renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it stops acting")
 		retryPeriod     = fs.Duration("retry-period", 2*time.Second, "how often replicas try to take or renew the Lease")
 		stopsConfigMap  = fs.String("stops-configmap", "gpu-culler-stops", "ConfigMap (in --lease-namespace) keeping each user's last stop, so they read why")
-		readerServices  = fs.String("reader-services", "", "comma-separated Hub services that may read the decisions (admins always may)")
+		readerServices  = fs.String("reader-services", "gpu-usage", "comma-separated Hub services that may read the decisions (admins always may); gpu-usage: the admin view's decisions page")
 		adminGroups     = fs.String("admin-groups", "", "comma-separated Hub groups whose members are admins here")
 		kubeconfig      = fs.String("kubeconfig", "", "kubeconfig path (empty: in-cluster, then $KUBECONFIG)")
 		logFormat       = fs.String("log-format", "text", "log format: text or json")

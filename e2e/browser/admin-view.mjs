@@ -1,0 +1,100 @@
+// The usage API's admin view (issue 14) in headless Debian Chromium: logs in to the Hub as HUB_USER, opens the
+// Hub's Services menu and follows SERVICE (the Hub's OAuth flow; its "Authorize access" page is accepted when the
+// Hub shows it), then opens each of PAGES (paths under the service prefix, "|"-separated; "" is the home) and
+// prints for each one line
+//   page: {"path", "status", "url", "h1", "text", "tables": [{"caption", "headers", "rows"}]}
+// then, with CSV set (a path under the prefix), "csv: <JSON string of the body>", and at the end
+//   cookie: {"name", "value"}   the session cookie, for the caller's forged/expired cookie checks.
+// Env: HUB_URL, HUB_USER, HUB_PASSWORD, SERVICE (default gpu-usage), PAGES, CSV, DARK (1: also a dark screenshot)
+//      GPUHUB_CHROMIUM, GPUHUB_BROWSER_MODULES, GPUHUB_ARTIFACTS   as login-spawn.mjs
+// Screenshots: admin-view-<user>-<n>.png (and -dark.png).
+import { createRequire } from 'node:module';
+import { mkdirSync } from 'node:fs';
+import path from 'node:path';
+
+const env = (k, d) => process.env[k] ?? d;
+const modules = env('GPUHUB_BROWSER_MODULES', path.resolve('node_modules'));
+const { chromium } = createRequire(path.join(modules, 'noop.js'))('playwright-core');
+
+const hub = env('HUB_URL', '');
+const user = env('HUB_USER', 'admin');
+const password = env('HUB_PASSWORD', '');
+const service = env('SERVICE', 'gpu-usage');
+const pages = env('PAGES', '').split('|');
+const csv = env('CSV', '');
+const dark = env('DARK', '') === '1';
+const artifacts = env('GPUHUB_ARTIFACTS', path.resolve('e2e/artifacts'));
+if (!hub.startsWith('http://127.')) {
+  console.error('HUB_URL must be a loopback URL');
+  process.exit(2);
+}
+mkdirSync(artifacts, { recursive: true });
+const prefix = `${hub}services/${service}/`;
+
+const browser = await chromium.launch({
+  executablePath: env('GPUHUB_CHROMIUM', '/usr/bin/chromium'),
+  headless: true,
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
+});
+const step = (s) => console.log(`browser: ${s}`);
+let ok = false;
+const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+const page = await context.newPage();
+await page.route('**/*', (route) => {
+  const u = new URL(route.request().url());
+  if (u.protocol === 'data:' || u.protocol === 'blob:' || u.hostname.startsWith('127.')) return route.continue();
+  return route.abort();
+});
+try {
+  await page.goto(`${hub}hub/login`);
+  await page.fill('input[name="username"]', user);
+  await page.fill('input[name="password"]', password);
+  await Promise.all([page.waitForLoadState('load'), page.click('#login_submit, input[type="submit"], button[type="submit"]')]);
+  step(`logged in as ${user}`);
+
+  // The way an admin gets there: the Hub's navbar, Services, the service's entry.
+  await page.goto(`${hub}hub/home`);
+  await page.click('a.dropdown-toggle:has-text("Services")');
+  await Promise.all([page.waitForLoadState('load'), page.click(`a.dropdown-item:has-text("${service}")`)]);
+  if (page.url().includes('/hub/api/oauth2/authorize')) {
+    step('the Hub asks to authorize the service; accepting');
+    await Promise.all([page.waitForLoadState('load'), page.click('button:has-text("Authorize")')]);
+  }
+  await page.waitForURL((u) => u.href.startsWith(prefix), { timeout: 30_000 });
+  step(`reached ${page.url()} from the Services menu`);
+
+  let n = 0;
+  for (const p of pages) {
+    const resp = await page.goto(prefix + p);
+    const info = await page.evaluate(() => ({
+      h1: document.querySelector('h1')?.innerText ?? '',
+      text: document.querySelector('main')?.innerText ?? document.body.innerText,
+      tables: [...document.querySelectorAll('table')].map((t) => ({
+        caption: t.caption?.innerText ?? '',
+        headers: [...t.querySelectorAll('thead th')].map((th) => th.innerText.trim()),
+        rows: [...t.querySelectorAll('tbody tr')].map((tr) => [...tr.children].map((td) => td.innerText.trim())),
+      })),
+    }));
+    console.log(`page: ${JSON.stringify({ path: p, status: resp.status(), url: page.url(), ...info })}`);
+    await page.screenshot({ path: path.join(artifacts, `admin-view-${user}-${n}.png`), fullPage: true });
+    if (dark && n === 0) {
+      await page.emulateMedia({ colorScheme: 'dark' });
+      await page.screenshot({ path: path.join(artifacts, `admin-view-${user}-${n}-dark.png`), fullPage: true });
+      await page.emulateMedia({ colorScheme: 'light' });
+    }
+    n++;
+  }
+  if (csv) {
+    const r = await context.request.get(prefix + csv);
+    console.log(`csv: ${JSON.stringify(await r.text())}`);
+  }
+  const session = (await context.cookies(prefix)).find((c) => c.name.endsWith('-session'));
+  if (session) console.log(`cookie: ${JSON.stringify({ name: session.name, value: session.value })}`);
+  ok = true;
+} catch (e) {
+  console.error(`browser: ${e}`);
+  await page.screenshot({ path: path.join(artifacts, `admin-view-${user}-error.png`), fullPage: true }).catch(() => {});
+} finally {
+  await browser.close();
+}
+process.exit(ok ? 0 : 1);
