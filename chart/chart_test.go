@@ -19,6 +19,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"gopkg.in/yaml.v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -74,7 +75,9 @@ func TestRender(t *testing.T) {
 			"--set-file", "culler.policy=testdata/culler-policy.yaml"},
 		// The shipped rules (as a PrometheusRule and a ConfigMap) and the Grafana dashboard.
 		"monitoring": {"--set", "monitoring.prometheusRule.enabled=true", "--set", "monitoring.prometheusRule.labels.release=kps",
-			"--set", "monitoring.rulesConfigMap.enabled=true", "--set", "monitoring.grafanaDashboard.enabled=true"},
+			"--set", "monitoring.rulesConfigMap.enabled=true", "--set", "monitoring.grafanaDashboard.enabled=true",
+			"--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.serviceMonitor.labels.release=kps",
+			"--set", "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.name=monitoring"},
 	}
 	for name, extra := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -82,6 +85,15 @@ func TestRender(t *testing.T) {
 			got, err := helm(t, args...)
 			if err != nil {
 				t.Fatalf("helm template: %v\n%s", err, got)
+			}
+			// yaml.v3 refuses a mapping key given twice, which Kubernetes' decoders may refuse or resolve silently.
+			for dec := yaml.NewDecoder(strings.NewReader(got)); ; {
+				var doc any
+				if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+					break
+				} else if err != nil {
+					t.Fatalf("rendered manifests are not valid YAML: %v", err)
+				}
 			}
 			golden := filepath.Join("testdata", name+".yaml")
 			if *update {

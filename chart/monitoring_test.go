@@ -485,3 +485,106 @@ func TestChartShipsMonitoringFiles(t *testing.T) {
 		t.Errorf("dashboard ConfigMap is not %s (-want +got):\n%s", dashboardFile, diff)
 	}
 }
+
+// TestScrapeTargets: with monitoring.serviceMonitor on, the ServiceMonitor selects exactly the release's four
+// service Services (each with a port "http") and the PodMonitor the agent DaemonSet's pods (container port "http").
+func TestScrapeTargets(t *testing.T) {
+	out, err := helm(t, "template", "gpuhub", "gpuhub", "--namespace", "jhub", "--kube-version", kubeVersion,
+		"--set", "monitoring.serviceMonitor.enabled=true", "--set", "quota.enabled=true", "--set", "profiles.enabled=true",
+		"--set", "culler.enabled=true")
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, out)
+	}
+	type object struct {
+		Kind     string `yaml:"kind"`
+		Metadata struct {
+			Name   string            `yaml:"name"`
+			Labels map[string]string `yaml:"labels"`
+		} `yaml:"metadata"`
+		Spec struct {
+			Selector struct {
+				MatchLabels map[string]string `yaml:"matchLabels"`
+			} `yaml:"selector"`
+			Ports []struct {
+				Name string `yaml:"name"`
+			} `yaml:"ports"`
+			Endpoints []struct {
+				Port string `yaml:"port"`
+			} `yaml:"endpoints"`
+			PodMetricsEndpoints []struct {
+				Port string `yaml:"port"`
+			} `yaml:"podMetricsEndpoints"`
+			Template struct {
+				Metadata struct {
+					Labels map[string]string `yaml:"labels"`
+				} `yaml:"metadata"`
+				Spec struct {
+					Containers []struct {
+						Ports []struct {
+							Name string `yaml:"name"`
+						} `yaml:"ports"`
+					} `yaml:"containers"`
+				} `yaml:"spec"`
+			} `yaml:"template"`
+		} `yaml:"spec"`
+	}
+	var objs []object
+	dec := yaml.NewDecoder(strings.NewReader(out))
+	for {
+		var o object
+		if err := dec.Decode(&o); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatal(err)
+		}
+		if o.Kind != "" {
+			objs = append(objs, o)
+		}
+	}
+	matches := func(sel, labels map[string]string) bool {
+		for k, v := range sel {
+			if labels[k] != v {
+				return false
+			}
+		}
+		return len(sel) > 0
+	}
+	var sm, pm *object
+	for i := range objs {
+		switch objs[i].Kind {
+		case "ServiceMonitor":
+			sm = &objs[i]
+		case "PodMonitor":
+			pm = &objs[i]
+		}
+	}
+	if sm == nil || pm == nil || len(sm.Spec.Endpoints) != 1 || len(pm.Spec.PodMetricsEndpoints) != 1 {
+		t.Fatalf("want one ServiceMonitor and one PodMonitor with one endpoint each:\n%s", out)
+	}
+	var selected []string
+	for _, o := range objs {
+		switch {
+		case o.Kind == "Service" && matches(sm.Spec.Selector.MatchLabels, o.Metadata.Labels):
+			selected = append(selected, o.Metadata.Name)
+			if !slices.ContainsFunc(o.Spec.Ports, func(p struct {
+				Name string `yaml:"name"`
+			}) bool {
+				return p.Name == sm.Spec.Endpoints[0].Port
+			}) {
+				t.Errorf("Service %s has no port %q", o.Metadata.Name, sm.Spec.Endpoints[0].Port)
+			}
+		case o.Kind == "DaemonSet":
+			if !matches(pm.Spec.Selector.MatchLabels, o.Spec.Template.Metadata.Labels) {
+				t.Errorf("the PodMonitor's selector %v does not select the agent pods %v", pm.Spec.Selector.MatchLabels, o.Spec.Template.Metadata.Labels)
+			}
+			if c := o.Spec.Template.Spec.Containers; len(c) == 0 || len(c[0].Ports) == 0 || c[0].Ports[0].Name != pm.Spec.PodMetricsEndpoints[0].Port {
+				t.Errorf("the agent container has no port %q", pm.Spec.PodMetricsEndpoints[0].Port)
+			}
+		}
+	}
+	slices.Sort(selected)
+	if diff := cmp.Diff([]string{"gpuhub-culler", "gpuhub-profiles", "gpuhub-quota", "gpuhub-usage"}, selected); diff != "" {
+		t.Errorf("Services the ServiceMonitor selects (-want +got):\n%s", diff)
+	}
+}

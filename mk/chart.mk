@@ -16,7 +16,8 @@ helm: $(HELM) ## Install helm into $(GPUHUB_CACHE)/bin.
 chart-test: $(HELM) ## helm lint + rendered-manifest golden files + values-schema tests + READMEs current (UPDATE=1 rewrites goldens).
 	$(HELM) lint --strict chart/gpuhub
 	$(GO) run ./chart/cmd/chartreadme -check
-	HELM=$(HELM) $(GO) test -count=1 -tags chart ./chart/... $(if $(UPDATE),-args -update)
+	$(if $(UPDATE),HELM=$(HELM) $(GO) test -count=1 -tags chart ./chart -args -update)
+	HELM=$(HELM) $(GO) test -count=1 -tags chart ./chart/...
 
 TEST_TARGETS += chart-test
 

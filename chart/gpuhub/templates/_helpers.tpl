@@ -30,6 +30,14 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
+{{/* componentLabels, (dict "root" $ "component" "gpu-agent"): the common labels and the selector labels, each
+     key once (both carry the instance; a key twice is invalid YAML that some parsers refuse). */}}
+{{- define "gpuhub.componentLabels" -}}
+{{ include "gpuhub.labels" .root }}
+app.kubernetes.io/name: {{ include "gpuhub.name" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
 {{- define "gpuhub.image" -}}
 {{- printf "%s/%s:%s" .root.Values.image.repository .name (default .root.Chart.AppVersion .root.Values.image.tag) -}}
 {{- end -}}
