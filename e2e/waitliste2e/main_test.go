@@ -74,6 +74,8 @@ var (
 	hubAdmin  *hubapi.Client
 	quotaURL  string // gpu-quota on loopback, with its prefix
 	usageURL  string // the usage API on loopback, with its prefix
+	// metricsURLs are every service's /metrics on loopback, by name.
+	metricsURLs map[string]string
 	cullerURL string
 )
 
@@ -116,6 +118,10 @@ func run(m *testing.M) int {
 	}
 	quotaURL = gpuhubstack.Quota{Port: q.Port}.URL()
 	usageURL = gpuhubstack.Usage{Port: g.Port}.BaseURL()
+	metricsURLs = map[string]string{}
+	for name, port := range map[string]int{"usage-api": g.Port, "gpu-quota": q.Port, "gpu-profiles": p.Port, "gpu-culler": c.Port} {
+		metricsURLs[name] = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+	}
 	cullerURL = gpuhubstack.Culler{Port: c.Port}.URL()
 	// The chart's z2jh values, as an admin installs them, with every service on loopback.
 	values, err := gpuhubstack.LocalHubValues(need["GPUHUB_CHART"], gpuhubstack.LocalHub{Services: map[string]gpuhubstack.LocalService{
