@@ -44,7 +44,7 @@ kube-binaries: ## Build kube-apiserver, kube-scheduler, kube-controller-manager 
 	GPUHUB_CACHE="$(GPUHUB_CACHE)" e2e/kubebuild/build.sh "$(KUBE_BIN)"
 
 .PHONY: browser-deps
-browser-deps: ## playwright-core (pinned in e2e/browser/package-lock.json) under $(GPUHUB_CACHE)/browser.
+browser-deps: ## playwright-core and axe-core (pinned in e2e/browser/package-lock.json) under $(GPUHUB_CACHE)/browser.
 	@command -v $(NPM) >/dev/null || { echo "ERROR: npm not found; install it: apt-get install -y nodejs npm"; exit 1; }
 	@want=$$(sha256sum e2e/browser/package-lock.json | cut -d' ' -f1); \
 	if [[ -d "$(BROWSER_MODULES)/node_modules/playwright-core" && "$$(cat "$(BROWSER_MODULES)/.lock.sha256" 2>/dev/null)" == "$$want" ]]; then \

@@ -5,7 +5,11 @@
 //   page: {"path", "status", "url", "h1", "text", "tables": [{"caption", "headers", "rows"}]}
 // then, with CSV set (a path under the prefix), "csv: <JSON string of the body>", and at the end
 //   cookie: {"name", "value"}   the session cookie, for the caller's forged/expired cookie checks.
-// Env: HUB_URL, HUB_USER, HUB_PASSWORD, SERVICE (default gpu-usage), PAGES, CSV, DARK (1: also a dark screenshot)
+// With A11Y=1, each page is then checked with axe-core (WCAG 2 A and AA rules) in light and dark, one line each:
+//   a11y: {"path", "scheme", "violations": [{"id", "impact", "help", "nodes"}]}
+// (in a second browser context with the same session that bypasses the pages' CSP, which forbids the injected
+// script; the pages themselves run none).
+// Env: HUB_URL, HUB_USER, HUB_PASSWORD, SERVICE (default gpu-usage), PAGES, CSV, DARK (1: also a dark screenshot), A11Y
 //      GPUHUB_CHROMIUM, GPUHUB_BROWSER_MODULES, GPUHUB_ARTIFACTS   as login-spawn.mjs
 // Screenshots: admin-view-<user>-<n>.png (and -dark.png).
 import { createRequire } from 'node:module';
@@ -23,6 +27,7 @@ const service = env('SERVICE', 'gpu-usage');
 const pages = env('PAGES', '').split('|');
 const csv = env('CSV', '');
 const dark = env('DARK', '') === '1';
+const a11y = env('A11Y', '') === '1';
 const artifacts = env('GPUHUB_ARTIFACTS', path.resolve('e2e/artifacts'));
 if (!hub.startsWith('http://127.')) {
   console.error('HUB_URL must be a loopback URL');
@@ -90,6 +95,28 @@ try {
   }
   const session = (await context.cookies(prefix)).find((c) => c.name.endsWith('-session'));
   if (session) console.log(`cookie: ${JSON.stringify({ name: session.name, value: session.value })}`);
+  if (a11y) {
+    const axe = createRequire(path.join(modules, 'noop.js')).resolve('axe-core/axe.min.js');
+    const checker = await browser.newContext({ viewport: { width: 1280, height: 900 }, bypassCSP: true, storageState: await context.storageState() });
+    const p2 = await checker.newPage();
+    await p2.route('**/*', (route) => {
+      const u = new URL(route.request().url());
+      return u.hostname.startsWith('127.') || u.protocol === 'data:' ? route.continue() : route.abort();
+    });
+    for (const p of pages) {
+      for (const scheme of ['light', 'dark']) {
+        await p2.emulateMedia({ colorScheme: scheme });
+        await p2.goto(prefix + p);
+        await p2.addScriptTag({ path: axe });
+        const violations = await p2.evaluate(async () => {
+          const r = await window.axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] } });
+          return r.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.map((n) => n.target.join(' ')).slice(0, 5) }));
+        });
+        console.log(`a11y: ${JSON.stringify({ path: p, scheme, violations })}`);
+      }
+    }
+    await checker.close();
+  }
   ok = true;
 } catch (e) {
   console.error(`browser: ${e}`);

@@ -69,14 +69,14 @@ const (
 )
 
 var (
-	st        *stack.Stack
-	kube      kubernetes.Interface
-	hubAdmin  *hubapi.Client
-	quotaURL  string // gpu-quota on loopback, with its prefix
-	usageURL  string // the usage API on loopback, with its prefix
+	st       *stack.Stack
+	kube     kubernetes.Interface
+	hubAdmin *hubapi.Client
+	quotaURL string // gpu-quota on loopback, with its prefix
+	usageURL string // the usage API on loopback, with its prefix
 	// metricsURLs are every service's /metrics on loopback, by name.
 	metricsURLs map[string]string
-	cullerURL string
+	cullerURL   string
 )
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }

@@ -287,16 +287,25 @@ type adminPage struct {
 }
 
 type adminVisit struct {
-	pages  map[string]adminPage
+	pages map[string]adminPage
+	// a11y are axe-core's WCAG 2 A/AA violations per page and color scheme ("path (dark)"), with A11Y=1.
+	a11y   map[string][]a11yViolation
 	csv    string
 	cookie http.Cookie
+}
+
+type a11yViolation struct {
+	ID     string   `json:"id"`
+	Impact string   `json:"impact"`
+	Help   string   `json:"help"`
+	Nodes  []string `json:"nodes"`
 }
 
 // visitAdminView runs admin-view.mjs as user: the Hub's Services menu, then each page; the CSV; the session cookie.
 func visitAdminView(t *testing.T, user string, pages []string, csvPath string, extraEnv ...string) adminVisit {
 	t.Helper()
 	out := browserOutput(t, "admin-view.mjs", append([]string{"HUB_USER=" + user, "PAGES=" + strings.Join(pages, "|"), "CSV=" + csvPath}, extraEnv...)...)
-	v := adminVisit{pages: map[string]adminPage{}}
+	v := adminVisit{pages: map[string]adminPage{}, a11y: map[string][]a11yViolation{}}
 	for _, line := range strings.Split(out, "\n") {
 		switch {
 		case strings.HasPrefix(line, "page: "):
@@ -305,6 +314,15 @@ func visitAdminView(t *testing.T, user string, pages []string, csvPath string, e
 				t.Fatal(err)
 			}
 			v.pages[p.Path] = p
+		case strings.HasPrefix(line, "a11y: "):
+			var r struct {
+				Path, Scheme string
+				Violations   []a11yViolation
+			}
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "a11y: ")), &r); err != nil {
+				t.Fatal(err)
+			}
+			v.a11y[r.Path+" ("+r.Scheme+")"] = r.Violations
 		case strings.HasPrefix(line, "csv: "):
 			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "csv: ")), &v.csv); err != nil {
 				t.Fatal(err)
@@ -371,7 +389,9 @@ func TestAdminView(t *testing.T) {
 	})
 
 	csvPath := "gpu-hours?window=24h&by=user&format=csv"
-	admin := visitAdminView(t, "admin", []string{"", "holders?sort=user", "gpu-hours?window=24h&by=user", "decisions", "waitlist"}, csvPath, "DARK=1")
+	admin := visitAdminView(t, "admin", []string{"", "holders?sort=user", "gpu-hours?window=24h&by=user", "decisions", "waitlist", "users/alice"},
+		csvPath, "DARK=1", "A11Y=1")
+	checkA11y(t, "admin", admin)
 	home := admin.pages[""]
 	if home.Status != http.StatusOK || !strings.Contains(home.Text, "H100") {
 		t.Errorf("admin's home (the GPU inventory): %d %q", home.Status, home.Text)
@@ -448,7 +468,8 @@ func TestAdminView(t *testing.T) {
 	}
 
 	// alice: her own page only.
-	alice := visitAdminView(t, "alice", []string{"", "holders", "users/bob"}, "")
+	alice := visitAdminView(t, "alice", []string{"", "holders", "users/bob"}, "", "A11Y=1")
+	checkA11y(t, "alice", alice)
 	if p := alice.pages[""]; p.Status != http.StatusOK || !strings.Contains(p.Text, "slice") {
 		t.Errorf("alice's own page: %d %q", p.Status, p.Text)
 	}
@@ -495,6 +516,19 @@ func TestAdminView(t *testing.T) {
 	}
 	if err := servers.Stop(ctx, hubAdmin, "alice", "slice"); err != nil {
 		t.Error(err)
+	}
+}
+
+// checkA11y fails on any axe-core WCAG 2 A/AA violation on a page the visit checked, in either color scheme.
+func checkA11y(t *testing.T, user string, v adminVisit) {
+	t.Helper()
+	if len(v.a11y) == 0 {
+		t.Errorf("%s: no accessibility results", user)
+	}
+	for page, vs := range v.a11y {
+		for _, x := range vs {
+			t.Errorf("%s's %q: %s (%s, %s): %v", user, page, x.ID, x.Impact, x.Help, x.Nodes)
+		}
 	}
 }
 

@@ -562,7 +562,7 @@ func (r *Runner) one(ctx context.Context, p *policy.Policy, it item, usage decid
 			r.o.Metrics.contendedStops.WithLabelValues(kindLabel).Inc()
 			// The GPU goes to someone waiting this much earlier than the normal idle period would have freed it.
 			if early := rule.IdlePeriod - d.Numbers.IdlePeriod; early > 0 && info.AllocatedGPUs > 0 {
-				r.o.Metrics.reclaimed.WithLabelValues(kindLabel).Add(info.AllocatedGPUs * early.Hours())
+				r.o.Metrics.reclaimed.WithLabelValues(kindLabel).Add(info.AllocatedGPUs * early.Seconds())
 			}
 		}
 		// Kept for the user's next visit in one write at the end of the pass: the stops go to the Hub back to back.
@@ -656,7 +656,7 @@ func (r *Runner) countSaved(running map[serverKey]time.Time) {
 			end = earliest(end, again)
 		}
 		if d := end.Sub(s.at) - s.counted; d > 0 {
-			r.o.Metrics.saved.WithLabelValues(s.kind).Add(s.gpus * d.Hours())
+			r.o.Metrics.saved.WithLabelValues(s.kind).Add(s.gpus * d.Seconds())
 			s.counted += d
 		}
 		if !end.Before(s.at.Add(SavedCap)) || (ok && again.After(s.at)) {

@@ -406,8 +406,8 @@ func TestSaved(t *testing.T) {
 	r.countSaved(nil)
 	clock = now.Add(3 * time.Hour)
 	r.countSaved(map[serverKey]time.Time{{"alice", ""}: now.Add(150 * time.Minute)})
-	if got := testutil.ToFloat64(m.saved.WithLabelValues("gpu")); got != 0.5*2.5 {
-		t.Errorf("saved %v GPU-hours, want %v", got, 0.5*2.5)
+	if got := testutil.ToFloat64(m.saved.WithLabelValues("gpu")); got != 0.5*2.5*3600 {
+		t.Errorf("saved %v GPU-seconds, want %v", got, 0.5*2.5*3600)
 	}
 	if len(r.saved) != 0 {
 		t.Error("a server running again is still counted")
@@ -614,7 +614,7 @@ gpu:
 		Stopped        []string
 		Contended      float64
 		ContendedStops float64
-		// Reclaimed: GPU-hours handed over earlier than the idle period (30 min) would have: 1 GPU x 15 min.
+		// Reclaimed: GPU-seconds handed over earlier than the idle period (30 min) would have: 1 GPU x 15 min.
 		Reclaimed float64
 		// Records: each decision recorded, as user action/reason contended idle_period_seconds.
 		Records []string
@@ -630,7 +630,7 @@ gpu:
 		"someone waits for an H100: the H100 servers under idleWhenContended, the A100 not": {
 			waiting: []string{h100},
 			want: want{Decisions: map[string]int{"warn/idle": 1, "none/idle": 1, "stop/idle": 1}, Stopped: []string{"carol/"},
-				Contended: 2, ContendedStops: 1, Reclaimed: 0.25,
+				Contended: 2, ContendedStops: 1, Reclaimed: 900,
 				Records: []string{"alice notice/idle 1 900", "carol stop/idle 1 900"}},
 		},
 		"someone waits for an A100: only the A100 server": {
