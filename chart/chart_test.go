@@ -133,6 +133,7 @@ func TestSchemaRejects(t *testing.T) {
 		"culler typo":     {set: "culler.polcy=x", wantErr: "polcy"},
 		"culler policy":   {set: "culler.policy=", wantErr: "policy"},
 		"no replicas":     {set: "culler.replicas=0", wantErr: "replicas"},
+		"zero profiles":   {set: "profiles.replicas=0", wantErr: "replicas"},
 		"bad sampling":    {set: "culler.sampleEvery=10", wantErr: "sampleEvery"},
 		"unknown scope":   {set: "culler.extraHubScopes={admin:users}", wantErr: "extraHubScopes"},
 		"culler url":      {set: "culler.usageURL=gpuhub-usage:8000", wantErr: "usageURL"},
@@ -477,6 +478,7 @@ func TestQuotaWiring(t *testing.T) {
 		return out
 	}
 	wantFrom := []string{
+		"app=jupyterhub,component=proxy in kubernetes.io/metadata.name=z2jh",
 		"app=jupyterhub,component=hub in kubernetes.io/metadata.name=z2jh",
 		"app.kubernetes.io/component=usage-api,app.kubernetes.io/instance=gpuhub,app.kubernetes.io/name=gpuhub",
 	}

@@ -4,7 +4,9 @@
 // GPU cluster of its own: a real control plane, the emulated GPU nodes with the chart's gpu-agents (simulated
 // backend, 1 s sampling), the usage API, JupyterHub 5.5 with KubeSpawner and configurable-http-proxy, two
 // gpu-culler replicas under the chart's Lease and RBAC with a policy of short periods, and jupyterhub-idle-culler
-// 1.4.0 (what z2jh 4.4 runs for cull.*) and the newest release, all against the same Hub. Run with `make e2e`.
+// 1.4.0 (what z2jh 4.4 runs for cull.*) and the newest release, all against the same Hub. The Hub loads the chart's
+// z2jh values file (gpuhubstack.LocalHubValues: gpu-culler's and the usage API's entries and roles, the user role,
+// the glue); the idle-cullers are this test's own Hub services. Run with `make e2e`.
 //
 // # How both cullers' verdicts are observed without one acting on the other's servers
 //
@@ -153,7 +155,8 @@ func run(m *testing.M) int {
 	c.Port = fr.port
 	c.HubAPIURL = func(s *stack.Stack, i int) (string, error) { return cullerTaps[i].to(s.Hub.APIURL()) }
 
-	services := []hubproc.Service{gpuhubstack.CullerHubService(c.Port, c.Token)}
+	// The idle-cullers are this test's own Hub services; gpuhub's come from the chart's z2jh values (below).
+	var services []hubproc.Service
 	for _, venv := range strings.Fields(need["GPUHUB_IDLE_CULLER_VENVS"]) {
 		ic, err := newIdleCuller(context.Background(), venv)
 		if err != nil {
@@ -170,7 +173,20 @@ func run(m *testing.M) int {
 		UsageAPI: need["GPUHUB_USAGE_API"], Port: cluster.FreePort(), Token: gpuhubstack.NewToken(), Culler: c,
 	}
 	usageURL = gpuhubstack.Usage{Port: g.Port}.URL()
-	services = append(services, gpuhubstack.HubService(g.Port, g.Token))
+	// The chart's z2jh values, as an admin installs them, with the usage API and gpu-culler (its front) on loopback:
+	// their roles, and the user role through which the panel reaches both.
+	values, err := gpuhubstack.LocalHubValues(need["GPUHUB_CHART"], gpuhubstack.LocalHub{NoWaitlist: true, Services: map[string]gpuhubstack.LocalService{
+		gpuhubstack.ServiceName: {Port: g.Port, Token: g.Token}, gpuhubstack.CullerServiceName: {Port: c.Port, Token: c.Token},
+	}})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "culler e2e: %v\n", err)
+		return 1
+	}
+	valuesPath := filepath.Join(dir, "hub-values.yaml")
+	if err := os.WriteFile(valuesPath, values, 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 
 	lvl := slog.LevelWarn
 	if os.Getenv("GPUHUB_E2E_DEBUG") != "" {
@@ -181,9 +197,8 @@ func run(m *testing.M) int {
 	start := time.Now()
 	st, err = stack.Start(ctx, stack.Options{
 		HubServices: services,
-		// Users reach the usage API and gpu-culler (the panel's countdown and snooze) through the proxy.
-		HubRoles:   gpuhubstack.HubRoles(gpuhubstack.CullerServiceName),
-		KubeBinDir: need["GPUHUB_KUBE_BIN"], Venv: need["GPUHUB_HUB_VENV"], CHP: need["GPUHUB_CHP"],
+		HubValues:   valuesPath,
+		KubeBinDir:  need["GPUHUB_KUBE_BIN"], Venv: need["GPUHUB_HUB_VENV"], CHP: need["GPUHUB_CHP"],
 		Topology: filepath.Join("..", "topology.yaml"), Password: password,
 		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})),
 		GPUAgent: need["GPUHUB_GPU_AGENT"], Components: gpuhubstack.Components(g),

@@ -223,7 +223,7 @@ func TestChaos(t *testing.T) {
 	usage := gpuhubstack.Usage{
 		Binary: bin, Port: usagePort, Kubeconfig: kubeconfig, Database: t.TempDir() + "/ledger.db",
 		Namespace: namespace, AgentNamespace: ns, AgentTokenFile: agentToken, AgentArgs: in.UsageAgentArgs,
-		HubAPIURL: st.Hub.APIURL(), Token: st.Hub.ServiceToken(gpuhubstack.ServiceName),
+		HubAPIURL: st.Hub.APIURL(), Token: usageToken,
 		Interval: chaosUsageInterval.String(),
 	}
 	api := startUsageAPI(ctx, t, usage, extra...)

@@ -1,9 +1,10 @@
 //go:build e2e
 
 // Package e2etest runs end-to-end tests on the local GPU cluster: a real control plane and
-// scheduler, emulated GPU nodes, JupyterHub with KubeSpawner. Run with `make e2e`, which installs
-// and builds what the tests need and sets GPUHUB_KUBE_BIN, GPUHUB_HUB_VENV, GPUHUB_CHP,
-// GPUHUB_BROWSER_MODULES and GPUHUB_CHROMIUM.
+// scheduler, emulated GPU nodes, JupyterHub with KubeSpawner, configured with the chart's z2jh values
+// (gpuhubstack.LocalHubValues) with the usage API as the one gpuhub service. Run with `make e2e`, which
+// installs and builds what the tests need and sets GPUHUB_KUBE_BIN, GPUHUB_HUB_VENV, GPUHUB_CHP,
+// GPUHUB_CHART, GPUHUB_BROWSER_MODULES and GPUHUB_CHROMIUM.
 package e2etest
 
 import (
@@ -21,7 +22,6 @@ import (
 	"github.com/gpuhub/gpuhub/e2e/cluster"
 	"github.com/gpuhub/gpuhub/e2e/cluster/stack"
 	"github.com/gpuhub/gpuhub/e2e/gpuhubstack"
-	"github.com/gpuhub/gpuhub/e2e/internal/hubproc"
 	"github.com/gpuhub/gpuhub/hubapi"
 )
 
@@ -30,8 +30,10 @@ const password = "e2e-password"
 var (
 	st       *stack.Stack
 	hubAdmin *hubapi.Client
-	// usagePort is where TestUsageAPI runs the usage API; the Hub knows it as service gpu-usage.
-	usagePort int
+	// usagePort is where TestUsageAPI runs the usage API; the Hub knows it as service gpu-usage, with
+	// usageToken as its api_token.
+	usagePort  int
+	usageToken string
 	// timings of the harness, reported at the end.
 	controlPlaneReady time.Duration
 	stackReady        time.Duration
@@ -53,15 +55,36 @@ func run(m *testing.M) int {
 		lvl = slog.LevelDebug
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	// The chart's z2jh values, as an admin installs them, with only the usage API, on loopback.
+	chartDir := os.Getenv("GPUHUB_CHART")
+	if chartDir == "" {
+		chartDir = filepath.Join("..", "..", "chart", "gpuhub")
+	}
+	usagePort, usageToken = cluster.FreePort(), gpuhubstack.NewToken()
+	values, err := gpuhubstack.LocalHubValues(chartDir, gpuhubstack.LocalHub{NoWaitlist: true, Services: map[string]gpuhubstack.LocalService{
+		gpuhubstack.ServiceName: {Port: usagePort, Token: usageToken},
+	}})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "gpuhub-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	valuesPath := filepath.Join(dir, "hub-values.yaml")
+	if err := os.WriteFile(valuesPath, values, 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	start := time.Now()
-	var err error
-	usagePort = cluster.FreePort()
 	st, err = stack.Start(ctx, stack.Options{
-		HubServices: []hubproc.Service{gpuhubstack.HubService(usagePort, gpuhubstack.NewToken())},
-		HubRoles:    gpuhubstack.HubRoles(),
-		KubeBinDir:  need["GPUHUB_KUBE_BIN"], Venv: need["GPUHUB_HUB_VENV"], CHP: need["GPUHUB_CHP"],
+		HubValues:  valuesPath,
+		KubeBinDir: need["GPUHUB_KUBE_BIN"], Venv: need["GPUHUB_HUB_VENV"], CHP: need["GPUHUB_CHP"],
 		Topology: filepath.Join("..", "topology.yaml"), Password: password, Logger: logger,
 		GPUAgent: os.Getenv("GPUHUB_GPU_AGENT"),
 		Progress: func(step string, took time.Duration) {

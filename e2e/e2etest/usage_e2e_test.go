@@ -97,7 +97,7 @@ func TestUsageAPI(t *testing.T) {
 	usage := gpuhubstack.Usage{
 		Binary: usageBinary(ctx, t), Port: usagePort, Kubeconfig: kubeconfig, Database: filepath.Join(t.TempDir(), "ledger.db"),
 		Namespace: namespace, AgentNamespace: ns, AgentTokenFile: agentToken, AgentArgs: in.UsageAgentArgs,
-		HubAPIURL: st.Hub.APIURL(), Token: st.Hub.ServiceToken(gpuhubstack.ServiceName),
+		HubAPIURL: st.Hub.APIURL(), Token: usageToken,
 		LogLevel: "debug",
 	}
 	checkSnapshotAuth(ctx, t, in, tokens["alice"])

@@ -14,8 +14,8 @@ import (
 type Options struct {
 	Chart    Chart  // Namespace empty: the stack's single-user namespace (as next to a z2jh release)
 	UsageAPI string // usage-api executable
-	Port     int    // usage API port on 127.0.0.1; must match HubService's
-	Token    string // the service's Hub token; must match HubService's
+	Port     int    // usage API port on 127.0.0.1; must match LocalHub.Services
+	Token    string // the service's Hub token; must match LocalHub.Services
 	// SessionTTL is the usage API's --session-ttl (the admin view's sessions); empty: its default (15m).
 	SessionTTL string
 	// Quota runs gpu-quota too when Quota.Binary is set (and the chart is rendered with it).
@@ -29,8 +29,8 @@ type Options struct {
 // ProfilesOptions configures the gpu-profiles process of the stack.
 type ProfilesOptions struct {
 	Binary string // gpu-profiles executable; empty: no gpu-profiles
-	Port   int    // on 127.0.0.1; must match ProfilesHubService's
-	Token  string // its Hub token; must match ProfilesHubService's
+	Port   int    // on 127.0.0.1; must match LocalHub.Services
+	Token  string // its Hub token; must match LocalHub.Services
 	Config string // overrides file; empty: none (every kind offered as it is)
 	// PendingEndAfter is --pending-end-after (default 30s).
 	PendingEndAfter string
@@ -39,8 +39,8 @@ type ProfilesOptions struct {
 // QuotaOptions configures the gpu-quota process of the stack.
 type QuotaOptions struct {
 	Binary string // gpu-quota executable; empty: no gpu-quota
-	Port   int    // on 127.0.0.1; must match QuotaHubService's
-	Token  string // its Hub token; must match QuotaHubService's
+	Port   int    // on 127.0.0.1; must match LocalHub.Services
+	Token  string // its Hub token; must match LocalHub.Services
 	Policy string // policy file (make demo: e2e/hub/quota-demo.yaml)
 	// Waitlist runs gpu-quota's waitlist (--waitlist) with WaitlistHold (default the service's); register the
 	// service with the z2jh values' waitlist switch on (LocalHubValues without NoWaitlist).
@@ -50,8 +50,8 @@ type QuotaOptions struct {
 
 // Components returns the stack components of gpuhub: the chart's agents and RBAC with the usage API, then
 // gpu-quota when o.Quota.Binary is set, then gpu-profiles when o.Profiles.Binary is set, then gpu-culler's
-// replicas when o.Culler.Binary is set. Register the services with the Hub first (HubService, QuotaHubService,
-// ProfilesHubService, CullerHubService, HubRoles; or all of it with LocalHubValues) and load the glue into it.
+// replicas when o.Culler.Binary is set. Register the services with the Hub first, with the glue, as z2jh does: the
+// chart's z2jh values through LocalHubValues, with each service's port and token in LocalHub.Services.
 func Components(o Options) []stack.Component {
 	var in *Installed
 	usage := Usage{Port: o.Port}

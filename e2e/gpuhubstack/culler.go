@@ -10,34 +10,21 @@ import (
 
 	"github.com/gpuhub/gpuhub/e2e/cluster/proc"
 	"github.com/gpuhub/gpuhub/e2e/cluster/stack"
-	"github.com/gpuhub/gpuhub/e2e/internal/hubproc"
 )
 
 // CullerServiceName is gpu-culler's Hub service name (chart value culler.serviceName). The panel reaches it
 // through the Hub's proxy at /services/gpu-culler/ (the countdown and the snooze).
 const CullerServiceName = "gpu-culler"
 
-// CullerScopes are what gpu-culler needs from the Hub, exactly jupyterhub-idle-culler's set (issue 12): the
-// paginated user list with each user's servers and their activity, and stopping servers. A policy that exempts
-// by group or admin needs more (services/gpu-culler/README.md); the stack's policies do not.
-var CullerScopes = []string{"list:users", "read:users:activity", "read:servers", "delete:servers"}
-
-// CullerHubService registers gpu-culler at http://127.0.0.1:<port> with token, as z2jh's hub.services.gpu-culler
-// does: the url is what the proxy routes /services/gpu-culler/ to (a Kubernetes Service in front of the
-// replicas in a real install), the token is the culler's own.
-func CullerHubService(port int, token string) hubproc.Service {
-	return hubproc.Service{Name: CullerServiceName, Token: token, URL: "http://127.0.0.1:" + strconv.Itoa(port), Scopes: CullerScopes}
-}
-
 // CullerOptions configures the gpu-culler processes of the stack.
 type CullerOptions struct {
 	Binary string // gpu-culler executable; empty: no gpu-culler
-	// Port is the Hub service's port (CullerHubService). With one replica the replica listens on it; with more,
+	// Port is the Hub service's port (LocalHub.Services). With one replica the replica listens on it; with more,
 	// each listens on its own ReplicaPorts entry and the caller puts something on Port that reaches them (what the
 	// chart's Service does).
 	Port         int
 	ReplicaPorts []int
-	Token        string // its Hub token; must match CullerHubService's
+	Token        string // its Hub token; must match LocalHub.Services
 	Policy       string // policy file (make demo: e2e/hub/culler-demo.yaml)
 	// Replicas run side by side under the chart's Lease (default 1).
 	Replicas int

@@ -47,32 +47,6 @@ const ServiceName = "gpu-usage"
 // GPU nodes carry it as real ones do).
 var GPUNodeSelector = map[string]string{"nvidia.com/gpu.present": "true"}
 
-// ServiceScopes are what the usage API needs from the Hub: the user list (GET /users) with each
-// user's name and admin flag (read:users:name carries `admin` in JupyterHub 5.5 and 6) and groups.
-// Callers are resolved with their own token (GET /user), and the groups API is never called, so
-// neither read:users (activity, servers) nor list:groups/read:groups.
-var ServiceScopes = []string{"list:users", "read:users:name", "read:users:groups"}
-
-// HubService registers the usage API at http://127.0.0.1:<port> with token (>= 8 characters).
-func HubService(port int, token string) hubproc.Service {
-	return hubproc.Service{Name: ServiceName, Token: token, URL: "http://127.0.0.1:" + strconv.Itoa(port), Scopes: ServiceScopes}
-}
-
-// HubRoles overrides the Hub's default `user` role so a user who just logged in may reach the
-// service through the proxy (z2jh: hub.loadRoles.user), and the further services named (gpu-culler: the
-// panel's countdown and snooze).
-func HubRoles(services ...string) []hubproc.Role {
-	scopes := []string{"self", "access:services!service=" + ServiceName}
-	for _, s := range services {
-		scopes = append(scopes, "access:services!service="+s)
-	}
-	return []hubproc.Role{{
-		Name:        "user",
-		Description: "default user role plus access to gpuhub's services",
-		Scopes:      scopes,
-	}}
-}
-
 // QuotaServiceName is gpu-quota's Hub service name (chart value quota.serviceName). The Hub glue finds its url
 // and api_token under this name in c.JupyterHub.services.
 const QuotaServiceName = "gpu-quota"

@@ -8,23 +8,11 @@ import (
 	"time"
 
 	"github.com/gpuhub/gpuhub/e2e/cluster/proc"
-	"github.com/gpuhub/gpuhub/e2e/internal/hubproc"
 )
 
 // ProfilesServiceName is gpu-profiles' Hub service name (chart value profiles.serviceName). The Hub glue finds its
 // url and api_token under this name in c.JupyterHub.services.
 const ProfilesServiceName = "gpu-profiles"
-
-// ProfilesScopes are what gpu-profiles needs from the Hub: ending a GPU spawn that nothing can ever place
-// (DELETE /users/{name}/server interrupts a pending spawn). The glue authenticates with the service's own
-// token; the usage API's reads are resolved with GET /user, which needs no scope.
-var ProfilesScopes = []string{"delete:servers"}
-
-// ProfilesHubService registers gpu-profiles at http://127.0.0.1:<port> with token, as z2jh's
-// hub.services.gpu-profiles does: the url tells the glue where to ask, the token is what it presents.
-func ProfilesHubService(port int, token string) hubproc.Service {
-	return hubproc.Service{Name: ProfilesServiceName, Token: token, URL: "http://127.0.0.1:" + strconv.Itoa(port), Scopes: ProfilesScopes}
-}
 
 // Profiles describes the gpu-profiles process, flags as the chart's Deployment sets them.
 type Profiles struct {
