@@ -7,6 +7,7 @@
 //   cookie: {"name", "value"}   the session cookie, for the caller's forged/expired cookie checks.
 // With A11Y=1, each page is then checked with axe-core (WCAG 2 A and AA rules) in light and dark, one line each:
 //   a11y: {"path", "scheme", "violations": [{"id", "impact", "help", "nodes"}]}
+// and whether it fits a 1280 px and a 1024 px wide window: "fit: {"path", "width", "scrollWidth"}"
 // (in a second browser context with the same session that bypasses the pages' CSP, which forbids the injected
 // script; the pages themselves run none).
 // Env: HUB_URL, HUB_USER, HUB_PASSWORD, SERVICE (default gpu-usage), PAGES, CSV, DARK (1: also a dark screenshot), A11Y
@@ -114,6 +115,14 @@ try {
         });
         console.log(`a11y: ${JSON.stringify({ path: p, scheme, violations })}`);
       }
+      // Usable on a laptop and at 1280 px: nothing wider than the window (no sideways scrolling).
+      for (const width of [1280, 1024]) {
+        await p2.setViewportSize({ width, height: 768 });
+        await p2.goto(prefix + p);
+        const scrollWidth = await p2.evaluate(() => document.documentElement.scrollWidth);
+        console.log(`fit: ${JSON.stringify({ path: p, width, scrollWidth })}`);
+      }
+      await p2.setViewportSize({ width: 1280, height: 900 });
     }
     await checker.close();
   }

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
@@ -289,9 +290,12 @@ type adminPage struct {
 type adminVisit struct {
 	pages map[string]adminPage
 	// a11y are axe-core's WCAG 2 A/AA violations per page and color scheme ("path (dark)"), with A11Y=1.
-	a11y   map[string][]a11yViolation
-	csv    string
-	cookie http.Cookie
+	a11y map[string][]a11yViolation
+	// overflow names the pages wider than the window at 1280 and 1024 px, with A11Y=1.
+	overflow []string
+	fitted   int
+	csv      string
+	cookie   http.Cookie
 }
 
 type a11yViolation struct {
@@ -323,6 +327,18 @@ func visitAdminView(t *testing.T, user string, pages []string, csvPath string, e
 				t.Fatal(err)
 			}
 			v.a11y[r.Path+" ("+r.Scheme+")"] = r.Violations
+		case strings.HasPrefix(line, "fit: "):
+			var f struct {
+				Path               string
+				Width, ScrollWidth int
+			}
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "fit: ")), &f); err != nil {
+				t.Fatal(err)
+			}
+			v.fitted++
+			if f.ScrollWidth > f.Width {
+				v.overflow = append(v.overflow, fmt.Sprintf("%q is %d px wide in a %d px window", f.Path, f.ScrollWidth, f.Width))
+			}
 		case strings.HasPrefix(line, "csv: "):
 			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "csv: ")), &v.csv); err != nil {
 				t.Fatal(err)
@@ -519,7 +535,8 @@ func TestAdminView(t *testing.T) {
 	}
 }
 
-// checkA11y fails on any axe-core WCAG 2 A/AA violation on a page the visit checked, in either color scheme.
+// checkA11y fails on any axe-core WCAG 2 A/AA violation on a page the visit checked, in either color scheme, and
+// on a page wider than a 1280 or 1024 px window.
 func checkA11y(t *testing.T, user string, v adminVisit) {
 	t.Helper()
 	if len(v.a11y) == 0 {
@@ -529,6 +546,12 @@ func checkA11y(t *testing.T, user string, v adminVisit) {
 		for _, x := range vs {
 			t.Errorf("%s's %q: %s (%s, %s): %v", user, page, x.ID, x.Impact, x.Help, x.Nodes)
 		}
+	}
+	if v.fitted == 0 {
+		t.Errorf("%s: no window-width results", user)
+	}
+	for _, o := range v.overflow {
+		t.Errorf("%s: %s (sideways scrolling)", user, o)
 	}
 }
 
