@@ -44,7 +44,8 @@ $(GOLANGCI_LINT):
 
 .PHONY: lint
 lint: vet $(GOLANGCI_LINT) ## go vet + golangci-lint (gofmt, goimports, errorlint, revive, ...).
-	$(GOLANGCI_LINT) run ./...
+	@# Two runs at once (a second checkout, an editor) wait for each other instead of failing.
+	$(GOLANGCI_LINT) run --allow-serial-runners ./...
 
 .PHONY: fmt
 fmt: $(GOLANGCI_LINT) ## Format Go code (gofmt + goimports).
