@@ -126,11 +126,11 @@ type rawMedia struct {
 }
 
 type rawOp struct {
-	OperationID string                `yaml:"operationId"`
-	Parameters  []*Param              `yaml:"parameters"`
-	Security    *[]map[string][]any   `yaml:"security"`
-	Access      string                `yaml:"x-gpuhub-access"`
-	Subject     string                `yaml:"x-gpuhub-subject"`
+	OperationID string              `yaml:"operationId"`
+	Parameters  []*Param            `yaml:"parameters"`
+	Security    *[]map[string][]any `yaml:"security"`
+	Access      string              `yaml:"x-gpuhub-access"`
+	Subject     string              `yaml:"x-gpuhub-subject"`
 	RequestBody *struct {
 		Content map[string]rawMedia `yaml:"content"`
 	} `yaml:"requestBody"`
