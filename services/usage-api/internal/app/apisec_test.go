@@ -51,7 +51,12 @@ func oauthHub(t *testing.T) string {
 func logIn(t *testing.T, base, user string) *http.Cookie {
 	t.Helper()
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	do := func(u string, cookies []*http.Cookie) *http.Response {
+	type reply struct {
+		status   int
+		location string
+		cookies  []*http.Cookie
+	}
+	do := func(u string, cookies []*http.Cookie) reply {
 		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, u, nil)
 		for _, c := range cookies {
 			req.AddCookie(c)
@@ -60,21 +65,21 @@ func logIn(t *testing.T, base, user string) *http.Cookie {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_ = resp.Body.Close()
-		return resp
+		defer func() { _ = resp.Body.Close() }()
+		return reply{resp.StatusCode, resp.Header.Get("Location"), resp.Cookies()}
 	}
 	first := do(base+suitePrefix, nil)
-	loc, err := url.Parse(first.Header.Get("Location"))
-	if first.StatusCode != http.StatusFound || err != nil || !strings.HasPrefix(loc.Path, authorizeURL) {
-		t.Fatalf("first visit: %d to %q, want the Hub's authorize", first.StatusCode, first.Header.Get("Location"))
+	loc, err := url.Parse(first.location)
+	if first.status != http.StatusFound || err != nil || !strings.HasPrefix(loc.Path, authorizeURL) {
+		t.Fatalf("first visit: %d to %q, want the Hub's authorize", first.status, first.location)
 	}
-	back := do(base+suitePrefix+"oauth_callback?"+url.Values{"code": {"code-" + user}, "state": {loc.Query().Get("state")}}.Encode(), first.Cookies())
-	for _, c := range back.Cookies() {
+	back := do(base+suitePrefix+"oauth_callback?"+url.Values{"code": {"code-" + user}, "state": {loc.Query().Get("state")}}.Encode(), first.cookies)
+	for _, c := range back.cookies {
 		if c.Name == sessionName {
 			return &http.Cookie{Name: c.Name, Value: c.Value}
 		}
 	}
-	t.Fatalf("callback for %s: %d, no session cookie", user, back.StatusCode)
+	t.Fatalf("callback for %s: %d, no session cookie", user, back.status)
 	return nil
 }
 
