@@ -356,21 +356,29 @@ func (a *Authenticator) Middleware(next http.Handler) http.Handler {
 		switch {
 		case err == nil:
 			next.ServeHTTP(w, r.WithContext(NewContext(r.Context(), id)))
-		case errors.Is(err, ErrNoToken), errors.Is(err, ErrInvalidToken):
+		case errors.Is(err, ErrNoToken):
 			w.Header().Set("WWW-Authenticate", `token realm="jupyterhub"`)
-			writeError(w, http.StatusUnauthorized, err.Error())
+			writeError(w, http.StatusUnauthorized, "no token: send a JupyterHub API token in the Authorization header (Authorization: token <token>); tokens in the URL are not taken")
+		case errors.Is(err, ErrInvalidToken):
+			w.Header().Set("WWW-Authenticate", `token realm="jupyterhub"`)
+			writeError(w, http.StatusUnauthorized, "invalid token: the Hub does not know it (expired, revoked or mistyped); get a new one from the Hub")
 		default:
 			w.Header().Set("Retry-After", "5")
-			writeError(w, http.StatusServiceUnavailable, ErrHubUnavailable.Error())
+			writeError(w, http.StatusServiceUnavailable, "hub unavailable: the Hub cannot be asked who owns this token right now; try again in a few seconds")
 		}
 	})
 }
 
+// writeError answers in the services' error shape ({"status", "message"}, as server.WriteError), which the
+// panel and the Hub glue show.
 func writeError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+	_ = json.NewEncoder(w).Encode(struct {
+		Status  int    `json:"status"`
+		Message string `json:"message"`
+	}{status, msg})
 }
 
 type ctxKey struct{}

@@ -68,6 +68,7 @@ func objects() []runtime.Object {
 
 type running struct {
 	url      string
+	hub      *hubapitest.Hub
 	registry *prometheus.Registry
 	catalog  *catalog.Catalog
 	kube     *fake.Clientset
@@ -92,7 +93,7 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 func start(t *testing.T, opts ...func(*Options)) *running {
 	t.Helper()
 	hub := hubapitest.New(t)
-	r := &running{kube: fake.NewClientset(objects()...), kubeOps: &atomic.Int64{}, reload: make(chan struct{}, 1), logs: &syncBuffer{}}
+	r := &running{hub: hub, kube: fake.NewClientset(objects()...), kubeOps: &atomic.Int64{}, reload: make(chan struct{}, 1), logs: &syncBuffer{}}
 	r.kube.PrependReactor("*", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
 		r.kubeOps.Add(1)
 		return false, nil, nil

@@ -178,7 +178,8 @@ func (h *handler) me(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if id.Kind != "user" {
-		server.WriteError(w, http.StatusBadRequest, "me is for user tokens; a service reads api/v1/users/{name}")
+		// A service has no usage of its own: refused like any request for data it may not read.
+		server.WriteError(w, http.StatusForbidden, "me is for user tokens; a service reads api/v1/users/{name}")
 		return
 	}
 	h.writeUser(w, r, id.Name, id.Groups)
@@ -236,7 +237,12 @@ func (h *handler) writeUser(w http.ResponseWriter, r *http.Request, name string,
 	if resp.Groups == nil {
 		resp.Groups = []string{}
 	}
-	if q.Get("history") != "false" {
+	history := q.Get("history")
+	if history != "" && history != "true" && history != "false" {
+		server.WriteError(w, http.StatusBadRequest, "history %q is not true or false (false leaves the history out)", param(history))
+		return
+	}
+	if history != "false" {
 		var since time.Time
 		if s := q.Get("since"); s != "" {
 			t, err := time.Parse(time.RFC3339Nano, s)

@@ -179,6 +179,11 @@ func TestAuthorization(t *testing.T) {
 		"options without token":       {"OPTIONS", "api/v1/me", "", http.StatusNoContent},
 		"post is refused":             {"POST", "api/v1/me", "alice-token", http.StatusMethodNotAllowed},
 		"unknown endpoint":            {"GET", "api/v2/me", "alice-token", http.StatusNotFound},
+		// Found by the generated security suite (issue 15): a service has no me, and is refused like any caller.
+		"me with a service token": {"GET", "api/v1/me", "quota-token", http.StatusForbidden},
+		// Found by the generated bad-input suite: history took anything but "false" as true.
+		"history neither true nor false": {"GET", "api/v1/me?history=maybe", "alice-token", http.StatusBadRequest},
+		"history true":                   {"GET", "api/v1/me?history=true", "alice-token", http.StatusOK},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
