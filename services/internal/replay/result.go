@@ -16,7 +16,7 @@ type Result struct {
 	// Minutes simulated.
 	Minutes int
 
-	heldMin, busyMin, idleMin float64 // GPU-equivalent-minutes
+	heldMin, busyMin, idleMin    float64 // GPU-equivalent-minutes
 	waits                        []int
 	censored                     int
 	requests, comebacks          int
@@ -26,6 +26,7 @@ type Result struct {
 	formViews, admissions        int
 	refusals, quotaRefusals      int
 	joins, errors                int
+	overcommitted                int // node-minutes with more units bound than the node has (never)
 	wanted, delivered            map[string]float64
 	groupOf                      map[string]string
 	idleSeries                   []float64 // idle-but-held GPU-minutes per bucket
@@ -123,6 +124,7 @@ type Counts struct {
 	Culls, FalseCulls, Warnings, Snoozes  int
 	Decisions, FormViews, Admissions      int
 	Refusals, QuotaRefusals, Joins, Error int
+	Overcommitted                         int
 	ReturnedGPUHours                      float64
 }
 
@@ -131,7 +133,7 @@ func (m *Result) Counts() Counts {
 	return Counts{Requests: m.requests, Comebacks: m.comebacks, Waits: len(m.waits), Censored: m.censored,
 		Culls: m.culls, FalseCulls: m.falseCulls, Warnings: m.warnings, Snoozes: m.snoozes, Decisions: m.decisions,
 		FormViews: m.formViews, Admissions: m.admissions, Refusals: m.refusals, QuotaRefusals: m.quotaRefusals,
-		Joins: m.joins, Error: m.errors, ReturnedGPUHours: m.returned}
+		Joins: m.joins, Error: m.errors, Overcommitted: m.overcommitted, ReturnedGPUHours: m.returned}
 }
 
 // IdleSeries is the mean idle-but-held GPUs per hour.

@@ -583,9 +583,8 @@ func (r *run) cull(sv *server) {
 			break
 		}
 	}
-	share := sv.share
 	r.release(sv)
-	sv.st, sv.culledAt, sv.share = stCulled, r.t, share
+	sv.st, sv.culledAt = stCulled, r.t
 	r.culled = append(r.culled, sv)
 }
 
@@ -639,4 +638,9 @@ func (r *run) account() {
 	}
 	r.m.idleMin += idle
 	r.m.addIdle(t, idle)
+	for _, n := range r.cl.nodes {
+		if n.free < 0 || n.free > n.units {
+			r.m.overcommitted++
+		}
+	}
 }
