@@ -18,9 +18,8 @@ const (
 )
 
 // Citation is the paper the trace comes with; every output names it.
-const Citation = `Q. Weng, L. Yang, Y. Yu, W. Wang, X. Tang, G. Yang, L. Zhang: "Beware of Fragmentation: Scheduling ` +
-	`GPU-Sharing Workloads with Fragmentation Gradient Descent", USENIX ATC '23 (trace: alibaba/clusterdata, ` +
-	`cluster-trace-gpu-v2023)`
+const Citation = `Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation ` +
+	`Gradient Descent", USENIX ATC '23 (trace: alibaba/clusterdata, cluster-trace-gpu-v2023)`
 
 // TraceNode is one GPU node of the trace.
 type TraceNode struct {
