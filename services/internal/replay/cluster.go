@@ -3,7 +3,6 @@ package replay
 import (
 	"cmp"
 	"maps"
-	"slices"
 	"strconv"
 	"time"
 
@@ -145,13 +144,4 @@ func classOf(res map[string]int64, n *simNode) (string, gpu.Kind, float64) {
 		share += a.Share()
 	}
 	return as[0].Class(), as[0].Kind, share
-}
-
-func sortedNodeNames(c *cluster) []string {
-	out := make([]string, 0, len(c.nodes))
-	for _, n := range c.nodes {
-		out = append(out, n.name)
-	}
-	slices.Sort(out)
-	return out
 }

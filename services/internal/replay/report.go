@@ -38,7 +38,7 @@ func Table(out io.Writer, rs []*Result) {
 	row("allocated-but-idle GPU-hours", func(r *Result) string { return fmt.Sprintf("%.0f", r.IdleHeldGPUHours) })
 	row("time-to-GPU p50", func(r *Result) string { return minutes(r.WaitP50) })
 	row("time-to-GPU p99", func(r *Result) string { return minutes(r.WaitP99) })
-	row("Jain's index (lowest group)", func(r *Result) string { return jainText(r) })
+	row("Jain's index (lowest group)", jainText)
 	row("culls (false)", func(r *Result) string {
 		c := r.Counts()
 		if c.Culls == 0 {

@@ -150,9 +150,10 @@ func activity(cfg *Config, s *Session) []uint8 {
 	}
 	n := s.End - s.Start
 	act := make([]uint8, n)
-	t, busy, tab := 0, false, true
+	t, busy := 0, false
 	for t < n {
 		var d int
+		var tab bool
 		switch {
 		case busy:
 			d, tab = minutes(m.BusyMean.Std()), rng.Float64() >= m.TabClosedWhenBusy
