@@ -1,0 +1,149 @@
+package replay
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	ipolicy "github.com/gpuhub/gpuhub/services/internal/policy"
+)
+
+// Config is the scenario and the idleness model (config/replay.yaml, every number with its source).
+type Config struct {
+	Seed      uint64    `yaml:"seed"`
+	Trace     Trace     `yaml:"trace"`
+	Users     Users     `yaml:"users"`
+	Capacity  Capacity  `yaml:"capacity"`
+	Requests  Requests  `yaml:"requests"`
+	Idleness  Idleness  `yaml:"idleness"`
+	Behaviour Behaviour `yaml:"behaviour"`
+}
+
+// Trace says which part of the trace is replayed.
+type Trace struct {
+	From     int64   `yaml:"from"`
+	Fraction float64 `yaml:"fraction"`
+}
+
+// Users are the synthetic users and their groups.
+type Users struct {
+	Count  int     `yaml:"count"`
+	Groups []Group `yaml:"groups"`
+}
+
+// Group is a Hub group and the share of the users in it.
+type Group struct {
+	Name  string  `yaml:"name"`
+	Share float64 `yaml:"share"`
+}
+
+// Capacity is the simulated cluster.
+type Capacity struct {
+	GPUs           int     `yaml:"gpus"`
+	SharedFraction float64 `yaml:"sharedFraction"`
+	Replicas       int64   `yaml:"replicas"`
+}
+
+// Requests maps the trace's requests to spawn choices.
+type Requests struct {
+	SharedUpToMilli int `yaml:"sharedUpToMilli"`
+}
+
+// Idleness is the GPU activity model inside a server.
+type Idleness struct {
+	BusyMean          ipolicy.Duration `yaml:"busyMean"`
+	ThinkMean         ipolicy.Duration `yaml:"thinkMean"`
+	AwayProbability   float64          `yaml:"awayProbability"`
+	AwayMean          ipolicy.Duration `yaml:"awayMean"`
+	TabClosedWhenAway float64          `yaml:"tabClosedWhenAway"`
+	TabClosedWhenBusy float64          `yaml:"tabClosedWhenBusy"`
+	BusyUtilization   float64          `yaml:"busyUtilization"`
+}
+
+// Behaviour is what users, the anchor's culler and the waitlist do.
+type Behaviour struct {
+	RetryEvery        ipolicy.Duration `yaml:"retryEvery"`
+	SnoozeWhenTabOpen float64          `yaml:"snoozeWhenTabOpen"`
+	FalseCullWindow   ipolicy.Duration `yaml:"falseCullWindow"`
+	HubIdleTimeout    ipolicy.Duration `yaml:"hubIdleTimeout"`
+	HubCullEvery      ipolicy.Duration `yaml:"hubCullEvery"`
+	WaitlistHold      ipolicy.Duration `yaml:"waitlistHold"`
+	FairShareHalfLife ipolicy.Duration `yaml:"fairShareHalfLife"`
+	LedgerEvery       ipolicy.Duration `yaml:"ledgerEvery"`
+}
+
+// Validate checks what the simulation needs (called by the strict decoder).
+func (c *Config) Validate() []error {
+	var errs []error
+	bad := func(path []string, format string, args ...any) {
+		errs = append(errs, ipolicy.Errorf(path, format, args...))
+	}
+	if c.Trace.Fraction <= 0 || c.Trace.Fraction > 1 {
+		bad([]string{"trace", "fraction"}, "must be in (0, 1]")
+	}
+	if c.Users.Count < 1 {
+		bad([]string{"users", "count"}, "must be at least 1")
+	}
+	if len(c.Users.Groups) == 0 {
+		bad([]string{"users", "groups"}, "name at least one group")
+	}
+	if c.Capacity.GPUs < 1 {
+		bad([]string{"capacity", "gpus"}, "must be at least 1")
+	}
+	if c.Capacity.Replicas < 2 {
+		bad([]string{"capacity", "replicas"}, "must be at least 2 (a time-sliced GPU is shared)")
+	}
+	for _, p := range []struct {
+		name string
+		d    ipolicy.Duration
+	}{{"busyMean", c.Idleness.BusyMean}, {"thinkMean", c.Idleness.ThinkMean}, {"awayMean", c.Idleness.AwayMean}} {
+		if p.d.Std() < time.Minute {
+			bad([]string{"idleness", p.name}, "must be at least 1m (the simulation's step)")
+		}
+	}
+	for _, p := range []struct {
+		name string
+		d    ipolicy.Duration
+	}{{"retryEvery", c.Behaviour.RetryEvery}, {"hubCullEvery", c.Behaviour.HubCullEvery}, {"ledgerEvery", c.Behaviour.LedgerEvery}} {
+		if p.d.Std() < time.Minute {
+			bad([]string{"behaviour", p.name}, "must be at least 1m (the simulation's step)")
+		}
+	}
+	return errs
+}
+
+// LoadConfig reads a scenario file strictly (unknown keys and bad values are errors with their place).
+func LoadConfig(path string) (*Config, error) {
+	c := &Config{}
+	if err := ipolicy.Load(path, c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Policies are the gpuhub runs' policy files, read by the services' own parsers.
+type Policies struct {
+	Quota, Culler, Profiles []byte
+	// Names are the files' names, for errors.
+	QuotaName, CullerName, ProfilesName string
+}
+
+// LoadPolicies reads quota.yaml, culler.yaml and profiles.yaml from dir.
+func LoadPolicies(dir string) (Policies, error) {
+	var p Policies
+	var errs []error
+	read := func(name string, into *[]byte, named *string) {
+		path := filepath.Join(dir, name)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("read policy: %w", err))
+		}
+		*into, *named = b, path
+	}
+	read("quota.yaml", &p.Quota, &p.QuotaName)
+	read("culler.yaml", &p.Culler, &p.CullerName)
+	read("profiles.yaml", &p.Profiles, &p.ProfilesName)
+	return p, errors.Join(errs...)
+}

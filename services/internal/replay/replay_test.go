@@ -1,0 +1,160 @@
+package replay
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// synthetic writes a small trace in the PAI files' format: 4 nodes, 60 GPU pods over two days (whole, multi-GPU
+// and fractional requests), so the replay's tests run without the trace (which is not shipped).
+func synthetic(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	nodes := "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,8,G2\nn1,64000,262144,2,T4\nn2,64000,262144,2,T4\nn3,64000,262144,4,P100\n"
+	var pods strings.Builder
+	pods.WriteString("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n")
+	pods.WriteString("cpu-only,1000,1024,0,0,,BE,Running,0,3600,0\n")
+	for i := range 60 {
+		gpus, milli := 1, 1000
+		switch i % 6 {
+		case 1:
+			milli = 460
+		case 2:
+			milli = 810
+		case 3:
+			if i%12 == 3 {
+				gpus = 4
+			}
+		}
+		created := i * 2400
+		life := 1800 + (i*7919)%(9*3600)
+		fmt.Fprintf(&pods, "p%02d,4000,8192,%d,%d,,LS,Running,%d,%d,%d\n", i, gpus, milli, created, created+life, created)
+	}
+	write := func(name, body string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(NodeFile, nodes)
+	write(PodFile, pods.String())
+	return dir
+}
+
+func testConfig(t *testing.T, fraction float64, from int64, gpus int) (*Config, Policies) {
+	t.Helper()
+	cfg, err := LoadConfig("config/replay.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Trace.Fraction, cfg.Trace.From, cfg.Capacity.GPUs = fraction, from, gpus
+	pol, err := LoadPolicies("config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, pol
+}
+
+// replayTable runs every mode and returns the table and the results.
+func replayTable(t *testing.T, dir string, cfg *Config, pol Policies) (string, []*Result) {
+	t.Helper()
+	nodes, pods, err := ReadTrace(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Replay(cfg, pol, nodes, pods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	Table(&b, rep.Results)
+	return b.String(), rep.Results
+}
+
+// checkInvariants are what must hold in every run, whatever the model's numbers.
+func checkInvariants(t *testing.T, rs []*Result) {
+	t.Helper()
+	for _, r := range rs {
+		c := r.Counts()
+		const eps = 1e-6
+		switch {
+		case c.Overcommitted != 0:
+			t.Errorf("%s: %d node-minutes with more GPU units bound than the node has", r.Mode, c.Overcommitted)
+		case c.Waits != c.Requests:
+			t.Errorf("%s: %d requests but %d times-to-GPU: every request is served, given up or still waiting at the end", r.Mode, c.Requests, c.Waits)
+		case r.busyMin+r.idleMin > r.heldMin+eps || r.busyMin+r.idleMin < r.heldMin-eps:
+			t.Errorf("%s: busy %.1f + idle %.1f != held %.1f GPU-minutes", r.Mode, r.busyMin, r.idleMin, r.heldMin)
+		case r.AllocationRate > 1+eps:
+			t.Errorf("%s: allocation rate %.3f above 1", r.Mode, r.AllocationRate)
+		case c.FalseCulls > c.Culls:
+			t.Errorf("%s: %d false culls of %d", r.Mode, c.FalseCulls, c.Culls)
+		case r.Mode == Kubernetes && c.Culls != 0:
+			t.Errorf("plain Kubernetes culled %d servers", c.Culls)
+		case r.Mode.gpuhub() && c.Culls > c.Warnings:
+			t.Errorf("%s: %d stops but %d warnings: gpu-culler never stops without a warning", r.Mode, c.Culls, c.Warnings)
+		case c.Error != 0:
+			t.Errorf("%s: gpu-quota could not decide %d times", r.Mode, c.Error)
+		case r.JainMin <= 0 || r.JainMin > 1+eps:
+			t.Errorf("%s: Jain's index %.3f outside (0, 1]", r.Mode, r.JainMin)
+		}
+	}
+}
+
+func TestReplaySynthetic(t *testing.T) {
+	dir := synthetic(t)
+	cfg, pol := testConfig(t, 1, 0, 8)
+	first, rs := replayTable(t, dir, cfg, pol)
+	checkInvariants(t, rs)
+	again, _ := replayTable(t, dir, cfg, pol)
+	if diff := cmp.Diff(first, again); diff != "" {
+		t.Errorf("same seed, different table (-first +again):\n%s", diff)
+	}
+	if c := rs[GPUHub].Counts(); c.Admissions == 0 || c.Decisions == 0 {
+		t.Errorf("gpuhub run: %d admissions, %d culler decisions: the services' code did not run", c.Admissions, c.Decisions)
+	}
+	cfg.Seed++
+	other, _ := replayTable(t, dir, cfg, pol)
+	if other == first {
+		t.Error("another seed gave the same table: the seed does not reach the idleness model")
+	}
+}
+
+// TestReplaySmoke replays 5 % of the real trace (when ../shared/data/pai-gpu-2023 is there): the same table twice,
+// and the invariants.
+func TestReplaySmoke(t *testing.T) {
+	dir := os.Getenv("GPUHUB_REPLAY_TRACE")
+	if dir == "" {
+		for _, up := range []string{"../../../../shared/data/pai-gpu-2023", "../../../../../shared/data/pai-gpu-2023"} {
+			if _, err := os.Stat(filepath.Join(up, PodFile)); err == nil {
+				dir = up
+				break
+			}
+		}
+	}
+	if dir == "" {
+		t.Skip("the PAI trace is not next to this checkout (../shared/data/pai-gpu-2023); set GPUHUB_REPLAY_TRACE to run this test")
+	}
+	cfg, pol := testConfig(t, 0.05, 10_000_000, 48)
+	first, rs := replayTable(t, dir, cfg, pol)
+	checkInvariants(t, rs)
+	again, _ := replayTable(t, dir, cfg, pol)
+	if diff := cmp.Diff(first, again); diff != "" {
+		t.Errorf("same seed, different table (-first +again):\n%s", diff)
+	}
+}
+
+func TestLoadConfigRejectsBadValues(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(path, []byte("trace: {fraction: 2}\nusers: {count: 0}\nbogus: 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := LoadConfig(path)
+	if err == nil || !strings.Contains(err.Error(), `unknown key "bogus"`) {
+		t.Errorf("LoadConfig = %v, want the unknown key reported with its place", err)
+	}
+}

@@ -1,0 +1,161 @@
+package replay
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+// Targets are docs/benchmarks.md row B4's.
+const (
+	TargetIdleReduction = 0.30 // fewer allocated-but-idle GPU-hours than Kubernetes + idle-culler
+	TargetP99Ratio      = 2.0  // time-to-GPU p99 at least this much lower
+	TargetFalseCulls    = 0.02
+	TargetJain          = 0.9
+	TargetSeconds       = 60.0
+)
+
+// Table writes the runs as a markdown table, one column per run.
+func Table(out io.Writer, rs []*Result) {
+	head := []string{"metric"}
+	sep := []string{"---"}
+	for _, r := range rs {
+		head = append(head, r.Mode.String())
+		sep = append(sep, "---:")
+	}
+	row := func(name string, f func(*Result) string) {
+		cells := []string{name}
+		for _, r := range rs {
+			cells = append(cells, f(r))
+		}
+		fmt.Fprintln(out, "| "+strings.Join(cells, " | ")+" |")
+	}
+	fmt.Fprintln(out, "| "+strings.Join(head, " | ")+" |")
+	fmt.Fprintln(out, "|"+strings.Join(sep, "|")+"|")
+	row("GPU allocation rate", func(r *Result) string { return pct(r.AllocationRate) })
+	row("busy utilization", func(r *Result) string { return pct(r.BusyUtilization) })
+	row("allocated-but-idle GPU-hours", func(r *Result) string { return fmt.Sprintf("%.0f", r.IdleHeldGPUHours) })
+	row("time-to-GPU p50", func(r *Result) string { return minutes(r.WaitP50) })
+	row("time-to-GPU p99", func(r *Result) string { return minutes(r.WaitP99) })
+	row("Jain's index (lowest group)", jainText)
+	row("culls (false)", func(r *Result) string {
+		c := r.Counts()
+		if c.Culls == 0 {
+			return "0"
+		}
+		return fmt.Sprintf("%d (%d, %s)", c.Culls, c.FalseCulls, pct(r.FalseCullRate))
+	})
+	row("GPU-hours returned", func(r *Result) string { return fmt.Sprintf("%.0f", r.Counts().ReturnedGPUHours) })
+	row("requests (back after a cull)", func(r *Result) string {
+		c := r.Counts()
+		return fmt.Sprintf("%d (%d)", c.Requests, c.Comebacks)
+	})
+	row("never served (window or session ended)", func(r *Result) string { return fmt.Sprint(r.Counts().Censored) })
+	row("warnings / snoozes", func(r *Result) string {
+		c := r.Counts()
+		if !r.Mode.gpuhub() {
+			return "–"
+		}
+		return fmt.Sprintf("%d / %d", c.Warnings, c.Snoozes)
+	})
+	row("quota refusals / waitlist joins", func(r *Result) string {
+		c := r.Counts()
+		if !r.Mode.gpuhub() {
+			return "–"
+		}
+		return fmt.Sprintf("%d / %d", c.QuotaRefusals, c.Joins)
+	})
+}
+
+func jainText(r *Result) string {
+	groups := make([]string, 0, len(r.Jain))
+	for g := range r.Jain {
+		groups = append(groups, g)
+	}
+	slices.Sort(groups)
+	var parts []string
+	for _, g := range groups {
+		parts = append(parts, fmt.Sprintf("%s %.3f", g, r.Jain[g]))
+	}
+	return fmt.Sprintf("%.3f (%s)", r.JainMin, strings.Join(parts, ", "))
+}
+
+func pct(x float64) string { return fmt.Sprintf("%.1f %%", 100*x) }
+
+func minutes(m float64) string {
+	switch {
+	case m < 60:
+		return fmt.Sprintf("%.0f min", m)
+	case m < 48*60:
+		return fmt.Sprintf("%.1f h", m/60)
+	}
+	return fmt.Sprintf("%.1f d", m/60/24)
+}
+
+// Verdict is one target, met or not, with its numbers.
+type Verdict struct {
+	Target string
+	Met    bool
+	Detail string
+}
+
+// Verdicts judge gpuhub (the run with the waitlist, and the one without) against Kubernetes + idle-culler.
+func Verdicts(rs []*Result, seconds float64) []Verdict {
+	by := map[Mode]*Result{}
+	for _, r := range rs {
+		by[r.Mode] = r
+	}
+	anchor := by[HubCuller]
+	var out []Verdict
+	for _, m := range []Mode{GPUHubWaitlist, GPUHub} {
+		g := by[m]
+		if g == nil || anchor == nil {
+			continue
+		}
+		red := 0.0
+		if anchor.IdleHeldGPUHours > 0 {
+			red = 1 - g.IdleHeldGPUHours/anchor.IdleHeldGPUHours
+		}
+		out = append(out, Verdict{m.String() + ": >= 30 % fewer allocated-but-idle GPU-hours", red >= TargetIdleReduction,
+			fmt.Sprintf("%.0f vs %.0f GPU-hours: %.0f %% fewer", g.IdleHeldGPUHours, anchor.IdleHeldGPUHours, 100*red)})
+		ratio := ratioOf(anchor.WaitP99, g.WaitP99)
+		out = append(out, Verdict{m.String() + ": time-to-GPU p99 >= 2x lower", ratio >= TargetP99Ratio,
+			fmt.Sprintf("%s vs %s: %s", minutes(g.WaitP99), minutes(anchor.WaitP99), ratioText(ratio))})
+		out = append(out, Verdict{m.String() + ": false culls <= 2 %", g.FalseCullRate <= TargetFalseCulls,
+			fmt.Sprintf("%d of %d culls (%s)", g.falseCulls, g.culls, pct(g.FalseCullRate))})
+		out = append(out, Verdict{m.String() + ": Jain >= 0.9", g.JainMin >= TargetJain, jainText(g)})
+	}
+	out = append(out, Verdict{"whole replay <= 60 s", seconds <= TargetSeconds, fmt.Sprintf("%.1f s", seconds)})
+	return out
+}
+
+func ratioOf(anchor, x float64) float64 {
+	switch {
+	case x == 0 && anchor == 0:
+		return 1
+	case x == 0:
+		return inf
+	}
+	return anchor / x
+}
+
+const inf = 1e18
+
+func ratioText(r float64) string {
+	if r >= inf {
+		return "0 against a positive anchor"
+	}
+	return fmt.Sprintf("%.1fx lower", r)
+}
+
+// WriteVerdicts writes each target as "met" or "NOT met" with its numbers.
+func WriteVerdicts(out io.Writer, vs []Verdict) {
+	for _, v := range vs {
+		state := "met"
+		if !v.Met {
+			state = "NOT met"
+		}
+		fmt.Fprintf(out, "- %s: **%s** (%s)\n", v.Target, state, v.Detail)
+	}
+}

@@ -1,0 +1,140 @@
+package replay
+
+import (
+	"cmp"
+	"math"
+	"slices"
+)
+
+// bucket is the plot's resolution: idle-but-held GPUs are averaged per hour.
+const bucket = 60
+
+// Result is one run's numbers.
+type Result struct {
+	Mode Mode
+	GPUs int64
+	// Minutes simulated.
+	Minutes int
+
+	heldMin, busyMin, idleMin    float64 // GPU-equivalent-minutes
+	waits                        []int
+	censored                     int
+	requests, comebacks          int
+	culls, falseCulls            int
+	warnings, snoozes, decisions int
+	returned                     float64 // GPU-hours
+	formViews, admissions        int
+	refusals, quotaRefusals      int
+	joins, errors                int
+	overcommitted                int // node-minutes with more units bound than the node has (never)
+	wanted, delivered            map[string]float64
+	groupOf                      map[string]string
+	idleSeries                   []float64 // idle-but-held GPU-minutes per bucket
+
+	// Filled by finish.
+	AllocationRate, BusyUtilization float64
+	IdleHeldGPUHours, HeldGPUHours  float64
+	WaitP50, WaitP99                float64 // minutes
+	Jain                            map[string]float64
+	JainMin                         float64
+	FalseCullRate                   float64
+}
+
+func newResult(mode Mode, w *Workload, gpus int64) *Result {
+	return &Result{Mode: mode, GPUs: gpus, Minutes: w.Minutes, wanted: map[string]float64{}, delivered: map[string]float64{},
+		groupOf: w.GroupOf, idleSeries: make([]float64, (w.Minutes+bucket-1)/bucket)}
+}
+
+func (m *Result) waited(minutes int, censored bool) {
+	m.waits = append(m.waits, minutes)
+	if censored {
+		m.censored++
+	}
+}
+
+func (m *Result) addIdle(t int, idle float64) { m.idleSeries[t/bucket] += idle }
+
+func (m *Result) finish(r *run) {
+	// Servers still up or waiting at the end: the window closes on them (counted as they stand).
+	for _, sv := range r.waiting {
+		m.waited(m.Minutes-sv.askedAt, true)
+	}
+	for _, sv := range r.bound {
+		m.waited(m.Minutes-sv.askedAt, true)
+	}
+	for _, sv := range r.culled {
+		m.returned += sv.share * float64(m.Minutes-sv.culledAt) / 60
+	}
+	capMin := float64(m.GPUs) * float64(m.Minutes)
+	m.AllocationRate, m.BusyUtilization = m.heldMin/capMin, m.busyMin/capMin
+	m.IdleHeldGPUHours, m.HeldGPUHours = m.idleMin/60, m.heldMin/60
+	m.WaitP50, m.WaitP99 = percentile(m.waits, 0.50), percentile(m.waits, 0.99)
+	m.Jain = map[string]float64{}
+	xs := map[string][]float64{}
+	users := make([]string, 0, len(m.wanted))
+	for u := range m.wanted {
+		users = append(users, u)
+	}
+	slices.Sort(users)
+	for _, u := range users {
+		if w := m.wanted[u]; w > 0 {
+			xs[m.groupOf[u]] = append(xs[m.groupOf[u]], m.delivered[u]/w)
+		}
+	}
+	m.JainMin = 1
+	for g, x := range xs {
+		m.Jain[g] = jain(x)
+		m.JainMin = min(m.JainMin, m.Jain[g])
+	}
+	if m.culls > 0 {
+		m.FalseCullRate = float64(m.falseCulls) / float64(m.culls)
+	}
+	for i := range m.idleSeries {
+		m.idleSeries[i] /= bucket
+	}
+}
+
+// percentile is the nearest-rank percentile of xs (0 when empty).
+func percentile(xs []int, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.SortFunc(s, cmp.Compare[int])
+	i := max(int(math.Ceil(p*float64(len(s))))-1, 0)
+	return float64(s[i])
+}
+
+// jain is Jain's fairness index (sum x)^2 / (n sum x^2): 1 when everyone gets the same share of what they asked.
+func jain(xs []float64) float64 {
+	var sum, sq float64
+	for _, x := range xs {
+		sum += x
+		sq += x * x
+	}
+	if sq == 0 {
+		return 1
+	}
+	return sum * sum / (float64(len(xs)) * sq)
+}
+
+// Counts are a run's event counts, for the report and the invariants.
+type Counts struct {
+	Requests, Comebacks, Waits, Censored  int
+	Culls, FalseCulls, Warnings, Snoozes  int
+	Decisions, FormViews, Admissions      int
+	Refusals, QuotaRefusals, Joins, Error int
+	Overcommitted                         int
+	ReturnedGPUHours                      float64
+}
+
+// Counts are the run's counts.
+func (m *Result) Counts() Counts {
+	return Counts{Requests: m.requests, Comebacks: m.comebacks, Waits: len(m.waits), Censored: m.censored,
+		Culls: m.culls, FalseCulls: m.falseCulls, Warnings: m.warnings, Snoozes: m.snoozes, Decisions: m.decisions,
+		FormViews: m.formViews, Admissions: m.admissions, Refusals: m.refusals, QuotaRefusals: m.quotaRefusals,
+		Joins: m.joins, Error: m.errors, Overcommitted: m.overcommitted, ReturnedGPUHours: m.returned}
+}
+
+// IdleSeries is the mean idle-but-held GPUs per hour.
+func (m *Result) IdleSeries() []float64 { return m.idleSeries }
