@@ -127,13 +127,14 @@ func scan(name string, rd io.Reader, secrets []secret) ([]Finding, error) {
 	for {
 		chunk, err := br.ReadSlice('\n')
 		if len(chunk) > 0 {
-			text := append(tail, chunk...)
-			if what, ok := match(text, secrets); ok && (len(out) == 0 || out[len(out)-1].Line != line) {
+			tail = append(tail, chunk...) // the line so far, or its end
+			if what, ok := match(tail, secrets); ok && (len(out) == 0 || out[len(out)-1].Line != line) {
 				out = append(out, Finding{File: name, Line: line, What: what})
 			}
-			tail = tail[:0]
 			if errors.Is(err, bufio.ErrBufferFull) {
-				tail = append(tail, text[max(0, len(text)-overlap):]...)
+				tail = append(tail[:0], tail[max(0, len(tail)-overlap):]...)
+			} else {
+				tail = tail[:0]
 			}
 		}
 		switch {
@@ -166,7 +167,23 @@ func match(text []byte, secrets []secret) (string, bool) {
 // ScanDir scans every log file under dir: files named *.log and every file in a directory named logs.
 // Configuration files with tokens (kubeconfigs, the Hub's config) are not logs and are left alone.
 func (r *Registry) ScanDir(dir string) ([]Finding, error) {
+	out, _, err := r.scanDir(dir)
+	return out, err
+}
+
+// Summary says what a check looked at, so that a run can show the check was not empty.
+type Summary struct {
+	Files   int // log files scanned
+	Secrets int // registered secrets looked for
+}
+
+func (s Summary) String() string {
+	return fmt.Sprintf("%d log files scanned for %d registered tokens and token patterns", s.Files, s.Secrets)
+}
+
+func (r *Registry) scanDir(dir string) ([]Finding, Summary, error) {
 	secrets := r.snapshot()
+	sum := Summary{Secrets: len(secrets)}
 	var out []Finding
 	var errs []error
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
@@ -185,6 +202,7 @@ func (r *Registry) ScanDir(dir string) ([]Finding, error) {
 			return nil
 		}
 		defer f.Close()
+		sum.Files++
 		found, err := scan(path, f, secrets)
 		out = append(out, found...)
 		if err != nil {
@@ -195,7 +213,7 @@ func (r *Registry) ScanDir(dir string) ([]Finding, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	return out, errors.Join(errs...)
+	return out, sum, errors.Join(errs...)
 }
 
 // IsLog says whether path is a log file of the harness: *.log, or a file in a directory named logs.
@@ -220,12 +238,12 @@ func (e *LeakError) Error() string { return Report(e.Findings) }
 
 // CheckDir scans dir (ScanDir) and returns a *LeakError when a log holds a secret; a log it could not read is
 // an error too, since a check that did not look proves nothing.
-func (r *Registry) CheckDir(dir string) error {
-	found, err := r.ScanDir(dir)
+func (r *Registry) CheckDir(dir string) (Summary, error) {
+	found, sum, err := r.scanDir(dir)
 	if len(found) > 0 {
-		return errors.Join(&LeakError{Findings: found}, err)
+		return sum, errors.Join(&LeakError{Findings: found}, err)
 	}
-	return err
+	return sum, err
 }
 
 // CheckFile is CheckDir for one log file.

@@ -137,8 +137,8 @@ func TestRegisterIgnoresShortAndRenames(t *testing.T) {
 
 func TestCheck(t *testing.T) {
 	dir := t.TempDir()
-	if err := registry().CheckDir(dir); err != nil {
-		t.Errorf("CheckDir(empty) = %v", err)
+	if sum, err := registry().CheckDir(dir); err != nil || sum != (Summary{Secrets: 3}) {
+		t.Errorf("CheckDir(empty) = %+v, %v; want no files, 3 secrets, no error", sum, err)
 	}
 	if err := registry().CheckFile(filepath.Join(dir, "missing.log")); err != nil {
 		t.Errorf("CheckFile(missing) = %v, want nil: nothing was logged", err)
