@@ -3,12 +3,12 @@
 # each for FUZZTIME, one at a time (go test -fuzz takes one target). The committed corpus under each package's
 # testdata/fuzz/FuzzX runs as ordinary tests in `make unit` too.
 
-FUZZTIME  ?= 8s
+FUZZTIME  ?= 6s
 # Narrow the run: FUZZ_MATCH='FuzzQuery|FuzzConfig'.
 FUZZ_MATCH ?= .
 
 .PHONY: fuzz
-fuzz: ## Run every fuzz target for FUZZTIME (default 8s) each; FUZZ_MATCH=regexp picks targets.
+fuzz: ## Run every fuzz target for FUZZTIME (default 6s) each; FUZZ_MATCH=regexp picks targets.
 	@start=$$(date +%s); n=0; \
 	targets=$$(grep -rl --include='*_test.go' '^func Fuzz' services hubapi | sort); \
 	for file in $$targets; do \
