@@ -406,7 +406,10 @@ func (s *Stack) checkLogs() error {
 		return nil
 	}
 	s.logsChecked = true
-	err := logscan.Default.CheckDir(s.Dir)
+	sum, err := logscan.Default.CheckDir(s.Dir)
+	if testing.Testing() {
+		fmt.Fprintf(os.Stderr, "local cluster logs: %s\n", sum) // shows the check looked at something
+	}
 	var le *logscan.LeakError
 	if errors.As(err, &le) {
 		s.LogLeaks = le.Findings
