@@ -12,6 +12,7 @@ import (
 	"io"
 	"iter"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -761,6 +762,9 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 	if n, err := strconv.Atoi(v); err == nil {
 		if n < 0 {
 			return 0
+		}
+		if n > int(math.MaxInt64/time.Second) {
+			return math.MaxInt64 // centuries: longer than any caller waits, and not negative by overflow
 		}
 		return time.Duration(n) * time.Second
 	}

@@ -106,12 +106,3 @@ func TestTokenJSON(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
-
-func FuzzUserJSON(f *testing.F) {
-	f.Add(`{"name":"a","created":"2026-11-22T10:00:00Z","servers":{"":{"started":"2026-11-22T10:00:00.1Z"}}}`)
-	f.Add(`{"name":"b","last_activity":"2026-11-22T10:00:00"}`)
-	f.Fuzz(func(t *testing.T, s string) {
-		var u User
-		_ = json.Unmarshal([]byte(s), &u) // must not panic
-	})
-}

@@ -1,17 +1,10 @@
-# gpu-agent (services/gpu-agent): fuzzing of the cgroup parser in `make test`, golden files, and the
-# real-GPU benchmark (benchmarks.md B6), which needs an NVIDIA driver and is not part of `make test`.
+# gpu-agent (services/gpu-agent): golden files and the real-GPU benchmark (benchmarks.md B6), which needs an
+# NVIDIA driver and is not part of `make test`. Its cgroup and DCGM parsers are fuzzed by `make fuzz` (mk/fuzz.mk).
 
-GPU_AGENT_FUZZTIME  ?= 15s
 GPU_AGENT_BENCH_N   ?= 60
 # A command that runs a CUDA workload in the background during the bench, e.g.
 #   CUDA_LOAD='python3 -c "import torch; x=torch.randn(8192,8192,device=\"cuda\"); [x@x for _ in range(10**6)]"'
 CUDA_LOAD           ?=
-
-.PHONY: gpu-agent-fuzz
-gpu-agent-fuzz: ## Fuzz the gpu-agent's /proc/<pid>/cgroup parser for $(GPU_AGENT_FUZZTIME).
-	$(GO) test -run '^$$' -fuzz '^FuzzParseCgroup$$' -fuzztime $(GPU_AGENT_FUZZTIME) ./services/gpu-agent/internal/attribution
-
-TEST_TARGETS += gpu-agent-fuzz
 
 .PHONY: gpu-agent-golden
 gpu-agent-golden: ## Rewrite the gpu-agent's snapshot and /metrics golden files.

@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/gpuhub/gpuhub/e2e/internal/logscan"
 	"github.com/gpuhub/gpuhub/e2e/internal/servers"
 	"github.com/gpuhub/gpuhub/hubapi"
 )
@@ -597,6 +598,7 @@ func userToken(ctx context.Context, t *testing.T, user string) string {
 	if err != nil {
 		t.Fatalf("token for %s: %v", user, err)
 	}
+	logscan.Register("Hub token of user "+user+" (culler e2e)", tok.Token)
 	return tok.Token
 }
 

@@ -23,6 +23,7 @@ import (
 
 	"github.com/gpuhub/gpuhub/e2e/emulator"
 	"github.com/gpuhub/gpuhub/e2e/gpuhubstack"
+	"github.com/gpuhub/gpuhub/e2e/internal/logscan"
 	"github.com/gpuhub/gpuhub/hubapi"
 )
 
@@ -235,6 +236,7 @@ func TestChaos(t *testing.T) {
 			t.Fatalf("token for %s: %v", user, err)
 		}
 		tokens[user] = tok.Token
+		logscan.Register("Hub token of user "+user+" (chaos e2e)", tok.Token)
 	}
 	alice := chaosClient{ctx: ctx, base: api.base, token: tokens["alice"]}
 	bob := chaosClient{ctx: ctx, base: api.base, token: tokens["bob"]}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpuhub/gpuhub/e2e/emulator"
+	"github.com/gpuhub/gpuhub/e2e/internal/logscan"
 	"github.com/gpuhub/gpuhub/hubapi"
 )
 
@@ -328,6 +329,7 @@ func checkProxy(ctx context.Context, t *testing.T, user, serverURL string) {
 	if err != nil {
 		t.Fatalf("token for %s: %v", user, err)
 	}
+	logscan.Register("Hub token of user "+user+" (e2e proxy check)", tok.Token)
 	url := strings.TrimSuffix(st.HubURL(), "/") + serverURL + "api/status"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {

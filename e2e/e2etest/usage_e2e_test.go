@@ -21,6 +21,7 @@ import (
 
 	"github.com/gpuhub/gpuhub/e2e/cluster/proc"
 	"github.com/gpuhub/gpuhub/e2e/gpuhubstack"
+	"github.com/gpuhub/gpuhub/e2e/internal/logscan"
 	"github.com/gpuhub/gpuhub/hubapi"
 )
 
@@ -84,6 +85,7 @@ func TestUsageAPI(t *testing.T) {
 			t.Fatalf("token for %s: %v", user, err)
 		}
 		tokens[user] = tok.Token
+		logscan.Register("Hub token of user "+user+" (usage e2e)", tok.Token)
 	}
 
 	kubeconfig := filepath.Join(t.TempDir(), "usage.kubeconfig")
@@ -341,6 +343,7 @@ func checkSnapshotAuth(ctx context.Context, t *testing.T, in *gpuhubstack.Instal
 		if err != nil {
 			t.Fatal(err)
 		}
+		logscan.Register("token of ServiceAccount "+sa+" (usage e2e)", tr.Status.Token)
 		return tr.Status.Token
 	}
 	for name, tc := range map[string]struct {

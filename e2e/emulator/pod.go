@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpuhub/gpuhub/e2e/cluster/proc"
+	"github.com/gpuhub/gpuhub/e2e/internal/logscan"
 )
 
 // Environment variables that carry a process's pod identity (docs/architecture.md).
@@ -521,6 +522,10 @@ func (w *podWorker) environment(ctx context.Context, c *container) ([]string, er
 		}
 		set(ev.Name, v)
 	}
+	// KubeSpawner gives each server its own Hub token in the environment.
+	for _, k := range []string{"JUPYTERHUB_API_TOKEN", "JPY_API_TOKEN"} {
+		logscan.Register(k+" of pod "+w.key, vars[k])
+	}
 	set(EnvNode, w.pod.Spec.NodeName)
 	set(EnvPodUID, string(w.pod.UID))
 	set(EnvPodNamespace, w.pod.Namespace)
@@ -644,6 +649,7 @@ func (w *podWorker) serviceAccountKubeconfig(ctx context.Context) (string, error
 	if err != nil {
 		return "", fmt.Errorf("token for serviceaccount %s/%s: %w", w.pod.Namespace, sa, err)
 	}
+	logscan.Register("ServiceAccount token of pod "+w.key, tr.Status.Token)
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: w.e.opts.APIServer, CertificateAuthorityData: w.e.opts.CAData}
 	cfg.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}

@@ -38,6 +38,7 @@ import (
 
 	"github.com/gpuhub/gpuhub/e2e/cluster/proc"
 	"github.com/gpuhub/gpuhub/e2e/internal/hubproc"
+	"github.com/gpuhub/gpuhub/e2e/internal/logscan"
 )
 
 // ServiceName is the usage API's Hub service name (chart value usage.serviceName).
@@ -67,7 +68,9 @@ func QuotaHubService(port int, token string) hubproc.Service {
 func NewToken() string {
 	b := make([]byte, 24)
 	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+	tok := hex.EncodeToString(b)
+	logscan.Register("service token from gpuhubstack.NewToken", tok) // renamed when given to a Hub service
+	return tok
 }
 
 // Chart describes how to render chart/gpuhub for the local cluster.
@@ -422,6 +425,7 @@ func (in *Installed) WriteAgentToken(ctx context.Context, c kubernetes.Interface
 	if err != nil {
 		return fmt.Errorf("agent token for serviceaccount %s/%s: %w", in.Namespace, in.UsageServiceAccount, err)
 	}
+	logscan.Register("agent-audience token of ServiceAccount "+in.UsageServiceAccount, tr.Status.Token)
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("agent token dir: %w", err)
 	}
@@ -450,6 +454,7 @@ func (in *Installed) WriteKubeconfig(ctx context.Context, c kubernetes.Interface
 	if err != nil {
 		return fmt.Errorf("token for serviceaccount %s/%s: %w", in.Namespace, sa, err)
 	}
+	logscan.Register("token of ServiceAccount "+sa, tr.Status.Token)
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
 	cfg.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}

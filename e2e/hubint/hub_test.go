@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/gpuhub/gpuhub/e2e/internal/logscan"
 	"github.com/gpuhub/gpuhub/hubapi"
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
 )
@@ -240,6 +241,7 @@ func TestTokenAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	logscan.Register("Hub token of alice minted with tokens!user=alice", tok.Token)
 	if tok.Token == "" || !slices.Contains(tok.Scopes, "read:users!user=alice") {
 		t.Fatalf("CreateToken = %v (secret set: %v), want the secret and scope read:users!user=alice", tok, tok.Token != "")
 	}

@@ -19,6 +19,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/gpuhub/gpuhub/e2e/internal/logscan"
 	"github.com/gpuhub/gpuhub/e2e/internal/servers"
 	"github.com/gpuhub/gpuhub/hubapi"
 )
@@ -208,6 +209,7 @@ func userToken(ctx context.Context, t *testing.T, user string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	logscan.Register("Hub token of user "+user+" (quota e2e)", tok.Token)
 	return tok.Token
 }
 

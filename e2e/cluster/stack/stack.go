@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,6 +25,7 @@ import (
 	"github.com/gpuhub/gpuhub/e2e/emulator"
 	"github.com/gpuhub/gpuhub/e2e/hub"
 	"github.com/gpuhub/gpuhub/e2e/internal/hubproc"
+	"github.com/gpuhub/gpuhub/e2e/internal/logscan"
 )
 
 // Identities of the harness's own clients (RBAC subjects).
@@ -72,11 +74,17 @@ type Stack struct {
 	Hub          *hubproc.Hub
 	Dir          string
 
+	// LogLeaks are the log lines with a token in them that Stop found (file, line and which token, never the
+	// token itself).
+	LogLeaks []logscan.Finding
+
 	emuCancel  context.CancelFunc
 	emuDone    chan error
 	components []*proc.Process
 	specs      []proc.Spec // of components, for StartComponent
 	tempDir    bool
+	// logsChecked is set by the first Stop that scanned the logs.
+	logsChecked bool
 }
 
 // Start brings the stack up; on error everything started so far is stopped.
@@ -348,14 +356,17 @@ func (s *Stack) StartComponent(ctx context.Context, name string) error {
 }
 
 // Stop stops components, the Hub (which stops its servers), the emulator (which ends every process
-// it started) and the control plane, in that order, and removes a temporary state dir.
+// it started) and the control plane, in that order, then scans every log of the stack for a token the harness
+// handed out (logscan) and removes a temporary state dir. Leaks are in LogLeaks; in a test binary a leak also
+// fails the run: Stop prints each file and line (never the token) and exits with status 1.
 func (s *Stack) Stop() {
 	for i := len(s.components) - 1; i >= 0; i-- {
 		s.components[i].Stop()
 	}
 	s.components = nil
 	if s.Hub != nil {
-		if err := s.Hub.Stop(); err != nil {
+		// A leak in the Hub's log is found again by the scan of the whole state dir below.
+		if err := s.Hub.Stop(); err != nil && !isOnlyLeak(err) {
 			s.Opts.Logger.Warn("stop hub", "err", err)
 		}
 		s.Hub = nil
@@ -376,7 +387,46 @@ func (s *Stack) Stop() {
 		s.ControlPlane.Stop()
 		s.ControlPlane = nil
 	}
+	leakErr := s.checkLogs()
 	if s.tempDir {
 		_ = os.RemoveAll(s.Dir)
 	}
+	if leakErr != nil && testing.Testing() {
+		// Stop runs last in a TestMain (deferred), after m.Run has decided the exit code: exiting is the one
+		// way to fail the run from here, and every e2e package gets the check without code of its own.
+		fmt.Fprintf(os.Stderr, "FAIL: local cluster logs: %v\n", leakErr)
+		os.Exit(1)
+	}
+}
+
+// checkLogs scans every log under the state dir (the components', the Hub's, the control plane's, every
+// emulated pod's) for the secrets registered with logscan.Default, once: a second Stop finds nothing to scan.
+func (s *Stack) checkLogs() error {
+	if s.Dir == "" || s.logsChecked {
+		return nil
+	}
+	s.logsChecked = true
+	sum, err := logscan.Default.CheckDir(s.Dir)
+	if testing.Testing() {
+		fmt.Fprintf(os.Stderr, "local cluster logs: %s\n", sum) // shows the check looked at something
+	}
+	var le *logscan.LeakError
+	if errors.As(err, &le) {
+		s.LogLeaks = le.Findings
+		s.Opts.Logger.Error("token in a log of the local cluster", "lines", len(le.Findings), "first", le.Findings[0].String())
+	} else if err != nil {
+		s.Opts.Logger.Warn("scan logs for tokens", "err", err)
+	}
+	return err
+}
+
+func isOnlyLeak(err error) bool {
+	var le *logscan.LeakError
+	if !errors.As(err, &le) {
+		return false
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return len(j.Unwrap()) == 1
+	}
+	return true
 }

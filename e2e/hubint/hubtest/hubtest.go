@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/gpuhub/gpuhub/e2e/internal/hubproc"
+	"github.com/gpuhub/gpuhub/e2e/internal/logscan"
 	"github.com/gpuhub/gpuhub/hubapi"
 )
 
@@ -97,6 +98,7 @@ func (h *Hub) UserToken(t *testing.T, user string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	logscan.Register("Hub token of user "+user+" (hubtest)", tok.Token)
 	return tok.Token
 }
 

@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpuhub/gpuhub/e2e/internal/logscan"
 	"github.com/gpuhub/gpuhub/e2e/internal/netport"
 )
 
@@ -252,6 +253,7 @@ func (h *Hub) configData() (configData, error) {
 		Name: AdminService, Description: "hubproc: test setup", Scopes: adminScopes, Services: []string{AdminService},
 	}}
 	h.services[AdminService] = h.adminToken
+	logscan.Register("Hub admin token (service "+AdminService+")", h.adminToken)
 	for _, r := range o.Roles {
 		roles = append(roles, roleConfig(r))
 	}
@@ -270,6 +272,7 @@ func (h *Hub) configData() (configData, error) {
 			return configData{}, fmt.Errorf("hubproc: service %q: the Hub needs tokens of at least 8 characters", s.Name)
 		}
 		h.services[s.Name] = tok
+		logscan.Register("Hub token of service "+s.Name, tok)
 		services = append(services, serviceConfig{Name: s.Name, APIToken: tok, URL: s.URL})
 		if len(s.Scopes) > 0 {
 			roles = append(roles, roleConfig{
@@ -423,6 +426,10 @@ func (h *Hub) stop() error {
 	}
 	if h.logFile != nil {
 		_ = h.logFile.Close()
+	}
+	// Before the log goes with the work dir: no token the harness handed out may be in it.
+	if err := logscan.Default.CheckFile(h.logPath); err != nil {
+		errs = append(errs, fmt.Errorf("hubproc: %w", err))
 	}
 	h.cleanupDir()
 	return errors.Join(errs...)

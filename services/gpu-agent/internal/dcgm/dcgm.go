@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -136,11 +137,12 @@ func parse(r io.Reader) (map[Key]sample, error) {
 			labels[l.GetName()] = l.GetValue()
 		}
 		gi, err := strconv.Atoi(labels["GPU_I_ID"])
-		if err != nil {
+		if err != nil || gi < 0 {
 			continue
 		}
 		v, ok := value(m)
-		if !ok {
+		if !ok || math.IsNaN(v) {
+			// NaN is DCGM's "no value" (and min/max would pass it through as a percent).
 			continue
 		}
 		s := sample{pct: min(max(v*100, 0), 100)}

@@ -91,7 +91,7 @@ type fixture struct {
 	log     *decision.Log
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	f := &fixture{auth: &fakeAuth{}, snoozer: &fakeSnoozer{}, logs: &bytes.Buffer{}}
 	var err error

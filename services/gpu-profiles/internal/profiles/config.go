@@ -1,7 +1,9 @@
 package profiles
 
 import (
+	"encoding/json"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -110,6 +112,11 @@ func (c *Config) Validate() []error {
 		if _, ok := p["gpuhub"]; ok {
 			errs = append(errs, policy.KeyErrorf(append(path, "gpuhub"), "the gpuhub key is gpu-profiles' own; remove it"))
 		}
+		// The form goes to the Hub as JSON: a key YAML reads as a number or a boolean (1: x, yes: x) would make
+		// every form fail to encode.
+		if _, err := json.Marshal(p); err != nil {
+			errs = append(errs, policy.Errorf(path, "a static profile must be what JSON can hold (quote keys such as 1 or yes): %v", err))
+		}
 	}
 	for i, t := range c.Tolerations {
 		path := []string{"tolerations", strconv.Itoa(i)}
@@ -147,8 +154,9 @@ func (o Override) validate(path []string, key string) []error {
 		name string
 		v    *float64
 	}{{"cpuLimit", o.CPULimit}, {"cpuGuarantee", o.CPUGuarantee}} {
-		if f.v != nil && *f.v <= 0 {
-			errs = append(errs, policy.Errorf(append(path, f.name), "CPU cores are more than 0, found %v", *f.v))
+		// !(v > 0) also refuses .nan, which no pod spec (and no JSON form) can hold; .inf is no count of cores.
+		if f.v != nil && (!(*f.v > 0) || math.IsInf(*f.v, 1)) {
+			errs = append(errs, policy.Errorf(append(path, f.name), "CPU cores are a number more than 0, found %v", *f.v))
 		}
 	}
 	for _, f := range []struct{ name, v string }{{"memLimit", o.MemLimit}, {"memGuarantee", o.MemGuarantee}} {

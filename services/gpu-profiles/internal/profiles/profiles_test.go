@@ -50,7 +50,7 @@ func golden(t *testing.T, name string, v any) {
 	}
 }
 
-func zoo(t *testing.T) []catalog.KindStatus {
+func zoo(t testing.TB) []catalog.KindStatus {
 	t.Helper()
 	nodes, pods := fixture.Zoo()
 	ks, err := catalog.FromObjects(nodes, pods, catalog.Options{}).Kinds()
@@ -61,7 +61,7 @@ func zoo(t *testing.T) []catalog.KindStatus {
 }
 
 // readmeExample is the example overrides file of services/gpu-profiles/README.md.
-func readmeExample(t *testing.T) (string, []byte) {
+func readmeExample(t testing.TB) (string, []byte) {
 	t.Helper()
 	data, err := os.ReadFile("../../README.md")
 	if err != nil {

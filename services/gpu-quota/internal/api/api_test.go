@@ -70,7 +70,7 @@ func (s *stubEngine) Explain(user string, groups []string) (admit.Explanation, e
 
 const prefix = "/services/gpu-quota/"
 
-func newAPI(t *testing.T) (*httptest.Server, *stubEngine) {
+func newAPI(t testing.TB) (*httptest.Server, *stubEngine) {
 	t.Helper()
 	hub := hubapitest.New(t)
 	hub.AddUser(hubapi.User{Name: "bob", Groups: []string{"students"}})

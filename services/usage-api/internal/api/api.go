@@ -476,6 +476,10 @@ func (h *handler) window(r *http.Request) (from, to time.Time, qerr *queryError)
 	if !from.Before(to) {
 		return from, to, badRequest("from must be before to")
 	}
+	// JSON times have four-digit years: a window reaching outside them could not be answered.
+	if from.UTC().Year() < 1 || to.UTC().Year() > 9999 {
+		return from, to, badRequest("from and to must lie between the years 0001 and 9999 (UTC)")
+	}
 	from, to = from.UTC().Truncate(time.Hour), ceilHour(to.UTC())
 	if to.After(now) {
 		to = now

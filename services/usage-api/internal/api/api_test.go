@@ -62,7 +62,7 @@ func (l *testLedger) Hours(ctx context.Context, q ledger.Query) ([]ledger.Row, e
 	return l.Ledger.Hours(ctx, q)
 }
 
-func newTestLedger(t *testing.T) *testLedger {
+func newTestLedger(t testing.TB) *testLedger {
 	t.Helper()
 	ctx := t.Context()
 	store, err := ledger.OpenSQLite(ctx, filepath.Join(t.TempDir(), "ledger.db"))
@@ -101,7 +101,7 @@ func testServer(t *testing.T) *httptest.Server {
 	return srv
 }
 
-func testServerWithLedger(t *testing.T) (*httptest.Server, *testLedger) {
+func testServerWithLedger(t testing.TB) (*httptest.Server, *testLedger) {
 	t.Helper()
 	hub := hubapitest.New(t)
 	hub.AddUser(hubapi.User{Name: "alice", Groups: []string{"physics"}})

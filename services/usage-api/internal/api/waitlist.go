@@ -157,7 +157,8 @@ func readWaitlistBody(w http.ResponseWriter, r *http.Request) (json.RawMessage, 
 	if err := dec.Decode(&req); err != nil {
 		return nil, fmt.Sprintf("%s: %v", want, err)
 	}
-	if dec.More() {
+	// More is false before a stray '}' or ']', so ask for the next token: only the end of the body may follow.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, want + ": found more after it"
 	}
 	if !bytes.HasPrefix(bytes.TrimSpace(req.State), []byte("{")) {
