@@ -34,6 +34,7 @@ const (
 	defaultFaults   = 4
 	readyLimit      = 30 * time.Second
 	ledgerTolerance = 0.01
+	usageTick       = time.Second // the usage API's --interval as gpuhubstack runs it
 )
 
 // formUser only looks at the spawn form: a login the local cluster allows (any name), never spawning, so that
@@ -131,6 +132,28 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	t.Log(r.summary())
+	if t.Failed() {
+		t.Log(r.podLog())
+	}
+}
+
+// podLog lists the record of pods, for a failed run.
+func (r *run) podLog() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var b strings.Builder
+	b.WriteString("chaos: pods (user/server kind share node: created started deleting gone):\n")
+	ts := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.Format("15:04:05.000")
+	}
+	for _, p := range r.pods {
+		fmt.Fprintf(&b, "  %s %s %.4f %s: %s %s %s %s busy %v\n", Key(p.User, p.Server), p.Kind, p.Share, p.Node,
+			ts(p.Created), ts(p.Started), ts(p.Deleting), ts(p.Gone), r.busy[p.UID])
+	}
+	return b.String()
 }
 
 // run is one chaos run's state: the record of pods, busy cells, stops, decisions, faults and form checks.
@@ -286,19 +309,26 @@ func (r *run) livePodLocked(key string) *Pod {
 	return nil
 }
 
-// podAt is the server's pod that lived at t (for a stop: the one it stopped).
+// podAt is the server's pod that lived at t (for a stop: the one it stopped). A pod gone up to one culler pass
+// before t counts too: a stop decided on the last sample can find the server already stopped by the workload.
 func (r *run) podAt(key string, t time.Time) (Pod, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	var best *Pod
 	for _, p := range r.pods {
 		if Key(p.User, p.Server) != key || p.Created.After(t) {
 			continue
 		}
-		if end := p.Gone; end.IsZero() || !end.Before(t) {
-			return *p, true
+		if end := p.Gone; end.IsZero() || !end.Before(t.Add(-cullerEvery)) {
+			if best == nil || p.Created.After(best.Created) {
+				best = p
+			}
 		}
 	}
-	return Pod{}, false
+	if best == nil {
+		return Pod{}, false
+	}
+	return *best, true
 }
 
 // workload is the seeded script: every few seconds one user starts, stops, or makes a server busy or idle.
@@ -397,7 +427,8 @@ func (r *run) toggleBusy(p Pod) {
 	if len(r.cells) >= 2 {
 		return
 	}
-	cmd := exec.Command("python3", "-c", "import time\nwhile True:\n    t = time.time()\n    while time.time() - t < 0.6: pass\n    time.sleep(0.4)\n")
+	cmd := exec.Command("python3", "-c", //nolint:noctx // its lifetime is the pod's (endBusyLocked), not a request's
+		"import time\nwhile True:\n    t = time.time()\n    while time.time() - t < 0.6: pass\n    time.sleep(0.4)\n")
 	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", emulator.EnvNode + "=" + p.Node, emulator.EnvPodUID + "=" + p.UID,
 		emulator.EnvPodNamespace + "=" + namespace, emulator.EnvPodName + "=chaos"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -594,7 +625,7 @@ func (r *run) invariants(ledger map[string]float64) []Row {
 	r.mu.Unlock()
 	staleOf := func(node string) []Period { return append(append([]Period(nil), stale[node]...), stale[""]...) }
 	return []Row{
-		LedgerRow(pods, ledger, usageDown, ledgerTolerance),
+		LedgerRow(pods, ledger, usageDown, usageTick, ledgerTolerance),
 		CullerRow(cullerStops, r.podAt, busy, staleOf, idlePeriod, busyLag),
 		AdmissionRow(pods, policyLimits, admits),
 		RecoveryRow(recs, readyLimit),

@@ -65,7 +65,10 @@ func WriteTable(w io.Writer, rows []Row) {
 // ledger may be short by what its documented restart bound loses (services/usage-api/README.md, "Outages"): a pod
 // that ended while the usage API was down is charged up to the checkpoint before the outage only, and one that
 // started and ended inside it not at all. Beyond that it must be within tol (0.01) of the truth, both ways.
-func LedgerRow(pods []Pod, ledger map[string]float64, usageDown []Period, tol float64) Row {
+//
+// A pod's end is charged at the last tick of the usage API that saw it (its interval, tick), so each pod may be
+// short by up to share x tick besides: the lives of a short run are not much longer than a tick.
+func LedgerRow(pods []Pod, ledger map[string]float64, usageDown []Period, tick time.Duration, tol float64) Row {
 	want, lost := map[string]float64{}, map[string]float64{}
 	users := []string{}
 	for u := range ledger {
@@ -86,6 +89,7 @@ func LedgerRow(pods []Pod, ledger map[string]float64, usageDown []Period, tol fl
 			continue
 		}
 		want[p.User] += p.Share * end.Sub(p.Started).Seconds()
+		lost[p.User] += p.Share * tick.Seconds()
 		for _, o := range usageDown {
 			if o.contains(end) {
 				from := o.From
@@ -108,7 +112,7 @@ func LedgerRow(pods []Pod, ledger map[string]float64, usageDown []Period, tol fl
 		nums = append(nums, fmt.Sprintf("%s %.1f/%.1f", u, got, w))
 		if got < lo-1e-6 || got > hi+1e-6 {
 			row.OK = false
-			row.Problems = append(row.Problems, fmt.Sprintf("%s: ledger %.3f GPU-s, pods' lifetimes x share %.3f GPU-s (of which the usage API's restarts may lose %.3f): want %.3f to %.3f",
+			row.Problems = append(row.Problems, fmt.Sprintf("%s: ledger %.3f GPU-s, pods' lifetimes x share %.3f GPU-s (of which the last ticks and the usage API's restarts may lose %.3f): want %.3f to %.3f",
 				u, got, w, l, lo, hi))
 		}
 	}

@@ -69,6 +69,7 @@ func TestLedgerRow(t *testing.T) {
 		pods      []Pod
 		ledger    map[string]float64
 		usageDown []Period
+		tick      time.Duration
 		wantOK    bool
 	}{
 		"exact": {
@@ -85,6 +86,10 @@ func TestLedgerRow(t *testing.T) {
 		"lost without an outage": {
 			pods: []Pod{pod("carol", 1, 0, 100)}, ledger: map[string]float64{"carol": 90},
 		},
+		"short by the last tick": {
+			pods: []Pod{pod("alice", 3.0/7, 0, 30), pod("alice", 3.0/7, 40, 70)}, ledger: map[string]float64{"alice": 25.2},
+			tick: time.Second, wantOK: true,
+		},
 		"lost within the documented restart bound": {
 			pods: []Pod{pod("carol", 1, 0, 100)}, ledger: map[string]float64{"carol": 90},
 			usageDown: []Period{{From: at(90), To: at(105)}}, wantOK: true,
@@ -99,7 +104,7 @@ func TestLedgerRow(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got := LedgerRow(tc.pods, tc.ledger, tc.usageDown, 0.01)
+			got := LedgerRow(tc.pods, tc.ledger, tc.usageDown, tc.tick, 0.01)
 			if got.OK != tc.wantOK {
 				t.Errorf("OK = %v, want %v; %s %v", got.OK, tc.wantOK, got.Numbers, got.Problems)
 			}
