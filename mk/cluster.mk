@@ -76,7 +76,7 @@ LOCALCLUSTER_ENV = GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_HUB_VENV="$(VENV_HUB55)"
 	GPUHUB_GPU_CULLER="$(BIN)/gpu-culler" GPUHUB_CULLER_POLICY="$(CULLER_POLICY)"
 
 .PHONY: e2e
-e2e: cluster-deps chromium browser-deps venv-idleculler promtool $(HELM) ## End-to-end tests on the local cluster (spawns per GPU profile, scheduling, chart agents + usage API, browser, gpu-culler beside jupyterhub-idle-culler, the waitlist).
+e2e: cluster-deps chromium browser-deps venv-idleculler promtool postgres-server $(HELM) ## End-to-end tests on the local cluster (spawns per GPU profile, scheduling, chart agents + usage API, browser, gpu-culler beside jupyterhub-idle-culler, the waitlist).
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./services/gpu-agent ./services/usage-api ./services/gpu-quota ./services/gpu-profiles ./services/gpu-culler
 	$(LOCALCLUSTER_ENV) GPUHUB_CHART="$(CURDIR)/chart/gpuhub" \
@@ -98,6 +98,9 @@ e2e: cluster-deps chromium browser-deps venv-idleculler promtool $(HELM) ## End-
 	$(LOCALCLUSTER_ENV) GPUHUB_CHART="$(CURDIR)/chart/gpuhub" \
 	GPUHUB_BROWSER_MODULES="$(BROWSER_MODULES)/node_modules" GPUHUB_CHROMIUM="$(CHROMIUM)" \
 	  $(GO) test $(E2E_FLAGS) -tags e2e ./e2e/waitliste2e/...
+	@# Chaos, bounded: one short seeded run with 4 faults (make chaos: the long one), the ledger on PostgreSQL.
+	$(LOCALCLUSTER_ENV) GPUHUB_CHART="$(CURDIR)/chart/gpuhub" \
+	  services/usage-api/scripts/with-postgres.sh $(GO) test $(E2E_FLAGS) -tags e2e ./e2e/chaose2e/...
 
 TEST_TARGETS += e2e
 

@@ -18,6 +18,9 @@ type Options struct {
 	Token    string // the service's Hub token; must match LocalHub.Services
 	// SessionTTL is the usage API's --session-ttl (the admin view's sessions); empty: its default (15m).
 	SessionTTL string
+	// UsageDatabase is the usage API's ledger (--database: a SQLite path or a postgres:// URL); empty: SQLite in the
+	// stack's state dir (usage-api/ledger.db).
+	UsageDatabase string
 	// Quota runs gpu-quota too when Quota.Binary is set (and the chart is rendered with it).
 	Quota QuotaOptions
 	// Profiles runs gpu-profiles too when Profiles.Binary is set (and the chart is rendered with it).
@@ -158,8 +161,12 @@ func usageSpec(s *stack.Stack, o Options) (*Installed, proc.Spec, error) {
 	if o.UsageAPI == "" {
 		return nil, proc.Spec{}, fmt.Errorf("no usage-api executable given")
 	}
+	db := o.UsageDatabase
+	if db == "" {
+		db = filepath.Join(s.Dir, "usage-api", "ledger.db")
+	}
 	u := Usage{
-		Binary: o.UsageAPI, Port: o.Port, Kubeconfig: kc, Database: filepath.Join(s.Dir, "usage-api", "ledger.db"),
+		Binary: o.UsageAPI, Port: o.Port, Kubeconfig: kc, Database: db,
 		Namespace: s.Opts.Namespace, AgentNamespace: ch.Namespace, AgentTokenFile: agentToken, AgentArgs: in.UsageAgentArgs,
 		HubAPIURL: s.Hub.APIURL(), Token: o.Token, SessionTTL: o.SessionTTL,
 	}

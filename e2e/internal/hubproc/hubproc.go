@@ -138,6 +138,8 @@ type Hub struct {
 	newSecret  func() string
 	stopOnce   sync.Once
 	stopErr    error
+	// mu guards cmd, exited and waitErr, which Relaunch replaces.
+	mu sync.Mutex
 }
 
 // Start launches the Hub and waits until GET /hub/api/ answers through the proxy. On error nothing
@@ -334,6 +336,7 @@ func (h *Hub) launch(ctx context.Context) error {
 		return fmt.Errorf("hubproc: %w", err)
 	}
 	h.logFile = f
+	exited := h.exited
 	// The Hub outlives the context of Start (Stop ends it), so that context must not kill it.
 	cmd := exec.CommandContext(context.WithoutCancel(ctx), filepath.Join(h.opts.Venv, "bin", "jupyterhub"), "-f", h.ConfigPath())
 	cmd.Dir = h.workDir
@@ -348,18 +351,61 @@ func (h *Hub) launch(ctx context.Context) error {
 	// e.g. on a go test -timeout panic.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
-		close(h.exited)
+		close(exited)
 		return fmt.Errorf("hubproc: start jupyterhub: %w", err)
 	}
+	h.mu.Lock()
 	h.cmd = cmd
+	h.mu.Unlock()
 	go func() {
-		h.waitErr = cmd.Wait()
-		close(h.exited)
+		err := cmd.Wait()
+		h.mu.Lock()
+		h.waitErr = err
+		h.mu.Unlock()
+		close(exited)
 	}()
 	return nil
 }
 
+// Kill ends the jupyterhub process with SIGKILL, as an OOM kill or a node failure would, and waits until it has
+// exited. The proxy and the single-user servers run on (they are in sessions of their own), as a z2jh Hub pod's
+// crash leaves the proxy pod and the users' pods running. Relaunch brings the Hub back.
+func (h *Hub) Kill() {
+	cmd, exited := h.current()
+	if cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	<-exited
+}
+
+// Relaunch starts a killed Hub again with the same configuration, ports, database and cookie secret (what a
+// Deployment's restart of the hub pod keeps: every token and login stays valid) and waits until it answers
+// through the proxy. The Hub takes over the proxy it finds and the servers its database knows.
+func (h *Hub) Relaunch(ctx context.Context) error {
+	_, old := h.current()
+	select {
+	case <-old:
+	default:
+		return errors.New("hubproc: jupyterhub is still running; Kill it first")
+	}
+	if h.logFile != nil {
+		_ = h.logFile.Close()
+	}
+	h.mu.Lock()
+	h.exited = make(chan struct{})
+	h.mu.Unlock()
+	if err := h.launch(ctx); err != nil {
+		return err
+	}
+	if err := h.waitReady(ctx); err != nil {
+		return fmt.Errorf("%w\n--- jupyterhub log (tail) ---\n%s", err, h.LogTail(60))
+	}
+	return nil
+}
+
 func (h *Hub) waitReady(ctx context.Context) error {
+	_, exited := h.current()
 	ctx, cancel := context.WithTimeout(ctx, h.opts.StartTimeout)
 	defer cancel()
 	client := &http.Client{Timeout: 2 * time.Second}
@@ -373,8 +419,11 @@ func (h *Hub) waitReady(ctx context.Context) error {
 			return nil
 		}
 		select {
-		case <-h.exited:
-			return fmt.Errorf("hubproc: jupyterhub exited before it was ready: %w", h.waitErr)
+		case <-exited:
+			h.mu.Lock()
+			werr := h.waitErr
+			h.mu.Unlock()
+			return fmt.Errorf("hubproc: jupyterhub exited before it was ready: %w", werr)
 		case <-ctx.Done():
 			return fmt.Errorf("hubproc: jupyterhub not ready at %s: %w", url, ctx.Err())
 		case <-tick.C:
@@ -408,15 +457,15 @@ func (h *Hub) Stop() error {
 
 func (h *Hub) stop() error {
 	var errs []error
-	if h.cmd != nil {
+	if cmd, exited := h.current(); cmd != nil {
 		// The Hub's cleanup stops the single-user servers and the proxy it started.
-		_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGTERM)
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 		select {
-		case <-h.exited:
+		case <-exited:
 		case <-time.After(h.opts.StopTimeout):
 			errs = append(errs, fmt.Errorf("hubproc: jupyterhub did not exit %s after SIGTERM", h.opts.StopTimeout))
-			_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
-			<-h.exited
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-exited
 		}
 	}
 	// The proxy and single-user servers run in sessions of their own, so the process group does not
@@ -442,7 +491,17 @@ func (h *Hub) cleanupDir() {
 }
 
 // Exited is closed when the jupyterhub process has exited.
-func (h *Hub) Exited() <-chan struct{} { return h.exited }
+func (h *Hub) Exited() <-chan struct{} {
+	_, exited := h.current()
+	return exited
+}
+
+// current is the jupyterhub process now (nil before launch) and the channel closed when it exits.
+func (h *Hub) current() (*exec.Cmd, chan struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.cmd, h.exited
+}
 
 // BaseURL is the public URL through the proxy, with a trailing slash: http://127.0.0.1:<port>/.
 func (h *Hub) BaseURL() string { return "http://127.0.0.1:" + strconv.Itoa(h.ports[0]) + "/" }

@@ -1,0 +1,339 @@
+package chaose2e
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Pod is one single-user pod's life as the API server told the run's watch: created (admission counts it from
+// here), started (its first container's startedAt: the ledger charges from here), deleting (deletionTimestamp:
+// no longer counted by admission) and gone (the object deleted: the ledger charges up to here). Zero times are
+// unknown (never started) or not yet.
+type Pod struct {
+	UID, User, Server, Node, Profile string
+	Kind                             string  // gpu, mig, shared, cpu
+	Share                            float64 // GPU-equivalents held (0 for CPU)
+	Created, Started, Deleting, Gone time.Time
+}
+
+// Key names a user's server as the Hub and the decisions do ("" is the default server).
+func Key(user, server string) string { return user + "/" + server }
+
+// Period is a stretch of time [From, To); a zero To is still open.
+type Period struct{ From, To time.Time }
+
+func (p Period) contains(t time.Time) bool {
+	return !t.Before(p.From) && (p.To.IsZero() || t.Before(p.To))
+}
+
+func (p Period) overlaps(from, to time.Time) bool {
+	return (p.To.IsZero() || p.To.After(from)) && p.From.Before(to)
+}
+
+// Row is one line of the invariants table.
+type Row struct {
+	Invariant string
+	OK        bool
+	Numbers   string
+	Problems  []string // one line each, shown under the table when not OK
+}
+
+// WriteTable prints rows as the run's invariants table, the problems of failed rows below it.
+func WriteTable(w io.Writer, rows []Row) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	_, _ = fmt.Fprintln(tw, "invariant\tresult\tnumbers")
+	for _, r := range rows {
+		res := "PASS"
+		if !r.OK {
+			res = "FAIL"
+		}
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Invariant, res, r.Numbers)
+	}
+	_ = tw.Flush()
+	for _, r := range rows {
+		for _, p := range r.Problems {
+			_, _ = fmt.Fprintf(w, "  %s: %s\n", r.Invariant, p)
+		}
+	}
+}
+
+// LedgerRow compares each user's allocated GPU-seconds in the ledger with the lives of their pods x share. The
+// ledger may be short by what its documented restart bound loses (services/usage-api/README.md, "Outages"): a pod
+// that ended while the usage API was down is charged up to the checkpoint before the outage only, and one that
+// started and ended inside it not at all. Beyond that it must be within tol (0.01) of the truth, both ways.
+//
+// A pod's end is charged at the last tick of the usage API that saw it (its interval, tick), so each pod may be
+// short by up to share x tick besides: the lives of a short run are not much longer than a tick.
+func LedgerRow(pods []Pod, ledger map[string]float64, usageDown []Period, tick time.Duration, tol float64) Row {
+	want, lost := map[string]float64{}, map[string]float64{}
+	users := []string{}
+	for u := range ledger {
+		users = append(users, u)
+	}
+	for _, p := range pods {
+		if p.Share == 0 || p.Started.IsZero() {
+			continue
+		}
+		if !slices.Contains(users, p.User) {
+			users = append(users, p.User)
+		}
+		end := p.Gone
+		if end.IsZero() {
+			end = p.Deleting // the watch missed the deletion (an API server outage): the grace is short
+		}
+		if end.IsZero() || !end.After(p.Started) {
+			continue
+		}
+		want[p.User] += p.Share * end.Sub(p.Started).Seconds()
+		lost[p.User] += p.Share * tick.Seconds()
+		for _, o := range usageDown {
+			if o.contains(end) {
+				from := o.From
+				if p.Started.After(from) {
+					from = p.Started
+				}
+				lost[p.User] += p.Share * end.Sub(from).Seconds()
+			}
+		}
+	}
+	slices.Sort(users)
+	row := Row{Invariant: "GPU-hours = pod lifetimes x share (1 %)", OK: true}
+	var nums []string
+	var totalWant, totalGot float64
+	for _, u := range users {
+		got, w, l := ledger[u], want[u], lost[u]
+		totalWant += w
+		totalGot += got
+		lo, hi := (1-tol)*(w-l), (1+tol)*w
+		nums = append(nums, fmt.Sprintf("%s %.1f/%.1f", u, got, w))
+		if got < lo-1e-6 || got > hi+1e-6 {
+			row.OK = false
+			row.Problems = append(row.Problems, fmt.Sprintf("%s: ledger %.3f GPU-s, pods' lifetimes x share %.3f GPU-s (of which the last ticks and the usage API's restarts may lose %.3f): want %.3f to %.3f",
+				u, got, w, l, lo, hi))
+		}
+	}
+	row.Numbers = fmt.Sprintf("ledger/truth GPU-s: %s; total %.1f/%.1f", strings.Join(nums, ", "), totalGot, totalWant)
+	if len(pods) == 0 || totalWant == 0 {
+		row.OK = false
+		row.Problems = append(row.Problems, "no GPU pod ran: the run proves nothing")
+	}
+	return row
+}
+
+// Stop is a server stop one of gpuhub's services made, from its decisions API.
+type Stop struct {
+	Time                  time.Time
+	Service, User, Server string
+	Reason                string
+	Numbers               map[string]float64
+}
+
+// CullerRow checks gpu-culler's stops against the workload's record: a stop of a server whose pod was busy at any
+// point in [stop - idlePeriod, stop - lag) is a stop while busy (lag: what the telemetry needs to see a busy cell:
+// agent sample + usage-API tick + culler sample); a stop while the server's node had stale telemetry (an agent
+// down, the usage API down) is a stop on stale data. Stops by the workload and by gpu-quota (a budget) are not
+// the culler's. podAt finds the pod of a server at an instant.
+func CullerRow(stops []Stop, podAt func(key string, t time.Time) (Pod, bool), busy map[string][]Period,
+	stale func(node string) []Period, idlePeriod, lag time.Duration,
+) Row {
+	row := Row{Invariant: "no server stopped while busy or stale", OK: true}
+	culled := 0
+	for _, s := range stops {
+		culled++
+		key := Key(s.User, s.Server)
+		p, ok := podAt(key, s.Time)
+		if !ok {
+			row.Problems = append(row.Problems, fmt.Sprintf("stop of %s at %s: no pod of that server was running then (the record missed it)", key, s.Time.Format("15:04:05")))
+			row.OK = false
+			continue
+		}
+		for _, b := range busy[p.UID] {
+			if b.overlaps(s.Time.Add(-idlePeriod), s.Time.Add(-lag)) {
+				row.OK = false
+				row.Problems = append(row.Problems, fmt.Sprintf("gpu-culler stopped %s (pod %s) at %s, busy from %s to %s",
+					key, p.UID, s.Time.Format("15:04:05"), b.From.Format("15:04:05"), fmtEnd(b.To)))
+			}
+		}
+		for _, w := range stale(p.Node) {
+			if w.contains(s.Time) {
+				row.OK = false
+				row.Problems = append(row.Problems, fmt.Sprintf("gpu-culler stopped %s at %s while the telemetry of %s was stale (%s to %s)",
+					key, s.Time.Format("15:04:05"), p.Node, w.From.Format("15:04:05"), fmtEnd(w.To)))
+			}
+		}
+		if age, ok := s.Numbers["data_age_seconds"]; ok && age > (lag+idlePeriod).Seconds() {
+			row.OK = false
+			row.Problems = append(row.Problems, fmt.Sprintf("gpu-culler stopped %s on data %.0fs old", key, age))
+		}
+	}
+	row.Numbers = fmt.Sprintf("%d culler stops checked against %d busy periods", culled, countPeriods(busy))
+	return row
+}
+
+func countPeriods(m map[string][]Period) int {
+	n := 0
+	for _, ps := range m {
+		n += len(ps)
+	}
+	return n
+}
+
+func fmtEnd(t time.Time) string {
+	if t.IsZero() {
+		return "the end"
+	}
+	return t.Format("15:04:05")
+}
+
+// Limits are a user's effective concurrent limits in the run's quota policy.
+type Limits struct {
+	MaxGPUs    float64
+	MaxServers int
+	Kinds      []string // allowed GPU kinds
+}
+
+// Admission is one admit decision of gpu-quota with its numbers.
+type Admission struct {
+	Time       time.Time
+	User       string
+	Numbers    map[string]float64
+	ServerName string
+}
+
+// AdmissionRow checks that no admission went over a limit, twice: from the pods themselves (at every pod's
+// creation, the user's GPU pods not being deleted hold at most maxGPUs in at most maxServers servers, each of an
+// allowed kind) and from gpu-quota's admit decisions (held + requested within the limit, budget used below the
+// budget).
+func AdmissionRow(pods []Pod, limits func(user string) Limits, admits []Admission) Row {
+	row := Row{Invariant: "no admission over a limit", OK: true}
+	checked := 0
+	for _, p := range pods {
+		if p.Share == 0 || p.Created.IsZero() {
+			continue
+		}
+		checked++
+		lim := limits(p.User)
+		if !slices.Contains(lim.Kinds, p.Kind) {
+			row.OK = false
+			row.Problems = append(row.Problems, fmt.Sprintf("%s got a %s server (%s), a kind its policy does not allow", p.User, p.Kind, p.Profile))
+		}
+		held, servers := 0.0, 0
+		for _, q := range pods {
+			if q.User != p.User || q.Share == 0 || q.Created.After(p.Created) {
+				continue
+			}
+			if (!q.Deleting.IsZero() && !q.Deleting.After(p.Created)) || (!q.Gone.IsZero() && !q.Gone.After(p.Created)) {
+				continue
+			}
+			held += q.Share
+			servers++
+		}
+		if held > lim.MaxGPUs+1e-6 || servers > lim.MaxServers {
+			row.OK = false
+			row.Problems = append(row.Problems, fmt.Sprintf("%s held %.4f GPUs in %d servers when %s's pod was created at %s; limits %.4f GPUs, %d servers",
+				p.User, held, servers, Key(p.User, p.Server), p.Created.Format("15:04:05"), lim.MaxGPUs, lim.MaxServers))
+		}
+	}
+	for _, a := range admits {
+		n := a.Numbers
+		if l, ok := n["limit"]; ok && n["held"]+n["requested"] > l+1e-6 {
+			row.OK = false
+			row.Problems = append(row.Problems, fmt.Sprintf("gpu-quota admitted %s at %s with held %.4f + requested %.4f over the limit %.4f",
+				a.User, a.Time.Format("15:04:05"), n["held"], n["requested"], l))
+		}
+		if b, ok := n["budget"]; ok && n["used"] >= b {
+			row.OK = false
+			row.Problems = append(row.Problems, fmt.Sprintf("gpu-quota admitted %s at %s with %.4f of a %.4f GPU-hour budget used", a.User, a.Time.Format("15:04:05"), n["used"], b))
+		}
+	}
+	row.Numbers = fmt.Sprintf("%d GPU pods, %d admit decisions", checked, len(admits))
+	return row
+}
+
+// Recovery is how one injected fault was undone: when the supervisor restarted the part and when it was ready.
+type Recovery struct {
+	Fault            Fault
+	Target           string
+	Injected         time.Time
+	Restarted, Ready time.Time // zero Ready: never ready again
+	Err              string
+	NotApplicable    string // why the fault was not injected in this run (PostgreSQL without a server)
+	By               string // who restarted it (the emulated kubelet, the harness as a Deployment would)
+}
+
+// RecoveryRow checks that every part was ready again within limit of its restart.
+func RecoveryRow(recs []Recovery, limit time.Duration) Row {
+	row := Row{Invariant: fmt.Sprintf("back to ready within %s of the restart", limit), OK: true}
+	var nums []string
+	injected := 0
+	for _, r := range recs {
+		if r.NotApplicable != "" {
+			nums = append(nums, fmt.Sprintf("%s: not injected", r.Fault))
+			continue
+		}
+		injected++
+		switch {
+		case r.Err != "":
+			row.OK = false
+			row.Problems = append(row.Problems, fmt.Sprintf("%s (%s): %s", r.Fault, r.Target, r.Err))
+			nums = append(nums, fmt.Sprintf("%s: error", r.Fault))
+		case r.Ready.IsZero():
+			row.OK = false
+			row.Problems = append(row.Problems, fmt.Sprintf("%s (%s): never ready again", r.Fault, r.Target))
+			nums = append(nums, fmt.Sprintf("%s: not ready", r.Fault))
+		default:
+			took := r.Ready.Sub(r.Restarted)
+			nums = append(nums, fmt.Sprintf("%s %.1fs", r.Fault, took.Seconds()))
+			if took > limit {
+				row.OK = false
+				row.Problems = append(row.Problems, fmt.Sprintf("%s (%s): ready %.1fs after its restart", r.Fault, r.Target, took.Seconds()))
+			}
+		}
+	}
+	if injected == 0 {
+		row.OK = false
+		row.Problems = append(row.Problems, "no fault was injected")
+	}
+	row.Numbers = strings.Join(nums, "; ")
+	return row
+}
+
+// FormCheck is one GET /hub/spawn as a user.
+type FormCheck struct {
+	Time     time.Time
+	OK       bool
+	Fallback bool   // the static list (gpu-profiles unreachable), with its note
+	Skipped  string // why not checked (the Hub itself down)
+	Detail   string
+}
+
+// FormRow checks that the spawn form rendered at every check the Hub could answer.
+func FormRow(checks []FormCheck) Row {
+	row := Row{Invariant: "spawn form always rendered", OK: true}
+	ok, fallback, skipped := 0, 0, 0
+	for _, c := range checks {
+		switch {
+		case c.Skipped != "":
+			skipped++
+		case c.OK:
+			ok++
+			if c.Fallback {
+				fallback++
+			}
+		default:
+			row.OK = false
+			row.Problems = append(row.Problems, fmt.Sprintf("%s: %s", c.Time.Format("15:04:05"), c.Detail))
+		}
+	}
+	if ok == 0 {
+		row.OK = false
+		row.Problems = append(row.Problems, "the form was never checked")
+	}
+	row.Numbers = fmt.Sprintf("%d of %d checks rendered (%d from the static fallback), %d skipped while the Hub was down",
+		ok, len(checks)-skipped, fallback, skipped)
+	return row
+}

@@ -1,0 +1,230 @@
+package chaose2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var t0 = time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+
+func at(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+
+func TestPlan(t *testing.T) {
+	tests := map[string]struct {
+		seed     uint64
+		duration time.Duration
+		n        int
+		wantErr  bool
+	}{
+		"every kind once in 5 minutes": {seed: 1, duration: 5 * time.Minute, n: len(AllFaults)},
+		"bounded run":                  {seed: 42, duration: 150 * time.Second, n: 4},
+		"too many for the run":         {seed: 1, duration: 60 * time.Second, n: 4, wantErr: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := Plan(tc.seed, tc.duration, tc.n, AllFaults)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("Plan: err %v, wantErr %v", err, tc.wantErr)
+			}
+			if tc.wantErr {
+				return
+			}
+			again, _ := Plan(tc.seed, tc.duration, tc.n, AllFaults)
+			if diff := cmp.Diff(got, again); diff != "" {
+				t.Errorf("same seed, different plan (-first +second):\n%s", diff)
+			}
+			seen := map[Fault]bool{}
+			for i, p := range got {
+				if seen[p.Fault] {
+					t.Errorf("%s repeated before every kind ran once: %v", p.Fault, got)
+				}
+				seen[p.Fault] = true
+				if p.At < 15*time.Second || p.At > tc.duration-20*time.Second {
+					t.Errorf("fault %d at %s: outside [15s, %s]", i, p.At, tc.duration-20*time.Second)
+				}
+				if i > 0 && p.At-got[i-1].At < 19*time.Second {
+					t.Errorf("faults %d and %d only %s apart", i-1, i, p.At-got[i-1].At)
+				}
+			}
+			if len(got) != tc.n {
+				t.Errorf("%d faults, want %d", len(got), tc.n)
+			}
+		})
+	}
+	a, _ := Plan(1, 5*time.Minute, 9, AllFaults)
+	b, _ := Plan(2, 5*time.Minute, 9, AllFaults)
+	if cmp.Equal(a, b) {
+		t.Error("seeds 1 and 2 give the same plan")
+	}
+}
+
+func TestLedgerRow(t *testing.T) {
+	pod := func(user string, share float64, start, end int) Pod {
+		return Pod{User: user, Share: share, Started: at(start), Gone: at(end), Created: at(start - 1)}
+	}
+	tests := map[string]struct {
+		pods      []Pod
+		ledger    map[string]float64
+		usageDown []Period
+		tick      time.Duration
+		wantOK    bool
+	}{
+		"exact": {
+			pods:   []Pod{pod("alice", 3.0/7, 0, 70), pod("carol", 1, 10, 110)},
+			ledger: map[string]float64{"alice": 30, "carol": 100},
+			wantOK: true,
+		},
+		"within 1 % short (the last tick)": {
+			pods: []Pod{pod("carol", 1, 0, 100)}, ledger: map[string]float64{"carol": 99.5}, wantOK: true,
+		},
+		"doubled": {
+			pods: []Pod{pod("carol", 1, 0, 100)}, ledger: map[string]float64{"carol": 200},
+		},
+		"lost without an outage": {
+			pods: []Pod{pod("carol", 1, 0, 100)}, ledger: map[string]float64{"carol": 90},
+		},
+		"short by the last tick": {
+			pods: []Pod{pod("alice", 3.0/7, 0, 30), pod("alice", 3.0/7, 40, 70)}, ledger: map[string]float64{"alice": 25.2},
+			tick: time.Second, wantOK: true,
+		},
+		"lost within the documented restart bound": {
+			pods: []Pod{pod("carol", 1, 0, 100)}, ledger: map[string]float64{"carol": 90},
+			usageDown: []Period{{From: at(90), To: at(105)}}, wantOK: true,
+		},
+		"ledger charges a user who never ran": {
+			pods: []Pod{pod("carol", 1, 0, 100)}, ledger: map[string]float64{"carol": 100, "bob": 5},
+		},
+		"cpu pods hold nothing": {
+			pods:   []Pod{pod("carol", 1, 0, 100), {User: "admin", Started: at(0), Gone: at(50)}},
+			ledger: map[string]float64{"carol": 100}, wantOK: true,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := LedgerRow(tc.pods, tc.ledger, tc.usageDown, tc.tick, 0.01)
+			if got.OK != tc.wantOK {
+				t.Errorf("OK = %v, want %v; %s %v", got.OK, tc.wantOK, got.Numbers, got.Problems)
+			}
+		})
+	}
+}
+
+func TestCullerRow(t *testing.T) {
+	alice := Pod{UID: "a1", User: "alice", Node: "gpu-a100-0", Created: at(0), Started: at(1)}
+	podAt := func(key string, _ time.Time) (Pod, bool) { return alice, key == "alice/" }
+	noStale := func(string) []Period { return nil }
+	tests := map[string]struct {
+		stops  []Stop
+		busy   map[string][]Period
+		stale  func(string) []Period
+		wantOK bool
+	}{
+		"idle for the whole period": {
+			stops: []Stop{{Time: at(100), User: "alice"}}, busy: map[string][]Period{"a1": {{From: at(10), To: at(40)}}},
+			stale: noStale, wantOK: true,
+		},
+		"busy within the idle period": {
+			stops: []Stop{{Time: at(100), User: "alice"}}, busy: map[string][]Period{"a1": {{From: at(10), To: at(80)}}},
+			stale: noStale,
+		},
+		"busy started just before the stop (the telemetry could not see it yet)": {
+			stops: []Stop{{Time: at(100), User: "alice"}}, busy: map[string][]Period{"a1": {{From: at(99)}}},
+			stale: noStale, wantOK: true,
+		},
+		"stale telemetry": {
+			stops: []Stop{{Time: at(100), User: "alice"}},
+			stale: func(node string) []Period {
+				if node == "gpu-a100-0" {
+					return []Period{{From: at(95), To: at(110)}}
+				}
+				return nil
+			},
+		},
+		"stop of a server the record never saw": {
+			stops: []Stop{{Time: at(100), User: "bob"}}, stale: noStale,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := CullerRow(tc.stops, podAt, tc.busy, tc.stale, 40*time.Second, 3*time.Second)
+			if got.OK != tc.wantOK {
+				t.Errorf("OK = %v, want %v; %v", got.OK, tc.wantOK, got.Problems)
+			}
+		})
+	}
+}
+
+func TestAdmissionRow(t *testing.T) {
+	limits := func(user string) Limits {
+		if user == "bob" {
+			return Limits{MaxGPUs: 3.0 / 7, MaxServers: 1, Kinds: []string{"mig", "shared"}}
+		}
+		return Limits{MaxGPUs: 2, MaxServers: 2, Kinds: []string{"gpu", "mig", "shared"}}
+	}
+	tests := map[string]struct {
+		pods   []Pod
+		admits []Admission
+		wantOK bool
+	}{
+		"two whole GPUs for carol": {
+			pods:   []Pod{{User: "carol", Share: 1, Kind: "gpu", Created: at(0)}, {User: "carol", Server: "s2", Share: 1, Kind: "gpu", Created: at(5)}},
+			wantOK: true,
+		},
+		"a third GPU while two run": {
+			pods: []Pod{{User: "carol", Share: 1, Kind: "gpu", Created: at(0)}, {User: "carol", Server: "s2", Share: 2, Kind: "gpu", Created: at(5)}},
+		},
+		"a new server after the old one is deleted": {
+			pods: []Pod{{User: "bob", Share: 3.0 / 7, Kind: "mig", Created: at(0), Deleting: at(20)},
+				{User: "bob", Server: "s2", Share: 1.0 / 4, Kind: "shared", Created: at(21)}},
+			wantOK: true,
+		},
+		"a kind the policy does not allow": {
+			pods: []Pod{{User: "bob", Share: 1, Kind: "gpu", Created: at(0)}},
+		},
+		"an admit over the budget": {
+			admits: []Admission{{User: "bob", Numbers: map[string]float64{"budget": 0.01, "used": 0.02}}},
+		},
+		"an admit within the limit": {
+			pods:   []Pod{{User: "carol", Share: 1, Kind: "gpu", Created: at(0)}},
+			admits: []Admission{{User: "carol", Numbers: map[string]float64{"limit": 2, "held": 1, "requested": 1}}},
+			wantOK: true,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := AdmissionRow(tc.pods, limits, tc.admits)
+			if got.OK != tc.wantOK {
+				t.Errorf("OK = %v, want %v; %v", got.OK, tc.wantOK, got.Problems)
+			}
+		})
+	}
+}
+
+func TestRecoveryAndFormRows(t *testing.T) {
+	recs := []Recovery{
+		{Fault: FaultQuota, Restarted: at(0), Ready: at(3)},
+		{Fault: FaultPostgres, NotApplicable: "SQLite ledger"},
+	}
+	if got := RecoveryRow(recs, 30*time.Second); !got.OK {
+		t.Errorf("recovery in 3 s: %v", got.Problems)
+	}
+	if got := RecoveryRow(append(recs, Recovery{Fault: FaultHub, Restarted: at(0), Ready: at(31)}), 30*time.Second); got.OK {
+		t.Error("a Hub ready after 31 s passes")
+	}
+	checks := []FormCheck{{OK: true}, {OK: true, Fallback: true}, {Skipped: "Hub down"}}
+	if got := FormRow(checks); !got.OK || !strings.Contains(got.Numbers, "2 of 2") {
+		t.Errorf("form row: %+v", got)
+	}
+	if got := FormRow(append(checks, FormCheck{Detail: "502"})); got.OK {
+		t.Error("a failed form check passes")
+	}
+	var b strings.Builder
+	WriteTable(&b, []Row{{Invariant: "x", OK: false, Numbers: "1", Problems: []string{"p"}}})
+	want := "invariant  result  numbers\nx          FAIL    1\n  x: p\n"
+	if diff := cmp.Diff(want, b.String()); diff != "" {
+		t.Errorf("table (-want +got):\n%s", diff)
+	}
+}

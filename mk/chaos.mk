@@ -1,0 +1,20 @@
+# Chaos on the local cluster (e2e/chaose2e, issue 15): a seeded workload of several users while faults are injected
+# at seeded points (kill -9 of each service, the Hub and the kube-apiserver, a PostgreSQL restart, a node NotReady),
+# then the invariants table. `make chaos` is the long run with every fault; `make e2e` runs a bounded form (one short
+# run, fixed seed) as its own `go test` line in mk/cluster.mk.
+# Replay a run: make chaos CHAOS_SEED=<the seed it printed> (with the same CHAOS_SECONDS and CHAOS_FAULTS).
+
+CHAOS_SECONDS ?= 300
+CHAOS_FAULTS  ?= 9
+CHAOS_SEED    ?=
+
+.PHONY: chaos
+chaos: cluster-deps postgres-server helm ## Chaos run on the local cluster (5 min, every fault once, usage API on PostgreSQL); CHAOS_SEED=n replays a run, CHAOS_SECONDS, CHAOS_FAULTS.
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./services/gpu-agent ./services/usage-api ./services/gpu-quota ./services/gpu-profiles ./services/gpu-culler
+	@seed="$(CHAOS_SEED)"; [[ -n "$$seed" ]] || seed=$$(od -An -N4 -tu4 /dev/urandom | tr -d ' '); \
+	echo "==> chaos seed $$seed (replay: make chaos CHAOS_SEED=$$seed CHAOS_SECONDS=$(CHAOS_SECONDS) CHAOS_FAULTS=$(CHAOS_FAULTS))"; \
+	$(LOCALCLUSTER_ENV) GPUHUB_CHART="$(CURDIR)/chart/gpuhub" \
+	GPUHUB_CHAOS_SEED=$$seed GPUHUB_CHAOS_SECONDS=$(CHAOS_SECONDS) GPUHUB_CHAOS_FAULTS=$(CHAOS_FAULTS) \
+	  services/usage-api/scripts/with-postgres.sh \
+	  $(GO) test -race -count=1 -timeout 25m -v -tags e2e -run TestChaos ./e2e/chaose2e/...
