@@ -41,9 +41,21 @@ type Group struct {
 
 // Capacity is the simulated cluster.
 type Capacity struct {
+	// GPUs is the main scenario's capacity; 0: chosen by Choose.
 	GPUs           int     `yaml:"gpus"`
+	Choose         Choose  `yaml:"choose"`
+	Ample          int     `yaml:"ample"`
 	SharedFraction float64 `yaml:"sharedFraction"`
 	Replicas       int64   `yaml:"replicas"`
+}
+
+// Choose is the rule for the main capacity: the largest on the grid From..To (by Step) at which the anchor
+// (Kubernetes + idle-culler) makes at least WaitedShare of its requests wait.
+type Choose struct {
+	From        int     `yaml:"from"`
+	To          int     `yaml:"to"`
+	Step        int     `yaml:"step"`
+	WaitedShare float64 `yaml:"waitedShare"`
 }
 
 // Requests maps the trace's requests to spawn choices.
@@ -53,14 +65,24 @@ type Requests struct {
 
 // Idleness is the GPU activity model inside a server.
 type Idleness struct {
-	BusyMean          ipolicy.Duration `yaml:"busyMean"`
-	ThinkMean         ipolicy.Duration `yaml:"thinkMean"`
-	AwayProbability   float64          `yaml:"awayProbability"`
-	AwayMean          ipolicy.Duration `yaml:"awayMean"`
-	TabClosedWhenAway float64          `yaml:"tabClosedWhenAway"`
-	TabClosedWhenBusy float64          `yaml:"tabClosedWhenBusy"`
-	BusyUtilization   float64          `yaml:"busyUtilization"`
+	BusyMean        ipolicy.Duration `yaml:"busyMean"`
+	ThinkMean       ipolicy.Duration `yaml:"thinkMean"`
+	AwayProbability float64          `yaml:"awayProbability"`
+	AwayMean        ipolicy.Duration `yaml:"awayMean"`
+	// AwayShape is the long gaps' distribution: "exponential" (memoryless) or "pareto" (Lomax: heavy-tailed,
+	// with AwayTailIndex, scaled so its mean is AwayMean).
+	AwayShape         string  `yaml:"awayShape"`
+	AwayTailIndex     float64 `yaml:"awayTailIndex"`
+	TabClosedWhenAway float64 `yaml:"tabClosedWhenAway"`
+	TabClosedWhenBusy float64 `yaml:"tabClosedWhenBusy"`
+	BusyUtilization   float64 `yaml:"busyUtilization"`
 }
+
+// The shapes of the long idle gaps.
+const (
+	AwayExponential = "exponential"
+	AwayPareto      = "pareto"
+)
 
 // Behaviour is what users, the anchor's culler and the waitlist do.
 type Behaviour struct {
@@ -89,8 +111,17 @@ func (c *Config) Validate() []error {
 	if len(c.Users.Groups) == 0 {
 		bad([]string{"users", "groups"}, "name at least one group")
 	}
-	if c.Capacity.GPUs < 1 {
-		bad([]string{"capacity", "gpus"}, "must be at least 1")
+	ch := c.Capacity.Choose
+	switch {
+	case c.Capacity.GPUs < 0:
+		bad([]string{"capacity", "gpus"}, "must be at least 1, or 0 to choose it by capacity.choose")
+	case c.Capacity.GPUs == 0 && (ch.From < 1 || ch.Step < 1 || ch.To < ch.From):
+		bad([]string{"capacity", "choose"}, "needs from >= 1, step >= 1 and to >= from (or set capacity.gpus)")
+	case c.Capacity.GPUs == 0 && (ch.WaitedShare <= 0 || ch.WaitedShare >= 1):
+		bad([]string{"capacity", "choose", "waitedShare"}, "must be in (0, 1)")
+	}
+	if c.Capacity.Ample < 0 {
+		bad([]string{"capacity", "ample"}, "must be at least 1, or 0 for no ample-capacity row")
 	}
 	if c.Capacity.Replicas < 2 {
 		bad([]string{"capacity", "replicas"}, "must be at least 2 (a time-sliced GPU is shared)")
@@ -102,6 +133,16 @@ func (c *Config) Validate() []error {
 		if p.d.Std() < time.Minute {
 			bad([]string{"idleness", p.name}, "must be at least 1m (the simulation's step)")
 		}
+	}
+	switch c.Idleness.AwayShape {
+	case AwayExponential:
+	case AwayPareto:
+		// The mean is finite only above 1, and AwayMean is the mean.
+		if c.Idleness.AwayTailIndex <= 1 {
+			bad([]string{"idleness", "awayTailIndex"}, "must be above 1 (the Pareto mean is infinite at or below 1)")
+		}
+	default:
+		bad([]string{"idleness", "awayShape"}, "must be %q or %q", AwayExponential, AwayPareto)
 	}
 	for _, p := range []struct {
 		name string

@@ -52,8 +52,11 @@ type Report struct {
 	W           *Workload
 	Results     []*Result
 	Sensitivity []Variation
-	Seconds     float64 // the main replay's wall time (the four runs)
-	Total       float64 // with the sensitivity table
+	// Capacity is how the main capacity was chosen (nil: capacity.gpus named it).
+	Capacity        *CapacityRule
+	CapacitySeconds float64 // the rule's anchor runs
+	Seconds         float64 // the main replay's wall time: trace read, capacity rule, the four runs
+	Total           float64 // everything
 }
 
 // Bench loads the inputs, replays them and writes the report.
@@ -74,10 +77,21 @@ func Bench(o Options, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var rule *CapacityRule
+	ruleStart := time.Now()
+	if cfg.Capacity.GPUs == 0 {
+		r, err := ChooseCapacity(cfg, pol, nodes, pods)
+		if err != nil {
+			return err
+		}
+		rule, cfg.Capacity.GPUs = &r, r.Chosen
+	}
+	ruled := time.Since(ruleStart)
 	rep, err := Replay(cfg, pol, nodes, pods)
 	if err != nil {
 		return err
 	}
+	rep.Capacity, rep.CapacitySeconds = rule, ruled.Seconds()
 	rep.Seconds = time.Since(start).Seconds()
 	if o.Sensitivity {
 		if rep.Sensitivity, err = Sensitivity(cfg, pol, nodes, pods); err != nil {

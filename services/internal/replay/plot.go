@@ -29,7 +29,11 @@ func Plot(out io.Writer, rs []*Result) {
 	y := func(v float64) float64 { return top + (h-top-bottom)*(1-v/peak) }
 	fmt.Fprintf(out, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="sans-serif" font-size="12">`+"\n", w, h, w, h)
 	fmt.Fprintf(out, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	fmt.Fprintf(out, `<text x="%.0f" y="22" font-size="14">Allocated-but-idle GPUs over the replayed trace (daily moving average of hourly means)</text>`+"\n", left)
+	gpus := int64(0)
+	if len(rs) > 0 {
+		gpus = rs[0].GPUs
+	}
+	fmt.Fprintf(out, `<text x="%.0f" y="22" font-size="14">Allocated-but-idle GPUs over the replayed trace, %d GPUs (daily moving average of hourly means)</text>`+"\n", left, gpus)
 	for k := 0; k <= 5; k++ {
 		v := peak * float64(k) / 5
 		fmt.Fprintf(out, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#ddd"/><text x="%.1f" y="%.1f" text-anchor="end">%.0f</text>`+"\n",

@@ -2,7 +2,10 @@ package replay
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -101,26 +104,117 @@ func checkInvariants(t *testing.T, rs []*Result) {
 			t.Errorf("%s: gpu-quota could not decide %d times", r.Mode, c.Error)
 		case r.JainMin <= 0 || r.JainMin > 1+eps:
 			t.Errorf("%s: Jain's index %.3f outside (0, 1]", r.Mode, r.JainMin)
+		case !math.IsNaN(r.JainContendedMin) && (r.JainContendedMin <= 0 || r.JainContendedMin > 1+eps):
+			t.Errorf("%s: Jain's index over contended minutes %.3f outside (0, 1]", r.Mode, r.JainContendedMin)
+		case math.IsNaN(r.JainContendedMin) != (r.ContendedShare == 0):
+			t.Errorf("%s: Jain over contended minutes %.3f with %.3f of the minutes contended", r.Mode, r.JainContendedMin, r.ContendedShare)
+		case r.WaitedShare > 0 && r.WaitMean <= 0:
+			t.Errorf("%s: %.3f of the requests waited but the mean time-to-GPU is %.1f", r.Mode, r.WaitedShare, r.WaitMean)
 		}
 	}
 }
 
 func TestReplaySynthetic(t *testing.T) {
 	dir := synthetic(t)
-	cfg, pol := testConfig(t, 1, 0, 8)
-	first, rs := replayTable(t, dir, cfg, pol)
-	checkInvariants(t, rs)
-	again, _ := replayTable(t, dir, cfg, pol)
-	if diff := cmp.Diff(first, again); diff != "" {
-		t.Errorf("same seed, different table (-first +again):\n%s", diff)
+	tables := map[string]string{}
+	for _, tc := range []struct {
+		name  string
+		shape string
+		gpus  int
+	}{
+		{"pareto gaps", AwayPareto, 8},
+		{"exponential gaps", AwayExponential, 8},
+		{"pareto gaps, contended", AwayPareto, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, pol := testConfig(t, 1, 0, tc.gpus)
+			cfg.Idleness.AwayShape = tc.shape
+			first, rs := replayTable(t, dir, cfg, pol)
+			checkInvariants(t, rs)
+			again, _ := replayTable(t, dir, cfg, pol)
+			if diff := cmp.Diff(first, again); diff != "" {
+				t.Errorf("same seed, different table (-first +again):\n%s", diff)
+			}
+			if c := rs[GPUHub].Counts(); c.Admissions == 0 || c.Decisions == 0 {
+				t.Errorf("gpuhub run: %d admissions, %d culler decisions: the services' code did not run", c.Admissions, c.Decisions)
+			}
+			cfg.Seed++
+			other, _ := replayTable(t, dir, cfg, pol)
+			if other == first {
+				t.Error("another seed gave the same table: the seed does not reach the idleness model")
+			}
+			tables[tc.name] = first
+		})
 	}
-	if c := rs[GPUHub].Counts(); c.Admissions == 0 || c.Decisions == 0 {
-		t.Errorf("gpuhub run: %d admissions, %d culler decisions: the services' code did not run", c.Admissions, c.Decisions)
+	if tables["pareto gaps"] == tables["exponential gaps"] {
+		t.Error("awayShape pareto and exponential gave the same table: the shape does not reach the idleness model")
 	}
-	cfg.Seed++
-	other, _ := replayTable(t, dir, cfg, pol)
-	if other == first {
-		t.Error("another seed gave the same table: the seed does not reach the idleness model")
+}
+
+// TestLomax checks the heavy-tailed draws against their distribution: the mean (within sampling error at this
+// tail index) and the tail P(X > x) = (1 + x/scale)^-alpha at a few points.
+func TestLomax(t *testing.T) {
+	const n = 400_000
+	for _, tc := range []struct {
+		alpha, mean float64
+		meanTol     float64 // relative; a tail index near 1 converges slowly
+	}{
+		{alpha: 2.5, mean: 240, meanTol: 0.02},
+		{alpha: 1.5, mean: 240, meanTol: 0.10},
+	} {
+		t.Run(fmt.Sprintf("alpha %.1f", tc.alpha), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(1, 2))
+			scale := tc.mean * (tc.alpha - 1)
+			points := []float64{60, 240, 1440}
+			above := make([]int, len(points))
+			sum := 0.0
+			for range n {
+				x := lomax(rng, tc.alpha, tc.mean)
+				if x < 0 {
+					t.Fatalf("draw %g below 0", x)
+				}
+				sum += x
+				for i, p := range points {
+					if x > p {
+						above[i]++
+					}
+				}
+			}
+			if got := sum / n; math.Abs(got/tc.mean-1) > tc.meanTol {
+				t.Errorf("mean %.1f, want %.1f within %.0f %%", got, tc.mean, 100*tc.meanTol)
+			}
+			for i, p := range points {
+				want := math.Pow(1+p/scale, -tc.alpha)
+				if got := float64(above[i]) / n; math.Abs(got-want) > 0.005 {
+					t.Errorf("P(X > %.0f) = %.4f, want %.4f", p, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestPickCapacity(t *testing.T) {
+	rows := []CapacityRow{{Want: 24, WaitedShare: 0.30}, {Want: 28, WaitedShare: 0.12}, {Want: 32, WaitedShare: 0.05},
+		{Want: 36, WaitedShare: 0.01}, {Want: 40, WaitedShare: 0.06}, {Want: 44, WaitedShare: 0}}
+	for _, tc := range []struct {
+		name    string
+		share   float64
+		want    int
+		wantErr bool
+	}{
+		{name: "largest at or above the share, even past a dip", share: 0.05, want: 40},
+		{name: "a higher share picks less capacity", share: 0.10, want: 28},
+		{name: "none qualifies", share: 0.5, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := pickCapacity(rows, tc.share)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("pickCapacity error = %v, want error %v", err, tc.wantErr)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("pickCapacity (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 
@@ -156,5 +250,37 @@ func TestLoadConfigRejectsBadValues(t *testing.T) {
 	_, err := LoadConfig(path)
 	if err == nil || !strings.Contains(err.Error(), `unknown key "bogus"`) {
 		t.Errorf("LoadConfig = %v, want the unknown key reported with its place", err)
+	}
+}
+
+func TestValidateIdlenessAndCapacity(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(*Config)
+		want   string // in the error; empty: valid
+	}{
+		{name: "the shipped config", change: func(*Config) {}},
+		{name: "exponential gaps", change: func(c *Config) { c.Idleness.AwayShape = AwayExponential }},
+		{name: "unknown shape", change: func(c *Config) { c.Idleness.AwayShape = "weibull" }, want: "awayShape"},
+		{name: "tail index with an infinite mean", change: func(c *Config) { c.Idleness.AwayTailIndex = 1 }, want: "awayTailIndex"},
+		{name: "a named capacity needs no rule", change: func(c *Config) { c.Capacity.GPUs, c.Capacity.Choose = 40, Choose{} }},
+		{name: "no capacity and no rule", change: func(c *Config) { c.Capacity.Choose = Choose{} }, want: "choose"},
+		{name: "rule share out of range", change: func(c *Config) { c.Capacity.Choose.WaitedShare = 1 }, want: "waitedShare"},
+		{name: "negative capacity", change: func(c *Config) { c.Capacity.GPUs = -1 }, want: "gpus"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := LoadConfig("config/replay.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.change(cfg)
+			err = errors.Join(cfg.Validate()...)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("Validate = %v, want none", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("Validate = %v, want an error naming %q", err, tc.want)
+			}
+		})
 	}
 }

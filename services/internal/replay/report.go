@@ -3,6 +3,8 @@ package replay
 import (
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"slices"
 	"strings"
 )
@@ -36,9 +38,18 @@ func Table(out io.Writer, rs []*Result) {
 	row("GPU allocation rate", func(r *Result) string { return pct(r.AllocationRate) })
 	row("busy utilization", func(r *Result) string { return pct(r.BusyUtilization) })
 	row("allocated-but-idle GPU-hours", func(r *Result) string { return fmt.Sprintf("%.0f", r.IdleHeldGPUHours) })
+	row("requests that waited (time-to-GPU > 0)", func(r *Result) string { return pct(r.WaitedShare) })
 	row("time-to-GPU p50", func(r *Result) string { return minutes(r.WaitP50) })
 	row("time-to-GPU p99", func(r *Result) string { return minutes(r.WaitP99) })
-	row("Jain's index (lowest group)", jainText)
+	row("time-to-GPU mean (of those who waited)", func(r *Result) string {
+		if r.WaitedShare == 0 {
+			return minutesFine(r.WaitMean)
+		}
+		return fmt.Sprintf("%s (%s)", minutesFine(r.WaitMean), minutesFine(r.WaitMean/r.WaitedShare))
+	})
+	row("minutes with someone waiting", func(r *Result) string { return pct(r.ContendedShare) })
+	row("Jain's index, contended minutes (lowest group)", jainContendedText)
+	row("Jain's index, all minutes (lowest group)", jainText)
 	row("culls (false)", func(r *Result) string {
 		c := r.Counts()
 		if c.Culls == 0 {
@@ -68,17 +79,27 @@ func Table(out io.Writer, rs []*Result) {
 	})
 }
 
-func jainText(r *Result) string {
-	groups := make([]string, 0, len(r.Jain))
-	for g := range r.Jain {
-		groups = append(groups, g)
+func jainText(r *Result) string { return jainGroups(r.Jain, r.JainMin) }
+
+func jainContendedText(r *Result) string { return jainGroups(r.JainContended, r.JainContendedMin) }
+
+func jainGroups(byGroup map[string]float64, lowest float64) string {
+	if math.IsNaN(lowest) {
+		return "– (no one waited)"
 	}
-	slices.Sort(groups)
 	var parts []string
-	for _, g := range groups {
-		parts = append(parts, fmt.Sprintf("%s %.3f", g, r.Jain[g]))
+	for _, g := range slices.Sorted(maps.Keys(byGroup)) {
+		parts = append(parts, fmt.Sprintf("%s %.3f", g, byGroup[g]))
 	}
-	return fmt.Sprintf("%.3f (%s)", r.JainMin, strings.Join(parts, ", "))
+	return fmt.Sprintf("%.3f (%s)", lowest, strings.Join(parts, ", "))
+}
+
+// jainShort is the lowest group's index, or a dash when no one waited.
+func jainShort(x float64) string {
+	if math.IsNaN(x) {
+		return "–"
+	}
+	return fmt.Sprintf("%.3f", x)
 }
 
 func pct(x float64) string { return fmt.Sprintf("%.1f %%", 100*x) }
@@ -91,6 +112,14 @@ func minutes(m float64) string {
 		return fmt.Sprintf("%.1f h", m/60)
 	}
 	return fmt.Sprintf("%.1f d", m/60/24)
+}
+
+// minutesFine is minutes with one decimal below an hour (a mean is not a whole number of steps).
+func minutesFine(m float64) string {
+	if m < 60 {
+		return fmt.Sprintf("%.1f min", m)
+	}
+	return minutes(m)
 }
 
 // Verdict is one target, met or not, with its numbers.
@@ -124,7 +153,9 @@ func Verdicts(rs []*Result, seconds float64) []Verdict {
 			fmt.Sprintf("%s vs %s: %s", minutes(g.WaitP99), minutes(anchor.WaitP99), ratioText(ratio))})
 		out = append(out, Verdict{m.String() + ": false culls <= 2 %", g.FalseCullRate <= TargetFalseCulls,
 			fmt.Sprintf("%d of %d culls (%s)", g.falseCulls, g.culls, pct(g.FalseCullRate))})
-		out = append(out, Verdict{m.String() + ": Jain >= 0.9", g.JainMin >= TargetJain, jainText(g)})
+		// Over the contended minutes: when no one waits, everyone gets what they ask and the index says nothing.
+		out = append(out, Verdict{m.String() + ": Jain >= 0.9 (contended minutes)", g.JainContendedMin >= TargetJain,
+			jainContendedText(g)})
 	}
 	out = append(out, Verdict{"whole replay <= 60 s", seconds <= TargetSeconds, fmt.Sprintf("%.1f s", seconds)})
 	return out

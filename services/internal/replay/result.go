@@ -2,6 +2,7 @@ package replay
 
 import (
 	"cmp"
+	"maps"
 	"math"
 	"slices"
 )
@@ -28,21 +29,28 @@ type Result struct {
 	joins, errors                int
 	overcommitted                int // node-minutes with more units bound than the node has (never)
 	wanted, delivered            map[string]float64
-	groupOf                      map[string]string
-	idleSeries                   []float64 // idle-but-held GPU-minutes per bucket
+	// The same, counted only in contended minutes (someone waiting for a GPU).
+	wantedContended, deliveredContended map[string]float64
+	contendedMin                        int
+	groupOf                             map[string]string
+	idleSeries                          []float64 // idle-but-held GPU-minutes per bucket
 
 	// Filled by finish.
 	AllocationRate, BusyUtilization float64
 	IdleHeldGPUHours, HeldGPUHours  float64
-	WaitP50, WaitP99                float64 // minutes
-	Jain                            map[string]float64
-	JainMin                         float64
-	FalseCullRate                   float64
+	WaitP50, WaitP99, WaitMean      float64 // minutes (the simulation's step is one minute)
+	WaitedShare                     float64 // requests with a time-to-GPU above 0
+	// Jain is per group over every minute; JainContended only over the contended minutes (none: empty, and
+	// JainContendedMin is NaN).
+	Jain, JainContended       map[string]float64
+	JainMin, JainContendedMin float64
+	ContendedShare            float64 // minutes in which someone waited
+	FalseCullRate             float64
 }
 
 func newResult(mode Mode, w *Workload, gpus int64) *Result {
 	return &Result{Mode: mode, GPUs: gpus, Minutes: w.Minutes, wanted: map[string]float64{}, delivered: map[string]float64{},
-		groupOf: w.GroupOf, idleSeries: make([]float64, (w.Minutes+bucket-1)/bucket)}
+		wantedContended: map[string]float64{}, deliveredContended: map[string]float64{}, groupOf: w.GroupOf, idleSeries: make([]float64, (w.Minutes+bucket-1)/bucket)}
 }
 
 func (m *Result) waited(minutes int, censored bool) {
@@ -69,29 +77,59 @@ func (m *Result) finish(r *run) {
 	m.AllocationRate, m.BusyUtilization = m.heldMin/capMin, m.busyMin/capMin
 	m.IdleHeldGPUHours, m.HeldGPUHours = m.idleMin/60, m.heldMin/60
 	m.WaitP50, m.WaitP99 = percentile(m.waits, 0.50), percentile(m.waits, 0.99)
-	m.Jain = map[string]float64{}
-	xs := map[string][]float64{}
-	users := make([]string, 0, len(m.wanted))
-	for u := range m.wanted {
-		users = append(users, u)
-	}
-	slices.Sort(users)
-	for _, u := range users {
-		if w := m.wanted[u]; w > 0 {
-			xs[m.groupOf[u]] = append(xs[m.groupOf[u]], m.delivered[u]/w)
-		}
-	}
-	m.JainMin = 1
-	for g, x := range xs {
-		m.Jain[g] = jain(x)
-		m.JainMin = min(m.JainMin, m.Jain[g])
-	}
+	m.WaitMean, m.WaitedShare = mean(m.waits), waitedShare(m.waits)
+	m.Jain, m.JainMin = jainByGroup(m.wanted, m.delivered, m.groupOf)
+	m.JainContended, m.JainContendedMin = jainByGroup(m.wantedContended, m.deliveredContended, m.groupOf)
+	m.ContendedShare = float64(m.contendedMin) / float64(m.Minutes)
 	if m.culls > 0 {
 		m.FalseCullRate = float64(m.falseCulls) / float64(m.culls)
 	}
 	for i := range m.idleSeries {
 		m.idleSeries[i] /= bucket
 	}
+}
+
+// jainByGroup is Jain's index per group over x = delivered/wanted of each user who wanted something, and the
+// lowest (NaN when no user wanted anything).
+func jainByGroup(wanted, delivered map[string]float64, groupOf map[string]string) (map[string]float64, float64) {
+	xs := map[string][]float64{}
+	for _, u := range slices.Sorted(maps.Keys(wanted)) {
+		if w := wanted[u]; w > 0 {
+			xs[groupOf[u]] = append(xs[groupOf[u]], delivered[u]/w)
+		}
+	}
+	out, lowest := map[string]float64{}, math.NaN()
+	for g, x := range xs {
+		out[g] = jain(x)
+		if math.IsNaN(lowest) || out[g] < lowest {
+			lowest = out[g]
+		}
+	}
+	return out, lowest
+}
+
+func mean(xs []int) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	sum := 0
+	for _, x := range xs {
+		sum += x
+	}
+	return float64(sum) / float64(len(xs))
+}
+
+func waitedShare(xs []int) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	n := 0
+	for _, x := range xs {
+		if x > 0 {
+			n++
+		}
+	}
+	return float64(n) / float64(len(xs))
 }
 
 // percentile is the nearest-rank percentile of xs (0 when empty).

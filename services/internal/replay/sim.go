@@ -607,6 +607,11 @@ func (r *run) refreshDecayed() {
 func (r *run) account() {
 	t := r.t
 	idle := 0.0
+	// Contended: someone asked and has no GPU yet (culled users who have not asked again do not count).
+	contended := len(r.waiting)+len(r.bound) > 0
+	if contended {
+		r.m.contendedMin++
+	}
 	for _, sv := range r.running {
 		busy := sv.s.Busy(t)
 		if sv.s.HubActive(t) {
@@ -617,6 +622,10 @@ func (r *run) account() {
 			r.m.busyMin += sv.share
 			r.m.delivered[sv.s.User]++
 			r.m.wanted[sv.s.User]++
+			if contended {
+				r.m.deliveredContended[sv.s.User]++
+				r.m.wantedContended[sv.s.User]++
+			}
 		} else {
 			idle += sv.share
 		}
@@ -633,6 +642,9 @@ func (r *run) account() {
 		for _, sv := range list {
 			if sv.s.Busy(t) {
 				r.m.wanted[sv.s.User]++
+				if contended {
+					r.m.wantedContended[sv.s.User]++
+				}
 			}
 		}
 	}

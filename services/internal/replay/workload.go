@@ -140,15 +140,21 @@ func pickNodes(seed string, nodes []TraceNode, want, largest int64) []TraceNode 
 }
 
 // activity draws a session's minutes: idle gaps and busy bursts in turn, starting with a short gap (the user
-// opens the notebook). A gap is long (away) with AwayProbability, and then the tab is closed with
-// TabClosedWhenAway; short gaps keep the tab open; a burst runs with the tab closed with TabClosedWhenBusy.
+// opens the notebook). A gap is long (away) with AwayProbability, drawn from AwayShape, and then the tab is
+// closed with TabClosedWhenAway; short gaps keep the tab open; a burst runs with the tab closed with TabClosedWhenBusy.
 func activity(cfg *Config, s *Session) []uint8 {
 	m := cfg.Idleness
 	rng := rand.New(rand.NewPCG(cfg.Seed, hash64("activity", s.Pod)))
-	minutes := func(mean time.Duration) int {
-		return max(1, int(math.Round(rng.ExpFloat64()*mean.Minutes())))
-	}
 	n := s.End - s.Start
+	// Draws are capped at the session's length: a Pareto draw can be longer than any session.
+	whole := func(x float64) int { return max(1, int(math.Round(min(x, float64(n))))) }
+	minutes := func(mean time.Duration) int { return whole(rng.ExpFloat64() * mean.Minutes()) }
+	away := func() int {
+		if m.AwayShape != AwayPareto {
+			return minutes(m.AwayMean.Std())
+		}
+		return whole(lomax(rng, m.AwayTailIndex, m.AwayMean.Std().Minutes()))
+	}
 	act := make([]uint8, n)
 	t, busy := 0, false
 	for t < n {
@@ -158,7 +164,7 @@ func activity(cfg *Config, s *Session) []uint8 {
 		case busy:
 			d, tab = minutes(m.BusyMean.Std()), rng.Float64() >= m.TabClosedWhenBusy
 		case t > 0 && rng.Float64() < m.AwayProbability:
-			d, tab = minutes(m.AwayMean.Std()), rng.Float64() >= m.TabClosedWhenAway
+			d, tab = away(), rng.Float64() >= m.TabClosedWhenAway
 		default:
 			d, tab = minutes(m.ThinkMean.Std()), true
 		}
@@ -176,4 +182,13 @@ func activity(cfg *Config, s *Session) []uint8 {
 		busy = !busy
 	}
 	return act
+}
+
+// lomax draws from a Pareto distribution shifted to start at 0 (Lomax) with tail index alpha > 1 and the given
+// mean: P(X > x) = (1 + x/scale)^-alpha, mean = scale/(alpha-1). Its hazard alpha/(scale+x) falls as the gap
+// grows: the longer someone has been away, the longer they are likely to stay away.
+func lomax(rng *rand.Rand, alpha, mean float64) float64 {
+	scale := mean * (alpha - 1)
+	u := 1 - rng.Float64() // in (0, 1]
+	return scale * (math.Pow(u, -1/alpha) - 1)
 }
