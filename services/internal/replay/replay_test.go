@@ -10,8 +10,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	ckit "github.com/gpuhub/gpuhub/services/gpu-culler/replaykit"
 )
 
 // synthetic writes a small trace in the PAI files' format: 4 nodes, 60 GPU pods over two days (whole, multi-GPU
@@ -282,5 +285,36 @@ func TestValidateIdlenessAndCapacity(t *testing.T) {
 				t.Errorf("Validate = %v, want an error naming %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestSetCullerGPUIdle: the policy variation changes gpu.idlePeriod and nothing else, and gpu-culler's own parser
+// reads the result; a file without gpu.idlePeriod is an error, not a silent no-op.
+func TestSetCullerGPUIdle(t *testing.T) {
+	pol, err := LoadPolicies("config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := ckit.ParsePolicy(pol.CullerName, pol.Culler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := setCullerGPUIdle(&pol, "2h"); err != nil {
+		t.Fatal(err)
+	}
+	after, err := ckit.ParsePolicy(pol.CullerName, pol.Culler)
+	if err != nil {
+		t.Fatalf("gpu-culler refuses the changed policy: %v\n%s", err, pol.Culler)
+	}
+	if got := after.GPU.IdlePeriod; got == nil || time.Duration(*got) != 2*time.Hour {
+		t.Errorf("gpu.idlePeriod = %v, want 2h", got)
+	}
+	after.GPU.IdlePeriod = before.GPU.IdlePeriod
+	if diff := cmp.Diff(before, after); diff != "" {
+		t.Errorf("more than gpu.idlePeriod changed (-before +after):\n%s", diff)
+	}
+	bad := Policies{Culler: []byte("every: 1m\n"), CullerName: "culler.yaml"}
+	if err := setCullerGPUIdle(&bad, "2h"); err == nil {
+		t.Error("a policy without gpu.idlePeriod was accepted")
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
 	ipolicy "github.com/gpuhub/gpuhub/services/internal/policy"
 )
 
@@ -13,11 +15,14 @@ type Variation struct {
 	Results []*Result // Kubernetes + idle-culler, gpuhub + waitlist
 }
 
-// variation is one change to the main scenario.
+// variation is one change to the main scenario: to the model (change) or to gpuhub's policies (policy).
 type variation struct {
 	name   string
 	change func(*Config)
+	policy func(*Policies) error
 }
+
+func vary(name string, change func(*Config)) variation { return variation{name: name, change: change} }
 
 // variations change one main parameter of the idleness model at a time: the long gaps' shape (the other one,
 // same mean), each duration to half and twice its value, fractions to a low and a high value; then the
@@ -30,24 +35,28 @@ func variations(cfg *Config) []variation {
 	var vs []variation
 	if i.AwayShape == AwayPareto {
 		vs = append(vs,
-			variation{"awayShape exponential (memoryless long gaps, same mean)", func(c *Config) { c.Idleness.AwayShape = AwayExponential }},
-			variation{"awayTailIndex 2.5 (lighter tail, same mean)", func(c *Config) { c.Idleness.AwayTailIndex = 2.5 }})
+			vary("awayShape exponential (memoryless long gaps, same mean)", func(c *Config) { c.Idleness.AwayShape = AwayExponential }),
+			vary("awayTailIndex 2.5 (lighter tail, same mean)", func(c *Config) { c.Idleness.AwayTailIndex = 2.5 }))
 	} else {
-		vs = append(vs, variation{fmt.Sprintf("awayShape pareto, tail index %.1f (heavy-tailed long gaps, same mean)", i.AwayTailIndex),
-			func(c *Config) { c.Idleness.AwayShape = AwayPareto }})
+		vs = append(vs, vary(fmt.Sprintf("awayShape pareto, tail index %.1f (heavy-tailed long gaps, same mean)", i.AwayTailIndex),
+			func(c *Config) { c.Idleness.AwayShape = AwayPareto }))
 	}
 	vs = append(vs,
-		variation{fmt.Sprintf("awayMean %s (long idle gaps half as long)", dur(i.AwayMean, 0.5)), func(c *Config) { c.Idleness.AwayMean = dur(i.AwayMean, 0.5) }},
-		variation{fmt.Sprintf("awayMean %s (twice as long)", dur(i.AwayMean, 2)), func(c *Config) { c.Idleness.AwayMean = dur(i.AwayMean, 2) }},
-		variation{"tabClosedWhenAway 0.3 (tabs mostly left open)", func(c *Config) { c.Idleness.TabClosedWhenAway = 0.3 }},
-		variation{"tabClosedWhenAway 0.9 (tabs mostly closed)", func(c *Config) { c.Idleness.TabClosedWhenAway = 0.9 }},
-		variation{fmt.Sprintf("busyMean %s (shorter bursts)", dur(i.BusyMean, 0.5)), func(c *Config) { c.Idleness.BusyMean = dur(i.BusyMean, 0.5) }},
-		variation{fmt.Sprintf("busyMean %s (longer bursts)", dur(i.BusyMean, 2)), func(c *Config) { c.Idleness.BusyMean = dur(i.BusyMean, 2) }},
-		variation{fmt.Sprintf("awayProbability %.2f", i.AwayProbability/2), func(c *Config) { c.Idleness.AwayProbability = i.AwayProbability / 2 }},
+		vary(fmt.Sprintf("awayMean %s (long idle gaps half as long)", dur(i.AwayMean, 0.5)), func(c *Config) { c.Idleness.AwayMean = dur(i.AwayMean, 0.5) }),
+		vary(fmt.Sprintf("awayMean %s (twice as long)", dur(i.AwayMean, 2)), func(c *Config) { c.Idleness.AwayMean = dur(i.AwayMean, 2) }),
+		vary("tabClosedWhenAway 0.3 (tabs mostly left open)", func(c *Config) { c.Idleness.TabClosedWhenAway = 0.3 }),
+		vary("tabClosedWhenAway 0.9 (tabs mostly closed)", func(c *Config) { c.Idleness.TabClosedWhenAway = 0.9 }),
+		vary(fmt.Sprintf("busyMean %s (shorter bursts)", dur(i.BusyMean, 0.5)), func(c *Config) { c.Idleness.BusyMean = dur(i.BusyMean, 0.5) }),
+		vary(fmt.Sprintf("busyMean %s (longer bursts)", dur(i.BusyMean, 2)), func(c *Config) { c.Idleness.BusyMean = dur(i.BusyMean, 2) }),
+		vary(fmt.Sprintf("awayProbability %.2f", i.AwayProbability/2), func(c *Config) { c.Idleness.AwayProbability = i.AwayProbability / 2 }),
 	)
+	// gpuhub's own knob against false culls: a longer GPU idle period, at the price of idle GPU-hours (the model
+	// and the anchor unchanged).
+	vs = append(vs, variation{name: "gpu-culler gpu.idlePeriod 2h (policy, not model: fewer false culls, more idle)",
+		change: func(*Config) {}, policy: func(p *Policies) error { return setCullerGPUIdle(p, "2h") }})
 	if a := cfg.Capacity.Ample; a > 0 && a != cfg.Capacity.GPUs {
-		vs = append(vs, variation{fmt.Sprintf("capacity.ample: %d GPUs asked (the anchor hardly queues)", a),
-			func(c *Config) { c.Capacity.GPUs = a }})
+		vs = append(vs, vary(fmt.Sprintf("capacity.ample: %d GPUs asked (the anchor hardly queues)", a),
+			func(c *Config) { c.Capacity.GPUs = a }))
 	}
 	return vs
 }
@@ -58,11 +67,17 @@ func Sensitivity(cfg *Config, pol Policies, nodes []TraceNode, pods []TracePod) 
 	for _, v := range variations(cfg) {
 		c := *cfg
 		v.change(&c)
+		p := pol
+		if v.policy != nil {
+			if err := v.policy(&p); err != nil {
+				return nil, fmt.Errorf("%s: %w", v.name, err)
+			}
+		}
 		w, err := BuildWorkload(&c, nodes, pods)
 		if err != nil {
 			return nil, err
 		}
-		env, err := NewEnv(&c, w, pol)
+		env, err := NewEnv(&c, w, p)
 		if err != nil {
 			return nil, err
 		}
@@ -73,4 +88,36 @@ func Sensitivity(cfg *Config, pol Policies, nodes []TraceNode, pods []TracePod) 
 		out = append(out, Variation{Name: v.name, Results: rs})
 	}
 	return out, nil
+}
+
+// setCullerGPUIdle sets gpu.idlePeriod in the culler policy file (which the culler's own parser then reads).
+func setCullerGPUIdle(p *Policies, d string) error {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(p.Culler, &doc); err != nil {
+		return fmt.Errorf("%s: %w", p.CullerName, err)
+	}
+	set := false
+	if len(doc.Content) == 1 && doc.Content[0].Kind == yaml.MappingNode {
+		top := doc.Content[0].Content
+		for i := 0; i+1 < len(top); i += 2 {
+			if top[i].Value != "gpu" || top[i+1].Kind != yaml.MappingNode {
+				continue
+			}
+			gpu := top[i+1].Content
+			for j := 0; j+1 < len(gpu); j += 2 {
+				if gpu[j].Value == "idlePeriod" {
+					gpu[j+1].Value, set = d, true
+				}
+			}
+		}
+	}
+	if !set {
+		return fmt.Errorf("%s has no gpu.idlePeriod to change", p.CullerName)
+	}
+	out, err := yaml.Marshal(&doc)
+	if err != nil {
+		return err
+	}
+	p.Culler = out
+	return nil
 }
