@@ -209,7 +209,9 @@ func Run(ctx context.Context, o Options) error {
 	usageURL, usageLine := "", ""
 	if !o.NoGPUHub {
 		usageURL = s.HubURL() + "services/" + gpuhubstack.ServiceName + "/api/v1/"
-		usageLine = fmt.Sprintf("    usage API:   %sme (through the Hub; direct: %s)\n", usageURL,
+		usageLine = fmt.Sprintf("    admin view:  %sservices/%s/ (the Hub's Services menu, gpu-usage; admin sees everyone, others their own)\n",
+			s.HubURL(), gpuhubstack.ServiceName)
+		usageLine += fmt.Sprintf("    usage API:   %sme (through the Hub; direct: %s)\n", usageURL,
 			gpuhubstack.Usage{Port: o.GPUHub.Port}.URL())
 		if o.GPUHub.Quota.Binary != "" {
 			usageLine += fmt.Sprintf("    gpu-quota:   policy %s (direct: %s; edit the file, it reloads)\n", o.GPUHub.Quota.Policy,
