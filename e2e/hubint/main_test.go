@@ -59,10 +59,9 @@ func run(m *testing.M) int {
 	}
 	defer pages.close()
 	oauthService = pages
-	opts.Password = hubPassword
 	opts.Roles = append(opts.Roles, hubproc.Role{Name: "oauth-pages-users", Scopes: []string{"access:services!service=" + svcPages}, Users: []string{"alice"}})
 	opts.Services = []hubproc.Service{
-		{Name: svcPages, URL: pages.url, Token: pages.token},
+		{Name: svcPages, URL: pages.url},
 		{Name: svcLister, Scopes: []string{"list:users", "read:users"}},
 		{Name: svcGroups, Scopes: []string{"list:groups", "read:groups"}},
 		{Name: svcServers, Scopes: []string{"servers!user=alice", "read:users:activity"}},

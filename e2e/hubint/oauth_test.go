@@ -4,8 +4,6 @@ package hubint_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"html"
 	"net"
@@ -21,20 +19,12 @@ import (
 	"github.com/gpuhub/gpuhub/hubapi/huboauth"
 )
 
-var hubPassword = randomHex(12)
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // oauthPages is a service's pages behind huboauth, served before the Hub starts (JupyterHub 6 waits for every
 // service with a url to answer) and wired to the Hub once it runs.
 type oauthPages struct {
-	url, token string
-	srv        *http.Server
-	handler    atomic.Pointer[http.Handler]
+	url     string
+	srv     *http.Server
+	handler atomic.Pointer[http.Handler]
 }
 
 func startOAuthPages() (*oauthPages, error) {
@@ -42,7 +32,7 @@ func startOAuthPages() (*oauthPages, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &oauthPages{url: "http://" + ln.Addr().String(), token: randomHex(16)}
+	p := &oauthPages{url: "http://" + ln.Addr().String()}
 	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := p.handler.Load()
 		if h == nil {
@@ -65,13 +55,15 @@ func (p *oauthPages) wire(t *testing.T) {
 	if p.handler.Load() != nil {
 		return
 	}
-	hc, err := hubapi.New(hubapi.Config{URL: hub.APIURL(), Token: p.token, UserAgent: "gpuhub-hubint"})
+	// The service's token is its OAuth client secret; hubproc generated it.
+	token := hub.ServiceToken(svcPages)
+	hc, err := hubapi.New(hubapi.Config{URL: hub.APIURL(), Token: token, UserAgent: "gpuhub-hubint"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	prefix := "/services/" + svcPages + "/"
 	login, err := huboauth.New(huboauth.Options{
-		ClientID: "service-" + svcPages, ClientSecret: p.token, Hub: hc, Prefix: prefix,
+		ClientID: "service-" + svcPages, ClientSecret: token, Hub: hc, Prefix: prefix,
 		AuthorizeURL: "/hub/api/oauth2/authorize", TokenURL: hub.APIURL() + "/oauth2/token", HubLogoutURL: "/hub/logout",
 		CallbackURL: prefix + "oauth_callback",
 	})
@@ -99,7 +91,7 @@ var confirmScopes = regexp.MustCompile(`name="scopes" value="([^"]*)"`)
 // access:services for the service gets no session.
 func TestServiceOAuthLogin(t *testing.T) {
 	oauthService.wire(t)
-	h := &hubtest.Hub{Name: "plain", Proc: hub, Password: hubPassword}
+	h := &hubtest.Hub{Name: "plain", Proc: hub, Password: hub.Password()}
 	page := "services/" + svcPages + "/"
 
 	b := h.Login(t, "alice")
