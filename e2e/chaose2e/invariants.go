@@ -66,8 +66,9 @@ func WriteTable(w io.Writer, rows []Row) {
 // that ended while the usage API was down is charged up to the checkpoint before the outage only, and one that
 // started and ended inside it not at all. Beyond that it must be within tol (0.01) of the truth, both ways.
 //
-// A pod's end is charged at the last tick of the usage API that saw it (its interval, tick), so each pod may be
-// short by up to share x tick besides: the lives of a short run are not much longer than a tick.
+// A pod is charged from its start, as here (services/usage-api/README.md, "Integration": also when the first
+// tick that sees it comes late), and up to the last tick of the usage API that saw it (its interval, tick), so
+// each pod may be short by up to share x tick besides: the lives of a short run are not much longer than a tick.
 func LedgerRow(pods []Pod, ledger map[string]float64, usageDown []Period, tick time.Duration, tol float64) Row {
 	want, lost := map[string]float64{}, map[string]float64{}
 	users := []string{}

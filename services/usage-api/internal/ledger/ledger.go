@@ -346,7 +346,7 @@ func (l *Ledger) integrate(at sighting, samples []Sample, held []Holding) (res R
 	res = Result{At: now, PerKey: map[Key]Totals{}}
 	if l.cp == nil {
 		// A new ledger starts now: nothing before it is charged.
-		return res, Checkpoint{At: now, Ticks: 1, Held: held}, nil, true
+		return res, Checkpoint{At: now, Ticks: 1, Held: held, LeftSince: now}, nil, true
 	}
 	next = *l.cp
 	next.At, next.Ticks, next.Held = now, l.cp.Ticks+1, held
@@ -370,6 +370,7 @@ func (l *Ledger) integrate(at sighting, samples []Sample, held []Holding) (res R
 	default:
 		// Far behind: this clock stepped back across a restart. How long passed is unknown; re-anchor.
 		res.ClockStep = wallElapsed
+		l.depart(&next, nil)
 		return res, next, nil, true
 	}
 	res.Charged = now.Sub(from)
@@ -386,13 +387,14 @@ func (l *Ledger) integrate(at sighting, samples []Sample, held []Holding) (res R
 		case s.Pod != "" && l.cp.holds(s.Pod):
 			// Held at the checkpoint and now: Running all along.
 		case !s.Since.IsZero():
-			begin = maxTime(from, s.Since)
+			begin = l.chargeFrom(s.Pod, s.Since, from)
 		case long:
 			begin, unknown = observedFrom, true
 		}
 		c.add(s, minTime(begin, now), observedFrom, now)
 	}
 	if !long && len(l.seen) == 0 {
+		l.depart(&next, nil)
 		incs = c.increments(&next.Sums, res.PerKey)
 		return res, next, incs, true
 	}
@@ -411,6 +413,7 @@ func (l *Ledger) integrate(at sighting, samples []Sample, held []Holding) (res R
 			}
 		}
 	}
+	charged := map[string]time.Time{}                                         // the pods gone now that the seen holdings charge after the checkpoint: until when
 	for _, k := range slices.SortedFunc(maps.Keys(l.seen), compareSeenKeys) { // sorted: the sums' rounding is the same each run
 		e := l.seen[k]
 		if present[e.Pod] {
@@ -423,11 +426,14 @@ func (l *Ledger) integrate(at sighting, samples []Sample, held []Holding) (res R
 		case heldAtCP:
 			// Running from the checkpoint to its last sighting.
 		case !e.Since.IsZero():
-			begin = maxTime(from, e.Since)
+			begin = l.chargeFrom(e.Pod, e.Since, from)
 		default:
 			begin = maxTime(from, place(e.first, at))
 		}
 		c.rate(piece{begin, last}, e.Key, Totals{Allocated: e.Allocated, UsedUnknown: e.Allocated})
+		if begin.Before(last) && last.After(charged[e.Pod]) {
+			charged[e.Pod] = last
+		}
 		if ends == nil || !last.After(from) {
 			continue // before the checkpoint: a checkpoint (this process's or another writer's) covers it
 		}
@@ -451,8 +457,80 @@ func (l *Ledger) integrate(at sighting, samples []Sample, held []Holding) (res R
 			next.GapSeconds += res.Gap.Seconds()
 		}
 	}
+	l.depart(&next, charged)
 	incs = c.increments(&next.Sums, res.PerKey)
 	return res, next, incs, true
+}
+
+// departureMemory is how long a departure stays in Checkpoint.Left: longer than any delay between a pod's start
+// and the first tick that sees it (an informer's lag, a writer's restart), and than a gap a pod comes back from.
+const departureMemory = 10 * time.Minute
+
+// chargeFrom returns where the charge of a pod not held at the checkpoint (at from) begins. If it is in Left,
+// where its charge stopped: it comes back (a writer whose informer lagged missed it) and ran all along. Else
+// nothing was charged for it since LeftSince (it would be in Left or held), so at its start, or LeftSince if
+// it started before: a pod the ticks before this one did not see yet is charged from its start, not from the
+// last checkpoint. A checkpoint from before Left knows none of that: at the checkpoint.
+func (l *Ledger) chargeFrom(pod string, since, from time.Time) time.Time {
+	switch until, left := l.cp.departed(pod); {
+	case pod == "" || l.cp.LeftSince.IsZero():
+		return maxTime(from, since)
+	case left:
+		return maxTime(since, until)
+	default:
+		return maxTime(since, l.cp.LeftSince)
+	}
+}
+
+// depart sets next.Left: the checkpoint's departures and the pods it held that next does not, less those held
+// again and those older than the memory. A pod's charge stopped at the checkpoint, or later where charged (the
+// seen holdings of a pod gone now) says so. The lists are sorted by pod: one merge, no map of every pod.
+func (l *Ledger) depart(next *Checkpoint, charged map[string]time.Time) {
+	since := l.cp.LeftSince
+	if since.IsZero() {
+		since = l.cp.At // a checkpoint from before Left: departures are known from it on
+	}
+	next.LeftSince = maxTime(since, next.At.Add(-max(departureMemory, l.opts.MaxGap)))
+	var out []Departure
+	keep := func(d Departure) {
+		if t, ok := charged[d.Pod]; ok {
+			d.Until = maxTime(d.Until, t)
+			delete(charged, d.Pod)
+		}
+		if !d.Until.Before(next.LeftSince) {
+			out = append(out, d)
+		}
+	}
+	left, held, now := l.cp.Left, l.cp.Held, next.Held
+	heldNow := func(pod string) bool {
+		for len(now) > 0 && now[0].Pod < pod {
+			now = now[1:]
+		}
+		return len(now) > 0 && now[0].Pod == pod
+	}
+	for len(left) > 0 || len(held) > 0 {
+		var d Departure
+		if len(held) == 0 || len(left) > 0 && left[0].Pod < held[0].Pod {
+			d, left = left[0], left[1:]
+		} else {
+			var first []Holding
+			first, held = cutPod(held)
+			d = Departure{Pod: first[0].Pod, Until: l.cp.At}
+			if len(left) > 0 && left[0].Pod == d.Pod {
+				left = left[1:] // not written so, but held at the checkpoint says more
+			}
+		}
+		if !heldNow(d.Pod) {
+			keep(d)
+		}
+	}
+	for pod, t := range charged { // seen after the checkpoint only
+		if !t.Before(next.LeftSince) {
+			out = append(out, Departure{Pod: pod, Until: t})
+		}
+	}
+	sortDepartures(out)
+	next.Left = out
 }
 
 func compareSeenKeys(a, b seenKey) int {

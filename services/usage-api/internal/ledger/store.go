@@ -68,6 +68,27 @@ type Checkpoint struct {
 	// Held is what the pods held at At, sorted by pod and key: after an outage, a pod held then and still held
 	// is charged for all of it.
 	Held []Holding
+	// Left lists, sorted by pod, every pod that stopped being held at or after LeftSince and is not held at At,
+	// with the instant it was charged until. With it a pod seen for the first time is charged from its start
+	// (nothing was charged for it yet) and a pod that comes back (a writer whose informer lagged missed it) from
+	// where its charge stopped: it ran all along. LeftSince is zero in a checkpoint written before Left existed.
+	Left      []Departure
+	LeftSince time.Time
+}
+
+// Departure is a pod that stopped being held (see Checkpoint.Left).
+type Departure struct {
+	Pod   string    // UID
+	Until time.Time // the last instant charged for it
+}
+
+// departed returns when the pod's charge stopped, if it is in Left.
+func (cp *Checkpoint) departed(pod string) (time.Time, bool) {
+	i, found := slices.BinarySearchFunc(cp.Left, pod, func(d Departure, pod string) int { return strings.Compare(d.Pod, pod) })
+	if !found {
+		return time.Time{}, false
+	}
+	return cp.Left[i].Until, true
 }
 
 // Holding is what one pod held of one key at a checkpoint.
@@ -141,6 +162,10 @@ CREATE TABLE IF NOT EXISTS ledger_held (
 	since_ns    BIGINT NOT NULL,
 	PRIMARY KEY (pod, user_name, kind, class)
 );
+CREATE TABLE IF NOT EXISTS ledger_left (
+	pod         TEXT PRIMARY KEY,
+	until_ns    BIGINT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS waitlist_state (
 	id            INTEGER PRIMARY KEY,
 	version       BIGINT NOT NULL,
@@ -199,6 +224,21 @@ func (s *Store) migrate(ctx context.Context) error {
 			return fmt.Errorf("create ledger schema: %w", err)
 		}
 	}
+	// Added after the first release: a ledger created before it gets the column, 0 (Left unknown) in its row.
+	add := `ALTER TABLE ledger_checkpoint ADD COLUMN IF NOT EXISTS left_since_ns BIGINT NOT NULL DEFAULT 0`
+	if !s.postgres {
+		var n int
+		if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM pragma_table_info('ledger_checkpoint') WHERE name = 'left_since_ns'`).Scan(&n); err != nil {
+			return fmt.Errorf("migrate ledger schema: %w", err)
+		}
+		if n > 0 {
+			return nil
+		}
+		add = strings.Replace(add, "IF NOT EXISTS ", "", 1) // SQLite has no IF NOT EXISTS here
+	}
+	if _, err := s.db.ExecContext(ctx, add); err != nil {
+		return fmt.Errorf("migrate ledger schema: %w", err)
+	}
 	return nil
 }
 
@@ -238,9 +278,9 @@ func (s *Store) Checkpoint(ctx context.Context) (cp Checkpoint, ok bool, err err
 		return Checkpoint{}, false, fmt.Errorf("read ledger checkpoint: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	var atNS int64
-	err = tx.QueryRowContext(ctx, s.q(`SELECT at_ns, ticks, allocated_s, used_s, unknown_s, gap_s FROM ledger_checkpoint WHERE id = 1`)).
-		Scan(&atNS, &cp.Ticks, &cp.Sums.Allocated, &cp.Sums.Used, &cp.Sums.UsedUnknown, &cp.GapSeconds)
+	var atNS, leftSinceNS int64
+	err = tx.QueryRowContext(ctx, s.q(`SELECT at_ns, ticks, allocated_s, used_s, unknown_s, gap_s, left_since_ns FROM ledger_checkpoint WHERE id = 1`)).
+		Scan(&atNS, &cp.Ticks, &cp.Sums.Allocated, &cp.Sums.Used, &cp.Sums.UsedUnknown, &cp.GapSeconds, &leftSinceNS)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Checkpoint{}, false, nil
 	}
@@ -248,6 +288,9 @@ func (s *Store) Checkpoint(ctx context.Context) (cp Checkpoint, ok bool, err err
 		return Checkpoint{}, false, fmt.Errorf("read ledger checkpoint: %w", err)
 	}
 	cp.At = time.Unix(0, atNS).UTC()
+	if leftSinceNS != 0 {
+		cp.LeftSince = time.Unix(0, leftSinceNS).UTC()
+	}
 	rows, err := tx.QueryContext(ctx, `SELECT pod, user_name, kind, class, allocated, since_ns FROM ledger_held ORDER BY pod, user_name, kind, class`)
 	if err != nil {
 		return Checkpoint{}, false, fmt.Errorf("read ledger holdings: %w", err)
@@ -268,7 +311,30 @@ func (s *Store) Checkpoint(ctx context.Context) (cp Checkpoint, ok bool, err err
 		return Checkpoint{}, false, fmt.Errorf("read ledger holdings: %w", err)
 	}
 	sortHoldings(cp.Held)
+	left, err := tx.QueryContext(ctx, `SELECT pod, until_ns FROM ledger_left`)
+	if err != nil {
+		return Checkpoint{}, false, fmt.Errorf("read ledger departures: %w", err)
+	}
+	defer func() { _ = left.Close() }()
+	for left.Next() {
+		var d Departure
+		var untilNS int64
+		if err := left.Scan(&d.Pod, &untilNS); err != nil {
+			return Checkpoint{}, false, fmt.Errorf("scan ledger departure: %w", err)
+		}
+		d.Until = time.Unix(0, untilNS).UTC()
+		cp.Left = append(cp.Left, d)
+	}
+	if err := left.Err(); err != nil {
+		return Checkpoint{}, false, fmt.Errorf("read ledger departures: %w", err)
+	}
+	sortDepartures(cp.Left)
 	return cp, true, nil
+}
+
+// sortDepartures orders departures by byte order of pod (see sortHoldings).
+func sortDepartures(ds []Departure) {
+	slices.SortFunc(ds, func(a, b Departure) int { return strings.Compare(a.Pod, b.Pod) })
 }
 
 // rowsPerInsert bounds one multi-row INSERT (7 parameters a row, well under SQLite's and PostgreSQL's limits).
@@ -289,13 +355,13 @@ func (s *Store) Commit(ctx context.Context, prev *Checkpoint, next Checkpoint, i
 	}()
 	var res sql.Result
 	if prev == nil {
-		res, err = tx.ExecContext(ctx, s.q(`INSERT INTO ledger_checkpoint (id, at_ns, ticks, allocated_s, used_s, unknown_s, gap_s)
-			VALUES (1, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`),
-			next.At.UnixNano(), next.Ticks, next.Sums.Allocated, next.Sums.Used, next.Sums.UsedUnknown, next.GapSeconds)
+		res, err = tx.ExecContext(ctx, s.q(`INSERT INTO ledger_checkpoint (id, at_ns, ticks, allocated_s, used_s, unknown_s, gap_s, left_since_ns)
+			VALUES (1, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`),
+			next.At.UnixNano(), next.Ticks, next.Sums.Allocated, next.Sums.Used, next.Sums.UsedUnknown, next.GapSeconds, unixNanoOrZero(next.LeftSince))
 	} else {
-		res, err = tx.ExecContext(ctx, s.q(`UPDATE ledger_checkpoint SET at_ns = ?, ticks = ?, allocated_s = ?, used_s = ?, unknown_s = ?, gap_s = ?
+		res, err = tx.ExecContext(ctx, s.q(`UPDATE ledger_checkpoint SET at_ns = ?, ticks = ?, allocated_s = ?, used_s = ?, unknown_s = ?, gap_s = ?, left_since_ns = ?
 			WHERE id = 1 AND at_ns = ? AND ticks = ?`),
-			next.At.UnixNano(), next.Ticks, next.Sums.Allocated, next.Sums.Used, next.Sums.UsedUnknown, next.GapSeconds,
+			next.At.UnixNano(), next.Ticks, next.Sums.Allocated, next.Sums.Used, next.Sums.UsedUnknown, next.GapSeconds, unixNanoOrZero(next.LeftSince),
 			prev.At.UnixNano(), prev.Ticks)
 	}
 	if err != nil {
@@ -305,6 +371,13 @@ func (s *Store) Commit(ctx context.Context, prev *Checkpoint, next Checkpoint, i
 		return ErrConflict
 	}
 	if err = s.writeHeld(ctx, tx, prev, next.Held); err != nil {
+		return err
+	}
+	var prevLeft []Departure
+	if prev != nil {
+		prevLeft = prev.Left
+	}
+	if err = s.writeLeft(ctx, tx, prev == nil, prevLeft, next.Left); err != nil {
 		return err
 	}
 	for start := 0; start < len(incs); start += rowsPerInsert {
@@ -398,6 +471,61 @@ func (s *Store) writeHeld(ctx context.Context, tx *sql.Tx, prev *Checkpoint, nex
 		}
 	}
 	return nil
+}
+
+// writeLeft moves the departure rows from prev's to next (both sorted by pod), writing only the changes.
+func (s *Store) writeLeft(ctx context.Context, tx *sql.Tx, fresh bool, prev, next []Departure) error {
+	if fresh {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM ledger_left`); err != nil {
+			return fmt.Errorf("write ledger departures: %w", err)
+		}
+		prev = nil
+	}
+	var drop []string
+	var put []Departure
+	for len(prev) > 0 || len(next) > 0 {
+		switch {
+		case len(next) == 0 || len(prev) > 0 && prev[0].Pod < next[0].Pod:
+			drop, prev = append(drop, prev[0].Pod), prev[1:]
+		case len(prev) == 0 || next[0].Pod < prev[0].Pod:
+			put, next = append(put, next[0]), next[1:]
+		default:
+			if !prev[0].Until.Equal(next[0].Until) {
+				drop, put = append(drop, prev[0].Pod), append(put, next[0])
+			}
+			prev, next = prev[1:], next[1:]
+		}
+	}
+	for start := 0; start < len(drop); start += rowsPerInsert {
+		chunk := drop[start:min(start+rowsPerInsert, len(drop))]
+		args := make([]any, len(chunk))
+		for i, pod := range chunk {
+			args[i] = pod
+		}
+		query := `DELETE FROM ledger_left WHERE pod IN (?` + strings.Repeat(",?", len(chunk)-1) + `)`
+		if _, err := tx.ExecContext(ctx, s.q(query), args...); err != nil {
+			return fmt.Errorf("write ledger departures: %w", err)
+		}
+	}
+	for start := 0; start < len(put); start += rowsPerInsert {
+		chunk := put[start:min(start+rowsPerInsert, len(put))]
+		args := make([]any, 0, 2*len(chunk))
+		for _, d := range chunk {
+			args = append(args, d.Pod, d.Until.UnixNano())
+		}
+		query := `INSERT INTO ledger_left (pod, until_ns) VALUES (?,?)` + strings.Repeat(",(?,?)", len(chunk)-1)
+		if _, err := tx.ExecContext(ctx, s.q(query), args...); err != nil {
+			return fmt.Errorf("write ledger departures: %w", err)
+		}
+	}
+	return nil
+}
+
+func unixNanoOrZero(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
 }
 
 // cutPod splits the first pod's holdings off hs (sorted by pod).
