@@ -212,8 +212,12 @@ func TestCounterProxies(t *testing.T) {
 	if ops, _ := c.Take(); ops["GET /users"] != 1 {
 		t.Errorf("ops %v", ops)
 	}
-	if ProcessCPU(os.Getpid()) <= 0 {
-		t.Error("this process's CPU time reads as 0")
+	// /proc counts CPU time in clock ticks (10 ms): a test that has run less than one reads 0, so spend one.
+	for deadline := time.Now().Add(5 * time.Second); ProcessCPU(os.Getpid()) <= 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("this process's CPU time still reads as 0 after 5 s of work")
+		}
+		spin(time.Millisecond)
 	}
 }
 
@@ -330,4 +334,12 @@ func TestSeedPods(t *testing.T) {
 			t.Errorf("pod %s unbound", p.Name)
 		}
 	}
+}
+
+// spin keeps a CPU busy for d of wall time.
+func spin(d time.Duration) {
+	x := 0
+	for end := time.Now().Add(d); time.Now().Before(end); x++ {
+	}
+	_ = x
 }
