@@ -24,13 +24,14 @@ import (
 // Token is the admission token of the benchmark's gpu-quota.
 const Token = "bench-admission-token"
 
-// directory lists the synthetic users and their groups, as the Hub's GET /users would; it is read once at
-// start and is not on the measured path.
-type directory struct{ users int }
+// Directory lists that many synthetic users and their groups, as the Hub's GET /users would; it is read once
+// at start and is not on the measured path.
+type Directory int
 
-func (d directory) Users(context.Context, hubapi.ListUsersOptions) iter.Seq2[hubapi.User, error] {
+// Users lists them.
+func (d Directory) Users(context.Context, hubapi.ListUsersOptions) iter.Seq2[hubapi.User, error] {
 	return func(yield func(hubapi.User, error) bool) {
-		for i := range d.users {
+		for i := range int(d) {
 			if !yield(hubapi.User{Name: benchkit.UserName(i), Groups: []string{benchkit.Group(i)}}, nil) {
 				return
 			}
@@ -83,7 +84,7 @@ func ServeSUT(ctx context.Context, o SUTOptions) error {
 	go func() {
 		errc <- app.Run(ctx, app.Options{
 			Logger: logger, Registry: prometheus.NewRegistry(), Listener: o.Listener, Prefix: "/services/gpu-quota/",
-			PolicyPath: o.PolicyPath, Kube: o.Kube, Namespace: o.Namespace, Hub: directory{users: o.Users},
+			PolicyPath: o.PolicyPath, Kube: o.Kube, Namespace: o.Namespace, Hub: Directory(o.Users),
 			Token: Token, Auth: func(h http.Handler) http.Handler { return h }, UsageURL: o.UsageURL,
 			OnServing: func(s *server.Server, e *admit.Engine) { srv, eng = s, e; close(serving) },
 		})
