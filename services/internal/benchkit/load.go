@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -71,6 +73,7 @@ func Closed(ctx context.Context, concurrency int, d time.Duration, n int, fn fun
 // Bursts fires `size` calls of fn at once, waits for all of them, and starts the next burst `gap` after the
 // previous one started (at once when it took longer), for d: spawns arriving together, as when a class starts.
 func Bursts(ctx context.Context, size int, gap, d time.Duration, fn func(ctx context.Context, i int) error) Latencies {
+	defer quietCollector()()
 	var (
 		mu   sync.Mutex
 		lat  []time.Duration
@@ -102,6 +105,22 @@ func Bursts(ctx context.Context, size int, gap, d time.Duration, fn func(ctx con
 		}
 	}
 	return summarize(lat, errs, time.Since(start))
+}
+
+// quietCollector collects the load generator's garbage now and then not again until restore (unless its heap
+// grows by a GiB): a collection during a burst pauses the client's goroutines, and the calls in flight would
+// count the pause as the service's latency, which the Hub's spawns never wait on. Only for the load
+// generator's own process: a system under test keeps its collector.
+func quietCollector() (restore func()) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	limit := debug.SetMemoryLimit(int64(ms.HeapAlloc) + 1<<30)
+	percent := debug.SetGCPercent(-1)
+	return func() {
+		debug.SetGCPercent(percent)
+		debug.SetMemoryLimit(limit)
+	}
 }
 
 func summarize(lat []time.Duration, errs int, elapsed time.Duration) Latencies {

@@ -46,13 +46,6 @@ func benchRig(b testing.TB, users int) (*Engine, []Request) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return BenchRig(b, users, log)
-}
-
-// BenchRig is benchRig recording into log, for the HTTP benchmark in package admit_test (which may import
-// the API package).
-func BenchRig(b testing.TB, users int, log *decision.Log) (*Engine, []Request) {
-	b.Helper()
 	pol := mustPolicy(b, benchPolicy)
 	dir := make(map[string][]string, users)
 	hours := map[string]map[string]map[string]float64{"24h": {}, "7d": {}, "30d": {}}

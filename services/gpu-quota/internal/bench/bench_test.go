@@ -24,7 +24,7 @@ func TestNaiveCountsWhatItLists(t *testing.T) {
 		objs = append(objs, p)
 	}
 	var pol quota.Policy
-	if err := policy.Decode("policy.yaml", []byte(policyYAML(2)), &pol); err != nil {
+	if err := policy.Decode("policy.yaml", []byte(PolicyYAML(2)), &pol); err != nil {
 		t.Fatal(err)
 	}
 	naive := &Naive{Client: fake.NewClientset(objs...), Namespace: "jhub", Policy: &pol, Hours: SynthHours}

@@ -53,9 +53,9 @@ type RunOptions struct {
 
 const namespace = "jhub"
 
-// policyYAML is the benchmark's policy: students on MIG and shared T4s with a daily and a weekly budget,
+// PolicyYAML is the benchmark's policy: students on MIG and shared T4s with a daily and a weekly budget,
 // researchers on whole GPUs, and the racers of the race with a limit of N whole GPUs.
-func policyYAML(raceLimit int) string {
+func PolicyYAML(raceLimit int) string {
 	return fmt.Sprintf(`onUnavailable: open
 default:
   maxGPUs: 1
@@ -122,7 +122,7 @@ func Run(ctx context.Context, o RunOptions) error {
 		return err
 	}
 	policyPath := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(policyPath, []byte(policyYAML(o.RaceLimit)), 0o600); err != nil {
+	if err := os.WriteFile(policyPath, []byte(PolicyYAML(o.RaceLimit)), 0o600); err != nil {
 		return err
 	}
 	var pol quota.Policy
@@ -150,8 +150,8 @@ func Run(ctx context.Context, o RunOptions) error {
 	return nil
 }
 
-// requests are the spawns of the measurement: random users of the synthetic cluster asking for a random profile.
-func requests(users, n int, seed uint64) []Request {
+// Requests are the spawns of the measurement: random users of the synthetic cluster asking for a random profile.
+func Requests(users, n int, seed uint64) []Request {
 	r := rand.New(rand.NewPCG(seed, 1))
 	out := make([]Request, n)
 	for i := range out {
@@ -183,7 +183,7 @@ func (o RunOptions) inProcess(ctx context.Context, kc kubernetes.Interface, kube
 		return pair{}, fmt.Errorf("in-process measurement: %w (%q)", err, out)
 	}
 	naive := &Naive{Client: kc, Namespace: namespace, Policy: pol, Hours: SynthHours}
-	nreqs := requests(o.Synth.Users, o.NaiveInProcess, 2)
+	nreqs := Requests(o.Synth.Users, o.NaiveInProcess, 2)
 	theirs := measure(ctx, kc, 1, len(nreqs), func(ctx context.Context, i int) error {
 		_, _, err := naive.Admit(ctx, nreqs[i])
 		return err
@@ -194,7 +194,7 @@ func (o RunOptions) inProcess(ctx context.Context, kc kubernetes.Interface, kube
 // InProcess times n decisions of the engine one after the other (random users and profiles) and counts the
 // API server's reads meanwhile; `quota-bench sut --in-process n` prints it.
 func InProcess(ctx context.Context, kc kubernetes.Interface, eng *admit.Engine, users, n int) benchkit.Latencies {
-	reqs := requests(users, n, 1)
+	reqs := Requests(users, n, 1)
 	runtime.GC()
 	return measure(ctx, kc, 1, len(reqs), func(ctx context.Context, i int) error {
 		r := reqs[i]
@@ -231,7 +231,7 @@ func (o RunOptions) overHTTP(ctx context.Context, kc kubernetes.Interface, kubec
 	oursURL := "http://127.0.0.1:" + strconv.Itoa(ports[0]) + "/services/gpu-quota/api/v1/admit"
 	naiveURL := "http://127.0.0.1:" + strconv.Itoa(ports[1]) + "/services/gpu-quota/api/v1/admit"
 	// Bodies are encoded before the runs: the load generator's own work must not be what is measured.
-	reqs := requests(o.Synth.Users, 50_000, 3)
+	reqs := Requests(o.Synth.Users, 50_000, 3)
 	bodies := make([][]byte, len(reqs))
 	for i, r := range reqs {
 		bodies[i], _ = json.Marshal(r)

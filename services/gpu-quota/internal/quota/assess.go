@@ -68,11 +68,12 @@ func (s situation) overBudgets() []Check {
 
 func (s situation) heldKinds() []Check {
 	var out []Check
-	for _, k := range kindsOf(s.held) {
+	for _, ks := range s.held.list() {
+		k := ks.kind
 		if s.eff.Allows(k) {
 			continue
 		}
-		c := Check{Reason: ReasonKindNotAllowed, Kind: k, Held: s.held[k], From: s.eff.AllowedKinds.From}
+		c := Check{Reason: ReasonKindNotAllowed, Kind: k, Held: ks.share, From: s.eff.AllowedKinds.From}
 		c.Message = fmt.Sprintf("You use %s, but %s may not use %s",
 			gpu.JoinUnits(ofKind(s.u.Held, k)), who(c.From), k.Plural())
 		out = append(out, c)
@@ -82,7 +83,7 @@ func (s situation) heldKinds() []Check {
 
 func (s situation) overTotal() []Check {
 	limit := s.eff.MaxGPUs
-	c := Check{Reason: ReasonMaxGPUs, Limit: float64(limit.Value), Held: sum(s.held), From: limit.From}
+	c := Check{Reason: ReasonMaxGPUs, Limit: float64(limit.Value), Held: s.held.total(), From: limit.From}
 	if c.Held <= c.Limit+tolerance {
 		return nil
 	}
@@ -92,12 +93,13 @@ func (s situation) overTotal() []Check {
 
 func (s situation) overPerKind() []Check {
 	var out []Check
-	for _, k := range kindsOf(s.held) {
+	for _, ks := range s.held.list() {
+		k := ks.kind
 		limit, ok := s.eff.MaxGPUsPerKind[k]
 		if !ok {
 			continue
 		}
-		c := Check{Reason: ReasonMaxGPUsPerKind, Kind: k, Limit: float64(limit.Value), Held: s.held[k], From: limit.From}
+		c := Check{Reason: ReasonMaxGPUsPerKind, Kind: k, Limit: float64(limit.Value), Held: ks.share, From: limit.From}
 		if c.Held <= c.Limit+tolerance {
 			continue
 		}

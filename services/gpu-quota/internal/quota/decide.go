@@ -114,7 +114,7 @@ func Decide(eff Effective, u Usage, r Request) Decision {
 		return Decision{Allow: true, Check: *unknown}
 	}
 	return Decision{Allow: true, Check: Check{Reason: ReasonOK, Limit: float64(eff.MaxGPUs.Value),
-		Held: sum(s.held), Requested: sum(s.asked), From: eff.MaxGPUs.From}}
+		Held: s.held.total(), Requested: s.asked.total(), From: eff.MaxGPUs.From}}
 }
 
 // situation is one decision's inputs with the sums it needs.
@@ -122,41 +122,92 @@ type situation struct {
 	eff         Effective
 	u           Usage
 	r           Request
-	held, asked map[gpu.Kind]float64
+	held, asked kindShares
 }
 
-func byKind(as []gpu.Allocation) map[gpu.Kind]float64 {
-	m := map[gpu.Kind]float64{}
+// kindShares are GPU-equivalents by kind, in the order messages list kinds (gpu.Kinds(), then any other kind
+// by name). A decision sees one to three kinds: they are kept in place (no map, nothing on the heap) and
+// summed in a fixed order.
+type kindShares struct {
+	n     int
+	first [8]kindShare
+	more  []kindShare // all of them, once there are more than fit in first
+}
+
+type kindShare struct {
+	kind  gpu.Kind
+	share float64
+}
+
+// vocabulary is gpu.Kinds() once: the order of kinds in messages.
+var vocabulary = gpu.Kinds()
+
+// byKind sums the shares of as by kind.
+func byKind(as []gpu.Allocation) kindShares {
+	var ks kindShares
 	for _, a := range as {
-		m[a.Kind] += a.Share()
+		ks.add(a.Kind, a.Share())
 	}
-	return m
+	slices.SortFunc(ks.list(), func(a, b kindShare) int {
+		if ra, rb := kindRank(a.kind), kindRank(b.kind); ra != rb {
+			return ra - rb
+		}
+		return strings.Compare(string(a.kind), string(b.kind))
+	})
+	return ks
 }
 
-func sum(m map[gpu.Kind]float64) float64 {
+func (ks *kindShares) add(k gpu.Kind, share float64) {
+	l := ks.list()
+	for i := range l {
+		if l[i].kind == k {
+			l[i].share += share
+			return
+		}
+	}
+	switch {
+	case ks.more != nil:
+		ks.more = append(ks.more, kindShare{kind: k, share: share})
+	case ks.n == len(ks.first):
+		ks.more = append(slices.Clone(ks.first[:]), kindShare{kind: k, share: share})
+	default:
+		ks.first[ks.n] = kindShare{kind: k, share: share}
+		ks.n++
+	}
+}
+
+// list is the kinds and their shares, in order.
+func (ks *kindShares) list() []kindShare {
+	if ks.more != nil {
+		return ks.more
+	}
+	return ks.first[:ks.n]
+}
+
+// kindRank is k's place in the vocabulary; kinds outside it come after, by name.
+func kindRank(k gpu.Kind) int {
+	if i := slices.Index(vocabulary, k); i >= 0 {
+		return i
+	}
+	return len(vocabulary)
+}
+
+// of is the share of kind k (0 when none is held or asked).
+func (ks *kindShares) of(k gpu.Kind) float64 {
+	for _, s := range ks.list() {
+		if s.kind == k {
+			return s.share
+		}
+	}
+	return 0
+}
+
+func (ks *kindShares) total() float64 {
 	total := 0.0
-	for _, k := range kindsOf(m) {
-		total += m[k]
+	for _, s := range ks.list() {
+		total += s.share
 	}
 	return total
-}
-
-// kindsOf lists the kinds of m in vocabulary order, then any other kind by name.
-func kindsOf(m map[gpu.Kind]float64) []gpu.Kind {
-	var out []gpu.Kind
-	for _, k := range gpu.Kinds() {
-		if _, ok := m[k]; ok {
-			out = append(out, k)
-		}
-	}
-	var other []gpu.Kind
-	for k := range m {
-		if !k.Known() {
-			other = append(other, k)
-		}
-	}
-	slices.Sort(other)
-	return append(out, other...)
 }
 
 func ofKind(as []gpu.Allocation, k gpu.Kind) []gpu.Allocation {
@@ -171,11 +222,12 @@ func ofKind(as []gpu.Allocation, k gpu.Kind) []gpu.Allocation {
 
 func (s situation) kinds() []Check {
 	var out []Check
-	for _, k := range kindsOf(s.asked) {
+	for _, ks := range s.asked.list() {
+		k := ks.kind
 		if s.eff.Allows(k) {
 			continue
 		}
-		c := Check{Reason: ReasonKindNotAllowed, Kind: k, Requested: s.asked[k], From: s.eff.AllowedKinds.From}
+		c := Check{Reason: ReasonKindNotAllowed, Kind: k, Requested: ks.share, From: s.eff.AllowedKinds.From}
 		msg := fmt.Sprintf("This server asks for %s, but %s may not use %s.",
 			gpu.JoinUnits(ofKind(s.r.Allocations, k)), who(c.From), k.Plural())
 		if allowed := s.eff.AllowedKinds.Value; len(allowed) == 0 {
@@ -196,7 +248,8 @@ func (s situation) kinds() []Check {
 // budgets checks every budget window with a limit. unknown is the first window whose usage cannot be read
 // when onUnavailable is open (admitted, and said so); under closed it is a refusal in refused.
 func (s situation) budgets() (refused []Check, unknown *Check) {
-	for _, w := range s.eff.Windows() {
+	var windows [8]time.Duration
+	for _, w := range s.eff.appendWindows(windows[:0]) {
 		b := s.eff.Budgets[w]
 		hours, ok := s.u.GPUHours[w]
 		if !ok && b.Value == 0 {
@@ -253,7 +306,7 @@ func (s situation) weighted(hours map[string]float64) bool {
 
 func (s situation) total() []Check {
 	limit := s.eff.MaxGPUs
-	c := Check{Reason: ReasonMaxGPUs, Limit: float64(limit.Value), Held: sum(s.held), Requested: sum(s.asked), From: limit.From}
+	c := Check{Reason: ReasonMaxGPUs, Limit: float64(limit.Value), Held: s.held.total(), Requested: s.asked.total(), From: limit.From}
 	if c.Held+c.Requested <= c.Limit+tolerance {
 		return nil
 	}
@@ -263,13 +316,14 @@ func (s situation) total() []Check {
 
 func (s situation) perKind() []Check {
 	var out []Check
-	for _, k := range kindsOf(s.asked) {
+	for _, ks := range s.asked.list() {
+		k := ks.kind
 		limit, ok := s.eff.MaxGPUsPerKind[k]
 		if !ok {
 			continue
 		}
-		c := Check{Reason: ReasonMaxGPUsPerKind, Kind: k, Limit: float64(limit.Value), Held: s.held[k],
-			Requested: s.asked[k], From: limit.From}
+		c := Check{Reason: ReasonMaxGPUsPerKind, Kind: k, Limit: float64(limit.Value), Held: s.held.of(k),
+			Requested: ks.share, From: limit.From}
 		if c.Held+c.Requested <= c.Limit+tolerance {
 			continue
 		}

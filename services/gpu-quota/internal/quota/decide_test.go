@@ -342,3 +342,60 @@ func TestZeroBudgetNeedsNoUsage(t *testing.T) {
 		t.Errorf("Decide = allow %v, %s: %q; want budget_exhausted", got.Allow, got.Reason, got.Message)
 	}
 }
+
+// TestKindShares: shares are summed by kind in the order messages list kinds (the vocabulary, then other
+// kinds by name), also past the kinds kept in place.
+func TestKindShares(t *testing.T) {
+	type share struct {
+		Kind  gpu.Kind
+		Share float64
+	}
+	alloc := func(k gpu.Kind, n, d int64) gpu.Allocation {
+		return gpu.Allocation{Kind: k, Count: 1, Numerator: n, Denominator: d}
+	}
+	var many []gpu.Allocation
+	var wantMany []share
+	for _, k := range gpu.Kinds() {
+		wantMany = append(wantMany, share{k, 1})
+	}
+	for i := range 6 {
+		k := gpu.Kind(fmt.Sprintf("other-%d", 5-i))
+		many = append(many, alloc(k, 1, 1))
+		wantMany = append(wantMany, share{gpu.Kind(fmt.Sprintf("other-%d", i)), 1})
+	}
+	for _, k := range slices.Backward(gpu.Kinds()) {
+		many = append(many, alloc(k, 1, 1))
+	}
+	tests := map[string]struct {
+		allocs    []gpu.Allocation
+		want      []share
+		wantTotal float64
+	}{
+		"none": {},
+		"one kind summed": {allocs: []gpu.Allocation{alloc(gpu.KindMIG, 3, 7), alloc(gpu.KindMIG, 1, 7)},
+			want: []share{{gpu.KindMIG, 4.0 / 7}}, wantTotal: 4.0 / 7},
+		"vocabulary order": {allocs: []gpu.Allocation{alloc(gpu.KindShared, 1, 4), alloc("tpu", 1, 1), alloc(gpu.KindGPU, 1, 1), alloc(gpu.KindShared, 1, 4)},
+			want: []share{{gpu.KindGPU, 1}, {gpu.KindShared, 0.5}, {"tpu", 1}}, wantTotal: 2.5},
+		"more kinds than kept in place": {allocs: many, want: wantMany, wantTotal: 11},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			ks := byKind(tc.allocs)
+			var got []share
+			for _, s := range ks.list() {
+				got = append(got, share{s.kind, s.share})
+			}
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateApprox(0, 1e-12)); diff != "" {
+				t.Errorf("byKind (-want +got):\n%s", diff)
+			}
+			if got := ks.total(); math.Abs(got-tc.wantTotal) > 1e-12 {
+				t.Errorf("total = %v, want %v", got, tc.wantTotal)
+			}
+			for _, w := range tc.want {
+				if got := ks.of(w.Kind); math.Abs(got-w.Share) > 1e-12 {
+					t.Errorf("of(%s) = %v, want %v", w.Kind, got, w.Share)
+				}
+			}
+		})
+	}
+}

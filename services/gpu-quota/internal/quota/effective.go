@@ -279,8 +279,14 @@ func (e Effective) Weight(class string) (float64, string) {
 
 // Weighted is the weighted GPU-hours of hours by class.
 func (e Effective) Weighted(hoursByClass map[string]float64) float64 {
+	var buf [8]string // a user's classes: a few; sorted on the stack
+	classes := buf[:0]
+	for class := range hoursByClass {
+		classes = append(classes, class)
+	}
+	slices.Sort(classes) // a fixed order: the same sum every time
 	total := 0.0
-	for _, class := range sortedKeys(hoursByClass) { // a fixed order: the same sum every time
+	for _, class := range classes {
 		w, _ := e.Weight(class)
 		total += w * hoursByClass[class]
 	}
@@ -288,14 +294,17 @@ func (e Effective) Weighted(hoursByClass map[string]float64) float64 {
 }
 
 // Windows are the budget windows with a limit, shortest first: the GPU-hours Decide needs in Usage.
-func (e Effective) Windows() []time.Duration {
-	var out []time.Duration
+func (e Effective) Windows() []time.Duration { return e.appendWindows(nil) }
+
+// appendWindows appends Windows to out.
+func (e Effective) appendWindows(out []time.Duration) []time.Duration {
+	start := len(out)
 	for w, s := range e.Budgets {
 		if !s.Value.IsUnlimited() {
 			out = append(out, w)
 		}
 	}
-	slices.Sort(out)
+	slices.Sort(out[start:])
 	return out
 }
 

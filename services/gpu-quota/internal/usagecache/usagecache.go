@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -255,9 +256,13 @@ func (c *Cache) fresh(now time.Time) *answer {
 	return a
 }
 
+// noUse is the GPU-hours of a user who used nothing: readable, 0. Shared; never written.
+var noUse = map[string]float64{}
+
 // GPUHours is user's unweighted GPU-hours by class in each of windows at now, for quota.Usage.GPUHours: the
 // last answer plus what held accrues since its asOf. A window is missing when it cannot be read (no URL, no
-// answer yet, the answer is stale, or it lacks the window). The result is the caller's to keep.
+// answer yet, the answer is stale, or it lacks the window). A window where nothing accrues is the answer's own
+// map (an empty one when the user used nothing), shared: read the result, never change it.
 func (c *Cache) GPUHours(user string, windows []time.Duration, held []Held, now time.Time) map[time.Duration]map[string]float64 {
 	if len(windows) == 0 {
 		return nil
@@ -272,20 +277,31 @@ func (c *Cache) GPUHours(user string, windows []time.Duration, held []Held, now 
 		if !ok {
 			continue
 		}
-		byClass := make(map[string]float64, len(users[user])+len(held))
-		for class, h := range users[user] {
-			byClass[class] = h
-		}
+		used := users[user]
 		// Accrual since asOf: held x elapsed. The window also slid by as much, and use that left it is not
 		// subtracted: between polls a budget can only look more used than it is, never less.
+		var byClass map[string]float64
 		for _, h := range held {
 			from := a.asOf
 			if h.Since.After(from) {
 				from = h.Since
 			}
-			if d := now.Sub(from); d > 0 {
-				byClass[h.Class] += h.GPUs * min(d, w).Hours()
+			d := now.Sub(from)
+			if d <= 0 {
+				continue
 			}
+			if byClass == nil {
+				byClass = make(map[string]float64, len(used)+len(held))
+				maps.Copy(byClass, used)
+			}
+			byClass[h.Class] += h.GPUs * min(d, w).Hours()
+		}
+		switch {
+		case byClass != nil:
+		case used != nil:
+			byClass = used // every decision of a user who holds nothing reads the same numbers: no copy
+		default:
+			byClass = noUse
 		}
 		out[w] = byClass
 	}
