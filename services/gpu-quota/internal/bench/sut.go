@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -57,8 +58,16 @@ type SUTOptions struct {
 // enforcer behind the same HTTP server package on NaiveListener, until ctx ends. Each runs in a process of
 // its own in the HTTP runs: the naive's LISTs of 10,000 pods grow a heap whose collections would otherwise
 // land on gpu-quota's measurements.
+//
+// Both log as the chart runs gpu-quota (JSON at info, every decision a line), to /dev/null: what is measured
+// includes encoding and writing the logs, not a terminal's speed.
 func ServeSUT(ctx context.Context, o SUTOptions) error {
-	logger := slog.New(slog.DiscardHandler)
+	devNull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = devNull.Close() }()
+	logger := slog.New(slog.NewJSONHandler(devNull, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	if o.NaiveListener != nil {
 		var pol quota.Policy
 		if err := policy.Load(o.PolicyPath, &pol); err != nil {
