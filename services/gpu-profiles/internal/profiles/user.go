@@ -75,7 +75,7 @@ func ForUser(choices []Choice, verdicts map[string]Verdict, defaultSlug string) 
 			disable(&p, ReasonUnschedulable, "Not available now: "+blockedWords(c.Kind)+".")
 		case p.GPUHub.Free == 0 && freeBeforeHolds > 0:
 			disable(&p, ReasonWaitlist, "None free for you right now: "+heldWords(c.Kind.Unit, min(v.HeldForOthers, c.Kind.Free))+".")
-		case !v.HeldForYouUntil.IsZero() && p.GPUHub.Free > 0:
+		case !v.HeldForYouUntil.IsZero() && p.GPUHub.Free > 0 && p.GPUHub.Count <= 1: // a hold is one unit
 			p.GPUHub.HeldForYouUntil = v.HeldForYouUntil.UTC()
 			p.GPUHub.ReasonText = fmt.Sprintf("Your turn on the waitlist: one is held for you until %s. Start it before then, or it passes to the next person in line.",
 				hhmm(v.HeldForYouUntil))
