@@ -91,7 +91,8 @@ def _gpuhub_quota_glue(c):
     # (user, server) -> (monotonic time, profile slug): the choice gpu-quota last refused for want of a
     # free unit (none_free, or waitlist: free but held for those in line) while the user did not ask to
     # join. gpu-quota's words then tell them to join from the form; the form offers it on that choice
-    # for this long, even where gpu-profiles counts a unit free (it does not see the holds).
+    # for this long, even where gpu-profiles counts a unit free (it takes off the units held for others,
+    # not those owed to people waiting that gpu-quota has not held yet).
     short_of_ttl = 15 * 60
     short_of_max = 10000
     short_of = {}
@@ -537,7 +538,7 @@ def _gpuhub_profiles_glue(c, glue, form):
     refusals_total = glue.metric(
         Counter,
         "gpuhub_profiles_glue_refusals_total",
-        "Starts refused because gpu-profiles showed the choice as unavailable (none_free, quota, unschedulable, "
+        "Starts refused because gpu-profiles showed the choice as unavailable (none_free, waitlist, quota, unschedulable, "
         "gone, other) or because the start named no choice it could resolve (unknown, unchecked).",
         ["reason"],
     )
@@ -689,13 +690,14 @@ def _gpuhub_profiles_glue(c, glue, form):
         return not (isinstance(g, dict) and g.get("available") is False)
 
     def exhausted(p):
-        """A GPU choice gpu-profiles shows with no unit free: something to wait in line for. Not one the
-        user's quota rules out, nor one nothing could ever place: waiting would not help."""
+        """A GPU choice gpu-profiles shows with no unit free for the user (none_free, or waitlist: the free
+        ones are held for people in line): something to wait in line for. Not one the user's quota rules
+        out, nor one nothing could ever place: waiting would not help."""
         g = p.get("gpuhub")
         if not isinstance(g, dict) or g.get("kind") in ("cpu", "static"):
             return False
         if g.get("available") is False:
-            return g.get("reason") == "none_free"
+            return g.get("reason") in ("none_free", "waitlist")
         free = g.get("free")
         return isinstance(free, int) and not isinstance(free, bool) and free <= 0
 
@@ -871,16 +873,16 @@ def _gpuhub_profiles_glue(c, glue, form):
             g = p["gpuhub"]
         if g.get("available") is not False:
             return
-        reason = g.get("reason") if g.get("reason") in ("none_free", "quota", "unschedulable", "gone") else "other"
-        if reason == "none_free" and glue.joining(spawner):
+        reason = g.get("reason") if g.get("reason") in ("none_free", "waitlist", "quota", "unschedulable", "gone") else "other"
+        if reason in ("none_free", "waitlist") and glue.joining(spawner):
             # gpu-quota keeps the line: it queues the server and its refusal says the place.
-            spawner.log.info("gpuhub profiles glue: %s's server %r asks to join the waitlist for %r (none free): gpu-quota decides", spawner.user.name, spawner.name, p.get("slug"))
+            spawner.log.info("gpuhub profiles glue: %s's server %r asks to join the waitlist for %r (%s): gpu-quota decides", spawner.user.name, spawner.name, p.get("slug"), reason)
             return
         text = g.get("reasonText") if isinstance(g.get("reasonText"), str) and g.get("reasonText") else "It is not available right now."
         message = f"{p.get('display_name') or p.get('slug')} is not available. {text}"
         if "free now" not in text.lower():
             message += " " + free_now(live)
-        if reason == "none_free" and glue.waitlist_on and glue.quota_configured(spawner):
+        if reason in ("none_free", "waitlist") and glue.waitlist_on and glue.quota_configured(spawner):
             message += ' To wait for one, pick it on the spawn form and tick "Join the waitlist".'
         refusals_total.labels(reason=reason).inc()
         spawner.log.info("gpuhub profiles glue: refuse %s's server %r: %r is unavailable (%s)", spawner.user.name, spawner.name, p.get("slug"), reason)
@@ -951,7 +953,9 @@ def _gpuhub_profiles_glue(c, glue, form):
 # descriptions and reasons come from gpu-profiles or the admin's list. It gets `profile_list` (the dicts
 # the callable returned, initialised by KubeSpawner: one has default true) and `user_options` (the last
 # choice). Plain HTML, no script: a fieldset of native radios (arrow keys move between enabled ones,
-# disabled ones are skipped), each with its label; a disabled choice says why, linked by aria-describedby.
+# disabled ones are skipped), each with its label; a disabled choice says why, linked by aria-describedby, and
+# an available one with a note from gpu-profiles shows it the same way (its waitlist turn: "held for you until
+# 14:05 UTC"; a provisionable kind's "a node is added").
 # With the waitlist on, a choice marked gpuhub_waitlist (by with_waitlist) gets a group of two checkboxes,
 # "Join the waitlist" and "Start my server automatically when my turn comes", valued with its slug; an
 # exhausted one keeps its "none free" reason and is enabled, but only for joining (a hidden field says so;
@@ -1001,11 +1005,12 @@ PROFILE_FORM = """
     {%- set join = p.gpuhub_waitlist if p.gpuhub_waitlist in ("exhausted", "offered") else "" %}
     {%- set locked = off and join != "exhausted" %}
     {%- set id = "gpuhub-profile-" ~ loop.index %}
+    {%- set status = g.reasonText if (not off and g.reasonText is string and g.reasonText) else "" %}
     <div class="gpuhub-choice{% if off %} gpuhub-off{% endif %}">
       <input type="radio" name="profile" id="{{ id }}" value="{{ p.slug|e }}"
              {%- if p.slug == ns.selected %} checked{% endif %}
              {%- if locked %} disabled aria-disabled="true"{% endif %}
-             aria-describedby="{{ id }}-desc{% if off %} {{ id }}-reason{% endif %}{% if join %} {{ id }}-join-note{% endif %}">
+             aria-describedby="{{ id }}-desc{% if off %} {{ id }}-reason{% endif %}{% if status %} {{ id }}-status{% endif %}{% if join %} {{ id }}-join-note{% endif %}">
       <div>
         <label for="{{ id }}">{{ p.display_name|e }}
           {%- if g.free is number and g.kind not in ("cpu", "static") %}
@@ -1015,6 +1020,8 @@ PROFILE_FORM = """
         <p class="gpuhub-desc" id="{{ id }}-desc">{{ (p.description or "")|e }}</p>
         {%- if off %}
         <p class="gpuhub-reason" id="{{ id }}-reason">{{ (g.reasonText or "Not available right now.")|e }}</p>
+        {%- elif status %}
+        <p class="gpuhub-status" id="{{ id }}-status">{{ status|e }}</p>
         {%- endif %}
         {%- if join %}
         <fieldset class="gpuhub-waitlist">

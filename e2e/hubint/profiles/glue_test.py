@@ -730,6 +730,49 @@ class ProfilesGlueTest(unittest.TestCase):
         got, _ = self.call(c)
         self.assertEqual([p.get("gpuhub_waitlist") for p in got], [None, "exhausted", None])
 
+    def test_waitlist_holds_on_the_form(self):
+        # gpu-profiles takes the units gpu-quota's waitlist holds for others off the free count: the MIG slice
+        # it shows "waitlist" is a line to wait in like "none_free"; the holder's H100 says until when.
+        mig, mig_pod = "mig-a100-sxm4-40gb-1g-5gb", gpu_pod({"nvidia.com/mig-1g.5gb": "1"}, {})
+        held_text = "None free for you right now: the free MIG 1g.5gb slice on an A100 is held for the next person on the waitlist."
+        turn = "Your turn on the waitlist: one is held for you until 14:05 UTC. Start it before then, or it passes to the next person in line."
+        holder_h100 = dict(LIVE[1], gpuhub=dict(LIVE[1]["gpuhub"], free=1, available=True, reason="", reasonText=turn,
+                                                 heldForYouUntil="2026-11-23T14:05:00Z"))
+        held_mig = live_profile(mig, "A100 MIG 1g.5gb", "mig", 0, 8, False, "waitlist", held_text,
+                                {"nvidia.com/mig-1g.5gb": "1"}, {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"})
+        self.svc.answer = (200, {"profiles": [LIVE[0], holder_h100, held_mig]})
+        message = "You joined the waitlist. You are number 1 of 1 waiting for a MIG 1g.5gb slice on an A100."
+        quota, services = self.with_quota((200, {"allow": False, "reason": "waitlist", "message": message, "decisionId": "d-5"}))
+        os.environ["GPUHUB_WAITLIST"] = "1"
+        c = load_glue(services)
+        got, _ = self.call(c)
+        self.assertEqual([p.get("gpuhub_waitlist") for p in got], [None, None, "exhausted"])
+        page = render(got)
+        f = Form(page)
+        radios = {r["value"]: r for r in f.radios}
+        self.assertNotIn("disabled", radios[mig], "join-only, not locked")
+        self.assertIn(held_text, page)
+        self.assertEqual([a["value"] for a in f.named("gpuhub-join-only")], [mig])
+        # The holder's choice: available, with its note linked like a reason.
+        h100 = radios["gpu-h100-80gb-hbm3"]
+        self.assertNotIn("disabled", h100)
+        self.assertEqual(h100["aria-describedby"].split(), [h100["id"] + "-desc", h100["id"] + "-status"])
+        self.assertIn(h100["id"] + "-status", f.ids)
+        self.assertIn("held for you until 14:05 UTC", page)
+
+        # Starting the held slice without joining: refused before gpu-quota, with how to join.
+        with self.assertRaises(web.HTTPError) as cm:
+            self.start(c, mig, mig_pod)
+        self.assertIn(held_text, cm.exception.jupyterhub_message)
+        self.assertIn('tick "Join the waitlist"', cm.exception.jupyterhub_message)
+        self.assertEqual(quota.requests, [])
+        # Joining: gpu-quota decides and queues.
+        with self.assertRaises(web.HTTPError) as cm:
+            self.start(c, mig, mig_pod, options={"gpuhub_waitlist": True})
+        self.assertEqual(cm.exception.jupyterhub_message, message)
+        (req,) = quota.requests
+        self.assertEqual(req["body"]["waitlist"], {"join": True, "autoStart": False})
+
     def test_metrics(self):
         from prometheus_client import REGISTRY
 

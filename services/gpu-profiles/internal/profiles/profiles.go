@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/catalog"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
@@ -32,6 +33,8 @@ const (
 	ReasonNoneFree      = "none_free"
 	ReasonQuota         = "quota"
 	ReasonUnschedulable = "unschedulable"
+	// ReasonWaitlist: units are free, but the waitlist holds them for other people (gpu-quota would refuse).
+	ReasonWaitlist = "waitlist"
 )
 
 // Profile is one KubeSpawner profile dict, plus the "gpuhub" key KubeSpawner ignores (contract C1).
@@ -72,6 +75,8 @@ type Info struct {
 	Reason        string `json:"reason"`
 	ReasonText    string `json:"reasonText"`
 	Provisionable bool   `json:"provisionable,omitempty"`
+	// HeldForYouUntil is when the unit the waitlist holds for this user's server passes on (their turn).
+	HeldForYouUntil time.Time `json:"heldForYouUntil,omitzero"`
 }
 
 // MarshalJSON writes a static profile as the administrator wrote it, with default and gpuhub set.

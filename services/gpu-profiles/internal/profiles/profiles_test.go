@@ -379,8 +379,18 @@ func TestEncodedSharedUntilChange(t *testing.T) {
 		t.Error("a researcher got a student's form (whole GPUs are for researchers only)")
 	}
 	q.verdicts = map[string]quotaclient.Verdict{}
-	if encode("dave", "students") == bob {
+	dave := encode("dave", "students")
+	if dave == bob {
 		t.Error("a student whom gpu-quota allows everything got the form of one it refuses the 3g.20gb slice")
+	}
+	q.verdicts = map[string]quotaclient.Verdict{"mig-a100-sxm4-40gb-3g-20gb": {Allow: true, HeldForOthers: 1}}
+	held := encode("erin", "students")
+	if held == dave {
+		t.Error("a student for whom the waitlist holds the free 3g.20gb slice got the form of one it does not")
+	}
+	q.verdicts = map[string]quotaclient.Verdict{"mig-a100-sxm4-40gb-3g-20gb": {Allow: true, HeldForYouUntil: at.Add(10 * time.Minute)}}
+	if holder := encode("frank", "students"); holder == dave || holder == held {
+		t.Error("the holder of the 3g.20gb slice got another student's form")
 	}
 	// The inventory changes: a new table (the catalog never changes one in place).
 	table = slices.Clone(ks)
@@ -392,5 +402,54 @@ func TestEncodedSharedUntilChange(t *testing.T) {
 	q.verdicts = map[string]quotaclient.Verdict{"mig-a100-sxm4-40gb-3g-20gb": {Reason: "max_gpus", Message: "Too much."}}
 	if encode("bob", "students") == bob {
 		t.Error("after an inventory change bob got the form encoded before it")
+	}
+}
+
+// TestWaitlistHolds: units the waitlist holds for others are not free for the user (with nothing left, the
+// choice says why: reason waitlist); the holder is told the unit is theirs until when; quota still comes first.
+func TestWaitlistHolds(t *testing.T) {
+	until := time.Date(2026, 11, 23, 14, 5, 30, 0, time.FixedZone("CET", 3600))
+	type shown struct {
+		Free            int64
+		Available       bool
+		Reason, Text    string
+		HeldForYouUntil time.Time
+	}
+	cases := map[string]struct {
+		slug    string
+		verdict profiles.Verdict
+		want    shown
+	}{
+		"nothing held": {slug: "gpu-h100-80gb-hbm3", verdict: profiles.Verdict{Allow: true},
+			want: shown{Free: 1, Available: true}},
+		"the only free H100 held for someone else": {slug: "gpu-h100-80gb-hbm3", verdict: profiles.Verdict{Allow: true, HeldForOthers: 1},
+			want: shown{Reason: "waitlist", Text: "None free for you right now: the free H100 is held for the next person on the waitlist."}},
+		"more held than free: the words count those free": {slug: "gpu-h100-80gb-hbm3", verdict: profiles.Verdict{Allow: true, HeldForOthers: 2},
+			want: shown{Reason: "waitlist", Text: "None free for you right now: the free H100 is held for the next person on the waitlist."}},
+		"one of seven slices held: six left": {slug: "mig-a100-sxm4-40gb-1g-5gb", verdict: profiles.Verdict{Allow: true, HeldForOthers: 1},
+			want: shown{Free: 6, Available: true}},
+		"every free slice held": {slug: "mig-a100-sxm4-40gb-1g-5gb", verdict: profiles.Verdict{Allow: true, HeldForOthers: 7},
+			want: shown{Reason: "waitlist", Text: "None free for you right now: the free MIG 1g.5gb slices on an A100 are held for the next people on the waitlist."}},
+		"held for this user": {slug: "gpu-h100-80gb-hbm3", verdict: profiles.Verdict{Allow: true, HeldForYouUntil: until},
+			want: shown{Free: 1, Available: true, HeldForYouUntil: until.UTC(),
+				Text: "Your turn on the waitlist: one is held for you until 13:05 UTC. Start it before then, or it passes to the next person in line."}},
+		"nothing was free anyway: none free, not the waitlist": {slug: "mps-a100-sxm4-40gb", verdict: profiles.Verdict{Allow: true, HeldForOthers: 1},
+			want: shown{Reason: "none_free", Text: "None free right now: all 2 in use."}},
+		"over quota: the quota's words": {slug: "gpu-h100-80gb-hbm3", verdict: profiles.Verdict{Reason: "max_gpus", Message: "Too much.", HeldForOthers: 1},
+			want: shown{Free: 1, Reason: "quota", Text: "Too much."}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			form := profiles.ForUser(profiles.Choices(zoo(t), nil), map[string]profiles.Verdict{tc.slug: tc.verdict}, "cpu")
+			i := slices.IndexFunc(form, func(p profiles.Profile) bool { return p.Slug == tc.slug })
+			if i < 0 {
+				t.Fatalf("no %s in %v", tc.slug, summary(form))
+			}
+			g := form[i].GPUHub
+			got := shown{Free: g.Free, Available: g.Available, Reason: g.Reason, Text: g.ReasonText, HeldForYouUntil: g.HeldForYouUntil}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
 	}
 }

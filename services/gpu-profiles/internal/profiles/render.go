@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -132,7 +133,7 @@ func (r *Renderer) Encoded(ctx context.Context, req Request) ([]byte, error) {
 }
 
 // formKey names what a form depends on besides the choices: the user's groups (which choices they see) and
-// gpu-quota's verdicts on them.
+// gpu-quota's verdicts on them, the waitlist's holds included.
 func formKey(groups []string, verdicts map[string]Verdict) string {
 	var b strings.Builder
 	gs := slices.Clone(groups)
@@ -152,6 +153,12 @@ func formKey(groups []string, verdicts map[string]Verdict) string {
 		b.WriteString(v.Reason)
 		b.WriteByte(0)
 		b.WriteString(v.Message)
+		b.WriteByte(0)
+		b.WriteString(strconv.FormatInt(v.HeldForOthers, 10))
+		b.WriteByte(0)
+		if !v.HeldForYouUntil.IsZero() {
+			b.WriteString(strconv.FormatInt(v.HeldForYouUntil.Unix(), 10))
+		}
 		b.WriteByte(0)
 	}
 	return b.String()
@@ -244,7 +251,7 @@ func (r *Renderer) assess(ctx context.Context, req Request, choices []Choice) ma
 	r.tell(string(res))
 	out := make(map[string]Verdict, len(vs))
 	for id, v := range vs {
-		out[id] = Verdict{Allow: v.Allow, Reason: v.Reason, Message: v.Message}
+		out[id] = Verdict{Allow: v.Allow, Reason: v.Reason, Message: v.Message, HeldForOthers: v.HeldForOthers, HeldForYouUntil: v.HeldForYouUntil}
 	}
 	return out
 }

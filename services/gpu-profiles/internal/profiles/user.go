@@ -5,8 +5,10 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/catalog"
+	"github.com/gpuhub/gpuhub/services/internal/gpu"
 )
 
 // QuotaKindNotAllowed is gpu-quota's reason for a kind the user's groups may not use: such a choice is left
@@ -18,6 +20,11 @@ type Verdict struct {
 	Allow   bool
 	Reason  string
 	Message string
+	// HeldForOthers are the units of the choice's class the waitlist holds for other people: free in the
+	// inventory, not for this user.
+	HeldForOthers int64
+	// HeldForYouUntil is when the unit the waitlist holds for this user's server passes on (zero: none).
+	HeldForYouUntil time.Time
 }
 
 // Visible are the choices a member of groups may see: those limited to other groups are left out.
@@ -33,9 +40,10 @@ func Visible(choices []Choice, groups []string) []Choice {
 
 // ForUser is one user's form from the choices they may see (Visible) and gpu-quota's verdicts by slug (a choice
 // without a verdict is allowed). Kinds not allowed are left out; a choice over quota is disabled with
-// gpu-quota's message; one with nothing free is disabled with "none free" (a provisionable kind stays
-// available: a node is added for it). The CPU choice is always there. Exactly one choice is the default:
-// defaultSlug when the user can have it, else the CPU choice.
+// gpu-quota's message; units the waitlist holds for others are not free for the user; one with nothing free is
+// disabled with "none free", or "waitlist" when only the holds left none (a provisionable kind stays
+// available: a node is added for it); the holder is told the unit is theirs until when. The CPU choice is
+// always there. Exactly one choice is the default: defaultSlug when the user can have it, else the CPU choice.
 func ForUser(choices []Choice, verdicts map[string]Verdict, defaultSlug string) []Profile {
 	out := make([]Profile, 0, len(choices))
 	for _, c := range choices {
@@ -57,11 +65,20 @@ func ForUser(choices []Choice, verdicts map[string]Verdict, defaultSlug string) 
 			out = append(out, p)
 			continue
 		}
+		v := verdicts[p.Slug]
+		freeBeforeHolds := p.GPUHub.Free
+		p.GPUHub.Free = freeAfterHolds(c, v.HeldForOthers)
 		switch {
 		case p.GPUHub.Provisionable && (p.GPUHub.Free == 0 || c.Kind.SchedulableNodes == 0):
 			p.GPUHub.ReasonText = "None free right now: a node is added when you start it (this can take a few minutes)."
 		case c.Kind.SchedulableNodes == 0:
 			disable(&p, ReasonUnschedulable, "Not available now: "+blockedWords(c.Kind)+".")
+		case p.GPUHub.Free == 0 && freeBeforeHolds > 0:
+			disable(&p, ReasonWaitlist, "None free for you right now: "+heldWords(c.Kind.Unit, min(v.HeldForOthers, c.Kind.Free))+".")
+		case !v.HeldForYouUntil.IsZero() && p.GPUHub.Free > 0 && p.GPUHub.Count <= 1: // a hold is one unit
+			p.GPUHub.HeldForYouUntil = v.HeldForYouUntil.UTC()
+			p.GPUHub.ReasonText = fmt.Sprintf("Your turn on the waitlist: one is held for you until %s. Start it before then, or it passes to the next person in line.",
+				hhmm(v.HeldForYouUntil))
 		case p.GPUHub.Free == 0 && p.GPUHub.Count > 1:
 			disable(&p, ReasonNoneFree, fmt.Sprintf("None free right now: no node has %d free together.", p.GPUHub.Count))
 		case p.GPUHub.Free == 0:
@@ -78,6 +95,36 @@ func ForUser(choices []Choice, verdicts map[string]Verdict, defaultSlug string) 
 	}
 	return out
 }
+
+// freeAfterHolds is the choice's free count once the units the waitlist holds for others are taken off: for N
+// GPUs on one node, no more sets than the units left make (the holds are not tied to a node).
+func freeAfterHolds(c Choice, held int64) int64 {
+	free := c.GPUHub.Free
+	if held <= 0 {
+		return free
+	}
+	if n := max(c.GPUHub.Count, 1); n > 1 {
+		return max(min(free, (c.Kind.Free-held)/n), 0)
+	}
+	return max(free-held, 0)
+}
+
+// heldWords says that the free units are held for people on the waitlist: "the free H100 is held for the next
+// person on the waitlist", "the free MIG 1g.5gb slices on an A100 are held for the next people on the waitlist".
+func heldWords(unit gpu.Allocation, held int64) string {
+	one := held <= 1
+	unit.Count = max(held, 1)
+	name := unit.Units()
+	name = name[strings.IndexByte(name, ' ')+1:] // the count word
+	name = strings.TrimPrefix(name, "whole ")    // "the free H100", as gpu-quota says it
+	if one {
+		return "the free " + name + " is held for the next person on the waitlist"
+	}
+	return "the free " + name + " are held for the next people on the waitlist"
+}
+
+// hhmm is a time as gpu-quota writes it in the waitlist's messages: "14:05 UTC".
+func hhmm(t time.Time) string { return t.UTC().Format("15:04") + " UTC" }
 
 func disable(p *Profile, reason, text string) {
 	p.GPUHub.Available, p.GPUHub.Reason, p.GPUHub.ReasonText = false, reason, text

@@ -31,12 +31,16 @@ type Option struct {
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
 }
 
-// Verdict is gpu-quota's answer about one option.
+// Verdict is gpu-quota's answer about one option, with what its waitlist's holds do to it for this server.
 type Verdict struct {
 	ID      string `json:"id"`
 	Allow   bool   `json:"allow"`
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
+	// HeldForOthers are units of the option's class held for other people: not free for this user.
+	HeldForOthers int64 `json:"heldForOthers,omitempty"`
+	// HeldForYouUntil is when the unit held for this server passes to the next in line (zero: none held).
+	HeldForYouUntil time.Time `json:"heldForYouUntil,omitzero"`
 }
 
 type request struct {

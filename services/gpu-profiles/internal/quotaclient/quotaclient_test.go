@@ -55,10 +55,10 @@ func TestAssess(t *testing.T) {
 		wantUnavailable  string
 		wantSecondCached bool
 	}{
-		"answers, then the cache": {status: 200, body: `{"options":[{"id":"gpu-h100-80gb-hbm3","allow":false,"reason":"max_gpus","message":"Too much."},
-			{"id":"shared-t4","allow":true}],"onUnavailable":"closed"}`,
-			want: map[string]Verdict{"gpu-h100-80gb-hbm3": {ID: "gpu-h100-80gb-hbm3", Reason: "max_gpus", Message: "Too much."},
-				"shared-t4": {ID: "shared-t4", Allow: true}},
+		"answers, then the cache": {status: 200, body: `{"options":[{"id":"gpu-h100-80gb-hbm3","allow":false,"reason":"max_gpus","message":"Too much.","heldForOthers":1},
+			{"id":"shared-t4","allow":true,"heldForOthers":0,"heldForYouUntil":"2026-01-05T10:10:00Z"}],"onUnavailable":"closed"}`,
+			want: map[string]Verdict{"gpu-h100-80gb-hbm3": {ID: "gpu-h100-80gb-hbm3", Reason: "max_gpus", Message: "Too much.", HeldForOthers: 1},
+				"shared-t4": {ID: "shared-t4", Allow: true, HeldForYouUntil: time.Date(2026, 1, 5, 10, 10, 0, 0, time.UTC)}},
 			wantUnavailable: Closed, wantSecondCached: true},
 		"503 says closed": {status: 503, body: `{"status":503,"message":"cannot decide","onUnavailable":"closed"}`,
 			wantErr: "503 Service Unavailable: cannot decide", wantUnavailable: Closed},

@@ -254,3 +254,89 @@ func TestAssessConcurrentWithAdmits(t *testing.T) {
 		t.Errorf("%d H100 servers admitted for dave, want 2 (his limit and the cluster's)", admitted)
 	}
 }
+
+// TestAssessWaitlistHolds: a verdict tells what the waitlist's holds do to the option for this server, from
+// the holds admit counts: units held for someone else are not free for it; the one held for it is its own,
+// with its end.
+func TestAssessWaitlistHolds(t *testing.T) {
+	type held struct {
+		ID            string
+		HeldForOthers int64
+		HeldForYou    time.Time
+	}
+	holdEnds := t0.Add(time.Minute + 10*time.Minute) // bob's turn comes a minute in; the rig holds 10 min
+	tests := map[string]struct {
+		holdForBob bool
+		after      time.Duration // the clock moves on after the tick
+		req        AssessRequest
+		want       []held
+	}{
+		"nobody waits": {
+			req:  AssessRequest{User: "dave"},
+			want: []held{{ID: "h100"}, {ID: "mig-1g"}},
+		},
+		"held for bob: not free for dave": {
+			holdForBob: true, req: AssessRequest{User: "dave"},
+			want: []held{{ID: "h100", HeldForOthers: 1}, {ID: "mig-1g"}},
+		},
+		"held for bob: bob's, until the hold ends": {
+			holdForBob: true, req: AssessRequest{User: "bob"},
+			want: []held{{ID: "h100", HeldForYou: holdEnds}, {ID: "mig-1g"}},
+		},
+		"held for bob's default server: not for his other one": {
+			holdForBob: true, req: AssessRequest{User: "bob", Server: "other"},
+			want: []held{{ID: "h100", HeldForOthers: 1}, {ID: "mig-1g"}},
+		},
+		"a hold past its end counts for nobody, before the tick removes it": {
+			holdForBob: true, after: 10 * time.Minute, req: AssessRequest{User: "dave"},
+			want: []held{{ID: "h100"}, {ID: "mig-1g"}},
+		},
+	}
+	for _, name := range sortedNames(tests) {
+		tc := tests[name]
+		t.Run(name, func(t *testing.T) {
+			r := newWaitRig(t, &decayedTable{m: map[string]map[string]float64{}})
+			r.create(t, h100Pod("carol-1", "carol", "", t0.Add(-time.Hour)))
+			r.create(t, h100Pod("carol-2", "carol", "two", t0.Add(-time.Hour)))
+			if tc.holdForBob {
+				if res := r.admit(t, joining(h100("bob", "", 1), false)); res.Waitlist == nil {
+					t.Fatalf("bob did not join: %+v", res)
+				}
+				r.clock.Add(time.Minute)
+				r.remove(t, "carol-2")
+				if tick := r.eng.WaitlistTick(r.clock.Now()); len(tick.Held) != 1 {
+					t.Fatalf("no hold for bob: %+v", tick)
+				}
+				r.clock.Add(tc.after)
+			}
+			req := tc.req
+			req.Options = []AssessOption{
+				{ID: "h100", Resources: h100("", "", 1).Resources, NodeSelector: h100("", "", 1).NodeSelector},
+				{ID: "mig-1g", Resources: mig("", "", "1g.5gb").Resources, NodeSelector: mig("", "", "1g.5gb").NodeSelector},
+			}
+			gen := r.eng.wl.gen
+			got, err := r.eng.Assess(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var gotHeld []held
+			for _, v := range got.Options {
+				if !v.Allow {
+					t.Errorf("%s refused: %s", v.ID, v.Message)
+				}
+				gotHeld = append(gotHeld, held{ID: v.ID, HeldForOthers: v.HeldForOthers, HeldForYou: v.HeldForYouUntil})
+			}
+			if diff := cmp.Diff(tc.want, gotHeld); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+			if r.eng.wl.gen != gen {
+				t.Error("assess changed the waitlist")
+			}
+			// What admit does with the same request: refused for the waitlist exactly where units are held for others.
+			res := r.admit(t, Request{User: req.User, Server: req.Server, Resources: req.Options[0].Resources, NodeSelector: req.Options[0].NodeSelector})
+			if refused := res.Reason == string(ReasonWaitlist); refused != (gotHeld[0].HeldForOthers > 0) {
+				t.Errorf("admit %s %q, while assess says %d held for others", res.Reason, res.Message, gotHeld[0].HeldForOthers)
+			}
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -41,6 +42,10 @@ func (s *stubEngine) Assess(_ context.Context, r admit.AssessRequest) (admit.Ass
 		v := admit.Verdict{ID: o.ID, Allow: len(o.Resources) == 0, Reason: "no_gpu"}
 		if !v.Allow {
 			v.Reason, v.Message = "max_gpus", "You already use 1 GPU."
+		}
+		if o.ID == "gpu-h100" { // the waitlist holds one H100 for this server and one for someone else
+			v.Allow, v.Reason, v.Message = true, "ok", ""
+			v.HeldForOthers, v.HeldForYouUntil = 1, time.Date(2026, 11, 23, 14, 5, 0, 0, time.UTC)
 		}
 		out.Options = append(out.Options, v)
 	}
@@ -206,13 +211,16 @@ func TestAssessBody(t *testing.T) {
 	code, body := do(t, "POST", url, "profiles-token",
 		`{"user":"bob","server":"gpu","groups":["students"],"future":"ignored","options":[
 		  {"id":"cpu"},
-		  {"id":"shared-t4","resources":{"nvidia.com/gpu.shared":1},"nodeSelector":{"nvidia.com/gpu.product":"Tesla-T4-SHARED"}}]}`)
+		  {"id":"shared-t4","resources":{"nvidia.com/gpu.shared":1},"nodeSelector":{"nvidia.com/gpu.product":"Tesla-T4-SHARED"}},
+		  {"id":"gpu-h100","resources":{"nvidia.com/gpu":1}}]}`)
 	if code != 200 {
 		t.Fatalf("status %d: %v", code, body)
 	}
 	want := map[string]any{"onUnavailable": "closed", "options": []any{
-		map[string]any{"id": "cpu", "allow": true, "reason": "no_gpu", "message": ""},
-		map[string]any{"id": "shared-t4", "allow": false, "reason": "max_gpus", "message": "You already use 1 GPU."},
+		map[string]any{"id": "cpu", "allow": true, "reason": "no_gpu", "message": "", "heldForOthers": 0.0},
+		map[string]any{"id": "shared-t4", "allow": false, "reason": "max_gpus", "message": "You already use 1 GPU.", "heldForOthers": 0.0},
+		map[string]any{"id": "gpu-h100", "allow": true, "reason": "ok", "message": "", "heldForOthers": 1.0,
+			"heldForYouUntil": "2026-11-23T14:05:00Z"},
 	}}
 	if diff := cmp.Diff(want, body); diff != "" {
 		t.Errorf("answer (-want +got):\n%s", diff)
@@ -220,6 +228,7 @@ func TestAssessBody(t *testing.T) {
 	wantReq := admit.AssessRequest{User: "bob", Server: "gpu", Groups: []string{"students"}, Options: []admit.AssessOption{
 		{ID: "cpu"},
 		{ID: "shared-t4", Resources: map[string]int64{"nvidia.com/gpu.shared": 1}, NodeSelector: map[string]string{"nvidia.com/gpu.product": "Tesla-T4-SHARED"}},
+		{ID: "gpu-h100", Resources: map[string]int64{"nvidia.com/gpu": 1}},
 	}}
 	if diff := cmp.Diff([]admit.AssessRequest{wantReq}, eng.assessed); diff != "" {
 		t.Errorf("request (-want +got):\n%s", diff)
