@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"io"
+	"testing"
+)
 
 func TestRunExitCodes(t *testing.T) {
 	cases := map[string]struct {
@@ -16,7 +19,7 @@ func TestRunExitCodes(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if got := run(tc.args); got != tc.want {
+			if got := run(tc.args, io.Discard); got != tc.want {
 				t.Errorf("run(%q) = %d, want %d", tc.args, got, tc.want)
 			}
 		})
