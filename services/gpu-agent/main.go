@@ -6,34 +6,31 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/agent"
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/dcgm"
 	"github.com/gpuhub/gpuhub/services/internal/config"
-	"github.com/gpuhub/gpuhub/services/internal/kube"
-	"github.com/gpuhub/gpuhub/services/internal/logging"
 	"github.com/gpuhub/gpuhub/services/internal/snapshot"
+	"github.com/gpuhub/gpuhub/services/internal/start"
 )
 
-func main() { os.Exit(run(os.Args[1:])) }
+func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
 
-func run(args []string) int {
-	fs := flag.NewFlagSet("gpu-agent", flag.ContinueOnError)
+func run(args []string, stderr io.Writer) int {
+	cmd := start.NewCommand("gpu-agent", stderr)
+	fs := cmd.Flags
 	var (
 		node         = fs.String("node-name", "", "name of this node (downward API spec.nodeName)")
 		backend      = fs.String("backend", "nvml", "GPU backend: nvml, or simulated (emulated GPUs for machines without any)")
 		interval     = fs.Duration("interval", 5*time.Second, "sampling interval")
-		kubeconfig   = fs.String("kubeconfig", "", "kubeconfig path (empty: in-cluster, then $KUBECONFIG)")
 		listen       = fs.String("listen", ":9400", "address to serve the snapshot, probes and metrics on")
 		procRoot     = fs.String("proc-root", "/proc", "the host's /proc (GPU PIDs are host PIDs: use hostPID or mount the host's /proc here)")
 		nvmlLib      = fs.String("nvml-library", "", "path of libnvidia-ml.so.1 (empty: the dynamic loader's search path)")
@@ -45,61 +42,44 @@ func run(args []string) int {
 		maxFailed    = fs.Int("max-failed-samples", agent.DefaultMaxFailedSamples, "readiness fails after this many samples in a row fail or do not finish within --interval (the snapshot keeps the last good sample; its health says sampling fails)")
 		once         = fs.Bool("once", false, "take one sample, print the snapshot and the per-call NVML cost, and exit")
 		benchN       = fs.Int("bench", 0, "take this many samples --interval apart, print the last snapshot and per-call cost statistics, and exit")
-		logFormat    = fs.String("log-format", "text", "log format: text or json")
-		logLevel     = fs.String("log-level", "info", "log level: debug, info, warn or error")
 	)
-	err := config.Parse(fs, args, map[string]string{
+	if code, ok := cmd.Parse(args, map[string]string{
 		"node-name": "NODE_NAME", "backend": "GPUHUB_AGENT_BACKEND", "interval": "GPUHUB_AGENT_INTERVAL",
-		"kubeconfig": "KUBECONFIG", "listen": "GPUHUB_AGENT_LISTEN", "proc-root": "GPUHUB_AGENT_PROC_ROOT",
+		"listen": "GPUHUB_AGENT_LISTEN", "proc-root": "GPUHUB_AGENT_PROC_ROOT",
 		"nvml-library": "GPUHUB_AGENT_NVML_LIBRARY", "dcgm-exporter-url": "GPUHUB_AGENT_DCGM_EXPORTER_URL",
 		"dcgm-exporter-timeout": "GPUHUB_AGENT_DCGM_EXPORTER_TIMEOUT",
 		"snapshot-auth":         "GPUHUB_AGENT_SNAPSHOT_AUTH", "snapshot-allowed-users": "GPUHUB_AGENT_SNAPSHOT_ALLOWED_USERS",
 		"snapshot-audience": "GPUHUB_AGENT_SNAPSHOT_AUDIENCE", "max-failed-samples": "GPUHUB_AGENT_MAX_FAILED_SAMPLES",
-		"log-format": "GPUHUB_LOG_FORMAT", "log-level": "GPUHUB_LOG_LEVEL",
-	}, nil)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	logger, err := logging.New(os.Stderr, *logFormat, *logLevel)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
+	}); !ok {
+		return code
 	}
 	if *maxFailed < 1 {
-		fmt.Fprintf(os.Stderr, "--max-failed-samples must be at least 1, got %d\n", *maxFailed)
+		_, _ = fmt.Fprintf(stderr, "--max-failed-samples must be at least 1, got %d\n", *maxFailed)
 		return 2
 	}
 	if *once && *benchN == 0 {
 		*benchN = 1
 	}
 
-	var kc kubernetes.Interface
-	kc, err = kube.NewClient(kube.Options{Kubeconfig: *kubeconfig, UserAgent: "gpuhub-gpu-agent"})
+	// The agent is no Hub service: no Hub client, no Hub-token auth.
+	cl, err := start.NewClients(start.Options{Service: "gpu-agent", Kubeconfig: cmd.Kubeconfig(), Logger: cmd.Logger, WithoutHub: true})
 	if err != nil {
 		if *benchN == 0 || *backend != "nvml" {
-			logger.Error("kubernetes client", "err", err)
+			cmd.Logger.Error("cannot start", "err", err)
 			return 2
 		}
 		// A bare GPU machine can still measure NVML cost; pods are then unnamed.
-		logger.Warn("no Kubernetes client: pods will be named by UID only", "err", err)
-		kc = nil
+		cmd.Logger.Warn("no Kubernetes client: pods will be named by UID only", "err", err)
+		cl.Registry = prometheus.NewRegistry()
 	}
 	allowed := config.List(*allowedUsers)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	err = agent.Run(ctx, agent.Options{
-		Logger: logger, Registry: prometheus.NewRegistry(), Kube: kc, Node: *node, Backend: snapshot.Backend(*backend),
+		Logger: cmd.Logger, Registry: cl.Registry, Kube: cl.Kube, Node: *node, Backend: snapshot.Backend(*backend),
 		Interval: *interval, Listen: *listen, Proc: os.DirFS(*procRoot), NVMLLibrary: *nvmlLib, DCGMExporterURL: *dcgmURL, DCGMExporterTimeout: *dcgmTimeout,
 		SnapshotAuth: *snapAuth, SnapshotAudience: *audience, SnapshotAllowedUsers: allowed, MaxFailedSamples: *maxFailed, Bench: *benchN, Out: os.Stdout,
 	})
-	if err != nil {
-		logger.Error("gpu-agent", "err", err)
-		return 1
-	}
-	return 0
+	return cmd.Exit(err)
 }

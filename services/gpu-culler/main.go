@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,7 +15,6 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/app"
 	cpolicy "github.com/gpuhub/gpuhub/services/gpu-culler/internal/policy"
 	"github.com/gpuhub/gpuhub/services/internal/config"
-	"github.com/gpuhub/gpuhub/services/internal/logging"
 	"github.com/gpuhub/gpuhub/services/internal/policy"
 	"github.com/gpuhub/gpuhub/services/internal/start"
 )
@@ -24,8 +22,8 @@ import (
 func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
 
 func run(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("gpu-culler", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	cmd := start.NewCommand("gpu-culler", stderr)
+	fs := cmd.Flags
 	var (
 		listen          = fs.String("listen", ":8080", "address to serve the API, probes and metrics on")
 		prefix          = fs.String("prefix", "/services/gpu-culler/", "URL prefix of the API (the Hub service prefix)")
@@ -45,30 +43,16 @@ func run(args []string, stderr io.Writer) int {
 		stopsConfigMap  = fs.String("stops-configmap", "gpu-culler-stops", "ConfigMap (in --lease-namespace) keeping each user's last stop, so they read why")
 		readerServices  = fs.String("reader-services", "gpu-usage", "comma-separated Hub services that may read the decisions (admins always may); gpu-usage: the admin view's decisions page")
 		adminGroups     = fs.String("admin-groups", "", "comma-separated Hub groups whose members are admins here")
-		kubeconfig      = fs.String("kubeconfig", "", "kubeconfig path (empty: in-cluster, then $KUBECONFIG)")
-		logFormat       = fs.String("log-format", "text", "log format: text or json")
-		logLevel        = fs.String("log-level", "info", "log level: debug, info, warn or error")
 	)
-	err := config.Parse(fs, args, map[string]string{
+	if code, ok := cmd.Parse(args, map[string]string{
 		"listen": "GPUHUB_LISTEN", "prefix": config.HubEnv.ServicePrefix, "policy": "GPU_CULLER_POLICY", "policy-poll": "GPUHUB_POLICY_POLL",
 		"usage-url": "GPU_USAGE_URL", "sample-every": "GPUHUB_SAMPLE_EVERY",
 		"quota-url": "GPUHUB_QUOTA_URL", "contention-every": "GPUHUB_CONTENTION_EVERY", "namespace": "POD_NAMESPACE",
 		"leader-elect": "GPUHUB_LEADER_ELECT", "lease-namespace": "GPUHUB_LEASE_NAMESPACE", "lease-name": "GPUHUB_LEASE_NAME",
 		"lease-duration": "GPUHUB_LEASE_DURATION", "renew-deadline": "GPUHUB_RENEW_DEADLINE", "retry-period": "GPUHUB_RETRY_PERIOD",
 		"stops-configmap": "GPUHUB_STOPS_CONFIGMAP", "reader-services": "GPUHUB_READER_SERVICES", "admin-groups": "GPUHUB_ADMIN_GROUPS",
-		"kubeconfig": "KUBECONFIG", "log-format": "GPUHUB_LOG_FORMAT", "log-level": "GPUHUB_LOG_LEVEL",
-	}, nil)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		_, _ = fmt.Fprintln(stderr, err)
-		return 2
-	}
-	logger, err := logging.New(stderr, *logFormat, *logLevel)
-	if err != nil {
-		_, _ = fmt.Fprintln(stderr, err)
-		return 2
+	}); !ok {
+		return code
 	}
 	// The policy first: a file that does not load is the first thing to fix, whatever else is missing.
 	if *policyPath == "" {
@@ -78,9 +62,8 @@ func run(args []string, stderr io.Writer) int {
 	if err := policy.Load(*policyPath, &cpolicy.Policy{}); err != nil {
 		return policyFailed(stderr, err)
 	}
-	cl, err := start.NewClients(start.Options{Service: "gpu-culler", Kubeconfig: *kubeconfig, AdminGroups: config.List(*adminGroups), Logger: logger})
-	if err != nil {
-		logger.Error("cannot start", "err", err)
+	cl, ok := cmd.Clients(start.Options{AdminGroups: config.List(*adminGroups)})
+	if !ok {
 		return 2
 	}
 	ctx, reload, stop := start.Signals()
@@ -91,13 +74,13 @@ func run(args []string, stderr io.Writer) int {
 	me, err := cl.Hub.WhoAmI(wctx)
 	cancel()
 	if err != nil {
-		logger.Error("cannot ask the Hub about the culler's own token; check JUPYTERHUB_API_URL and that the Hub runs", "err", err)
+		cmd.Logger.Error("cannot ask the Hub about the culler's own token; check JUPYTERHUB_API_URL and that the Hub runs", "err", err)
 		return 1
 	}
 	host, _ := os.Hostname()                           // the pod name in a cluster
 	identity := host + "_" + strconv.Itoa(os.Getpid()) // unique also for replicas on one machine (tests)
 	err = app.Run(ctx, app.Options{
-		Logger: logger, Registry: cl.Registry, Addr: *listen, Prefix: *prefix,
+		Logger: cmd.Logger, Registry: cl.Registry, Addr: *listen, Prefix: *prefix,
 		PolicyPath: *policyPath, PolicyPoll: *policyPoll, Reload: reload,
 		Kube: cl.Kube, Namespace: *namespace, HubConfig: cl.HubConfig, Token: cl.HubConfig.Token, Scopes: nonNil(me.Scopes),
 		Auth: cl.Auth.Middleware, ReaderServices: config.List(*readerServices),
@@ -110,11 +93,7 @@ func run(args []string, stderr io.Writer) int {
 	if errors.As(err, &ce) {
 		return policyFailed(stderr, ce.Err)
 	}
-	if err != nil {
-		logger.Error("gpu-culler stopped", "err", err)
-		return 1
-	}
-	return 0
+	return cmd.Exit(err)
 }
 
 func nonNil(s []string) []string {

@@ -4,7 +4,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -13,7 +12,6 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/app"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
 	"github.com/gpuhub/gpuhub/services/internal/config"
-	"github.com/gpuhub/gpuhub/services/internal/logging"
 	"github.com/gpuhub/gpuhub/services/internal/policy"
 	"github.com/gpuhub/gpuhub/services/internal/start"
 )
@@ -21,8 +19,8 @@ import (
 func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
 
 func run(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("gpu-quota", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	cmd := start.NewCommand("gpu-quota", stderr)
+	fs := cmd.Flags
 	var (
 		listen          = fs.String("listen", ":8000", "address to serve the API, probes and metrics on")
 		prefix          = fs.String("prefix", "/services/gpu-quota/", "URL prefix of the API (the Hub service prefix)")
@@ -41,47 +39,33 @@ func run(args []string, stderr io.Writer) int {
 		waitlistHold    = fs.Duration("waitlist-hold", 10*time.Minute, "how long a freed GPU is held for the next in line before it passes on")
 		halfLife        = fs.Duration("fair-share-half-life", 7*24*time.Hour, "half-life of GPU-hours in the waitlist's fair-share order (whole hours)")
 		hubRefresh      = fs.Duration("hub-refresh", 2*time.Minute, "how often the Hub's users and groups are re-read")
-		kubeconfig      = fs.String("kubeconfig", "", "kubeconfig path (empty: in-cluster, then $KUBECONFIG)")
 		unreadyAfter    = fs.Duration("informer-unready-after", time.Minute, "how long a pod or node watch may keep failing before /readyz fails")
-		logFormat       = fs.String("log-format", "text", "log format: text or json")
-		logLevel        = fs.String("log-level", "info", "log level: debug, info, warn or error")
 	)
-	err := config.Parse(fs, args, map[string]string{
+	if code, ok := cmd.Parse(args, map[string]string{
 		"listen": "GPUHUB_LISTEN", "prefix": config.HubEnv.ServicePrefix, "policy": "GPUHUB_POLICY", "policy-poll": "GPUHUB_POLICY_POLL",
 		"namespace": "GPUHUB_NAMESPACE", "usage-url": "GPUHUB_USAGE_URL", "usage-refresh": "GPUHUB_USAGE_REFRESH",
 		"reservation-ttl": "GPUHUB_RESERVATION_TTL", "enforce-interval": "GPUHUB_ENFORCE_INTERVAL",
 		"lease-namespace": "GPUHUB_LEASE_NAMESPACE", "lease-name": "GPUHUB_LEASE_NAME", "reader-services": "GPUHUB_READER_SERVICES",
-		"admin-groups": "GPUHUB_ADMIN_GROUPS", "hub-refresh": "GPUHUB_HUB_REFRESH", "kubeconfig": "KUBECONFIG",
+		"admin-groups": "GPUHUB_ADMIN_GROUPS", "hub-refresh": "GPUHUB_HUB_REFRESH",
 		"informer-unready-after": "GPUHUB_INFORMER_UNREADY_AFTER", "waitlist": "GPUHUB_WAITLIST", "waitlist-hold": "GPUHUB_WAITLIST_HOLD",
-		"fair-share-half-life": "GPUHUB_FAIR_SHARE_HALF_LIFE", "log-format": "GPUHUB_LOG_FORMAT", "log-level": "GPUHUB_LOG_LEVEL",
-	}, nil)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		_, _ = fmt.Fprintln(stderr, err)
-		return 2
-	}
-	logger, err := logging.New(stderr, *logFormat, *logLevel)
-	if err != nil {
-		_, _ = fmt.Fprintln(stderr, err)
-		return 2
+		"fair-share-half-life": "GPUHUB_FAIR_SHARE_HALF_LIFE",
+	}); !ok {
+		return code
 	}
 	// The policy first: a file that does not load is the first thing to fix, whatever else is missing.
 	if err := policy.Load(*policyPath, &quota.Policy{}); err != nil {
 		return policyFailed(stderr, err)
 	}
-	cl, err := start.NewClients(start.Options{Service: "gpu-quota", Kubeconfig: *kubeconfig, AdminGroups: config.List(*adminGroups), Logger: logger})
-	if err != nil {
-		logger.Error("cannot start", "err", err)
+	cl, ok := cmd.Clients(start.Options{AdminGroups: config.List(*adminGroups)})
+	if !ok {
 		return 2
 	}
 	ctx, reload, stop := start.Signals()
 	defer stop()
 
 	identity, _ := os.Hostname() // the pod name: one per replica
-	err = app.Run(ctx, app.Options{
-		Logger: logger, Registry: cl.Registry, Addr: *listen, Prefix: *prefix,
+	err := app.Run(ctx, app.Options{
+		Logger: cmd.Logger, Registry: cl.Registry, Addr: *listen, Prefix: *prefix,
 		PolicyPath: *policyPath, PolicyPoll: *policyPoll, Reload: reload,
 		Kube: cl.Kube, Namespace: *namespace, InformerUnreadyAfter: *unreadyAfter,
 		Hub: cl.Hub, HubRefresh: *hubRefresh, Token: cl.HubConfig.Token, Auth: cl.Auth.Middleware, ReaderServices: config.List(*readerServices),
@@ -95,11 +79,7 @@ func run(args []string, stderr io.Writer) int {
 	if errors.As(err, &pe) {
 		return policyFailed(stderr, pe.Err)
 	}
-	if err != nil {
-		logger.Error("gpu-quota stopped", "err", err)
-		return 1
-	}
-	return 0
+	return cmd.Exit(err)
 }
 
 // policyFailed prints why the policy does not load, one error a line (file:line:column: message).

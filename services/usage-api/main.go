@@ -5,9 +5,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -19,16 +18,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpuhub/gpuhub/hubapi"
-	"github.com/gpuhub/gpuhub/hubapi/hubauth"
 	"github.com/gpuhub/gpuhub/hubapi/huboauth"
 	"github.com/gpuhub/gpuhub/services/internal/config"
 	"github.com/gpuhub/gpuhub/services/internal/inventory"
-	"github.com/gpuhub/gpuhub/services/internal/kube"
-	"github.com/gpuhub/gpuhub/services/internal/logging"
 	"github.com/gpuhub/gpuhub/services/internal/server"
+	"github.com/gpuhub/gpuhub/services/internal/start"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/adminview"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/agentclient"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/api"
@@ -37,10 +33,11 @@ import (
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/remote"
 )
 
-func main() { os.Exit(run(os.Args[1:])) }
+func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
 
-func run(args []string) int {
-	fs := flag.NewFlagSet("usage-api", flag.ContinueOnError)
+func run(args []string, stderr io.Writer) int {
+	cmd := start.NewCommand("usage-api", stderr)
+	fs := cmd.Flags
 	var (
 		listen         = fs.String("listen", ":8000", "address to serve the API, probes and metrics on")
 		prefix         = fs.String("prefix", "/services/gpu-usage/", "URL prefix of the API (the Hub service prefix)")
@@ -55,7 +52,6 @@ func run(args []string) int {
 		agentSA        = fs.String("agent-service-account", inventory.DefaultAgentServiceAccount, "ServiceAccount a gpu-agent pod must run as; a pod that only copies the labels is not polled")
 		agentTokenFile = fs.String("agent-token-file", agentclient.DefaultTokenFile, "projected ServiceAccount token (audience gpuhub-agent) sent to the gpu-agents, re-read as it rotates (empty: send none, for agents with --snapshot-auth=none)")
 		agentPort      = fs.Int("agent-port", 9400, "port of the gpu-agents' snapshot endpoint")
-		kubeconfig     = fs.String("kubeconfig", "", "kubeconfig path (empty: in-cluster, then $KUBECONFIG)")
 		unreadyAfter   = fs.Duration("informer-unready-after", time.Minute, "how long a pod or node watch may keep failing before /readyz fails")
 		hubRefresh     = fs.Duration("hub-refresh", 2*time.Minute, "how often the Hub's users and groups are re-read")
 		adminGroups    = fs.String("admin-groups", "", "comma-separated Hub groups whose members may read every user's data")
@@ -70,49 +66,27 @@ func run(args []string) int {
 		hubBaseURL     = fs.String("hub-base-url", "/", "the Hub's public base URL path (z2jh hub.baseUrl): browsers go to <it>hub/api/oauth2/authorize to log in")
 		sessionKeyFile = fs.String("session-key-file", "", "file with >= 32 random bytes that sign the admin view's session cookies (empty: a random key per start; a restart then sends people through the Hub's login again, which is silent)")
 		sessionTTL     = fs.Duration("session-ttl", huboauth.DefaultSessionTTL, "how long an admin view session is trusted before the user's admin status is checked with the Hub again")
-		logFormat      = fs.String("log-format", "text", "log format: text or json")
-		logLevel       = fs.String("log-level", "info", "log level: debug, info, warn or error")
 	)
-	err := config.Parse(fs, args, map[string]string{
+	if code, ok := cmd.Parse(args, map[string]string{
 		"listen": "GPUHUB_LISTEN", "prefix": config.HubEnv.ServicePrefix, "interval": "GPUHUB_INTERVAL",
 		"ledger-max-gap": "GPUHUB_LEDGER_MAX_GAP", "stale-after": "GPUHUB_STALE_AFTER", "database": "GPUHUB_DATABASE", "database-url": "GPUHUB_DATABASE_URL",
 		"namespace": "GPUHUB_NAMESPACE", "agent-namespace": "GPUHUB_AGENT_NAMESPACE", "agent-port": "GPUHUB_AGENT_PORT",
 		"agent-selector": "GPUHUB_AGENT_SELECTOR", "agent-service-account": "GPUHUB_AGENT_SERVICE_ACCOUNT", "agent-token-file": "GPUHUB_AGENT_TOKEN_FILE",
-		"kubeconfig": "KUBECONFIG", "hub-refresh": "GPUHUB_HUB_REFRESH", "admin-groups": "GPUHUB_ADMIN_GROUPS",
+		"hub-refresh": "GPUHUB_HUB_REFRESH", "admin-groups": "GPUHUB_ADMIN_GROUPS",
 		"reader-services": "GPUHUB_READER_SERVICES", "waitlist-services": "GPUHUB_WAITLIST_SERVICES", "quota-url": "GPUHUB_QUOTA_URL", "quota-timeout": "GPUHUB_QUOTA_TIMEOUT", "culler-url": "GPUHUB_CULLER_URL",
 		"admin-view": "GPUHUB_ADMIN_VIEW", "oauth-client-id": config.HubEnv.ClientID, "oauth-callback-url": "JUPYTERHUB_OAUTH_CALLBACK_URL",
 		"hub-base-url": config.HubEnv.BaseURL, "session-key-file": "GPUHUB_SESSION_KEY_FILE", "session-ttl": "GPUHUB_SESSION_TTL",
-		"log-format": "GPUHUB_LOG_FORMAT", "log-level": "GPUHUB_LOG_LEVEL", "informer-unready-after": "GPUHUB_INFORMER_UNREADY_AFTER",
-	}, nil)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
+		"informer-unready-after": "GPUHUB_INFORMER_UNREADY_AFTER",
+	}); !ok {
+		return code
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+	logger := cmd.Logger
+	groups := config.List(*adminGroups)
+	cl, ok := cmd.Clients(start.Options{AdminGroups: groups})
+	if !ok {
 		return 2
 	}
-	logger, err := logging.New(os.Stderr, *logFormat, *logLevel)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	hubCfg := hubapi.ConfigFromEnv()
-	hubCfg.Logger, hubCfg.UserAgent = logger, "gpuhub-usage-api"
-	hub, err := hubapi.New(hubCfg)
-	if err != nil {
-		logger.Error("hub client", "err", err)
-		return 2
-	}
-	restCfg, err := kube.RESTConfig(kube.Options{Kubeconfig: *kubeconfig, UserAgent: "gpuhub-usage-api"})
-	if err != nil {
-		logger.Error("kubernetes client", "err", err)
-		return 2
-	}
-	kc, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		logger.Error("kubernetes client", "err", err)
-		return 2
-	}
+	hubCfg, reg := cl.HubConfig, cl.Registry
 	if *agentNamespace == "" {
 		*agentNamespace = *namespace
 	}
@@ -126,9 +100,6 @@ func run(args []string) int {
 		logger.Error("--agent-selector must be a non-empty label selector and --agent-service-account a name", "err", err)
 		return 2
 	}
-	groups := config.List(*adminGroups)
-	reg := prometheus.NewRegistry()
-	auth := hubauth.New(hubauth.Options{Hub: hub, Logger: logger, AdminGroups: groups, Registerer: reg})
 	var quota api.Budget
 	if *quotaURL != "" {
 		// gpu-quota knows the usage API by its own Hub token (hub service gpu-usage, in its --reader-services).
@@ -159,7 +130,7 @@ func run(args []string) int {
 	var login app.Login
 	if *adminView {
 		l, err := newLogin(loginConfig{prefix: *prefix, clientID: *clientID, callbackURL: *callbackURL, hubBaseURL: *hubBaseURL,
-			keyFile: *sessionKeyFile, ttl: *sessionTTL, adminGroups: groups}, hubCfg, hub, reg, logger)
+			keyFile: *sessionKeyFile, ttl: *sessionTTL, adminGroups: groups}, hubCfg, cl.Hub, reg, logger)
 		if err != nil {
 			logger.Error("admin view", "err", err)
 			return 2
@@ -174,20 +145,16 @@ func run(args []string) int {
 	defer stop()
 	err = app.Run(ctx, app.Options{
 		Logger: logger, Registry: reg, Addr: *listen, Prefix: *prefix,
-		Kube: kc, Namespace: *namespace, AgentNamespace: *agentNamespace, AgentPort: *agentPort, InformerUnreadyAfter: *unreadyAfter,
+		Kube: cl.Kube, Namespace: *namespace, AgentNamespace: *agentNamespace, AgentPort: *agentPort, InformerUnreadyAfter: *unreadyAfter,
 		AgentSelector: agentSel, AgentServiceAccount: *agentSA,
 		// Agents admit only a token for their audience (the snapshot names users); never our API-server credential.
 		AgentClient: agentclient.New(agentclient.Options{TokenFile: *agentTokenFile}),
-		Hub:         hub, HubRefresh: *hubRefresh, Auth: auth.Middleware,
+		Hub:         cl.Hub, HubRefresh: *hubRefresh, Auth: cl.Auth.Middleware,
 		ReaderServices: config.List(*readerServices), WaitlistServices: config.List(*waitlistSvcs), Budget: quota,
 		QuotaAPI: quotaAPI, CullerAPI: cullerAPI, Login: login,
 		Database: db, Interval: *interval, MaxGap: *maxGap, StaleAfter: *staleAfter,
 	})
-	if err != nil {
-		logger.Error("usage-api stopped", "err", err)
-		return 1
-	}
-	return 0
+	return cmd.Exit(err)
 }
 
 type loginConfig struct {

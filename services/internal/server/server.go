@@ -62,6 +62,8 @@ type Server struct {
 	handler http.Handler
 	mu      sync.Mutex
 	addr    net.Addr
+	// listening is closed once Run listens (addr is set).
+	listening chan struct{}
 }
 
 // NormalizePrefix returns p with one leading and one trailing slash ("" stays "/").
@@ -85,7 +87,7 @@ func New(opts Options) (*Server, error) {
 		opts.Namespace = "gpuhub"
 	}
 	opts.Prefix = NormalizePrefix(opts.Prefix)
-	s := &Server{opts: opts}
+	s := &Server{opts: opts, listening: make(chan struct{})}
 
 	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: opts.Namespace,
@@ -184,6 +186,11 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.addr = ln.Addr()
+	select {
+	case <-s.listening: // a second Run
+	default:
+		close(s.listening)
+	}
 	s.mu.Unlock()
 	srv := &http.Server{
 		Handler:           s.handler,
@@ -210,6 +217,27 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("server: %w", err)
 	}
 	return nil
+}
+
+// Serve is how a service's Run ends: it serves until ctx ends, as Run does, and calls onServing (when not nil)
+// once the server listens, so a test can read Addr. A server stopped because ctx ended returns nil, also one
+// stopped before it listened.
+func (s *Server) Serve(ctx context.Context, onServing func(*Server)) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.Run(ctx) }()
+	var err error
+	select {
+	case <-s.listening:
+		if onServing != nil {
+			onServing(s)
+		}
+		err = <-errc
+	case err = <-errc:
+	}
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
 }
 
 // statusRecorder remembers the status written (0 until a header or body is).

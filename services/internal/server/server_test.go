@@ -164,3 +164,58 @@ func TestInstrumentedLikePromhttp(t *testing.T) {
 		t.Errorf("labels differ from promhttp's (-promhttp +ours):\n%s", diff)
 	}
 }
+
+// TestServe: onServing sees the server once it listens; the end of ctx is a clean stop, even before listening;
+// a listen that fails is an error and nobody is told the server serves.
+func TestServe(t *testing.T) {
+	newServer := func(t *testing.T, addr string) *Server {
+		t.Helper()
+		srv, err := New(Options{Addr: addr, Handler: http.NotFoundHandler(), Registry: prometheus.NewRegistry(), Logger: logging.Discard()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return srv
+	}
+	tests := map[string]struct {
+		addr         string
+		cancelFirst  bool // ctx ends before Serve is called: it may still listen for a moment
+		wantServing  bool
+		wantErr      bool
+		cancelServed bool // ctx ends once onServing ran
+	}{
+		"serves until ctx ends":  {addr: "127.0.0.1:0", wantServing: true, cancelServed: true},
+		"ctx ended before start": {addr: "127.0.0.1:0", cancelFirst: true},
+		"listen fails":           {addr: "127.0.0.1:-1", wantErr: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			srv := newServer(t, tc.addr)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			if tc.cancelFirst {
+				cancel()
+			}
+			serving := false
+			done := make(chan error, 1)
+			go func() {
+				done <- srv.Serve(ctx, func(s *Server) {
+					serving = s.Addr() != nil
+					if tc.cancelServed {
+						cancel()
+					}
+				})
+			}()
+			select {
+			case err := <-done:
+				if (err != nil) != tc.wantErr {
+					t.Errorf("Serve = %v, want an error: %t", err, tc.wantErr)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Serve did not return")
+			}
+			if !tc.cancelFirst && serving != tc.wantServing {
+				t.Errorf("onServing saw an address: %t, want %t", serving, tc.wantServing)
+			}
+		})
+	}
+}

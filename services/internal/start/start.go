@@ -1,5 +1,6 @@
-// Package start is what every gpuhub service's main does before its own wiring: the Hub client from the Hub's
-// environment, the Kubernetes client, a metrics registry, the Hub-token authenticator for incoming requests, and
+// Package start is what every gpuhub service's main does before its own wiring: the flags every service has
+// and the logger (Command), the Hub client from the Hub's environment, the Kubernetes client, a metrics
+// registry, the Hub-token authenticator for incoming requests (not for the gpu-agent: Options.WithoutHub), and
 // the process signals (SIGINT/SIGTERM stop, SIGHUP reloads). Each main.go stays flags, this, and its app.Run.
 package start
 
@@ -22,7 +23,7 @@ import (
 // Clients are a service's connections to the Hub and the API server, and what it answers with.
 type Clients struct {
 	// HubConfig is the Hub's environment (JUPYTERHUB_API_URL, JUPYTERHUB_API_TOKEN, ...); its Token is the
-	// service's own Hub token.
+	// service's own Hub token. HubConfig, Hub and Auth are zero with Options.WithoutHub.
 	HubConfig hubapi.Config
 	Hub       *hubapi.Client
 	Kube      kubernetes.Interface
@@ -40,29 +41,35 @@ type Options struct {
 	// AdminGroups are Hub groups whose members count as admins for this service.
 	AdminGroups []string
 	Logger      *slog.Logger
+	// WithoutHub is for a service that is no Hub service (the gpu-agent): no Hub client, no Hub-token auth.
+	WithoutHub bool
 }
 
 // NewClients builds the clients. Its errors say which client and why (the Hub's environment, a kubeconfig).
 func NewClients(o Options) (Clients, error) {
 	agent := "gpuhub-" + o.Service
-	hubCfg := hubapi.ConfigFromEnv()
-	reg := prometheus.NewRegistry()
-	// The Hub client's requests by operation and status (gpuhub_hubapi_requests_total) on the service's /metrics.
-	hubCfg.Logger, hubCfg.UserAgent, hubCfg.Registerer = o.Logger, agent, reg
-	hub, err := hubapi.New(hubCfg)
-	if err != nil {
-		return Clients{}, fmt.Errorf("hub client: %w", err)
+	cl := Clients{Registry: prometheus.NewRegistry()}
+	if !o.WithoutHub {
+		cl.HubConfig = hubapi.ConfigFromEnv()
+		// The Hub client's requests by operation and status (gpuhub_hubapi_requests_total) on the service's /metrics.
+		cl.HubConfig.Logger, cl.HubConfig.UserAgent, cl.HubConfig.Registerer = o.Logger, agent, cl.Registry
+		hub, err := hubapi.New(cl.HubConfig)
+		if err != nil {
+			return Clients{}, fmt.Errorf("hub client: %w", err)
+		}
+		cl.Hub = hub
 	}
 	restCfg, err := kube.RESTConfig(kube.Options{Kubeconfig: o.Kubeconfig, UserAgent: agent})
 	if err != nil {
 		return Clients{}, fmt.Errorf("kubernetes client: %w", err)
 	}
-	kc, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
+	if cl.Kube, err = kubernetes.NewForConfig(restCfg); err != nil {
 		return Clients{}, fmt.Errorf("kubernetes client: %w", err)
 	}
-	auth := hubauth.New(hubauth.Options{Hub: hub, Logger: o.Logger, AdminGroups: o.AdminGroups, Registerer: reg})
-	return Clients{HubConfig: hubCfg, Hub: hub, Kube: kc, Registry: reg, Auth: auth}, nil
+	if !o.WithoutHub {
+		cl.Auth = hubauth.New(hubauth.Options{Hub: cl.Hub, Logger: o.Logger, AdminGroups: o.AdminGroups, Registerer: cl.Registry})
+	}
+	return cl, nil
 }
 
 // Signals returns a context that ends on SIGINT or SIGTERM, and a channel that receives on SIGHUP (several

@@ -106,6 +106,9 @@ func Run(ctx context.Context, o Options) error {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.OnServing == nil {
+		o.OnServing = func(*server.Server, *catalog.Catalog) {}
+	}
 	s := &service{o: o}
 	if o.ConfigPath != "" {
 		r, err := policy.NewReloader[profiles.Config](o.ConfigPath, o.Now())
@@ -192,26 +195,9 @@ func Run(ctx context.Context, o Options) error {
 			Registry: o.Registry, Now: o.Now}
 		wg.Go(func() { o.Extra(ctx, h) })
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Run(ctx) }()
-	if o.OnServing != nil {
-		for srv.Addr() == nil {
-			select {
-			case err := <-errc:
-				cancel()
-				wg.Wait()
-				return err
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-		o.OnServing(srv, cat)
-	}
-	err = <-errc
+	err = srv.Serve(ctx, func(srv *server.Server) { o.OnServing(srv, cat) })
 	cancel()
 	wg.Wait()
-	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		return nil
-	}
 	return err
 }
 

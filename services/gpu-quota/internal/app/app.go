@@ -141,6 +141,9 @@ func Run(ctx context.Context, o Options) error {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.OnServing == nil {
+		o.OnServing = func(*server.Server, *admit.Engine) {}
+	}
 	if o.LeaseName == "" {
 		o.LeaseName = "gpu-quota"
 	}
@@ -298,26 +301,9 @@ func Run(ctx context.Context, o Options) error {
 			}
 		})
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Run(ctx) }()
-	if o.OnServing != nil {
-		for srv.Addr() == nil {
-			select {
-			case err := <-errc:
-				cancel()
-				wg.Wait()
-				return err
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-		o.OnServing(srv, eng)
-	}
-	err = <-errc
+	err = srv.Serve(ctx, func(srv *server.Server) { o.OnServing(srv, eng) })
 	cancel()
 	wg.Wait()
-	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		return nil
-	}
 	return err
 }
 

@@ -2,16 +2,15 @@ package report
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/gpuhub/gpuhub/services/gpuhub/internal/usageapi"
 )
 
 // The usage API's answers, as services/usage-api/openapi.yaml writes them (only the fields the report reads).
@@ -53,70 +52,13 @@ type userPage struct {
 	} `json:"_pagination"`
 }
 
-// client asks the usage API with one token and turns its answers into errors that say what to do.
+// client asks the usage API for GPU-hours.
 type client struct {
-	http      *http.Client
-	base      string // with its trailing slash
-	token     string
-	tokenFrom string // where the token came from, for the error of a 401
+	usageapi.Client
 }
 
-// usageURLHint is how the errors describe a right --usage-url.
-const usageURLHint = "the usage API's URL with its prefix, e.g. https://hub.example.org/services/gpu-usage/"
-
-// errNoUser is a 404 of api/v1/users/{name}.
+// errNoUser is a 404 of api/v1/users/{name} that the usage API answered itself.
 var errNoUser = errors.New("no such user")
-
-func (c *client) get(ctx context.Context, path string, q url.Values, into any) error {
-	u := c.base + path
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return fmt.Errorf("--usage-url %q: %w; give %s", c.base, err, usageURLHint)
-	}
-	req.Header.Set("Authorization", "token "+c.token)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("the usage API at %s does not answer (%w): check --usage-url, %s", c.base, err, usageURLHint)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return fmt.Errorf("reading the usage API's answer: %w", err)
-	}
-	var e struct {
-		Message string `json:"message"`
-	}
-	if resp.StatusCode != http.StatusOK {
-		_ = json.Unmarshal(body, &e)
-	}
-	switch resp.StatusCode {
-	case http.StatusOK:
-	case http.StatusUnauthorized:
-		return fmt.Errorf("the Hub does not know the token in %s: make a new one on the Hub's token page (or check that --usage-url is this Hub's)", c.tokenFrom)
-	case http.StatusForbidden:
-		return fmt.Errorf("the usage API refuses the token in %s (%s): a report of other users needs a Hub admin's token; without one, --user YOUR-NAME reports your own GPU-hours",
-			c.tokenFrom, firstNonEmpty(e.Message, "403 Forbidden"))
-	case http.StatusNotFound:
-		if strings.HasPrefix(path, "api/v1/users/") && e.Message != "" {
-			return fmt.Errorf("%w: %s", errNoUser, e.Message)
-		}
-		return fmt.Errorf("no usage API at %s (404 for %s): check --usage-url, %s", c.base, path, usageURLHint)
-	case http.StatusServiceUnavailable:
-		return fmt.Errorf("the usage API cannot answer just now (%s): try again in a minute", firstNonEmpty(e.Message, "503"))
-	default:
-		return fmt.Errorf("the usage API answered %s for %s: %s", resp.Status, path, firstNonEmpty(e.Message, strings.TrimSpace(string(body))))
-	}
-	if err := json.Unmarshal(body, into); err != nil {
-		return fmt.Errorf("the answer of %s is not the usage API's (%w): check --usage-url, %s", u, err, usageURLHint)
-	}
-	return nil
-}
 
 // pageSize is the most users the usage API answers in one page.
 const pageSize = 1000
@@ -127,11 +69,11 @@ func (c *client) listUsers(ctx context.Context, progress *progress) ([]userHours
 	for offset := 0; ; {
 		var p userPage
 		q := url.Values{"offset": {strconv.Itoa(offset)}, "limit": {strconv.Itoa(pageSize)}}
-		if err := c.get(ctx, "api/v1/users", q, &p); err != nil {
+		if err := c.Get(ctx, "api/v1/users", q, &p); err != nil {
 			return nil, err
 		}
 		if p.Items == nil {
-			return nil, fmt.Errorf("the answer of %sapi/v1/users has no items: check --usage-url, %s", c.base, usageURLHint)
+			return nil, fmt.Errorf("the answer of %sapi/v1/users has no items: check --usage-url, %s", c.Base, usageapi.URLHint)
 		}
 		all = append(all, p.Items...)
 		if p.Pagination.Next == nil || p.Pagination.Next.Offset <= offset {
@@ -146,7 +88,10 @@ func (c *client) listUsers(ctx context.Context, progress *progress) ([]userHours
 func (c *client) user(ctx context.Context, name string, from time.Time) (userHours, error) {
 	var u userHours
 	q := url.Values{"history": {"false"}, "from": {from.UTC().Format(time.RFC3339)}}
-	err := c.get(ctx, "api/v1/users/"+url.PathEscape(name), q, &u)
+	err := c.Get(ctx, "api/v1/users/"+url.PathEscape(name), q, &u)
+	if nf := (*usageapi.NotFoundError)(nil); errors.As(err, &nf) && nf.Message != "" {
+		err = fmt.Errorf("%w: %s", errNoUser, nf.Message)
+	}
 	if u.Name == "" {
 		u.Name = u.User
 	}

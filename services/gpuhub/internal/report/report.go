@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/gpuhub/gpuhub/services/gpu-quota/policycmd"
+	"github.com/gpuhub/gpuhub/services/gpuhub/internal/usageapi"
 	"github.com/gpuhub/gpuhub/services/internal/policy"
 )
 
@@ -86,7 +87,7 @@ func Run(ctx context.Context, args []string, env policycmd.Env, now func() time.
 	case !slices.Contains([]string{"table", "csv", "json"}, *format):
 		return usageErr("--format %q: write --format table, csv or json", *format)
 	case *usageURL == "":
-		return usageErr("give --usage-url URL (or set GPUHUB_USAGE_URL): %s", usageURLHint)
+		return usageErr("give --usage-url URL (or set GPUHUB_USAGE_URL): %s", usageapi.URLHint)
 	}
 	c, err := newClient(env, *usageURL, *tokenFile)
 	if err != nil {
@@ -127,15 +128,16 @@ func parseWindow(s string) (time.Duration, error) {
 }
 
 func newClient(env policycmd.Env, base, tokenFile string) (*client, error) {
-	c := &client{http: env.HTTP, base: base}
-	if c.http == nil {
-		c.http = &http.Client{Timeout: 60 * time.Second}
+	c := &client{usageapi.Client{HTTP: env.HTTP, Base: base,
+		Forbidden: "a report of other users needs a Hub admin's token; without one, --user YOUR-NAME reports your own GPU-hours"}}
+	if c.HTTP == nil {
+		c.HTTP = &http.Client{Timeout: 60 * time.Second}
 	}
-	if !strings.HasSuffix(c.base, "/") {
-		c.base += "/"
+	if !strings.HasSuffix(c.Base, "/") {
+		c.Base += "/"
 	}
 	var err error
-	c.token, c.tokenFrom, err = Token(env, tokenFile)
+	c.Token, c.TokenFrom, err = Token(env, tokenFile)
 	return c, err
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-quota/policycmd"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/statuscmd"
 	"github.com/gpuhub/gpuhub/services/gpuhub/internal/report"
+	"github.com/gpuhub/gpuhub/services/gpuhub/internal/usageapi"
 )
 
 // Usage is the help of `gpuhub status`.
@@ -78,9 +79,10 @@ func Run(ctx context.Context, args []string, env policycmd.Env, now func() time.
 	}
 	p := &parts{w: env.Stdout}
 	if *usageURL == "" {
-		p.notShown("GPU inventory and holders", "give --usage-url URL (or set GPUHUB_USAGE_URL), "+usageURLHint)
+		p.notShown("GPU inventory and holders", "give --usage-url URL (or set GPUHUB_USAGE_URL), "+usageapi.URLHint)
 	} else {
-		u := &usageClient{http: httpClient, base: withSlash(*usageURL), token: token, tokenFrom: tokenFrom}
+		u := &usageClient{usageapi.Client{HTTP: httpClient, Base: withSlash(*usageURL), Token: token, TokenFrom: tokenFrom,
+			Forbidden: "who holds which GPU is for Hub admins: use an admin's token"}}
 		// Any caller the Hub knows may read the inventory: when it fails (down, wrong URL, unknown token), the
 		// holders would fail the same way, so one line says so for both.
 		if c, err := u.cluster(ctx); err != nil {

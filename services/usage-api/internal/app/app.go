@@ -186,26 +186,9 @@ func Run(ctx context.Context, o Options) error {
 	go func() { defer wg.Done(); led.connect(ctx) }()
 	go func() { defer wg.Done(); s.hubLoop(ctx) }()
 	go func() { defer wg.Done(); s.tickLoop(ctx) }()
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Run(ctx) }()
-	if o.OnServing != nil {
-		for srv.Addr() == nil {
-			select {
-			case err := <-errc:
-				cancel()
-				wg.Wait()
-				return err
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-		o.OnServing(srv)
-	}
-	err = <-errc
+	err = srv.Serve(ctx, o.OnServing)
 	cancel()
 	wg.Wait()
-	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		return nil
-	}
 	return err
 }
 
