@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -209,6 +210,19 @@ func (s *Service) LogTail(n int) string {
 	}
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// GlueUnit runs the test package's glue_test.py with the Hub's own Python (hubproc.EnvVenv) against the chart's
+// glue in chartDir.
+func GlueUnit(t *testing.T, chartDir string) {
+	t.Helper()
+	cmd := exec.CommandContext(CtxT(t, time.Minute), hubproc.OptionsFromEnv().Venv+"/bin/python", "-m", "unittest", "-v", "glue_test")
+	cmd.Env = append(cmd.Environ(), "GPUHUB_GLUE="+chartDir+"/files/gpuhub_hub_config.py")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("python -m unittest glue_test: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
 }
 
 // Pods lists user's single-user pods in the Hub's namespace.

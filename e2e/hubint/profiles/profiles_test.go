@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
@@ -24,7 +23,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuhub/gpuhub/e2e/hubint/hubtest"
-	"github.com/gpuhub/gpuhub/e2e/internal/hubproc"
 )
 
 // seen is the promise of the issue: a refusal is in front of the user within 5 s of asking.
@@ -415,13 +413,7 @@ func TestNoTokenInLogs(t *testing.T) {
 // TestGlueUnit runs the profile part's Python unit tests (glue_test.py) with the Hub's own Python: the
 // callable's cache and fallback, the start-time list, the refusal and the template's markup.
 func TestGlueUnit(t *testing.T) {
-	cmd := exec.CommandContext(hubtest.CtxT(t, time.Minute), hubproc.OptionsFromEnv().Venv+"/bin/python", "-m", "unittest", "-v", "glue_test")
-	cmd.Env = append(cmd.Environ(), "GPUHUB_GLUE="+chartDir+"/files/gpuhub_hub_config.py")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("python -m unittest glue_test: %v\n%s", err, out)
-	}
-	t.Logf("%s", out)
+	hubtest.GlueUnit(t, chartDir)
 }
 
 // --- gpu-profiles' answer (C1) ---

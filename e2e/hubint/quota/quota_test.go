@@ -9,7 +9,6 @@ import (
 	"html"
 	"net/http"
 	"net/url"
-	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,7 +16,6 @@ import (
 	"time"
 
 	"github.com/gpuhub/gpuhub/e2e/hubint/hubtest"
-	"github.com/gpuhub/gpuhub/e2e/internal/hubproc"
 )
 
 // answered: a REST spawn the Hub did not wait for (slow_spawn_timeout 0). See TestRESTRefusalProgressStream.
@@ -281,13 +279,7 @@ func TestNoTokenInLogs(t *testing.T) {
 // TestGlueUnit runs the glue's Python unit tests (glue_test.py) with the Hub's own Python: the pod's GPU request
 // as the scheduler sums it, where the URL and token come from, and a Hub without gpu-quota.
 func TestGlueUnit(t *testing.T) {
-	cmd := exec.CommandContext(hubtest.CtxT(t, time.Minute), hubproc.OptionsFromEnv().Venv+"/bin/python", "-m", "unittest", "-v", "glue_test")
-	cmd.Env = append(cmd.Environ(), "GPUHUB_GLUE="+chartDir+"/files/gpuhub_hub_config.py")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("python -m unittest glue_test: %v\n%s", err, out)
-	}
-	t.Logf("%s", out)
+	hubtest.GlueUnit(t, chartDir)
 }
 
 // refusedUnavailable spawns a T4 share (which the policy admits) for user while gpu-quota cannot answer: refused
