@@ -79,21 +79,22 @@ func (s *Suite) Write(name, text string) string {
 }
 
 // Gpuhub is gpuhub as the environment has it: the chart and the usage API, and gpu-quota, gpu-profiles and
-// gpu-culler where the suite needs their binary, each on a free port of 127.0.0.1 with a fresh Hub token. The suite
+// gpu-culler where the suite needs their binary, each on a port of 127.0.0.1 of its own that was free a moment ago, with a fresh Hub token. The suite
 // adds its policies and settings.
 func (s *Suite) Gpuhub() gpuhubstack.Options {
+	ports := cluster.FreePorts(4) // distinct: one each
 	g := gpuhubstack.Options{
 		Chart:    gpuhubstack.Chart{Helm: s.Env["GPUHUB_HELM"], Dir: s.Env["GPUHUB_CHART"]},
-		UsageAPI: s.Env["GPUHUB_USAGE_API"], Port: cluster.FreePort(), Token: gpuhubstack.NewToken(),
+		UsageAPI: s.Env["GPUHUB_USAGE_API"], Port: ports[0], Token: gpuhubstack.NewToken(),
 	}
 	if bin := s.Env[QuotaBin]; bin != "" {
-		g.Quota = gpuhubstack.QuotaOptions{Binary: bin, Port: cluster.FreePort(), Token: gpuhubstack.NewToken()}
+		g.Quota = gpuhubstack.QuotaOptions{Binary: bin, Port: ports[1], Token: gpuhubstack.NewToken()}
 	}
 	if bin := s.Env[ProfilesBin]; bin != "" {
-		g.Profiles = gpuhubstack.ProfilesOptions{Binary: bin, Port: cluster.FreePort(), Token: gpuhubstack.NewToken()}
+		g.Profiles = gpuhubstack.ProfilesOptions{Binary: bin, Port: ports[2], Token: gpuhubstack.NewToken()}
 	}
 	if bin := s.Env[CullerBin]; bin != "" {
-		g.Culler = gpuhubstack.CullerOptions{Binary: bin, Port: cluster.FreePort(), Token: gpuhubstack.NewToken()}
+		g.Culler = gpuhubstack.CullerOptions{Binary: bin, Port: ports[3], Token: gpuhubstack.NewToken()}
 	}
 	return g
 }
