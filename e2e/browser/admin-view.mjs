@@ -11,25 +11,19 @@
 // (in a second browser context with the same session that bypasses the pages' CSP, which forbids the injected
 // script; the pages themselves run none).
 // Env: HUB_URL, HUB_USER, HUB_PASSWORD, SERVICE (default gpu-usage), PAGES, CSV, DARK (1: also a dark screenshot), A11Y
-//      GPUHUB_CHROMIUM, GPUHUB_BROWSER_MODULES, GPUHUB_ARTIFACTS   as login-spawn.mjs
+//      GPUHUB_CHROMIUM, GPUHUB_BROWSER_MODULES, GPUHUB_ARTIFACTS   as lib.mjs
 // Screenshots: admin-view-<user>-<n>.png (and -dark.png).
-import { createRequire } from 'node:module';
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 
-const env = (k, d) => process.env[k] ?? d;
-const modules = env('GPUHUB_BROWSER_MODULES', path.resolve('node_modules'));
-const { chromium } = createRequire(path.join(modules, 'noop.js'))('playwright-core');
+import { artifacts, env, hub, launch, login, loopbackOnly, requireModule, stepper } from './lib.mjs';
 
-const hub = env('HUB_URL', '');
 const user = env('HUB_USER', 'admin');
-const password = env('HUB_PASSWORD', '');
 const service = env('SERVICE', 'gpu-usage');
 const pages = env('PAGES', '').split('|');
 const csv = env('CSV', '');
 const dark = env('DARK', '') === '1';
 const a11y = env('A11Y', '') === '1';
-const artifacts = env('GPUHUB_ARTIFACTS', path.resolve('e2e/artifacts'));
 if (!hub.startsWith('http://127.')) {
   console.error('HUB_URL must be a loopback URL');
   process.exit(2);
@@ -37,25 +31,14 @@ if (!hub.startsWith('http://127.')) {
 mkdirSync(artifacts, { recursive: true });
 const prefix = `${hub}services/${service}/`;
 
-const browser = await chromium.launch({
-  executablePath: env('GPUHUB_CHROMIUM', '/usr/bin/chromium'),
-  headless: true,
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
-});
-const step = (s) => console.log(`browser: ${s}`);
+const browser = await launch();
+const { step } = stepper();
 let ok = false;
 const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
 const page = await context.newPage();
-await page.route('**/*', (route) => {
-  const u = new URL(route.request().url());
-  if (u.protocol === 'data:' || u.protocol === 'blob:' || u.hostname.startsWith('127.')) return route.continue();
-  return route.abort();
-});
+await loopbackOnly(page);
 try {
-  await page.goto(`${hub}hub/login`);
-  await page.fill('input[name="username"]', user);
-  await page.fill('input[name="password"]', password);
-  await Promise.all([page.waitForLoadState('load'), page.click('#login_submit, input[type="submit"], button[type="submit"]')]);
+  await login(page, user);
   step(`logged in as ${user}`);
 
   // The way an admin gets there: the Hub's navbar, Services, the service's entry.
@@ -97,13 +80,10 @@ try {
   const session = (await context.cookies(prefix)).find((c) => c.name.endsWith('-session'));
   if (session) console.log(`cookie: ${JSON.stringify({ name: session.name, value: session.value })}`);
   if (a11y) {
-    const axe = createRequire(path.join(modules, 'noop.js')).resolve('axe-core/axe.min.js');
+    const axe = requireModule.resolve('axe-core/axe.min.js');
     const checker = await browser.newContext({ viewport: { width: 1280, height: 900 }, bypassCSP: true, storageState: await context.storageState() });
     const p2 = await checker.newPage();
-    await p2.route('**/*', (route) => {
-      const u = new URL(route.request().url());
-      return u.hostname.startsWith('127.') || u.protocol === 'data:' ? route.continue() : route.abort();
-    });
+    await loopbackOnly(p2);
     for (const p of pages) {
       for (const scheme of ['light', 'dark']) {
         await p2.emulateMedia({ colorScheme: scheme });

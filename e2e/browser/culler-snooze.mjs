@@ -13,7 +13,7 @@
 //   EXPECT_NOTICE            optional: text the culler notice's message must contain
 //   NOTICE_TIMEOUT_S         how long to wait for the culler's notice with a Snooze button (default 180)
 //   CULLER_SERVICE           the notice's service (default gpu-culler)
-//   GPUHUB_CHROMIUM, GPUHUB_BROWSER_MODULES, GPUHUB_ARTIFACTS   as login-spawn.mjs
+//   GPUHUB_CHROMIUM, GPUHUB_BROWSER_MODULES, GPUHUB_ARTIFACTS   as lib.mjs
 //
 // Output (last stdout line, also on failure): {"ok", "steps", "server", "deadlineBefore", "deadlineAfter",
 // "movedSeconds", "snoozesLeftBefore", "snoozesLeftAfter", "messageBefore", "messageAfter", "result",
@@ -21,22 +21,16 @@
 // click and once the panel shows the snooze; result is the panel's "Snoozed: this server now stops at …" line;
 // error is the panel's words when the culler refused the snooze (409, 403, unreachable). Exit 0 when the
 // deadline moved later, 1 otherwise, 2 on bad arguments.
-import { createRequire } from 'node:module';
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 
-const env = (k, d) => process.env[k] || d;
-const modules = env('GPUHUB_BROWSER_MODULES', path.resolve('node_modules'));
-const { chromium } = createRequire(path.join(modules, 'noop.js'))('playwright-core');
+import { artifacts, env, hub, launch, login, loopbackOnly, openPanel, panelShot, stepper } from './lib.mjs';
 
-const hub = env('HUB_URL', '');
 const user = env('HUB_USER', 'alice');
-const password = env('HUB_PASSWORD', '');
 const server = env('HUB_SERVER', '');
 const expectNotice = env('EXPECT_NOTICE', '');
 const service = env('CULLER_SERVICE', 'gpu-culler');
 const noticeTimeout = Number(env('NOTICE_TIMEOUT_S', '180')) * 1000;
-const artifacts = env('GPUHUB_ARTIFACTS', path.resolve('e2e/artifacts'));
 const shot = path.resolve(process.argv[2] || env('SCREENSHOT', path.join(artifacts, `culler-snooze-${user}.png`)));
 if (!hub.startsWith('http://127.') || !hub.endsWith('/') || !(noticeTimeout > 0)) {
   console.error('HUB_URL must be a loopback URL ending in / and NOTICE_TIMEOUT_S a positive number');
@@ -45,41 +39,19 @@ if (!hub.startsWith('http://127.') || !hub.endsWith('/') || !(noticeTimeout > 0)
 mkdirSync(path.dirname(shot), { recursive: true });
 const sibling = (suffix) => shot.replace(/\.png$/i, '') + suffix;
 
-const browser = await chromium.launch({
-  executablePath: env('GPUHUB_CHROMIUM', '/usr/bin/chromium'),
-  headless: true,
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
-});
-const steps = [];
-const step = (s) => { steps.push(s); console.log(`browser: ${s}`); };
+const browser = await launch();
+const { steps, step } = stepper();
 const out = {
   ok: false, steps, server, deadlineBefore: '', deadlineAfter: '', movedSeconds: null, snoozesLeftBefore: '',
   snoozesLeftAfter: '', messageBefore: '', messageAfter: '', result: '', error: '', screenshot: '',
 };
 const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
-await page.route('**/*', (route) => {
-  const u = new URL(route.request().url());
-  if (u.protocol === 'data:' || u.protocol === 'blob:' || u.hostname.startsWith('127.')) return route.continue();
-  return route.abort();
-});
+await loopbackOnly(page);
 const text = async (loc) => ((await loc.first().innerText({ timeout: 1000 }).catch(() => '')) || '').trim();
 try {
-  await page.goto(`${hub}hub/login`);
-  await page.fill('input[name="username"]', user);
-  await page.fill('input[name="password"]', password);
-  await Promise.all([page.waitForLoadState('load'), page.click('#login_submit, input[type="submit"], button[type="submit"]')]);
+  await login(page, user);
   step(`logged in as ${user}`);
-  const lab = server ? `${hub}user/${user}/${server}/lab` : `${hub}user/${user}/lab`;
-  await page.goto(lab);
-  await page.waitForSelector('#jp-main-dock-panel', { timeout: 90_000 });
-  await page.waitForSelector('#jupyterlab-splash', { state: 'detached', timeout: 90_000 });
-  step('JupyterLab loaded');
-  const tab = page.locator('.jp-SideBar.jp-mod-right .lm-TabBar-tab[data-id="gpuhub-gpu-panel"]');
-  await tab.waitFor({ state: 'visible', timeout: 30_000 });
-  if ((await tab.getAttribute('aria-selected')) !== 'true') await tab.click();
-  const panel = page.locator('#gpuhub-gpu-panel');
-  await panel.waitFor({ state: 'visible' });
-  step('GPU panel open');
+  const panel = await openPanel(page, user, server, step);
 
   // The culler's notice on this server, snoozable (the panel polls the usage API's me every 10 s).
   let banner = panel.locator(`[data-service="${service}"][data-server="${server}"]`);
@@ -115,15 +87,7 @@ try {
   step(`snoozed: ${out.result} (stops ${out.deadlineAfter}, moved ${out.movedSeconds} s; ${out.snoozesLeftAfter || 'no count'})`);
   if (!(out.movedSeconds > 0)) throw new Error(`the deadline did not move later: ${out.deadlineBefore} -> ${out.deadlineAfter}`);
 
-  // JupyterLab's "get notified about official Jupyter news?" toast would cover the panel's lower part.
-  await page.getByRole('button', { name: 'No', exact: true }).first().click({ timeout: 2000 }).catch(() => {});
-  const box = await panel.boundingBox();
-  const vp = page.viewportSize();
-  await page.screenshot({
-    path: shot,
-    clip: { x: box.x, y: box.y, width: box.width, height: Math.max(1, Math.min(box.height, vp.height - 120 - box.y)) },
-  });
-  await page.screenshot({ path: sibling('-page.png') });
+  await panelShot(page, panel, shot, sibling('-page.png'));
   out.screenshot = shot;
   out.ok = true;
 } catch (err) {

@@ -11,20 +11,14 @@
 //   EXPECT_REFUSAL           when set, the spawn must be refused (gpu-quota) within REFUSAL_WITHIN_MS
 //                            (default 5000) with a message containing this text, on the spawn form or
 //                            the progress page; the screenshot is browser-refused-<user>.png
-import { createRequire } from 'node:module';
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 
-const env = (k, d) => process.env[k] || d;
-const modules = env('GPUHUB_BROWSER_MODULES', path.resolve('node_modules'));
-const { chromium } = createRequire(path.join(modules, 'noop.js'))('playwright-core');
+import { artifacts, env, hub, launch, login, loopbackOnly, stepper } from './lib.mjs';
 
-const hub = env('HUB_URL', '');
 const user = env('HUB_USER', 'alice');
-const password = env('HUB_PASSWORD', '');
 const server = env('HUB_SERVER', 'browser');
 const profile = env('HUB_PROFILE', 't4-shared');
-const artifacts = env('GPUHUB_ARTIFACTS', path.resolve('e2e/artifacts'));
 const expectRefusal = env('EXPECT_REFUSAL', '');
 const refusalWithin = Number(env('REFUSAL_WITHIN_MS', '5000'));
 if (!hub.startsWith('http://127.')) {
@@ -33,28 +27,14 @@ if (!hub.startsWith('http://127.')) {
 }
 mkdirSync(artifacts, { recursive: true });
 
-const browser = await chromium.launch({
-  executablePath: env('GPUHUB_CHROMIUM', '/usr/bin/chromium'),
-  headless: true,
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
-});
-const steps = [];
-const step = (s) => { steps.push(s); console.log(`browser: ${s}`); };
+const browser = await launch();
+const { steps, step } = stepper();
 let ok = false;
 const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
 // Belt and braces: the page may only talk to loopback.
-await page.route('**/*', (route) => {
-  const u = new URL(route.request().url());
-  if (u.protocol === 'data:' || u.protocol === 'blob:' || u.hostname.startsWith('127.')) return route.continue();
-  console.error(`browser: blocked non-loopback request ${u.href}`);
-  return route.abort();
-});
+await loopbackOnly(page, { log: true });
 try {
-  await page.goto(`${hub}hub/login`);
-  await page.fill('input[name="username"]', user);
-  await page.fill('input[name="password"]', password);
-  await Promise.all([page.waitForLoadState('load'), page.click('#login_submit, input[type="submit"], button[type="submit"]')]);
-  if (page.url().includes('/hub/login')) throw new Error(`login as ${user} failed (still on ${page.url()})`);
+  await login(page, user);
   step(`logged in as ${user}`);
 
   await page.goto(`${hub}hub/spawn/${user}/${server}`);

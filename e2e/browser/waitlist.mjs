@@ -6,50 +6,33 @@
 //               waits up to WITHIN_MS (default 180000) for EXPECT in its GPU waitlist section.
 // It prints "result: <the text found>". Run by e2e/waitliste2e. Env:
 //   HUB_URL, HUB_USER, HUB_PASSWORD, HUB_SERVER, MODE, PROFILE, AUTO_START, EXPECT, WITHIN_MS
-//   GPUHUB_CHROMIUM, GPUHUB_BROWSER_MODULES, GPUHUB_ARTIFACTS   as login-spawn.mjs
+//   GPUHUB_CHROMIUM, GPUHUB_BROWSER_MODULES, GPUHUB_ARTIFACTS   as lib.mjs
 // Screenshots: waitlist-form-<user>.png, waitlist-joined-<user>.png, waitlist-panel-<user>.png.
-import { createRequire } from 'node:module';
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 
-const env = (k, d) => process.env[k] || d;
-const modules = env('GPUHUB_BROWSER_MODULES', path.resolve('node_modules'));
-const { chromium } = createRequire(path.join(modules, 'noop.js'))('playwright-core');
+import { artifacts, env, hub, launch, login, loopbackOnly, openPanel, stepper } from './lib.mjs';
 
-const hub = env('HUB_URL', '');
 const user = env('HUB_USER', 'bob');
-const password = env('HUB_PASSWORD', '');
 const server = env('HUB_SERVER', '');
 const mode = env('MODE', '');
 const profile = env('PROFILE', '');
 const autoStart = env('AUTO_START', '') === '1';
 const expect = env('EXPECT', '');
 const within = Number(env('WITHIN_MS', '180000'));
-const artifacts = env('GPUHUB_ARTIFACTS', path.resolve('e2e/artifacts'));
 if (!hub.startsWith('http://127.') || !expect || !['join', 'panel'].includes(mode) || (mode === 'join' && !profile)) {
   console.error('HUB_URL must be a loopback URL, EXPECT set, MODE join (with PROFILE) or panel');
   process.exit(2);
 }
 mkdirSync(artifacts, { recursive: true });
 
-const browser = await chromium.launch({
-  executablePath: env('GPUHUB_CHROMIUM', '/usr/bin/chromium'),
-  headless: true,
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
-});
-const step = (s) => console.log(`browser: ${s}`);
+const browser = await launch();
+const { step } = stepper();
 let ok = false;
 const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
-await page.route('**/*', (route) => {
-  const u = new URL(route.request().url());
-  if (u.protocol === 'data:' || u.protocol === 'blob:' || u.hostname.startsWith('127.')) return route.continue();
-  return route.abort();
-});
+await loopbackOnly(page);
 try {
-  await page.goto(`${hub}hub/login`);
-  await page.fill('input[name="username"]', user);
-  await page.fill('input[name="password"]', password);
-  await Promise.all([page.waitForLoadState('load'), page.click('#login_submit, input[type="submit"], button[type="submit"]')]);
+  await login(page, user);
   step(`logged in as ${user}`);
 
   if (mode === 'join') {
@@ -69,17 +52,7 @@ try {
     await page.screenshot({ path: path.join(artifacts, `waitlist-joined-${user}.png`), fullPage: true });
     console.log(`result: ${text}`);
   } else {
-    const lab = server ? `${hub}user/${user}/${server}/lab` : `${hub}user/${user}/lab`;
-    await page.goto(lab);
-    await page.waitForSelector('#jp-main-dock-panel', { timeout: 90_000 });
-    await page.waitForSelector('#jupyterlab-splash', { state: 'detached', timeout: 90_000 });
-    step('JupyterLab loaded');
-    const tab = page.locator('.jp-SideBar.jp-mod-right .lm-TabBar-tab[data-id="gpuhub-gpu-panel"]');
-    await tab.waitFor({ state: 'visible', timeout: 30_000 });
-    if ((await tab.getAttribute('aria-selected')) !== 'true') await tab.click();
-    const panel = page.locator('#gpuhub-gpu-panel');
-    await panel.waitFor({ state: 'visible' });
-    step('GPU panel open');
+    const panel = await openPanel(page, user, server, step);
     // The single-user env ships JupyterLab settings overrides (images/jupyterlab-overrides.json): no news toast.
     await page.waitForTimeout(3000);
     if (await page.getByText('official Jupyter news').count() > 0) throw new Error('JupyterLab asks about Jupyter news: the settings overrides are not installed');

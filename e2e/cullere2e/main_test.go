@@ -34,9 +34,7 @@ package cullere2e
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -47,6 +45,7 @@ import (
 	"github.com/gpuhub/gpuhub/e2e/cluster/stack"
 	"github.com/gpuhub/gpuhub/e2e/gpuhubstack"
 	"github.com/gpuhub/gpuhub/e2e/internal/hubproc"
+	"github.com/gpuhub/gpuhub/e2e/internal/suite"
 	"github.com/gpuhub/gpuhub/hubapi"
 )
 
@@ -105,34 +104,22 @@ type replica struct {
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
-	need := map[string]string{}
-	for _, k := range []string{"GPUHUB_KUBE_BIN", "GPUHUB_HUB_VENV", "GPUHUB_CHP", "GPUHUB_GPU_AGENT", "GPUHUB_USAGE_API",
-		"GPUHUB_GPU_CULLER", "GPUHUB_HELM", "GPUHUB_CHART", "GPUHUB_IDLE_CULLER_VENVS"} {
-		need[k] = os.Getenv(k)
-		if need[k] == "" {
-			fmt.Fprintf(os.Stderr, "culler e2e: %s is not set; run the suite with `make e2e`, which installs and builds what it needs\n", k)
-			return 1
-		}
-	}
-	dir, err := os.MkdirTemp("", "gpuhub-culler-e2e-")
+	s, err := suite.Begin("culler e2e", "", suite.CullerBin, "GPUHUB_IDLE_CULLER_VENVS")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	policyPath := filepath.Join(dir, "culler-policy.yaml")
-	if err := os.WriteFile(policyPath, []byte(policy), 0o600); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	defer s.Close()
+	g := s.Gpuhub()
+	usageURL = gpuhubstack.Usage{Port: g.Port}.URL()
 
 	// Two replicas, each with its own port and tap; the Hub service URL is a front that reaches whichever is up,
 	// as the chart's Service does.
 	const n = 2
-	c := gpuhubstack.CullerOptions{Binary: need["GPUHUB_GPU_CULLER"], Token: gpuhubstack.NewToken(), Policy: policyPath,
-		Replicas: n, SampleEvery: "1s",
-		ExtraArgs: []string{"--lease-duration=" + leaseDuration.String(), "--renew-deadline=" + renewDeadline.String(),
-			"--retry-period=" + leaseRetry.String()}}
+	c := &g.Culler
+	c.Policy, c.Replicas, c.SampleEvery = s.Write("culler-policy.yaml", policy), n, "1s"
+	c.ExtraArgs = []string{"--lease-duration=" + leaseDuration.String(), "--renew-deadline=" + renewDeadline.String(),
+		"--retry-period=" + leaseRetry.String()}
 	for i := range n {
 		r := replica{name: gpuhubstack.CullerComponentName(i, n), port: cluster.FreePort()}
 		r.url = gpuhubstack.Culler{Port: r.port}.URL()
@@ -140,91 +127,47 @@ func run(m *testing.M) int {
 		c.ReplicaPorts = append(c.ReplicaPorts, r.port)
 		t, err := newTap(context.Background(), r.name)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
+			return s.Fail(err)
 		}
 		defer t.close()
 		cullerTaps = append(cullerTaps, t)
 	}
 	fr, err := newFront(context.Background(), c.ReplicaPorts)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return s.Fail(err)
 	}
 	defer fr.close()
 	c.Port = fr.port
-	c.HubAPIURL = func(s *stack.Stack, i int) (string, error) { return cullerTaps[i].to(s.Hub.APIURL()) }
+	c.HubAPIURL = func(running *stack.Stack, i int) (string, error) { return cullerTaps[i].to(running.Hub.APIURL()) }
 
 	// The idle-cullers are this test's own Hub services; gpuhub's come from the chart's z2jh values (below).
 	var services []hubproc.Service
-	for _, venv := range strings.Fields(need["GPUHUB_IDLE_CULLER_VENVS"]) {
+	for _, venv := range strings.Fields(s.Env["GPUHUB_IDLE_CULLER_VENVS"]) {
 		ic, err := newIdleCuller(context.Background(), venv)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "culler e2e: %v\n", err)
-			return 1
+			return s.Fail(err)
 		}
 		defer ic.tap.close()
 		idleCullers = append(idleCullers, ic)
 		services = append(services, ic.hubService())
 	}
 
-	g := gpuhubstack.Options{
-		Chart:    gpuhubstack.Chart{Helm: need["GPUHUB_HELM"], Dir: need["GPUHUB_CHART"]},
-		UsageAPI: need["GPUHUB_USAGE_API"], Port: cluster.FreePort(), Token: gpuhubstack.NewToken(), Culler: c,
-	}
-	usageURL = gpuhubstack.Usage{Port: g.Port}.URL()
-	// The chart's z2jh values, as an admin installs them, with the usage API and gpu-culler (its front) on loopback:
-	// their roles, and the user role through which the panel reaches both.
-	values, err := gpuhubstack.LocalHubValues(need["GPUHUB_CHART"], gpuhubstack.LocalHub{NoWaitlist: true, Services: map[string]gpuhubstack.LocalService{
-		gpuhubstack.ServiceName: {Port: g.Port, Token: g.Token}, gpuhubstack.CullerServiceName: {Port: c.Port, Token: c.Token},
-	}})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "culler e2e: %v\n", err)
-		return 1
-	}
-	valuesPath := filepath.Join(dir, "hub-values.yaml")
-	if err := os.WriteFile(valuesPath, values, 0o600); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-
-	lvl := slog.LevelWarn
-	if os.Getenv("GPUHUB_E2E_DEBUG") != "" {
-		lvl = slog.LevelDebug
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	start := time.Now()
-	st, err = stack.Start(ctx, stack.Options{
-		HubServices: services,
-		HubValues:   valuesPath,
-		KubeBinDir:  need["GPUHUB_KUBE_BIN"], Venv: need["GPUHUB_HUB_VENV"], CHP: need["GPUHUB_CHP"],
-		Topology: filepath.Join("..", "topology.yaml"), Password: password,
-		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})),
-		GPUAgent: need["GPUHUB_GPU_AGENT"], Components: gpuhubstack.Components(g),
-		Progress: func(step string, took time.Duration) {
-			fmt.Fprintf(os.Stderr, "culler e2e: %s (%.1fs)\n", step, took.Seconds())
-		},
-	})
+	// The chart's z2jh values, as an admin installs them, with the usage API and gpu-culler (its front) on loopback:
+	// their roles, and the user role through which the panel reaches both.
+	st, hubAdmin, err = s.Start(ctx, g, gpuhubstack.LocalHub{NoWaitlist: true}, stack.Options{Password: password, HubServices: services})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "culler e2e: start local cluster: %v\n", err)
-		return 1
+		return s.Fail(err)
 	}
 	defer st.Stop()
 	kube = st.Client
-	hubAdmin, err = hubapi.New(hubapi.Config{URL: st.HubURL() + "hub/api", Token: st.Hub.AdminToken()})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "culler e2e: hub client: %v\n", err)
-		return 1
-	}
 	for _, ic := range idleCullers {
 		if err := ic.start(ctx, st); err != nil {
-			fmt.Fprintf(os.Stderr, "culler e2e: %v\n", err)
-			return 1
+			return s.Fail(err)
 		}
 		defer ic.stop()
 	}
-	fmt.Fprintf(os.Stderr, "culler e2e: local cluster with 2 gpu-culler replicas and %d idle-cullers ready in %.1fs, Hub %s\n",
-		len(idleCullers), time.Since(start).Seconds(), st.HubURL())
+	fmt.Fprintf(os.Stderr, "culler e2e: %d idle-cullers ready\n", len(idleCullers))
 	return m.Run()
 }

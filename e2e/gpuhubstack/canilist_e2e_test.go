@@ -3,7 +3,6 @@
 package gpuhubstack
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"os"
@@ -11,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -19,8 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-
-	"github.com/gpuhub/gpuhub/e2e/cluster"
 )
 
 // canIDir holds one golden file per ServiceAccount of the chart, named after its component, and
@@ -40,46 +36,13 @@ const canIDir = "testdata/can-i"
 // ServiceAccount with no binding at all may do, reviewed the same way and kept in every-serviceaccount.txt, so a
 // change of the API server's defaults shows there and not five times.
 func TestCanIList(t *testing.T) {
-	kubeBin, helm := os.Getenv("GPUHUB_KUBE_BIN"), os.Getenv("GPUHUB_HELM")
-	if kubeBin == "" || helm == "" {
-		t.Skip("GPUHUB_KUBE_BIN or GPUHUB_HELM is not set; make e2e sets them")
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	cp, err := cluster.Start(ctx, cluster.Options{BinDir: kubeBin, Dir: filepath.Join(t.TempDir(), "cluster")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cp.Stop()
-	adminCfg, err := cp.RESTConfig("admin", []string{"system:masters"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := kubernetes.NewForConfig(adminCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	version, err := ServerVersion(admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const release, pods, unrelated = "gpuhub", "jhub", "unrelated"
+	const release, pods, unrelated = testRelease, testPods, "unrelated"
+	c := startChartRBAC(t, unrelated)
+	ctx, admin, adminCfg, objs := c.ctx, c.admin, c.adminCfg, c.objs
 	namespaces := []struct{ name, what string }{
 		{release, "the release namespace"},
 		{pods, "the single-user namespace, usage.podNamespace"},
 		{unrelated, "any other namespace"},
-	}
-	for _, ns := range []string{pods, unrelated} {
-		if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	objs, err := Chart{Helm: helm, Dir: "../../chart/gpuhub", Namespace: release, PodNamespace: pods, KubeVersion: version}.Render(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := InstallRBAC(ctx, admin, release, objs); err != nil {
-		t.Fatal(err)
 	}
 	accounts := map[string]string{} // component: ServiceAccount
 	for _, o := range objs {

@@ -51,6 +51,22 @@ type QuotaOptions struct {
 	WaitlistHold string
 }
 
+// LocalServices are o's Hub services on loopback, for LocalHub.Services: the usage API, and gpu-quota, gpu-profiles
+// and gpu-culler where o runs them.
+func (o Options) LocalServices() map[string]LocalService {
+	services := map[string]LocalService{ServiceName: {Port: o.Port, Token: o.Token}}
+	if o.Quota.Binary != "" {
+		services[QuotaServiceName] = LocalService{Port: o.Quota.Port, Token: o.Quota.Token}
+	}
+	if o.Profiles.Binary != "" {
+		services[ProfilesServiceName] = LocalService{Port: o.Profiles.Port, Token: o.Profiles.Token}
+	}
+	if o.Culler.Binary != "" {
+		services[CullerServiceName] = LocalService{Port: o.Culler.Port, Token: o.Culler.Token}
+	}
+	return services
+}
+
 // Components returns the stack components of gpuhub: the chart's agents and RBAC with the usage API, then
 // gpu-quota when o.Quota.Binary is set, then gpu-profiles when o.Profiles.Binary is set, then gpu-culler's
 // replicas when o.Culler.Binary is set. Register the services with the Hub first, with the glue, as z2jh does: the

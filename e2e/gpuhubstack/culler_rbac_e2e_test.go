@@ -3,26 +3,14 @@
 package gpuhubstack
 
 import (
-	"context"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
-
-	"github.com/gpuhub/gpuhub/e2e/cluster"
 )
 
 // TestCullerRBAC runs on a real API server (RBAC on) with the chart's gpu-culler ServiceAccount, z2jh's pods in
@@ -31,41 +19,9 @@ import (
 // watched by name with a metadata.name field selector, updated) and nothing more (no other ConfigMap, no listing
 // them all, no pod deletes, no nodes, no Secrets).
 func TestCullerRBAC(t *testing.T) {
-	kubeBin, helm := os.Getenv("GPUHUB_KUBE_BIN"), os.Getenv("GPUHUB_HELM")
-	if kubeBin == "" || helm == "" {
-		t.Skip("GPUHUB_KUBE_BIN or GPUHUB_HELM is not set; make e2e sets them")
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	cp, err := cluster.Start(ctx, cluster.Options{BinDir: kubeBin, Dir: filepath.Join(t.TempDir(), "cluster")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cp.Stop()
-	adminCfg, err := cp.RESTConfig("admin", []string{"system:masters"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := kubernetes.NewForConfig(adminCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	version, err := ServerVersion(admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const release, pods = "gpuhub", "jhub"
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: pods}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	objs, err := Chart{Helm: helm, Dir: "../../chart/gpuhub", Namespace: release, PodNamespace: pods, KubeVersion: version}.Render(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, err := InstallRBAC(ctx, admin, release, objs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := startChartRBAC(t)
+	ctx, admin, objs := c.ctx, c.admin, c.objs
+	const release, pods = testRelease, testPods
 	// gpu-culler's ServiceAccount and the names its Deployment is told, from the rendered chart.
 	var sa, lease, stops string
 	for _, o := range objs {
@@ -91,33 +47,8 @@ func TestCullerRBAC(t *testing.T) {
 	if sa == "" || lease == "" || stops == "" {
 		t.Fatalf("rendered chart: gpu-culler ServiceAccount %q, --lease-name %q, --stops-configmap %q", sa, lease, stops)
 	}
-	kc := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := in.WriteKubeconfig(ctx, admin, sa, cp.URL, cp.CAData(), kc); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	culler, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ns := range []string{pods, release} {
-		// Pods need the namespace's default ServiceAccount, which the controller manager creates.
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-			if _, err := admin.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{}); err == nil || time.Now().After(deadline) {
-				break
-			}
-		}
-		if _, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "jupyter-bob", Labels: map[string]string{"component": "singleuser-server"},
-				Annotations: map[string]string{"hub.jupyter.org/username": "bob"}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "notebook", Image: "x"}}},
-		}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("pod in %s: %v", ns, err)
-		}
-	}
+	culler := c.clientOf(t, sa)
+	c.bobsPods(t)
 	if _, err := admin.CoreV1().ConfigMaps(release).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "someone-else"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -126,10 +57,7 @@ func TestCullerRBAC(t *testing.T) {
 	cms := culler.CoreV1().ConfigMaps(release)
 
 	// In order: the ConfigMap is created before it is read, listed, watched and updated.
-	allowed := []struct {
-		name string
-		do   func() error
-	}{
+	allowed := []rightsCheck{
 		{"list single-user pods", func() error {
 			_, err := culler.CoreV1().Pods(pods).List(ctx, metav1.ListOptions{LabelSelector: "component=singleuser-server"})
 			return err
@@ -168,11 +96,6 @@ func TestCullerRBAC(t *testing.T) {
 			return err
 		}},
 	}
-	for _, a := range allowed {
-		if err := a.do(); err != nil {
-			t.Errorf("%s: %v", a.name, err)
-		}
-	}
 	forbidden := map[string]func() error{
 		"list every ConfigMap":       func() error { _, err := cms.List(ctx, metav1.ListOptions{}); return err },
 		"get another ConfigMap":      func() error { _, err := cms.Get(ctx, "someone-else", metav1.GetOptions{}); return err },
@@ -193,34 +116,10 @@ func TestCullerRBAC(t *testing.T) {
 		"list nodes":   func() error { _, err := culler.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); return err },
 		"list secrets": func() error { _, err := culler.CoreV1().Secrets(release).List(ctx, metav1.ListOptions{}); return err },
 	}
-	for name, do := range forbidden {
-		if err := do(); !apierrors.IsForbidden(err) {
-			t.Errorf("%s: error %v, want Forbidden", name, err)
-		}
-	}
+	checkRights(t, allowed, forbidden)
 
 	// Leader election as gpu-culler does it: client-go on its Lease, create then renew (get, update).
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, release, lease, culler.CoreV1(), culler.CoordinationV1(),
-		resourcelock.ResourceLockConfig{Identity: "gpuhub-culler-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	leCtx, stop := context.WithTimeout(ctx, 30*time.Second)
-	defer stop()
-	var led atomic.Bool
-	leaderelection.RunOrDie(leCtx, leaderelection.LeaderElectionConfig{
-		Lock: lock, LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond,
-		ReleaseOnCancel: true,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(context.Context) {
-				time.Sleep(time.Second) // a few renewals
-				led.Store(true)
-				stop()
-			},
-			OnStoppedLeading: func() {},
-		},
-	})
-	if !led.Load() {
+	if !c.leads(t, culler, lease, "gpuhub-culler-test") {
 		t.Errorf("gpu-culler's ServiceAccount never led on Lease %s/%s", release, lease)
 	}
 }

@@ -10,17 +10,15 @@ package profilese2e
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/gpuhub/gpuhub/e2e/cluster"
 	"github.com/gpuhub/gpuhub/e2e/cluster/stack"
 	"github.com/gpuhub/gpuhub/e2e/gpuhubstack"
+	"github.com/gpuhub/gpuhub/e2e/internal/suite"
 	"github.com/gpuhub/gpuhub/hubapi"
 )
 
@@ -59,83 +57,27 @@ groups:
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
-	need := map[string]string{}
-	for _, k := range []string{"GPUHUB_KUBE_BIN", "GPUHUB_HUB_VENV", "GPUHUB_CHP", "GPUHUB_GPU_AGENT", "GPUHUB_USAGE_API",
-		"GPUHUB_GPU_QUOTA", "GPUHUB_GPU_PROFILES", "GPUHUB_HELM", "GPUHUB_CHART"} {
-		need[k] = os.Getenv(k)
-		if need[k] == "" {
-			fmt.Fprintf(os.Stderr, "profiles e2e: %s is not set; run the suite with `make e2e`, which installs and builds what it needs\n", k)
-			return 1
-		}
-	}
-	dir, err := os.MkdirTemp("", "gpuhub-profiles-e2e-")
+	s, err := suite.Begin("profiles e2e", "", suite.QuotaBin, suite.ProfilesBin)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	policyPath := filepath.Join(dir, "policy.yaml")
-	configPath = filepath.Join(dir, "profiles.yaml")
-	for path, text := range map[string]string{policyPath: policy, configPath: baseConfig} {
-		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-	}
-	q := gpuhubstack.QuotaOptions{Binary: need["GPUHUB_GPU_QUOTA"], Port: cluster.FreePort(), Token: gpuhubstack.NewToken(), Policy: policyPath}
-	p := gpuhubstack.ProfilesOptions{Binary: need["GPUHUB_GPU_PROFILES"], Port: cluster.FreePort(), Token: gpuhubstack.NewToken(),
-		Config: configPath, PendingEndAfter: pendingEndAfter.String()}
-	readerToken = gpuhubstack.NewToken()
-	profilesToken = p.Token
-	g := gpuhubstack.Options{
-		Chart:    gpuhubstack.Chart{Helm: need["GPUHUB_HELM"], Dir: need["GPUHUB_CHART"]},
-		UsageAPI: need["GPUHUB_USAGE_API"], Port: cluster.FreePort(), Token: readerToken, Quota: q, Profiles: p,
-	}
-	profilesURL = gpuhubstack.Profiles{Port: p.Port}.URL()
-	// The chart's z2jh values, as an admin installs them, with the usage API, gpu-quota (no waitlist) and
-	// gpu-profiles on loopback.
-	values, err := gpuhubstack.LocalHubValues(need["GPUHUB_CHART"], gpuhubstack.LocalHub{NoWaitlist: true, Services: map[string]gpuhubstack.LocalService{
-		gpuhubstack.ServiceName: {Port: g.Port, Token: g.Token}, gpuhubstack.QuotaServiceName: {Port: q.Port, Token: q.Token},
-		gpuhubstack.ProfilesServiceName: {Port: p.Port, Token: p.Token},
-	}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	valuesPath := filepath.Join(dir, "hub-values.yaml")
-	if err := os.WriteFile(valuesPath, values, 0o600); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	lvl := slog.LevelWarn
-	if os.Getenv("GPUHUB_E2E_DEBUG") != "" {
-		lvl = slog.LevelDebug
-	}
+	defer s.Close()
+	configPath = s.Write("profiles.yaml", baseConfig)
+	g := s.Gpuhub()
+	g.Quota.Policy = s.Write("policy.yaml", policy)
+	g.Profiles.Config, g.Profiles.PendingEndAfter = configPath, pendingEndAfter.String()
+	readerToken, profilesToken = g.Token, g.Profiles.Token
+	profilesURL = gpuhubstack.Profiles{Port: g.Profiles.Port}.URL()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	start := time.Now()
-	st, err = stack.Start(ctx, stack.Options{
-		HubValues:  valuesPath,
-		KubeBinDir: need["GPUHUB_KUBE_BIN"], Venv: need["GPUHUB_HUB_VENV"], CHP: need["GPUHUB_CHP"],
-		Topology: filepath.Join("..", "topology.yaml"), Password: password,
-		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})),
-		GPUAgent: need["GPUHUB_GPU_AGENT"], Components: gpuhubstack.Components(g),
-		Progress: func(step string, took time.Duration) {
-			fmt.Fprintf(os.Stderr, "profiles e2e: %s (%.1fs)\n", step, took.Seconds())
-		},
-	})
+	// The chart's z2jh values, as an admin installs them, with the usage API, gpu-quota (no waitlist) and
+	// gpu-profiles on loopback.
+	st, hubAdmin, err = s.Start(ctx, g, gpuhubstack.LocalHub{NoWaitlist: true}, stack.Options{Password: password})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "profiles e2e: start local cluster: %v\n", err)
-		return 1
+		return s.Fail(err)
 	}
 	defer st.Stop()
-	fmt.Fprintf(os.Stderr, "profiles e2e: local cluster with gpu-quota and gpu-profiles ready in %.1fs, Hub %s\n",
-		time.Since(start).Seconds(), st.HubURL())
 	kube = st.Client
-	hubAdmin, err = hubapi.New(hubapi.Config{URL: st.HubURL() + "hub/api", Token: st.Hub.AdminToken()})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "profiles e2e: hub client: %v\n", err)
-		return 1
-	}
 	return m.Run()
 }

@@ -17,17 +17,15 @@ package waitliste2e
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/gpuhub/gpuhub/e2e/cluster"
 	"github.com/gpuhub/gpuhub/e2e/cluster/stack"
 	"github.com/gpuhub/gpuhub/e2e/gpuhubstack"
+	"github.com/gpuhub/gpuhub/e2e/internal/suite"
 	"github.com/gpuhub/gpuhub/hubapi"
 )
 
@@ -82,86 +80,32 @@ var (
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
-	need := map[string]string{}
-	for _, k := range []string{"GPUHUB_KUBE_BIN", "GPUHUB_HUB_VENV", "GPUHUB_CHP", "GPUHUB_GPU_AGENT", "GPUHUB_USAGE_API",
-		"GPUHUB_GPU_QUOTA", "GPUHUB_GPU_PROFILES", "GPUHUB_GPU_CULLER", "GPUHUB_HELM", "GPUHUB_CHART"} {
-		need[k] = os.Getenv(k)
-		if need[k] == "" {
-			fmt.Fprintf(os.Stderr, "waitlist e2e: %s is not set; run the suite with `make e2e`, which installs and builds what it needs\n", k)
-			return 1
-		}
-	}
-	dir, err := os.MkdirTemp("", "gpuhub-waitlist-e2e-")
+	s, err := suite.Begin("waitlist e2e", "", suite.QuotaBin, suite.ProfilesBin, suite.CullerBin)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	write := func(name, text string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
-			panic(err)
-		}
-		return p
-	}
-	q := gpuhubstack.QuotaOptions{Binary: need["GPUHUB_GPU_QUOTA"], Port: cluster.FreePort(), Token: gpuhubstack.NewToken(),
-		Policy: write("quota.yaml", quotaPolicy), Waitlist: true, WaitlistHold: hold.String()}
-	p := gpuhubstack.ProfilesOptions{Binary: need["GPUHUB_GPU_PROFILES"], Port: cluster.FreePort(), Token: gpuhubstack.NewToken()}
-	c := gpuhubstack.CullerOptions{Binary: need["GPUHUB_GPU_CULLER"], Port: cluster.FreePort(), Token: gpuhubstack.NewToken(),
-		Policy: write("culler.yaml", cullerPolicy), SampleEvery: "1s"}
-	g := gpuhubstack.Options{
-		Chart:    gpuhubstack.Chart{Helm: need["GPUHUB_HELM"], Dir: need["GPUHUB_CHART"]},
-		UsageAPI: need["GPUHUB_USAGE_API"], Port: cluster.FreePort(), Token: gpuhubstack.NewToken(),
-		// Short admin view sessions: TestAdminView sees an expired cookie of a revoked login refused.
-		SessionTTL: adminSessionTTL.String(),
-		Quota:      q, Profiles: p, Culler: c,
-	}
-	quotaURL = gpuhubstack.Quota{Port: q.Port}.URL()
+	defer s.Close()
+	g := s.Gpuhub()
+	g.Quota.Policy, g.Quota.Waitlist, g.Quota.WaitlistHold = s.Write("quota.yaml", quotaPolicy), true, hold.String()
+	g.Culler.Policy, g.Culler.SampleEvery = s.Write("culler.yaml", cullerPolicy), "1s"
+	// Short admin view sessions: TestAdminView sees an expired cookie of a revoked login refused.
+	g.SessionTTL = adminSessionTTL.String()
+	quotaURL = gpuhubstack.Quota{Port: g.Quota.Port}.URL()
 	usageURL = gpuhubstack.Usage{Port: g.Port}.BaseURL()
 	metricsURLs = map[string]string{}
-	for name, port := range map[string]int{"usage-api": g.Port, "gpu-quota": q.Port, "gpu-profiles": p.Port, "gpu-culler": c.Port} {
+	for name, port := range map[string]int{"usage-api": g.Port, "gpu-quota": g.Quota.Port, "gpu-profiles": g.Profiles.Port, "gpu-culler": g.Culler.Port} {
 		metricsURLs[name] = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
 	}
-	cullerURL = gpuhubstack.Culler{Port: c.Port}.URL()
-	// The chart's z2jh values, as an admin installs them, with every service on loopback.
-	values, err := gpuhubstack.LocalHubValues(need["GPUHUB_CHART"], gpuhubstack.LocalHub{Services: map[string]gpuhubstack.LocalService{
-		gpuhubstack.ServiceName: {Port: g.Port, Token: g.Token}, gpuhubstack.QuotaServiceName: {Port: q.Port, Token: q.Token},
-		gpuhubstack.ProfilesServiceName: {Port: p.Port, Token: p.Token}, gpuhubstack.CullerServiceName: {Port: c.Port, Token: c.Token},
-	}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-
-	lvl := slog.LevelWarn
-	if os.Getenv("GPUHUB_E2E_DEBUG") != "" {
-		lvl = slog.LevelDebug
-	}
+	cullerURL = gpuhubstack.Culler{Port: g.Culler.Port}.URL()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	start := time.Now()
-	st, err = stack.Start(ctx, stack.Options{
-		HubValues:  write("hub-values.yaml", string(values)),
-		KubeBinDir: need["GPUHUB_KUBE_BIN"], Venv: need["GPUHUB_HUB_VENV"], CHP: need["GPUHUB_CHP"],
-		Topology: filepath.Join("..", "topology.yaml"), Password: password,
-		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})),
-		GPUAgent: need["GPUHUB_GPU_AGENT"], Components: gpuhubstack.Components(g),
-		Progress: func(step string, took time.Duration) {
-			fmt.Fprintf(os.Stderr, "waitlist e2e: %s (%.1fs)\n", step, took.Seconds())
-		},
-	})
+	// The chart's z2jh values, as an admin installs them, with every service on loopback.
+	st, hubAdmin, err = s.Start(ctx, g, gpuhubstack.LocalHub{}, stack.Options{Password: password})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "waitlist e2e: start local cluster: %v\n", err)
-		return 1
+		return s.Fail(err)
 	}
 	defer st.Stop()
 	kube = st.Client
-	hubAdmin, err = hubapi.New(hubapi.Config{URL: st.HubURL() + "hub/api", Token: st.Hub.AdminToken()})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "waitlist e2e: hub client: %v\n", err)
-		return 1
-	}
-	fmt.Fprintf(os.Stderr, "waitlist e2e: local cluster with gpu-quota's waitlist, gpu-profiles and gpu-culler ready in %.1fs, Hub %s\n",
-		time.Since(start).Seconds(), st.HubURL())
 	return m.Run()
 }

@@ -266,9 +266,6 @@ func addGPUHub(o *Options) (cleanup func(), err error) {
 	if o.GPUHub.Token == "" {
 		o.GPUHub.Token = gpuhubstack.NewToken()
 	}
-	local := gpuhubstack.LocalHub{Services: map[string]gpuhubstack.LocalService{
-		gpuhubstack.ServiceName: {Port: o.GPUHub.Port, Token: o.GPUHub.Token},
-	}}
 	if o.NoQuota {
 		o.GPUHub.Quota = gpuhubstack.QuotaOptions{}
 	} else {
@@ -288,7 +285,6 @@ func addGPUHub(o *Options) (cleanup func(), err error) {
 			q.Token = gpuhubstack.NewToken()
 		}
 		q.Waitlist = !o.NoWaitlist
-		local.Services[gpuhubstack.QuotaServiceName] = gpuhubstack.LocalService{Port: q.Port, Token: q.Token}
 	}
 	if o.NoProfiles {
 		o.GPUHub.Profiles = gpuhubstack.ProfilesOptions{}
@@ -310,9 +306,7 @@ func addGPUHub(o *Options) (cleanup func(), err error) {
 		if p.Token == "" {
 			p.Token = gpuhubstack.NewToken()
 		}
-		local.Services[gpuhubstack.ProfilesServiceName] = gpuhubstack.LocalService{Port: p.Port, Token: p.Token}
 	}
-	local.NoWaitlist = !o.GPUHub.Quota.Waitlist
 	if o.NoCuller {
 		o.GPUHub.Culler = gpuhubstack.CullerOptions{}
 	} else {
@@ -331,9 +325,9 @@ func addGPUHub(o *Options) (cleanup func(), err error) {
 		if c.Token == "" {
 			c.Token = gpuhubstack.NewToken()
 		}
-		local.Services[gpuhubstack.CullerServiceName] = gpuhubstack.LocalService{Port: c.Port, Token: c.Token}
 	}
 	if o.Stack.HubValues == "" {
+		local := gpuhubstack.LocalHub{Services: o.GPUHub.LocalServices(), NoWaitlist: !o.GPUHub.Quota.Waitlist}
 		values, err := gpuhubstack.LocalHubValues(o.GPUHub.Chart.Dir, local)
 		if err != nil {
 			return cleanup, err

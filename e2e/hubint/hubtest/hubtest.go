@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/gpuhub/gpuhub/e2e/internal/hubproc"
 	"github.com/gpuhub/gpuhub/e2e/internal/logscan"
 	"github.com/gpuhub/gpuhub/hubapi"
@@ -32,6 +34,9 @@ type Hub struct {
 	// Password is the users' password (the dummy authenticator's); MetricsService a service with read:metrics;
 	// TokenNote the note of the tokens UserToken mints.
 	Password, MetricsService, TokenNote string
+	// Kube is an admin client of the cluster the Hub spawns on, Namespace the Hub's single-user namespace (Pods).
+	Kube      kubernetes.Interface
+	Namespace string
 }
 
 // StartServer is POST /hub/api/users/{user}/server[s/{server}] with the profile in user_options.

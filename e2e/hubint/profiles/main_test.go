@@ -3,18 +3,14 @@
 package profiles_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -28,9 +24,9 @@ import (
 
 	"github.com/gpuhub/gpuhub/e2e/cluster"
 	"github.com/gpuhub/gpuhub/e2e/cluster/proc"
-	"github.com/gpuhub/gpuhub/e2e/emulator"
 	"github.com/gpuhub/gpuhub/e2e/gpuhubstack"
 	"github.com/gpuhub/gpuhub/e2e/hub"
+	"github.com/gpuhub/gpuhub/e2e/hubint/hubtest"
 	"github.com/gpuhub/gpuhub/e2e/internal/hubproc"
 )
 
@@ -78,11 +74,9 @@ var (
 
 // hubUnderTest is one Hub with its own gpu-profiles.
 type hubUnderTest struct {
-	name          string
+	*hubtest.Hub  // Proc is the Hub
 	dir           string
-	hub           *hubproc.Hub
-	profiles      *proc.Process
-	profilesSpec  proc.Spec
+	profiles      hubtest.Service
 	profilesURL   string // base with prefix
 	profilesToken string
 	quota         *fakeQuota // the Hub's gpu-quota, when it has one
@@ -96,95 +90,28 @@ type hubExtras struct {
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	os.Exit(run(m))
+	os.Exit(hubtest.Main(m, "hubint/profiles", []string{hubproc.EnvVenv, hubproc.EnvCHP, envProfilesBin, envKubeBin}, setup, dumpLogs, stopAll))
 }
 
-func run(m *testing.M) int {
-	for _, k := range []string{hubproc.EnvVenv, hubproc.EnvCHP, envProfilesBin, envKubeBin} {
-		if os.Getenv(k) == "" {
-			fmt.Fprintf(os.Stderr, "hubint/profiles: %s is not set; run `make integration`, which builds and installs what these tests need\n", k)
-			return 1
+func dumpLogs() {
+	for _, h := range []*hubUnderTest{z2jh, plain, waiting} {
+		if h != nil && h.Proc != nil {
+			fmt.Fprintf(os.Stderr, "hubint/profiles: hub %q (jupyterhub %s) log tail:\n%s\n", h.Name, h.Proc.Version(), h.Proc.LogTail(80))
+			fmt.Fprintf(os.Stderr, "hubint/profiles: gpu-profiles of %q log tail:\n%s\n", h.Name, h.profiles.LogTail(40))
 		}
-	}
-	dir, err := os.MkdirTemp("", "gpuhub-hubint-profiles-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() {
-		if os.Getenv(hubproc.EnvKeep) == "" {
-			_ = os.RemoveAll(dir)
-		}
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	start := time.Now()
-	code := 1
-	func() {
-		defer stopAll()
-		if err := setup(ctx, dir); err != nil {
-			fmt.Fprintf(os.Stderr, "hubint/profiles: setup: %v\n", err)
-			for _, h := range []*hubUnderTest{z2jh, plain, waiting} {
-				if h != nil {
-					h.dumpLogs()
-				}
-			}
-			return
-		}
-		fmt.Printf("hubint/profiles: control plane, jupyterhub %s x3 and gpu-profiles x3 ready in %s\n",
-			z2jh.hub.Version(), time.Since(start).Round(time.Millisecond))
-		code = m.Run()
-		if code != 0 {
-			for _, h := range []*hubUnderTest{z2jh, plain, waiting} {
-				h.dumpLogs()
-			}
-		}
-	}()
-	return code
-}
-
-func (h *hubUnderTest) dumpLogs() {
-	if h.hub != nil {
-		fmt.Fprintf(os.Stderr, "hubint/profiles: hub %q (jupyterhub %s) log tail:\n%s\n", h.name, h.hub.Version(), h.hub.LogTail(80))
-	}
-	if b, err := os.ReadFile(h.profilesSpec.LogFile); err == nil {
-		fmt.Fprintf(os.Stderr, "hubint/profiles: gpu-profiles of %q log tail:\n%s\n", h.name, tail(string(b), 40))
 	}
 }
 
-func setup(ctx context.Context, dir string) error {
+func setup(ctx context.Context, dir string) (string, error) {
 	var err error
-	cp, err = cluster.Start(ctx, cluster.Options{
-		BinDir: os.Getenv(envKubeBin), Etcd: os.Getenv("GPUHUB_ETCD"), Dir: filepath.Join(dir, "cluster"), Logger: logger,
-	})
-	if err != nil {
-		return err
-	}
-	cfg, err := cp.RESTConfig("admin", []string{"system:masters"})
-	if err != nil {
-		return err
-	}
-	if admin, err = kubernetes.NewForConfig(cfg); err != nil {
-		return err
-	}
-	// The GPU nodes as GPU Feature Discovery and the device plugin label them. Registered and Ready (the
-	// control plane runs no node lifecycle controller); no pod ever runs.
-	topo, err := emulator.LoadTopology("../../topology.yaml")
-	if err != nil {
-		return err
-	}
-	emu, err := emulator.New(emulator.Options{Client: admin, Topology: topo, Dir: filepath.Join(dir, "nodes"), Logger: logger})
-	if err != nil {
-		return err
-	}
-	if err := emu.Register(ctx); err != nil {
-		return err
+	if cp, admin, err = hubtest.StartCluster(ctx, os.Getenv(envKubeBin), dir, logger); err != nil {
+		return "", err
 	}
 	if err := namespace(ctx, ns); err != nil {
-		return err
+		return "", err
 	}
-	if err := hubRBAC(ctx, ns, "gpuhub:hub"); err != nil {
-		return err
+	if err := hubtest.HubRBAC(ctx, admin, ns, "gpuhub:hub"); err != nil {
+		return "", err
 	}
 	// carol holds both H100s and one A100 MIG 1g.5gb slice: the form must show H100 as none free.
 	for i, hold := range []struct {
@@ -196,14 +123,14 @@ func setup(ctx context.Context, dir string) error {
 		{"gpu-a100-0", "nvidia.com/mig-1g.5gb", 1},
 	} {
 		if err := holdGPU(ctx, fmt.Sprintf("carol-holds-%d", i), hold.node, hold.resource, hold.n); err != nil {
-			return err
+			return "", err
 		}
 	}
 	if z2jh, err = startHub(ctx, dir, "z2jh", z2jhSpawnSettings, hubExtras{}); err != nil {
-		return err
+		return "", err
 	}
 	if plain, err = startHub(ctx, dir, "plain", "c.Spawner.consecutive_failure_limit = 5\n", hubExtras{}); err != nil {
-		return err
+		return "", err
 	}
 	// Before its Hub: JupyterHub 6 waits at startup until each service with a url answers.
 	quota := newFakeQuota()
@@ -211,10 +138,10 @@ func setup(ctx context.Context, dir string) error {
 		env: []string{"GPUHUB_WAITLIST=1"}, services: []hubproc.Service{quota.service()},
 	}); err != nil {
 		quota.Close()
-		return err
+		return "", err
 	}
 	waiting.quota = quota
-	return nil
+	return fmt.Sprintf("control plane, jupyterhub %s x3 and gpu-profiles x3", z2jh.Proc.Version()), nil
 }
 
 func stopAll() {
@@ -225,12 +152,10 @@ func stopAll() {
 		if h.quota != nil {
 			h.quota.Close()
 		}
-		if h.profiles != nil {
-			h.profiles.Stop()
-		}
-		if h.hub != nil {
-			if err := h.hub.Stop(); err != nil {
-				fmt.Fprintf(os.Stderr, "hubint/profiles: stop hub %s: %v\n", h.name, err)
+		h.profiles.Stop()
+		if h.Proc != nil {
+			if err := h.Proc.Stop(); err != nil {
+				fmt.Fprintf(os.Stderr, "hubint/profiles: stop hub %s: %v\n", h.Name, err)
 			}
 		}
 	}
@@ -244,7 +169,9 @@ func stopAll() {
 // besides, extra's env in the Hub's environment). gpu-profiles' overrides give the time-sliced choice a
 // description with markup and add a static profile with markup in its name.
 func startHub(ctx context.Context, dir, name, extraConfig string, extra hubExtras) (*hubUnderTest, error) {
-	h := &hubUnderTest{name: name, dir: filepath.Join(dir, name)}
+	h := &hubUnderTest{dir: filepath.Join(dir, name), Hub: &hubtest.Hub{
+		Name: name, Password: password, MetricsService: metricsService, TokenNote: "hubint/profiles", Kube: admin, Namespace: ns,
+	}}
 	if err := os.MkdirAll(h.dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -283,14 +210,13 @@ func startHub(ctx context.Context, dir, name, extraConfig string, extra hubExtra
 	profilesPort, hubPort := ports[0], ports[1]
 	h.profilesToken = gpuhubstack.NewToken()
 	h.profilesURL = fmt.Sprintf("http://127.0.0.1:%d/services/%s/", profilesPort, serviceName)
-	h.profilesSpec = profilesSpec(profilesPort, profilesKC, overridesFile, fmt.Sprintf("http://127.0.0.1:%d/hub/api", hubPort), h.profilesToken)
-	h.profilesSpec.LogFile = filepath.Join(h.dir, "gpu-profiles.log")
-	// gpu-profiles first: JupyterHub 6 waits at startup until each service with a url answers; it is waited
-	// for once the Hub runs (its readiness may need the Hub).
-	if err := h.startProfiles(ctx, false); err != nil {
+	h.profiles = hubtest.Service{Logger: logger,
+		Spec: profilesSpec(profilesPort, profilesKC, overridesFile, fmt.Sprintf("http://127.0.0.1:%d/hub/api", hubPort), h.profilesToken)}
+	h.profiles.Spec.LogFile = filepath.Join(h.dir, "gpu-profiles.log")
+	if err := h.profiles.Start(ctx, false); err != nil {
 		return h, err
 	}
-	h.hub, err = hub.Start(ctx, hub.Options{
+	h.Proc, err = hub.Start(ctx, hub.Options{
 		Venv: os.Getenv(hubproc.EnvVenv), CHP: os.Getenv(hubproc.EnvCHP), Kubeconfig: hubKC, Namespace: ns,
 		Dir: filepath.Join(h.dir, "hub"), Password: password, Values: valuesFile, HubPort: hubPort, Env: extra.env,
 		Services: append([]hubproc.Service{
@@ -301,13 +227,10 @@ func startHub(ctx context.Context, dir, name, extraConfig string, extra hubExtra
 	if err != nil {
 		return h, err
 	}
-	if err := createUsers(ctx, h.hub, extraUsers); err != nil {
+	if err := hubtest.CreateUsers(ctx, h.Proc, extraUsers); err != nil {
 		return h, err
 	}
-	if err := h.waitProfilesReady(ctx); err != nil {
-		return h, err
-	}
-	return h, nil
+	return h, h.profiles.WaitReady(ctx)
 }
 
 // profilesScopes are what gpu-profiles needs from the Hub (users and groups; servers, to end a spawn that
@@ -368,61 +291,8 @@ func hubValues(extraConfig string) ([]byte, error) {
 	return yaml.Marshal(v)
 }
 
-// startProfiles starts gpu-profiles, and waits until it is ready when wait is set.
-func (h *hubUnderTest) startProfiles(ctx context.Context, wait bool) error {
-	spec := h.profilesSpec
-	if !wait {
-		spec.Ready = nil
-	}
-	p, err := proc.Start(ctx, logger, spec)
-	if err != nil {
-		b, _ := os.ReadFile(h.profilesSpec.LogFile)
-		return fmt.Errorf("gpu-profiles: %w\n%s", err, tail(string(b), 30))
-	}
-	h.profiles = p
-	return nil
-}
-
-func (h *hubUnderTest) waitProfilesReady(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, h.profilesSpec.ReadyTimeout)
-	defer cancel()
-	for {
-		err := h.profilesSpec.Ready(ctx)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-h.profiles.Done():
-			b, _ := os.ReadFile(h.profilesSpec.LogFile)
-			return fmt.Errorf("gpu-profiles exited: %w\n%s", h.profiles.Err(), tail(string(b), 30))
-		case <-ctx.Done():
-			return fmt.Errorf("gpu-profiles not ready: %w (last: %w)", ctx.Err(), err)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
 // extraUsers are created besides e2e/hub's alice, bob (students) and carol (researchers); none is in a group.
 var extraUsers = []string{"dave", "erin", "frank"}
-
-func createUsers(ctx context.Context, h *hubproc.Hub, names []string) error {
-	body, _ := json.Marshal(map[string][]string{"usernames": names})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.APIURL()+"/users", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "token "+h.AdminToken())
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		b, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("create users: %s %s", resp.Status, b)
-	}
-	return nil
-}
 
 func namespace(ctx context.Context, name string) error {
 	_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
@@ -430,41 +300,6 @@ func namespace(ctx context.Context, name string) error {
 		return err
 	}
 	return nil
-}
-
-// hubRBAC gives the Hub's identity what z2jh's hub Role grants in the single-user namespace, and waits for the
-// namespace's default ServiceAccount (pods are refused without it; the controller manager creates it).
-func hubRBAC(ctx context.Context, ns, user string) error {
-	_, err := admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: "hub"},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"pods", "persistentvolumeclaims", "secrets", "services"},
-				Verbs: []string{"get", "watch", "list", "create", "delete"}},
-			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"get", "watch", "list"}},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "hub"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "hub"},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
-	}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, err := admin.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("default serviceaccount in %s: %w", ns, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 // profilesRBAC lets gpu-profiles read nodes and pods (its inventory) and write Events on pods (its Pending
@@ -515,12 +350,4 @@ func holdGPU(ctx context.Context, name, node, res string, n int64) error {
 		return fmt.Errorf("pod %s: %w", name, err)
 	}
 	return nil
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

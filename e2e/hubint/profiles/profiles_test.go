@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
@@ -22,10 +21,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
-	"github.com/gpuhub/gpuhub/e2e/internal/hubproc"
-	"github.com/gpuhub/gpuhub/hubapi"
+	"github.com/gpuhub/gpuhub/e2e/hubint/hubtest"
 )
 
 // seen is the promise of the issue: a refusal is in front of the user within 5 s of asking.
@@ -43,9 +40,9 @@ var staticSlugs = []string{"cpu", "h100", "h100-x2", "a100-3g", "a100-1g", "t4-s
 // the H100 choice is disabled with its reason; the MIG slices are free.
 func TestFormShowsLiveProfiles(t *testing.T) {
 	for _, h := range []*hubUnderTest{z2jh, plain} {
-		t.Run(h.name, func(t *testing.T) {
+		t.Run(h.Name, func(t *testing.T) {
 			want := h.askProfiles(t, "bob", []string{"students"})
-			b := h.login(t, "bob")
+			b := h.Login(t, "bob")
 			code, page := b.Get(t, "hub/spawn")
 			if code != http.StatusOK {
 				t.Fatalf("GET /hub/spawn: %d\n%s", code, page)
@@ -104,7 +101,7 @@ func TestFormShowsLiveProfiles(t *testing.T) {
 			if !sawH100 {
 				t.Errorf("no single-H100 choice on the form: %v", gotSlugs)
 			}
-			t.Logf("jupyterhub %s (%s): %d choices, %s", h.hub.Version(), h.name, len(got), summary(got))
+			t.Logf("jupyterhub %s (%s): %d choices, %s", h.Proc.Version(), h.Name, len(got), summary(got))
 		})
 	}
 }
@@ -113,17 +110,17 @@ func TestFormShowsLiveProfiles(t *testing.T) {
 // A named server's form is asked for on its own (gpu-profiles computes it for that server), then cached too.
 func TestFormCached(t *testing.T) {
 	live, cached := `gpuhub_profiles_glue_requests_total{result="live"}`, `gpuhub_profiles_glue_requests_total{result="cached"}`
-	beforeLive, beforeCached := z2jh.metric(t, live), z2jh.metric(t, cached)
-	b := z2jh.login(t, "alice")
+	beforeLive, beforeCached := z2jh.Metric(t, live), z2jh.Metric(t, cached)
+	b := z2jh.Login(t, "alice")
 	for _, path := range []string{"hub/spawn", "hub/spawn", "hub/spawn/alice/second", "hub/spawn/alice/second"} {
 		if code, page := b.Get(t, path); code != http.StatusOK || len(parseForm(t, page)) == 0 {
 			t.Fatalf("GET /%s: %d", path, code)
 		}
 	}
-	if got := z2jh.metric(t, live); got != beforeLive+2 {
+	if got := z2jh.Metric(t, live); got != beforeLive+2 {
 		t.Errorf("%s = %v, want %v (one per server)", live, got, beforeLive+2)
 	}
-	if got := z2jh.metric(t, cached); got != beforeCached+2 {
+	if got := z2jh.Metric(t, cached); got != beforeCached+2 {
 		t.Errorf("%s = %v, want %v", cached, got, beforeCached+2)
 	}
 }
@@ -134,8 +131,8 @@ func TestFallback(t *testing.T) {
 	sample := `gpuhub_profiles_glue_requests_total{result="fallback"}`
 	check := func(t *testing.T, h *hubUnderTest, user string) {
 		t.Helper()
-		before := h.metric(t, sample)
-		b := h.login(t, user)
+		before := h.Metric(t, sample)
+		b := h.Login(t, user)
 		start := time.Now()
 		code, page := b.Get(t, "hub/spawn")
 		took := time.Since(start)
@@ -160,17 +157,17 @@ func TestFallback(t *testing.T) {
 			t.Errorf("fallback choices %v, want the static list %v", slugs, staticSlugs)
 		}
 		checkEscaped(t, page)
-		if got := h.metric(t, sample); got != before+1 {
+		if got := h.Metric(t, sample); got != before+1 {
 			t.Errorf("%s = %v, want %v", sample, got, before+1)
 		}
-		t.Logf("jupyterhub %s (%s): fallback form in %s with note %q", h.hub.Version(), h.name, took.Round(time.Millisecond), formNote(page))
+		t.Logf("jupyterhub %s (%s): fallback form in %s with note %q", h.Proc.Version(), h.Name, took.Round(time.Millisecond), formNote(page))
 	}
 	t.Run("down", func(t *testing.T) {
 		plain.stopProfiles(t)
 		check(t, plain, "dave")
 	})
 	t.Run("hung", func(t *testing.T) {
-		pid := z2jh.profiles.Pid()
+		pid := z2jh.profiles.Proc.Pid()
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
@@ -197,12 +194,12 @@ func checkEscaped(t *testing.T, page string) {
 // spawn-pending page shows it.
 func TestForcedSubmitRefused(t *testing.T) {
 	for _, h := range []*hubUnderTest{plain, z2jh} {
-		t.Run(h.name, func(t *testing.T) {
+		t.Run(h.Name, func(t *testing.T) {
 			h100 := h.h100Slug(t, "bob", []string{"students"})
-			b := h.login(t, "bob")
+			b := h.Login(t, "bob")
 			_, form := b.Get(t, "hub/spawn")
 			start := time.Now()
-			code, page, location := b.Post(t, spawnAction(t, form), url.Values{"profile": {h100}})
+			code, page, location := b.Post(t, hubtest.SpawnAction(t, form), url.Values{"profile": {h100}})
 			switch h {
 			case plain:
 				if code != http.StatusForbidden {
@@ -226,8 +223,8 @@ func TestForcedSubmitRefused(t *testing.T) {
 			if took > seen {
 				t.Errorf("refusal on the page after %s, want within %s", took, seen)
 			}
-			t.Logf("jupyterhub %s (%s): refused %s after the form was sent: %q", h.hub.Version(), h.name, took.Round(time.Millisecond), msg)
-			h.noServerNoPod(t, "bob")
+			t.Logf("jupyterhub %s (%s): refused %s after the form was sent: %q", h.Proc.Version(), h.Name, took.Round(time.Millisecond), msg)
+			h.NoServerNoPod(t, "bob")
 		})
 	}
 }
@@ -236,12 +233,12 @@ func TestForcedSubmitRefused(t *testing.T) {
 // z2jh's: 202 (or 201), the message in the progress stream. Within 5 s either way, no pod.
 func TestAPISpawnRefused(t *testing.T) {
 	for _, h := range []*hubUnderTest{plain, z2jh} {
-		t.Run(h.name, func(t *testing.T) {
+		t.Run(h.Name, func(t *testing.T) {
 			h100 := h.h100Slug(t, "carol", []string{"researchers"})
-			tok := h.userToken(t, "carol")
-			ctx := ctxT(t, 30*time.Second)
+			tok := h.UserToken(t, "carol")
+			ctx := hubtest.CtxT(t, 30*time.Second)
 			start := time.Now()
-			code, body, err := h.startServer(ctx, tok, "carol", "", h100)
+			code, body, err := h.StartServer(ctx, tok, "carol", "", h100)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -260,7 +257,7 @@ func TestAPISpawnRefused(t *testing.T) {
 				if !answered(code) {
 					t.Fatalf("POST carol's server with slow_spawn_timeout 0: %d %s, want 202 (or 201)", code, body)
 				}
-				ev, all, err := h.failedEvent(ctx, tok, "carol")
+				ev, all, err := h.FailedEvent(ctx, tok, "carol")
 				if err != nil {
 					t.Fatalf("%v (events %+v)", err, all)
 				}
@@ -274,8 +271,8 @@ func TestAPISpawnRefused(t *testing.T) {
 			if took > seen {
 				t.Errorf("refused after %s, want within %s", took, seen)
 			}
-			t.Logf("jupyterhub %s (%s): REST spawn %d, refused after %s: %q", h.hub.Version(), h.name, code, took.Round(time.Millisecond), msg)
-			h.noServerNoPod(t, "carol")
+			t.Logf("jupyterhub %s (%s): REST spawn %d, refused after %s: %q", h.Proc.Version(), h.Name, code, took.Round(time.Millisecond), msg)
+			h.NoServerNoPod(t, "carol")
 		})
 	}
 }
@@ -293,27 +290,27 @@ func checkRefusal(t *testing.T, msg string) {
 // must leave the Hub serving.
 func TestRefusalsKeepHubRunning(t *testing.T) {
 	for _, h := range []*hubUnderTest{z2jh, plain} {
-		t.Run(h.name, func(t *testing.T) {
-			ctx := ctxT(t, 2*time.Minute)
+		t.Run(h.Name, func(t *testing.T) {
+			ctx := hubtest.CtxT(t, 2*time.Minute)
 			h100 := h.h100Slug(t, "bob", []string{"students"})
 			for i := range 6 {
-				code, body, err := h.startServer(ctx, h.hub.AdminToken(), "bob", "", h100)
+				code, body, err := h.StartServer(ctx, h.Proc.AdminToken(), "bob", "", h100)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if !answered(code) && code != http.StatusForbidden {
 					t.Fatalf("refusal %d: POST bob's server: %d %s", i+1, code, body)
 				}
-				if err := h.waitStopped(ctx, "bob", ""); err != nil {
+				if err := h.WaitStopped(ctx, "bob", ""); err != nil {
 					t.Fatal(err)
 				}
 			}
 			time.Sleep(3 * time.Second) // the Hub exits two seconds after reaching the limit
-			h.alive(t)
-			if log := h.logText(t); strings.Contains(log, "Aborting due to") {
+			h.Alive(t)
+			if log := h.LogText(t); strings.Contains(log, "Aborting due to") {
 				t.Errorf("Hub log has %q", "Aborting due to")
 			}
-			t.Logf("jupyterhub %s (%s): 6 refusals in a row with consecutive_failure_limit 5, Hub serving", h.hub.Version(), h.name)
+			t.Logf("jupyterhub %s (%s): 6 refusals in a row with consecutive_failure_limit 5, Hub serving", h.Proc.Version(), h.Name)
 		})
 	}
 }
@@ -325,11 +322,11 @@ func TestRefusalsKeepHubRunning(t *testing.T) {
 func TestUnknownChoiceRefused(t *testing.T) {
 	const want = "The choice 'no-such-profile' is not offered to you. Reload the spawn page and pick again."
 	for _, h := range []*hubUnderTest{plain, z2jh} {
-		t.Run(h.name, func(t *testing.T) {
-			ctx := ctxT(t, 2*time.Minute)
-			tok := h.userToken(t, "dave")
+		t.Run(h.Name, func(t *testing.T) {
+			ctx := hubtest.CtxT(t, 2*time.Minute)
+			tok := h.UserToken(t, "dave")
 			for i := range 6 {
-				code, body, err := h.startServer(ctx, tok, "dave", "", "no-such-profile")
+				code, body, err := h.StartServer(ctx, tok, "dave", "", "no-such-profile")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -347,7 +344,7 @@ func TestUnknownChoiceRefused(t *testing.T) {
 					if !answered(code) {
 						t.Fatalf("spawn %d: POST dave's server with slow_spawn_timeout 0: %d %s, want 202 (or 201)", i+1, code, body)
 					}
-					ev, all, err := h.failedEvent(ctx, tok, "dave")
+					ev, all, err := h.FailedEvent(ctx, tok, "dave")
 					if err != nil {
 						t.Fatalf("%v (events %+v)", err, all)
 					}
@@ -356,20 +353,20 @@ func TestUnknownChoiceRefused(t *testing.T) {
 				if msg != want {
 					t.Errorf("spawn %d: message %q, want %q", i+1, msg, want)
 				}
-				if err := h.waitStopped(ctx, "dave", ""); err != nil {
+				if err := h.WaitStopped(ctx, "dave", ""); err != nil {
 					t.Fatal(err)
 				}
 			}
 			time.Sleep(3 * time.Second) // the Hub exits two seconds after reaching the limit
-			h.alive(t)
-			log := h.logText(t)
+			h.Alive(t)
+			log := h.LogText(t)
 			for _, bad := range []string{"Aborting due to", "No such profile"} {
 				if strings.Contains(log, bad) {
 					t.Errorf("Hub log has %q", bad)
 				}
 			}
-			h.noServerNoPod(t, "dave")
-			t.Logf("jupyterhub %s (%s): 6 unknown choices refused in a row with consecutive_failure_limit 5, Hub serving", h.hub.Version(), h.name)
+			h.NoServerNoPod(t, "dave")
+			t.Logf("jupyterhub %s (%s): 6 unknown choices refused in a row with consecutive_failure_limit 5, Hub serving", h.Proc.Version(), h.Name)
 		})
 	}
 }
@@ -378,18 +375,18 @@ func TestUnknownChoiceRefused(t *testing.T) {
 // answers at start: the T4 share starts (its pod carries the static profile's label), and the H100 of the
 // static list is judged by the live H100 choice: refused, naming what is free.
 func TestStaticChoiceAtStart(t *testing.T) {
-	ctx := ctxT(t, time.Minute)
-	code, body, err := z2jh.startServer(ctx, z2jh.hub.AdminToken(), "erin", "", "t4-shared")
+	ctx := hubtest.CtxT(t, time.Minute)
+	code, body, err := z2jh.StartServer(ctx, z2jh.Proc.AdminToken(), "erin", "", "t4-shared")
 	if err != nil || !answered(code) {
 		t.Fatalf("POST erin's t4-shared server: %d %s %v", code, body, err)
 	}
-	pod := z2jh.waitPod(t, "erin")
-	z2jh.stopAndClean(t, "erin")
+	pod := z2jh.WaitPod(t, "erin")
+	z2jh.StopAndClean(t, "erin")
 	if pod.Labels["gpuhub.io/profile"] != "t4-shared" {
 		t.Errorf("erin's pod labels %v, want gpuhub.io/profile=t4-shared", pod.Labels)
 	}
 
-	code, body, err = plain.startServer(ctx, plain.hub.AdminToken(), "frank", "", "h100")
+	code, body, err = plain.StartServer(ctx, plain.Proc.AdminToken(), "frank", "", "h100")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,14 +398,14 @@ func TestStaticChoiceAtStart(t *testing.T) {
 		t.Fatalf("POST frank's static h100 server = %d %s, want 403", code, body)
 	}
 	checkRefusal(t, got.Message)
-	plain.noServerNoPod(t, "frank")
+	plain.NoServerNoPod(t, "frank")
 }
 
 // TestNoTokenInLogs: the glue never writes the token it sends.
 func TestNoTokenInLogs(t *testing.T) {
 	for _, h := range []*hubUnderTest{z2jh, plain} {
-		if strings.Contains(h.logText(t), h.profilesToken) {
-			t.Errorf("hub %s's log contains gpu-profiles' token", h.name)
+		if strings.Contains(h.LogText(t), h.profilesToken) {
+			t.Errorf("hub %s's log contains gpu-profiles' token", h.Name)
 		}
 	}
 }
@@ -416,13 +413,7 @@ func TestNoTokenInLogs(t *testing.T) {
 // TestGlueUnit runs the profile part's Python unit tests (glue_test.py) with the Hub's own Python: the
 // callable's cache and fallback, the start-time list, the refusal and the template's markup.
 func TestGlueUnit(t *testing.T) {
-	cmd := exec.CommandContext(ctxT(t, time.Minute), hubproc.OptionsFromEnv().Venv+"/bin/python", "-m", "unittest", "-v", "glue_test")
-	cmd.Env = append(cmd.Environ(), "GPUHUB_GLUE="+chartDir+"/files/gpuhub_hub_config.py")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("python -m unittest glue_test: %v\n%s", err, out)
-	}
-	t.Logf("%s", out)
+	hubtest.GlueUnit(t, chartDir)
 }
 
 // --- gpu-profiles' answer (C1) ---
@@ -457,7 +448,7 @@ type profile struct {
 func (h *hubUnderTest) askProfiles(t *testing.T, user string, groups []string) profilesAnswer {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{"user": user, "groups": groups, "server": ""})
-	req, err := http.NewRequestWithContext(ctxT(t, 10*time.Second), http.MethodPost, h.profilesURL+"api/v1/profiles", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(hubtest.CtxT(t, 10*time.Second), http.MethodPost, h.profilesURL+"api/v1/profiles", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -507,7 +498,7 @@ func clusterFree(t *testing.T, p profile) (free, total int64) {
 	if res == "" {
 		t.Fatalf("%s asks for no GPU resource: %v", p.Slug, p.Override.Limits)
 	}
-	ctx := ctxT(t, 10*time.Second)
+	ctx := hubtest.CtxT(t, 10*time.Second)
 	nodes, err := admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -638,100 +629,8 @@ func (h *hubUnderTest) stopProfiles(t *testing.T) {
 	t.Helper()
 	h.profiles.Stop()
 	t.Cleanup(func() {
-		if err := h.startProfiles(context.Background(), true); err != nil {
-			t.Errorf("restart gpu-profiles of %s: %v", h.name, err)
+		if err := h.profiles.Start(context.Background(), true); err != nil {
+			t.Errorf("restart gpu-profiles of %s: %v", h.Name, err)
 		}
 	})
-}
-
-// pods lists user's single-user pods started by this Hub (the namespace is shared by both Hubs).
-func (h *hubUnderTest) pods(ctx context.Context, user string) ([]corev1.Pod, error) {
-	list, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "component=singleuser-server"})
-	if err != nil {
-		return nil, err
-	}
-	var out []corev1.Pod
-	for _, p := range list.Items {
-		if p.Annotations["hub.jupyter.org/username"] == user {
-			out = append(out, p)
-		}
-	}
-	return out, nil
-}
-
-func (h *hubUnderTest) noServerNoPod(t *testing.T, user string) {
-	t.Helper()
-	ctx := ctxT(t, time.Minute)
-	if err := h.waitStopped(ctx, user, ""); err != nil {
-		t.Error(err)
-	}
-	pods, err := h.pods(ctx, user)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pods {
-		t.Errorf("refused spawn left pod %s", p.Name)
-	}
-}
-
-// waitPod waits for user's pod, created by an admitted spawn.
-func (h *hubUnderTest) waitPod(t *testing.T, user string) corev1.Pod {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		pods, err := h.pods(ctxT(t, 10*time.Second), user)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(pods) > 0 {
-			return pods[0]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no pod for %s 30s after an admitted spawn", user)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// stopAndClean stops user's pending server and removes its pod for good: nothing here plays the kubelet.
-func (h *hubUnderTest) stopAndClean(t *testing.T, user string) {
-	t.Helper()
-	ctx := ctxT(t, time.Minute)
-	c, err := hubapi.New(hubapi.Config{URL: h.hub.APIURL(), Token: h.hub.AdminToken()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := make(chan error, 1)
-	go func() {
-		_, err := c.StopServer(ctx, user, "", false)
-		if err == nil {
-			err = h.waitStopped(ctx, user, "")
-		}
-		stopped <- err
-	}()
-	for {
-		pods, err := h.pods(ctx, user)
-		if err == nil {
-			for _, p := range pods {
-				_ = admin.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
-			}
-		}
-		select {
-		case err := <-stopped:
-			if err != nil {
-				t.Errorf("stop %s's server: %v", user, err)
-			}
-			return
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
-func (h *hubUnderTest) logText(t *testing.T) string {
-	t.Helper()
-	var b strings.Builder
-	if err := h.hub.WriteLog(&b); err != nil {
-		t.Fatal(err)
-	}
-	return b.String()
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpuhub/gpuhub/e2e/gpuhubstack"
+	"github.com/gpuhub/gpuhub/e2e/hubint/hubtest"
 	"github.com/gpuhub/gpuhub/e2e/internal/hubproc"
 )
 
@@ -160,7 +161,7 @@ func describedBy(attrs string) []string {
 // it alone, each labelled and described. Without it (the Hub "z2jh"), the form has no waitlist at all.
 func TestWaitlistForm(t *testing.T) {
 	want := waiting.askProfiles(t, "bob", []string{"students"})
-	b := waiting.login(t, "bob")
+	b := waiting.Login(t, "bob")
 	code, page := b.Get(t, "hub/spawn")
 	if code != http.StatusOK {
 		t.Fatalf("GET /hub/spawn: %d\n%s", code, page)
@@ -210,9 +211,9 @@ func TestWaitlistForm(t *testing.T) {
 		}
 	}
 	checkEscaped(t, page)
-	t.Logf("jupyterhub %s (%s): waitlist offered on %v", waiting.hub.Version(), waiting.name, exhausted)
+	t.Logf("jupyterhub %s (%s): waitlist offered on %v", waiting.Proc.Version(), waiting.Name, exhausted)
 
-	_, off := z2jh.login(t, "bob").Get(t, "hub/spawn")
+	_, off := z2jh.Login(t, "bob").Get(t, "hub/spawn")
 	if strings.Contains(off, "gpuhub-waitlist") || strings.Contains(off, "gpuhub-join-only") {
 		t.Errorf("the form of a Hub without GPUHUB_WAITLIST has waitlist controls")
 	}
@@ -224,10 +225,10 @@ func TestWaitlistForm(t *testing.T) {
 func TestWaitlistJoinFromForm(t *testing.T) {
 	h100 := waiting.h100Slug(t, "bob", []string{"students"})
 	before := waiting.quota.count()
-	b := waiting.login(t, "bob")
+	b := waiting.Login(t, "bob")
 	_, form := b.Get(t, "hub/spawn")
 	start := time.Now()
-	code, page, location := b.Post(t, spawnAction(t, form), url.Values{
+	code, page, location := b.Post(t, hubtest.SpawnAction(t, form), url.Values{
 		"profile": {h100}, "gpuhub-waitlist": {h100}, "gpuhub-autostart": {h100}, "gpuhub-join-only": {h100},
 	})
 	if code != http.StatusFound || !strings.Contains(location, "spawn-pending/bob") {
@@ -241,7 +242,7 @@ func TestWaitlistJoinFromForm(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 		code, page = b.Get(t, location)
 	}
-	t.Logf("jupyterhub %s (%s): joined from the form, on the page after %s: %q", waiting.hub.Version(), waiting.name, time.Since(start).Round(time.Millisecond), want)
+	t.Logf("jupyterhub %s (%s): joined from the form, on the page after %s: %q", waiting.Proc.Version(), waiting.Name, time.Since(start).Round(time.Millisecond), want)
 	reqs := waiting.quota.requests(before)
 	if len(reqs) != 1 {
 		t.Fatalf("gpu-quota was asked %d times, want once: %+v", len(reqs), reqs)
@@ -254,7 +255,7 @@ func TestWaitlistJoinFromForm(t *testing.T) {
 	if diff := cmp.Diff(wantOptions, got.UserOptions); diff != "" {
 		t.Errorf("userOptions sent to gpu-quota (-want +got):\n%s", diff)
 	}
-	waiting.noServerNoPod(t, "bob")
+	waiting.NoServerNoPod(t, "bob")
 }
 
 // TestWaitlistPickedWithoutJoin: the exhausted H100 picked without ticking "Join the waitlist" comes back on the
@@ -262,9 +263,9 @@ func TestWaitlistJoinFromForm(t *testing.T) {
 func TestWaitlistPickedWithoutJoin(t *testing.T) {
 	h100 := waiting.h100Slug(t, "bob", []string{"students"})
 	before := waiting.quota.count()
-	b := waiting.login(t, "bob")
+	b := waiting.Login(t, "bob")
 	_, form := b.Get(t, "hub/spawn")
-	code, page, _ := b.Post(t, spawnAction(t, form), url.Values{"profile": {h100}, "gpuhub-join-only": {h100}})
+	code, page, _ := b.Post(t, hubtest.SpawnAction(t, form), url.Values{"profile": {h100}, "gpuhub-join-only": {h100}})
 	if code != http.StatusBadRequest {
 		t.Fatalf("POST /hub/spawn = %d, want 400 and the form with what to do:\n%s", code, page)
 	}
@@ -277,39 +278,39 @@ func TestWaitlistPickedWithoutJoin(t *testing.T) {
 	if n := waiting.quota.count() - before; n != 0 {
 		t.Errorf("gpu-quota was asked %d times", n)
 	}
-	waiting.noServerNoPod(t, "bob")
+	waiting.NoServerNoPod(t, "bob")
 }
 
 // TestWaitlistAPIJoinKeepsHubRunning: REST spawns asking to join (user_options gpuhub_waitlist) get gpu-quota's
 // place in line in the progress stream; six in a row with consecutive_failure_limit 5 leave the Hub serving (5.5
 // counts every failed spawn; the glue takes its refusals back out of the count).
 func TestWaitlistAPIJoinKeepsHubRunning(t *testing.T) {
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := hubtest.CtxT(t, 2*time.Minute)
 	h100 := waiting.h100Slug(t, "dave", []string{})
-	tok := waiting.userToken(t, "dave")
+	tok := waiting.UserToken(t, "dave")
 	before := waiting.quota.count()
 	for i := range 6 {
-		code, body, err := waiting.ht().StartServerWith(ctx, tok, "dave", "", map[string]any{"profile": h100, "gpuhub_waitlist": true})
+		code, body, err := waiting.StartServerWith(ctx, tok, "dave", "", map[string]any{"profile": h100, "gpuhub_waitlist": true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !answered(code) {
 			t.Fatalf("spawn %d: POST dave's server with slow_spawn_timeout 0: %d %s, want 202 (or 201)", i+1, code, body)
 		}
-		ev, all, err := waiting.failedEvent(ctx, tok, "dave")
+		ev, all, err := waiting.FailedEvent(ctx, tok, "dave")
 		if err != nil {
 			t.Fatalf("%v (events %+v)", err, all)
 		}
 		if msg := strings.TrimPrefix(ev.Message, "Spawn failed: "); msg != queuedMessage {
 			t.Errorf("spawn %d: message %q, want gpu-quota's %q", i+1, msg, queuedMessage)
 		}
-		if err := waiting.waitStopped(ctx, "dave", ""); err != nil {
+		if err := waiting.WaitStopped(ctx, "dave", ""); err != nil {
 			t.Fatal(err)
 		}
 	}
 	time.Sleep(3 * time.Second) // the Hub exits two seconds after reaching the limit
-	waiting.alive(t)
-	if log := waiting.logText(t); strings.Contains(log, "Aborting due to") {
+	waiting.Alive(t)
+	if log := waiting.LogText(t); strings.Contains(log, "Aborting due to") {
 		t.Errorf("Hub log has %q", "Aborting due to")
 	}
 	for _, r := range waiting.quota.requests(before) {
@@ -320,15 +321,15 @@ func TestWaitlistAPIJoinKeepsHubRunning(t *testing.T) {
 	if n := waiting.quota.count() - before; n != 6 {
 		t.Errorf("gpu-quota was asked %d times, want 6", n)
 	}
-	waiting.noServerNoPod(t, "dave")
-	t.Logf("jupyterhub %s (%s): 6 waitlist refusals in a row with consecutive_failure_limit 5, Hub serving", waiting.hub.Version(), waiting.name)
+	waiting.NoServerNoPod(t, "dave")
+	t.Logf("jupyterhub %s (%s): 6 waitlist refusals in a row with consecutive_failure_limit 5, Hub serving", waiting.Proc.Version(), waiting.Name)
 }
 
 // TestWaitlistOfferedAfterHeld: gpu-profiles counts the MIG 1g.5gb slices free, but gpu-quota holds the free one
 // for the people in line (reason waitlist) and tells erin to join from the form. Her form then offers the
 // waitlist on that choice (selectable as before, not join-only), and joining from it gets her place.
 func TestWaitlistOfferedAfterHeld(t *testing.T) {
-	ctx := ctxT(t, time.Minute)
+	ctx := hubtest.CtxT(t, time.Minute)
 	var mig string
 	for _, p := range waiting.askProfiles(t, "erin", []string{}).Profiles {
 		if p.Gpuhub != nil && p.Gpuhub.Available && strings.Contains(p.Gpuhub.Class, "1g.5gb") {
@@ -338,22 +339,22 @@ func TestWaitlistOfferedAfterHeld(t *testing.T) {
 	if mig == "" {
 		t.Fatal("gpu-profiles offers erin no available MIG 1g.5gb choice")
 	}
-	tok := waiting.userToken(t, "erin")
-	code, body, err := waiting.startServer(ctx, tok, "erin", "", mig)
+	tok := waiting.UserToken(t, "erin")
+	code, body, err := waiting.StartServer(ctx, tok, "erin", "", mig)
 	if err != nil || !answered(code) {
 		t.Fatalf("POST erin's %s server: %d %s %v", mig, code, body, err)
 	}
-	ev, all, err := waiting.failedEvent(ctx, tok, "erin")
+	ev, all, err := waiting.FailedEvent(ctx, tok, "erin")
 	if err != nil {
 		t.Fatalf("%v (events %+v)", err, all)
 	}
 	if msg := strings.TrimPrefix(ev.Message, "Spawn failed: "); msg != heldMessage {
 		t.Errorf("message %q, want gpu-quota's %q", msg, heldMessage)
 	}
-	if err := waiting.waitStopped(ctx, "erin", ""); err != nil {
+	if err := waiting.WaitStopped(ctx, "erin", ""); err != nil {
 		t.Fatal(err)
 	}
-	b := waiting.login(t, "erin")
+	b := waiting.Login(t, "erin")
 	_, form := b.Get(t, "hub/spawn")
 	c := controls(t, form)
 	if !slices.Contains(c.Join, mig) || !slices.Contains(c.AutoStart, mig) || slices.Contains(c.JoinOnly, mig) {
@@ -361,7 +362,7 @@ func TestWaitlistOfferedAfterHeld(t *testing.T) {
 	}
 	before := waiting.quota.count()
 	start := time.Now()
-	code, page, location := b.Post(t, spawnAction(t, form), url.Values{"profile": {mig}, "gpuhub-waitlist": {mig}})
+	code, page, location := b.Post(t, hubtest.SpawnAction(t, form), url.Values{"profile": {mig}, "gpuhub-waitlist": {mig}})
 	if code != http.StatusFound {
 		t.Fatalf("POST /hub/spawn = %d to %q:\n%s", code, location, page)
 	}
@@ -375,15 +376,15 @@ func TestWaitlistOfferedAfterHeld(t *testing.T) {
 	if reqs := waiting.quota.requests(before); len(reqs) != 1 || reqs[0].Waitlist == nil || !reqs[0].Waitlist.Join {
 		t.Errorf("admissions %+v, want one join", reqs)
 	}
-	waiting.noServerNoPod(t, "erin")
+	waiting.NoServerNoPod(t, "erin")
 }
 
 // TestWaitlistNoTokenInLogs: the glue never writes gpu-quota's token either.
 func TestWaitlistNoTokenInLogs(t *testing.T) {
-	log := waiting.logText(t)
+	log := waiting.LogText(t)
 	for name, tok := range map[string]string{"gpu-quota": waiting.quota.token, "gpu-profiles": waiting.profilesToken} {
 		if strings.Contains(log, tok) {
-			t.Errorf("hub %s's log contains %s's token", waiting.name, name)
+			t.Errorf("hub %s's log contains %s's token", waiting.Name, name)
 		}
 	}
 }
