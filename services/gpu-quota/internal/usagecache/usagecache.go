@@ -7,6 +7,7 @@
 package usagecache
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -226,8 +228,8 @@ func (c *Cache) fetch(ctx context.Context, windows []time.Duration) (*answer, er
 		}
 		return nil, fmt.Errorf("get gpu-hours: %d: %s", resp.StatusCode, e.Message)
 	}
-	var w wire
-	if err := json.Unmarshal(body, &w); err != nil {
+	w, err := decodeWire(body)
+	if err != nil {
 		return nil, fmt.Errorf("get gpu-hours: decode: %w", err)
 	}
 	if w.AsOf.IsZero() {
@@ -245,6 +247,141 @@ func (c *Cache) fetch(ctx context.Context, windows []time.Duration) (*answer, er
 		a.hours[w2] = users
 	}
 	return a, nil
+}
+
+// yieldEvery is how many users' GPU-hours decodeWire decodes between two runtime.Gosched calls.
+const yieldEvery = 256
+
+// decodeWire decodes the usage API's answer as json.Unmarshal into a wire would, but a user at a time, giving up
+// the processor every yieldEvery users. With one CPU (a pod limited to one core; B2's pinned process) the
+// admissions would otherwise wait behind decoding a 10,000-user answer in one call (about 40 ms; Go takes the
+// processor from a goroutine only after 10 ms).
+func decodeWire(body []byte) (wire, error) {
+	var w wire
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if null, err := openOrNull(dec); err != nil || null {
+		if err == nil {
+			err = wantEOF(dec)
+		}
+		return w, err
+	}
+	users := 0
+	for dec.More() {
+		key, err := stringToken(dec)
+		if err != nil {
+			return w, err
+		}
+		switch {
+		case strings.EqualFold(key, "asOf"):
+			if err := dec.Decode(&w.AsOf); err != nil {
+				return w, err
+			}
+		case strings.EqualFold(key, "windows"):
+			if null, err := openOrNull(dec); err != nil || null {
+				w.Windows = nil
+				if err != nil {
+					return w, err
+				}
+				continue
+			}
+			if w.Windows == nil {
+				w.Windows = map[string]map[string]map[string]float64{}
+			}
+			for dec.More() {
+				window, err := stringToken(dec)
+				if err != nil {
+					return w, err
+				}
+				null, err := openOrNull(dec)
+				if err != nil {
+					return w, err
+				}
+				if null {
+					w.Windows[window] = nil
+					continue
+				}
+				hours := map[string]map[string]float64{} // a repeated key replaces, as with json.Unmarshal
+				w.Windows[window] = hours
+				for dec.More() {
+					user, err := stringToken(dec)
+					if err != nil {
+						return w, err
+					}
+					var byClass map[string]float64
+					if err := dec.Decode(&byClass); err != nil {
+						return w, err
+					}
+					hours[user] = byClass
+					if users++; users%yieldEvery == 0 {
+						runtime.Gosched()
+					}
+				}
+				if err := wantDelim(dec, '}'); err != nil {
+					return w, err
+				}
+			}
+			if err := wantDelim(dec, '}'); err != nil {
+				return w, err
+			}
+		default:
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return w, err
+			}
+		}
+	}
+	if err := wantDelim(dec, '}'); err != nil {
+		return w, err
+	}
+	return w, wantEOF(dec)
+}
+
+// wantEOF checks nothing follows the value.
+func wantEOF(dec *json.Decoder) error {
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("more after the answer's JSON value")
+	}
+	return nil
+}
+
+// stringToken reads an object's key.
+func stringToken(dec *json.Decoder) (string, error) {
+	t, err := dec.Token()
+	if err != nil {
+		return "", err
+	}
+	s, ok := t.(string)
+	if !ok {
+		return "", fmt.Errorf("want a key, got %v", t)
+	}
+	return s, nil
+}
+
+// wantDelim reads the delimiter d.
+func wantDelim(dec *json.Decoder, d json.Delim) error {
+	t, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if t != d {
+		return fmt.Errorf("want %v, got %v", d, t)
+	}
+	return nil
+}
+
+// openOrNull reads an object's opening brace, or null.
+func openOrNull(dec *json.Decoder) (null bool, err error) {
+	t, err := dec.Token()
+	if err != nil {
+		return false, err
+	}
+	switch t {
+	case json.Delim('{'):
+		return false, nil
+	case nil:
+		return true, nil
+	}
+	return false, fmt.Errorf("want an object, got %v", t)
 }
 
 // fresh is the answer in use at now, nil when there is none or it is older than 3 refreshes.
