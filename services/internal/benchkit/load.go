@@ -164,7 +164,10 @@ func ServerReads(ctx context.Context, c kubernetes.Interface) (float64, error) {
 }
 
 // Measured runs load and sets the API server's reads of pods and nodes meanwhile on its result.
+//
+// It first waits (Settle) for what the run before left behind to end.
 func Measured(ctx context.Context, c kubernetes.Interface, load func() Latencies) Latencies {
+	Settle(ctx)
 	before, _ := ServerReads(ctx, c)
 	l := load()
 	after, _ := ServerReads(ctx, c)

@@ -255,7 +255,9 @@ func (o RunOptions) overHTTP(ctx context.Context, kc kubernetes.Interface, kubec
 		}
 		p.ours = benchkit.Measured(ctx, kc, bursts(oursURL))
 		p.naive = benchkit.Measured(ctx, kc, bursts(naiveURL))
+		benchkit.Settle(ctx)
 		p.oursSat = benchkit.Closed(ctx, o.Concurrency, o.Duration/2, 0, post(oursURL))
+		benchkit.Settle(ctx)
 		p.naiveSat = benchkit.Closed(ctx, o.Concurrency, o.Duration/2, 0, post(naiveURL))
 		o.printf("    run %d: bursts of %d: ours p99 %s (%d decisions), naive p99 %s (%d decisions); saturated: ours %.0f/s, naive %.1f/s\n",
 			r+1, o.Concurrency, ms(p.ours.P99), p.ours.N, ms(p.naive.P99), p.naive.N, p.oursSat.Throughput, p.naiveSat.Throughput)
