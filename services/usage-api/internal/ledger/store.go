@@ -443,31 +443,49 @@ func (s *Store) writeHeld(ctx context.Context, tx *sql.Tx, prev *Checkpoint, nex
 		}
 	}
 	slices.Sort(drop)
-	for start := 0; start < len(drop); start += rowsPerInsert {
-		chunk := drop[start:min(start+rowsPerInsert, len(drop))]
+	if err := s.deletePods(ctx, tx, "ledger_held", drop); err != nil {
+		return fmt.Errorf("write ledger holdings: %w", err)
+	}
+	err := s.insertRows(ctx, tx, `INSERT INTO ledger_held (pod, user_name, kind, class, allocated, since_ns) VALUES `, 6, len(put),
+		func(i int) []any {
+			h := put[i]
+			return []any{h.Pod, h.User, h.Kind, h.Class, h.Allocated, unixNanoOrZero(h.Since)}
+		})
+	if err != nil {
+		return fmt.Errorf("write ledger holdings: %w", err)
+	}
+	return nil
+}
+
+// deletePods deletes the rows of pods from table, rowsPerInsert pods a statement.
+func (s *Store) deletePods(ctx context.Context, tx *sql.Tx, table string, pods []string) error {
+	for start := 0; start < len(pods); start += rowsPerInsert {
+		chunk := pods[start:min(start+rowsPerInsert, len(pods))]
 		args := make([]any, len(chunk))
 		for i, pod := range chunk {
 			args[i] = pod
 		}
-		query := `DELETE FROM ledger_held WHERE pod IN (?` + strings.Repeat(",?", len(chunk)-1) + `)`
+		query := `DELETE FROM ` + table + ` WHERE pod IN (?` + strings.Repeat(",?", len(chunk)-1) + `)`
 		if _, err := tx.ExecContext(ctx, s.q(query), args...); err != nil {
-			return fmt.Errorf("write ledger holdings: %w", err)
+			return err
 		}
 	}
-	for start := 0; start < len(put); start += rowsPerInsert {
-		chunk := put[start:min(start+rowsPerInsert, len(put))]
-		args := make([]any, 0, 6*len(chunk))
-		for _, h := range chunk {
-			var sinceNS int64
-			if !h.Since.IsZero() {
-				sinceNS = h.Since.UnixNano()
-			}
-			args = append(args, h.Pod, h.User, h.Kind, h.Class, h.Allocated, sinceNS)
+	return nil
+}
+
+// insertRows inserts n rows of width columns (row(i) is the i-th's values) with insert ("INSERT INTO t (...)
+// VALUES "), rowsPerInsert rows a statement.
+func (s *Store) insertRows(ctx context.Context, tx *sql.Tx, insert string, width, n int, row func(i int) []any) error {
+	tuple := "(?" + strings.Repeat(",?", width-1) + ")"
+	for start := 0; start < n; start += rowsPerInsert {
+		end := min(start+rowsPerInsert, n)
+		args := make([]any, 0, width*(end-start))
+		for i := start; i < end; i++ {
+			args = append(args, row(i)...)
 		}
-		query := `INSERT INTO ledger_held (pod, user_name, kind, class, allocated, since_ns) VALUES (?,?,?,?,?,?)` +
-			strings.Repeat(",(?,?,?,?,?,?)", len(chunk)-1)
+		query := insert + tuple + strings.Repeat(","+tuple, end-start-1)
 		if _, err := tx.ExecContext(ctx, s.q(query), args...); err != nil {
-			return fmt.Errorf("write ledger holdings: %w", err)
+			return err
 		}
 	}
 	return nil
@@ -496,27 +514,13 @@ func (s *Store) writeLeft(ctx context.Context, tx *sql.Tx, fresh bool, prev, nex
 			prev, next = prev[1:], next[1:]
 		}
 	}
-	for start := 0; start < len(drop); start += rowsPerInsert {
-		chunk := drop[start:min(start+rowsPerInsert, len(drop))]
-		args := make([]any, len(chunk))
-		for i, pod := range chunk {
-			args[i] = pod
-		}
-		query := `DELETE FROM ledger_left WHERE pod IN (?` + strings.Repeat(",?", len(chunk)-1) + `)`
-		if _, err := tx.ExecContext(ctx, s.q(query), args...); err != nil {
-			return fmt.Errorf("write ledger departures: %w", err)
-		}
+	if err := s.deletePods(ctx, tx, "ledger_left", drop); err != nil {
+		return fmt.Errorf("write ledger departures: %w", err)
 	}
-	for start := 0; start < len(put); start += rowsPerInsert {
-		chunk := put[start:min(start+rowsPerInsert, len(put))]
-		args := make([]any, 0, 2*len(chunk))
-		for _, d := range chunk {
-			args = append(args, d.Pod, d.Until.UnixNano())
-		}
-		query := `INSERT INTO ledger_left (pod, until_ns) VALUES (?,?)` + strings.Repeat(",(?,?)", len(chunk)-1)
-		if _, err := tx.ExecContext(ctx, s.q(query), args...); err != nil {
-			return fmt.Errorf("write ledger departures: %w", err)
-		}
+	err := s.insertRows(ctx, tx, `INSERT INTO ledger_left (pod, until_ns) VALUES `, 2, len(put),
+		func(i int) []any { return []any{put[i].Pod, put[i].Until.UnixNano()} })
+	if err != nil {
+		return fmt.Errorf("write ledger departures: %w", err)
 	}
 	return nil
 }
