@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/usagecache"
 	"github.com/gpuhub/gpuhub/services/internal/inventory"
 	"github.com/gpuhub/gpuhub/services/internal/notice"
+	"github.com/gpuhub/gpuhub/services/internal/yield"
 )
 
 // Service is gpu-quota's name as a Hub service: its notices are gpuhub.io/notice-gpu-quota.
@@ -100,9 +100,7 @@ func (e *Engine) Views() ([]UserView, error) {
 
 	out := make([]UserView, 0, len(users))
 	for i, s := range users {
-		if i%yieldEvery == yieldEvery-1 {
-			runtime.Gosched() // one CPU: let admissions run between users (see yieldEvery)
-		}
+		yield.After(i) // one CPU: let admissions run between users
 		// The freshest groups: those the Hub sent with an admission after the directory's last read, else the
 		// directory's; a user in neither is not judged (the Hub has not told us who they are yet).
 		groups, known := dir[s.name]
@@ -323,8 +321,3 @@ func effectiveValue(eff quota.Effective) EffectiveValue {
 	out.AllowedKinds = Sourced{Value: kinds, From: eff.AllowedKinds.From.String()}
 	return out
 }
-
-// yieldEvery is how many users a pass over every user (Views; the enforcer's run) handles between two
-// runtime.Gosched calls. With one CPU (a pod limited to one core) admissions would otherwise wait for the whole
-// pass: Go takes the processor from a goroutine only after 10 ms.
-const yieldEvery = 256

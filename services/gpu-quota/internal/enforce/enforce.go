@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,6 +30,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 	"github.com/gpuhub/gpuhub/services/internal/inventory"
 	"github.com/gpuhub/gpuhub/services/internal/notice"
+	"github.com/gpuhub/gpuhub/services/internal/yield"
 )
 
 // Service is the Hub service that owns the notices (gpuhub.io/notice-gpu-quota) and the decisions.
@@ -232,9 +232,7 @@ func (e *Enforcer) once(ctx context.Context) (string, error) {
 		if ctx.Err() != nil { // leadership lost: act no further
 			return ResultPartial, ctx.Err()
 		}
-		if i%yieldEvery == yieldEvery-1 {
-			runtime.Gosched() // one CPU: let admissions run between users (see yieldEvery)
-		}
+		yield.After(i) // one CPU: let admissions run between users
 		u := sortOut(v, nodes)
 		for _, s := range u.servers {
 			seenServers[serverKey{v.Name, s.name}] = true
@@ -654,8 +652,3 @@ func numbers(c quota.Check, deadline, now time.Time) map[string]float64 {
 	}
 	return n
 }
-
-// yieldEvery is how many users a run handles between two runtime.Gosched calls: with one CPU (a pod limited to
-// one core) admissions would otherwise wait for the whole run, as Go takes the processor from a goroutine only
-// after 10 ms.
-const yieldEvery = 256

@@ -17,13 +17,14 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
-	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuhub/gpuhub/services/internal/yield"
 )
 
 // Held is one allocation the user holds now and that accrues GPU-hours (a running pod's GPUs).
@@ -249,11 +250,8 @@ func (c *Cache) fetch(ctx context.Context, windows []time.Duration) (*answer, er
 	return a, nil
 }
 
-// yieldEvery is how many users' GPU-hours decodeWire decodes between two runtime.Gosched calls.
-const yieldEvery = 256
-
 // decodeWire decodes the usage API's answer as json.Unmarshal into a wire would, but a user at a time, giving up
-// the processor every yieldEvery users. With one CPU (a pod limited to one core; B2's pinned process) the
+// the processor every yield.Every users. With one CPU (a pod limited to one core; B2's pinned process) the
 // admissions would otherwise wait behind decoding a 10,000-user answer in one call (about 40 ms; Go takes the
 // processor from a goroutine only after 10 ms).
 func decodeWire(body []byte) (wire, error) {
@@ -312,9 +310,8 @@ func decodeWire(body []byte) (wire, error) {
 						return w, err
 					}
 					hours[user] = byClass
-					if users++; users%yieldEvery == 0 {
-						runtime.Gosched()
-					}
+					yield.After(users)
+					users++
 				}
 				if err := wantDelim(dec, '}'); err != nil {
 					return w, err

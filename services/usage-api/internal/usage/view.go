@@ -6,7 +6,6 @@ package usage
 import (
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -15,12 +14,10 @@ import (
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 	"github.com/gpuhub/gpuhub/services/internal/inventory"
 	"github.com/gpuhub/gpuhub/services/internal/snapshot"
+	"github.com/gpuhub/gpuhub/services/internal/yield"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/collect"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
 )
-
-// yieldEvery is how many pods Build joins between two yields of the processor.
-const yieldEvery = 256
 
 // StaleIntervals is how many sampling intervals telemetry may age, by default, before it is stale.
 const StaleIntervals = 3
@@ -237,11 +234,7 @@ func Build(in Input) *View {
 
 	scales := map[string]float64{} // by user: the GPU time their units can reach
 	for i, p := range in.Pods {
-		if i%yieldEvery == yieldEvery-1 {
-			// On one CPU the API's requests wait for this loop to give up the processor; the scheduler would
-			// take it away only after 10 ms.
-			runtime.Gosched()
-		}
+		yield.After(i) // on one CPU the API's requests wait for this loop otherwise
 		if !p.Allocated() {
 			continue
 		}
