@@ -80,9 +80,8 @@ func parseCPUTimes(stat string) (cpuTimes, error) {
 
 // busyFraction is the share of CPU time not idle between two readings.
 func busyFraction(a, b cpuTimes) float64 {
-	total := float64(b.total - a.total)
 	if b.total <= a.total {
 		return 0
 	}
-	return 1 - float64(b.idle-a.idle)/total
+	return 1 - float64(b.idle-a.idle)/float64(b.total-a.total)
 }
