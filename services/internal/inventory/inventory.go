@@ -212,16 +212,6 @@ type Inventory struct {
 	metrics        *healthMetrics
 }
 
-// stripManagedFields keeps 10,000 pods cheap in memory.
-func stripManagedFields(obj any) (any, error) {
-	if a, ok := obj.(interface {
-		SetManagedFields([]metav1.ManagedFieldsEntry)
-	}); ok {
-		a.SetManagedFields(nil)
-	}
-	return obj, nil
-}
-
 // New builds the informers; call Start.
 func New(opts Options) *Inventory {
 	inv := &Inventory{now: opts.Now, unhealthyAfter: opts.UnhealthyAfter, agentSel: opts.AgentSelector, agentSA: opts.AgentServiceAccount}
@@ -254,7 +244,7 @@ func New(opts Options) *Inventory {
 	podHealth, nodeHealth := health("pods"), health("nodes")
 
 	podFactory := informers.NewSharedInformerFactoryWithOptions(observedClient{Interface: opts.Client, pods: podHealth, nodes: nodeHealth}, opts.Resync,
-		informers.WithNamespace(opts.Namespace), informers.WithTransform(stripManagedFields))
+		informers.WithNamespace(opts.Namespace), informers.WithTransform(trimObject))
 	podInf := podFactory.Core().V1().Pods()
 	inv.pods = podInf.Lister()
 	nodeInf := podFactory.Core().V1().Nodes()
@@ -272,7 +262,7 @@ func New(opts Options) *Inventory {
 	// Agents are few; their own informer is filtered by label so it never lists user pods.
 	agentHealth := health("agents")
 	agentFactory := informers.NewSharedInformerFactoryWithOptions(observedClient{Interface: opts.Client, pods: agentHealth}, opts.Resync,
-		informers.WithNamespace(opts.AgentNamespace), informers.WithTransform(stripManagedFields),
+		informers.WithNamespace(opts.AgentNamespace), informers.WithTransform(trimObject),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = inv.agentSel.String() }))
 	agentInf := agentFactory.Core().V1().Pods()
 	inv.agents = agentInf.Lister()
