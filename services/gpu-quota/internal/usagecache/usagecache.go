@@ -251,9 +251,9 @@ func (c *Cache) fetch(ctx context.Context, windows []time.Duration) (*answer, er
 }
 
 // decodeWire decodes the usage API's answer as json.Unmarshal into a wire would, but a user at a time, giving up
-// the processor every yield.Every users. With one CPU (a pod limited to one core; B2's pinned process) the
-// admissions would otherwise wait behind decoding a 10,000-user answer in one call (about 40 ms; Go takes the
-// processor from a goroutine only after 10 ms).
+// the processor every yield.Every users: runnable admissions would otherwise wait behind decoding a 10,000-user
+// answer in one call (about 40 ms; Go takes the processor from a goroutine only after 10 ms). See package yield
+// for what a yield does not do with GOMAXPROCS=1.
 func decodeWire(body []byte) (wire, error) {
 	var w wire
 	dec := json.NewDecoder(bytes.NewReader(body))
