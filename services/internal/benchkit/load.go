@@ -24,6 +24,9 @@ type Latencies struct {
 	Elapsed       time.Duration
 	ServerReads   float64 // API-server reads (GET + LIST of pods and nodes) during the run
 	ReadsPerCall  float64 // ServerReads / N
+	// MachineBusy is the share of all CPUs' time not idle during the run (Measured; 0 without /proc/stat): well
+	// above what the load and the system under test need, something else ran meanwhile.
+	MachineBusy float64
 }
 
 // Closed runs fn from `concurrency` workers for d (or until n calls when n > 0), each call timed on its own.
@@ -169,7 +172,11 @@ func ServerReads(ctx context.Context, c kubernetes.Interface) (float64, error) {
 func Measured(ctx context.Context, c kubernetes.Interface, load func() Latencies) Latencies {
 	Settle(ctx)
 	before, _ := ServerReads(ctx, c)
+	cpu0, cpuErr := readCPUTimes()
 	l := load()
+	if cpu1, err := readCPUTimes(); err == nil && cpuErr == nil {
+		l.MachineBusy = busyFraction(cpu0, cpu1)
+	}
 	after, _ := ServerReads(ctx, c)
 	l.ServerReads = after - before
 	if l.N > 0 {

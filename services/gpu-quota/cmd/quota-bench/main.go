@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -69,6 +70,7 @@ func runBench(ctx context.Context, args []string) error {
 	fs.IntVar(&o.RaceLimit, "race-limit", 7, "the racer's limit of whole GPUs")
 	fs.StringVar(&o.SUTCPU, "sut-cpu", "0", "CPU list the HTTP system under test is pinned to (taskset; empty: not pinned)")
 	fs.StringVar(&o.SUTProfile, "sut-cpu-profile", "", "write the HTTP system under test's CPU profile (pprof) to this file")
+	fs.StringVar(&o.SUTHeapProfile, "sut-heap-profile", "", "write the HTTP system under test's live heap (pprof), taken once it is ready, to this file")
 	sutEnv := fs.String("sut-env", "", "comma-separated KEY=VALUE added to the HTTP systems' environment (e.g. GOGC=200)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -93,8 +95,10 @@ func runSUT(ctx context.Context, args []string) error {
 	fs.IntVar(&o.Users, "users", 10_000, "Hub users")
 	listen := fs.String("listen", "", "gpu-quota address (empty: do not run it)")
 	naiveListen := fs.String("naive-listen", "", "naive enforcer address (empty: do not run it)")
+	floorListen := fs.String("floor-listen", "", "floor address: the same server answering without a decision (empty: do not run it)")
 	inProcess := fs.Int("in-process", 0, "time this many engine decisions once ready, print them as JSON and exit")
 	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile (pprof) to this file until stopped")
+	heapProfile := fs.String("heap-profile", "", "write the live heap (pprof) to this file once ready")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -127,10 +131,22 @@ func runSUT(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	if o.Listener == nil && o.NaiveListener == nil {
-		return fmt.Errorf("sut: --listen (gpu-quota) or --naive-listen (naive enforcer), or both")
+	if *floorListen != "" {
+		if o.FloorListener, err = lc.Listen(ctx, "tcp", *floorListen); err != nil {
+			return err
+		}
 	}
-	o.Ready = func(*admit.Engine) { fmt.Println("ready") }
+	if o.Listener == nil && o.NaiveListener == nil && o.FloorListener == nil {
+		return fmt.Errorf("sut: --listen (gpu-quota), --naive-listen (naive enforcer) or --floor-listen (floor), or several")
+	}
+	o.Ready = func(*admit.Engine) {
+		if *heapProfile != "" {
+			if err := writeHeapProfile(*heapProfile); err != nil {
+				fmt.Fprintln(os.Stderr, "quota-bench sut:", err)
+			}
+		}
+		fmt.Println("ready")
+	}
 	if *inProcess > 0 {
 		sctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -150,4 +166,18 @@ func runSUT(ctx context.Context, args []string) error {
 		return nil
 	}
 	return bench.ServeSUT(ctx, o)
+}
+
+// writeHeapProfile writes what is live after a collection: the informer caches, the index, the usage cache.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }

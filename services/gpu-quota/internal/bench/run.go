@@ -48,7 +48,9 @@ type RunOptions struct {
 	// SUTProfile, when set, is where the system under test writes its CPU profile (pprof), for finding where
 	// an HTTP admission's time goes.
 	SUTProfile string
-	Out        io.Writer
+	// SUTHeapProfile, when set, is where the system under test writes its live heap (pprof) once ready.
+	SUTHeapProfile string
+	Out            io.Writer
 }
 
 const namespace = "jhub"
@@ -163,7 +165,8 @@ func Requests(users, n int, seed uint64) []Request {
 	return out
 }
 
-type pair struct{ ours, naive, oursSat, naiveSat benchkit.Latencies }
+// pair is one run of both; floor is the same run's Floor (HTTP runs only).
+type pair struct{ ours, naive, oursSat, naiveSat, floor benchkit.Latencies }
 
 func (o RunOptions) inProcess(ctx context.Context, kc kubernetes.Interface, kubeconfig, policyPath, usageURL string, pol *quota.Policy) (pair, error) {
 	o.printf("==> in process: gpu-quota's engine (informers filled, on CPU %q) vs the naive enforcer (LIST per decision)\n", o.SUTCPU)
@@ -213,13 +216,16 @@ type raceResult struct{ oursAdmitted, naiveAdmitted, requests, limit int }
 func (o RunOptions) overHTTP(ctx context.Context, kc kubernetes.Interface, kubeconfig, policyPath, usageURL string) ([]pair, raceResult, error) {
 	o.printf("==> over HTTP: %d concurrent spawns, %s per run, %d runs; gpu-quota and the naive enforcer in a process each on CPU %q\n",
 		o.Concurrency, o.Duration, o.Runs, o.SUTCPU)
-	ports := cluster.FreePorts(2)
-	// One process each, both pinned to the SUT CPU; only one is measured at a time, the other idles.
-	for i, listen := range []string{"--listen", "--naive-listen"} {
+	ports := cluster.FreePorts(3)
+	// One process each, all pinned to the SUT CPU; only one is measured at a time, the others idle.
+	for i, listen := range []string{"--listen", "--naive-listen", "--floor-listen"} {
 		args := []string{o.Self, "sut", "--kubeconfig", kubeconfig, "--policy", policyPath, "--usage-url", usageURL,
 			"--users", strconv.Itoa(o.Synth.Users), listen, "127.0.0.1:" + strconv.Itoa(ports[i])}
 		if o.SUTProfile != "" && i == 0 {
 			args = append(args, "--cpu-profile", o.SUTProfile)
+		}
+		if o.SUTHeapProfile != "" && i == 0 {
+			args = append(args, "--heap-profile", o.SUTHeapProfile)
 		}
 		stop, err := benchkit.Start(ctx, benchkit.Pinned(o.SUTCPU, args), o.SUTEnv)
 		if err != nil {
@@ -230,6 +236,7 @@ func (o RunOptions) overHTTP(ctx context.Context, kc kubernetes.Interface, kubec
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * o.Concurrency, MaxConnsPerHost: 2 * o.Concurrency}, Timeout: time.Minute}
 	oursURL := "http://127.0.0.1:" + strconv.Itoa(ports[0]) + "/services/gpu-quota/api/v1/admit"
 	naiveURL := "http://127.0.0.1:" + strconv.Itoa(ports[1]) + "/services/gpu-quota/api/v1/admit"
+	floorURL := "http://127.0.0.1:" + strconv.Itoa(ports[2]) + "/services/gpu-quota/api/v1/admit"
 	// Bodies are encoded before the runs: the load generator's own work must not be what is measured.
 	reqs := Requests(o.Synth.Users, 50_000, 3)
 	bodies := make([][]byte, len(reqs))
@@ -245,6 +252,7 @@ func (o RunOptions) overHTTP(ctx context.Context, kc kubernetes.Interface, kubec
 	// Warm-up of both (connections, caches), not measured.
 	benchkit.Closed(ctx, o.Concurrency, 2*time.Second, 0, post(oursURL))
 	benchkit.Closed(ctx, o.Concurrency, 2*time.Second, 0, post(naiveURL))
+	benchkit.Closed(ctx, o.Concurrency, 2*time.Second, 0, post(floorURL))
 	var runs []pair
 	for r := range o.Runs {
 		var p pair
@@ -255,12 +263,14 @@ func (o RunOptions) overHTTP(ctx context.Context, kc kubernetes.Interface, kubec
 		}
 		p.ours = benchkit.Measured(ctx, kc, bursts(oursURL))
 		p.naive = benchkit.Measured(ctx, kc, bursts(naiveURL))
+		p.floor = benchkit.Measured(ctx, kc, bursts(floorURL))
 		benchkit.Settle(ctx)
 		p.oursSat = benchkit.Closed(ctx, o.Concurrency, o.Duration/2, 0, post(oursURL))
 		benchkit.Settle(ctx)
 		p.naiveSat = benchkit.Closed(ctx, o.Concurrency, o.Duration/2, 0, post(naiveURL))
-		o.printf("    run %d: bursts of %d: ours p99 %s (%d decisions), naive p99 %s (%d decisions); saturated: ours %.0f/s, naive %.1f/s\n",
-			r+1, o.Concurrency, ms(p.ours.P99), p.ours.N, ms(p.naive.P99), p.naive.N, p.oursSat.Throughput, p.naiveSat.Throughput)
+		o.printf("    run %d: bursts of %d: ours p99 %s (%d decisions, machine %.0f%% busy), naive p99 %s (%d decisions), floor p99 %s (machine %.0f%% busy); saturated: ours %.0f/s, naive %.1f/s\n",
+			r+1, o.Concurrency, ms(p.ours.P99), p.ours.N, 100*p.ours.MachineBusy, ms(p.naive.P99), p.naive.N, ms(p.floor.P99), 100*p.floor.MachineBusy,
+			p.oursSat.Throughput, p.naiveSat.Throughput)
 		runs = append(runs, p)
 	}
 	race := raceResult{requests: o.RaceRequests, limit: o.RaceLimit}
@@ -342,9 +352,9 @@ func (o RunOptions) report(in pair, runs []pair, race raceResult) {
 	o.printf("%-34s %14s %14s %10s %s\n", "in-process p50", us(in.ours.P50), us(in.naive.P50), ratio(float64(in.ours.P50), float64(in.naive.P50)), "")
 	o.printf("%-34s %14s %14s %10s %s\n", "in-process p99", us(in.ours.P99), us(in.naive.P99), ratio(float64(in.ours.P99), float64(in.naive.P99)), "<= 100 µs")
 	o.printf("%-34s %14.3f %14.3f %10s %s\n", "API-server reads per decision", in.ours.ReadsPerCall, in.naive.ReadsPerCall, "", "0")
-	var p99o, p99n, p50o, p50n, thro, thrn, rdo, rdn []float64
+	var p99o, p99n, p99f, p50o, p50n, thro, thrn, rdo, rdn []float64
 	for _, r := range runs {
-		p99o, p99n = append(p99o, float64(r.ours.P99)), append(p99n, float64(r.naive.P99))
+		p99o, p99n, p99f = append(p99o, float64(r.ours.P99)), append(p99n, float64(r.naive.P99)), append(p99f, float64(r.floor.P99))
 		p50o, p50n = append(p50o, float64(r.ours.P50)), append(p50n, float64(r.naive.P50))
 		thro, thrn = append(thro, r.oursSat.Throughput), append(thrn, r.naiveSat.Throughput)
 		rdo, rdn = append(rdo, r.ours.ReadsPerCall), append(rdn, r.naive.ReadsPerCall)
@@ -358,6 +368,7 @@ func (o RunOptions) report(in pair, runs []pair, race raceResult) {
 	o.printf("%-34s %14s %14s %10s %s\n", fmt.Sprintf("HTTP p50, %d at once (median)", o.Concurrency), dms(med(p50o)), dms(med(p50n)), ratio(med(p50o), med(p50n)), "")
 	o.printf("%-34s %14s %14s %10s %s\n", fmt.Sprintf("HTTP p99, %d at once (median)", o.Concurrency), dms(med(p99o)), dms(med(p99n)), ratio(med(p99o), med(p99n)), "<= 5 ms")
 	o.printf("%-34s %14s %14s\n", "  p99 min–max over runs", rng(p99o, dms), rng(p99n, dms))
+	o.printf("%-34s %14s %14s %10s %s\n", "  floor p99 (median; min–max)", dms(med(p99f)), rng(p99f, dms), "", "same server, no decision")
 	o.printf("%-34s %14.0f %14.1f %10s\n", "HTTP saturated decisions/s", med(thro), med(thrn), ratio(med(thrn), med(thro)))
 	o.printf("%-34s %14.3f %14.3f %10s %s\n", "HTTP API-server reads per decision", med(rdo), med(rdn), "", "0")
 	o.printf("%-34s %14s %14s %10s %s\n", fmt.Sprintf("race: %d at once, limit %d", race.requests, race.limit),

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"iter"
 	"log/slog"
 	"net"
@@ -48,8 +49,9 @@ type SUTOptions struct {
 	PolicyPath string
 	UsageURL   string
 	Users      int
-	// Listener serves gpu-quota; NaiveListener serves the naive enforcer behind the same kind of server.
-	Listener, NaiveListener net.Listener
+	// Listener serves gpu-quota; NaiveListener serves the naive enforcer behind the same kind of server;
+	// FloorListener serves the floor (Floor).
+	Listener, NaiveListener, FloorListener net.Listener
 	// Ready gets the engine once gpu-quota is ready (informers synced, usage read).
 	Ready func(*admit.Engine)
 }
@@ -68,24 +70,51 @@ func ServeSUT(ctx context.Context, o SUTOptions) error {
 	}
 	defer func() { _ = devNull.Close() }()
 	logger := slog.New(slog.NewJSONHandler(devNull, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	if o.NaiveListener != nil {
-		var pol quota.Policy
-		if err := policy.Load(o.PolicyPath, &pol); err != nil {
-			return err
+	// The naive enforcer and the floor each run beside gpu-quota, or alone (the HTTP runs start a process each).
+	others := []struct {
+		ln        net.Listener
+		subsystem string
+		handler   func() (http.Handler, error)
+	}{
+		{o.NaiveListener, "naive", func() (http.Handler, error) {
+			var pol quota.Policy
+			if err := policy.Load(o.PolicyPath, &pol); err != nil {
+				return nil, err
+			}
+			return (&Naive{Client: o.Kube, Namespace: o.Namespace, Policy: &pol, Hours: SynthHours}).Handler(), nil
+		}},
+		{o.FloorListener, "floor", func() (http.Handler, error) { return Floor(), nil }},
+	}
+	var alone []*server.Server
+	for _, other := range others {
+		if other.ln == nil {
+			continue
 		}
-		naive := &Naive{Client: o.Kube, Namespace: o.Namespace, Policy: &pol, Hours: SynthHours}
-		nsrv, err := server.New(server.Options{Listener: o.NaiveListener, Prefix: "/services/gpu-quota/", Registry: prometheus.NewRegistry(),
-			Logger: logger, Subsystem: "naive", Handler: naive.Handler()})
+		h, err := other.handler()
 		if err != nil {
 			return err
 		}
-		if o.Listener == nil {
-			if o.Ready != nil {
-				o.Ready(nil)
-			}
-			return nsrv.Run(ctx)
+		srv, err := server.New(server.Options{Listener: other.ln, Prefix: "/services/gpu-quota/", Registry: prometheus.NewRegistry(),
+			Logger: logger, Subsystem: other.subsystem, Handler: h})
+		if err != nil {
+			return err
 		}
-		go func() { _ = nsrv.Run(ctx) }()
+		alone = append(alone, srv)
+	}
+	if o.Listener == nil {
+		if len(alone) == 0 {
+			return errors.New("sut: nothing to serve")
+		}
+		for _, srv := range alone[1:] {
+			go func() { _ = srv.Run(ctx) }()
+		}
+		if o.Ready != nil {
+			o.Ready(nil)
+		}
+		return alone[0].Run(ctx)
+	}
+	for _, srv := range alone {
+		go func() { _ = srv.Run(ctx) }()
 	}
 	var srv *server.Server
 	var eng *admit.Engine
@@ -111,6 +140,23 @@ func ServeSUT(ctx context.Context, o SUTOptions) error {
 		o.Ready(eng)
 	}
 	return <-errc
+}
+
+// Floor answers the admission request with the same server package (middleware, metrics, access log) and JSON
+// as gpu-quota, and no decision: the request is decoded and a fixed admission written. Measured beside
+// gpu-quota, it is what any Go service answering 64 spawns at once costs on the machine and its load generator;
+// the difference is gpu-quota's engine.
+func Floor() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /services/gpu-quota/api/v1/admit", func(w http.ResponseWriter, r *http.Request) {
+		var req Request
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			server.WriteError(w, http.StatusBadRequest, "bad request: %v", err)
+			return
+		}
+		server.WriteJSON(w, http.StatusOK, map[string]any{"allow": true, "reason": "ok", "message": "floor: no decision made"})
+	})
+	return mux
 }
 
 // Handler serves the naive enforcer with gpu-quota's admit request and answer shape.
