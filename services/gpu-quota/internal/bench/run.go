@@ -214,7 +214,7 @@ func measure(ctx context.Context, kc kubernetes.Interface, concurrency, n int, f
 type raceResult struct{ oursAdmitted, naiveAdmitted, requests, limit int }
 
 func (o RunOptions) overHTTP(ctx context.Context, kc kubernetes.Interface, kubeconfig, policyPath, usageURL string) ([]pair, raceResult, error) {
-	o.printf("==> over HTTP: %d concurrent spawns, %s per run, %d runs; gpu-quota and the naive enforcer in a process each on CPU %q\n",
+	o.printf("==> over HTTP: %d concurrent spawns, %s per run, %d runs; gpu-quota, the naive enforcer and the floor in a process each on CPU %q\n",
 		o.Concurrency, o.Duration, o.Runs, o.SUTCPU)
 	ports := cluster.FreePorts(3)
 	// One process each, all pinned to the SUT CPU; only one is measured at a time, the others idle.
