@@ -1,8 +1,6 @@
 package inventory
 
 import (
-	"strings"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -59,13 +57,13 @@ func trimPod(p *corev1.Pod) *corev1.Pod {
 	return out
 }
 
-// keptAnnotations are KubeSpawner's user and server names and gpuhub's notices; nil when there are none.
+// keptAnnotations are gpuhub's notices and KubeSpawner's user and server names; nil when there are none.
 func keptAnnotations(in map[string]string) map[string]string {
-	var out map[string]string
-	for k, v := range in {
-		if k == AnnotationUser || k == AnnotationServer || strings.HasPrefix(k, NoticePrefix) {
+	out := notices(in)
+	for _, k := range []string{AnnotationUser, AnnotationServer} {
+		if v, ok := in[k]; ok {
 			if out == nil {
-				out = make(map[string]string, 3)
+				out = make(map[string]string, 2)
 			}
 			out[k] = v
 		}

@@ -147,37 +147,42 @@ func ServeSUT(ctx context.Context, o SUTOptions) error {
 // gpu-quota, it is what any Go service answering 64 spawns at once costs on the machine and its load generator;
 // the difference is gpu-quota's engine.
 func Floor() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /services/gpu-quota/api/v1/admit", func(w http.ResponseWriter, r *http.Request) {
-		var req Request
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			server.WriteError(w, http.StatusBadRequest, "bad request: %v", err)
-			return
-		}
-		server.WriteJSON(w, http.StatusOK, map[string]any{"allow": true, "reason": "ok", "message": "floor: no decision made"})
+	return admitHandler(func(context.Context, Request) (map[string]any, error) {
+		return map[string]any{"allow": true, "reason": "ok", "message": "floor: no decision made"}, nil
 	})
-	return mux
 }
 
 // Handler serves the naive enforcer with gpu-quota's admit request and answer shape.
 func (n *Naive) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /services/gpu-quota/api/v1/admit", func(w http.ResponseWriter, r *http.Request) {
-		var req Request
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			server.WriteError(w, http.StatusBadRequest, "bad request: %v", err)
-			return
-		}
-		d, free, err := n.Admit(r.Context(), req)
+	return admitHandler(func(ctx context.Context, req Request) (map[string]any, error) {
+		d, free, err := n.Admit(ctx, req)
 		if err != nil {
-			server.WriteError(w, http.StatusServiceUnavailable, "%v", err)
-			return
+			return nil, err
 		}
 		reason := string(d.Reason)
 		if d.Allow && !free {
 			reason = string(admit.ReasonNoneFree)
 		}
-		server.WriteJSON(w, http.StatusOK, map[string]any{"allow": d.Allow && free, "reason": reason, "message": d.Message})
+		return map[string]any{"allow": d.Allow && free, "reason": reason, "message": d.Message}, nil
+	})
+}
+
+// admitHandler serves gpu-quota's admit route: the request decoded (400 when it is not one), answer's body
+// written (503 with its error).
+func admitHandler(answer func(context.Context, Request) (map[string]any, error)) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /services/gpu-quota/api/v1/admit", func(w http.ResponseWriter, r *http.Request) {
+		var req Request
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			server.WriteError(w, http.StatusBadRequest, "bad request: %v", err)
+			return
+		}
+		body, err := answer(r.Context(), req)
+		if err != nil {
+			server.WriteError(w, http.StatusServiceUnavailable, "%v", err)
+			return
+		}
+		server.WriteJSON(w, http.StatusOK, body)
 	})
 	return mux
 }
