@@ -76,38 +76,61 @@ func Closed(ctx context.Context, concurrency int, d time.Duration, n int, fn fun
 // Bursts fires `size` calls of fn at once, waits for all of them, and starts the next burst `gap` after the
 // previous one started (at once when it took longer), for d: spawns arriving together, as when a class starts.
 func Bursts(ctx context.Context, size int, gap, d time.Duration, fn func(ctx context.Context, i int) error) Latencies {
+	return Interleaved(ctx, size, gap, d, fn)[0]
+}
+
+// Interleaved is Bursts for several systems at once, in turns: each gets a burst every gap, spaced evenly
+// between the others' (with two, one burst every gap/2, alternating). Systems measured in the same seconds see
+// the same machine: a shared machine's slow minutes land on all of them, not on whichever ran then.
+func Interleaved(ctx context.Context, size int, gap, d time.Duration, fns ...func(ctx context.Context, i int) error) []Latencies {
 	defer quietCollector()()
-	var (
+	type result struct {
 		mu   sync.Mutex
 		lat  []time.Duration
 		errs int
 		next int
-	)
+	}
+	results := make([]*result, len(fns))
+	for j := range results {
+		results[j] = &result{}
+	}
+	slot := gap / time.Duration(len(fns))
 	start := time.Now()
 	for time.Since(start) < d && ctx.Err() == nil {
-		t0 := time.Now()
-		var wg sync.WaitGroup
-		for range size {
-			i := next
-			next++
-			wg.Go(func() {
-				c0 := time.Now()
-				err := fn(ctx, i)
-				took := time.Since(c0)
-				mu.Lock()
-				lat = append(lat, took)
-				if err != nil {
-					errs++
-				}
-				mu.Unlock()
-			})
+		round := time.Now()
+		for j, fn := range fns {
+			if rest := time.Duration(j)*slot - time.Since(round); rest > 0 {
+				time.Sleep(rest)
+			}
+			r := results[j]
+			var wg sync.WaitGroup
+			for range size {
+				i := r.next
+				r.next++
+				wg.Go(func() {
+					c0 := time.Now()
+					err := fn(ctx, i)
+					took := time.Since(c0)
+					r.mu.Lock()
+					r.lat = append(r.lat, took)
+					if err != nil {
+						r.errs++
+					}
+					r.mu.Unlock()
+				})
+			}
+			wg.Wait()
 		}
-		wg.Wait()
-		if rest := gap - time.Since(t0); rest > 0 {
+		if rest := gap - time.Since(round); rest > 0 {
 			time.Sleep(rest)
 		}
 	}
-	return summarize(lat, errs, time.Since(start))
+	out := make([]Latencies, len(fns))
+	elapsed := time.Since(start)
+	for j, r := range results {
+		out[j] = summarize(r.lat, r.errs, elapsed)
+	}
+	return out
 }
 
 // quietCollector collects the load generator's garbage now and then not again until restore (unless its heap
@@ -170,17 +193,28 @@ func ServerReads(ctx context.Context, c kubernetes.Interface) (float64, error) {
 //
 // It first waits (Settle) for what the run before left behind to end.
 func Measured(ctx context.Context, c kubernetes.Interface, load func() Latencies) Latencies {
+	return MeasuredAll(ctx, c, func() []Latencies { return []Latencies{load()} })[0]
+}
+
+// MeasuredAll is Measured for loads run together (Interleaved): each result gets the reads and the machine's
+// busy share of the whole run.
+func MeasuredAll(ctx context.Context, c kubernetes.Interface, load func() []Latencies) []Latencies {
 	Settle(ctx)
 	before, _ := ServerReads(ctx, c)
 	cpu0, cpuErr := readCPUTimes()
-	l := load()
+	ls := load()
+	busy := 0.0
 	if cpu1, err := readCPUTimes(); err == nil && cpuErr == nil {
-		l.MachineBusy = busyFraction(cpu0, cpu1)
+		busy = busyFraction(cpu0, cpu1)
 	}
 	after, _ := ServerReads(ctx, c)
-	l.ServerReads = after - before
-	if l.N > 0 {
-		l.ReadsPerCall = l.ServerReads / float64(l.N)
+	for i := range ls {
+		l := &ls[i]
+		l.MachineBusy = busy
+		l.ServerReads = after - before
+		if l.N > 0 {
+			l.ReadsPerCall = l.ServerReads / float64(l.N)
+		}
 	}
-	return l
+	return ls
 }

@@ -36,3 +36,31 @@ func TestBurstsQuietCollector(t *testing.T) {
 		t.Errorf("GOGC after Bursts = %d, want 100 restored", got)
 	}
 }
+
+// TestInterleaved: each system gets its bursts, whole, in turns: never a call of one while the other's are in
+// flight, the same number of bursts each.
+func TestInterleaved(t *testing.T) {
+	var inFlight [2]atomic.Int32
+	var overlaps atomic.Int32
+	call := func(me int) func(context.Context, int) error {
+		return func(context.Context, int) error {
+			inFlight[me].Add(1)
+			defer inFlight[me].Add(-1)
+			if inFlight[1-me].Load() != 0 {
+				overlaps.Add(1)
+			}
+			time.Sleep(100 * time.Microsecond)
+			return nil
+		}
+	}
+	ls := Interleaved(context.Background(), 4, 4*time.Millisecond, 40*time.Millisecond, call(0), call(1))
+	if len(ls) != 2 {
+		t.Fatalf("Interleaved returned %d results, want 2", len(ls))
+	}
+	if ls[0].N == 0 || ls[0].N%4 != 0 || ls[1].N != ls[0].N {
+		t.Errorf("calls = %d and %d, want the same whole number of bursts of 4 each", ls[0].N, ls[1].N)
+	}
+	if n := overlaps.Load(); n != 0 {
+		t.Errorf("%d calls ran while the other system's burst was in flight, want none", n)
+	}
+}

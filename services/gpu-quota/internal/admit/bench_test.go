@@ -143,3 +143,14 @@ func BenchmarkAssess(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkViews is what the enforcer reads every pass: every GPU user's view, for the same 10,000 users.
+func BenchmarkViews(b *testing.B) {
+	e, _ := benchRig(b, 10_000)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := e.Views(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
