@@ -76,8 +76,8 @@ func idleGPUTabOpen(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	const user, server = "alice", "tab"
-	startReady(ctx, t, user, server, "a100-1g")
-	defer stopServer(t, user, server)
+	hub().StartReady(ctx, t, user, server, "a100-1g")
+	defer hub().Stop(t, user, server)
 	ready := time.Now()
 	tok := userToken(ctx, t, user)
 	uc, err := hubapi.New(hubapi.Config{URL: st.HubURL() + "hub/api", Token: tok})
@@ -156,8 +156,8 @@ func silentBusyCell(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	const user, server = "bob", "cell"
-	startReady(ctx, t, user, server, "h100")
-	defer stopServer(t, user, server)
+	hub().StartReady(ctx, t, user, server, "h100")
+	defer hub().Stop(t, user, server)
 	tok := userToken(ctx, t, user)
 	if err := runSilentCell(ctx, st.HubURL(), user, server, tok, busyCell); err != nil {
 		t.Fatalf("busy cell on %s/%s: %v\nhub log:\n%s", user, server, err, st.Hub.LogTail(30))
@@ -212,8 +212,8 @@ func agentKilled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	const user, server = "carol", "stale"
-	startReady(ctx, t, user, server, "t4-shared")
-	defer stopServer(t, user, server)
+	hub().StartReady(ctx, t, user, server, "t4-shared")
+	defer hub().Stop(t, user, server)
 	pod := podOf(ctx, t, user, server)
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		s, ok := gpuServer(ctx, t, user, server)
@@ -284,8 +284,8 @@ func snoozeInPanel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	const user, server = "carol", "snooze"
-	startReady(ctx, t, user, server, "a100-1g")
-	defer stopServer(t, user, server)
+	hub().StartReady(ctx, t, user, server, "a100-1g")
+	defer hub().Stop(t, user, server)
 
 	// Chromium opens the panel now and waits there for the countdown: the page's load is done before it.
 	browser := make(chan browserResult, 1)
@@ -329,8 +329,8 @@ func leaderKilled(t *testing.T) {
 	time.Sleep(20 * time.Second)
 	seen, release := holdStop(cullerTaps, user, server)
 	defer release()
-	startReady(ctx, t, user, server, "a100-3g")
-	defer stopServer(t, user, server)
+	hub().StartReady(ctx, t, user, server, "a100-3g")
+	defer hub().Stop(t, user, server)
 
 	var held call
 	select {
@@ -602,20 +602,6 @@ func userToken(ctx context.Context, t *testing.T, user string) string {
 	return tok.Token
 }
 
-func startReady(ctx context.Context, t *testing.T, user, server, profile string) {
-	t.Helper()
-	if err := servers.StartReady(ctx, hubAdmin, user, server, profile, 3*time.Minute); err != nil {
-		t.Fatalf("server %s/%s (%s) not ready: %v\nhub log:\n%s", user, server, profile, err, st.Hub.LogTail(40))
-	}
-}
-
-func stopServer(t *testing.T, user, server string) {
-	t.Helper()
-	if err := servers.Stop(context.Background(), hubAdmin, user, server); err != nil {
-		t.Error(err)
-	}
-}
-
 // runningNow reports whether the Hub has user's server ready or on its way.
 func runningNow(ctx context.Context, t *testing.T, user, server string) bool {
 	t.Helper()
@@ -718,3 +704,6 @@ func runSnooze(t *testing.T, user, server string) browserResult {
 	}
 	return res
 }
+
+// hub is the suite's Hub for the helpers that fail the test.
+func hub() servers.Hub { return servers.Hub{Admin: hubAdmin, LogTail: st.Hub.LogTail} }

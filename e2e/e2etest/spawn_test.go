@@ -21,6 +21,7 @@ import (
 
 	"github.com/gpuhub/gpuhub/e2e/emulator"
 	"github.com/gpuhub/gpuhub/e2e/internal/logscan"
+	"github.com/gpuhub/gpuhub/e2e/internal/servers"
 	"github.com/gpuhub/gpuhub/hubapi"
 )
 
@@ -227,25 +228,13 @@ func TestNotAllowedProgram(t *testing.T) {
 	waitPodGone(ctx, t, created)
 }
 
+// stopServer stops user's server and waits until the Hub no longer runs it; the test fails (and goes on) when
+// it cannot.
 func stopServer(t *testing.T, user, server string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := hubAdmin.StopServer(ctx, user, server, server != ""); err != nil && !hubapi.IsNotFound(err) {
-		// A second stop of an already stopped server answers 400; that is fine here.
-		var apiErr *hubapi.APIError
-		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest {
-			t.Errorf("stop %s/%s: %v", user, server, err)
-		}
+	if err := servers.Stop(context.Background(), hubAdmin, user, server); err != nil {
+		t.Error(err)
 	}
-	_ = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		u, err := hubAdmin.GetUser(ctx, user)
-		if err != nil {
-			return false, nil
-		}
-		s, ok := u.Servers[server]
-		return !ok || (s.Pending == "" && !s.Ready), nil
-	})
 }
 
 func waitServer(ctx context.Context, t *testing.T, user, server string, cond func(hubapi.Server) bool) hubapi.Server {

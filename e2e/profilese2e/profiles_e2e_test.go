@@ -22,7 +22,6 @@ import (
 
 	"github.com/gpuhub/gpuhub/e2e/emulator"
 	"github.com/gpuhub/gpuhub/e2e/internal/servers"
-	"github.com/gpuhub/gpuhub/hubapi"
 )
 
 // pendingEndAfter is gpu-profiles' --pending-end-after here: short, so the test sees a hopeless spawn end.
@@ -49,8 +48,8 @@ var kinds = map[string]struct{ product, resource string }{
 func TestFormFreeCountsMatchCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	startReady(ctx, t, "alice", "slice", "mig-a100-sxm4-40gb-1g-5gb")
-	defer stopServer(t, "alice", "slice")
+	hub().StartReady(ctx, t, "alice", "slice", "mig-a100-sxm4-40gb-1g-5gb")
+	defer hub().Stop(t, "alice", "slice")
 
 	form := openForm(t, formRun{user: "bob"})
 	want := clusterFree(ctx, t)
@@ -83,8 +82,8 @@ func TestFormFreeCountsMatchCluster(t *testing.T) {
 func TestNoH100FreeOnTheForm(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	startReady(ctx, t, "carol", "both", "gpu-h100-80gb-hbm3-x2")
-	defer stopServer(t, "carol", "both")
+	hub().StartReady(ctx, t, "carol", "both", "gpu-h100-80gb-hbm3-x2")
+	defer hub().Stop(t, "carol", "both")
 	// The glue keeps each user's answer for GPUHUB_PROFILES_CACHE_SECONDS (5 s): a form of bob's rendered by the
 	// test before, while the H100s were free, must have aged out.
 	time.Sleep(6 * time.Second)
@@ -109,7 +108,7 @@ func TestNoH100FreeOnTheForm(t *testing.T) {
 		t.Errorf("bob's form names carol: %+v", form.Choices)
 	}
 
-	defer stopServer(t, "bob", "h100") // a refused spawn leaves the named server behind (named_server_limit_per_user)
+	defer hub().Stop(t, "bob", "h100") // a refused spawn leaves the named server behind (named_server_limit_per_user)
 	res := openForm(t, formRun{user: "bob", server: "h100", force: "gpu-h100-80gb-hbm3", expect: "free"})
 	if res.TookMs > 5000 {
 		t.Errorf("refused after %d ms, want within 5 s", res.TookMs)
@@ -117,7 +116,7 @@ func TestNoH100FreeOnTheForm(t *testing.T) {
 	if !strings.Contains(res.Text, "MIG") {
 		t.Errorf("refusal %q does not name the free MIG slices", res.Text)
 	}
-	if u := getUser(ctx, t, "bob"); u.Servers["h100"].Ready {
+	if u := hub().User(ctx, t, "bob"); u.Servers["h100"].Ready {
 		t.Error("bob/h100 runs after the refusal")
 	}
 }
@@ -173,7 +172,7 @@ func TestPendingExplainedThenEnded(t *testing.T) {
 		t.Fatalf("gpu-profiles did not take the new overrides: %v", err)
 	}
 	time.Sleep(6 * time.Second) // the glue's per-user cache (5 s) holds the form from before
-	defer stopServer(t, "bob", "pending")
+	defer hub().Stop(t, "bob", "pending")
 
 	res := openForm(t, formRun{user: "bob", server: "pending", submit: "shared-t4", expect: "enough CPU", within: 20 * time.Second})
 	if strings.Contains(res.Text, "Insufficient cpu") || strings.Contains(res.Text, "0/") {
@@ -472,29 +471,6 @@ func events(ctx context.Context, t *testing.T, pod string) string {
 	return b.String()
 }
 
-func startReady(ctx context.Context, t *testing.T, user, server, profile string) {
-	t.Helper()
-	if err := servers.StartReady(ctx, hubAdmin, user, server, profile, 3*time.Minute); err != nil {
-		t.Fatalf("server %s/%s (%s) not ready: %v\nhub log:\n%s", user, server, profile, err, st.Hub.LogTail(40))
-	}
-}
-
-func stopServer(t *testing.T, user, server string) {
-	t.Helper()
-	if err := servers.Stop(context.Background(), hubAdmin, user, server); err != nil {
-		t.Error(err)
-	}
-}
-
-func getUser(ctx context.Context, t *testing.T, user string) *hubapi.User {
-	t.Helper()
-	u, err := hubAdmin.GetUser(ctx, user)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u
-}
-
 func diffMaps(want, got map[string]string) string {
 	var b strings.Builder
 	for k, w := range want {
@@ -511,3 +487,6 @@ func diffMaps(want, got map[string]string) string {
 }
 
 func logTail(component string, n int) string { return servers.LogTail(st.Dir, component, n) }
+
+// hub is the suite's Hub for the helpers that fail the test.
+func hub() servers.Hub { return servers.Hub{Admin: hubAdmin, LogTail: st.Hub.LogTail} }

@@ -29,13 +29,13 @@ import (
 func TestSecondGPUServerRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	startReady(ctx, t, "bob", "first", "a100-1g")
-	defer stopServer(t, "bob", "first")
+	hub().StartReady(ctx, t, "bob", "first", "a100-1g")
+	defer hub().Stop(t, "bob", "first")
 	res := browserSpawn(t, "bob", "second", "t4-shared", "students may run at most 1 GPU server")
 	if !strings.Contains(res.Refusal, "Stop your other GPU server or pick a CPU-only profile") {
 		t.Errorf("refusal %q does not say what bob can do", res.Refusal)
 	}
-	if u := getUser(ctx, t, "bob"); u.Servers["second"].Ready {
+	if u := hub().User(ctx, t, "bob"); u.Servers["second"].Ready {
 		t.Errorf("bob/second is running after the refusal")
 	}
 	wantDecision(ctx, t, "bob", "deny", "max_servers")
@@ -46,8 +46,8 @@ func TestSecondGPUServerRefused(t *testing.T) {
 func TestNoH100Free(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	startReady(ctx, t, "carol", "both", "h100-x2")
-	defer stopServer(t, "carol", "both")
+	hub().StartReady(ctx, t, "carol", "both", "h100-x2")
+	defer hub().Stop(t, "carol", "both")
 	res := browserSpawn(t, "bob", "h100", "h100", "No H100 is free right now")
 	if !strings.Contains(res.Refusal, "Free now and within your quota:") || !strings.Contains(res.Refusal, "MIG") {
 		t.Errorf("refusal %q does not list the free GPUs bob may take", res.Refusal)
@@ -72,8 +72,8 @@ func TestBudgetExhaustedNoticeThenStop(t *testing.T) {
       - {window: 24h, gpuHours: 0.004}
 `)
 	defer writePolicy(t, basePolicy)
-	startReady(ctx, t, "alice", "budget", "a100-3g")
-	defer stopServer(t, "alice", "budget")
+	hub().StartReady(ctx, t, "alice", "budget", "a100-3g")
+	defer hub().Stop(t, "alice", "budget")
 	token := userToken(ctx, t, "alice")
 
 	var notice meNotice
@@ -108,7 +108,7 @@ func TestBudgetExhaustedNoticeThenStop(t *testing.T) {
 	}
 	// The panel shows it: alice's JupyterLab in Chromium, GPU panel open, the notice with its countdown.
 	panelNotice(t, "alice", "budget", "over your 24-hour GPU budget")
-	if u := getUser(ctx, t, "alice"); !u.Servers["budget"].Ready {
+	if u := hub().User(ctx, t, "alice"); !u.Servers["budget"].Ready {
 		t.Fatalf("alice's server was stopped before the grace ran out (notice at %s, deadline %s)", time.Now().Format(time.TimeOnly), notice.Deadline)
 	}
 	// Stopped only after the deadline, and within two enforcement intervals of it.
@@ -144,27 +144,27 @@ func TestQuotaDown(t *testing.T) {
 	}()
 	// closed: one admitted spawn tells the glue the mode, then gpu-quota goes away.
 	writePolicy(t, strings.Replace(basePolicy, "onUnavailable: open", "onUnavailable: closed", 1))
-	startReady(ctx, t, "admin", "learn", "t4-shared")
-	stopServer(t, "admin", "learn")
+	hub().StartReady(ctx, t, "admin", "learn", "t4-shared")
+	hub().Stop(t, "admin", "learn")
 	if err := st.StopComponent("gpu-quota"); err != nil {
 		t.Fatal(err)
 	}
 	browserSpawn(t, "bob", "down", "t4-shared", "The quota service cannot check your GPU quota right now")
-	stopServer(t, "bob", "down")
+	hub().Stop(t, "bob", "down")
 
 	// open: the same with the other mode; bob's spawn is admitted and counted.
 	if err := st.StartComponent(ctx, "gpu-quota"); err != nil {
 		t.Fatal(err)
 	}
 	writePolicy(t, basePolicy)
-	startReady(ctx, t, "admin", "learn", "t4-shared")
-	stopServer(t, "admin", "learn")
+	hub().StartReady(ctx, t, "admin", "learn", "t4-shared")
+	hub().Stop(t, "admin", "learn")
 	before := hubMetric(ctx, t, `gpuhub_quota_glue_unavailable_total{mode="open"}`)
 	if err := st.StopComponent("gpu-quota"); err != nil {
 		t.Fatal(err)
 	}
-	startReady(ctx, t, "bob", "open", "t4-shared")
-	stopServer(t, "bob", "open")
+	hub().StartReady(ctx, t, "bob", "open", "t4-shared")
+	hub().Stop(t, "bob", "open")
 	if after := hubMetric(ctx, t, `gpuhub_quota_glue_unavailable_total{mode="open"}`); after != before+1 {
 		t.Errorf("gpuhub_quota_glue_unavailable_total{mode=open} went %v -> %v, want one more", before, after)
 	}
@@ -300,29 +300,6 @@ func scrape(ctx context.Context, url, token, series string) (float64, error) {
 	return 0, sc.Err()
 }
 
-func startReady(ctx context.Context, t *testing.T, user, server, profile string) {
-	t.Helper()
-	if err := servers.StartReady(ctx, hubAdmin, user, server, profile, 3*time.Minute); err != nil {
-		t.Fatalf("server %s/%s (%s) not ready: %v\nhub log:\n%s", user, server, profile, err, st.Hub.LogTail(40))
-	}
-}
-
-func stopServer(t *testing.T, user, server string) {
-	t.Helper()
-	if err := servers.Stop(context.Background(), hubAdmin, user, server); err != nil {
-		t.Error(err)
-	}
-}
-
-func getUser(ctx context.Context, t *testing.T, user string) *hubapi.User {
-	t.Helper()
-	u, err := hubAdmin.GetUser(ctx, user)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u
-}
-
 type browserResult struct {
 	Refusal string `json:"refusal"`
 	TookMs  int    `json:"tookMs"`
@@ -378,3 +355,6 @@ func panelNotice(t *testing.T, user, server, want string) {
 }
 
 func logTail(component string, n int) string { return servers.LogTail(st.Dir, component, n) }
+
+// hub is the suite's Hub for the helpers that fail the test.
+func hub() servers.Hub { return servers.Hub{Admin: hubAdmin, LogTail: st.Hub.LogTail} }

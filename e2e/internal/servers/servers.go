@@ -1,5 +1,5 @@
 // Package servers starts and stops single-user servers through the Hub's REST API and waits for the outcome,
-// for the end-to-end tests (e2e/quotae2e, e2e/profilese2e).
+// for the end-to-end tests (e2e/quotae2e, e2e/profilese2e, e2e/cullere2e).
 package servers
 
 import (
@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -73,4 +74,37 @@ func LogTail(stackDir, component string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// Hub is a suite's Hub for the helpers that fail the test: its admin client and its log, shown when a server
+// does not become ready.
+type Hub struct {
+	Admin   *hubapi.Client
+	LogTail func(n int) string
+}
+
+// StartReady is StartReady within 3 minutes; the test stops there when the server is not ready.
+func (h Hub) StartReady(ctx context.Context, t testing.TB, user, server, profile string) {
+	t.Helper()
+	if err := StartReady(ctx, h.Admin, user, server, profile, 3*time.Minute); err != nil {
+		t.Fatalf("server %s/%s (%s) not ready: %v\nhub log:\n%s", user, server, profile, err, h.LogTail(40))
+	}
+}
+
+// Stop is Stop; the test fails (and goes on) when the server could not be stopped.
+func (h Hub) Stop(t testing.TB, user, server string) {
+	t.Helper()
+	if err := Stop(context.Background(), h.Admin, user, server); err != nil {
+		t.Error(err)
+	}
+}
+
+// User is the Hub's model of user; the test stops there when it cannot be read.
+func (h Hub) User(ctx context.Context, t testing.TB, user string) *hubapi.User {
+	t.Helper()
+	u, err := h.Admin.GetUser(ctx, user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }
