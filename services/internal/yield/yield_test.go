@@ -13,37 +13,45 @@ import (
 	"time"
 )
 
-// After returns at once, item after item; where it yields is i%Every == Every-1 (the processor is given up,
-// which a test cannot see, so this only runs the path).
-func TestAfter(t *testing.T) {
-	for i := range 3 * Every {
-		After(i)
+// TestPass runs a pass past a few slices (giving up the processor cannot be seen from a test, so this only runs
+// the paths).
+func TestPass(t *testing.T) {
+	var pace Pass
+	for end := time.Now().Add(3 * Slice); time.Now().Before(end); {
+		pace.Item()
 	}
 }
 
-// BenchmarkArrivalDuringPass is the round trip of a loopback HTTP request while a CPU-bound pass runs on the
-// one processor (GOMAXPROCS=1), the pass yielding every Every items with runtime.Gosched alone ("gosched") and
-// with After ("after"). It reports the round trips' p50 and p99 and how many items the pass got through per
-// second meanwhile: with Gosched alone a request waits for sysmon's network poll (up to 10 ms).
+// BenchmarkArrivalDuringPass is a burst of 16 loopback HTTP requests while a CPU-bound pass runs on the one
+// processor (GOMAXPROCS=1), the pass yielding every 256 items with runtime.Gosched alone ("gosched", as before)
+// and paced by a Pass ("pass"). It reports the requests' p50 and p99 and how many items the pass got through
+// per second meanwhile: with Gosched alone a request waits for sysmon's network poll (up to 10 ms).
 func BenchmarkArrivalDuringPass(b *testing.B) {
 	for _, tc := range []struct {
-		name  string
-		yield func(i int)
+		name string
+		item func() func(i int)
 	}{
-		{"gosched", func(i int) {
-			if i%Every == Every-1 {
-				runtime.Gosched()
+		{"gosched", func() func(int) {
+			return func(i int) {
+				if i%256 == 255 {
+					runtime.Gosched()
+				}
 			}
 		}},
-		{"after", After},
+		{"pass", func() func(int) {
+			var pace Pass
+			return func(int) { pace.Item() }
+		}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
+			const burst = 16
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 				_, _ = io.WriteString(w, "ok")
 			}))
 			defer srv.Close()
 			client := srv.Client()
+			client.Transport.(*http.Transport).MaxIdleConnsPerHost = burst
 			req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, srv.URL, nil)
 			if err != nil {
 				b.Fatal(err)
@@ -56,13 +64,18 @@ func BenchmarkArrivalDuringPass(b *testing.B) {
 				_, _ = io.Copy(io.Discard, resp.Body)
 				_ = resp.Body.Close()
 			}
-			get() // a connection kept alive, not measured
+			var warm sync.WaitGroup // connections kept alive, not measured
+			for range burst {
+				warm.Go(get)
+			}
+			warm.Wait()
 
 			ctx, cancel := context.WithCancel(context.Background())
 			var (
 				wg    sync.WaitGroup
 				items int
 			)
+			item := tc.item()
 			wg.Go(func() { // the pass: an item is hashing a few hundred bytes, again and again until the end
 				h := fnv.New64a()
 				buf := make([]byte, 512)
@@ -71,15 +84,25 @@ func BenchmarkArrivalDuringPass(b *testing.B) {
 						_, _ = h.Write(buf)
 					}
 					items++
-					tc.yield(i)
+					item(i)
 				}
 			})
-			lat := make([]time.Duration, 0, b.N)
+			lat := make([]time.Duration, 0, burst*b.N)
+			var mu sync.Mutex
 			start := time.Now()
 			for b.Loop() {
-				t0 := time.Now()
-				get()
-				lat = append(lat, time.Since(t0))
+				var calls sync.WaitGroup
+				for range burst {
+					calls.Go(func() {
+						t0 := time.Now()
+						get()
+						took := time.Since(t0)
+						mu.Lock()
+						lat = append(lat, took)
+						mu.Unlock()
+					})
+				}
+				calls.Wait()
 			}
 			elapsed := time.Since(start)
 			cancel()

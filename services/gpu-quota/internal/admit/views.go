@@ -99,8 +99,9 @@ func (e *Engine) Views() ([]UserView, error) {
 	e.mu.Unlock()
 
 	out := make([]UserView, 0, len(users))
-	for i, s := range users {
-		yield.After(i) // one CPU: let admissions run between users
+	var pace yield.Pass // one CPU: let admissions run between users
+	for _, s := range users {
+		pace.Item()
 		// The freshest groups: those the Hub sent with an admission after the directory's last read, else the
 		// directory's; a user in neither is not judged (the Hub has not told us who they are yet).
 		groups, known := dir[s.name]

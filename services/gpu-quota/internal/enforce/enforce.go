@@ -228,11 +228,12 @@ func (e *Enforcer) once(ctx context.Context) (string, error) {
 	seenServers, seenPods := map[serverKey]bool{}, map[string]bool{}
 	var errs []error
 	noticed := 0
-	for i, v := range views {
+	var pace yield.Pass
+	for _, v := range views {
 		if ctx.Err() != nil { // leadership lost: act no further
 			return ResultPartial, ctx.Err()
 		}
-		yield.After(i) // one CPU: let admissions run between users
+		pace.Item() // one CPU: let admissions run between users
 		u := sortOut(v, nodes)
 		for _, s := range u.servers {
 			seenServers[serverKey{v.Name, s.name}] = true

@@ -251,9 +251,8 @@ func (c *Cache) fetch(ctx context.Context, windows []time.Duration) (*answer, er
 }
 
 // decodeWire decodes the usage API's answer as json.Unmarshal into a wire would, but a user at a time, giving up
-// the processor every yield.Every users: runnable admissions would otherwise wait behind decoding a 10,000-user
-// answer in one call (about 40 ms; Go takes the processor from a goroutine only after 10 ms). See package yield
-// for what a yield does not do with GOMAXPROCS=1.
+// the processor every yield.Slice: admissions would otherwise wait behind decoding a 10,000-user answer in one
+// call (about 40 ms; Go takes the processor from a goroutine only after 10 ms).
 func decodeWire(body []byte) (wire, error) {
 	var w wire
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -263,7 +262,7 @@ func decodeWire(body []byte) (wire, error) {
 		}
 		return w, err
 	}
-	users := 0
+	var pace yield.Pass
 	for dec.More() {
 		key, err := stringToken(dec)
 		if err != nil {
@@ -310,8 +309,7 @@ func decodeWire(body []byte) (wire, error) {
 						return w, err
 					}
 					hours[user] = byClass
-					yield.After(users)
-					users++
+					pace.Item()
 				}
 				if err := wantDelim(dec, '}'); err != nil {
 					return w, err

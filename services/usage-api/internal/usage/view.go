@@ -233,8 +233,9 @@ func Build(in Input) *View {
 	}
 
 	scales := map[string]float64{} // by user: the GPU time their units can reach
-	for i, p := range in.Pods {
-		yield.After(i) // on one CPU the API's requests wait for this loop otherwise
+	var pace yield.Pass            // on one CPU the API's requests wait for this loop otherwise
+	for _, p := range in.Pods {
+		pace.Item()
 		if !p.Allocated() {
 			continue
 		}
