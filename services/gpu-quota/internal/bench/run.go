@@ -140,14 +140,19 @@ func Run(ctx context.Context, o RunOptions) error {
 	defer func() { _ = usageSrv.Close() }()
 	usageURL := "http://" + usageLn.Addr().String() + "/services/gpu-usage/"
 
-	inproc, err := o.inProcess(ctx, kc, cp.Kubeconfig, policyPath, usageURL, &pol)
+	// gpu-quota first, the naive enforcer last: see httpRig.ours.
+	var inproc pair
+	if inproc.ours, err = o.inProcessOurs(ctx, cp.Kubeconfig, policyPath, usageURL); err != nil {
+		return err
+	}
+	rig, err := o.startHTTP(ctx, kc, cp.Kubeconfig, policyPath, usageURL)
 	if err != nil {
 		return err
 	}
-	httpRes, race, err := o.overHTTP(ctx, kc, cp.Kubeconfig, policyPath, usageURL)
-	if err != nil {
-		return err
-	}
+	defer rig.stop()
+	httpRes := rig.ours(ctx)
+	inproc.naive = o.inProcessNaive(ctx, kc, &pol)
+	race := rig.naive(ctx, httpRes)
 	o.report(inproc, httpRes, race)
 	return nil
 }
@@ -168,9 +173,9 @@ func Requests(users, n int, seed uint64) []Request {
 // pair is one run of both; floor is the same run's Floor (HTTP runs only).
 type pair struct{ ours, naive, oursSat, naiveSat, floor benchkit.Latencies }
 
-func (o RunOptions) inProcess(ctx context.Context, kc kubernetes.Interface, kubeconfig, policyPath, usageURL string, pol *quota.Policy) (pair, error) {
-	o.printf("==> in process: gpu-quota's engine (informers filled, on CPU %q) vs the naive enforcer (LIST per decision)\n", o.SUTCPU)
-	// gpu-quota's engine is timed in a process of its own on the SUT CPU, away from the control plane.
+// inProcessOurs times gpu-quota's engine in a process of its own on the SUT CPU, away from the control plane.
+func (o RunOptions) inProcessOurs(ctx context.Context, kubeconfig, policyPath, usageURL string) (benchkit.Latencies, error) {
+	o.printf("==> in process: gpu-quota's engine (informers filled, on CPU %q)\n", o.SUTCPU)
 	args := []string{o.Self, "sut", "--kubeconfig", kubeconfig, "--policy", policyPath, "--usage-url", usageURL,
 		"--users", strconv.Itoa(o.Synth.Users), "--listen", "127.0.0.1:0", "--in-process", strconv.Itoa(o.InProcess)}
 	args = benchkit.Pinned(o.SUTCPU, args)
@@ -178,20 +183,25 @@ func (o RunOptions) inProcess(ctx context.Context, kc kubernetes.Interface, kube
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return pair{}, fmt.Errorf("in-process measurement: %w", err)
+		return benchkit.Latencies{}, fmt.Errorf("in-process measurement: %w", err)
 	}
 	var ours benchkit.Latencies
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &ours); err != nil {
-		return pair{}, fmt.Errorf("in-process measurement: %w (%q)", err, out)
+		return benchkit.Latencies{}, fmt.Errorf("in-process measurement: %w (%q)", err, out)
 	}
+	return ours, nil
+}
+
+// inProcessNaive times the naive enforcer's decisions in this process, one after the other.
+func (o RunOptions) inProcessNaive(ctx context.Context, kc kubernetes.Interface, pol *quota.Policy) benchkit.Latencies {
+	o.printf("==> in process: the naive enforcer (LIST per decision)\n")
 	naive := &Naive{Client: kc, Namespace: namespace, Policy: pol, Hours: SynthHours}
 	nreqs := Requests(o.Synth.Users, o.NaiveInProcess, 2)
-	theirs := measure(ctx, kc, 1, len(nreqs), func(ctx context.Context, i int) error {
+	return measure(ctx, kc, 1, len(nreqs), func(ctx context.Context, i int) error {
 		_, _, err := naive.Admit(ctx, nreqs[i])
 		return err
 	})
-	return pair{ours: ours, naive: theirs}, nil
 }
 
 // InProcess times n decisions of the engine one after the other (random users and profiles) and counts the
@@ -213,11 +223,24 @@ func measure(ctx context.Context, kc kubernetes.Interface, concurrency, n int, f
 
 type raceResult struct{ oursAdmitted, naiveAdmitted, requests, limit int }
 
-func (o RunOptions) overHTTP(ctx context.Context, kc kubernetes.Interface, kubeconfig, policyPath, usageURL string) ([]pair, raceResult, error) {
+// httpRig is the HTTP phase's three systems under test (gpu-quota, the naive enforcer, the floor), each in a
+// process of its own on the SUT CPU, and the load generator's client.
+type httpRig struct {
+	o                           RunOptions
+	kc                          kubernetes.Interface
+	client                      *http.Client
+	oursURL, naiveURL, floorURL string
+	bodies                      [][]byte
+	stops                       []func()
+}
+
+func (o RunOptions) startHTTP(ctx context.Context, kc kubernetes.Interface, kubeconfig, policyPath, usageURL string) (*httpRig, error) {
 	o.printf("==> over HTTP: %d concurrent spawns, %s per run, %d runs; gpu-quota, the naive enforcer and the floor in a process each on CPU %q\n",
 		o.Concurrency, o.Duration, o.Runs, o.SUTCPU)
+	rig := &httpRig{o: o, kc: kc}
 	ports := cluster.FreePorts(3)
-	// One process each, all pinned to the SUT CPU; only one is measured at a time, the others idle.
+	// One process each, all pinned to the SUT CPU; only one is measured at a time (gpu-quota and the floor in
+	// turns), the others idle.
 	for i, listen := range []string{"--listen", "--naive-listen", "--floor-listen"} {
 		args := []string{o.Self, "sut", "--kubeconfig", kubeconfig, "--policy", policyPath, "--usage-url", usageURL,
 			"--users", strconv.Itoa(o.Synth.Users), listen, "127.0.0.1:" + strconv.Itoa(ports[i])}
@@ -229,57 +252,81 @@ func (o RunOptions) overHTTP(ctx context.Context, kc kubernetes.Interface, kubec
 		}
 		stop, err := benchkit.Start(ctx, benchkit.Pinned(o.SUTCPU, args), o.SUTEnv)
 		if err != nil {
-			return nil, raceResult{}, err
+			rig.stop()
+			return nil, err
 		}
-		defer stop()
+		rig.stops = append(rig.stops, stop)
 	}
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * o.Concurrency, MaxConnsPerHost: 2 * o.Concurrency}, Timeout: time.Minute}
-	oursURL := "http://127.0.0.1:" + strconv.Itoa(ports[0]) + "/services/gpu-quota/api/v1/admit"
-	naiveURL := "http://127.0.0.1:" + strconv.Itoa(ports[1]) + "/services/gpu-quota/api/v1/admit"
-	floorURL := "http://127.0.0.1:" + strconv.Itoa(ports[2]) + "/services/gpu-quota/api/v1/admit"
+	rig.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * o.Concurrency, MaxConnsPerHost: 2 * o.Concurrency}, Timeout: time.Minute}
+	url := func(i int) string {
+		return "http://127.0.0.1:" + strconv.Itoa(ports[i]) + "/services/gpu-quota/api/v1/admit"
+	}
+	rig.oursURL, rig.naiveURL, rig.floorURL = url(0), url(1), url(2)
 	// Bodies are encoded before the runs: the load generator's own work must not be what is measured.
 	reqs := Requests(o.Synth.Users, 50_000, 3)
-	bodies := make([][]byte, len(reqs))
+	rig.bodies = make([][]byte, len(reqs))
 	for i, r := range reqs {
-		bodies[i], _ = json.Marshal(r)
+		rig.bodies[i], _ = json.Marshal(r)
 	}
-	post := func(url string) func(context.Context, int) error {
-		return func(ctx context.Context, i int) error {
-			_, err := postAdmit(ctx, client, url, bodies[i%len(bodies)])
-			return err
-		}
+	return rig, nil
+}
+
+func (h *httpRig) stop() {
+	for _, stop := range h.stops {
+		stop()
 	}
-	// Warm-up of both (connections, caches), not measured.
-	benchkit.Closed(ctx, o.Concurrency, 2*time.Second, 0, post(oursURL))
-	benchkit.Closed(ctx, o.Concurrency, 2*time.Second, 0, post(naiveURL))
-	benchkit.Closed(ctx, o.Concurrency, 2*time.Second, 0, post(floorURL))
-	var runs []pair
-	for r := range o.Runs {
-		var p pair
-		bursts := func(url string) func() benchkit.Latencies {
-			return func() benchkit.Latencies {
-				return benchkit.Bursts(ctx, o.Concurrency, o.BurstGap, o.Duration, post(url))
-			}
-		}
+}
+
+func (h *httpRig) post(url string) func(context.Context, int) error {
+	return func(ctx context.Context, i int) error {
+		_, err := postAdmit(ctx, h.client, url, h.bodies[i%len(h.bodies)])
+		return err
+	}
+}
+
+// ours measures gpu-quota and the floor, in turns, then gpu-quota saturated, run after run. It comes before
+// anything of the naive enforcer's: its LISTs of 10,000 pods, 64 at once, grow the API server by gigabytes,
+// and the machine's reclaiming of that memory would land on these runs.
+func (h *httpRig) ours(ctx context.Context) []pair {
+	o := h.o
+	// Warm-up (connections, caches), not measured.
+	benchkit.Closed(ctx, o.Concurrency, 2*time.Second, 0, h.post(h.oursURL))
+	benchkit.Closed(ctx, o.Concurrency, 2*time.Second, 0, h.post(h.floorURL))
+	runs := make([]pair, o.Runs)
+	for r := range runs {
+		p := &runs[r]
 		// gpu-quota and the floor in turns, in the same seconds: the machine's slow moments land on both.
-		both := benchkit.MeasuredAll(ctx, kc, func() []benchkit.Latencies {
-			return benchkit.Interleaved(ctx, o.Concurrency, o.BurstGap, o.Duration, post(oursURL), post(floorURL))
+		both := benchkit.MeasuredAll(ctx, h.kc, func() []benchkit.Latencies {
+			return benchkit.Interleaved(ctx, o.Concurrency, o.BurstGap, o.Duration, h.post(h.oursURL), h.post(h.floorURL))
 		})
 		p.ours, p.floor = both[0], both[1]
-		p.naive = benchkit.Measured(ctx, kc, bursts(naiveURL))
 		benchkit.Settle(ctx)
-		p.oursSat = benchkit.Closed(ctx, o.Concurrency, o.Duration/2, 0, post(oursURL))
+		p.oursSat = benchkit.Closed(ctx, o.Concurrency, o.Duration/2, 0, h.post(h.oursURL))
+		o.printf("    run %d: bursts of %d, in turns: ours p99 %s (%d decisions), floor p99 %s (machine %.0f%% busy); saturated: ours %.0f/s\n",
+			r+1, o.Concurrency, ms(p.ours.P99), p.ours.N, ms(p.floor.P99), 100*p.ours.MachineBusy, p.oursSat.Throughput)
+	}
+	return runs
+}
+
+// naive measures the naive enforcer into runs, run after run, then the race of both.
+func (h *httpRig) naive(ctx context.Context, runs []pair) raceResult {
+	o := h.o
+	o.printf("==> over HTTP: the naive enforcer\n")
+	benchkit.Closed(ctx, o.Concurrency, 2*time.Second, 0, h.post(h.naiveURL))
+	for r := range runs {
+		p := &runs[r]
+		p.naive = benchkit.Measured(ctx, h.kc, func() benchkit.Latencies {
+			return benchkit.Bursts(ctx, o.Concurrency, o.BurstGap, o.Duration, h.post(h.naiveURL))
+		})
 		benchkit.Settle(ctx)
-		p.naiveSat = benchkit.Closed(ctx, o.Concurrency, o.Duration/2, 0, post(naiveURL))
-		o.printf("    run %d: bursts of %d, in turns: ours p99 %s (%d decisions), floor p99 %s (machine %.0f%% busy); naive p99 %s (%d decisions); saturated: ours %.0f/s, naive %.1f/s\n",
-			r+1, o.Concurrency, ms(p.ours.P99), p.ours.N, ms(p.floor.P99), 100*p.ours.MachineBusy, ms(p.naive.P99), p.naive.N,
-			p.oursSat.Throughput, p.naiveSat.Throughput)
-		runs = append(runs, p)
+		p.naiveSat = benchkit.Closed(ctx, o.Concurrency, o.Duration/2, 0, h.post(h.naiveURL))
+		o.printf("    run %d: bursts of %d: naive p99 %s (%d decisions); saturated: naive %.1f/s\n",
+			r+1, o.Concurrency, ms(p.naive.P99), p.naive.N, p.naiveSat.Throughput)
 	}
 	race := raceResult{requests: o.RaceRequests, limit: o.RaceLimit}
-	race.oursAdmitted = o.race(ctx, client, oursURL, "racer-ours")
-	race.naiveAdmitted = o.race(ctx, client, naiveURL, "racer-naive")
-	return runs, race, nil
+	race.oursAdmitted = o.race(ctx, h.client, h.oursURL, "racer-ours")
+	race.naiveAdmitted = o.race(ctx, h.client, h.naiveURL, "racer-naive")
+	return race
 }
 
 // race sends RaceRequests spawns of one user at once, each for one H200 on its own server; the racers'
