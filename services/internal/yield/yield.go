@@ -43,12 +43,13 @@ func (p *Pass) Item() {
 	if now.Sub(p.since) < Slice {
 		return
 	}
-	give()
+	Now()
 	p.since = time.Now()
 }
 
-// give gives up the processor once: to runnable goroutines, and on one processor to requests that have arrived.
-func give() {
+// Now gives up the processor once, as a Pass does after a slice: to runnable goroutines, and on one processor
+// to requests that have arrived. For passes that pace themselves (a chunk of work under a lock, a batch).
+func Now() {
 	if runtime.GOMAXPROCS(0) > 1 {
 		runtime.Gosched()
 		return

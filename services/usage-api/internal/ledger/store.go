@@ -9,7 +9,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +16,8 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 	_ "modernc.org/sqlite"             // registers the "sqlite" database/sql driver (pure Go)
+
+	"github.com/gpuhub/gpuhub/services/internal/yield"
 )
 
 // ErrConflict means the checkpoint moved under us: another writer shares the database.
@@ -382,7 +383,7 @@ func (s *Store) Commit(ctx context.Context, prev *Checkpoint, next Checkpoint, i
 	}
 	for start := 0; start < len(incs); start += rowsPerInsert {
 		if start > 0 {
-			runtime.Gosched() // let the API's requests run between two batches (one CPU: see usage.Build)
+			yield.Now() // let the API's requests run between two batches
 		}
 		chunk := incs[start:min(start+rowsPerInsert, len(incs))]
 		var b strings.Builder

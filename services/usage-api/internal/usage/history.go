@@ -2,10 +2,11 @@ package usage
 
 import (
 	"math"
-	"runtime"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/gpuhub/gpuhub/services/internal/yield"
 )
 
 // History keeps each user's last hour at sampling resolution in compact fixed-size samples (12 bytes): the
@@ -89,7 +90,7 @@ func (h *History) Add(v *View) {
 	for name, u := range v.Users {
 		if n++; n%addChunk == 0 {
 			h.mu.Unlock()
-			runtime.Gosched()
+			yield.Now()
 			h.mu.Lock()
 		}
 		r := h.users[name]
