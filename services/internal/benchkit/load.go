@@ -83,6 +83,9 @@ func Bursts(ctx context.Context, size int, gap, d time.Duration, fn func(ctx con
 // between the others' (with two, one burst every gap/2, alternating). Systems measured in the same seconds see
 // the same machine: a shared machine's slow minutes land on all of them, not on whichever ran then.
 func Interleaved(ctx context.Context, size int, gap, d time.Duration, fns ...func(ctx context.Context, i int) error) []Latencies {
+	if len(fns) == 0 {
+		return nil
+	}
 	defer quietCollector()()
 	type result struct {
 		mu   sync.Mutex
@@ -99,6 +102,9 @@ func Interleaved(ctx context.Context, size int, gap, d time.Duration, fns ...fun
 	for time.Since(start) < d && ctx.Err() == nil {
 		round := time.Now()
 		for j, fn := range fns {
+			if ctx.Err() != nil { // no burst of calls that would fail at once and count as fast
+				break
+			}
 			if rest := time.Duration(j)*slot - time.Since(round); rest > 0 {
 				time.Sleep(rest)
 			}
@@ -197,7 +203,8 @@ func Measured(ctx context.Context, c kubernetes.Interface, load func() Latencies
 }
 
 // MeasuredAll is Measured for loads run together (Interleaved): each result gets the reads and the machine's
-// busy share of the whole run.
+// busy share of the whole run, whoever made them (its ReadsPerCall divides all the run's reads by its own calls:
+// measure together only systems of which at most one reads).
 func MeasuredAll(ctx context.Context, c kubernetes.Interface, load func() []Latencies) []Latencies {
 	Settle(ctx)
 	before, _ := ServerReads(ctx, c)

@@ -9,23 +9,28 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
-// TestPass runs a pass past a few slices (giving up the processor cannot be seen from a test, so this only runs
-// the paths).
+// TestPass runs a pass past a few slices, on the machine's processors and on one (giving up the processor
+// cannot be seen from a test, so this only runs the paths).
 func TestPass(t *testing.T) {
-	var pace Pass
-	for end := time.Now().Add(3 * Slice); time.Now().Before(end); {
-		pace.Item()
+	for _, procs := range []int{runtime.GOMAXPROCS(0), 1} {
+		prev := runtime.GOMAXPROCS(procs)
+		var pace Pass
+		for end := time.Now().Add(3 * Slice); time.Now().Before(end); {
+			pace.Item()
+		}
+		runtime.GOMAXPROCS(prev)
 	}
 }
 
 // BenchmarkArrivalDuringPass is a burst of 16 loopback HTTP requests while a CPU-bound pass runs on the one
 // processor (GOMAXPROCS=1), the pass yielding every 256 items with runtime.Gosched alone ("gosched", as before)
 // and paced by a Pass ("pass"). It reports the requests' p50 and p99 and how many items the pass got through
-// per second meanwhile: with Gosched alone a request waits for sysmon's network poll (up to 10 ms).
+// per second meanwhile: with Gosched alone a request waits for sysmon's network poll (up to ~20 ms).
 func BenchmarkArrivalDuringPass(b *testing.B) {
 	for _, tc := range []struct {
 		name string
@@ -56,10 +61,12 @@ func BenchmarkArrivalDuringPass(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			var failed atomic.Pointer[error] // the calls run in goroutines of their own: no b.Fatal there
 			get := func() {
 				resp, err := client.Do(req)
 				if err != nil {
-					b.Fatal(err)
+					failed.Store(&err)
+					return
 				}
 				_, _ = io.Copy(io.Discard, resp.Body)
 				_ = resp.Body.Close()
@@ -107,6 +114,9 @@ func BenchmarkArrivalDuringPass(b *testing.B) {
 			elapsed := time.Since(start)
 			cancel()
 			wg.Wait()
+			if err := failed.Load(); err != nil {
+				b.Fatal(*err)
+			}
 			slices.Sort(lat)
 			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")

@@ -381,10 +381,9 @@ func (s *Store) Commit(ctx context.Context, prev *Checkpoint, next Checkpoint, i
 	if err = s.writeLeft(ctx, tx, prev == nil, prevLeft, next.Left); err != nil {
 		return err
 	}
+	var pace yield.Pass // let the API's requests run between two batches
 	for start := 0; start < len(incs); start += rowsPerInsert {
-		if start > 0 {
-			yield.Now() // let the API's requests run between two batches
-		}
+		pace.Item()
 		chunk := incs[start:min(start+rowsPerInsert, len(incs))]
 		var b strings.Builder
 		b.WriteString(`INSERT INTO gpu_usage (user_name, kind, class, bucket, allocated_s, used_s, unknown_s) VALUES `)

@@ -86,11 +86,12 @@ func (h *History) Add(v *View) {
 	h.mu.Unlock()
 
 	n := 0
+	var pace yield.Pass
 	h.mu.Lock()
 	for name, u := range v.Users {
 		if n++; n%addChunk == 0 {
 			h.mu.Unlock()
-			yield.Now()
+			pace.Item()
 			h.mu.Lock()
 		}
 		r := h.users[name]
