@@ -30,7 +30,7 @@ func TestBrowserLoginSpawnJupyterLab(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	defer stopServer(t, "alice", "browser")
+	defer hub().Stop(t, "alice", "browser")
 	cmd := exec.CommandContext(ctx, "node", script)
 	cmd.Env = append(os.Environ(),
 		"HUB_URL="+st.HubURL(), "HUB_USER=alice", "HUB_PASSWORD="+password, "HUB_SERVER=browser",

@@ -244,7 +244,7 @@ func TestChaos(t *testing.T) {
 	if _, err := hubAdmin.StartServer(ctx, "alice", "", map[string]any{"profile": "a100-3g"}); err != nil {
 		t.Fatalf("start alice: %v", err)
 	}
-	defer stopServer(t, "alice", "")
+	defer hub().Stop(t, "alice", "")
 	waitServer(ctx, t, "alice", "", func(s hubapi.Server) bool { return s.Ready })
 	alicePod := findPod(ctx, t, "alice", "")
 	defer startBusyCell(ctx, t, alicePod)()
@@ -325,7 +325,7 @@ func TestChaos(t *testing.T) {
 		if _, err := hubAdmin.StartServer(ctx, "bob", "", map[string]any{"profile": "t4-shared"}); err != nil {
 			t.Fatalf("start bob: %v", err)
 		}
-		defer stopServer(t, "bob", "")
+		defer hub().Stop(t, "bob", "")
 		waitServer(ctx, t, "bob", "", func(s hubapi.Server) bool { return s.Ready })
 		took = poll(ctx, t, 30*time.Second, "bob's new server in the usage API", func() (bool, string) {
 			m, code := bob.me(t)

@@ -27,7 +27,7 @@ func TestListenersLoopbackOnly(t *testing.T) {
 	if _, err := hubAdmin.StartServer(ctx, "bob", "net", map[string]any{"profile": "t4-shared"}); err != nil {
 		t.Fatal(err)
 	}
-	defer stopServer(t, "bob", "net")
+	defer hub().Stop(t, "bob", "net")
 	waitServer(ctx, t, "bob", "net", func(s hubapi.Server) bool { return s.Ready })
 
 	roots := map[int]string{}

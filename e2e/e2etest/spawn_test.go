@@ -90,7 +90,7 @@ func TestSpawnEachProfile(t *testing.T) {
 			if _, err := hubAdmin.StartServer(ctx, tc.user, tc.server, map[string]any{"profile": tc.profile}); err != nil {
 				t.Fatalf("start %s/%s: %v", tc.user, tc.server, err)
 			}
-			defer stopServer(t, tc.user, tc.server)
+			defer hub().Stop(t, tc.user, tc.server)
 			srv := waitServer(ctx, t, tc.user, tc.server, func(s hubapi.Server) bool { return s.Ready })
 			pod := findPod(ctx, t, tc.user, tc.server)
 
@@ -123,7 +123,7 @@ func TestSpawnEachProfile(t *testing.T) {
 			}
 			checkProxy(ctx, t, tc.user, srv.URL)
 
-			stopServer(t, tc.user, tc.server)
+			hub().Stop(t, tc.user, tc.server)
 			waitPodGone(ctx, t, pod)
 			if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 				t.Errorf("process %d of %s still running after stop", pid, pod.Name)
@@ -141,13 +141,13 @@ func TestInsufficientGPU(t *testing.T) {
 	if _, err := hubAdmin.StartServer(ctx, "alice", "hold", map[string]any{"profile": "h100"}); err != nil {
 		t.Fatal(err)
 	}
-	defer stopServer(t, "alice", "hold")
+	defer hub().Stop(t, "alice", "hold")
 	waitServer(ctx, t, "alice", "hold", func(s hubapi.Server) bool { return s.Ready })
 	// ... so carol's request for two cannot be placed.
 	if _, err := hubAdmin.StartServer(ctx, "carol", "big", map[string]any{"profile": "h100-x2"}); err != nil {
 		t.Fatal(err)
 	}
-	defer stopServer(t, "carol", "big")
+	defer hub().Stop(t, "carol", "big")
 	var pod *corev1.Pod
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		pod = tryFindPod(ctx, "carol", "big")
@@ -228,14 +228,8 @@ func TestNotAllowedProgram(t *testing.T) {
 	waitPodGone(ctx, t, created)
 }
 
-// stopServer stops user's server and waits until the Hub no longer runs it; the test fails (and goes on) when
-// it cannot.
-func stopServer(t *testing.T, user, server string) {
-	t.Helper()
-	if err := servers.Stop(context.Background(), hubAdmin, user, server); err != nil {
-		t.Error(err)
-	}
-}
+// hub is the suite's Hub for the helpers that fail the test.
+func hub() servers.Hub { return servers.Hub{Admin: hubAdmin, LogTail: st.Hub.LogTail} }
 
 func waitServer(ctx context.Context, t *testing.T, user, server string, cond func(hubapi.Server) bool) hubapi.Server {
 	t.Helper()

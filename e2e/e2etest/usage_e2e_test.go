@@ -73,7 +73,7 @@ func TestUsageAPI(t *testing.T) {
 		if _, err := hubAdmin.StartServer(ctx, user, "", map[string]any{"profile": profile}); err != nil {
 			t.Fatalf("start %s: %v", user, err)
 		}
-		defer stopServer(t, user, "")
+		defer hub().Stop(t, user, "")
 	}
 	for _, user := range []string{"alice", "bob"} {
 		waitServer(ctx, t, user, "", func(s hubapi.Server) bool { return s.Ready })

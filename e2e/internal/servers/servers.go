@@ -1,5 +1,5 @@
 // Package servers starts and stops single-user servers through the Hub's REST API and waits for the outcome,
-// for the end-to-end tests (e2e/quotae2e, e2e/profilese2e, e2e/cullere2e).
+// for the end-to-end tests (e2e/e2etest, e2e/quotae2e, e2e/profilese2e, e2e/cullere2e).
 package servers
 
 import (
