@@ -16,8 +16,15 @@ fuzz: ## Run every fuzz target for FUZZTIME (default 6s) each; FUZZ_MATCH=regexp
 	  for name in $$(sed -nE 's/^func (Fuzz[A-Za-z0-9_]*)\(.*/\1/p' $$file); do \
 	    echo "$$name" | grep -qE '$(FUZZ_MATCH)' || continue; \
 	    echo "==> fuzz $$dir $$name ($(FUZZTIME))"; \
-	    $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$dir 2>&1 | grep -vE '^fuzz: elapsed' || { \
-	      echo "FAILED: $$name in $$dir; the failing input is in $$dir/testdata/fuzz/$$name/: fix the code, keep the input"; exit 1; }; \
+	    for try in 1 2; do \
+	      log=$$($(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$dir 2>&1) && { { echo "$$log" | grep -vE '^fuzz: elapsed' || true; }; break; }; \
+	      echo "$$log" | grep -vE '^fuzz: elapsed' || true; \
+	      if [ $$try = 1 ] && echo "$$log" | grep -q 'context deadline exceeded' && ! echo "$$log" | grep -qE 'Failing input written|panic:'; then \
+	        echo "==> $$name: a bare 'context deadline exceeded' at the -fuzztime boundary, no input written: Go's fuzz coordinator race (go.dev/issue/75804, fixed in Go 1.27); once more"; \
+	        continue; \
+	      fi; \
+	      echo "FAILED: $$name in $$dir; the failing input is in $$dir/testdata/fuzz/$$name/: fix the code, keep the input"; exit 1; \
+	    done; \
 	    n=$$((n+1)); \
 	  done; \
 	done; \
