@@ -1,11 +1,9 @@
 package app_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,7 +12,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -155,18 +152,19 @@ func BenchmarkAdmitHTTP(b *testing.B) {
 		cpu.report(b)
 	})
 	b.Run("loopback-64", func(b *testing.B) {
-		conns := make([]*rawConn, benchSpawns)
+		conns := make([]*benchkit.RawConn, benchSpawns)
 		for i := range conns {
-			c, err := dialRaw(b.Context(), rig.addr)
+			c, err := benchkit.DialRaw(b.Context(), rig.addr)
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer func() { _ = c.conn.Close() }()
+			defer func() { _ = c.Close() }()
 			conns[i] = c
 		}
 		reqs := make([][]byte, len(rig.bodies))
 		for i, body := range rig.bodies {
-			reqs[i] = rawAdmit(rig.addr, body)
+			reqs[i] = benchkit.RawRequest(http.MethodPost, rig.addr, benchAdmitPath,
+				[][2]string{{"User-Agent", "gpuhub-bench"}, {"Authorization", "token " + benchToken}, {"Content-Type", "application/json"}}, body)
 		}
 		var next atomic.Int64
 		var failed atomic.Pointer[error]
@@ -181,7 +179,11 @@ func BenchmarkAdmitHTTP(b *testing.B) {
 					if i >= b.N {
 						return
 					}
-					if err := c.roundTrip(reqs[i%len(reqs)]); err != nil {
+					status, body, err := c.RoundTrip(reqs[i%len(reqs)])
+					if err == nil && status != http.StatusOK {
+						err = fmt.Errorf("admit answered %d: %s", status, bytes.TrimSpace(body))
+					}
+					if err != nil {
 						failed.CompareAndSwap(nil, &err)
 						return
 					}
@@ -212,82 +214,4 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// rawAdmit is the admission request the Hub glue sends, as bytes on the wire.
-func rawAdmit(host string, body []byte) []byte {
-	return fmt.Appendf(nil, "POST %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: gpuhub-bench\r\nAuthorization: token %s\r\n"+
-		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", benchAdmitPath, host, benchToken, len(body), body)
-}
-
-// rawConn is one keep-alive connection with a minimal HTTP/1.1 response reader (status, Content-Length or
-// chunked body), cheap enough that the benchmark's CPU is the server's.
-type rawConn struct {
-	conn net.Conn
-	r    *bufio.Reader
-}
-
-func dialRaw(ctx context.Context, addr string) (*rawConn, error) {
-	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	return &rawConn{conn: c, r: bufio.NewReaderSize(c, 16<<10)}, nil
-}
-
-func (c *rawConn) roundTrip(req []byte) error {
-	if _, err := c.conn.Write(req); err != nil {
-		return err
-	}
-	status, err := c.r.ReadSlice('\n')
-	if err != nil {
-		return err
-	}
-	if len(status) < 12 || string(status[9:12]) != "200" {
-		return fmt.Errorf("admit answered %q", bytes.TrimSpace(status))
-	}
-	length, chunked := -1, false
-	for {
-		line, err := c.r.ReadSlice('\n')
-		if err != nil {
-			return err
-		}
-		line = bytes.TrimRight(line, "\r\n")
-		if len(line) == 0 {
-			break
-		}
-		name, value, _ := bytes.Cut(line, []byte(":"))
-		value = bytes.TrimSpace(value)
-		switch {
-		case bytes.EqualFold(name, []byte("Content-Length")):
-			if length, err = strconv.Atoi(string(value)); err != nil {
-				return err
-			}
-		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
-			chunked = bytes.EqualFold(value, []byte("chunked"))
-		}
-	}
-	if !chunked {
-		if length < 0 {
-			return errors.New("an answer without Content-Length on a keep-alive connection")
-		}
-		_, err = c.r.Discard(length)
-		return err
-	}
-	for {
-		line, err := c.r.ReadSlice('\n')
-		if err != nil {
-			return err
-		}
-		size, err := strconv.ParseInt(string(bytes.TrimRight(line, "\r\n")), 16, 64)
-		if err != nil {
-			return fmt.Errorf("chunk size %q: %w", line, err)
-		}
-		if _, err := c.r.Discard(int(size) + 2); err != nil { // the chunk and its CRLF
-			return err
-		}
-		if size == 0 {
-			return nil
-		}
-	}
 }

@@ -1,0 +1,159 @@
+package benchkit
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestRawPool(t *testing.T) {
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		switch r.URL.Path {
+		case "/echo":
+			w.Header().Set("X-Auth", r.Header.Get("Authorization"))
+			_, _ = w.Write(body)
+		case "/chunked": // flushed in pieces: no Content-Length
+			for _, part := range []string{"one ", strings.Repeat("x", 20<<10), " three"} {
+				_, _ = io.WriteString(w, part)
+				w.(http.Flusher).Flush()
+			}
+		default:
+			http.Error(w, "no such route", http.StatusNotFound)
+		}
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	pool := &RawPool{Addr: addr}
+	defer pool.Close()
+	ctx := context.Background()
+
+	for _, tc := range []struct {
+		name, path string
+		body       []byte
+		wantStatus int
+		wantBody   string
+	}{
+		{"content-length", "/echo", []byte(`{"user":"alice"}`), http.StatusOK, `{"user":"alice"}`},
+		{"chunked", "/chunked", nil, http.StatusOK, "one " + strings.Repeat("x", 20<<10) + " three"},
+		{"error status", "/nowhere", nil, http.StatusNotFound, "no such route\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := RawRequest(http.MethodPost, addr, tc.path, [][2]string{{"Authorization", "token x"}}, tc.body)
+			status, body, err := pool.Do(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if status != tc.wantStatus {
+				t.Errorf("status %d, want %d", status, tc.wantStatus)
+			}
+			if diff := cmp.Diff(tc.wantBody, string(body)); diff != "" {
+				t.Errorf("body (-want +got):\n%s", diff)
+			}
+		})
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("%d connections for calls one after the other, want 1 kept alive", n)
+	}
+
+	// Concurrent callers each get a connection; they are kept for the next calls.
+	conns.Store(0)
+	pool.Close()
+	req := RawRequest(http.MethodPost, addr, "/echo", nil, []byte("hi"))
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range 8 {
+		wg.Go(func() {
+			<-start
+			for range 50 {
+				if status, body, err := pool.Do(ctx, req); err != nil || status != http.StatusOK || string(body) != "hi" {
+					t.Errorf("Do: %d %q %v", status, body, err)
+					return
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if n := conns.Load(); n < 1 || n > 8 {
+		t.Errorf("%d connections for 8 concurrent callers, want 1 to 8", n)
+	}
+}
+
+func TestRawPoolServerGone(t *testing.T) {
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { // answers nothing: reads the request and hangs up
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		_, _ = c.Read(make([]byte, 1024))
+		_ = c.Close()
+	}()
+	defer func() { _ = ln.Close() }()
+	pool := &RawPool{Addr: ln.Addr().String()}
+	if _, _, err := pool.Do(context.Background(), RawRequest(http.MethodGet, "x", "/", nil, nil)); err == nil {
+		t.Fatal("Do succeeded on a connection closed without an answer")
+	}
+	if len(pool.idle) != 0 {
+		t.Errorf("a broken connection went back to the pool")
+	}
+}
+
+// A kept connection the server has closed meanwhile costs a retry on a new one, not an error.
+func TestRawPoolKeptConnectionClosed(t *testing.T) {
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	pool := &RawPool{Addr: addr}
+	defer pool.Close()
+	req := RawRequest(http.MethodGet, addr, "/", nil, nil)
+	call := func() {
+		t.Helper()
+		if status, body, err := pool.Do(context.Background(), req); err != nil || status != http.StatusOK || string(body) != "ok" {
+			t.Fatalf("Do: %d %q %v", status, body, err)
+		}
+	}
+	call()
+	srv.CloseClientConnections() // as a server's idle timeout would
+	call()
+	if n := conns.Load(); n != 2 {
+		t.Errorf("%d connections, want 2 (the first, closed by the server, and its replacement)", n)
+	}
+
+	// One idle for longer than IdleTimeout is not used at all.
+	pool.IdleTimeout = time.Nanosecond
+	time.Sleep(time.Millisecond)
+	call()
+	if n := conns.Load(); n != 3 {
+		t.Errorf("%d connections, want 3 (the idle one replaced)", n)
+	}
+}
