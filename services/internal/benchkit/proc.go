@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -17,6 +19,55 @@ const Ready = "ready"
 // Start starts one system under test (args[0] with args[1:], env added to this process's) and waits for its
 // "ready" line; stop interrupts it and waits for it to exit. Its stderr is this process's.
 func Start(ctx context.Context, args, env []string) (stop func(), err error) {
+	p, err := StartProc(ctx, args, env)
+	if err != nil {
+		return nil, err
+	}
+	return p.Stop, nil
+}
+
+// Proc is a system under test started by StartProc.
+type Proc struct {
+	cmd  *exec.Cmd
+	stop func()
+}
+
+// Stop interrupts the process and waits for it to exit.
+func (p *Proc) Stop() { p.stop() }
+
+// CPU is the CPU time (user and system) the process has used so far, from /proc/<pid>/stat; 0 where that
+// cannot be read. Its difference over a run, divided by the run's calls, is the server's CPU per call: on
+// the core it is pinned to, what a burst of calls queues behind.
+func (p *Proc) CPU() time.Duration { return ProcessCPU(p.cmd.Process.Pid) }
+
+// ProcessCPU is process pid's CPU time (user and system) so far; 0 where /proc/<pid>/stat cannot be read.
+func ProcessCPU(pid int) time.Duration {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The command name, in parentheses, may hold spaces: the fields counted here come after it.
+	_, rest, ok := strings.Cut(string(raw), ") ")
+	if !ok {
+		return 0
+	}
+	f := strings.Fields(rest) // f[0] is field 3 (state): utime and stime are fields 14 and 15
+	if len(f) < 13 {
+		return 0
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(utime+stime) * time.Second / clockTicks
+}
+
+// clockTicks is USER_HZ, the unit of /proc's CPU times: 100 on every Linux architecture Go supports.
+const clockTicks = 100
+
+// StartProc is Start, keeping the process for its CPU time.
+func StartProc(ctx context.Context, args, env []string) (*Proc, error) {
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = os.Stderr
@@ -27,14 +78,14 @@ func Start(ctx context.Context, args, env []string) (stop func(), err error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	stop = func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }
+	stop := func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }
 	sc := bufio.NewScanner(out)
 	if !sc.Scan() || sc.Text() != Ready {
 		stop()
 		return nil, fmt.Errorf("the SUT process %v did not become ready (%q)", args, sc.Text())
 	}
 	go func() { _, _ = io.Copy(io.Discard, out) }()
-	return stop, nil
+	return &Proc{cmd: cmd, stop: stop}, nil
 }
 
 // StartServer starts a service's own binary (args, env added to this process's) and waits until readyURL

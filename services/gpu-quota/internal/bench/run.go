@@ -170,8 +170,20 @@ func Requests(users, n int, seed uint64) []Request {
 	return out
 }
 
-// pair is one run of both; floor is the same run's Floor (HTTP runs only).
-type pair struct{ ours, naive, oursSat, naiveSat, floor benchkit.Latencies }
+// pair is one run of both; floor is the same run's Floor (HTTP runs only), and oursCPU and floorCPU the CPU
+// time their processes used per call in it (0 where /proc could not tell).
+type pair struct {
+	ours, naive, oursSat, naiveSat, floor benchkit.Latencies
+	oursCPU, floorCPU                     time.Duration
+}
+
+// perCall is cpu spread over n calls.
+func perCall(cpu time.Duration, n int) time.Duration {
+	if n == 0 || cpu <= 0 {
+		return 0
+	}
+	return cpu / time.Duration(n)
+}
 
 // inProcessOurs times gpu-quota's engine in a process of its own on the SUT CPU, away from the control plane.
 func (o RunOptions) inProcessOurs(ctx context.Context, kubeconfig, policyPath, usageURL string) (benchkit.Latencies, error) {
@@ -226,12 +238,15 @@ type raceResult struct{ oursAdmitted, naiveAdmitted, requests, limit int }
 // httpRig is the HTTP phase's three systems under test (gpu-quota, the naive enforcer, the floor), each in a
 // process of its own on the SUT CPU, and the load generator's client.
 type httpRig struct {
-	o                           RunOptions
-	kc                          kubernetes.Interface
-	client                      *http.Client
-	oursURL, naiveURL, floorURL string
-	bodies                      [][]byte
-	stops                       []func()
+	o  RunOptions
+	kc kubernetes.Interface
+	// The load generator's connections to each system: prepared requests written and answers read with a
+	// minimal parser (benchkit.RawPool), so that its own CPU, on the core it shares with the control plane,
+	// delays the answers as little as it can.
+	oursConns, naiveConns, floorConns *benchkit.RawPool
+	requests                          [][]byte
+	// procs are the three processes: gpu-quota, the naive enforcer, the floor.
+	procs []*benchkit.Proc
 }
 
 func (o RunOptions) startHTTP(ctx context.Context, kc kubernetes.Interface, kubeconfig, policyPath, usageURL string) (*httpRig, error) {
@@ -250,36 +265,43 @@ func (o RunOptions) startHTTP(ctx context.Context, kc kubernetes.Interface, kube
 		if o.SUTHeapProfile != "" && i == 0 {
 			args = append(args, "--heap-profile", o.SUTHeapProfile)
 		}
-		stop, err := benchkit.Start(ctx, benchkit.Pinned(o.SUTCPU, args), o.SUTEnv)
+		proc, err := benchkit.StartProc(ctx, benchkit.Pinned(o.SUTCPU, args), o.SUTEnv)
 		if err != nil {
 			rig.stop()
 			return nil, err
 		}
-		rig.stops = append(rig.stops, stop)
+		rig.procs = append(rig.procs, proc)
 	}
-	rig.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * o.Concurrency, MaxConnsPerHost: 2 * o.Concurrency}, Timeout: time.Minute}
-	url := func(i int) string {
-		return "http://127.0.0.1:" + strconv.Itoa(ports[i]) + "/services/gpu-quota/api/v1/admit"
-	}
-	rig.oursURL, rig.naiveURL, rig.floorURL = url(0), url(1), url(2)
-	// Bodies are encoded before the runs: the load generator's own work must not be what is measured.
+	pool := func(i int) *benchkit.RawPool { return &benchkit.RawPool{Addr: "127.0.0.1:" + strconv.Itoa(ports[i])} }
+	rig.oursConns, rig.naiveConns, rig.floorConns = pool(0), pool(1), pool(2)
+	// Requests are prepared before the runs: the load generator's own work must not be what is measured.
 	reqs := Requests(o.Synth.Users, 50_000, 3)
-	rig.bodies = make([][]byte, len(reqs))
+	rig.requests = make([][]byte, len(reqs))
 	for i, r := range reqs {
-		rig.bodies[i], _ = json.Marshal(r)
+		rig.requests[i] = rawAdmit(r)
 	}
 	return rig, nil
 }
 
 func (h *httpRig) stop() {
-	for _, stop := range h.stops {
-		stop()
+	for _, p := range []*benchkit.RawPool{h.oursConns, h.naiveConns, h.floorConns} {
+		if p != nil {
+			p.Close()
+		}
+	}
+	for _, p := range h.procs {
+		p.Stop()
 	}
 }
 
-func (h *httpRig) post(url string) func(context.Context, int) error {
+// post sends spawn i to the system behind p; an answer other than 200 is an error (the answer itself is not
+// decoded: that is the load generator's CPU).
+func (h *httpRig) post(p *benchkit.RawPool) func(context.Context, int) error {
 	return func(ctx context.Context, i int) error {
-		_, err := postAdmit(ctx, h.client, url, h.bodies[i%len(h.bodies)])
+		status, body, err := p.Do(ctx, h.requests[i%len(h.requests)])
+		if err == nil && status != http.StatusOK {
+			err = fmt.Errorf("admit: %d %s: %s", status, http.StatusText(status), bytes.TrimSpace(body))
+		}
 		return err
 	}
 }
@@ -290,20 +312,25 @@ func (h *httpRig) post(url string) func(context.Context, int) error {
 func (h *httpRig) ours(ctx context.Context) []pair {
 	o := h.o
 	// Warm-up (connections, caches), not measured.
-	benchkit.Closed(ctx, o.Concurrency, 2*time.Second, 0, h.post(h.oursURL))
-	benchkit.Closed(ctx, o.Concurrency, 2*time.Second, 0, h.post(h.floorURL))
+	benchkit.Closed(ctx, o.Concurrency, 2*time.Second, 0, h.post(h.oursConns))
+	benchkit.Closed(ctx, o.Concurrency, 2*time.Second, 0, h.post(h.floorConns))
 	runs := make([]pair, o.Runs)
 	for r := range runs {
 		p := &runs[r]
 		// gpu-quota and the floor in turns, in the same seconds: the machine's slow moments land on both.
+		// Each process's CPU over the run, per call: a burst of 64 on one core is served one request after the
+		// other, so its last answer comes after about 64 times this.
+		var oursCPU, floorCPU time.Duration
 		both := benchkit.MeasuredAll(ctx, h.kc, func() []benchkit.Latencies {
-			return benchkit.Interleaved(ctx, o.Concurrency, o.BurstGap, o.Duration, h.post(h.oursURL), h.post(h.floorURL))
+			oursCPU, floorCPU = h.procs[0].CPU(), h.procs[2].CPU()
+			return benchkit.Interleaved(ctx, o.Concurrency, o.BurstGap, o.Duration, h.post(h.oursConns), h.post(h.floorConns))
 		})
 		p.ours, p.floor = both[0], both[1]
+		p.oursCPU, p.floorCPU = perCall(h.procs[0].CPU()-oursCPU, p.ours.N), perCall(h.procs[2].CPU()-floorCPU, p.floor.N)
 		benchkit.Settle(ctx)
-		p.oursSat = benchkit.Closed(ctx, o.Concurrency, o.Duration/2, 0, h.post(h.oursURL))
-		o.printf("    run %d: bursts of %d, in turns: ours p99 %s (%d decisions), floor p99 %s (machine %.0f%% busy); saturated: ours %.0f/s\n",
-			r+1, o.Concurrency, ms(p.ours.P99), p.ours.N, ms(p.floor.P99), 100*p.ours.MachineBusy, p.oursSat.Throughput)
+		p.oursSat = benchkit.Closed(ctx, o.Concurrency, o.Duration/2, 0, h.post(h.oursConns))
+		o.printf("    run %d: bursts of %d, in turns: ours p99 %s (%d decisions, %s CPU each), floor p99 %s (%s CPU each; machine %.0f%% busy); saturated: ours %.0f/s\n",
+			r+1, o.Concurrency, ms(p.ours.P99), p.ours.N, us(p.oursCPU), ms(p.floor.P99), us(p.floorCPU), 100*p.ours.MachineBusy, p.oursSat.Throughput)
 	}
 	return runs
 }
@@ -312,33 +339,33 @@ func (h *httpRig) ours(ctx context.Context) []pair {
 func (h *httpRig) naive(ctx context.Context, runs []pair) raceResult {
 	o := h.o
 	o.printf("==> over HTTP: the naive enforcer\n")
-	benchkit.Closed(ctx, o.Concurrency, 2*time.Second, 0, h.post(h.naiveURL))
+	benchkit.Closed(ctx, o.Concurrency, 2*time.Second, 0, h.post(h.naiveConns))
 	for r := range runs {
 		p := &runs[r]
 		p.naive = benchkit.Measured(ctx, h.kc, func() benchkit.Latencies {
-			return benchkit.Bursts(ctx, o.Concurrency, o.BurstGap, o.Duration, h.post(h.naiveURL))
+			return benchkit.Bursts(ctx, o.Concurrency, o.BurstGap, o.Duration, h.post(h.naiveConns))
 		})
 		benchkit.Settle(ctx)
-		p.naiveSat = benchkit.Closed(ctx, o.Concurrency, o.Duration/2, 0, h.post(h.naiveURL))
+		p.naiveSat = benchkit.Closed(ctx, o.Concurrency, o.Duration/2, 0, h.post(h.naiveConns))
 		o.printf("    run %d: bursts of %d: naive p99 %s (%d decisions); saturated: naive %.1f/s\n",
 			r+1, o.Concurrency, ms(p.naive.P99), p.naive.N, p.naiveSat.Throughput)
 	}
 	race := raceResult{requests: o.RaceRequests, limit: o.RaceLimit}
-	race.oursAdmitted = o.race(ctx, h.client, h.oursURL, "racer-ours")
-	race.naiveAdmitted = o.race(ctx, h.client, h.naiveURL, "racer-naive")
+	race.oursAdmitted = o.race(ctx, h.oursConns, "racer-ours")
+	race.naiveAdmitted = o.race(ctx, h.naiveConns, "racer-naive")
 	return race
 }
 
 // race sends RaceRequests spawns of one user at once, each for one H200 on its own server; the racers'
 // limit is RaceLimit whole GPUs, so exactly that many may be admitted.
-func (o RunOptions) race(ctx context.Context, client *http.Client, url, user string) int {
+func (o RunOptions) race(ctx context.Context, p *benchkit.RawPool, user string) int {
 	start := make(chan struct{})
 	results := make(chan admitResult, o.RaceRequests)
 	for i := range o.RaceRequests {
 		go func() {
 			<-start
-			res, err := admitHTTP(ctx, client, url, Request{User: user, Groups: []string{"racers"}, Server: "s" + strconv.Itoa(i),
-				Resources: map[string]int64{"nvidia.com/gpu": 1}, NodeSelector: RaceSelector})
+			res, err := postAdmit(ctx, p, rawAdmit(Request{User: user, Groups: []string{"racers"}, Server: "s" + strconv.Itoa(i),
+				Resources: map[string]int64{"nvidia.com/gpu": 1}, NodeSelector: RaceSelector}))
 			if err != nil {
 				res.Reason = "error: " + err.Error()
 			}
@@ -364,29 +391,26 @@ type admitResult struct {
 	Reason string `json:"reason"`
 }
 
-func admitHTTP(ctx context.Context, c *http.Client, url string, r Request) (admitResult, error) {
+// AdmitPath is the admission route of gpu-quota (and of the naive enforcer and the floor in the benchmark).
+const AdmitPath = "/services/gpu-quota/api/v1/admit"
+
+// rawAdmit is the admission request for r as the Hub glue sends it, on the wire.
+func rawAdmit(r Request) []byte {
 	body, _ := json.Marshal(r)
-	return postAdmit(ctx, c, url, body)
+	return benchkit.RawRequest(http.MethodPost, "gpu-quota", AdmitPath,
+		[][2]string{{"Authorization", "token " + Token}, {"Content-Type", "application/json"}}, body)
 }
 
-func postAdmit(ctx context.Context, c *http.Client, url string, body []byte) (admitResult, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+func postAdmit(ctx context.Context, p *benchkit.RawPool, req []byte) (admitResult, error) {
+	status, body, err := p.Do(ctx, req)
 	if err != nil {
 		return admitResult{}, err
 	}
-	req.Header.Set("Authorization", "token "+Token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.Do(req)
-	if err != nil {
-		return admitResult{}, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return admitResult{}, fmt.Errorf("admit: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+	if status != http.StatusOK {
+		return admitResult{}, fmt.Errorf("admit: %d %s: %s", status, http.StatusText(status), bytes.TrimSpace(body))
 	}
 	var res admitResult
-	return res, json.NewDecoder(resp.Body).Decode(&res)
+	return res, json.Unmarshal(body, &res)
 }
 
 var (
@@ -402,8 +426,9 @@ func (o RunOptions) report(in pair, runs []pair, race raceResult) {
 	o.printf("%-34s %14s %14s %10s %s\n", "in-process p50", us(in.ours.P50), us(in.naive.P50), ratio(float64(in.ours.P50), float64(in.naive.P50)), "")
 	o.printf("%-34s %14s %14s %10s %s\n", "in-process p99", us(in.ours.P99), us(in.naive.P99), ratio(float64(in.ours.P99), float64(in.naive.P99)), "<= 100 µs")
 	o.printf("%-34s %14.3f %14.3f %10s %s\n", "API-server reads per decision", in.ours.ReadsPerCall, in.naive.ReadsPerCall, "", "0")
-	var p99o, p99n, p99f, over, p50o, p50n, thro, thrn, rdo, rdn []float64
+	var p99o, p99n, p99f, over, p50o, p50n, thro, thrn, rdo, rdn, cpuo, cpuf []float64
 	for _, r := range runs {
+		cpuo, cpuf = append(cpuo, float64(r.oursCPU)), append(cpuf, float64(r.floorCPU))
 		p99o, p99n, p99f = append(p99o, float64(r.ours.P99)), append(p99n, float64(r.naive.P99)), append(p99f, float64(r.floor.P99))
 		over = append(over, float64(r.ours.P99-r.floor.P99))
 		p50o, p50n = append(p50o, float64(r.ours.P50)), append(p50n, float64(r.naive.P50))
@@ -421,6 +446,8 @@ func (o RunOptions) report(in pair, runs []pair, race raceResult) {
 	o.printf("%-34s %14s %14s\n", "  p99 min–max over runs", rng(p99o, dms), rng(p99n, dms))
 	o.printf("%-34s %14s %14s %10s %s\n", "  floor p99 (median; min–max)", dms(med(p99f)), rng(p99f, dms), "", "same server, no decision, same seconds")
 	o.printf("%-34s %14s %14s\n", "  gpu-quota minus floor (median)", dms(med(over)), rng(over, dms))
+	dus := func(x float64) string { return us(time.Duration(x)) }
+	o.printf("%-34s %14s %14s %10s %s\n", "  CPU per call, gpu-quota; floor", dus(med(cpuo)), dus(med(cpuf)), "", "median; the process's, bursts included")
 	o.printf("%-34s %14.0f %14.1f %10s\n", "HTTP saturated decisions/s", med(thro), med(thrn), ratio(med(thrn), med(thro)))
 	o.printf("%-34s %14.3f %14.3f %10s %s\n", "HTTP API-server reads per decision", med(rdo), med(rdn), "", "0")
 	o.printf("%-34s %14s %14s %10s %s\n", fmt.Sprintf("race: %d at once, limit %d", race.requests, race.limit),

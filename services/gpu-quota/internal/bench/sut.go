@@ -171,7 +171,7 @@ func (n *Naive) Handler() http.Handler {
 // written (503 with its error).
 func admitHandler(answer func(context.Context, Request) (map[string]any, error)) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /services/gpu-quota/api/v1/admit", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("POST "+AdmitPath, func(w http.ResponseWriter, r *http.Request) {
 		var req Request
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			server.WriteError(w, http.StatusBadRequest, "bad request: %v", err)
