@@ -27,6 +27,16 @@ type Latencies struct {
 	// MachineBusy is the share of all CPUs' time not idle during the run (Measured; 0 without /proc/stat): well
 	// above what the load and the system under test need, something else ran meanwhile.
 	MachineBusy float64
+	// Bursts are the slowest call of each burst, sorted (Bursts and Interleaved only). With bursts of 64 in a
+	// run of 100, the p99 is about the slowest bursts': whether a few bursts were slow (something else ran
+	// then: a collection, a background pass) or all of them (the calls' own cost) shows here.
+	Bursts []time.Duration `json:"-"`
+}
+
+// SlowBursts is how many of l's bursts had a call slower than d.
+func (l Latencies) SlowBursts(d time.Duration) int {
+	i, _ := slices.BinarySearch(l.Bursts, d+1)
+	return len(l.Bursts) - i
 }
 
 // Closed runs fn from `concurrency` workers for d (or until n calls when n > 0), each call timed on its own.
@@ -88,10 +98,11 @@ func Interleaved(ctx context.Context, size int, gap, d time.Duration, fns ...fun
 	}
 	defer quietCollector()()
 	type result struct {
-		mu   sync.Mutex
-		lat  []time.Duration
-		errs int
-		next int
+		mu     sync.Mutex
+		lat    []time.Duration
+		errs   int
+		next   int
+		bursts []time.Duration // each burst's slowest call
 	}
 	results := make([]*result, len(fns))
 	for j := range results {
@@ -110,6 +121,7 @@ func Interleaved(ctx context.Context, size int, gap, d time.Duration, fns ...fun
 			}
 			r := results[j]
 			var wg sync.WaitGroup
+			var slowest atomic.Int64
 			for range size {
 				i := r.next
 				r.next++
@@ -117,6 +129,8 @@ func Interleaved(ctx context.Context, size int, gap, d time.Duration, fns ...fun
 					c0 := time.Now()
 					err := fn(ctx, i)
 					took := time.Since(c0)
+					for s := slowest.Load(); int64(took) > s && !slowest.CompareAndSwap(s, int64(took)); s = slowest.Load() {
+					}
 					r.mu.Lock()
 					r.lat = append(r.lat, took)
 					if err != nil {
@@ -126,6 +140,7 @@ func Interleaved(ctx context.Context, size int, gap, d time.Duration, fns ...fun
 				})
 			}
 			wg.Wait()
+			r.bursts = append(r.bursts, time.Duration(slowest.Load()))
 		}
 		if rest := gap - time.Since(round); rest > 0 {
 			time.Sleep(rest)
@@ -135,6 +150,8 @@ func Interleaved(ctx context.Context, size int, gap, d time.Duration, fns ...fun
 	elapsed := time.Since(start)
 	for j, r := range results {
 		out[j] = summarize(r.lat, r.errs, elapsed)
+		slices.Sort(r.bursts)
+		out[j].Bursts = r.bursts
 	}
 	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -62,5 +63,27 @@ func TestInterleaved(t *testing.T) {
 	}
 	if n := overlaps.Load(); n != 0 {
 		t.Errorf("%d calls ran while the other system's burst was in flight, want none", n)
+	}
+}
+
+func TestBurstsSlowest(t *testing.T) {
+	// Calls 8 to 11, the third burst of 4, are slow; no other call waits.
+	l := Bursts(context.Background(), 4, 2*time.Millisecond, 30*time.Millisecond, func(_ context.Context, i int) error {
+		if i >= 8 && i < 12 {
+			time.Sleep(20 * time.Millisecond)
+		}
+		return nil
+	})
+	if len(l.Bursts) != l.N/4 || len(l.Bursts) < 3 {
+		t.Fatalf("%d bursts for %d calls of bursts of 4, want one per burst and at least 3", len(l.Bursts), l.N)
+	}
+	if !slices.IsSorted(l.Bursts) {
+		t.Errorf("Bursts not sorted: %v", l.Bursts)
+	}
+	if n := l.SlowBursts(10 * time.Millisecond); n != 1 {
+		t.Errorf("SlowBursts(10ms) = %d, want 1 (the third burst): %v", n, l.Bursts)
+	}
+	if n := l.SlowBursts(0); n != len(l.Bursts) {
+		t.Errorf("SlowBursts(0) = %d, want every burst (%d)", n, len(l.Bursts))
 	}
 }

@@ -142,15 +142,33 @@ type RawPool struct {
 	// IdleTimeout drops connections idle for longer, before a server's own idle timeout closes them (gpuhub's
 	// servers: 120 s); 0 is 30 s.
 	IdleTimeout time.Duration
+	// MaxConns bounds the connections in use at once (callers beyond it wait their turn, as with net/http's
+	// Transport.MaxConnsPerHost); 0 is no bound.
+	MaxConns int
 
-	mu   sync.Mutex
-	idle []*RawConn
+	mu    sync.Mutex
+	idle  []*RawConn
+	slots chan struct{}
 }
 
 // Do sends req on an idle connection (or a new one) and returns the answer's status and a copy of its body.
 // When a kept connection fails (the server may have closed it meanwhile), req is sent once more on a new one,
 // as net/http's Transport does for a request it could not have delivered.
 func (p *RawPool) Do(ctx context.Context, req []byte) (int, []byte, error) {
+	if p.MaxConns > 0 {
+		p.mu.Lock()
+		if p.slots == nil {
+			p.slots = make(chan struct{}, p.MaxConns)
+		}
+		slots := p.slots
+		p.mu.Unlock()
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+		case <-ctx.Done():
+			return 0, nil, ctx.Err()
+		}
+	}
 	c, reused, err := p.get(ctx)
 	if err != nil {
 		return 0, nil, err

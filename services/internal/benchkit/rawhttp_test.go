@@ -157,3 +157,41 @@ func TestRawPoolKeptConnectionClosed(t *testing.T) {
 		t.Errorf("%d connections, want 3 (the idle one replaced)", n)
 	}
 }
+
+func TestRawPoolMaxConns(t *testing.T) {
+	var inFlight, most atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(2 * time.Millisecond)
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	pool := &RawPool{Addr: addr, MaxConns: 3}
+	defer pool.Close()
+	req := RawRequest(http.MethodGet, addr, "/", nil, nil)
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			if status, _, err := pool.Do(context.Background(), req); err != nil || status != http.StatusOK {
+				t.Errorf("Do: %d %v", status, err)
+			}
+		})
+	}
+	wg.Wait()
+	if m := most.Load(); m > 3 {
+		t.Errorf("%d calls in flight at once, want at most MaxConns (3)", m)
+	}
+
+	// A caller waiting for a connection gives up with its context.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	full := &RawPool{Addr: addr, MaxConns: 1, slots: make(chan struct{}, 1)}
+	full.slots <- struct{}{}
+	if _, _, err := full.Do(ctx, req); err == nil {
+		t.Error("Do with every connection taken and a cancelled context succeeded")
+	}
+}
