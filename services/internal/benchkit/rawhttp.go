@@ -137,7 +137,7 @@ func RawRequest(method, host, path string, headers [][2]string, body []byte) []b
 // caller gets a connection of its own, dialled when none is idle.
 type RawPool struct {
 	Addr string
-	// Timeout bounds each call (a connection's deadline); 0 is one minute.
+	// Timeout bounds each call, from its start to its answer; 0 is one minute.
 	Timeout time.Duration
 	// IdleTimeout drops connections idle for longer, before a server's own idle timeout closes them (gpuhub's
 	// servers: 120 s); 0 is 30 s.
@@ -154,7 +154,15 @@ type RawPool struct {
 // Do sends req on an idle connection (or a new one) and returns the answer's status and a copy of its body.
 // When a kept connection fails (the server may have closed it meanwhile), req is sent once more on a new one,
 // as net/http's Transport does for a request it could not have delivered.
+//
+// Timeout counts from the call, waiting for a connection included (as net/http's Client.Timeout does).
 func (p *RawPool) Do(ctx context.Context, req []byte) (int, []byte, error) {
+	timeout := p.Timeout
+	if timeout == 0 {
+		timeout = time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	if p.MaxConns > 0 {
 		p.mu.Lock()
 		if p.slots == nil {
@@ -166,7 +174,7 @@ func (p *RawPool) Do(ctx context.Context, req []byte) (int, []byte, error) {
 		case slots <- struct{}{}:
 			defer func() { <-slots }()
 		case <-ctx.Done():
-			return 0, nil, ctx.Err()
+			return 0, nil, fmt.Errorf("waiting for a connection to %s: %w", p.Addr, ctx.Err())
 		}
 	}
 	c, reused, err := p.get(ctx)
@@ -183,16 +191,10 @@ func (p *RawPool) Do(ctx context.Context, req []byte) (int, []byte, error) {
 	return status, body, err
 }
 
-// do is one call on c: c goes back to the pool after an answer, and is closed after an error.
+// do is one call on c within ctx's deadline: c goes back to the pool after an answer, and is closed after an
+// error.
 func (p *RawPool) do(ctx context.Context, c *RawConn, req []byte) (int, []byte, error) {
-	timeout := p.Timeout
-	if timeout == 0 {
-		timeout = time.Minute
-	}
-	deadline := time.Now().Add(timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
+	deadline, _ := ctx.Deadline()
 	if err := c.conn.SetDeadline(deadline); err != nil {
 		_ = c.Close()
 		return 0, nil, err

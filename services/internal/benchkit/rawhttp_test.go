@@ -195,3 +195,16 @@ func TestRawPoolMaxConns(t *testing.T) {
 		t.Error("Do with every connection taken and a cancelled context succeeded")
 	}
 }
+
+// Waiting for a connection counts against Timeout.
+func TestRawPoolTimeoutWhileWaiting(t *testing.T) {
+	full := &RawPool{Addr: "127.0.0.1:1", MaxConns: 1, Timeout: 20 * time.Millisecond, slots: make(chan struct{}, 1)}
+	full.slots <- struct{}{}
+	start := time.Now()
+	if _, _, err := full.Do(context.Background(), RawRequest(http.MethodGet, "x", "/", nil, nil)); err == nil {
+		t.Fatal("Do with every connection taken succeeded")
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Do gave up after %v, want about Timeout (20ms)", took)
+	}
+}
