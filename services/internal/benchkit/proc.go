@@ -46,12 +46,13 @@ func ProcessCPU(pid int) time.Duration {
 	if err != nil {
 		return 0
 	}
-	// The command name, in parentheses, may hold spaces: the fields counted here come after it.
-	_, rest, ok := strings.Cut(string(raw), ") ")
-	if !ok {
+	// The command name, in parentheses, may hold spaces and parentheses: the fields counted here come after
+	// the last ")".
+	i := strings.LastIndexByte(string(raw), ')')
+	if i < 0 {
 		return 0
 	}
-	f := strings.Fields(rest) // f[0] is field 3 (state): utime and stime are fields 14 and 15
+	f := strings.Fields(string(raw[i+1:])) // f[0] is field 3 (state): utime and stime are fields 14 and 15
 	if len(f) < 13 {
 		return 0
 	}

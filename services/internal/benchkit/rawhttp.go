@@ -6,9 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -18,10 +21,11 @@ import (
 // maps, a body reader): on a 2-core machine that CPU delays reading the answers, and each delay would count
 // as the server's latency.
 type RawConn struct {
-	conn net.Conn
-	r    *bufio.Reader
-	body []byte
-	idle time.Time // since when it waits in a RawPool
+	conn    net.Conn
+	r       *bufio.Reader
+	body    []byte
+	idle    time.Time // since when it waits in a RawPool
+	closing bool      // the last call failed or its answer said "Connection: close"
 }
 
 // DialRaw connects to addr (host:port).
@@ -36,71 +40,122 @@ func DialRaw(ctx context.Context, addr string) (*RawConn, error) {
 // Close closes the connection.
 func (c *RawConn) Close() error { return c.conn.Close() }
 
+// errUnanswered marks a call that failed before any byte of an answer came: the request was not written, or
+// the server had closed the connection (a kept connection past the server's idle timeout). Only such a call
+// may be sent again: after any byte of an answer, the server may have acted on it.
+var errUnanswered = errors.New("no answer")
+
 // RoundTrip writes req, a whole request as RawRequest builds it, and reads the answer: its status code and
-// body. The body is valid until the next call. After an error the connection is unusable.
+// body. The body is valid until the next call. After an error, or an answer with "Connection: close", the
+// connection is unusable (Reusable says which).
 func (c *RawConn) RoundTrip(req []byte) (int, []byte, error) {
+	c.closing = true // until an answer is read whole
 	if _, err := c.conn.Write(req); err != nil {
-		return 0, nil, err
+		return 0, nil, fmt.Errorf("%w: %w", errUnanswered, err)
 	}
-	line, err := c.r.ReadSlice('\n')
-	if err != nil {
-		return 0, nil, err
-	}
-	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.1 ")) {
-		return 0, nil, fmt.Errorf("not an HTTP/1.1 status line: %q", bytes.TrimSpace(line))
-	}
-	status, err := strconv.Atoi(string(line[9:12]))
-	if err != nil {
-		return 0, nil, fmt.Errorf("status line %q: %w", bytes.TrimSpace(line), err)
-	}
-	length, chunked := -1, false
-	for {
-		line, err := c.r.ReadSlice('\n')
+	head := bytes.HasPrefix(req, []byte("HEAD "))
+	for first := true; ; first = false {
+		status, length, chunked, closing, err := c.readHead(first)
 		if err != nil {
 			return 0, nil, err
 		}
+		if status >= 100 && status < 200 { // an interim answer (100 Continue): the real one follows
+			continue
+		}
+		c.body = c.body[:0]
+		switch {
+		case head || status == http.StatusNoContent || status == http.StatusNotModified:
+		case chunked:
+			err = c.readChunked()
+		case length < 0:
+			err = errors.New("an answer without Content-Length on a keep-alive connection")
+		default:
+			err = c.read(length)
+		}
+		if err != nil {
+			return 0, nil, err
+		}
+		c.closing = closing
+		return status, c.body, nil
+	}
+}
+
+// Reusable reports whether the last call left the connection ready for another.
+func (c *RawConn) Reusable() bool { return !c.closing }
+
+// readHead reads a status line and its headers. A first status line that does not come at all is
+// errUnanswered.
+func (c *RawConn) readHead(first bool) (status, length int, chunked, closing bool, err error) {
+	line, err := c.r.ReadSlice('\n')
+	if err != nil {
+		if first && len(line) == 0 && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
+			err = fmt.Errorf("%w: %w", errUnanswered, err)
+		}
+		return 0, 0, false, false, err
+	}
+	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.1 ")) {
+		return 0, 0, false, false, fmt.Errorf("not an HTTP/1.1 status line: %q", bytes.TrimSpace(line))
+	}
+	if status, err = strconv.Atoi(string(line[9:12])); err != nil {
+		return 0, 0, false, false, fmt.Errorf("status line %q: %w", bytes.TrimSpace(line), err)
+	}
+	length = -1
+	for {
+		line, err := c.r.ReadSlice('\n')
+		if err != nil {
+			return 0, 0, false, false, err
+		}
 		line = bytes.TrimRight(line, "\r\n")
 		if len(line) == 0 {
-			break
+			return status, length, chunked, closing, nil
 		}
 		name, value, _ := bytes.Cut(line, []byte(":"))
 		value = bytes.TrimSpace(value)
 		switch {
 		case bytes.EqualFold(name, []byte("Content-Length")):
 			if length, err = strconv.Atoi(string(value)); err != nil {
-				return 0, nil, fmt.Errorf("Content-Length %q: %w", value, err)
+				return 0, 0, false, false, fmt.Errorf("Content-Length %q: %w", value, err)
 			}
 		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
 			chunked = bytes.EqualFold(value, []byte("chunked"))
+		case bytes.EqualFold(name, []byte("Connection")):
+			closing = bytes.EqualFold(value, []byte("close"))
 		}
 	}
-	c.body = c.body[:0]
-	if !chunked {
-		if length < 0 {
-			return 0, nil, errors.New("an answer without Content-Length on a keep-alive connection")
-		}
-		return status, c.body, c.read(length)
-	}
+}
+
+// readChunked reads a chunked body into c.body: chunks (their extensions ignored), then the trailer.
+func (c *RawConn) readChunked() error {
 	for {
 		line, err := c.r.ReadSlice('\n')
 		if err != nil {
-			return 0, nil, err
+			return err
 		}
-		size, err := strconv.ParseInt(string(bytes.TrimRight(line, "\r\n")), 16, 32)
+		sizeText, _, _ := bytes.Cut(bytes.TrimRight(line, "\r\n"), []byte(";"))
+		size, err := strconv.ParseInt(string(bytes.TrimSpace(sizeText)), 16, 32)
 		if err != nil {
-			return 0, nil, fmt.Errorf("chunk size %q: %w", bytes.TrimSpace(line), err)
+			return fmt.Errorf("chunk size %q: %w", bytes.TrimSpace(line), err)
 		}
 		if size < 0 {
-			return 0, nil, fmt.Errorf("chunk size %q below 0", bytes.TrimSpace(line))
-		}
-		if err := c.read(int(size)); err != nil {
-			return 0, nil, err
-		}
-		if _, err := c.r.Discard(2); err != nil { // the chunk's CRLF
-			return 0, nil, err
+			return fmt.Errorf("chunk size %q below 0", bytes.TrimSpace(line))
 		}
 		if size == 0 {
-			return status, c.body, nil
+			break
+		}
+		if err := c.read(int(size)); err != nil {
+			return err
+		}
+		if _, err := c.r.Discard(2); err != nil { // the chunk's CRLF
+			return err
+		}
+	}
+	for { // the trailer's fields, up to an empty line
+		line, err := c.r.ReadSlice('\n')
+		if err != nil {
+			return err
+		}
+		if len(bytes.TrimRight(line, "\r\n")) == 0 {
+			return nil
 		}
 	}
 }
@@ -146,14 +201,15 @@ type RawPool struct {
 	// Transport.MaxConnsPerHost); 0 is no bound.
 	MaxConns int
 
-	mu    sync.Mutex
-	idle  []*RawConn
-	slots chan struct{}
+	mu     sync.Mutex
+	idle   []*RawConn
+	slots  chan struct{}
+	closed bool
 }
 
 // Do sends req on an idle connection (or a new one) and returns the answer's status and a copy of its body.
-// When a kept connection fails (the server may have closed it meanwhile), req is sent once more on a new one,
-// as net/http's Transport does for a request it could not have delivered.
+// When a kept connection fails before any byte of an answer (the server had closed it meanwhile), req is sent
+// once more on a new one, as net/http's Transport does for a request the server cannot have acted on.
 //
 // Timeout counts from the call, waiting for a connection included (as net/http's Client.Timeout does).
 func (p *RawPool) Do(ctx context.Context, req []byte) (int, []byte, error) {
@@ -182,7 +238,7 @@ func (p *RawPool) Do(ctx context.Context, req []byte) (int, []byte, error) {
 		return 0, nil, err
 	}
 	status, body, err := p.do(ctx, c, req)
-	if err != nil && reused && ctx.Err() == nil {
+	if err != nil && reused && errors.Is(err, errUnanswered) && ctx.Err() == nil {
 		if c, err = DialRaw(ctx, p.Addr); err != nil {
 			return 0, nil, err
 		}
@@ -194,20 +250,29 @@ func (p *RawPool) Do(ctx context.Context, req []byte) (int, []byte, error) {
 // do is one call on c within ctx's deadline: c goes back to the pool after an answer, and is closed after an
 // error.
 func (p *RawPool) do(ctx context.Context, c *RawConn, req []byte) (int, []byte, error) {
-	deadline, _ := ctx.Deadline()
+	deadline, _ := ctx.Deadline() // always set: Do's WithTimeout
 	if err := c.conn.SetDeadline(deadline); err != nil {
 		_ = c.Close()
 		return 0, nil, err
 	}
+	// A caller that gives up (its context cancelled) ends the call at once, not at the deadline.
+	stop := context.AfterFunc(ctx, func() { _ = c.conn.SetDeadline(time.Unix(1, 0)) })
 	status, body, err := c.RoundTrip(req)
-	if err != nil {
+	if !stop() || err != nil || !c.Reusable() {
 		_ = c.Close()
-		return 0, nil, err
+		if err != nil {
+			return 0, nil, err
+		}
+		return status, bytes.Clone(body), nil
 	}
 	out := bytes.Clone(body)
 	c.idle = time.Now()
 	p.mu.Lock()
-	p.idle = append(p.idle, c)
+	if p.closed {
+		_ = c.Close()
+	} else {
+		p.idle = append(p.idle, c)
+	}
 	p.mu.Unlock()
 	return status, out, nil
 }
@@ -233,10 +298,12 @@ func (p *RawPool) get(ctx context.Context) (c *RawConn, reused bool, err error) 
 	return c, false, err
 }
 
-// Close closes the idle connections.
+// Close closes the idle connections, and those of calls in flight when they end; the pool dials anew for
+// later calls.
 func (p *RawPool) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.closed = true
 	for _, c := range p.idle {
 		_ = c.Close()
 	}

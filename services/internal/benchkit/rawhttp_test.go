@@ -1,6 +1,7 @@
 package benchkit
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"net"
@@ -74,7 +75,8 @@ func TestRawPool(t *testing.T) {
 
 	// Concurrent callers each get a connection; they are kept for the next calls.
 	conns.Store(0)
-	pool.Close()
+	pool = &RawPool{Addr: addr}
+	defer pool.Close()
 	req := RawRequest(http.MethodPost, addr, "/echo", nil, []byte("hi"))
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -206,5 +208,45 @@ func TestRawPoolTimeoutWhileWaiting(t *testing.T) {
 	}
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("Do gave up after %v, want about Timeout (20ms)", took)
+	}
+}
+
+func TestRawConnAnswers(t *testing.T) {
+	for _, tc := range []struct {
+		name, req, answer string
+		wantStatus        int
+		wantBody          string
+		wantReusable      bool
+	}{
+		{"content-length", "GET / HTTP/1.1\r\n\r\n", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 200, "ok", true},
+		{"chunked with extension and trailer", "GET / HTTP/1.1\r\n\r\n",
+			"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2;x=y\r\nok\r\n0\r\nX-Sum: 1\r\n\r\n", 200, "ok", true},
+		{"interim answer first", "POST / HTTP/1.1\r\n\r\n",
+			"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 1\r\n\r\nx", 201, "x", true},
+		{"no content", "DELETE / HTTP/1.1\r\n\r\n", "HTTP/1.1 204 No Content\r\n\r\n", 204, "", true},
+		{"head", "HEAD / HTTP/1.1\r\n\r\n", "HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n", 200, "", true},
+		{"connection close", "GET / HTTP/1.1\r\n\r\n", "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", 200, "ok", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, server := net.Pipe()
+			defer func() { _ = client.Close() }()
+			go func() {
+				defer func() { _ = server.Close() }()
+				_, _ = io.ReadFull(server, make([]byte, len(tc.req)))
+				// The answer, then a second one that must be left for the next call.
+				_, _ = io.WriteString(server, tc.answer+"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext")
+			}()
+			c := &RawConn{conn: client, r: bufio.NewReader(client)}
+			status, body, err := c.RoundTrip([]byte(tc.req))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if status != tc.wantStatus || string(body) != tc.wantBody || c.Reusable() != tc.wantReusable {
+				t.Errorf("RoundTrip = %d %q reusable %v, want %d %q reusable %v", status, body, c.Reusable(), tc.wantStatus, tc.wantBody, tc.wantReusable)
+			}
+			if line, _ := c.r.ReadString('\n'); line != "HTTP/1.1 200 OK\r\n" {
+				t.Errorf("the next answer starts %q: the first was not read exactly", line)
+			}
+		})
 	}
 }
