@@ -16,9 +16,23 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
+// countingServer serves h and counts the connections it accepts; it returns the server and its host:port.
+func countingServer(t *testing.T, h http.HandlerFunc) (*httptest.Server, string, *atomic.Int64) {
+	t.Helper()
+	conns := new(atomic.Int64)
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv, strings.TrimPrefix(srv.URL, "http://"), conns
+}
+
 func TestRawPool(t *testing.T) {
-	var conns atomic.Int64
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	_, addr, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		switch r.URL.Path {
 		case "/echo":
@@ -32,15 +46,7 @@ func TestRawPool(t *testing.T) {
 		default:
 			http.Error(w, "no such route", http.StatusNotFound)
 		}
-	}))
-	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}
-	srv.Start()
-	defer srv.Close()
-	addr := strings.TrimPrefix(srv.URL, "http://")
+	})
 	pool := &RawPool{Addr: addr}
 	defer pool.Close()
 	ctx := context.Background()
@@ -123,18 +129,9 @@ func TestRawPoolServerGone(t *testing.T) {
 
 // A kept connection the server has closed meanwhile costs a retry on a new one, not an error.
 func TestRawPoolKeptConnectionClosed(t *testing.T) {
-	var conns atomic.Int64
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	srv, addr, conns := countingServer(t, func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok")
-	}))
-	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}
-	srv.Start()
-	defer srv.Close()
-	addr := strings.TrimPrefix(srv.URL, "http://")
+	})
 	pool := &RawPool{Addr: addr}
 	defer pool.Close()
 	req := RawRequest(http.MethodGet, addr, "/", nil, nil)

@@ -5,11 +5,11 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gpuhub/gpuhub/services/internal/benchkit"
 )
 
 // Burst is a run of Hub requests with no quiet gap in between: one culler pass as the Hub sees it.
@@ -44,7 +44,7 @@ func NewCounter(hubURL string, hubPid int, gap time.Duration) (*Counter, error) 
 	if err != nil {
 		return nil, err
 	}
-	c := &Counter{hubPid: hubPid, gap: gap, now: time.Now, cpu: ProcessCPU, ops: map[string]int{}}
+	c := &Counter{hubPid: hubPid, gap: gap, now: time.Now, cpu: benchkit.ProcessCPU, ops: map[string]int{}}
 	c.proxy = &httputil.ReverseProxy{
 		Rewrite:   func(r *httputil.ProxyRequest) { r.SetURL(target); r.Out.Host = r.In.Host },
 		Transport: &http.Transport{MaxIdleConnsPerHost: 128, DisableCompression: true},
@@ -125,24 +125,4 @@ func Op(method, path string) string {
 		}
 	}
 	return method + " /" + strings.Join(parts, "/")
-}
-
-// ProcessCPU is pid's CPU time, user and system, from /proc/<pid>/stat (clock ticks of 10 ms); 0 when unreadable.
-func ProcessCPU(pid int) time.Duration {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 > len(s) {
-		return 0
-	}
-	f := strings.Fields(s[i+2:])
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(u+st) * 10 * time.Millisecond
 }

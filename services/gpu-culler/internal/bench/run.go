@@ -339,11 +339,11 @@ func (e *env) run(ctx context.Context, r int) (RunResult, error) {
 	if err := e.restore(ctx); err != nil {
 		return res, err
 	}
-	t0, cpu0 := time.Now(), ProcessCPU(e.hub.Pid)
+	t0, cpu0 := time.Now(), benchkit.ProcessCPU(e.hub.Pid)
 	if err := sleep(ctx, o.IdleWindow); err != nil {
 		return res, err
 	}
-	t1, cpu1 := time.Now(), ProcessCPU(e.hub.Pid)
+	t1, cpu1 := time.Now(), benchkit.ProcessCPU(e.hub.Pid)
 	res.IdleCPURate = (cpu1 - cpu0).Seconds() / t1.Sub(t0).Seconds()
 	idle := e.prober.Between(t0, t1)
 	res.IdleProbeP99, _ = P99(idle)
@@ -396,7 +396,7 @@ func (e *env) window(ctx context.Context, name string, idleRate float64, passesD
 	o := e.o
 	res := PhaseResult{Name: name, Passes: o.Passes}
 	_, _ = e.counter.Take()
-	start, cpu0 := time.Now(), ProcessCPU(e.hub.Pid)
+	start, cpu0 := time.Now(), benchkit.ProcessCPU(e.hub.Pid)
 	limit := time.Duration(o.Passes+2)*max(o.Every, o.IdleCullEvery) + time.Minute
 	err := waitFor(ctx, limit, name+": "+strconv.Itoa(o.Passes)+" passes", func() (bool, error) {
 		n, err := passesDone()
@@ -405,7 +405,7 @@ func (e *env) window(ctx context.Context, name string, idleRate float64, passesD
 	if err != nil {
 		return res, fmt.Errorf("%w; its log ends:\n%s", err, logTail())
 	}
-	end, cpu1 := time.Now(), ProcessCPU(e.hub.Pid)
+	end, cpu1 := time.Now(), benchkit.ProcessCPU(e.hub.Pid)
 	ops, bursts := e.counter.Take()
 	res.Window = end.Sub(start)
 	res.Ops = ops

@@ -315,10 +315,7 @@ func (h *httpRig) stop() {
 // decoded: that is the load generator's CPU).
 func (h *httpRig) post(p *benchkit.RawPool) func(context.Context, int) error {
 	return func(ctx context.Context, i int) error {
-		status, body, err := p.Do(ctx, h.requests[i%len(h.requests)])
-		if err == nil && status != http.StatusOK {
-			err = fmt.Errorf("admit: %d %s: %s", status, http.StatusText(status), bytes.TrimSpace(body))
-		}
+		_, err := sendAdmit(ctx, p, h.requests[i%len(h.requests)])
 		return err
 	}
 }
@@ -419,13 +416,21 @@ func rawAdmit(r Request) []byte {
 		[][2]string{{"Authorization", "token " + Token}, {"Content-Type", "application/json"}}, body)
 }
 
-func postAdmit(ctx context.Context, p *benchkit.RawPool, req []byte) (admitResult, error) {
+// sendAdmit sends req to the system behind p and returns the answer's body; an answer other than 200 is an
+// error.
+func sendAdmit(ctx context.Context, p *benchkit.RawPool, req []byte) ([]byte, error) {
 	status, body, err := p.Do(ctx, req)
+	if err == nil && status != http.StatusOK {
+		err = fmt.Errorf("admit: %d %s: %s", status, http.StatusText(status), bytes.TrimSpace(body))
+	}
+	return body, err
+}
+
+// postAdmit is sendAdmit with the answer decoded.
+func postAdmit(ctx context.Context, p *benchkit.RawPool, req []byte) (admitResult, error) {
+	body, err := sendAdmit(ctx, p, req)
 	if err != nil {
 		return admitResult{}, err
-	}
-	if status != http.StatusOK {
-		return admitResult{}, fmt.Errorf("admit: %d %s: %s", status, http.StatusText(status), bytes.TrimSpace(body))
 	}
 	var res admitResult
 	return res, json.Unmarshal(body, &res)

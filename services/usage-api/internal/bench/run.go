@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gpuhub/gpuhub/services/internal/benchkit"
 )
 
 // RunOptions configure the whole benchmark.
@@ -39,19 +41,6 @@ type RunOptions struct {
 type measured struct {
 	LoadResult
 	CPUPercent float64 // of one core, by the target process
-}
-
-// cpuTicks is utime+stime of pid in clock ticks (100 Hz on Linux).
-func cpuTicks(pid int) (int64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	u, _ := strconv.ParseInt(fields[11], 10, 64)
-	st, _ := strconv.ParseInt(fields[12], 10, 64)
-	return u + st, nil
 }
 
 func rssBytes(pid int) int64 {
@@ -81,18 +70,18 @@ func (o RunOptions) load(ctx context.Context, target string, pid int, rate float
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 	cmd.Stderr = os.Stderr
-	t0, _ := cpuTicks(pid)
+	t0 := benchkit.ProcessCPU(pid)
 	w0 := time.Now()
 	out, err := cmd.Output()
 	if err != nil {
 		return measured{}, fmt.Errorf("load generator: %w", err)
 	}
-	t1, _ := cpuTicks(pid)
+	t1 := benchkit.ProcessCPU(pid)
 	var m measured
 	if err := json.Unmarshal(out, &m.LoadResult); err != nil {
 		return measured{}, fmt.Errorf("load generator output %q: %w", out, err)
 	}
-	m.CPUPercent = float64(t1-t0) / 100 / time.Since(w0).Seconds() * 100
+	m.CPUPercent = (t1 - t0).Seconds() / time.Since(w0).Seconds() * 100
 	return m, nil
 }
 
@@ -300,13 +289,9 @@ func Run(ctx context.Context, o RunOptions) error {
 func drain(ctx context.Context, pid int, max time.Duration) {
 	deadline := time.Now().Add(max)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		t0, err := cpuTicks(pid)
-		if err != nil {
-			return
-		}
+		t0 := benchkit.ProcessCPU(pid) // 0 once the process is gone: then it returns after the second
 		time.Sleep(time.Second)
-		t1, _ := cpuTicks(pid)
-		if t1-t0 < 5 {
+		if benchkit.ProcessCPU(pid)-t0 < 50*time.Millisecond {
 			return
 		}
 	}
