@@ -191,6 +191,14 @@ func burstSummary(l benchkit.Latencies) string {
 }
 
 // perCall is cpu spread over n calls.
+// perSecond is cpu spread over d, per second.
+func perSecond(cpu, d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(float64(cpu) / d.Seconds())
+}
+
 func perCall(cpu time.Duration, n int) time.Duration {
 	if n == 0 || cpu <= 0 {
 		return 0
@@ -328,6 +336,18 @@ func (h *httpRig) ours(ctx context.Context) []pair {
 	// Warm-up (connections, caches), not measured.
 	benchkit.Closed(ctx, o.Concurrency, 2*time.Second, 0, h.post(h.oursConns))
 	benchkit.Closed(ctx, o.Concurrency, 2*time.Second, 0, h.post(h.floorConns))
+	// What each process spends while no call comes (informers, the usage cache's refresh, the enforcer's
+	// pass, the runtime): it lands on the calls of a run as well.
+	benchkit.Settle(ctx)
+	oursIdle, floorIdle := h.procs[0].CPU(), h.procs[2].CPU()
+	idleStart := time.Now()
+	select {
+	case <-ctx.Done():
+	case <-time.After(o.Duration):
+	}
+	idle := time.Since(idleStart)
+	o.printf("    idle for %s: ours %s CPU per second, floor %s\n", idle.Round(time.Millisecond),
+		ms(perSecond(h.procs[0].CPU()-oursIdle, idle)), ms(perSecond(h.procs[2].CPU()-floorIdle, idle)))
 	runs := make([]pair, o.Runs)
 	for r := range runs {
 		p := &runs[r]
