@@ -15,12 +15,14 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -116,9 +118,8 @@ func (a *api) admit(w http.ResponseWriter, r *http.Request) {
 		server.WriteError(w, http.StatusUnauthorized, "admit needs gpu-quota's own Hub API token (Authorization: token ...), as the Hub glue sends it")
 		return
 	}
-	var req admit.Request
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	if err := dec.Decode(&req); err != nil {
+	req, err := readAdmit(w, r)
+	if err != nil {
 		server.WriteError(w, http.StatusBadRequest, "the body is not an admission request: %v", err)
 		return
 	}
@@ -134,6 +135,21 @@ func (a *api) admit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	server.WriteJSON(w, http.StatusOK, res)
+}
+
+// readAdmit reads an admission request of at most maxBody bytes: decodeAdmit's shape in one pass, anything
+// else as json.Decoder reads it (one JSON value, what follows left unread).
+func readAdmit(w http.ResponseWriter, r *http.Request) (admit.Request, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		return admit.Request{}, err
+	}
+	if req, ok := decodeAdmit(body); ok {
+		return req, nil
+	}
+	var req admit.Request
+	err = json.NewDecoder(bytes.NewReader(body)).Decode(&req)
+	return req, err
 }
 
 // assess answers gpu-profiles at each form render: 200 with a verdict per option, 400 for a bad body, 503
