@@ -492,7 +492,7 @@ func (o RunOptions) report(in pair, runs []pair, race raceResult) {
 	o.printf("%-34s %14s %14s\n", "  gpu-quota minus floor (median)", dms(med(over)), rng(over, dms))
 	dus := func(x float64) string { return us(time.Duration(x)) }
 	o.printf("%-34s %14s %14s %10s %s\n", "  CPU per call, gpu-quota; floor", dus(med(cpuo)), dus(med(cpuf)), "", "median; the process's, bursts included")
-	o.printf("%-34s %14.0f %14.0f %10s %s\n", "  bursts over 5 ms, gpu-quota; floor", med(slowo), med(slowf), "", fmt.Sprintf("median, of %d bursts in the first run", len(runs[0].ours.Bursts)))
+	o.printf("%-34s %14.0f %14.0f %10s %s\n", "  bursts over 5 ms, gpu-quota; floor", med(slowo), med(slowf), "", fmt.Sprintf("median over runs, of %d bursts per run", len(runs[0].ours.Bursts)))
 	o.printf("%-34s %14.0f %14.1f %10s\n", "HTTP saturated decisions/s", med(thro), med(thrn), ratio(med(thrn), med(thro)))
 	o.printf("%-34s %14.3f %14.3f %10s %s\n", "HTTP API-server reads per decision", med(rdo), med(rdn), "", "0")
 	o.printf("%-34s %14s %14s %10s %s\n", fmt.Sprintf("race: %d at once, limit %d", race.requests, race.limit),
