@@ -137,8 +137,9 @@ func (a *api) admit(w http.ResponseWriter, r *http.Request) {
 	server.WriteJSON(w, http.StatusOK, res)
 }
 
-// readAdmit reads an admission request of at most maxBody bytes: decodeAdmit's shape in one pass, anything
-// else as json.Decoder reads it (one JSON value, what follows left unread).
+// readAdmit reads the whole body, at most maxBody bytes (the glue sends a few hundred, with a length), then
+// decodes decodeAdmit's shape in one pass and anything else as json.Decoder does (the first JSON value; what
+// follows it is ignored).
 func readAdmit(w http.ResponseWriter, r *http.Request) (admit.Request, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {

@@ -22,6 +22,7 @@ func FuzzDecodeWire(f *testing.F) {
 		`{"windows":null}`, `null`, `{}`, `{"windows":[]}`, `{"windows":{"24h":{"a":{"x":"1"}}}}`,
 		`{"asOf":"2026-11-23T10:00:00Z", "windows": {"24h": {"ü":{"x":-0.5e-3,"y":0,"z":-0}}, "7d": {"a": {"x": 1E+2}}}}`,
 		`{"windows":{"24h":{"a":{"x":1,"x":2}}}}`, `{"windows":{},"windows":{"7d":{}}}`, `{"windows":{"24h":{"a":{}},"24h":{}}}`,
+		`{"asOf":"2026-11-23T10:00:00Z","windows":{"7d":{"alice":{}},"24h":{"b":{}}}}`,
 		`{"asOf":"yesterday"}`, `{"windows":{"24h":{"a":{"x":1e999}}}}`, `{} {}`, `{"a":1,}`, `[`, ``,
 	} {
 		f.Add([]byte(seed))
@@ -42,7 +43,7 @@ func FuzzDecodeWire(f *testing.F) {
 		}
 		// decodeFast takes only what json.Unmarshal takes, and gives what it gives, with or without a previous
 		// answer whose maps it may reuse (the same body's, and one that differs).
-		for _, prev := range []map[string]map[string]map[string]float64{nil, want.Windows, {"24h": {"a": {"x": 1}}, "7d": {"b": {}}}} {
+		for _, prev := range []map[string]map[string]map[string]float64{nil, want.Windows, {"24h": {"a": {"x": 1}, "b": nil}, "7d": {"b": {}, "alice": nil}}} {
 			fast, ok := decodeFast(body, prev)
 			if !ok {
 				continue

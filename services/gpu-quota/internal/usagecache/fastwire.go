@@ -192,9 +192,10 @@ func (d *fastDecoder) userHours() bool {
 	}
 }
 
-// same reports whether old holds exactly d.hours (bit for bit: -0 is not 0).
+// same reports whether old holds exactly d.hours (bit for bit: -0 is not 0). A nil map (a user who was null
+// in the last answer) is not the empty map {} decodes to.
 func (d *fastDecoder) same(old map[string]float64) bool {
-	if len(old) != len(d.hours) {
+	if old == nil || len(old) != len(d.hours) {
 		return false
 	}
 	for _, h := range d.hours {
