@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -242,7 +244,8 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/snapshot", func(w http.ResponseWriter, r *http.Request) {
 		snap := a.Snapshot()
 		if snap == nil {
-			server.WriteError(w, http.StatusServiceUnavailable, "no sample yet; retry after the sampling interval")
+			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(a.interval.Seconds())))))
+			server.WriteError(w, http.StatusServiceUnavailable, "no sample yet; retry after the sampling interval (%s)", a.interval)
 			return
 		}
 		server.WriteJSON(w, http.StatusOK, snap)

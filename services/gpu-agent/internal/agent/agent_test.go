@@ -329,6 +329,9 @@ func TestSampleFailureKeepsLastSnapshot(t *testing.T) {
 	if rec.Code != http.StatusServiceUnavailable {
 		t.Errorf("snapshot before any sample: status %d, want 503", rec.Code)
 	}
+	if got := rec.Header().Get("Retry-After"); got != "1" {
+		t.Errorf("snapshot before any sample: Retry-After %q, want the interval, 1", got)
+	}
 	if err := a.SampleOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
