@@ -190,8 +190,7 @@ func burstSummary(l benchkit.Latencies) string {
 		l.SlowBursts(TargetP99), len(l.Bursts), ms(TargetP99))
 }
 
-// perCall is cpu spread over n calls.
-// perSecond is cpu spread over d, per second.
+// perSecond is cpu spread over d, per second (/proc counts CPU in 10 ms ticks: over 10 s, 1 ms/s steps).
 func perSecond(cpu, d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0
@@ -199,6 +198,7 @@ func perSecond(cpu, d time.Duration) time.Duration {
 	return time.Duration(float64(cpu) / d.Seconds())
 }
 
+// perCall is cpu spread over n calls.
 func perCall(cpu time.Duration, n int) time.Duration {
 	if n == 0 || cpu <= 0 {
 		return 0
