@@ -176,13 +176,18 @@ func TestAssembleNVML(t *testing.T) {
 	}
 }
 
-// With a GPU that could not be read, a pod without a seen process may be
-// on that GPU: its utilization is unknown, not 0.
-func TestAssembleWithFailedGPU(t *testing.T) {
+// readingWithLostGPU is nvmlReading with a third GPU that could not be read.
+func readingWithLostGPU() reading.Reading {
 	r := nvmlReading()
 	r.GPUs = append(r.GPUs, snapshot.GPU{UUID: "GPU-lost", Index: 2, UtilizationSource: "none",
 		MIGDevices: []snapshot.MIGDevice{}, Error: "gpu 2: DeviceGetComputeRunningProcesses: ERROR_GPU_IS_LOST"})
-	a := newTestAgent(r, nvmlPIDs)
+	return r
+}
+
+// With a GPU that could not be read, a pod without a seen process may be
+// on that GPU: its utilization is unknown, not 0.
+func TestAssembleWithFailedGPU(t *testing.T) {
+	a := newTestAgent(readingWithLostGPU(), nvmlPIDs)
 	if err := a.SampleOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gpuhub/gpuhub/services/internal/apicheck"
-	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 )
 
 const openAPIPath = "../../openapi.yaml"
@@ -178,10 +177,7 @@ func TestOpenAPIMatchesSnapshot(t *testing.T) {
 	doc := readOpenAPI(t)
 	// A GPU that cannot be read, and a failed attempt after the good sample, bring the omitempty keys.
 	lostGPU := func() *Agent {
-		r := nvmlReading()
-		r.GPUs = append(r.GPUs, snapshot.GPU{UUID: "GPU-lost", Index: 2, UtilizationSource: "none",
-			MIGDevices: []snapshot.MIGDevice{}, Error: "gpu 2: DeviceGetComputeRunningProcesses: ERROR_GPU_IS_LOST"})
-		a := newTestAgent(r, nvmlPIDs)
+		a := newTestAgent(readingWithLostGPU(), nvmlPIDs)
 		if err := a.SampleOnce(context.Background()); err != nil {
 			t.Fatal(err)
 		}
