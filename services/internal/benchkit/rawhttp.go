@@ -258,23 +258,26 @@ func (p *RawPool) do(ctx context.Context, c *RawConn, req []byte) (int, []byte, 
 	// A caller that gives up (its context cancelled) ends the call at once, not at the deadline.
 	stop := context.AfterFunc(ctx, func() { _ = c.conn.SetDeadline(time.Unix(1, 0)) })
 	status, body, err := c.RoundTrip(req)
-	if !stop() || err != nil || !c.Reusable() {
+	reusable := stop() && err == nil && c.Reusable() // stop first: a cancelled call left the deadline past
+	if err != nil {
 		_ = c.Close()
-		if err != nil {
-			return 0, nil, err
-		}
-		return status, bytes.Clone(body), nil
+		return 0, nil, err
 	}
 	out := bytes.Clone(body)
-	c.idle = time.Now()
-	p.mu.Lock()
-	if p.closed {
-		_ = c.Close()
-	} else {
-		p.idle = append(p.idle, c)
-	}
-	p.mu.Unlock()
+	p.put(c, reusable)
 	return status, out, nil
+}
+
+// put keeps c for the next call, or closes it when it cannot serve one or the pool is closed.
+func (p *RawPool) put(c *RawConn, reusable bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !reusable || p.closed {
+		_ = c.Close()
+		return
+	}
+	c.idle = time.Now()
+	p.idle = append(p.idle, c)
 }
 
 // get takes the most recently used idle connection (closing those idle for too long) or dials a new one.
