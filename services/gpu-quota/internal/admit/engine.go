@@ -435,68 +435,28 @@ func (e *Engine) shortLocked(r Request, asked classified) (int, int64) {
 
 // canTakeLocked lists the classes with a free unit that the policy would admit one unit of, for this user now.
 // d is the policy's decision on the request itself: when it refuses for a reason that does not depend on what
-// is asked, every unit is refused as well, without asking the policy once per class.
+// is asked, every unit is refused as well; otherwise those reasons passed, and quota.Fits decides the rest per
+// class without running every check of quota.Decide again.
 func (e *Engine) canTakeLocked(eff quota.Effective, u quota.Usage, r Request, d quota.Decision) []Option {
 	if refusesAnyGPU(d) {
 		return nil
 	}
-	held := heldShares(u.Held)
 	var out []Option
 	for _, class := range e.ix.classes {
+		one := e.ix.sample[class]
+		if !quota.Fits(eff, u, quota.Request{Allocations: []gpu.Allocation{one}}) {
+			continue
+		}
 		free := e.freeLocked(class, r.User, r.Server)
 		if free <= 0 {
 			continue
 		}
-		one := e.ix.sample[class]
-		if held.refuses(eff, one) || !quota.Decide(eff, u, quota.Request{Allocations: []gpu.Allocation{one}}).Allow {
-			continue
+		if out == nil {
+			out = make([]Option, 0, len(e.ix.classes))
 		}
 		out = append(out, Option{Kind: one.Kind, Class: class, Description: e.ix.described[class], Free: free, unit: one})
 	}
 	return out
-}
-
-// shares are GPU-equivalents held, in total and by kind (few kinds: a slice, not a map).
-type shares struct {
-	total  float64
-	kinds  []gpu.Kind
-	byKind []float64
-}
-
-func heldShares(as []gpu.Allocation) shares {
-	var s shares
-	for _, a := range as {
-		s.total += a.Share()
-		i := slices.Index(s.kinds, a.Kind)
-		if i < 0 {
-			s.kinds, s.byKind = append(s.kinds, a.Kind), append(s.byKind, 0)
-			i = len(s.kinds) - 1
-		}
-		s.byKind[i] += a.Share()
-	}
-	return s
-}
-
-// refuses reports whether quota.Decide surely refuses one more unit to a user holding s: a kind they may not
-// use, or over the total or per-kind limit by more than any rounding. It only says "surely": anything close
-// to a limit, and every other limit, is left to Decide, which formats messages canTake does not need.
-func (s shares) refuses(eff quota.Effective, one gpu.Allocation) bool {
-	const margin = 1e-6 // far above Decide's tolerance and the rounding of sums in another order
-	if eff.Exempt.Value {
-		return false
-	}
-	if !eff.Allows(one.Kind) || s.total+one.Share() > float64(eff.MaxGPUs.Value)+margin {
-		return true
-	}
-	limit, ok := eff.MaxGPUsPerKind[one.Kind]
-	if !ok {
-		return false
-	}
-	var kind float64
-	if i := slices.Index(s.kinds, one.Kind); i >= 0 {
-		kind = s.byKind[i]
-	}
-	return kind+one.Share() > float64(limit.Value)+margin
 }
 
 // refusesAnyGPU reports whether d refuses for a reason quota.Decide finds whatever GPUs are asked for: a

@@ -435,12 +435,12 @@ func TestNodeChangesReclassify(t *testing.T) {
 }
 
 // TestCanTakeShortcut: when the decision on a request refuses for a reason that does not depend on what is
-// asked (refusesAnyGPU), the policy refuses one unit of every class too, so canTake may skip asking it; and
-// what the prefilter (shares.refuses) refuses, the policy refuses.
+// asked (refusesAnyGPU), the policy refuses one unit of every class too, so canTake may skip asking it; when it
+// does not, quota.Fits answers for one unit of every class what quota.Decide does.
 func TestCanTakeShortcut(t *testing.T) {
 	e, reqs := benchRig(t, 500)
 	ctx := context.Background()
-	shortcuts, prefiltered := 0, 0
+	shortcuts, fitted, unfit := 0, 0, 0
 	for round := range 3 {
 		for _, r := range reqs {
 			if round > 0 { // the reservations of earlier rounds push users to their limits
@@ -452,29 +452,28 @@ func TestCanTakeShortcut(t *testing.T) {
 			e.mu.Lock()
 			u := e.usageLocked(ent.windows, r.User, &r.Server, e.o.Now())
 			d := quota.Decide(ent.eff, u, quota.Request{Allocations: e.ix.resolve(r.Resources, r.NodeSelector).allocs})
-			held := heldShares(u.Held)
 			for _, class := range e.ix.classes {
-				one := e.ix.sample[class]
-				if held.refuses(ent.eff, one) {
-					prefiltered++
-					if dd := quota.Decide(ent.eff, u, quota.Request{Allocations: []gpu.Allocation{one}}); dd.Allow {
-						t.Errorf("%s: the prefilter refuses one unit of %s, the policy admits it", r.User, class)
-					}
-				}
-			}
-			if refusesAnyGPU(d) {
-				shortcuts++
-				for _, class := range e.ix.classes {
-					if one := e.ix.sample[class]; quota.Decide(ent.eff, u, quota.Request{Allocations: []gpu.Allocation{one}}).Allow {
+				one := quota.Request{Allocations: []gpu.Allocation{e.ix.sample[class]}}
+				admitted := quota.Decide(ent.eff, u, one).Allow
+				switch {
+				case refusesAnyGPU(d):
+					shortcuts++
+					if admitted {
 						t.Errorf("%s refused (%s) but one unit of %s admitted", r.User, d.Reason, class)
 					}
+				case quota.Fits(ent.eff, u, one) != admitted:
+					t.Errorf("%s (%s): Fits(one unit of %s) = %v, Decide admits %v", r.User, d.Reason, class, !admitted, admitted)
+				case admitted:
+					fitted++
+				default:
+					unfit++
 				}
 			}
 			e.mu.Unlock()
 		}
 	}
-	if shortcuts == 0 || prefiltered == 0 {
-		t.Errorf("shortcuts %d, prefiltered %d: the test proves nothing", shortcuts, prefiltered)
+	if shortcuts == 0 || fitted == 0 || unfit == 0 {
+		t.Errorf("shortcuts %d, fitted %d, unfit %d: the test proves nothing", shortcuts, fitted, unfit)
 	}
 }
 

@@ -117,6 +117,35 @@ func Decide(eff Effective, u Usage, r Request) Decision {
 		Held: s.held.total(), Requested: s.asked.total(), From: eff.MaxGPUs.From}}
 }
 
+// Fits reports whether Decide would find r within the limits that depend on what is asked: the kinds, and the
+// total and per-kind GPU-equivalents. Budgets and the server limit are left out: they depend on the usage
+// alone, so a caller that has Decide's answer on u for one request and asks about others (the classes a
+// refused user could take instead) knows them already, and Fits does not format the messages it would not use.
+func Fits(eff Effective, u Usage, r Request) bool {
+	if eff.Exempt.Value || len(r.Allocations) == 0 {
+		return true
+	}
+	s := situation{eff: eff, u: u, r: r, held: byKind(u.Held), asked: byKind(r.Allocations)}
+	if !within(s.held.total(), s.asked.total(), eff.MaxGPUs.Value) {
+		return false
+	}
+	for _, ks := range s.asked.list() {
+		if !eff.Allows(ks.kind) {
+			return false
+		}
+		if limit, ok := eff.MaxGPUsPerKind[ks.kind]; ok && !within(s.held.of(ks.kind), ks.share, limit.Value) {
+			return false
+		}
+	}
+	return true
+}
+
+// within reports whether holding held and asking for requested stays within limit (all GPU-equivalents or
+// servers), up to float64 rounding.
+func within(held, requested float64, limit Limit) bool {
+	return held+requested <= float64(limit)+tolerance
+}
+
 // situation is one decision's inputs with the sums it needs.
 type situation struct {
 	eff         Effective
@@ -307,7 +336,7 @@ func (s situation) weighted(hours map[string]float64) bool {
 func (s situation) total() []Check {
 	limit := s.eff.MaxGPUs
 	c := Check{Reason: ReasonMaxGPUs, Limit: float64(limit.Value), Held: s.held.total(), Requested: s.asked.total(), From: limit.From}
-	if c.Held+c.Requested <= c.Limit+tolerance {
+	if within(c.Held, c.Requested, limit.Value) {
 		return nil
 	}
 	c.Message = s.overMessage(c, s.u.Held, "")
@@ -324,7 +353,7 @@ func (s situation) perKind() []Check {
 		}
 		c := Check{Reason: ReasonMaxGPUsPerKind, Kind: k, Limit: float64(limit.Value), Held: s.held.of(k),
 			Requested: ks.share, From: limit.From}
-		if c.Held+c.Requested <= c.Limit+tolerance {
+		if within(c.Held, c.Requested, limit.Value) {
 			continue
 		}
 		c.Message = s.overMessage(c, ofKind(s.u.Held, k), k)
@@ -378,7 +407,7 @@ func amountOfKind(limit float64, k gpu.Kind) string {
 func (s situation) servers() []Check {
 	limit := s.eff.MaxServers
 	c := Check{Reason: ReasonMaxServers, Limit: float64(limit.Value), Held: float64(s.u.Servers), Requested: 1, From: limit.From}
-	if c.Held+c.Requested <= c.Limit+tolerance {
+	if within(c.Held, c.Requested, limit.Value) {
 		return nil
 	}
 	if c.Limit < 1 {

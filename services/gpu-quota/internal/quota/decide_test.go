@@ -233,6 +233,19 @@ func TestDecide(t *testing.T) {
 					t.Errorf("no message for %s", c.Reason)
 				}
 			}
+			// Fits is Decide on the limits that depend on the request: the same answer once the others pass.
+			eff := p.Effective(tc.user, tc.groups)
+			asked := Request{Allocations: tc.req}
+			fits := true
+			for _, c := range append([]Check{got.Check}, got.Also...) {
+				switch c.Reason {
+				case ReasonKindNotAllowed, ReasonMaxGPUs, ReasonMaxGPUsPerKind:
+					fits = false
+				}
+			}
+			if got := Fits(eff, tc.usage, asked); got != fits {
+				t.Errorf("Fits = %v, want %v", got, fits)
+			}
 		})
 	}
 }

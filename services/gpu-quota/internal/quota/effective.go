@@ -71,6 +71,35 @@ type Effective struct {
 	Weights map[string]Setting[float64]
 	// AllowedKinds is nil when every kind is allowed, empty when none is.
 	AllowedKinds Setting[[]gpu.Kind]
+
+	// sorted is Windows and the weight keys in lookup order, computed once by Policy.Effective: a decision
+	// reads them for every window and class, and ranging over a map costs more than the rest of that. nil in
+	// an Effective made otherwise (computed per call).
+	sorted *lookupOrder
+}
+
+type lookupOrder struct {
+	windows []time.Duration
+	weights []weightKey // longest key first
+}
+
+type weightKey struct {
+	key    string
+	weight float64
+}
+
+// sortKeys computes e.sorted; the maps must not change afterwards.
+func (e *Effective) sortKeys() {
+	s := &lookupOrder{windows: e.appendWindows(nil)}
+	for key, w := range e.Weights {
+		s.weights = append(s.weights, weightKey{key: key, weight: w.Value})
+	}
+	// Longest first, so that the first key that applies to a class is the one Weight picks; equal lengths by
+	// name (two different keys of one length cannot both apply).
+	slices.SortFunc(s.weights, func(a, b weightKey) int {
+		return cmp.Or(cmp.Compare(len(b.key), len(a.key)), strings.Compare(a.key, b.key))
+	})
+	e.sorted = s
 }
 
 // applicable are the entries that apply to one user, strongest first.
@@ -193,6 +222,7 @@ func (p *Policy) Effective(user string, groups []string) Effective {
 			return v, ok
 		}, lower[float64], 1)
 	}
+	eff.sortKeys()
 	return eff
 }
 
@@ -268,6 +298,14 @@ func (e Effective) Allows(k gpu.Kind) bool {
 // comes from: the longest key that is the class or its start at a word boundary ("mig A100-SXM4-40GB",
 // "mig"); 1 and "" when none is.
 func (e Effective) Weight(class string) (float64, string) {
+	if e.sorted != nil {
+		for _, k := range e.sorted.weights {
+			if class == k.key || len(class) > len(k.key) && class[len(k.key)] == ' ' && strings.HasPrefix(class, k.key) {
+				return k.weight, k.key
+			}
+		}
+		return 1, ""
+	}
 	best, weight := "", 1.0
 	for key, s := range e.Weights {
 		if (class == key || strings.HasPrefix(class, key+" ")) && len(key) > len(best) {
@@ -298,6 +336,9 @@ func (e Effective) Windows() []time.Duration { return e.appendWindows(nil) }
 
 // appendWindows appends Windows to out.
 func (e Effective) appendWindows(out []time.Duration) []time.Duration {
+	if e.sorted != nil {
+		return append(out, e.sorted.windows...)
+	}
 	start := len(out)
 	for w, s := range e.Budgets {
 		if !s.Value.IsUnlimited() {

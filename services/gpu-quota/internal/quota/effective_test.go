@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 )
@@ -223,7 +224,7 @@ groups:
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			p := mustPolicy(t, tc.policy)
-			if diff := cmp.Diff(tc.want(), p.Effective(tc.user, tc.groups)); diff != "" {
+			if diff := cmp.Diff(tc.want(), p.Effective(tc.user, tc.groups), cmpopts.IgnoreUnexported(Effective{})); diff != "" {
 				t.Errorf("Effective (-want +got):\n%s", diff)
 			}
 		})
@@ -241,7 +242,10 @@ default:
     "mig A100-SXM4-40GB 1g.5gb": 0.1
     shared: 0.25
 `)
+	// Policy.Effective's lookup order, and the weights map an Effective made by hand has only.
 	eff := p.Effective("alice", nil)
+	byHand := eff
+	byHand.sorted = nil
 	cases := map[string]struct {
 		class   string
 		want    float64
@@ -262,15 +266,19 @@ default:
 				Weight float64
 				Key    string
 			}
-			w, key := eff.Weight(tc.class)
-			if diff := cmp.Diff(result{tc.want, tc.wantKey}, result{w, key}); diff != "" {
-				t.Errorf("Weight(%q) (-want +got):\n%s", tc.class, diff)
+			for _, e := range []Effective{eff, byHand} {
+				w, key := e.Weight(tc.class)
+				if diff := cmp.Diff(result{tc.want, tc.wantKey}, result{w, key}); diff != "" {
+					t.Errorf("Weight(%q), lookup order %v (-want +got):\n%s", tc.class, e.sorted != nil, diff)
+				}
 			}
 		})
 	}
 	hours := map[string]float64{"gpu H100-80GB-HBM3": 3, "shared T4": 8, "mps A100-SXM4-40GB": 1}
-	if got, want := eff.Weighted(hours), 3*2+8*0.25+1.0; got != want {
-		t.Errorf("Weighted = %v, want %v", got, want)
+	for _, e := range []Effective{eff, byHand} {
+		if got, want := e.Weighted(hours), 3*2+8*0.25+1.0; got != want {
+			t.Errorf("Weighted, lookup order %v = %v, want %v", e.sorted != nil, got, want)
+		}
 	}
 }
 
@@ -278,8 +286,13 @@ func TestWindows(t *testing.T) {
 	p := mustPolicy(t, `
 default: {budgets: [{window: 30d, gpuHours: 100}, {window: 24h, gpuHours: 4}, {window: 7d, gpuHours: unlimited}]}
 `)
-	if diff := cmp.Diff([]time.Duration{day, 30 * day}, p.Effective("a", nil).Windows()); diff != "" {
-		t.Errorf("Windows (-want +got):\n%s", diff)
+	eff := p.Effective("a", nil)
+	byHand := eff
+	byHand.sorted = nil
+	for _, e := range []Effective{eff, byHand} {
+		if diff := cmp.Diff([]time.Duration{day, 30 * day}, e.Windows()); diff != "" {
+			t.Errorf("Windows, lookup order %v (-want +got):\n%s", e.sorted != nil, diff)
+		}
 	}
 }
 
