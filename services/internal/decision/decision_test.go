@@ -2,6 +2,8 @@ package decision
 
 import (
 	"bytes"
+	"encoding/json"
+	"math"
 	"log/slog"
 	"strings"
 	"testing"
@@ -57,5 +59,25 @@ gpuhub_quota_decisions_total{action="deny",reason="max_gpus"} 2
 	}
 	if !strings.Contains(buf.String(), "action=deny reason=max_gpus user=dave server=\"\" held=3 limit=1") {
 		t.Errorf("log line lacks the numbers:\n%s", buf.String())
+	}
+}
+
+// TestLogNumbersAsJSON: the numbers in a JSON log line are what encoding/json writes for them, whole or not.
+func TestLogNumbersAsJSON(t *testing.T) {
+	var buf bytes.Buffer
+	l, err := NewLog(Options{Service: "gpu-quota", Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	numbers := map[string]float64{"a": 0, "b": 1, "c": 0.4286, "d": 2592000, "e": 1e21, "f": -3, "g": 1e-7, "h": math.Copysign(0, -1), "i": 1 << 53}
+	l.Record(Record{User: "alice", Action: ActionDeny, Reason: "max_gpus", Numbers: numbers})
+	for k, v := range numbers {
+		want, err := json.Marshal(map[string]float64{k: v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if field := strings.Trim(string(want), "{}"); !strings.Contains(buf.String(), field) {
+			t.Errorf("log line lacks %s:\n%s", field, buf.String())
+		}
 	}
 }
