@@ -134,7 +134,7 @@ func (a *api) admit(w http.ResponseWriter, r *http.Request) {
 		server.WriteError(w, http.StatusServiceUnavailable, "%v", err)
 		return
 	}
-	server.WriteJSON(w, http.StatusOK, res)
+	writeResult(w, res)
 }
 
 // readAdmit reads the whole body, at most maxBody bytes (the glue sends a few hundred, with a length), then
