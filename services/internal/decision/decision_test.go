@@ -3,8 +3,8 @@ package decision
 import (
 	"bytes"
 	"encoding/json"
-	"math"
 	"log/slog"
+	"math"
 	"strings"
 	"testing"
 	"time"
