@@ -136,67 +136,107 @@ func (r *admitRig) serve(b *testing.B, i int) int {
 // in flight over 64 keep-alive loopback connections, as the Hub's 64 concurrent spawns arrive; the client
 // writes prepared requests and reads the answers with a minimal parser, so that almost all of the CPU is the
 // server's. cpu-ns/op is the process's user+system CPU per admission (client, server and loopback), the
-// number that queues 64 requests on one core; with -cpu 1 it is ns/op too:
+// number that queues 64 requests on one core; with -cpu 1 it is ns/op too. "floor/..." are the same for
+// B2's floor (bench.Floor: the same server package reading the request and answering without a decision), so
+// that what gpu-quota adds shows in one run:
 //
 //	go test -run '^$' -bench BenchmarkAdmitHTTP -cpu 1 -benchtime 20000x ./services/gpu-quota/internal/app/
 func BenchmarkAdmitHTTP(b *testing.B) {
 	rig := startAdmitRig(b)
-	b.Run("handler", func(b *testing.B) {
-		b.ReportAllocs()
-		cpu := startCPU()
-		for i := 0; b.Loop(); i++ {
-			if code := rig.serve(b, i); code != http.StatusOK {
-				b.Fatalf("status %d", code)
-			}
+	floor := startFloorRig(b, rig.bodies)
+	for _, r := range []struct {
+		name string
+		rig  *admitRig
+	}{{"", rig}, {"floor/", floor}} {
+		b.Run(r.name+"handler", func(b *testing.B) { benchHandler(b, r.rig) })
+		b.Run(r.name+"loopback-64", func(b *testing.B) { benchLoopback(b, r.rig) })
+	}
+}
+
+// startFloorRig serves bench.Floor as the benchmark's SUT process does, on a loopback port, with rig's bodies.
+func startFloorRig(b *testing.B, bodies [][]byte) *admitRig {
+	b.Helper()
+	ln, err := (&net.ListenConfig{}).Listen(b.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	logger := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	srv, err := server.New(server.Options{Listener: ln, Prefix: benchPrefix, Registry: prometheus.NewRegistry(),
+		Logger: logger, Subsystem: "floor", Handler: bench.Floor()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	b.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Errorf("floor: %v", err)
 		}
-		cpu.report(b)
 	})
-	b.Run("loopback-64", func(b *testing.B) {
-		conns := make([]*benchkit.RawConn, benchSpawns)
-		for i := range conns {
-			c, err := benchkit.DialRaw(b.Context(), rig.addr)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer func() { _ = c.Close() }()
-			conns[i] = c
+	if err := benchkit.WaitReady(b.Context(), "http://"+ln.Addr().String()+"/readyz"); err != nil {
+		b.Fatal(err)
+	}
+	return &admitRig{addr: ln.Addr().String(), handler: srv.Handler(), bodies: bodies}
+}
+
+func benchHandler(b *testing.B, rig *admitRig) {
+	b.ReportAllocs()
+	cpu := startCPU()
+	for i := 0; b.Loop(); i++ {
+		if code := rig.serve(b, i); code != http.StatusOK {
+			b.Fatalf("status %d", code)
 		}
-		reqs := make([][]byte, len(rig.bodies))
-		for i, body := range rig.bodies {
-			reqs[i] = benchkit.RawRequest(http.MethodPost, rig.addr, benchAdmitPath,
-				[][2]string{{"User-Agent", "gpuhub-bench"}, {"Authorization", "token " + benchToken}, {"Content-Type", "application/json"}}, body)
+	}
+	cpu.report(b)
+}
+
+func benchLoopback(b *testing.B, rig *admitRig) {
+	conns := make([]*benchkit.RawConn, benchSpawns)
+	for i := range conns {
+		c, err := benchkit.DialRaw(b.Context(), rig.addr)
+		if err != nil {
+			b.Fatal(err)
 		}
-		var next atomic.Int64
-		var failed atomic.Pointer[error]
-		b.ReportAllocs()
-		b.ResetTimer()
-		cpu := startCPU()
-		var wg sync.WaitGroup
-		for _, c := range conns {
-			wg.Go(func() {
-				for {
-					i := int(next.Add(1) - 1)
-					if i >= b.N {
-						return
-					}
-					status, body, err := c.RoundTrip(reqs[i%len(reqs)])
-					if err == nil && status != http.StatusOK {
-						err = fmt.Errorf("admit answered %d: %s", status, bytes.TrimSpace(body))
-					}
-					if err != nil {
-						failed.CompareAndSwap(nil, &err)
-						return
-					}
+		defer func() { _ = c.Close() }()
+		conns[i] = c
+	}
+	reqs := make([][]byte, len(rig.bodies))
+	for i, body := range rig.bodies {
+		reqs[i] = benchkit.RawRequest(http.MethodPost, rig.addr, benchAdmitPath,
+			[][2]string{{"User-Agent", "gpuhub-bench"}, {"Authorization", "token " + benchToken}, {"Content-Type", "application/json"}}, body)
+	}
+	var next atomic.Int64
+	var failed atomic.Pointer[error]
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := startCPU()
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= b.N {
+					return
 				}
-			})
-		}
-		wg.Wait()
-		b.StopTimer()
-		if err := failed.Load(); err != nil {
-			b.Fatal(*err)
-		}
-		cpu.report(b)
-	})
+				status, body, err := c.RoundTrip(reqs[i%len(reqs)])
+				if err == nil && status != http.StatusOK {
+					err = fmt.Errorf("admit answered %d: %s", status, bytes.TrimSpace(body))
+				}
+				if err != nil {
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	if err := failed.Load(); err != nil {
+		b.Fatal(*err)
+	}
+	cpu.report(b)
 }
 
 // cpuClock is the process's CPU time (user + system) at the start of a measurement.
