@@ -22,11 +22,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
@@ -141,17 +141,22 @@ func (a *api) admit(w http.ResponseWriter, r *http.Request) {
 // decodes decodeAdmit's shape in one pass and anything else as json.Decoder does (the first JSON value; what
 // follows it is ignored).
 func readAdmit(w http.ResponseWriter, r *http.Request) (admit.Request, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
+	buf := bodyBuffers.Get().(*bytes.Buffer)
+	defer bodyBuffers.Put(buf) // at most maxBody: kept for the next request; both decoders copy what they keep
+	buf.Reset()
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBody)); err != nil {
 		return admit.Request{}, err
 	}
+	body := buf.Bytes()
 	if req, ok := decodeAdmit(body); ok {
 		return req, nil
 	}
 	var req admit.Request
-	err = json.NewDecoder(bytes.NewReader(body)).Decode(&req)
+	err := json.NewDecoder(bytes.NewReader(body)).Decode(&req)
 	return req, err
 }
+
+var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // assess answers gpu-profiles at each form render: 200 with a verdict per option, 400 for a bad body, 503
 // when no decision can be made (gpu-profiles then applies onUnavailable itself).
