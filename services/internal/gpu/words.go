@@ -3,6 +3,7 @@ package gpu
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -125,24 +126,28 @@ func (a Allocation) Units() string {
 func JoinUnits(as []Allocation) string {
 	type group struct {
 		a     Allocation
+		one   string // a.Units() of one
 		count int64
 	}
-	var groups []group
-	index := map[string]int{}
+	var buf [4]group // a server asks for one to three kinds of unit: no map, nothing on the heap
+	groups := buf[:0]
 	for _, a := range as {
 		one := a
 		one.Count = 1
 		key := one.Units()
-		i, ok := index[key]
-		if !ok {
+		i := slices.IndexFunc(groups, func(g group) bool { return g.one == key })
+		if i < 0 {
 			i = len(groups)
-			index[key] = i
-			groups = append(groups, group{a: one})
+			groups = append(groups, group{a: one, one: key})
 		}
 		groups[i].count += max(a.Count, 1)
 	}
 	parts := make([]string, 0, len(groups))
 	for _, g := range groups {
+		if g.count == 1 {
+			parts = append(parts, g.one)
+			continue
+		}
 		g.a.Count = g.count
 		parts = append(parts, g.a.Units())
 	}
