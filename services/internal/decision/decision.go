@@ -60,11 +60,14 @@ type Log struct {
 	o     Options
 	count *prometheus.CounterVec
 
-	mu   sync.Mutex
-	ring []Record // ring[next] is the oldest once full
-	next int
-	full bool
-	seq  uint64
+	mu sync.Mutex
+	// counters are count's children by action and reason, found once: a few of them, each used on every
+	// decision of its kind.
+	counters map[[2]string]prometheus.Counter
+	ring     []Record // ring[next] is the oldest once full
+	next     int
+	full     bool
+	seq      uint64
 }
 
 // NewLog returns an empty log.
@@ -81,7 +84,7 @@ func NewLog(o Options) (*Log, error) {
 	if o.Subsystem == "" {
 		o.Subsystem = subsystem(o.Service)
 	}
-	l := &Log{o: o, ring: make([]Record, o.Size)}
+	l := &Log{o: o, ring: make([]Record, o.Size), counters: map[[2]string]prometheus.Counter{}}
 	l.count = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "gpuhub", Subsystem: o.Subsystem, Name: "decisions_total",
 		Help: "Decisions by action (admit, deny, notice, stop, clear) and reason.",
@@ -128,8 +131,14 @@ func (l *Log) Record(r Record) Record {
 	if l.next == len(l.ring) {
 		l.next, l.full = 0, true
 	}
+	key := [2]string{r.Action, r.Reason}
+	counter := l.counters[key]
+	if counter == nil {
+		counter = l.count.WithLabelValues(r.Action, r.Reason)
+		l.counters[key] = counter
+	}
 	l.mu.Unlock()
-	l.count.WithLabelValues(r.Action, r.Reason).Inc()
+	counter.Inc()
 	l.log(r)
 	return r
 }
