@@ -270,7 +270,12 @@ func (e *Engine) Admit(_ context.Context, r Request) (Result, error) {
 	groups := r.Groups
 	if groups != nil {
 		e.toldMu.Lock()
-		e.told[r.User] = toldGroups{groups: slices.Clone(groups), at: e.o.Now()}
+		t, ok := e.told[r.User]
+		if !ok || !slices.Equal(t.groups, groups) { // mostly the same groups again: no copy
+			t.groups = slices.Clone(groups)
+		}
+		t.at = e.o.Now()
+		e.told[r.User] = t
 		e.toldMu.Unlock()
 	}
 	if groups == nil {
