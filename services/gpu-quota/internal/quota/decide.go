@@ -67,7 +67,8 @@ type Check struct {
 	Budget, Used float64
 	// From is the policy entry the limit comes from.
 	From Source
-	// Message says it to the user in plain words, with what they can do; empty when admitted.
+	// Message says it to the user in plain words, with what they can do; empty when admitted, and in
+	// Decision.Also (only the refusal reported is said).
 	Message string
 }
 
@@ -77,7 +78,7 @@ type Decision struct {
 	// Check is the reason: the first limit the request crosses, or why it is admitted. Its Message is the
 	// message for the user.
 	Check
-	// Also are the other limits the request crosses, for the log.
+	// Also are the other limits the request crosses, for the log: reasons and numbers, without messages.
 	Also []Check
 }
 
@@ -105,6 +106,7 @@ func Decide(eff Effective, u Usage, r Request) Decision {
 	refused = append(refused, s.servers()...)
 	if len(refused) > 0 {
 		d := Decision{Check: refused[0]}
+		d.Message = s.say(d.Check)
 		if len(refused) > 1 {
 			d.Also = refused[1:]
 		}
@@ -256,20 +258,7 @@ func (s situation) kinds() []Check {
 		if s.eff.Allows(k) {
 			continue
 		}
-		c := Check{Reason: ReasonKindNotAllowed, Kind: k, Requested: ks.share, From: s.eff.AllowedKinds.From}
-		msg := fmt.Sprintf("This server asks for %s, but %s may not use %s.",
-			gpu.JoinUnits(ofKind(s.r.Allocations, k)), who(c.From), k.Plural())
-		if allowed := s.eff.AllowedKinds.Value; len(allowed) == 0 {
-			msg += " Pick a CPU-only profile."
-		} else {
-			names := make([]string, len(allowed))
-			for i, a := range allowed {
-				names[i] = a.Plural()
-			}
-			msg += fmt.Sprintf(" You may use %s: pick one of those profiles or a CPU-only one.", joinOr(names))
-		}
-		c.Message = msg
-		out = append(out, c)
+		out = append(out, Check{Reason: ReasonKindNotAllowed, Kind: k, Requested: ks.share, From: s.eff.AllowedKinds.From})
 	}
 	return out
 }
@@ -294,8 +283,6 @@ func (s situation) budgets() (refused []Check, unknown *Check) {
 		if !ok {
 			c := Check{Reason: ReasonUsageUnavailable, Window: w, Budget: float64(b.Value), From: b.From}
 			if s.eff.OnUnavailable == Closed {
-				c.Message = "The quota service cannot check your GPU-hours right now, so GPU servers cannot start. " +
-					"Try again in a few minutes, or pick a CPU-only profile."
 				refused = append(refused, c)
 			} else if unknown == nil {
 				unknown = &c
@@ -307,24 +294,7 @@ func (s situation) budgets() (refused []Check, unknown *Check) {
 		if used < budget-tolerance {
 			continue
 		}
-		c := Check{Reason: ReasonBudgetExhausted, Window: w, Budget: budget, Used: used, From: b.From}
-		last, per := windowWords(w)
-		unit := "GPU-hours"
-		if hoursText(used) == "1" {
-			unit = "GPU-hour"
-		}
-		if s.weighted(hours) {
-			unit += " (weighted by kind of GPU)"
-		}
-		if budget == 0 {
-			c.Message = fmt.Sprintf("This server needs GPU time, but %s %s a budget of 0 GPU-hours %s. Pick a CPU-only profile.",
-				who(b.From), have(b.From), per)
-		} else {
-			c.Message = fmt.Sprintf("You have used %s %s in %s; %s may use %s %s. "+
-				"GPU servers can start again as your older use leaves that window; until then, pick a CPU-only profile.",
-				hoursText(used), unit, last, who(b.From), hoursText(budget), per)
-		}
-		refused = append(refused, c)
+		refused = append(refused, Check{Reason: ReasonBudgetExhausted, Window: w, Budget: budget, Used: used, From: b.From})
 	}
 	return refused, unknown
 }
@@ -345,7 +315,6 @@ func (s situation) total() []Check {
 	if within(c.Held, c.Requested, limit.Value) {
 		return nil
 	}
-	c.Message = s.overMessage(c, s.u.Held, "")
 	return []Check{c}
 }
 
@@ -362,7 +331,6 @@ func (s situation) perKind() []Check {
 		if within(c.Held, c.Requested, limit.Value) {
 			continue
 		}
-		c.Message = s.overMessage(c, ofKind(s.u.Held, k), k)
 		out = append(out, c)
 	}
 	return out
@@ -416,13 +384,56 @@ func (s situation) servers() []Check {
 	if within(c.Held, c.Requested, limit.Value) {
 		return nil
 	}
-	if c.Limit < 1 {
-		c.Message = fmt.Sprintf("This server needs a GPU, but %s may not run GPU servers. Pick a CPU-only profile.", who(c.From))
-	} else {
-		c.Message = fmt.Sprintf("You already run %s; %s may run at most %s at a time. %s or pick a CPU-only profile.",
+	return []Check{c}
+}
+
+// say is the message of refusal c, in plain words, with what the user can do. Decide writes it for the
+// refusal it reports; the others (Decision.Also) are for the log, which takes their reasons and numbers.
+func (s situation) say(c Check) string {
+	switch c.Reason {
+	case ReasonKindNotAllowed:
+		msg := fmt.Sprintf("This server asks for %s, but %s may not use %s.",
+			gpu.JoinUnits(ofKind(s.r.Allocations, c.Kind)), who(c.From), c.Kind.Plural())
+		allowed := s.eff.AllowedKinds.Value
+		if len(allowed) == 0 {
+			return msg + " Pick a CPU-only profile."
+		}
+		names := make([]string, len(allowed))
+		for i, a := range allowed {
+			names[i] = a.Plural()
+		}
+		return msg + fmt.Sprintf(" You may use %s: pick one of those profiles or a CPU-only one.", joinOr(names))
+	case ReasonUsageUnavailable:
+		return "The quota service cannot check your GPU-hours right now, so GPU servers cannot start. " +
+			"Try again in a few minutes, or pick a CPU-only profile."
+	case ReasonBudgetExhausted:
+		last, per := windowWords(c.Window)
+		if c.Budget == 0 {
+			return fmt.Sprintf("This server needs GPU time, but %s %s a budget of 0 GPU-hours %s. Pick a CPU-only profile.",
+				who(c.From), have(c.From), per)
+		}
+		unit := "GPU-hours"
+		if hoursText(c.Used) == "1" {
+			unit = "GPU-hour"
+		}
+		if s.weighted(s.u.GPUHours[c.Window]) {
+			unit += " (weighted by kind of GPU)"
+		}
+		return fmt.Sprintf("You have used %s %s in %s; %s may use %s %s. "+
+			"GPU servers can start again as your older use leaves that window; until then, pick a CPU-only profile.",
+			hoursText(c.Used), unit, last, who(c.From), hoursText(c.Budget), per)
+	case ReasonMaxGPUs:
+		return s.overMessage(c, s.u.Held, "")
+	case ReasonMaxGPUsPerKind:
+		return s.overMessage(c, ofKind(s.u.Held, c.Kind), c.Kind)
+	case ReasonMaxServers:
+		if c.Limit < 1 {
+			return fmt.Sprintf("This server needs a GPU, but %s may not run GPU servers. Pick a CPU-only profile.", who(c.From))
+		}
+		return fmt.Sprintf("You already run %s; %s may run at most %s at a time. %s or pick a CPU-only profile.",
 			servers(s.u.Servers), who(c.From), servers(int(c.Limit)), stopOther(s.u.Servers))
 	}
-	return []Check{c}
+	return ""
 }
 
 // who names whom a limit is for, as the subject of "... may use at most": "you", "students", "each user".

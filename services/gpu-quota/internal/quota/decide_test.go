@@ -229,8 +229,8 @@ func TestDecide(t *testing.T) {
 				t.Errorf("a refusal needs a message, an admission has none: %+v", got)
 			}
 			for _, c := range got.Also {
-				if c.Message == "" {
-					t.Errorf("no message for %s", c.Reason)
+				if c.Message != "" {
+					t.Errorf("a message for %s, also crossed: only the refusal reported is said", c.Reason)
 				}
 			}
 			// Fits is Decide on the limits that depend on the request: the same answer once the others pass.
@@ -295,13 +295,16 @@ users:
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	write := func(name string, d Decision) {
+	// write prints the refusal's message, and what each limit also crossed would say if it came first.
+	write := func(name string, eff Effective, u Usage, req []gpu.Allocation) {
+		d := Decide(eff, u, Request{Allocations: req})
 		if d.Allow {
 			return
 		}
 		fmt.Fprintf(&b, "%s\n  %s: %s\n", name, d.Reason, d.Message)
+		s := situation{eff: eff, u: u, r: Request{Allocations: req}, held: byKind(u.Held), asked: byKind(req)}
 		for _, c := range d.Also {
-			fmt.Fprintf(&b, "  also %s: %s\n", c.Reason, c.Message)
+			fmt.Fprintf(&b, "  also %s: %s\n", c.Reason, s.say(c))
 		}
 		b.WriteString("\n")
 	}
@@ -311,7 +314,7 @@ users:
 		if tc.closed {
 			p = closed
 		}
-		write(name, Decide(p.Effective(tc.user, tc.groups), tc.usage, Request{Allocations: tc.req}))
+		write(name, p.Effective(tc.user, tc.groups), tc.usage, tc.req)
 	}
 	names = names[:0]
 	for name := range extra {
@@ -320,7 +323,7 @@ users:
 	slices.Sort(names)
 	for _, name := range names {
 		tc := extra[name]
-		write(name, Decide(tc.p.Effective("uma", tc.groups), tc.usage, Request{Allocations: tc.req}))
+		write(name, tc.p.Effective("uma", tc.groups), tc.usage, tc.req)
 	}
 	golden(t, "messages.golden", b.String())
 }
