@@ -263,6 +263,31 @@ func TestAgentTokenWiring(t *testing.T) {
 	}
 }
 
+// TestAgentDCGMURL: the agents reach their own node's dcgm-exporter: the chart gives each agent its node's
+// address in HOST_IP, and a URL naming $(HOST_IP) reaches the agent's args as written, for Kubernetes to expand
+// (an env var the container defines, so the kubelet substitutes it; an undefined one would stay literal).
+func TestAgentDCGMURL(t *testing.T) {
+	const url = "http://$(HOST_IP):9400/metrics"
+	objs := rendered(t, "--set", "agent.dcgmExporterURL="+url)
+	c := objs["DaemonSet jhub/gpuhub-agent"].(*appsv1.DaemonSet).Spec.Template.Spec.Containers[0]
+	if got, _ := flagValue(c.Args, "dcgm-exporter-url"); got != url {
+		t.Errorf("--dcgm-exporter-url=%q, want %q", got, url)
+	}
+	var hostIP *corev1.EnvVar
+	for i, e := range c.Env {
+		if e.Name == "HOST_IP" {
+			hostIP = &c.Env[i]
+		}
+	}
+	if hostIP == nil || hostIP.ValueFrom == nil || hostIP.ValueFrom.FieldRef == nil || hostIP.ValueFrom.FieldRef.FieldPath != "status.hostIP" {
+		t.Errorf("agent env HOST_IP = %+v, want the downward API's status.hostIP", hostIP)
+	}
+	c = rendered(t)["DaemonSet jhub/gpuhub-agent"].(*appsv1.DaemonSet).Spec.Template.Spec.Containers[0]
+	if got, ok := flagValue(c.Args, "dcgm-exporter-url"); ok {
+		t.Errorf("no dcgmExporterURL, yet --dcgm-exporter-url=%q", got)
+	}
+}
+
 // TestRBAC: each binary gets only what it uses, namespaced where the API allows.
 func TestRBAC(t *testing.T) {
 	grants := func(objs map[string]runtime.Object, subject string) []string {

@@ -34,7 +34,7 @@ func run(args []string, stderr io.Writer) int {
 		listen       = fs.String("listen", ":9400", "address to serve the snapshot, probes and metrics on")
 		procRoot     = fs.String("proc-root", "/proc", "the host's /proc (GPU PIDs are host PIDs: use hostPID or mount the host's /proc here)")
 		nvmlLib      = fs.String("nvml-library", "", "path of libnvidia-ml.so.1 (empty: the dynamic loader's search path)")
-		dcgmURL      = fs.String("dcgm-exporter-url", "", "dcgm-exporter metrics URL for MIG utilization, e.g. http://127.0.0.1:9400/metrics (empty: MIG utilization is reported as unknown)")
+		dcgmURL      = fs.String("dcgm-exporter-url", "", "the node's dcgm-exporter metrics URL for MIG utilization, e.g. http://$(HOST_IP):9400/metrics in the chart (not 127.0.0.1: in a pod that is the agent itself; empty: MIG utilization is reported as unknown)")
 		dcgmTimeout  = fs.Duration("dcgm-exporter-timeout", dcgm.DefaultTimeout, "bound on one dcgm-exporter scrape, lowered to half of --interval; past it MIG utilization is unknown for that sample")
 		snapAuth     = fs.String("snapshot-auth", agent.AuthNone, "who may read /api/v1/snapshot (it holds user names): tokenreview (Kubernetes bearer token checked with a TokenReview) or none (restrict with a NetworkPolicy)")
 		audience     = fs.String("snapshot-audience", agent.DefaultAudience, "with tokenreview: the audience the caller's token must be issued for (a projected service-account token; the API server's own audience is refused)")
