@@ -51,3 +51,16 @@ func TestAdmitHandlers(t *testing.T) {
 		})
 	}
 }
+
+// TestRaceErrorKinds: the race counts errors by kind, without the connections' addresses.
+func TestRaceErrorKinds(t *testing.T) {
+	for in, want := range map[string]string{
+		"read tcp 127.0.0.1:38054->127.0.0.1:27921: i/o timeout":                           "read tcp ADDR->ADDR: i/o timeout",
+		"waiting for a connection to 127.0.0.1:27921: context deadline exceeded":           "waiting for a connection to ADDR: context deadline exceeded",
+		"admit answered 503: gpu-quota cannot decide right now: no policy loaded (v1.2.3)": "admit answered 503: gpu-quota cannot decide right now: no policy loaded (v1.2.3)",
+	} {
+		if got := addrs.ReplaceAllString(in, "ADDR"); got != want {
+			t.Errorf("%q -> %q, want %q", in, got, want)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -402,7 +403,8 @@ func (o RunOptions) race(ctx context.Context, p *benchkit.RawPool, user string) 
 			res, err := postAdmit(ctx, p, rawAdmit(Request{User: user, Groups: []string{"racers"}, Server: "s" + strconv.Itoa(i),
 				Resources: map[string]int64{"nvidia.com/gpu": 1}, NodeSelector: RaceSelector}))
 			if err != nil {
-				res.Reason = "error: " + err.Error()
+				// Counted by kind: each connection's own address would make every error one of its own.
+				res.Reason = "error: " + addrs.ReplaceAllString(err.Error(), "ADDR")
 			}
 			results <- res
 		}()
@@ -420,6 +422,9 @@ func (o RunOptions) race(ctx context.Context, p *benchkit.RawPool, user string) 
 	o.printf("    race %s: %v\n", user, reasons)
 	return n
 }
+
+// addrs are the host:port addresses in an error's text.
+var addrs = regexp.MustCompile(`\d+\.\d+\.\d+\.\d+:\d+`)
 
 type admitResult struct {
 	Allow  bool   `json:"allow"`
