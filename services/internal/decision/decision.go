@@ -133,11 +133,14 @@ func (l *Log) Record(r Record) Record {
 	}
 	key := [2]string{r.Action, r.Reason}
 	counter := l.counters[key]
-	if counter == nil {
-		counter = l.count.WithLabelValues(r.Action, r.Reason)
-		l.counters[key] = counter
-	}
 	l.mu.Unlock()
+	if counter == nil {
+		// Outside the lock: WithLabelValues panics on a label that is not UTF-8, which must not leave l.mu held.
+		counter = l.count.WithLabelValues(r.Action, r.Reason)
+		l.mu.Lock()
+		l.counters[key] = counter
+		l.mu.Unlock()
+	}
 	counter.Inc()
 	l.log(r)
 	return r

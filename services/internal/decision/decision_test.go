@@ -81,3 +81,29 @@ func TestLogNumbersAsJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordPanicKeepsLogUsable: a reason the metric refuses (not UTF-8) panics in Record, and the log still
+// lists and records afterwards (review finding: the counter was looked up under the log's lock).
+func TestRecordPanicKeepsLogUsable(t *testing.T) {
+	l, err := NewLog(Options{Service: "gpu-quota"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() { _ = recover() }()
+		l.Record(Record{User: "alice", Action: ActionDeny, Reason: "\xff"})
+	}()
+	done := make(chan int, 1)
+	go func() {
+		l.Record(Record{User: "bob", Action: ActionDeny, Reason: "max_gpus"})
+		done <- len(l.List(Filter{}))
+	}()
+	select {
+	case n := <-done:
+		if n == 0 {
+			t.Error("List is empty after Record")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the log is stuck after a panicking Record")
+	}
+}

@@ -142,7 +142,7 @@ func (a *api) admit(w http.ResponseWriter, r *http.Request) {
 // follows it is ignored).
 func readAdmit(w http.ResponseWriter, r *http.Request) (admit.Request, error) {
 	buf := bodyBuffers.Get().(*bytes.Buffer)
-	defer bodyBuffers.Put(buf) // at most maxBody: kept for the next request; both decoders copy what they keep
+	defer bodyBuffers.Put(buf) // kept for the next request (at most about twice maxBody); both decoders copy what they keep
 	buf.Reset()
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBody)); err != nil {
 		return admit.Request{}, err

@@ -92,7 +92,9 @@ type weightKey struct {
 func (e *Effective) sortKeys() {
 	s := &lookupOrder{windows: e.appendWindows(nil)}
 	for key, w := range e.Weights {
-		s.weights = append(s.weights, weightKey{key: key, weight: w.Value})
+		if key != "" { // the map scan never picks an empty key (the policy refuses one anyway)
+			s.weights = append(s.weights, weightKey{key: key, weight: w.Value})
+		}
 	}
 	// Longest first, so that the first key that applies to a class is the one Weight picks; equal lengths by
 	// name (two different keys of one length cannot both apply).

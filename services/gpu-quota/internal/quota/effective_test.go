@@ -282,6 +282,21 @@ default:
 	}
 }
 
+// TestWeightEmptyKey: an empty weights key (the policy refuses it; an Effective made by hand may have it)
+// applies to no class, in the lookup order as in the map scan.
+func TestWeightEmptyKey(t *testing.T) {
+	byHand := Effective{Weights: map[string]Setting[float64]{"": {Value: 5}, "gpu": {Value: 2}}}
+	sorted := byHand
+	sorted.sortKeys()
+	for _, e := range []Effective{byHand, sorted} {
+		for class, want := range map[string]float64{"": 1, " x": 1, "gpu H100": 2} {
+			if got, _ := e.Weight(class); got != want {
+				t.Errorf("Weight(%q), lookup order %v = %v, want %v", class, e.sorted != nil, got, want)
+			}
+		}
+	}
+}
+
 func TestWindows(t *testing.T) {
 	p := mustPolicy(t, `
 default: {budgets: [{window: 30d, gpuHours: 100}, {window: 24h, gpuHours: 4}, {window: 7d, gpuHours: unlimited}]}
