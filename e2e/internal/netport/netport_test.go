@@ -15,3 +15,21 @@ func TestFree(t *testing.T) {
 		seen[p] = true
 	}
 }
+
+// TestFreeNeverTwice: ports handed out earlier in the process are not handed out again, even once closed (a
+// component may not have bound its port yet).
+func TestFreeNeverTwice(t *testing.T) {
+	seen := map[int]bool{}
+	for range 200 {
+		ports, err := Free(3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ports {
+			if seen[p] {
+				t.Fatalf("port %d handed out twice", p)
+			}
+			seen[p] = true
+		}
+	}
+}
