@@ -266,14 +266,8 @@ func (s situation) kinds() []Check {
 // budgets checks every budget window with a limit. unknown is the first window whose usage cannot be read
 // when onUnavailable is open (admitted, and said so); under closed it is a refusal in refused.
 func (s situation) budgets() (refused []Check, unknown *Check) {
-	var buf [8]time.Duration
-	windows := buf[:0]
-	if s.eff.sorted != nil {
-		windows = s.eff.sorted.windows // read only
-	} else {
-		windows = s.eff.appendWindows(windows)
-	}
-	for _, w := range windows {
+	var windows [8]time.Duration
+	for _, w := range s.eff.appendWindows(windows[:0]) {
 		b := s.eff.Budgets[w]
 		hours, ok := s.u.GPUHours[w]
 		if !ok && b.Value == 0 {

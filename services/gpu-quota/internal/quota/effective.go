@@ -319,17 +319,12 @@ func (e Effective) Weight(class string) (float64, string) {
 
 // Weighted is the weighted GPU-hours of hours by class.
 func (e Effective) Weighted(hoursByClass map[string]float64) float64 {
-	if len(hoursByClass) == 0 {
-		return 0
-	}
 	var buf [8]string // a user's classes: a few; sorted on the stack
 	classes := buf[:0]
 	for class := range hoursByClass {
 		classes = append(classes, class)
 	}
-	if len(classes) > 1 {
-		slices.Sort(classes) // a fixed order: the same sum every time
-	}
+	slices.Sort(classes) // a fixed order: the same sum every time
 	total := 0.0
 	for _, class := range classes {
 		w, _ := e.Weight(class)
