@@ -53,7 +53,15 @@ type Options struct {
 	// Subsystem of the metric (default: Service without a "gpu-" prefix, "-" as "_").
 	Subsystem string
 	Now       func() time.Time
+	// WriteDelay lets a record's log line wait up to this long, so that a burst of decisions (64 spawns at
+	// once) is answered before its lines are formatted and written: the record is kept, listed and counted at
+	// once either way. 0 writes each line in Record. Flush writes what waits (call it before exiting); a
+	// process killed outright loses up to WriteDelay of lines, and never more than maxPending wait.
+	WriteDelay time.Duration
 }
+
+// maxPending is how many lines may wait for WriteDelay; the Record that finds this many writes them itself.
+const maxPending = 4096
 
 // Log keeps the last decisions.
 type Log struct {
@@ -68,6 +76,13 @@ type Log struct {
 	next     int
 	full     bool
 	seq      uint64
+	// pending are the records whose lines wait for flushTimer (WriteDelay > 0); spare is the emptied slice of
+	// the last flush, reused.
+	pending, spare []Record
+	flushTimer     *time.Timer
+
+	// writing is held while a flush writes its batch: batches are taken and written in order.
+	writing sync.Mutex
 }
 
 // NewLog returns an empty log.
@@ -94,6 +109,10 @@ func NewLog(o Options) (*Log, error) {
 			return nil, fmt.Errorf("register decision metric: %w", err)
 		}
 	}
+	if o.WriteDelay > 0 {
+		l.flushTimer = time.AfterFunc(time.Hour, l.Flush)
+		l.flushTimer.Stop()
+	}
 	return l, nil
 }
 
@@ -110,7 +129,8 @@ func subsystem(service string) string {
 	return string(s)
 }
 
-// Record fills in ID, Time (when zero) and Service, logs the record with its numbers, counts it and keeps it.
+// Record fills in ID, Time (when zero) and Service, logs the record with its numbers (within WriteDelay),
+// counts it and keeps it.
 func (l *Log) Record(r Record) Record {
 	if r.Time.IsZero() {
 		r.Time = l.o.Now()
@@ -133,6 +153,14 @@ func (l *Log) Record(r Record) Record {
 	}
 	key := [2]string{r.Action, r.Reason}
 	counter := l.counters[key]
+	deferred, backlog := l.flushTimer != nil, false
+	if deferred {
+		l.pending = append(l.pending, r)
+		if len(l.pending) == 1 {
+			l.flushTimer.Reset(l.o.WriteDelay)
+		}
+		backlog = len(l.pending) >= maxPending
+	}
 	l.mu.Unlock()
 	if counter == nil {
 		// Outside the lock: WithLabelValues panics on a label that is not UTF-8, which must not leave l.mu held.
@@ -142,8 +170,30 @@ func (l *Log) Record(r Record) Record {
 		l.mu.Unlock()
 	}
 	counter.Inc()
-	l.log(r)
+	switch {
+	case !deferred:
+		l.log(r)
+	case backlog:
+		l.Flush()
+	}
 	return r
+}
+
+// Flush writes the log lines that wait for WriteDelay, oldest first.
+func (l *Log) Flush() {
+	l.writing.Lock()
+	defer l.writing.Unlock()
+	l.mu.Lock()
+	batch := l.pending
+	l.pending, l.spare = l.spare, nil
+	l.mu.Unlock()
+	for i := range batch {
+		l.log(batch[i])
+	}
+	clear(batch) // the spare must not keep the records' maps alive
+	l.mu.Lock()
+	l.spare = batch[:0]
+	l.mu.Unlock()
 }
 
 // log writes r at info. Every admission is logged, so the attributes are built without boxing: slog.Attr on

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"log/slog"
 	"math"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -107,3 +109,90 @@ func TestRecordPanicKeepsLogUsable(t *testing.T) {
 		t.Fatal("the log is stuck after a panicking Record")
 	}
 }
+
+// TestWriteDelay: with a WriteDelay the records are listed and counted at once, and their lines come after
+// the delay (or at Flush), in the order recorded; a backlog of maxPending is written by the Record that
+// reaches it.
+func TestWriteDelay(t *testing.T) {
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	lines := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		var users []string
+		for line := range strings.Lines(buf.String()) {
+			var v struct{ User string }
+			if err := json.Unmarshal([]byte(line), &v); err != nil {
+				t.Fatalf("log line %q: %v", line, err)
+			}
+			users = append(users, v.User)
+		}
+		return users
+	}
+	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) })
+	reg := prometheus.NewRegistry()
+	l, err := NewLog(Options{Service: "gpu-quota", Registerer: reg, Logger: slog.New(slog.NewJSONHandler(w, nil)), WriteDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{"alice", "bob"} {
+		l.Record(Record{User: u, Action: ActionDeny, Reason: "max_gpus"})
+	}
+	if got := lines(); len(got) != 0 {
+		t.Errorf("lines before the delay: %q", got)
+	}
+	if n := len(l.List(Filter{})); n != 2 {
+		t.Errorf("List has %d records, want 2 at once", n)
+	}
+	if n := testutil.ToFloat64(l.count.WithLabelValues(ActionDeny, "max_gpus")); n != 2 {
+		t.Errorf("decisions_total = %v, want 2 at once", n)
+	}
+	l.Flush()
+	if diff := cmp.Diff([]string{"alice", "bob"}, lines()); diff != "" {
+		t.Errorf("lines after Flush (-want +got):\n%s", diff)
+	}
+
+	buf.Reset()
+	want := make([]string, maxPending)
+	for i := range want {
+		want[i] = strconv.Itoa(i)
+		l.Record(Record{User: want[i], Action: ActionAdmit, Reason: "ok"})
+	}
+	if diff := cmp.Diff(want, lines()); diff != "" {
+		t.Errorf("a backlog of maxPending is not written by Record (-want +got):\n%s", diff)
+	}
+
+	buf.Reset()
+	short, err := NewLog(Options{Service: "gpu-quota", Logger: slog.New(slog.NewJSONHandler(w, nil)), WriteDelay: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recorded sync.WaitGroup
+	for _, u := range []string{"carol", "dave", "erin"} {
+		short.Record(Record{User: u, Action: ActionDeny, Reason: "max_gpus"})
+		recorded.Go(func() { short.Record(Record{User: u + "2", Action: ActionDeny, Reason: "max_gpus"}) })
+	}
+	recorded.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(lines()) < 6 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	got := lines()
+	if len(got) != 6 {
+		t.Fatalf("after the delay: lines %q, want 6", got)
+	}
+	// The records of this goroutine keep their order among the lines.
+	var mine []string
+	for _, u := range got {
+		if !strings.HasSuffix(u, "2") {
+			mine = append(mine, u)
+		}
+	}
+	if diff := cmp.Diff([]string{"carol", "dave", "erin"}, mine); diff != "" {
+		t.Errorf("order of lines (-want +got):\n%s", diff)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

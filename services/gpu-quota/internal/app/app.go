@@ -111,6 +111,9 @@ type Options struct {
 	LeaseRetryPeriod             time.Duration
 	EnforceInterval              time.Duration // passed to WhileLeader
 	DecisionLogSize              int
+	// DecisionLogDelay lets decisions' log lines wait up to this long, so that a burst of spawns is answered
+	// before its lines are written (decision.Options.WriteDelay); 0: 20 ms; negative: each line at once.
+	DecisionLogDelay time.Duration
 
 	Now func() time.Time
 	// OnServing, if set, gets the server and the engine once it listens (tests).
@@ -137,6 +140,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if o.HubRefresh <= 0 {
 		o.HubRefresh = 2 * time.Minute
+	}
+	if o.DecisionLogDelay == 0 {
+		o.DecisionLogDelay = 20 * time.Millisecond
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -183,10 +189,11 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	decisions, err := decision.NewLog(decision.Options{Service: admit.Service, Size: o.DecisionLogSize, Logger: o.Logger,
-		Registerer: o.Registry, Subsystem: "quota", Now: o.Now})
+		Registerer: o.Registry, Subsystem: "quota", Now: o.Now, WriteDelay: max(o.DecisionLogDelay, 0)})
 	if err != nil {
 		return err
 	}
+	defer decisions.Flush() // after the goroutines below, which record, have ended
 	s.usage, err = usagecache.New(usagecache.Options{URL: o.UsageURL, Token: o.Token, Client: o.UsageClient, Refresh: o.UsageRefresh,
 		Now: o.Now, Logger: o.Logger, Registerer: o.Registry, Windows: func() []time.Duration { return policyWindows(pol.Current()) }})
 	if err != nil {

@@ -295,6 +295,26 @@ gpuhub_quota_reservations 2
 	}
 }
 
+// TestDecisionLinesFlushedAtStop: a decision's log line waits DecisionLogDelay (off the answer's path) and is
+// written when the service stops, before Run returns.
+func TestDecisionLinesFlushedAtStop(t *testing.T) {
+	r := start(t, func(o *Options) { o.DecisionLogDelay = time.Hour })
+	if code, res := r.admit(t, http.DefaultClient, `{"user":"bob","server":"two","groups":["students"],"resources":{}}`); code != 200 || res.DecisionID == "" {
+		t.Fatalf("admit: %d %+v", code, res)
+	}
+	if strings.Contains(r.logs.String(), "msg=decision") {
+		t.Errorf("the line was written before the delay:\n%s", r.logs)
+	}
+	r.cancel()
+	if err := <-r.done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	r.done <- nil // for start's cleanup
+	if !strings.Contains(r.logs.String(), "msg=decision") || !strings.Contains(r.logs.String(), "user=bob server=two") {
+		t.Errorf("no decision line after Run returned:\n%s", r.logs)
+	}
+}
+
 // TestNoReadsPerDecision: once ready, decisions read nothing from the API server and nothing from the Hub.
 func TestNoReadsPerDecision(t *testing.T) {
 	r := start(t)
