@@ -221,7 +221,11 @@ func (l *Log) log(r Record) {
 	if r.Message != "" {
 		attrs = append(attrs, slog.String("message", r.Message))
 	}
-	l.o.Logger.LogAttrs(ctx, slog.LevelInfo, "decision", attrs...)
+	// The line's time is the decision's, also when it waited for WriteDelay.
+	rec := slog.NewRecord(r.Time, slog.LevelInfo, "decision", 0)
+	rec.AddAttrs(attrs...)
+	_ = l.o.Logger.Handler().Handle(ctx, rec) // as Logger.LogAttrs: a handler's error has nowhere to go
+
 }
 
 // number is one of the numbers as a log attribute. Most are whole (limits, counts, seconds): those go as

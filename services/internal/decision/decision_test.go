@@ -147,9 +147,17 @@ func TestWriteDelay(t *testing.T) {
 	if n := testutil.ToFloat64(l.count.WithLabelValues(ActionDeny, "max_gpus")); n != 2 {
 		t.Errorf("decisions_total = %v, want 2 at once", n)
 	}
+	time.Sleep(2 * time.Millisecond) // the lines are written later than decided
 	l.Flush()
 	if diff := cmp.Diff([]string{"alice", "bob"}, lines()); diff != "" {
 		t.Errorf("lines after Flush (-want +got):\n%s", diff)
+	}
+	var first struct{ Time time.Time }
+	if err := json.Unmarshal([]byte(strings.SplitN(buf.String(), "\n", 2)[0]), &first); err != nil {
+		t.Fatal(err)
+	}
+	if decided := l.List(Filter{})[1].Time; !first.Time.Equal(decided) {
+		t.Errorf("alice's line has time %v, want the decision's %v", first.Time, decided)
 	}
 
 	buf.Reset()
