@@ -73,6 +73,12 @@ func TestWaitlistSavedStartedRestored(t *testing.T) {
 	if _, err := r.kube.CoreV1().Pods("jhub").Create(context.Background(), gpuPod("jupyter-dave", "dave", "gpu-h100", "nvidia.com/gpu"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Until the engine sees dave's pod an H100 is free, and erin's request would be admitted and reserve it
+	// for her server until the TTL (a minute here): the unit she then waits for would stay reserved.
+	eventually(t, "dave's pod seen", func() bool {
+		q, err := r.engine.UserQuota("dave")
+		return err == nil && q.Concurrent.HeldGPUs == 1
+	})
 	body := `{"user":"erin","groups":[],"resources":{"nvidia.com/gpu":1},"nodeSelector":{"nvidia.com/gpu.product":"NVIDIA-H100-80GB-HBM3"},
 		"waitlist":{"join":true,"autoStart":true},"userOptions":{"profile":"h100"}}`
 	eventually(t, "erin queued", func() bool {
