@@ -225,7 +225,6 @@ func (l *Log) log(r Record) {
 	rec := slog.NewRecord(r.Time, slog.LevelInfo, "decision", 0)
 	rec.AddAttrs(attrs...)
 	_ = l.o.Logger.Handler().Handle(ctx, rec) // as Logger.LogAttrs: a handler's error has nowhere to go
-
 }
 
 // number is one of the numbers as a log attribute. Most are whole (limits, counts, seconds): those go as

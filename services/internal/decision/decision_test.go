@@ -114,13 +114,10 @@ func TestRecordPanicKeepsLogUsable(t *testing.T) {
 // the delay (or at Flush), in the order recorded; a backlog of maxPending is written by the Record that
 // reaches it.
 func TestWriteDelay(t *testing.T) {
-	var mu sync.Mutex
-	var buf bytes.Buffer
+	w := &syncBuffer{}
 	lines := func() []string {
-		mu.Lock()
-		defer mu.Unlock()
 		var users []string
-		for line := range strings.Lines(buf.String()) {
+		for line := range strings.Lines(w.String()) {
 			var v struct{ User string }
 			if err := json.Unmarshal([]byte(line), &v); err != nil {
 				t.Fatalf("log line %q: %v", line, err)
@@ -129,7 +126,6 @@ func TestWriteDelay(t *testing.T) {
 		}
 		return users
 	}
-	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) })
 	reg := prometheus.NewRegistry()
 	l, err := NewLog(Options{Service: "gpu-quota", Registerer: reg, Logger: slog.New(slog.NewJSONHandler(w, nil)), WriteDelay: time.Hour})
 	if err != nil {
@@ -153,14 +149,14 @@ func TestWriteDelay(t *testing.T) {
 		t.Errorf("lines after Flush (-want +got):\n%s", diff)
 	}
 	var first struct{ Time time.Time }
-	if err := json.Unmarshal([]byte(strings.SplitN(buf.String(), "\n", 2)[0]), &first); err != nil {
+	if err := json.Unmarshal([]byte(strings.SplitN(w.String(), "\n", 2)[0]), &first); err != nil {
 		t.Fatal(err)
 	}
 	if decided := l.List(Filter{})[1].Time; !first.Time.Equal(decided) {
 		t.Errorf("alice's line has time %v, want the decision's %v", first.Time, decided)
 	}
 
-	buf.Reset()
+	w.Reset()
 	want := make([]string, maxPending)
 	for i := range want {
 		want[i] = strconv.Itoa(i)
@@ -170,7 +166,7 @@ func TestWriteDelay(t *testing.T) {
 		t.Errorf("a backlog of maxPending is not written by Record (-want +got):\n%s", diff)
 	}
 
-	buf.Reset()
+	w.Reset()
 	short, err := NewLog(Options{Service: "gpu-quota", Logger: slog.New(slog.NewJSONHandler(w, nil)), WriteDelay: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -201,6 +197,16 @@ func TestWriteDelay(t *testing.T) {
 	}
 }
 
-type writerFunc func([]byte) (int, error)
+// syncBuffer is a log's output, written by the flush timer while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
 
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+func (s *syncBuffer) Reset()         { s.mu.Lock(); defer s.mu.Unlock(); s.b.Reset() }
