@@ -73,6 +73,39 @@ type answer struct {
 	fetched time.Time // ours: when it arrived
 	// hours: window -> user -> class -> unweighted GPU-hours.
 	hours map[time.Duration]map[string]map[string]float64
+	// byUser is hours by user: every window of the answer (noUse where the user used nothing in it), as
+	// GPUHours gives it to a user who holds nothing. A decision then looks the user up once, not once per
+	// window, in maps of 10,000 users that 64 spawns at once find out of the processor's cache, and builds no
+	// map. none is the same for a user the answer does not name.
+	byUser map[string]map[time.Duration]map[string]float64
+	none   map[time.Duration]map[string]float64
+}
+
+// newAnswer indexes hours by user.
+func newAnswer(asOf, fetched time.Time, hours map[time.Duration]map[string]map[string]float64) *answer {
+	a := &answer{asOf: asOf, fetched: fetched, hours: hours, none: make(map[time.Duration]map[string]float64, len(hours))}
+	users := 0
+	for w, byUser := range hours {
+		a.none[w] = noUse
+		users = max(users, len(byUser))
+	}
+	a.byUser = make(map[string]map[time.Duration]map[string]float64, users)
+	var pace yield.Pass
+	n := 0
+	for w, byUser := range hours {
+		for user, byClass := range byUser {
+			mine := a.byUser[user]
+			if mine == nil {
+				mine = maps.Clone(a.none)
+				a.byUser[user] = mine
+			}
+			mine[w] = byClass
+			if n++; n%32 == 0 {
+				pace.Item()
+			}
+		}
+	}
+	return a
 }
 
 // New returns a cache; call Run to poll.
@@ -156,7 +189,7 @@ func (c *Cache) Refresh(ctx context.Context) {
 	if len(windows) == 0 {
 		// Nothing to ask: every window the policy needs is present (none), and the answer is fresh.
 		now := c.o.Now()
-		c.last.Store(&answer{asOf: now, fetched: now, hours: map[time.Duration]map[string]map[string]float64{}})
+		c.last.Store(newAnswer(now, now, map[time.Duration]map[string]map[string]float64{}))
 		c.err.Store(nil)
 		c.success.Set(1)
 		return
@@ -238,7 +271,7 @@ func (c *Cache) fetch(ctx context.Context, windows []time.Duration) (*answer, er
 	if w.AsOf.IsZero() {
 		return nil, errors.New("get gpu-hours: the answer has no asOf")
 	}
-	a := &answer{asOf: w.AsOf, fetched: c.o.Now(), hours: map[time.Duration]map[string]map[string]float64{}}
+	hours := map[time.Duration]map[string]map[string]float64{}
 	for i, w2 := range windows {
 		users, ok := w.Windows[params[i]]
 		if !ok {
@@ -247,9 +280,9 @@ func (c *Cache) fetch(ctx context.Context, windows []time.Duration) (*answer, er
 		if users == nil {
 			users = map[string]map[string]float64{}
 		}
-		a.hours[w2] = users
+		hours[w2] = users
 	}
-	return a, nil
+	return newAnswer(w.AsOf, c.o.Now(), hours), nil
 }
 
 // decodeWire decodes the usage API's answer as json.Unmarshal into a wire would, but a user at a time, giving up
@@ -396,8 +429,8 @@ var noUse = map[string]float64{}
 
 // GPUHours is user's unweighted GPU-hours by class in each of windows at now, for quota.Usage.GPUHours: the
 // last answer plus what held accrues since its asOf. A window is missing when it cannot be read (no URL, no
-// answer yet, the answer is stale, or it lacks the window). A window where nothing accrues is the answer's own
-// map (an empty one when the user used nothing), shared: read the result, never change it.
+// answer yet, the answer is stale, or it lacks the window). When nothing accrues the result is the answer's
+// own, shared, and may hold the answer's other windows too: read the windows asked for, never change it.
 func (c *Cache) GPUHours(user string, windows []time.Duration, held []Held, now time.Time) map[time.Duration]map[string]float64 {
 	if len(windows) == 0 {
 		return nil
@@ -406,41 +439,49 @@ func (c *Cache) GPUHours(user string, windows []time.Duration, held []Held, now 
 	if a == nil {
 		return nil
 	}
+	mine := a.byUser[user]
+	if mine == nil {
+		mine = a.none
+	}
+	if !accrues(a, held, now) {
+		return mine // every decision of a user who holds nothing reads the same numbers: no copy
+	}
 	out := make(map[time.Duration]map[string]float64, len(windows))
 	for _, w := range windows {
-		users, ok := a.hours[w]
+		used, ok := mine[w]
 		if !ok {
 			continue
 		}
-		used := users[user]
 		// Accrual since asOf: held x elapsed. The window also slid by as much, and use that left it is not
 		// subtracted: between polls a budget can only look more used than it is, never less.
-		var byClass map[string]float64
+		byClass := make(map[string]float64, len(used)+len(held))
+		maps.Copy(byClass, used)
 		for _, h := range held {
-			from := a.asOf
-			if h.Since.After(from) {
-				from = h.Since
+			if d := now.Sub(accruesFrom(a, h)); d > 0 {
+				byClass[h.Class] += h.GPUs * min(d, w).Hours()
 			}
-			d := now.Sub(from)
-			if d <= 0 {
-				continue
-			}
-			if byClass == nil {
-				byClass = make(map[string]float64, len(used)+len(held))
-				maps.Copy(byClass, used)
-			}
-			byClass[h.Class] += h.GPUs * min(d, w).Hours()
-		}
-		switch {
-		case byClass != nil:
-		case used != nil:
-			byClass = used // every decision of a user who holds nothing reads the same numbers: no copy
-		default:
-			byClass = noUse
 		}
 		out[w] = byClass
 	}
 	return out
+}
+
+// accruesFrom is when h starts adding to the answer's numbers: its asOf, or h's start when later.
+func accruesFrom(a *answer, h Held) time.Time {
+	if h.Since.After(a.asOf) {
+		return h.Since
+	}
+	return a.asOf
+}
+
+// accrues reports whether something held adds to the answer's numbers at now.
+func accrues(a *answer, held []Held, now time.Time) bool {
+	for _, h := range held {
+		if now.Sub(accruesFrom(a, h)) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Check is the /readyz detail of the cache (an optional check): the age of the answer in use, or why there

@@ -110,6 +110,19 @@ func TestGPUHours(t *testing.T) {
 	if got := c.GPUHours("nobody", []time.Duration{day}, nil, clk.Now()); len(got[day]) != 0 || got[day] == nil {
 		t.Errorf("a user without use: %v, want an empty window (0 used, readable)", got)
 	}
+	// Holding nothing, a user gets the answer's own numbers: every window of the answer (0 used where the answer
+	// does not name them), 30d still missing, whichever windows were asked for.
+	for _, windows := range [][]time.Duration{{day}, {7 * day}, {day, 7 * day, 30 * day}} {
+		for user, want := range map[string]map[time.Duration]map[string]float64{
+			"carol":  {day: {}, 7 * day: {"gpu H100-80GB-HBM3": 10}},
+			"nobody": {day: {}, 7 * day: {}},
+			"bob":    {day: {"mig A100-SXM4-40GB 1g.5gb": 0.5}, 7 * day: {"mig A100-SXM4-40GB 1g.5gb": 3}},
+		} {
+			if diff := cmp.Diff(want, c.GPUHours(user, windows, nil, clk.Now())); diff != "" {
+				t.Errorf("%s holding nothing, windows %v (-want +got):\n%s", user, windows, diff)
+			}
+		}
+	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP gpuhub_quota_usage_refresh_last_run_success 1 when the last poll of the usage API's GPU-hours succeeded, 0 when it failed.
 # TYPE gpuhub_quota_usage_refresh_last_run_success gauge
