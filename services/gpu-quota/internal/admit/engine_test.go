@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -517,5 +519,31 @@ func TestViewsJudgeByFreshGroups(t *testing.T) {
 	r.clock.Add(7 * time.Minute)
 	if _, err := r.eng.Views(); err == nil || !strings.Contains(err.Error(), "too old to act on") {
 		t.Errorf("Views with a 8-minute-old directory: err = %v, want too old", err)
+	}
+}
+
+// Users without an entry of their own share their groups' effective policy; each still gets their own name,
+// and a user with an entry gets theirs.
+func TestEffectiveCacheSharesGroups(t *testing.T) {
+	pol := mustPolicy(t, `
+default: {maxGPUs: 1}
+groups:
+  students: {maxGPUs: 3/7, budgets: [{window: 24h, gpuHours: 2}]}
+users:
+  alice: {maxGPUs: 2}
+`)
+	var c effCache
+	for _, tc := range []struct {
+		user   string
+		groups []string
+	}{{"bob", []string{"students"}}, {"carol", []string{"students"}}, {"alice", []string{"students"}}, {"dave", nil}, {"bob", nil}} {
+		got := c.get(pol, tc.user, tc.groups)
+		want := pol.Effective(tc.user, tc.groups)
+		if diff := cmp.Diff(effEntry{eff: want, windows: want.Windows()}, got, cmp.AllowUnexported(effEntry{}), cmpopts.IgnoreUnexported(quota.Effective{})); diff != "" {
+			t.Errorf("%s in %v (-want +got):\n%s", tc.user, tc.groups, diff)
+		}
+	}
+	if len(c.m) != 3 { // students, no group, alice in students
+		t.Errorf("%d entries, want 3: %v", len(c.m), slices.Collect(maps.Keys(c.m)))
 	}
 }
