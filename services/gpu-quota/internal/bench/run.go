@@ -337,18 +337,6 @@ func (h *httpRig) ours(ctx context.Context) []pair {
 	// Warm-up (connections, caches), not measured.
 	benchkit.Closed(ctx, o.Concurrency, 2*time.Second, 0, h.post(h.oursConns))
 	benchkit.Closed(ctx, o.Concurrency, 2*time.Second, 0, h.post(h.floorConns))
-	// What each process spends while no call comes (informers, the usage cache's refresh, the enforcer's
-	// pass, the runtime): it lands on the calls of a run as well.
-	benchkit.Settle(ctx)
-	oursIdle, floorIdle := h.procs[0].CPU(), h.procs[2].CPU()
-	idleStart := time.Now()
-	select {
-	case <-ctx.Done():
-	case <-time.After(o.Duration):
-	}
-	idle := time.Since(idleStart)
-	o.printf("    idle for %s: ours %s CPU per second, floor %s\n", idle.Round(time.Millisecond),
-		ms(perSecond(h.procs[0].CPU()-oursIdle, idle)), ms(perSecond(h.procs[2].CPU()-floorIdle, idle)))
 	runs := make([]pair, o.Runs)
 	for r := range runs {
 		p := &runs[r]
@@ -368,6 +356,21 @@ func (h *httpRig) ours(ctx context.Context) []pair {
 			r+1, o.Concurrency, ms(p.ours.P99), p.ours.N, us(p.oursCPU), burstSummary(p.ours), ms(p.floor.P99), us(p.floorCPU), burstSummary(p.floor),
 			100*p.ours.MachineBusy, p.oursSat.Throughput)
 	}
+	// What each process spends while no call comes (informers, the usage cache's refresh, the enforcer's
+	// pass, the runtime): it lands on the calls of a run as well. Measured after the runs, not between the
+	// warm-up and the first: on this machine a core left idle for seconds runs slower for a while when work
+	// comes back (a short probe on CPU 0 took up to twice as long for ~2 s after 8 s idle), and the first run
+	// then began colder than the others.
+	benchkit.Settle(ctx)
+	oursIdle, floorIdle := h.procs[0].CPU(), h.procs[2].CPU()
+	idleStart := time.Now()
+	select {
+	case <-ctx.Done():
+	case <-time.After(o.Duration):
+	}
+	idle := time.Since(idleStart)
+	o.printf("    idle for %s: ours %s CPU per second, floor %s\n", idle.Round(time.Millisecond),
+		ms(perSecond(h.procs[0].CPU()-oursIdle, idle)), ms(perSecond(h.procs[2].CPU()-floorIdle, idle)))
 	return runs
 }
 
