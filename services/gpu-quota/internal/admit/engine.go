@@ -214,7 +214,9 @@ func (e *Engine) onNode(obj any, deleted bool) {
 	e.ix.setNode(name, gn)
 }
 
-// Request is an admission request: the server the Hub is about to create a pod for.
+// Request is an admission request: the server the Hub is about to create a pod for. Its slices and maps may
+// be shared with other requests (the API reuses those decoded from the same text): read them, never change
+// them.
 type Request struct {
 	User   string `json:"user"`
 	Server string `json:"server"` // "" is the default server

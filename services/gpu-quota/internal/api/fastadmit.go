@@ -2,6 +2,7 @@ package api
 
 import (
 	"strconv"
+	"sync"
 
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/admit"
 	"github.com/gpuhub/gpuhub/services/internal/jsonscan"
@@ -34,13 +35,15 @@ func decodeAdmit(body []byte) (admit.Request, bool) {
 			r.Profile, ok = d.text()
 		case "groups":
 			bit = 8
-			r.Groups, ok = d.strings()
+			r.Groups, ok = sharedValue(&d, &sharedGroups, (*scan).skipStrings, (*scan).strings)
 		case "resources":
 			bit = 16
-			r.Resources, ok = object(&d, (*scan).count)
+			r.Resources, ok = sharedValue(&d, &sharedResources, (*scan).skipObject,
+				func(d *scan) (map[string]int64, bool) { return object(d, (*scan).count) })
 		case "nodeSelector":
 			bit = 32
-			r.NodeSelector, ok = object(&d, (*scan).text)
+			r.NodeSelector, ok = sharedValue(&d, &sharedSelectors, (*scan).skipObject,
+				func(d *scan) (map[string]string, bool) { return object(d, (*scan).text) })
 		}
 		if !ok || seen&bit != 0 { // another key, or one given twice: json.Decoder's rules
 			return false
@@ -93,4 +96,79 @@ func object[V any](d *scan, value func(*scan) (V, bool)) (map[string]V, bool) {
 		return ok && len(out) > n
 	})
 	return out, ok
+}
+
+// The groups, resources and node selectors of the admissions decoded so far, by their text: a hub has a few
+// profiles and group sets, and every spawn of one sends the same text, so most admissions reuse a value
+// instead of allocating its slice or map and strings (each allocation, on a core that has just served 63
+// other spawns, is memory out of its cache). The values are shared: admit.Request's are read, never changed.
+var (
+	sharedGroups    sharedValues[[]string]
+	sharedResources sharedValues[map[string]int64]
+	sharedSelectors sharedValues[map[string]string]
+)
+
+// maxSharedValues bounds each kind's texts kept, and maxSharedText the length of one (a profile's selector
+// is a few dozen bytes); past them, a text is decoded each time.
+const (
+	maxSharedValues = 256
+	maxSharedText   = 1 << 10
+)
+
+type sharedValues[V any] struct {
+	mu sync.Mutex
+	m  map[string]V
+}
+
+// sharedValue reads a value whose text skip passes over: the value decoded from the same text before, else
+// decode's.
+func sharedValue[V any](d *scan, c *sharedValues[V], skip func(*scan) bool, decode func(*scan) (V, bool)) (V, bool) {
+	d.Space()
+	start := d.I
+	if !skip(d) {
+		var zero V
+		return zero, false
+	}
+	text := d.B[start:d.I]
+	c.mu.Lock()
+	v, ok := c.m[string(text)] // no allocation for the lookup
+	c.mu.Unlock()
+	if ok {
+		return v, true
+	}
+	d.I = start
+	if v, ok = decode(d); !ok {
+		return v, false
+	}
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = map[string]V{}
+	}
+	if len(c.m) < maxSharedValues && len(text) <= maxSharedText {
+		c.m[string(text)] = v
+	}
+	c.mu.Unlock()
+	return v, true
+}
+
+// skipStrings passes over what strings reads, without keeping it.
+func (d *scan) skipStrings() bool {
+	return d.Array(func() bool {
+		_, ok := d.Str()
+		return ok
+	})
+}
+
+// skipObject passes over an object of strings or whole numbers (what object reads with text or count), without
+// keeping it; whether its values are the right kind is decode's to say, on the text's first sight.
+func (d *scan) skipObject() bool {
+	return d.Object(func([]byte) bool {
+		d.Space()
+		if d.I < len(d.B) && d.B[d.I] == '"' {
+			_, ok := d.Str()
+			return ok
+		}
+		_, _, ok := d.Number()
+		return ok
+	})
 }

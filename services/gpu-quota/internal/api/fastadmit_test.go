@@ -3,6 +3,8 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"reflect"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -51,5 +53,39 @@ func TestDecodeAdmitTakesTheGluesRequest(t *testing.T) {
 		NodeSelector: map[string]string{"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("(-want +got):\n%s", diff)
+	}
+}
+
+// Two spawns of one profile share the groups, resources and node selector decoded from the same text; another
+// text gets its own; past maxSharedValues texts, a new one is decoded each time and still right.
+func TestDecodeAdmitSharesRepeatedValues(t *testing.T) {
+	body := func(user, product string) []byte {
+		return []byte(`{"user": "` + user + `", "groups": ["shared-test"], "resources": {"nvidia.com/gpu": 1}, "nodeSelector": {"nvidia.com/gpu.product": "` + product + `"}}`)
+	}
+	a, okA := decodeAdmit(body("bob", "NVIDIA-H100-80GB-HBM3"))
+	b, okB := decodeAdmit(body("carol", "NVIDIA-H100-80GB-HBM3"))
+	c, okC := decodeAdmit(body("dave", "Tesla-T4"))
+	if !okA || !okB || !okC {
+		t.Fatal("decodeAdmit left a glue request to json.Decoder")
+	}
+	if &a.Groups[0] != &b.Groups[0] || reflect.ValueOf(a.Resources).UnsafePointer() != reflect.ValueOf(b.Resources).UnsafePointer() ||
+		reflect.ValueOf(a.NodeSelector).UnsafePointer() != reflect.ValueOf(b.NodeSelector).UnsafePointer() {
+		t.Error("the same text decoded twice gave two values, want one shared")
+	}
+	if reflect.ValueOf(a.NodeSelector).UnsafePointer() == reflect.ValueOf(c.NodeSelector).UnsafePointer() || c.NodeSelector["nvidia.com/gpu.product"] != "Tesla-T4" {
+		t.Errorf("another node selector: %v", c.NodeSelector)
+	}
+	for i := range 2 * maxSharedValues {
+		product := fmt.Sprintf("product-%d", i)
+		r, ok := decodeAdmit(body("erin", product))
+		if !ok || r.NodeSelector["nvidia.com/gpu.product"] != product {
+			t.Fatalf("text %d: %v %v", i, ok, r.NodeSelector)
+		}
+	}
+	sharedSelectors.mu.Lock()
+	n := len(sharedSelectors.m)
+	sharedSelectors.mu.Unlock()
+	if n > maxSharedValues {
+		t.Errorf("%d node selectors kept, want at most %d", n, maxSharedValues)
 	}
 }
