@@ -71,7 +71,7 @@ func runBench(ctx context.Context, args []string) error {
 	fs.StringVar(&o.SUTCPU, "sut-cpu", "0", "CPU list the HTTP system under test is pinned to (taskset; empty: not pinned)")
 	fs.StringVar(&o.SUTProfile, "sut-cpu-profile", "", "write the HTTP system under test's CPU profile (pprof) to this file")
 	fs.StringVar(&o.SUTHeapProfile, "sut-heap-profile", "", "write the HTTP system under test's live heap (pprof), taken once it is ready, to this file")
-	sutEnv := fs.String("sut-env", "GOGC=200", "comma-separated KEY=VALUE added to the HTTP systems' environment (default: the chart's GOGC for gpu-quota, for all three)")
+	sutEnv := fs.String("sut-env", "GOGC=200", "comma-separated KEY=VALUE added to gpu-quota's and the floor's environment over HTTP (default: the chart's GOGC for gpu-quota)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

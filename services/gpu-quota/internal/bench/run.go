@@ -44,7 +44,10 @@ type RunOptions struct {
 	// SUTCPU pins the HTTP system under test (taskset); the load generator, kube-apiserver and etcd run on the
 	// other cores (run the whole command under taskset to pin them too).
 	SUTCPU string
-	// SUTEnv is added to the HTTP systems' environment (GOGC=..., GOMEMLIMIT=...: the chart's settings).
+	// SUTEnv is added to gpu-quota's and the floor's environment (GOGC=...: the chart's settings). The naive
+	// enforcer runs with Go's defaults: its 64 LISTs of 10,000 pods at once hold gigabytes; with GOGC=200 there
+	// too, its clients lost their connections to kube-apiserver and gpu-quota's usage polls went stale in its
+	// phase (a full run of 2026-11-28, 21:16).
 	SUTEnv []string
 	// SUTProfile, when set, is where the system under test writes its CPU profile (pprof), for finding where
 	// an HTTP admission's time goes.
@@ -287,7 +290,11 @@ func (o RunOptions) startHTTP(ctx context.Context, kc kubernetes.Interface, kube
 		if o.SUTHeapProfile != "" && i == 0 {
 			args = append(args, "--heap-profile", o.SUTHeapProfile)
 		}
-		proc, err := benchkit.StartProc(ctx, benchkit.Pinned(o.SUTCPU, args), o.SUTEnv)
+		env := o.SUTEnv
+		if listen == "--naive-listen" {
+			env = nil
+		}
+		proc, err := benchkit.StartProc(ctx, benchkit.Pinned(o.SUTCPU, args), env)
 		if err != nil {
 			rig.stop()
 			return nil, err
