@@ -14,6 +14,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gpuhub/gpuhub/services/internal/logging/logtest"
 )
 
 func TestLogKeepsNewestFirstAndCounts(t *testing.T) {
@@ -114,7 +116,7 @@ func TestRecordPanicKeepsLogUsable(t *testing.T) {
 // the delay (or at Flush), in the order recorded; a backlog of maxPending is written by the Record that
 // reaches it.
 func TestWriteDelay(t *testing.T) {
-	w := &syncBuffer{}
+	w := &logtest.Buffer{}
 	lines := func() []string {
 		var users []string
 		for line := range strings.Lines(w.String()) {
@@ -196,17 +198,3 @@ func TestWriteDelay(t *testing.T) {
 		t.Errorf("order of lines (-want +got):\n%s", diff)
 	}
 }
-
-// syncBuffer is a log's output, written by the flush timer while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-func (s *syncBuffer) Reset()         { s.mu.Lock(); defer s.mu.Unlock(); s.b.Reset() }

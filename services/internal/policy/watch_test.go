@@ -1,19 +1,19 @@
 package policy
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gpuhub/gpuhub/services/internal/logging/logtest"
 )
 
 type watched struct {
@@ -36,7 +36,7 @@ func TestWatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedWriter
+	var logs logtest.Buffer
 	signal := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -74,24 +74,6 @@ func TestWatch(t *testing.T) {
 	if !strings.Contains(logs.String(), "p.yaml:2:1") || !strings.Contains(logs.String(), "policy reload failed: keeping the last good one") {
 		t.Errorf("the failure's log does not name the place:\n%s", logs.String())
 	}
-}
-
-// lockedWriter is a log the test reads while the watcher may still write.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  bytes.Buffer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
-func (l *lockedWriter) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.String()
 }
 
 // replaceFile writes data to path as a ConfigMap update does, in one step (a new file renamed over the old): a

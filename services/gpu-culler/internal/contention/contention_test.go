@@ -1,7 +1,6 @@
 package contention
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/http"
@@ -14,6 +13,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gpuhub/gpuhub/services/internal/logging/logtest"
 )
 
 var t0 = time.Date(2026, 11, 23, 15, 0, 0, 0, time.UTC)
@@ -160,9 +161,8 @@ func TestMetricsAndLogs(t *testing.T) {
 	srv := httptest.NewServer(wl)
 	defer srv.Close()
 	reg := prometheus.NewRegistry()
-	var logs bytes.Buffer
-	var logMu sync.Mutex
-	logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, nil))
+	var logs logtest.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	p, err := New(Options{URL: srv.URL + "/", Token: "secret-token", Every: 5 * time.Millisecond, Registerer: reg, Logger: logger,
 		Now: func() time.Time { return t0 }}) // a fixed clock: the answer never goes stale here
 	if err != nil {
@@ -184,9 +184,7 @@ gpuhub_culler_contended_classes 2
 `), "gpuhub_culler_contended_classes"); err != nil {
 		t.Error(err)
 	}
-	logMu.Lock()
 	out := logs.String()
-	logMu.Unlock()
 	for _, w := range []struct {
 		line string
 		n    int
@@ -198,17 +196,6 @@ gpuhub_culler_contended_classes 2
 	if strings.Contains(out, "secret-token") {
 		t.Error("the token was logged")
 	}
-}
-
-type lockedWriter struct {
-	w  *bytes.Buffer
-	mu *sync.Mutex
-}
-
-func (l *lockedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(b)
 }
 
 func waitFor(t *testing.T, ok func() bool) {

@@ -29,6 +29,7 @@ import (
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/catalog"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/fixture"
+	"github.com/gpuhub/gpuhub/services/internal/logging/logtest"
 	"github.com/gpuhub/gpuhub/services/internal/server"
 )
 
@@ -117,7 +118,7 @@ func TestAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &running{url: "http://" + ln.Addr().String(), logs: &syncBuffer{}}
+	r := &running{url: "http://" + ln.Addr().String(), logs: &logtest.Buffer{}}
 	served := make(chan struct{})
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

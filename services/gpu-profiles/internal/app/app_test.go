@@ -1,7 +1,6 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,6 +31,7 @@ import (
 	"github.com/gpuhub/gpuhub/hubapi/hubapitest"
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/catalog"
+	"github.com/gpuhub/gpuhub/services/internal/logging/logtest"
 	"github.com/gpuhub/gpuhub/services/internal/server"
 )
 
@@ -75,25 +74,13 @@ type running struct {
 	kubeOps  *atomic.Int64
 	config   string
 	reload   chan struct{}
-	logs     *syncBuffer
+	logs     *logtest.Buffer
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func start(t *testing.T, opts ...func(*Options)) *running {
 	t.Helper()
 	hub := hubapitest.New(t)
-	r := &running{hub: hub, kube: fake.NewClientset(objects()...), kubeOps: &atomic.Int64{}, reload: make(chan struct{}, 1), logs: &syncBuffer{}}
+	r := &running{hub: hub, kube: fake.NewClientset(objects()...), kubeOps: &atomic.Int64{}, reload: make(chan struct{}, 1), logs: &logtest.Buffer{}}
 	r.kube.PrependReactor("*", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
 		r.kubeOps.Add(1)
 		return false, nil, nil

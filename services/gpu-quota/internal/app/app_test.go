@@ -1,7 +1,6 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,6 +33,7 @@ import (
 	"github.com/gpuhub/gpuhub/hubapi/hubapitest"
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/admit"
+	"github.com/gpuhub/gpuhub/services/internal/logging/logtest"
 	"github.com/gpuhub/gpuhub/services/internal/server"
 )
 
@@ -116,27 +116,15 @@ type running struct {
 	usage    *usageAPI
 	policy   string
 	reload   chan struct{}
-	logs     *syncBuffer
+	logs     *logtest.Buffer
 	cancel   context.CancelFunc
 	done     chan error
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 func start(t *testing.T, opts ...func(*Options)) *running {
 	t.Helper()
 	r := &running{hub: hubapitest.New(t), kube: fake.NewClientset(objects()...), kubeOps: &atomic.Int64{},
-		usage: &usageAPI{hours: map[string]map[string]map[string]float64{}}, reload: make(chan struct{}, 1), logs: &syncBuffer{}}
+		usage: &usageAPI{hours: map[string]map[string]map[string]float64{}}, reload: make(chan struct{}, 1), logs: &logtest.Buffer{}}
 	r.kube.PrependReactor("*", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
 		r.kubeOps.Add(1)
 		return false, nil, nil
