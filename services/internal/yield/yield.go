@@ -16,10 +16,14 @@
 // the pass ahead of everything else (the run queue's next slot), so it then yields once more, behind the
 // handlers the poll made runnable. The price, when nothing arrives, is the scheduler's shortest network wait (1
 // ms, epoll's unit) per Slice: a pass of 50 ms of work takes about 250 ms.
+//
+// A pass can also stand behind a Foreground (gpu-quota's admissions): then it does not start its next slice
+// while that work runs, so that a burst of requests is served without the pass's slices between them.
 package yield
 
 import (
 	"runtime"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,7 +36,11 @@ const Slice = 250 * time.Microsecond
 const pause = 50 * time.Microsecond
 
 // Pass paces one pass over many items; its zero value is ready. Not for use by several goroutines.
-type Pass struct{ since time.Time }
+type Pass struct {
+	// Behind, when set, is the foreground work the pass steps aside for (see Foreground).
+	Behind *Foreground
+	since  time.Time
+}
 
 // Item is called after each item (or chunk of items): it gives up the processor when Slice has gone by since
 // the pass last did (since its first Item). An item that blocked (a network call) counts as time gone by: the
@@ -47,7 +55,67 @@ func (p *Pass) Item() {
 		return
 	}
 	give()
+	p.Behind.wait()
 	p.since = time.Now()
+}
+
+// Foreground is latency-critical work (gpu-quota's admissions) that passes step aside for: a Pass whose Behind
+// it is does not start its next slice while such work runs or ended less than Quiet ago, for up to MaxHold per
+// slice. Giving up the processor every Slice still lets a burst's requests in, but then the pass takes its
+// turn between them: on one processor a burst of 64 admissions arriving during a usage refresh waited several
+// milliseconds longer, slice after slice. Between bursts the pass runs as before; under sustained load it
+// still gets a slice every MaxHold (about 2 % of the processor), so it ends, later. Its zero value is ready.
+type Foreground struct {
+	running atomic.Int64
+	ended   atomic.Int64 // when work last ended: nanoseconds since start, plus one (0: never)
+}
+
+const (
+	// Quiet is how long after foreground work ends a pass still waits: the next request of a burst is often
+	// a few tens of microseconds behind.
+	Quiet = time.Millisecond
+	// MaxHold bounds how long a pass waits for the foreground before its next slice.
+	MaxHold = 10 * time.Millisecond
+	// holdPoll is how often a waiting pass looks again (on one processor the scheduler's shortest network
+	// wait is 1 ms anyway).
+	holdPoll = 500 * time.Microsecond
+)
+
+// start is what Foreground's clock counts from: monotonic, unlike wall-clock nanoseconds.
+var start = time.Now()
+
+// Start marks foreground work as begun; call Done when it ends. Safe for concurrent use; nil does nothing.
+func (f *Foreground) Start() {
+	if f != nil {
+		f.running.Add(1)
+	}
+}
+
+// Done marks foreground work begun with Start as ended.
+func (f *Foreground) Done() {
+	if f != nil {
+		f.ended.Store(int64(time.Since(start)) + 1)
+		f.running.Add(-1)
+	}
+}
+
+// Busy reports whether foreground work runs now or ended less than Quiet ago.
+func (f *Foreground) Busy() bool {
+	if f == nil {
+		return false
+	}
+	ended := f.ended.Load()
+	return f.running.Load() > 0 || ended != 0 && time.Since(start)-time.Duration(ended-1) < Quiet
+}
+
+// wait holds the caller while f is busy, up to MaxHold.
+func (f *Foreground) wait() {
+	if !f.Busy() {
+		return
+	}
+	for deadline := time.Now().Add(MaxHold); f.Busy() && time.Now().Before(deadline); {
+		time.Sleep(holdPoll)
+	}
 }
 
 // give gives up the processor once: to runnable goroutines, and on one processor to requests that have arrived.

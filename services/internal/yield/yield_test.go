@@ -27,11 +27,58 @@ func TestPass(t *testing.T) {
 	}
 }
 
+// TestForeground: busy while work runs and for Quiet after; a pass behind it waits at most about MaxHold per
+// slice; nil is never busy.
+func TestForeground(t *testing.T) {
+	var nilFG *Foreground
+	nilFG.Start()
+	nilFG.Done()
+	if nilFG.Busy() {
+		t.Error("nil Foreground busy")
+	}
+	var fg Foreground
+	if fg.Busy() {
+		t.Error("busy before any work") // the process has run for more than Quiet by now
+	}
+	fg.Start()
+	fg.Start()
+	fg.Done()
+	if !fg.Busy() {
+		t.Error("not busy with one of two pieces of work running")
+	}
+	fg.Done()
+	if !fg.Busy() {
+		t.Error("not busy right after work ended")
+	}
+	time.Sleep(2 * Quiet)
+	if fg.Busy() {
+		t.Errorf("busy %s after work ended", 2*Quiet)
+	}
+
+	fg.Start() // never done: the pass must go on, a slice every MaxHold
+	pace := Pass{Behind: &fg}
+	start := time.Now()
+	slices := 0
+	for pace.Item(); slices < 3; {
+		if time.Since(pace.since) >= Slice {
+			slices++
+		}
+		pace.Item()
+	}
+	if took := time.Since(start); took < 2*MaxHold || took > 3*(MaxHold+Slice)+time.Second {
+		t.Errorf("3 slices behind busy work took %s, want about 3 x MaxHold (%s)", took, MaxHold)
+	}
+	fg.Done()
+}
+
 // BenchmarkArrivalDuringPass is a burst of 16 loopback HTTP requests while a CPU-bound pass runs on the one
-// processor (GOMAXPROCS=1), the pass yielding every 256 items with runtime.Gosched alone ("gosched", as before)
-// and paced by a Pass ("pass"). It reports the requests' p50 and p99 and how many items the pass got through
-// per second meanwhile: with Gosched alone a request waits for sysmon's network poll (up to ~20 ms).
+// processor (GOMAXPROCS=1), the pass yielding every 256 items with runtime.Gosched alone ("gosched", as before),
+// paced by a Pass ("pass"), and paced by a Pass behind the requests' Foreground ("behind"). It reports the
+// requests' p50 and p99 and how many items the pass got through per second meanwhile: with Gosched alone a
+// request waits for sysmon's network poll (up to ~20 ms); behind, the pass gets little done while bursts come
+// back to back, as here, and stays out of them.
 func BenchmarkArrivalDuringPass(b *testing.B) {
+	var fg Foreground // the requests' handler marks them, for "behind"
 	for _, tc := range []struct {
 		name string
 		item func() func(i int)
@@ -47,11 +94,17 @@ func BenchmarkArrivalDuringPass(b *testing.B) {
 			var pace Pass
 			return func(int) { pace.Item() }
 		}},
+		{"behind", func() func(int) {
+			pace := Pass{Behind: &fg}
+			return func(int) { pace.Item() }
+		}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			const burst = 16
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				fg.Start()
+				defer fg.Done()
 				_, _ = io.WriteString(w, "ok")
 			}))
 			defer srv.Close()

@@ -25,6 +25,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/internal/decision"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 	"github.com/gpuhub/gpuhub/services/internal/inventory"
+	"github.com/gpuhub/gpuhub/services/internal/yield"
 )
 
 // ReasonNoneFree refuses a request that the policy admits when no GPU of the requested class is free.
@@ -77,6 +78,8 @@ type Options struct {
 	// Registerer gets gpuhub_quota_admit_duration_seconds, gpuhub_quota_unavailable_total,
 	// gpuhub_quota_reservations and gpuhub_quota_waitlist_*; nil registers nothing.
 	Registerer prometheus.Registerer
+	// Behind is the work Views' pass over the users steps aside for (admissions; yield.Foreground).
+	Behind *yield.Foreground
 }
 
 // Engine decides admissions. It is safe for concurrent use.

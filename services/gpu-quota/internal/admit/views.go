@@ -99,7 +99,7 @@ func (e *Engine) Views() ([]UserView, error) {
 	e.mu.Unlock()
 
 	out := make([]UserView, 0, len(users))
-	var pace yield.Pass // one CPU: let admissions run between users
+	pace := yield.Pass{Behind: e.o.Behind} // one CPU: let admissions run between users
 	for _, s := range users {
 		pace.Item()
 		// The freshest groups: those the Hub sent with an admission after the directory's last read, else the

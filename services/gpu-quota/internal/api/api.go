@@ -34,6 +34,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/internal/config"
 	"github.com/gpuhub/gpuhub/services/internal/decision"
 	"github.com/gpuhub/gpuhub/services/internal/server"
+	"github.com/gpuhub/gpuhub/services/internal/yield"
 )
 
 // Engine is what the API asks (*admit.Engine).
@@ -62,6 +63,9 @@ type Options struct {
 	// (gpu-usage, gpu-profiles).
 	ReaderServices []string
 	Logger         *slog.Logger
+	// Foreground is marked busy while an admission is served: background passes (the usage refresh) step
+	// aside for it (yield.Foreground). Nil: not marked.
+	Foreground *yield.Foreground
 }
 
 // maxBody bounds an admit request: a few resources and labels.
@@ -113,6 +117,8 @@ type api struct {
 // admit answers the Hub glue: 200 with the decision, 400 for a bad body, 401 without gpu-quota's token, 503
 // when no decision can be made (the glue applies onUnavailable).
 func (a *api) admit(w http.ResponseWriter, r *http.Request) {
+	a.o.Foreground.Start()
+	defer a.o.Foreground.Done()
 	if !a.ownToken(r) {
 		w.Header().Set("WWW-Authenticate", `token realm="gpu-quota"`)
 		server.WriteError(w, http.StatusUnauthorized, "admit needs gpu-quota's own Hub API token (Authorization: token ...), as the Hub glue sends it")

@@ -29,6 +29,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/internal/leader"
 	"github.com/gpuhub/gpuhub/services/internal/policy"
 	"github.com/gpuhub/gpuhub/services/internal/server"
+	"github.com/gpuhub/gpuhub/services/internal/yield"
 )
 
 // HubUsers lists the Hub's users with their groups; *hubapi.Client satisfies it.
@@ -51,6 +52,8 @@ type Leading struct {
 	Logger   *slog.Logger
 	Registry *prometheus.Registry
 	Now      func() time.Time
+	// Admissions are marked while served; passes over all users step aside for them (yield.Foreground).
+	Admissions *yield.Foreground
 }
 
 // Options configure Run.
@@ -194,8 +197,11 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer decisions.Flush() // after the goroutines below, which record, have ended
+	// Admissions are what the Hub waits on; the usage refresh steps aside for them.
+	admissions := &yield.Foreground{}
 	s.usage, err = usagecache.New(usagecache.Options{URL: o.UsageURL, Token: o.Token, Client: o.UsageClient, Refresh: o.UsageRefresh,
-		Now: o.Now, Logger: o.Logger, Registerer: o.Registry, Windows: func() []time.Duration { return policyWindows(pol.Current()) }})
+		Now: o.Now, Logger: o.Logger, Registerer: o.Registry, Windows: func() []time.Duration { return policyWindows(pol.Current()) },
+		Behind: admissions})
 	if err != nil {
 		return err
 	}
@@ -231,7 +237,7 @@ func Run(ctx context.Context, o Options) error {
 		// Enforcement stops acting once the Hub could not be read for three refreshes.
 		DirectoryMaxAge: 3 * o.HubRefresh,
 		Synced:          synced, Healthy: func() error { return inv.Healthy(ctx) },
-		ReservationTTL: o.ReservationTTL, Now: o.Now, Registerer: o.Registry,
+		ReservationTTL: o.ReservationTTL, Now: o.Now, Registerer: o.Registry, Behind: admissions,
 	})
 	if err != nil {
 		return err
@@ -245,7 +251,7 @@ func Run(ctx context.Context, o Options) error {
 	inv.Start(ctx)
 
 	handler, err := api.New(api.Options{Prefix: o.Prefix, Engine: eng, Log: decisions, Token: o.Token, Auth: o.Auth,
-		ReaderServices: o.ReaderServices, Logger: o.Logger})
+		ReaderServices: o.ReaderServices, Logger: o.Logger, Foreground: admissions})
 	if err != nil {
 		return err
 	}
@@ -294,7 +300,8 @@ func Run(ctx context.Context, o Options) error {
 					lwg.Go(func() { wl.run(lctx) })
 				}
 				o.WhileLeader(lctx, Leading{Engine: eng, Inventory: inv, Decisions: decisions, Policy: pol, Kube: o.Kube, Hub: o.Hub,
-					Namespace: o.Namespace, Interval: o.EnforceInterval, Logger: o.Logger, Registry: o.Registry, Now: o.Now})
+					Namespace: o.Namespace, Interval: o.EnforceInterval, Logger: o.Logger, Registry: o.Registry, Now: o.Now,
+					Admissions: admissions})
 				lwg.Wait()
 			}})
 		if err != nil {

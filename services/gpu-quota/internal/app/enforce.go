@@ -29,7 +29,7 @@ func Enforce(stopper enforce.Stopper) func(context.Context, Leading) {
 					}
 					return quota.DefaultGrace
 				},
-				Interval: l.Interval, Now: l.Now, Logger: l.Logger, Registerer: l.Registry,
+				Interval: l.Interval, Now: l.Now, Logger: l.Logger, Registerer: l.Registry, Behind: l.Admissions,
 			})
 		})
 		if err != nil {

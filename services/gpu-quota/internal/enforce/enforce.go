@@ -88,6 +88,8 @@ type Options struct {
 	Logger     *slog.Logger
 	// Registerer gets the loop's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
+	// Behind is the work a run's pass over the users steps aside for (admissions; yield.Foreground).
+	Behind *yield.Foreground
 }
 
 // Enforcer is the running-servers loop. Its methods are not safe for concurrent use: one loop runs them.
@@ -228,7 +230,7 @@ func (e *Enforcer) once(ctx context.Context) (string, error) {
 	seenServers, seenPods := map[serverKey]bool{}, map[string]bool{}
 	var errs []error
 	noticed := 0
-	var pace yield.Pass
+	pace := yield.Pass{Behind: e.o.Behind}
 	for _, v := range views {
 		if ctx.Err() != nil { // leadership lost: act no further
 			return ResultPartial, ctx.Err()

@@ -30,7 +30,7 @@ func FuzzDecodeWire(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var want wire
 		wantErr := json.Unmarshal(body, &want)
-		got, err := decodeWire(body)
+		got, err := decodeWire(body, nil)
 		switch {
 		case wantErr != nil && err == nil:
 			t.Fatalf("json.Unmarshal: %v; decodeWire accepted it: %+v", wantErr, got)
@@ -44,7 +44,7 @@ func FuzzDecodeWire(f *testing.F) {
 		// decodeFast takes only what json.Unmarshal takes, and gives what it gives, with or without a previous
 		// answer whose maps it may reuse (the same body's, and one that differs).
 		for _, prev := range []map[string]map[string]map[string]float64{nil, want.Windows, {"24h": {"a": {"x": 1}, "b": nil}, "7d": {"b": {}, "alice": nil}}} {
-			fast, ok := decodeFast(body, prev)
+			fast, ok := decodeFast(body, prev, nil)
 			if !ok {
 				continue
 			}
@@ -69,7 +69,7 @@ func TestDecodeFastReusesUnchangedUsers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, ok := decodeFast(body, nil)
+	got, ok := decodeFast(body, nil, nil)
 	if !ok {
 		t.Fatalf("decodeFast refused json.Marshal's answer: %s", body)
 	}
@@ -85,7 +85,7 @@ func TestDecodeFastReusesUnchangedUsers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, ok := decodeFast(body, got.Windows)
+	again, ok := decodeFast(body, got.Windows, nil)
 	if !ok {
 		t.Fatalf("decodeFast refused json.Marshal's answer: %s", body)
 	}
@@ -128,7 +128,7 @@ func BenchmarkDecodeWire(b *testing.B) {
 	body := []byte(sb.String())
 	b.Run("decodeWire", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := decodeWire(body); err != nil {
+			if _, err := decodeWire(body, nil); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -136,7 +136,7 @@ func BenchmarkDecodeWire(b *testing.B) {
 	b.Run("decodeFast", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, ok := decodeFast(body, nil); !ok {
+			if _, ok := decodeFast(body, nil, nil); !ok {
 				b.Fatal("decodeFast refused the answer")
 			}
 		}
@@ -144,12 +144,12 @@ func BenchmarkDecodeWire(b *testing.B) {
 	// The steady state: the previous poll's answer, no user's hours changed.
 	b.Run("decodeFast-unchanged", func(b *testing.B) {
 		b.ReportAllocs()
-		prev, ok := decodeFast(body, nil)
+		prev, ok := decodeFast(body, nil, nil)
 		if !ok {
 			b.Fatal("decodeFast refused the answer")
 		}
 		for b.Loop() {
-			if _, ok := decodeFast(body, prev.Windows); !ok {
+			if _, ok := decodeFast(body, prev.Windows, nil); !ok {
 				b.Fatal("decodeFast refused the answer")
 			}
 		}

@@ -17,8 +17,8 @@ import (
 // A user whose hours in a window are those of prev (the last answer, by window parameter) gets prev's map:
 // between two polls most users' hours do not change, and the answers' maps are read-only. A poll of 10,000 users
 // then allocates little more than the three user maps, instead of a map per user and window.
-func decodeFast(body []byte, prev map[string]map[string]map[string]float64) (wire, bool) {
-	d := fastDecoder{Scanner: jsonscan.Scanner{B: body}, classes: map[string]string{}}
+func decodeFast(body []byte, prev map[string]map[string]map[string]float64, behind *yield.Foreground) (wire, bool) {
+	d := fastDecoder{Scanner: jsonscan.Scanner{B: body}, classes: map[string]string{}, pace: yield.Pass{Behind: behind}}
 	w, ok := d.answer(prev)
 	if !ok || !d.End() {
 		return wire{}, false

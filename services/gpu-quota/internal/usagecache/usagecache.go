@@ -52,6 +52,8 @@ type Options struct {
 	Logger  *slog.Logger
 	// Registerer gets gpuhub_quota_usage_*; nil registers nothing.
 	Registerer prometheus.Registerer
+	// Behind is the work a refresh steps aside for (admissions; see yield.Foreground); nil: none.
+	Behind *yield.Foreground
 }
 
 // Cache holds the last answer of the usage API.
@@ -82,7 +84,7 @@ type answer struct {
 }
 
 // newAnswer indexes hours by user.
-func newAnswer(asOf, fetched time.Time, hours map[time.Duration]map[string]map[string]float64) *answer {
+func newAnswer(asOf, fetched time.Time, hours map[time.Duration]map[string]map[string]float64, behind *yield.Foreground) *answer {
 	a := &answer{asOf: asOf, fetched: fetched, hours: hours, none: make(map[time.Duration]map[string]float64, len(hours))}
 	users := 0
 	for w, byUser := range hours {
@@ -90,7 +92,7 @@ func newAnswer(asOf, fetched time.Time, hours map[time.Duration]map[string]map[s
 		users = max(users, len(byUser))
 	}
 	a.byUser = make(map[string]map[time.Duration]map[string]float64, users)
-	var pace yield.Pass
+	pace := yield.Pass{Behind: behind}
 	n := 0
 	for w, byUser := range hours {
 		for user, byClass := range byUser {
@@ -189,7 +191,7 @@ func (c *Cache) Refresh(ctx context.Context) {
 	if len(windows) == 0 {
 		// Nothing to ask: every window the policy needs is present (none), and the answer is fresh.
 		now := c.o.Now()
-		c.last.Store(newAnswer(now, now, map[time.Duration]map[string]map[string]float64{}))
+		c.last.Store(newAnswer(now, now, map[time.Duration]map[string]map[string]float64{}, nil))
 		c.err.Store(nil)
 		c.success.Set(1)
 		return
@@ -262,9 +264,9 @@ func (c *Cache) fetch(ctx context.Context, windows []time.Duration) (*answer, er
 		}
 		return nil, fmt.Errorf("get gpu-hours: %d: %s", resp.StatusCode, e.Message)
 	}
-	w, ok := decodeFast(body, prevByParam(c.last.Load(), windows, params))
+	w, ok := decodeFast(body, prevByParam(c.last.Load(), windows, params), c.o.Behind)
 	if !ok {
-		if w, err = decodeWire(body); err != nil {
+		if w, err = decodeWire(body, c.o.Behind); err != nil {
 			return nil, fmt.Errorf("get gpu-hours: decode: %w", err)
 		}
 	}
@@ -282,14 +284,14 @@ func (c *Cache) fetch(ctx context.Context, windows []time.Duration) (*answer, er
 		}
 		hours[w2] = users
 	}
-	return newAnswer(w.AsOf, c.o.Now(), hours), nil
+	return newAnswer(w.AsOf, c.o.Now(), hours, c.o.Behind), nil
 }
 
 // decodeWire decodes the usage API's answer as json.Unmarshal into a wire would, but a user at a time, giving up
 // the processor every yield.Slice: admissions would otherwise wait behind decoding a 10,000-user answer in one
 // call (about 40 ms; Go takes the processor from a goroutine only after 10 ms). It decodes what decodeFast
 // leaves: escapes, a key in another case or given twice, null.
-func decodeWire(body []byte) (wire, error) {
+func decodeWire(body []byte, behind *yield.Foreground) (wire, error) {
 	var w wire
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if null, err := openOrNull(dec); err != nil || null {
@@ -298,7 +300,7 @@ func decodeWire(body []byte) (wire, error) {
 		}
 		return w, err
 	}
-	var pace yield.Pass
+	pace := yield.Pass{Behind: behind}
 	for dec.More() {
 		key, err := stringToken(dec)
 		if err != nil {
