@@ -357,6 +357,10 @@ func (e *Engine) decideLocked(ent effEntry, r Request, now time.Time) (Result, d
 	rec.Action = decision.ActionDeny
 	if res.Allow {
 		rec.Action = decision.ActionAdmit
+	} else {
+		// The Hub asks again only once the server's last start is over, and it will not start the server
+		// on this answer: what an earlier admission reserved for it would otherwise stay taken until its TTL.
+		e.res.release(e.res.byUser[r.User][r.Server])
 	}
 	rec.Message = res.Message
 	return res, rec
@@ -412,24 +416,33 @@ func missing(windows []time.Duration, u quota.Usage) bool {
 }
 
 // freeLocked is how many units of class are free for a request about (user, server): what the nodes offer,
-// less what active pods hold and reservations keep, plus what the server being restarted gives back (its old
-// pod and reservation).
+// less what active pods hold and reservations keep, plus what the server being started again gives back (its
+// old pod and its reservation). The waitlist (units held for others, entries ahead in line) has a say over the
+// rest only: what the server itself holds or has reserved stays its own.
 func (e *Engine) freeLocked(class, user, server string) int64 {
-	return e.waitlistFreeLocked(e.baseFreeLocked(class, user, server), class, user, server, e.o.Now())
+	pool, mine := e.poolLocked(class, user, server)
+	return min(max(pool+mine, 0), mine+e.waitlistFreeLocked(max(pool, 0), class, user, server, e.o.Now()))
 }
 
 // baseFreeLocked is freeLocked without the waitlist.
 func (e *Engine) baseFreeLocked(class, user, server string) int64 {
-	free := e.ix.capacity[class] - e.ix.held[class] - e.res.reserved[class]
+	pool, mine := e.poolLocked(class, user, server)
+	return max(pool+mine, 0)
+}
+
+// poolLocked is the units of class that no active pod holds and no reservation keeps (below 0 when more are
+// held than the nodes offer now), and mine, those of them that (user, server)'s own pods and reservation hold.
+func (e *Engine) poolLocked(class, user, server string) (pool, mine int64) {
+	pool = e.ix.capacity[class] - e.ix.held[class] - e.res.reserved[class]
 	for _, p := range e.ix.byUser[user] {
 		if p.active && p.pod.Server == server {
-			free += p.units(class)
+			mine += p.units(class)
 		}
 	}
 	if rv := e.res.byUser[user][server]; rv != nil {
-		free += rv.units(class)
+		mine += rv.units(class)
 	}
-	return max(free, 0)
+	return pool, mine
 }
 
 // shortLocked returns the index of the first requested allocation with fewer units free than asked (-1: none),

@@ -262,6 +262,37 @@ func TestReservationLifecycle(t *testing.T) {
 	}
 }
 
+// TestRefusalReleasesReservation: a server admitted whose start failed before its pod appeared, then refused
+// when started again (here with more GPUs than the limit), no longer keeps what the first admission reserved.
+func TestRefusalReleasesReservation(t *testing.T) {
+	r := newRig(t, cluster()...)
+	if res := r.admit(t, h100("carol", "", 2)); !res.Allow {
+		t.Fatalf("carol's two H100s: %s %s", res.Reason, res.Message)
+	}
+	if res := r.admit(t, h100("dave", "", 1)); res.Reason != "none_free" {
+		t.Fatalf("both H100s reserved for carol: dave got %s", res.Reason)
+	}
+	if res := r.admit(t, h100("carol", "", 3)); res.Allow {
+		t.Fatalf("carol's three H100s admitted: %+v", res)
+	}
+	if n := r.reservations(); n != 0 {
+		t.Errorf("after the refused start: %d reservations, want 0", n)
+	}
+	if res := r.admit(t, h100("dave", "", 1)); !res.Allow {
+		t.Errorf("dave after carol's refused start: %s %s", res.Reason, res.Message)
+	}
+	// A refusal of another server of carol's leaves dave's and carol's other reservations alone.
+	if res := r.admit(t, h100("carol", "two", 1)); !res.Allow {
+		t.Fatalf("carol's server two: %s %s", res.Reason, res.Message)
+	}
+	if res := r.admit(t, h100("carol", "three", 3)); res.Allow {
+		t.Fatalf("carol's three H100s on server three admitted: %+v", res)
+	}
+	if n := r.reservations(); n != 2 {
+		t.Errorf("%d reservations, want dave's and carol's server two's", n)
+	}
+}
+
 // TestNoReadsPerDecision: a decision reads nothing from the API server (the Hub side: app's test).
 func TestNoReadsPerDecision(t *testing.T) {
 	r := newRig(t, append(cluster(), pod("jupyter-carol", "carol", "", "gpu-h100", "nvidia.com/gpu"))...)

@@ -255,6 +255,47 @@ func TestWaitlistTwoFreedFiveWaiters(t *testing.T) {
 	}
 }
 
+// TestWaitlistRestartKeepsOwnUnit: a server admitted on its hold whose start failed before its pod appeared
+// is admitted again on its own reservation, although others still wait for the class; each of them gets the
+// next unit that frees, and a refusal to one of them takes nothing from the admitted server.
+func TestWaitlistRestartKeepsOwnUnit(t *testing.T) {
+	decayed := &decayedTable{m: map[string]map[string]float64{}}
+	r := newWaitRig(t, decayed)
+	r.create(t, h100Pod("carol-1", "carol", "", t0.Add(-time.Hour)))
+	r.create(t, h100Pod("carol-2", "carol", "two", t0.Add(-time.Hour)))
+	for _, u := range []string{"dave", "erin", "frank"} {
+		r.clock.Add(time.Second)
+		if res := r.admit(t, joining(h100(u, "", 1), false)); res.Waitlist == nil {
+			t.Fatalf("%s did not join: %+v", u, res)
+		}
+	}
+	r.remove(t, "carol-1")
+	r.eng.WaitlistTick(r.clock.Now())
+	if res := r.admit(t, h100("dave", "", 1)); !res.Allow {
+		t.Fatalf("dave on his hold: %s %s", res.Reason, res.Message)
+	}
+	for i := range 3 { // his start failed; he starts the server again, erin and frank still in line
+		r.clock.Add(10 * time.Second)
+		if res := r.admit(t, h100("dave", "", 1)); !res.Allow {
+			t.Fatalf("dave's start %d on his own reservation: %s %s", i+2, res.Reason, res.Message)
+		}
+	}
+	if res := r.admit(t, h100("erin", "", 1)); res.Allow {
+		t.Fatalf("erin admitted with no unit free: %+v", res)
+	}
+	if n := r.reservations(); n != 1 {
+		t.Errorf("%d reservations, want dave's", n)
+	}
+	r.remove(t, "carol-2")
+	r.eng.WaitlistTick(r.clock.Now())
+	if res := r.admit(t, h100("frank", "", 1)); res.Allow {
+		t.Errorf("frank took the unit held for erin")
+	}
+	if res := r.admit(t, h100("erin", "", 1)); !res.Allow {
+		t.Errorf("erin on her hold: %s %s", res.Reason, res.Message)
+	}
+}
+
 // A user over budget is told so when joining, and one whose budget runs out while waiting keeps the place but
 // is passed over when a unit frees.
 func TestWaitlistQuota(t *testing.T) {
