@@ -153,7 +153,8 @@ func (l *Log) Record(r Record) Record {
 	}
 	key := [2]string{r.Action, r.Reason}
 	counter := l.counters[key]
-	deferred, backlog := l.flushTimer != nil, false
+	// A logger that drops info lines (--log-level warn) gets none: nothing waits for the timer then.
+	deferred, backlog := l.flushTimer != nil && l.o.Logger.Enabled(context.Background(), slog.LevelInfo), false
 	if deferred {
 		l.pending = append(l.pending, r)
 		if len(l.pending) == 1 {

@@ -197,4 +197,18 @@ func TestWriteDelay(t *testing.T) {
 	if diff := cmp.Diff([]string{"carol", "dave", "erin"}, mine); diff != "" {
 		t.Errorf("order of lines (-want +got):\n%s", diff)
 	}
+
+	// Above info nothing is written, so nothing waits either: listed and counted all the same.
+	warn, err := NewLog(Options{Service: "gpu-quota", Logger: slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		WriteDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	warn.Record(Record{User: "frank", Action: ActionDeny, Reason: "max_gpus"})
+	warn.mu.Lock()
+	pending := len(warn.pending)
+	warn.mu.Unlock()
+	if pending != 0 || len(warn.List(Filter{})) != 1 {
+		t.Errorf("logger at warn: %d records wait for the delay, %d listed; want 0 and 1", pending, len(warn.List(Filter{})))
+	}
 }
