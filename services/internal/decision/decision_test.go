@@ -199,6 +199,7 @@ func TestWriteDelay(t *testing.T) {
 	}
 
 	// Above info nothing is written, so nothing waits either: listed and counted all the same.
+	w.Reset()
 	warn, err := NewLog(Options{Service: "gpu-quota", Logger: slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		WriteDelay: time.Hour})
 	if err != nil {
@@ -210,5 +211,9 @@ func TestWriteDelay(t *testing.T) {
 	warn.mu.Unlock()
 	if pending != 0 || len(warn.List(Filter{})) != 1 {
 		t.Errorf("logger at warn: %d records wait for the delay, %d listed; want 0 and 1", pending, len(warn.List(Filter{})))
+	}
+	warn.Flush()
+	if got := w.String(); got != "" {
+		t.Errorf("logger at warn wrote %q", got)
 	}
 }

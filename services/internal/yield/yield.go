@@ -64,10 +64,12 @@ func (p *Pass) Item() {
 // slice. Giving up the processor every Slice still lets a burst's requests in, but then the pass takes its
 // turn between them: on one processor a burst of 64 admissions arriving during a usage refresh waited several
 // milliseconds longer, slice after slice. Between bursts the pass runs as before; under sustained load it
-// still gets a slice every MaxHold (about 2 % of the processor), so it ends, later. Its zero value is ready.
+// still gets a slice every MaxHold (about 2 % of the processor), so it ends, later. It holds with several
+// processors too: a container's CPU limit is shared by all of them, and the pass is not urgent (a usage
+// answer is good for three refreshes). Its zero value is ready.
 type Foreground struct {
 	running atomic.Int64
-	ended   atomic.Int64 // when work last ended: nanoseconds since start, plus one (0: never)
+	ended   atomic.Int64 // when work last ended: nanoseconds since epoch, plus one (0: never)
 }
 
 const (
@@ -81,8 +83,8 @@ const (
 	holdPoll = 500 * time.Microsecond
 )
 
-// start is what Foreground's clock counts from: monotonic, unlike wall-clock nanoseconds.
-var start = time.Now()
+// epoch is what Foreground's clock counts from: monotonic, unlike wall-clock nanoseconds.
+var epoch = time.Now()
 
 // Start marks foreground work as begun; call Done when it ends. Safe for concurrent use; nil does nothing.
 func (f *Foreground) Start() {
@@ -94,7 +96,7 @@ func (f *Foreground) Start() {
 // Done marks foreground work begun with Start as ended.
 func (f *Foreground) Done() {
 	if f != nil {
-		f.ended.Store(int64(time.Since(start)) + 1)
+		f.ended.Store(int64(time.Since(epoch)) + 1) // before running goes down: Busy reads them the other way
 		f.running.Add(-1)
 	}
 }
@@ -104,8 +106,11 @@ func (f *Foreground) Busy() bool {
 	if f == nil {
 		return false
 	}
+	if f.running.Load() > 0 {
+		return true
+	}
 	ended := f.ended.Load()
-	return f.running.Load() > 0 || ended != 0 && time.Since(start)-time.Duration(ended-1) < Quiet
+	return ended != 0 && time.Since(epoch)-time.Duration(ended-1) < Quiet
 }
 
 // wait holds the caller while f is busy, up to MaxHold.

@@ -38,7 +38,7 @@ func TestForeground(t *testing.T) {
 	}
 	var fg Foreground
 	if fg.Busy() {
-		t.Error("busy before any work") // the process has run for more than Quiet by now
+		t.Error("busy before any work")
 	}
 	fg.Start()
 	fg.Start()
@@ -46,8 +46,9 @@ func TestForeground(t *testing.T) {
 	if !fg.Busy() {
 		t.Error("not busy with one of two pieces of work running")
 	}
+	ended := time.Now()
 	fg.Done()
-	if !fg.Busy() {
+	if !fg.Busy() && time.Since(ended) < Quiet { // a goroutine descheduled for Quiet may see either
 		t.Error("not busy right after work ended")
 	}
 	time.Sleep(2 * Quiet)

@@ -233,6 +233,9 @@ type Request struct {
 	Waitlist *WaitlistChoice `json:"waitlist,omitempty"`
 	// UserOptions are the spawn form's answer, kept to start the server when its turn comes (AutoStart).
 	UserOptions map[string]any `json:"userOptions,omitempty"`
+	// Arrived is when the API received the request (zero: when it is decided). A refusal releases only a
+	// reservation of the server made before then: one made since is a later start's.
+	Arrived time.Time `json:"-"`
 }
 
 // Option is a GPU class the user could take instead: free now and within their quota.
@@ -263,7 +266,7 @@ type Result struct {
 
 // Admit decides one request from memory and records the decision. An error (wrapping ErrUnavailable) means
 // no decision could be made: no policy, the informers not synced, or the user's groups unknown.
-func (e *Engine) Admit(_ context.Context, r Request) (Result, error) {
+func (e *Engine) Admit(ctx context.Context, r Request) (Result, error) {
 	start := time.Now()
 	pol := e.o.Policy()
 	if pol == nil {
@@ -293,6 +296,9 @@ func (e *Engine) Admit(_ context.Context, r Request) (Result, error) {
 	ent := e.effective.get(pol, r.User, groups)
 	eff := ent.eff
 	now := e.o.Now()
+	if err := ctx.Err(); err != nil { // the glue gave up waiting: nobody would start the server on the answer
+		return Result{}, err
+	}
 
 	e.mu.Lock()
 	out, rec := e.decideLocked(ent, r, now)
@@ -357,13 +363,21 @@ func (e *Engine) decideLocked(ent effEntry, r Request, now time.Time) (Result, d
 	rec.Action = decision.ActionDeny
 	if res.Allow {
 		rec.Action = decision.ActionAdmit
-	} else {
+	} else if rv := e.res.byUser[r.User][r.Server]; rv != nil && rv.made.Before(arrival(r)) {
 		// The Hub asks again only once the server's last start is over, and it will not start the server
 		// on this answer: what an earlier admission reserved for it would otherwise stay taken until its TTL.
-		e.res.release(e.res.byUser[r.User][r.Server])
+		e.res.release(rv)
 	}
 	rec.Message = res.Message
 	return res, rec
+}
+
+// arrival is when r arrived, for ordering it against reservations (a monotonic reading).
+func arrival(r Request) time.Time {
+	if r.Arrived.IsZero() {
+		return time.Now()
+	}
+	return r.Arrived
 }
 
 // usageLocked is what user holds: the GPU allocations of their active pods and of their reservations, and
@@ -431,7 +445,8 @@ func (e *Engine) baseFreeLocked(class, user, server string) int64 {
 }
 
 // poolLocked is the units of class that no active pod holds and no reservation keeps (below 0 when more are
-// held than the nodes offer now), and mine, those of them that (user, server)'s own pods and reservation hold.
+// held than the nodes offer now), and mine, the units that (user, server)'s own active pods and reservation
+// hold (counted among the held and the kept, not in pool).
 func (e *Engine) poolLocked(class, user, server string) (pool, mine int64) {
 	pool = e.ix.capacity[class] - e.ix.held[class] - e.res.reserved[class]
 	for _, p := range e.ix.byUser[user] {
@@ -555,6 +570,8 @@ type reservation struct {
 	user, server string
 	classified
 	expires time.Time
+	// made is when it was made (time.Now, monotonic: Request.Arrived is compared with it).
+	made time.Time
 	// before are the UIDs of the server's pods that existed when it was reserved: only a new pod matches.
 	before []string
 	done   bool
@@ -568,7 +585,7 @@ func (rs *reservations) reserve(user, server string, allocs classified, expires 
 	rs.release(rs.byUser[user][server])
 	rs.seq++
 	rv := &reservation{id: "r" + strconv.FormatInt(expires.UnixMilli(), 36) + "-" + strconv.FormatUint(rs.seq, 36),
-		user: user, server: server, classified: allocs, expires: expires}
+		user: user, server: server, classified: allocs, expires: expires, made: time.Now()}
 	for _, p := range ix.byUser[user] {
 		if p.pod.Server == server {
 			rv.before = append(rv.before, p.pod.UID)

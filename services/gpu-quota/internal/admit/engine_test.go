@@ -291,6 +291,33 @@ func TestRefusalReleasesReservation(t *testing.T) {
 	if n := r.reservations(); n != 2 {
 		t.Errorf("%d reservations, want dave's and carol's server two's", n)
 	}
+
+	// Decided out of order: a refusal that arrived before the server's reservation was made (a start the glue
+	// gave up on, decided after the next start was admitted) leaves the later start's reservation alone.
+	late := h100("carol", "two", 3)
+	late.Arrived = time.Now().Add(-time.Minute)
+	if res := r.admit(t, late); res.Allow {
+		t.Fatalf("carol's three H100s on server two admitted: %+v", res)
+	}
+	if n := r.reservations(); n != 2 {
+		t.Errorf("after a refusal older than the reservation: %d reservations, want 2", n)
+	}
+}
+
+// TestAdmitGivenUp: a request whose caller has gone is not decided: no reservation, no decision recorded.
+func TestAdmitGivenUp(t *testing.T) {
+	r := newRig(t, cluster()...)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := r.eng.Admit(ctx, h100("carol", "", 1)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Admit after the caller gave up: err %v, want context.Canceled", err)
+	}
+	if n := r.reservations(); n != 0 {
+		t.Errorf("%d reservations, want 0", n)
+	}
+	if n := len(r.eng.o.Log.List(decision.Filter{})); n != 0 {
+		t.Errorf("%d decisions recorded, want 0", n)
+	}
 }
 
 // TestNoReadsPerDecision: a decision reads nothing from the API server (the Hub side: app's test).

@@ -63,8 +63,8 @@ type Options struct {
 	// (gpu-usage, gpu-profiles).
 	ReaderServices []string
 	Logger         *slog.Logger
-	// Foreground is marked busy while an admission is served: background passes (the usage refresh) step
-	// aside for it (yield.Foreground). Nil: not marked.
+	// Foreground is marked busy while an admission is served: long background passes (the usage refresh,
+	// the enforcer's pass, Views) step aside for it (yield.Foreground). Nil: not marked.
 	Foreground *yield.Foreground
 }
 
@@ -117,13 +117,14 @@ type api struct {
 // admit answers the Hub glue: 200 with the decision, 400 for a bad body, 401 without gpu-quota's token, 503
 // when no decision can be made (the glue applies onUnavailable).
 func (a *api) admit(w http.ResponseWriter, r *http.Request) {
-	a.o.Foreground.Start()
-	defer a.o.Foreground.Done()
+	arrived := time.Now()
 	if !a.ownToken(r) {
 		w.Header().Set("WWW-Authenticate", `token realm="gpu-quota"`)
 		server.WriteError(w, http.StatusUnauthorized, "admit needs gpu-quota's own Hub API token (Authorization: token ...), as the Hub glue sends it")
 		return
 	}
+	a.o.Foreground.Start()
+	defer a.o.Foreground.Done()
 	req, err := readAdmit(w, r)
 	if err != nil {
 		server.WriteError(w, http.StatusBadRequest, "the body is not an admission request: %v", err)
@@ -133,8 +134,12 @@ func (a *api) admit(w http.ResponseWriter, r *http.Request) {
 		server.WriteError(w, http.StatusBadRequest, "%s", msg)
 		return
 	}
+	req.Arrived = arrived
 	res, err := a.o.Engine.Admit(r.Context(), req)
 	if err != nil {
+		if r.Context().Err() != nil {
+			return // the glue is gone (its timeout): there is no one to answer
+		}
 		a.o.Logger.Warn("cannot decide an admission", "user", req.User, "server", req.Server, "err", err)
 		w.Header().Set("Retry-After", "5")
 		server.WriteError(w, http.StatusServiceUnavailable, "%v", err)

@@ -197,7 +197,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer decisions.Flush() // after the goroutines below, which record, have ended
-	// Admissions are what the Hub waits on; the usage refresh steps aside for them.
+	// Admissions are what the Hub waits on; long passes (the usage refresh, the enforcer's, Views) step aside.
 	admissions := &yield.Foreground{}
 	s.usage, err = usagecache.New(usagecache.Options{URL: o.UsageURL, Token: o.Token, Client: o.UsageClient, Refresh: o.UsageRefresh,
 		Now: o.Now, Logger: o.Logger, Registerer: o.Registry, Windows: func() []time.Duration { return policyWindows(pol.Current()) },

@@ -232,10 +232,11 @@ func (e *Enforcer) once(ctx context.Context) (string, error) {
 	noticed := 0
 	pace := yield.Pass{Behind: e.o.Behind}
 	for _, v := range views {
+		// Let admissions run between users; it may wait for them, so the context is checked after it.
+		pace.Item()
 		if ctx.Err() != nil { // leadership lost: act no further
 			return ResultPartial, ctx.Err()
 		}
-		pace.Item() // one CPU: let admissions run between users
 		u := sortOut(v, nodes)
 		for _, s := range u.servers {
 			seenServers[serverKey{v.Name, s.name}] = true
