@@ -19,6 +19,7 @@ import (
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/admit"
 	"github.com/gpuhub/gpuhub/services/internal/decision"
+	"github.com/gpuhub/gpuhub/services/internal/yield"
 )
 
 // stubEngine answers from fixed values and records what it was asked.
@@ -29,6 +30,9 @@ type stubEngine struct {
 	joined   []admit.Request
 	left     []string
 	err      error
+	// fg is the API's Foreground; busy is whether it was busy during each Admit.
+	fg   *yield.Foreground
+	busy []bool
 }
 
 func (s *stubEngine) Assess(_ context.Context, r admit.AssessRequest) (admit.Assessment, error) {
@@ -60,6 +64,7 @@ func (s *stubEngine) Admit(_ context.Context, r admit.Request) (admit.Result, er
 		return admit.Result{}, s.err
 	}
 	s.admitted = append(s.admitted, r)
+	s.busy = append(s.busy, s.fg.Busy())
 	return admit.Result{Allow: true, Reason: "ok", DecisionID: "d1", Reservation: "r1", CanTake: []admit.Option{}, OnUnavailable: "open"}, nil
 }
 
@@ -93,8 +98,8 @@ func newAPI(t testing.TB) (*httptest.Server, *stubEngine) {
 		t.Fatal(err)
 	}
 	log.Record(decision.Record{User: "bob", Action: decision.ActionDeny, Reason: "max_servers"})
-	eng := &stubEngine{}
-	h, err := New(Options{Prefix: prefix, Engine: eng, Log: log, Token: "quota-token", ReaderServices: []string{"gpu-usage", "gpu-profiles"},
+	eng := &stubEngine{fg: &yield.Foreground{}}
+	h, err := New(Options{Prefix: prefix, Engine: eng, Log: log, Token: "quota-token", ReaderServices: []string{"gpu-usage", "gpu-profiles"}, Foreground: eng.fg,
 		Auth: hubauth.New(hubauth.Options{Hub: hub.Client("quota-token"), AdminGroups: []string{"teachers"}}).Middleware})
 	if err != nil {
 		t.Fatal(err)
@@ -192,6 +197,9 @@ func TestAdmitBody(t *testing.T) {
 	}
 	if diff := cmp.Diff([]admit.Request{wantReq}, got); diff != "" {
 		t.Errorf("request (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]bool{true}, eng.busy); diff != "" {
+		t.Errorf("foreground busy during the admission (background passes wait) (-want +got):\n%s", diff)
 	}
 
 	for name, bad := range map[string]string{
