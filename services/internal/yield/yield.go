@@ -115,9 +115,6 @@ func (f *Foreground) Busy() bool {
 
 // wait holds the caller while f is busy, up to MaxHold.
 func (f *Foreground) wait() {
-	if !f.Busy() {
-		return
-	}
 	for deadline := time.Now().Add(MaxHold); f.Busy() && time.Now().Before(deadline); {
 		time.Sleep(holdPoll)
 	}
