@@ -85,6 +85,8 @@ type Options struct {
 // Engine decides admissions. It is safe for concurrent use.
 type Engine struct {
 	o Options
+	// ownClock: Options.Now was given; otherwise a decision's time is the time.Now it starts with.
+	ownClock bool
 
 	// mu guards the index and the reservations: a decision and the reservation it makes are one step, so
 	// concurrent requests are decided one after the other on exact numbers.
@@ -100,7 +102,7 @@ type Engine struct {
 	// told are the groups the Hub sent with each user's last admission, and when: fresher than the directory
 	// until its next read (enforcement must not judge a user by groups the Hub no longer has).
 	toldMu sync.Mutex
-	told   map[string]toldGroups
+	told   map[string]*toldGroups // changed in place: one map operation per admission
 
 	duration    prometheus.Histogram
 	unavailable *prometheus.CounterVec
@@ -114,6 +116,7 @@ func New(o Options) (*Engine, error) {
 	if o.ReservationTTL <= 0 {
 		o.ReservationTTL = 5 * time.Minute
 	}
+	ownClock := o.Now != nil
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -126,7 +129,7 @@ func New(o Options) (*Engine, error) {
 	if o.Directory == nil {
 		o.Directory = func() (map[string][]string, error) { return nil, errors.New("no Hub directory") }
 	}
-	e := &Engine{o: o, ix: newIndex(), res: newReservations(), told: map[string]toldGroups{}, wlMetrics: newWaitlistMetrics()}
+	e := &Engine{o: o, ownClock: ownClock, ix: newIndex(), res: newReservations(), told: map[string]*toldGroups{}, wlMetrics: newWaitlistMetrics()}
 	e.wl.turn = waitlist.NewTurnover(o.Now(), 0)
 	e.duration = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "admit_duration_seconds",
 		Help:    "Time to decide one admission in the engine (from memory: no API-server or Hub request).",
@@ -268,6 +271,10 @@ type Result struct {
 // no decision could be made: no policy, the informers not synced, or the user's groups unknown.
 func (e *Engine) Admit(ctx context.Context, r Request) (Result, error) {
 	start := time.Now()
+	now := start // one clock read for the decision, unless the engine runs on a clock of its own (tests)
+	if e.ownClock {
+		now = e.o.Now()
+	}
 	pol := e.o.Policy()
 	if pol == nil {
 		return Result{}, fmt.Errorf("%w: no policy loaded", ErrUnavailable)
@@ -278,12 +285,15 @@ func (e *Engine) Admit(ctx context.Context, r Request) (Result, error) {
 	groups := r.Groups
 	if groups != nil {
 		e.toldMu.Lock()
-		t, ok := e.told[r.User]
-		if !ok || !slices.Equal(t.groups, groups) { // mostly the same groups again: no copy
+		t := e.told[r.User]
+		if t == nil {
+			t = &toldGroups{}
+			e.told[r.User] = t
+		}
+		if t.groups == nil || !slices.Equal(t.groups, groups) { // mostly the same groups again: no copy
 			t.groups = slices.Clone(groups)
 		}
-		t.at = e.o.Now()
-		e.told[r.User] = t
+		t.at = now
 		e.toldMu.Unlock()
 	}
 	if groups == nil {
@@ -295,7 +305,6 @@ func (e *Engine) Admit(ctx context.Context, r Request) (Result, error) {
 	}
 	ent := e.effective.get(pol, r.User, groups)
 	eff := ent.eff
-	now := e.o.Now()
 	if err := ctx.Err(); err != nil { // the glue gave up waiting: nobody would start the server on the answer
 		return Result{}, err
 	}
@@ -331,11 +340,11 @@ func (e *Engine) decideLocked(ent effEntry, r Request, now time.Time) (Result, d
 	}
 	res := Result{Allow: d.Allow, Reason: string(d.Reason), Message: d.Message}
 	if d.Allow && len(asked) > 0 {
-		if i, free := e.shortLocked(r, askedC); i >= 0 {
+		if i, free := e.shortLocked(r, askedC, now); i >= 0 {
 			short := &asked[i]
 			res.Allow, res.Reason = false, string(ReasonNoneFree)
-			res.CanTake = e.canTakeLocked(eff, u, r, d)
-			res.Message = noneFreeMessage(*short, free, res.CanTake)
+			res.CanTake = e.canTakeLocked(eff, u, r, d, now)
+			res.Message = ix.noneFreeMessageLocked(*short, askedC.classes[i], free, res.CanTake)
 			rec.Numbers = map[string]float64{"free": float64(free), "requested": float64(short.Count)}
 			if e.wlOn() && e.baseFreeLocked(askedC.classes[i], r.User, r.Server) >= short.Count {
 				res.Reason = string(ReasonWaitlist)
@@ -358,7 +367,7 @@ func (e *Engine) decideLocked(ent effEntry, r Request, now time.Time) (Result, d
 			e.servedLocked(r.User, r.Server, now)
 		}
 	} else if !d.Allow {
-		res.CanTake = e.canTakeLocked(eff, u, r, d)
+		res.CanTake = e.canTakeLocked(eff, u, r, d, now)
 	}
 	rec.Action = decision.ActionDeny
 	if res.Allow {
@@ -433,9 +442,9 @@ func missing(windows []time.Duration, u quota.Usage) bool {
 // less what active pods hold and reservations keep, plus what the server being started again gives back (its
 // old pod and its reservation). The waitlist (units held for others, entries ahead in line) has a say over the
 // rest only: what the server itself holds or has reserved stays its own.
-func (e *Engine) freeLocked(class, user, server string) int64 {
+func (e *Engine) freeLocked(class, user, server string, now time.Time) int64 {
 	pool, mine := e.poolLocked(class, user, server)
-	return min(max(pool+mine, 0), mine+e.waitlistFreeLocked(max(pool, 0), class, user, server, e.o.Now()))
+	return min(max(pool+mine, 0), mine+e.waitlistFreeLocked(max(pool, 0), class, user, server, now))
 }
 
 // baseFreeLocked is freeLocked without the waitlist.
@@ -462,9 +471,9 @@ func (e *Engine) poolLocked(class, user, server string) (pool, mine int64) {
 
 // shortLocked returns the index of the first requested allocation with fewer units free than asked (-1: none),
 // and how many are.
-func (e *Engine) shortLocked(r Request, asked classified) (int, int64) {
+func (e *Engine) shortLocked(r Request, asked classified, now time.Time) (int, int64) {
 	for i, a := range asked.allocs {
-		if free := e.freeLocked(asked.classes[i], r.User, r.Server); free < a.Count {
+		if free := e.freeLocked(asked.classes[i], r.User, r.Server, now); free < a.Count {
 			return i, free
 		}
 	}
@@ -475,17 +484,20 @@ func (e *Engine) shortLocked(r Request, asked classified) (int, int64) {
 // d is the policy's decision on the request itself: when it refuses for a reason that does not depend on what
 // is asked, every unit is refused as well; otherwise those reasons passed, and quota.Fits decides the rest per
 // class without running every check of quota.Decide again.
-func (e *Engine) canTakeLocked(eff quota.Effective, u quota.Usage, r Request, d quota.Decision) []Option {
+func (e *Engine) canTakeLocked(eff quota.Effective, u quota.Usage, r Request, d quota.Decision, now time.Time) []Option {
 	if refusesAnyGPU(d) {
 		return nil
 	}
 	var out []Option
+	fits := quota.NewFitter(eff, u)
+	var ask [1]gpu.Allocation
 	for _, class := range e.ix.classes {
 		one := e.ix.sample[class]
-		if !quota.Fits(eff, u, quota.Request{Allocations: []gpu.Allocation{one}}) {
+		ask[0] = one
+		if !fits.Fits(quota.Request{Allocations: ask[:]}) {
 			continue
 		}
-		free := e.freeLocked(class, r.User, r.Server)
+		free := e.freeLocked(class, r.User, r.Server, now)
 		if free <= 0 {
 			continue
 		}

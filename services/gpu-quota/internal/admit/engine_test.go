@@ -605,3 +605,52 @@ users:
 		t.Errorf("%d entries, want 3: %v", len(c.m), slices.Collect(maps.Keys(c.m)))
 	}
 }
+
+// TestNoneFreeMessageCached: the none_free text comes from a cache (index.noneFree) and is always the text
+// noneFreeMessage writes for the same refusal, as what is free changes and after the nodes change.
+func TestNoneFreeMessageCached(t *testing.T) {
+	r := newRig(t, cluster()...)
+	if res := r.admit(t, h100("carol", "", 2)); !res.Allow {
+		t.Fatalf("carol's two H100s: %s %s", res.Reason, res.Message)
+	}
+	check := func(step string) string {
+		t.Helper()
+		res := r.admit(t, h100("dave", "", 1))
+		if res.Reason != string(ReasonNoneFree) {
+			t.Fatalf("%s: dave got %s, want none_free", step, res.Reason)
+		}
+		r.eng.mu.Lock()
+		asked := r.eng.ix.resolve(h100("dave", "", 1).Resources, h100("dave", "", 1).NodeSelector).allocs[0]
+		r.eng.mu.Unlock()
+		if want := noneFreeMessage(asked, 0, res.CanTake); res.Message != want {
+			t.Errorf("%s: message %q, want %q", step, res.Message, want)
+		}
+		return res.Message
+	}
+	first := check("both H100s reserved")
+	if again := check("asked again"); again != first {
+		t.Errorf("the same refusal said two ways: %q, %q", first, again)
+	}
+	if res := r.admit(t, mig("dave", "slice", "3g.20gb")); !res.Allow {
+		t.Fatalf("dave's MIG slice: %s %s", res.Reason, res.Message)
+	}
+	if fewer := check("a 3g.20gb slice fewer"); fewer == first {
+		t.Errorf("the text did not change with what is free: %q", fewer)
+	}
+	r.eng.mu.Lock()
+	cached := len(r.eng.ix.noneFree)
+	r.eng.mu.Unlock()
+	if cached != 2 {
+		t.Errorf("%d texts cached, want 2", cached)
+	}
+	// A node changes: the cache is cleared (what its units are called may have changed with its labels).
+	if _, err := r.kc.CoreV1().Nodes().Create(context.Background(), node("gpu-t4-b", t4Labels, map[string]int64{"nvidia.com/gpu.shared": 4}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() bool {
+		r.eng.mu.Lock()
+		defer r.eng.mu.Unlock()
+		return len(r.eng.ix.noneFree) == 0
+	})
+	check("after a node was added")
+}

@@ -28,13 +28,16 @@ type index struct {
 	classes   []string                  // classes with capacity, in vocabulary order
 
 	pods    map[string]*podEntry            // namespace/name
-	byUser  map[string]map[string]*podEntry // user -> namespace/name
+	byUser  map[string][]*podEntry          // user -> their pods (a few: a slice is read faster than a map)
 	byNode  map[string]map[string]*podEntry // bound pods by node name, known node or not
 	unbound map[string]*podEntry            // pods not yet bound: classified by their nodeSelector
 	held    map[string]int64                // class -> units held by active pods
 
 	// resolved caches resolve: GPU resources and nodeSelector -> allocations; cleared when nodes change.
 	resolved map[string]classified
+	// noneFree caches noneFreeMessage by what it says (the class asked for, the counts, the classes one can
+	// take): a full cluster refuses many spawns with the same few texts. Cleared with resolved.
+	noneFree map[string]string
 }
 
 // classified are allocations with their classes (Class formats a string: computed once, not per decision).
@@ -77,8 +80,9 @@ func newIndex() *index {
 	return &index{
 		nodes: map[string]inventory.Node{}, nodeUnits: map[string][]gpu.Allocation{},
 		capacity: map[string]int64{}, sample: map[string]gpu.Allocation{}, described: map[string]string{},
-		pods: map[string]*podEntry{}, byUser: map[string]map[string]*podEntry{}, byNode: map[string]map[string]*podEntry{},
+		pods: map[string]*podEntry{}, byUser: map[string][]*podEntry{}, byNode: map[string]map[string]*podEntry{},
 		unbound: map[string]*podEntry{}, held: map[string]int64{}, resolved: map[string]classified{},
+		noneFree: map[string]string{},
 	}
 }
 
@@ -186,7 +190,7 @@ func (ix *index) upsertPod(key string, p inventory.Pod) *podEntry {
 	ix.pods[key] = e
 	ix.addHeld(e, 1)
 	if p.User != "" {
-		addTo(ix.byUser, p.User, key, e)
+		ix.byUser[p.User] = append(ix.byUser[p.User], e)
 	}
 	if p.Node != "" {
 		addTo(ix.byNode, p.Node, key, e)
@@ -203,9 +207,23 @@ func (ix *index) removePod(key string) {
 	}
 	ix.addHeld(e, -1)
 	delete(ix.pods, key)
-	removeFrom(ix.byUser, e.pod.User, key)
+	ix.removeUserPod(e)
 	removeFrom(ix.byNode, e.pod.Node, key)
 	delete(ix.unbound, key)
+}
+
+// removeUserPod takes e out of its user's pods.
+func (ix *index) removeUserPod(e *podEntry) {
+	pods := ix.byUser[e.pod.User]
+	i := slices.Index(pods, e)
+	if i < 0 {
+		return
+	}
+	if len(pods) == 1 {
+		delete(ix.byUser, e.pod.User)
+		return
+	}
+	ix.byUser[e.pod.User] = slices.Delete(pods, i, i+1)
 }
 
 func addTo(m map[string]map[string]*podEntry, k, key string, e *podEntry) {
@@ -258,6 +276,7 @@ func (ix *index) setNode(name string, n *inventory.Node) {
 	}
 	ix.nodeNames = slices.Sorted(maps.Keys(ix.nodes))
 	clear(ix.resolved)
+	clear(ix.noneFree)
 	ix.refreshClasses()
 	// The pods this node's labels classify, and the unbound ones (their selector may resolve differently now).
 	var affected []*podEntry

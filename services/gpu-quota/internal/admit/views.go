@@ -64,7 +64,7 @@ func (e *Engine) Views() ([]UserView, error) {
 	told := make(map[string]toldGroups, len(e.told))
 	for u, t := range e.told {
 		if t.at.After(readAt) {
-			told[u] = t
+			told[u] = *t
 		} else {
 			delete(e.told, u) // the directory has caught up
 		}

@@ -208,7 +208,7 @@ func (e *Engine) joinLocked(r Request, asked classified, now time.Time) (Place, 
 		return Place{}, &JoinError{Message: "This server asks for no GPU: it does not need the waitlist."}
 	}
 	// The first unit that is short (the callers found one; the first unit otherwise).
-	i, _ := e.shortLocked(r, asked)
+	i, _ := e.shortLocked(r, asked, now)
 	i = max(i, 0)
 	unit := asked.allocs[i]
 	class := asked.classes[i]
@@ -364,7 +364,7 @@ func (e *Engine) Join(r Request) (Place, error) {
 	if !d.Allow {
 		return Place{}, &JoinError{Message: "You cannot join the waitlist for this: " + d.Message}
 	}
-	if i, _ := e.shortLocked(r, asked); i < 0 && len(asked.allocs) > 0 {
+	if i, _ := e.shortLocked(r, asked, now); i < 0 && len(asked.allocs) > 0 {
 		return Place{}, &JoinError{Message: "What this server asks for is free now: start it instead of waiting."}
 	}
 	return e.joinLocked(r, asked, now)

@@ -2,6 +2,7 @@ package admit
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
@@ -26,6 +27,36 @@ func noneFreeMessage(asked gpu.Allocation, free int64, canTake []Option) string 
 	}
 	fmt.Fprintf(&b, " Free now and within your quota: %s. Pick one of those profiles, or try again later.", freeUnits(canTake))
 	return b.String()
+}
+
+// maxNoneFree bounds the cache of none_free texts (index.noneFree).
+const maxNoneFree = 1024
+
+// noneFreeMessageLocked is noneFreeMessage through the index's cache of them. It stays right while the nodes do
+// not change (the cache is cleared when they do): the text is made of the class asked for, how many units are
+// asked and free, and each class one can take with its free count, all in the key.
+func (ix *index) noneFreeMessageLocked(asked gpu.Allocation, askedClass string, free int64, canTake []Option) string {
+	var buf [256]byte
+	key := append(buf[:0], askedClass...)
+	key = append(key, '|')
+	key = strconv.AppendInt(key, asked.Count, 10)
+	key = append(key, '|')
+	key = strconv.AppendInt(key, free, 10)
+	for _, o := range canTake {
+		key = append(key, '|')
+		key = append(key, o.Class...)
+		key = append(key, '=')
+		key = strconv.AppendInt(key, o.Free, 10)
+	}
+	if msg, ok := ix.noneFree[string(key)]; ok {
+		return msg
+	}
+	msg := noneFreeMessage(asked, free, canTake)
+	if len(ix.noneFree) >= maxNoneFree {
+		clear(ix.noneFree)
+	}
+	ix.noneFree[string(key)] = msg
+	return msg
 }
 
 // unitName names one unit of an allocation without a count: "H100" for a whole GPU, "MIG 3g.20gb slice on an

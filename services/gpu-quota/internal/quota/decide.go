@@ -124,18 +124,41 @@ func Decide(eff Effective, u Usage, r Request) Decision {
 // alone, so a caller that has Decide's answer on u for one request and asks about others (the classes a
 // refused user could take instead) knows them already, and Fits does not format the messages it would not use.
 func Fits(eff Effective, u Usage, r Request) bool {
-	if eff.Exempt.Value || len(r.Allocations) == 0 {
+	f := NewFitter(eff, u)
+	return f.Fits(r)
+}
+
+// Fitter is Fits for one user's policy and usage and many requests: what the user holds is summed once.
+type Fitter struct {
+	eff       Effective
+	held      kindShares
+	heldTotal float64
+}
+
+// NewFitter sums what u holds for Fits calls on eff.
+func NewFitter(eff Effective, u Usage) Fitter {
+	f := Fitter{eff: eff}
+	if !eff.Exempt.Value {
+		f.held = byKind(u.Held)
+		f.heldTotal = f.held.total()
+	}
+	return f
+}
+
+// Fits is Fits(eff, u, r) for the Fitter's eff and u.
+func (f *Fitter) Fits(r Request) bool {
+	if f.eff.Exempt.Value || len(r.Allocations) == 0 {
 		return true
 	}
-	s := situation{eff: eff, u: u, r: r, held: byKind(u.Held), asked: byKind(r.Allocations)}
-	if !within(s.held.total(), s.asked.total(), eff.MaxGPUs.Value) {
+	asked := byKind(r.Allocations)
+	if !within(f.heldTotal, asked.total(), f.eff.MaxGPUs.Value) {
 		return false
 	}
-	for _, ks := range s.asked.list() {
-		if !eff.Allows(ks.kind) {
+	for _, ks := range asked.list() {
+		if !f.eff.Allows(ks.kind) {
 			return false
 		}
-		if limit, ok := eff.MaxGPUsPerKind[ks.kind]; ok && !within(s.held.of(ks.kind), ks.share, limit.Value) {
+		if limit, ok := f.eff.MaxGPUsPerKind[ks.kind]; ok && !within(f.held.of(ks.kind), ks.share, limit.Value) {
 			return false
 		}
 	}
