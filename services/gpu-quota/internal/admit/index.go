@@ -125,31 +125,38 @@ func (ix *index) resolve(res map[string]int64, sel map[string]string) classified
 }
 
 // appendResolveKey appends resolve's cache key to b: the GPU resources asked for and the selector, sorted.
+// Each map is read once (pairs kept on the stack), not iterated and then looked up again per key.
 func appendResolveKey(b []byte, res map[string]int64, sel map[string]string) []byte {
-	var kb [8]string
-	keys := kb[:0]
-	for k, v := range res {
-		if v > 0 && gpu.IsGPUResource(k) {
-			keys = append(keys, k)
+	type count struct {
+		k string
+		n int64
+	}
+	type label struct{ k, v string }
+	var cb [4]count
+	counts := cb[:0]
+	for k, n := range res {
+		if n > 0 && gpu.IsGPUResource(k) {
+			counts = append(counts, count{k: k, n: n})
 		}
 	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		b = append(b, k...)
+	var lb [8]label
+	labels := lb[:0]
+	for k, v := range sel {
+		labels = append(labels, label{k: k, v: v})
+	}
+	slices.SortFunc(counts, func(a, b count) int { return strings.Compare(a.k, b.k) })
+	slices.SortFunc(labels, func(a, b label) int { return strings.Compare(a.k, b.k) })
+	for _, c := range counts {
+		b = append(b, c.k...)
 		b = append(b, '=')
-		b = strconv.AppendInt(b, res[k], 10)
+		b = strconv.AppendInt(b, c.n, 10)
 		b = append(b, ';')
 	}
 	b = append(b, '|')
-	keys = keys[:0]
-	for k := range sel {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		b = append(b, k...)
+	for _, l := range labels {
+		b = append(b, l.k...)
 		b = append(b, '=')
-		b = append(b, sel[k]...)
+		b = append(b, l.v...)
 		b = append(b, ';')
 	}
 	return b

@@ -215,13 +215,20 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("register informer metrics: %w", err)
 	}
 	var handlersSynced atomic.Pointer[func() bool]
+	// Once synced, informers and their handlers stay synced (HasSynced never turns false): every admission
+	// asks, and reading the informers' locks on each would cost it a few cache misses.
+	var wasSynced atomic.Bool
 	synced := func() error {
+		if wasSynced.Load() {
+			return nil
+		}
 		if err := inv.Synced(ctx); err != nil {
 			return err
 		}
 		if f := handlersSynced.Load(); f == nil || !(*f)() {
 			return errors.New("admission index not filled yet")
 		}
+		wasSynced.Store(true)
 		return nil
 	}
 	wl := &waitlister{o: o, store: o.WaitlistStore, log: decisions}
