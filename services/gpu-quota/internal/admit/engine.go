@@ -85,7 +85,8 @@ type Options struct {
 // Engine decides admissions. It is safe for concurrent use.
 type Engine struct {
 	o Options
-	// ownClock: Options.Now was given; otherwise a decision's time is the time.Now it starts with.
+	// ownClock: Options.Now was given (tests, a service on a clock of its own); otherwise a decision's time is
+	// the time.Now its admission starts with.
 	ownClock bool
 
 	// mu guards the index and the reservations: a decision and the reservation it makes are one step, so
@@ -271,7 +272,7 @@ type Result struct {
 // no decision could be made: no policy, the informers not synced, or the user's groups unknown.
 func (e *Engine) Admit(ctx context.Context, r Request) (Result, error) {
 	start := time.Now()
-	now := start // one clock read for the decision, unless the engine runs on a clock of its own (tests)
+	now := start // one clock read for the duration and the decision, unless the engine was given a clock
 	if e.ownClock {
 		now = e.o.Now()
 	}

@@ -1,6 +1,13 @@
 package admit
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpuhub/gpuhub/services/internal/inventory"
+)
 
 // TestResolveKey: resolve's cache key names the GPU resources asked for (counts above 0) and the whole selector,
 // sorted, so that requests with the same content share an entry and any difference in content does not.
@@ -29,5 +36,48 @@ func TestResolveKey(t *testing.T) {
 				t.Errorf("key %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestIndexUserPods: a user's pods stay listed under them as pods come, change and go, whichever of several is
+// removed, and a pod whose user changes moves to its new user.
+func TestIndexUserPods(t *testing.T) {
+	ix := newIndex()
+	add := func(name, user string) {
+		ix.upsertPod("jhub/"+name, inventory.Pod{Namespace: "jhub", Name: name, User: user, Phase: corev1.PodPending})
+	}
+	names := func(user string) []string {
+		var out []string
+		for _, p := range ix.byUser[user] {
+			out = append(out, p.pod.Name)
+		}
+		return out
+	}
+	add("a", "u")
+	add("b", "u")
+	add("c", "u")
+	add("d", "v")
+	ix.removePod("jhub/b") // the middle one
+	if diff := cmp.Diff([]string{"a", "c"}, names("u")); diff != "" {
+		t.Errorf("after removing b (-want +got):\n%s", diff)
+	}
+	add("a", "u") // changed: listed once, at the end
+	if diff := cmp.Diff([]string{"c", "a"}, names("u")); diff != "" {
+		t.Errorf("after updating a (-want +got):\n%s", diff)
+	}
+	add("c", "v") // its user changed
+	if diff := cmp.Diff([]string{"a"}, names("u")); diff != "" {
+		t.Errorf("u after c moved (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"d", "c"}, names("v")); diff != "" {
+		t.Errorf("v after c moved (-want +got):\n%s", diff)
+	}
+	ix.removePod("jhub/a")
+	if _, ok := ix.byUser["u"]; ok {
+		t.Errorf("u has no pod left but is still listed: %v", names("u"))
+	}
+	ix.removePod("jhub/unknown") // nothing to do
+	if diff := cmp.Diff([]string{"d", "c"}, names("v")); diff != "" {
+		t.Errorf("v after removing an unknown pod (-want +got):\n%s", diff)
 	}
 }

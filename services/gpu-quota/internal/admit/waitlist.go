@@ -655,10 +655,14 @@ func (e *Engine) groupsOf(user string, given []string) ([]string, error) {
 		return given, nil
 	}
 	e.toldMu.Lock()
+	var groups []string
 	t, ok := e.told[user]
+	if ok {
+		groups = t.groups // under toldMu: Admit changes the entry in place
+	}
 	e.toldMu.Unlock()
 	if ok {
-		return t.groups, nil
+		return groups, nil
 	}
 	dir, err := e.o.Directory()
 	if dir == nil {

@@ -346,3 +346,32 @@ func TestWithArticle(t *testing.T) {
 		}
 	}
 }
+
+// TestToldGroupsWhileJoining: admissions change a user's told groups in place while the waitlist reads them
+// (Join without groups): under -race, every read is of a whole, consistent set.
+func TestToldGroupsWhileJoining(t *testing.T) {
+	r := newWaitRig(t, &decayedTable{})
+	sets := [][]string{{"lab"}, {"lab", "lean"}}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := range 200 {
+			req := h100("alice", "", 1)
+			req.Groups = sets[i%2]
+			r.admit(t, req)
+		}
+	})
+	wg.Go(func() {
+		for range 200 {
+			groups, err := r.eng.groupsOf("alice", nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if !slices.Equal(groups, sets[0]) && !slices.Equal(groups, sets[1]) {
+				t.Errorf("groups %q: neither set the Hub sent", groups)
+				return
+			}
+		}
+	})
+	wg.Wait()
+}
