@@ -375,3 +375,30 @@ func TestToldGroupsWhileJoining(t *testing.T) {
 	})
 	wg.Wait()
 }
+
+// TestWaitlistJoinReleasesReservation: a server admitted whose start failed before its pod appeared is started
+// again asking for another class, none of which is free, and joins that class's waitlist: what the first
+// admission reserved is released (the Hub will not start the server on this answer), so it is free for others.
+func TestWaitlistJoinReleasesReservation(t *testing.T) {
+	r := newWaitRig(t, &decayedTable{m: map[string]map[string]float64{}})
+	r.create(t, h100Pod("carol-1", "carol", "", t0.Add(-time.Hour)))
+	for _, u := range []string{"erin", "frank"} {
+		r.create(t, pod(u+"-slice", u, "", "gpu-a100", "nvidia.com/mig-3g.20gb"))
+	}
+	if res := r.admit(t, h100("dave", "", 1)); !res.Allow || res.Reservation == "" {
+		t.Fatalf("dave's H100: %+v", res)
+	}
+	if res := r.admit(t, h100("heidi", "", 1)); res.Allow {
+		t.Fatalf("heidi admitted while dave's reservation keeps the last H100: %+v", res)
+	}
+	res := r.admit(t, joining(mig("dave", "", "3g.20gb"), false))
+	if res.Allow || res.Waitlist == nil || res.Waitlist.Position != 1 {
+		t.Fatalf("dave's server again, for a 3g.20gb slice, none free: %+v", res)
+	}
+	if n := r.reservations(); n != 0 {
+		t.Errorf("%d reservations after dave's server joined the waitlist, want 0", n)
+	}
+	if res := r.admit(t, h100("heidi", "", 1)); !res.Allow {
+		t.Errorf("heidi after dave's reservation was released: %s %s", res.Reason, res.Message)
+	}
+}
