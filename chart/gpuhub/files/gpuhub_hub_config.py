@@ -841,7 +841,7 @@ def _gpuhub_profiles_glue(c, glue, form):
             names.append(f"{p.get('display_name') or p.get('slug')} ({free} free)" if isinstance(free, int) else str(p.get("display_name") or p.get("slug")))
         if names:
             return "Free now: " + "; ".join(names) + "."
-        return "No GPU is free right now; a CPU-only server can start."
+        return "No GPU you may take is free right now; a CPU-only server can start."
 
     async def still_available(spawner, pod):
         """Refuse a start whose choice gpu-profiles showed as unavailable at start (a race with the form,
