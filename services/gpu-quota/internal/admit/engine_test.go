@@ -613,14 +613,15 @@ func TestNoneFreeMessageCached(t *testing.T) {
 	if res := r.admit(t, h100("carol", "", 2)); !res.Allow {
 		t.Fatalf("carol's two H100s: %s %s", res.Reason, res.Message)
 	}
+	dave := h100("dave", "", 1)
 	check := func(step string) string {
 		t.Helper()
-		res := r.admit(t, h100("dave", "", 1))
+		res := r.admit(t, dave)
 		if res.Reason != string(ReasonNoneFree) {
 			t.Fatalf("%s: dave got %s, want none_free", step, res.Reason)
 		}
 		r.eng.mu.Lock()
-		asked := r.eng.ix.resolve(h100("dave", "", 1).Resources, h100("dave", "", 1).NodeSelector).allocs[0]
+		asked := r.eng.ix.resolve(dave.Resources, dave.NodeSelector).allocs[0]
 		r.eng.mu.Unlock()
 		if want := noneFreeMessage(asked, 0, res.CanTake); res.Message != want {
 			t.Errorf("%s: message %q, want %q", step, res.Message, want)

@@ -36,7 +36,7 @@ type index struct {
 	// resolved caches resolve: GPU resources and nodeSelector -> allocations; cleared when nodes change.
 	resolved map[string]classified
 	// noneFree caches noneFreeMessage by what it says (the class asked for, the counts, the classes one can
-	// take): a full cluster refuses many spawns with the same few texts. Cleared with resolved.
+	// take): a full cluster refuses many spawns with the same few texts. Cleared when nodes change.
 	noneFree map[string]string
 }
 
