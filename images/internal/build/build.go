@@ -1,8 +1,16 @@
-// Package build makes gpuhub's service images without a Docker engine or a registry, by following the
-// recipe in images/<name>.Dockerfile: the build stage's `go build` runs on this machine with the same
-// environment and flags, and the final stage's base is replaced by its equivalent made from Debian packages
-// (see Bases). Every other instruction of the final stage (COPY, USER, ENTRYPOINT, CMD, EXPOSE, ENV, WORKDIR,
-// LABEL) is applied as Docker would; an instruction that cannot be reproduced here is an error.
+// Package build makes container images without a Docker engine or a registry, by following a Dockerfile:
+//
+//   - a stage FROM golang:* is this machine's Go toolchain: its `go build` RUNs run here with the recipe's
+//     environment and flags (the build context is the repository, read in place);
+//   - a stage FROM a distroless image starts from an equivalent made from Debian packages (Bases);
+//   - a stage FROM debian:bookworm(-slim) starts from a Debian root filesystem made by mmdebstrap;
+//   - a stage FROM another upstream image starts from its Debian-built equivalent, itself a Dockerfile under
+//     images/bases (Equivalents), built the same way first;
+//   - RUN runs in a real container (runc) on the stage's root filesystem, with the host's network so that
+//     apt-get, pip and npm reach their registries, and RUN --mount=type=cache as bind mounts;
+//   - COPY, USER, ENTRYPOINT, CMD, EXPOSE, ENV, WORKDIR, LABEL act as in Docker.
+//
+// The image has two layers: the final stage's starting root filesystem and what the stage changed.
 package build
 
 import (
@@ -21,97 +29,36 @@ import (
 	"github.com/gpuhub/gpuhub/images/internal/oci"
 )
 
-// Options says where the sources, the Debian packages and the results are.
+// Options says where the sources, the Debian packages, the caches and the results are.
 type Options struct {
-	Context string      // the repository root: Docker's build context
-	Debs    *DebianDebs // Debian packages for the bases
+	Context string      // Docker's build context (the repository root for images/*.Dockerfile)
+	Debs    *DebianDebs // Debian packages for the distroless bases
 	Go      string      // the go command
+	Runc    string      // the runc command, for RUN in a root filesystem
+	Cache   string      // root filesystems and equivalents kept between builds ($GPUHUB_CACHE/images)
+	Bases   string      // folder of the equivalents' Dockerfiles (images/bases)
 	Arch    string      // GOARCH of the images
 	Logger  *slog.Logger
 }
 
-// Image builds the image of one Dockerfile into an OCI layout at outDir and returns its reference.
+// stage is a stage being built: a root filesystem directory, its configuration, and what it started from.
+type stage struct {
+	root   string
+	hostGo bool
+	cfg    oci.Config
+	start  oci.Layer          // the root filesystem at FROM: the image's lower layer
+	before map[string]fileKey // its state, to find what the stage changed
+}
+
+// Image builds the image of df into an OCI layout at outDir and returns its reference.
 func Image(ctx context.Context, opts Options, df *dockerfile.File, outDir string) (string, error) {
 	if df.BuildTag == "" {
 		return "", fmt.Errorf("%s: no `docker build ... -t REF` comment names the image", df.Path)
 	}
-	work, err := os.MkdirTemp("", "gpuhub-image-")
+	img, err := build(ctx, opts, df)
 	if err != nil {
 		return "", err
 	}
-	defer os.RemoveAll(work)
-
-	// Build stages: their filesystem is a directory under work; only `go build` and `go mod download` run.
-	stageRoots := map[string]string{}
-	final := df.Final()
-	for _, st := range df.Stages[:len(df.Stages)-1] {
-		root := filepath.Join(work, "stage-"+st.Name)
-		stageRoots[st.Name] = root
-		env := []string{}
-		for _, in := range st.Instructions {
-			switch in.Cmd {
-			case "WORKDIR", "COPY":
-				// The build context is the repository itself; go build reads it in place.
-			case "ENV":
-				env = append(env, in.Args...)
-			case "RUN":
-				if err := runGo(ctx, opts, root, env, in); err != nil {
-					return "", fmt.Errorf("%s:%d: %w", df.Path, in.Line, err)
-				}
-			default:
-				return "", fmt.Errorf("%s:%d: %s in a build stage is not reproduced here", df.Path, in.Line, in.Cmd)
-			}
-		}
-	}
-
-	base, ok := Bases[final.From]
-	if !ok {
-		return "", fmt.Errorf("%s: final stage FROM %s has no Debian-built equivalent (known: %s)", df.Path, final.From, strings.Join(baseNames(), ", "))
-	}
-	baseLayer, cfg, err := base.Build(opts.Debs)
-	if err != nil {
-		return "", fmt.Errorf("base %s: %w", final.From, err)
-	}
-	cfg.Labels = map[string]string{"org.opencontainers.image.base.name": final.From + " (Debian-built equivalent: " + base.Name + ")"}
-	var top oci.Layer
-	for _, in := range final.Instructions {
-		switch in.Cmd {
-		case "COPY":
-			files, err := copyFiles(opts.Context, stageRoots, cfg.WorkingDir, in)
-			if err != nil {
-				return "", fmt.Errorf("%s:%d: %w", df.Path, in.Line, err)
-			}
-			top = append(top, files...)
-		case "USER":
-			cfg.User = in.Args[0]
-		case "ENTRYPOINT":
-			cfg.Entrypoint, cfg.Cmd = in.Args, nil // Docker resets CMD when ENTRYPOINT is set
-		case "CMD":
-			cfg.Cmd = in.Args
-		case "EXPOSE":
-			if cfg.ExposedPorts == nil {
-				cfg.ExposedPorts = map[string]struct{}{}
-			}
-			for _, p := range in.Args {
-				if !strings.Contains(p, "/") {
-					p += "/tcp"
-				}
-				cfg.ExposedPorts[p] = struct{}{}
-			}
-		case "ENV":
-			cfg.Env = setEnv(cfg.Env, in.Args)
-		case "WORKDIR":
-			cfg.WorkingDir = path.Join(cfg.WorkingDir, in.Args[0])
-		case "LABEL":
-			for _, kv := range in.Args {
-				k, v, _ := strings.Cut(kv, "=")
-				cfg.Labels[k] = v
-			}
-		default:
-			return "", fmt.Errorf("%s:%d: %s in the final stage needs a container runtime; not reproduced here", df.Path, in.Line, in.Cmd)
-		}
-	}
-	img := oci.Image{Ref: df.BuildTag, Config: cfg, Layers: []oci.Layer{baseLayer, top}}
 	digest, err := oci.Write(outDir, opts.Arch, img)
 	if err != nil {
 		return "", err
@@ -120,13 +67,160 @@ func Image(ctx context.Context, opts Options, df *dockerfile.File, outDir string
 	return img.Ref, nil
 }
 
-// runGo runs a build stage's RUN when it is `go mod download` (nothing to do: the module cache is here) or
-// `[VAR=value ...] go build ARGS`, with -o moved under the stage's root.
-func runGo(ctx context.Context, opts Options, root string, env []string, in dockerfile.Instruction) error {
+func build(ctx context.Context, opts Options, df *dockerfile.File) (oci.Image, error) {
+	work, err := os.MkdirTemp("", "gpuhub-image-")
+	if err != nil {
+		return oci.Image{}, err
+	}
+	defer os.RemoveAll(work)
+
+	stages := map[string]*stage{}
+	var st *stage
+	for i, s := range df.Stages {
+		st, err = from(ctx, opts, df, s, stages, filepath.Join(work, fmt.Sprintf("stage-%d", i)))
+		if err != nil {
+			return oci.Image{}, fmt.Errorf("%s: FROM %s: %w", df.Path, s.From, err)
+		}
+		stages[s.Name] = st
+		for _, in := range s.Instructions {
+			if err := apply(ctx, opts, st, stages, in); err != nil {
+				return oci.Image{}, fmt.Errorf("%s:%d: %s: %w", df.Path, in.Line, in.Cmd, err)
+			}
+		}
+	}
+	if st.hostGo {
+		return oci.Image{}, fmt.Errorf("%s: the final stage is a Go toolchain stage, not an image", df.Path)
+	}
+	top, err := changes(st.root, st.before)
+	if err != nil {
+		return oci.Image{}, err
+	}
+	st.cfg.Labels = withLabel(st.cfg.Labels, "org.opencontainers.image.base.name", df.Final().From)
+	return oci.Image{Ref: df.BuildTag, Config: st.cfg, Layers: []oci.Layer{st.start, top}}, nil
+}
+
+// from starts a stage's root filesystem in dir.
+func from(ctx context.Context, opts Options, df *dockerfile.File, s *dockerfile.Stage, stages map[string]*stage, dir string) (*stage, error) {
+	st := &stage{root: dir}
+	var start oci.Layer
+	switch {
+	case strings.HasPrefix(s.From, "golang:"):
+		st.hostGo = true
+		return st, os.MkdirAll(dir, 0o755)
+	case stages[s.From] != nil:
+		prev := stages[s.From]
+		if prev.hostGo {
+			return nil, errors.New("a Go toolchain stage is no root filesystem to start from")
+		}
+		layer, err := readTree(prev.root)
+		if err != nil {
+			return nil, err
+		}
+		start, st.cfg = layer, prev.cfg
+		st.cfg.Env = append([]string(nil), prev.cfg.Env...)
+	case Bases[s.From].Build != nil:
+		layer, cfg, err := Bases[s.From].Build(opts.Debs)
+		if err != nil {
+			return nil, err
+		}
+		start, st.cfg = layer, cfg
+	case debianRoots[s.From] != nil:
+		tarball, err := debianRoot(ctx, opts, s.From)
+		if err != nil {
+			return nil, err
+		}
+		layer, err := readTarFile(tarball)
+		if err != nil {
+			return nil, err
+		}
+		start = layer
+		st.cfg = oci.Config{Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, Cmd: []string{"bash"}}
+	default:
+		img, err := equivalent(ctx, opts, s.From)
+		if err != nil {
+			return nil, err
+		}
+		start, st.cfg = img.Layer(), img.Config
+	}
+	if err := writeTree(dir, start); err != nil {
+		return nil, err
+	}
+	before, err := snapshot(dir)
+	if err != nil {
+		return nil, err
+	}
+	st.start, st.before = start, before
+	return st, nil
+}
+
+func apply(ctx context.Context, opts Options, st *stage, stages map[string]*stage, in dockerfile.Instruction) error {
+	switch in.Cmd {
+	case "RUN":
+		if st.hostGo {
+			return runGo(ctx, opts, st.root, in)
+		}
+		return runInContainer(ctx, opts, st, stages, in)
+	case "COPY":
+		files, err := copyFiles(opts.Context, stages, st.cfg.WorkingDir, in)
+		if err != nil {
+			return err
+		}
+		if st.hostGo {
+			return nil // the build context is read in place
+		}
+		return writeTree(st.root, files)
+	case "WORKDIR":
+		st.cfg.WorkingDir = path.Join("/", st.cfg.WorkingDir, in.Args[0])
+		if st.hostGo {
+			return nil
+		}
+		return os.MkdirAll(filepath.Join(st.root, st.cfg.WorkingDir), 0o755)
+	case "ENV":
+		st.cfg.Env = setEnv(st.cfg.Env, in.Args)
+	case "USER":
+		st.cfg.User = in.Args[0]
+	case "ENTRYPOINT":
+		st.cfg.Entrypoint, st.cfg.Cmd = in.Args, nil // Docker resets CMD when ENTRYPOINT is set
+	case "CMD":
+		st.cfg.Cmd = in.Args
+	case "EXPOSE":
+		if st.cfg.ExposedPorts == nil {
+			st.cfg.ExposedPorts = map[string]struct{}{}
+		}
+		for _, p := range in.Args {
+			if !strings.Contains(p, "/") {
+				p += "/tcp"
+			}
+			st.cfg.ExposedPorts[p] = struct{}{}
+		}
+	case "LABEL":
+		for _, kv := range in.Args {
+			k, v, _ := strings.Cut(kv, "=")
+			st.cfg.Labels = withLabel(st.cfg.Labels, k, v)
+		}
+	default:
+		return errors.New("not reproduced here")
+	}
+	return nil
+}
+
+func withLabel(labels map[string]string, k, v string) map[string]string {
+	out := map[string]string{}
+	for lk, lv := range labels {
+		out[lk] = lv
+	}
+	out[k] = v
+	return out
+}
+
+// runGo runs a Go toolchain stage's RUN when it is `go mod download` (nothing to do: the module cache is
+// here) or `[VAR=value ...] go build ARGS`, with -o moved under the stage's directory.
+func runGo(ctx context.Context, opts Options, root string, in dockerfile.Instruction) error {
 	w, err := shellWords(in.Args[0])
 	if err != nil {
 		return err
 	}
+	env := append([]string{}, in.Env...)
 	for len(w) > 0 && strings.Contains(w[0], "=") && !strings.HasPrefix(w[0], "-") {
 		env = append(env, w[0])
 		w = w[1:]
@@ -136,7 +230,7 @@ func runGo(ctx context.Context, opts Options, root string, env []string, in dock
 		return nil
 	case len(w) >= 2 && w[0] == "go" && w[1] == "build":
 	default:
-		return fmt.Errorf("RUN %q: only `go build` and `go mod download` are reproduced here", in.Args[0])
+		return fmt.Errorf("%q: only `go build` and `go mod download` run in a Go toolchain stage here", in.Args[0])
 	}
 	args := append([]string{}, w[1:]...)
 	for i := range args {
@@ -156,20 +250,20 @@ func runGo(ctx context.Context, opts Options, root string, env []string, in dock
 	return cmd.Run()
 }
 
-// copyFiles applies COPY: from a build stage's root (--from) or from the build context.
-func copyFiles(context string, stageRoots map[string]string, workDir string, in dockerfile.Instruction) (oci.Layer, error) {
+// copyFiles applies COPY: from a stage (--from) or from the build context.
+func copyFiles(context string, stages map[string]*stage, workDir string, in dockerfile.Instruction) (oci.Layer, error) {
 	srcRoot := context
 	if from := in.Flags["from"]; from != "" {
-		root, ok := stageRoots[from]
+		st, ok := stages[from]
 		if !ok {
-			return nil, fmt.Errorf("COPY --from=%s: no such build stage", from)
+			return nil, fmt.Errorf("--from=%s: no such stage", from)
 		}
-		srcRoot = root
+		srcRoot = st.root
 	}
-	uid, gid := 0, 0
+	uid, gid := -1, -1
 	if own := in.Flags["chown"]; own != "" {
 		if _, err := fmt.Sscanf(strings.Replace(own, ":", " ", 1), "%d %d", &uid, &gid); err != nil {
-			return nil, fmt.Errorf("COPY --chown=%s: only numeric UID:GID is reproduced here", own)
+			return nil, fmt.Errorf("--chown=%s: only numeric UID:GID is reproduced here", own)
 		}
 	}
 	srcs, dest := in.Args[:len(in.Args)-1], in.Args[len(in.Args)-1]
@@ -183,9 +277,13 @@ func copyFiles(context string, stageRoots map[string]string, workDir string, in 
 			return nil, err
 		}
 		if len(matches) == 0 {
-			return nil, fmt.Errorf("COPY %s: no such file", src)
+			return nil, fmt.Errorf("%s: no such file", src)
 		}
 		toDir := strings.HasSuffix(dest, "/") || len(matches) > 1 || len(srcs) > 1
+		if toDir && uid >= 0 {
+			// A directory COPY creates belongs to --chown's owner too, as in BuildKit.
+			out = append(out, oci.File{Path: path.Clean(dest), Mode: fs.ModeDir | 0o755, UID: uid, GID: max(gid, 0)})
+		}
 		for _, m := range matches {
 			err := filepath.WalkDir(m, func(p string, d fs.DirEntry, err error) error {
 				if err != nil {
@@ -206,7 +304,8 @@ func copyFiles(context string, stageRoots map[string]string, workDir string, in 
 				case toDir && !info.IsDir():
 					target = path.Join(dest, filepath.Base(m))
 				}
-				f := oci.File{Path: target, UID: uid, GID: gid, Mode: info.Mode().Perm()}
+				// Docker's COPY makes files root's unless --chown says otherwise.
+				f := oci.File{Path: target, UID: max(uid, 0), GID: max(gid, 0), Mode: info.Mode().Perm()}
 				switch {
 				case info.IsDir():
 					f.Mode |= fs.ModeDir
@@ -215,7 +314,7 @@ func copyFiles(context string, stageRoots map[string]string, workDir string, in 
 						return err
 					}
 				default:
-					return fmt.Errorf("COPY %s: %s is neither a file nor a directory", src, p)
+					return fmt.Errorf("%s is neither a file nor a directory", p)
 				}
 				out = append(out, f)
 				return nil
@@ -229,6 +328,7 @@ func copyFiles(context string, stageRoots map[string]string, workDir string, in 
 }
 
 func setEnv(env, kvs []string) []string {
+	env = append([]string(nil), env...)
 	for _, kv := range kvs {
 		k, _, _ := strings.Cut(kv, "=")
 		replaced := false

@@ -1,10 +1,14 @@
 package build
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpuhub/gpuhub/images/internal/oci"
 )
 
 func TestShellWords(t *testing.T) {
@@ -44,5 +48,56 @@ func TestSetEnv(t *testing.T) {
 	got := setEnv([]string{"PATH=/bin", "A=1"}, []string{"A=2", "B=3"})
 	if diff := cmp.Diff([]string{"PATH=/bin", "A=2", "B=3"}, got); diff != "" {
 		t.Errorf("setEnv (-want +got):\n%s", diff)
+	}
+}
+
+func TestChanges(t *testing.T) {
+	dir := t.TempDir()
+	start := oci.Layer{
+		{Path: "/etc/keep", Mode: 0o644, Data: []byte("same")},
+		{Path: "/etc/edit", Mode: 0o644, Data: []byte("old")},
+		{Path: "/etc/gone", Mode: 0o644, Data: []byte("x")},
+		{Path: "/var/cache/apt/a.bin", Mode: 0o644, Data: []byte("a")},
+		{Path: "/var/cache/apt/b.bin", Mode: 0o644, Data: []byte("b")},
+	}
+	if err := writeTree(dir, start); err != nil {
+		t.Fatal(err)
+	}
+	before, err := snapshot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a RUN does: edit a file (size changes), add one, remove a file and a whole directory.
+	if err := os.WriteFile(filepath.Join(dir, "etc", "edit"), []byte("new!"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "etc", "added"), []byte("+"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "etc", "gone")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "var", "cache", "apt")); err != nil {
+		t.Fatal(err)
+	}
+	layer, err := changes(dir, before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, f := range layer {
+		if f.Mode.IsDir() {
+			continue // parents whose times changed
+		}
+		got[f.Path] = string(f.Data)
+	}
+	want := map[string]string{
+		"/etc/edit":          "new!",
+		"/etc/added":         "+",
+		"/etc/.wh.gone":      "",
+		"/var/cache/.wh.apt": "", // one whiteout for the directory, none for its files
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("changes (-want +got):\n%s", diff)
 	}
 }

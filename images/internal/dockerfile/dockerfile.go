@@ -2,7 +2,7 @@
 // images built here without Docker follow the same recipe and a test can compare the two.
 //
 // Supported: parser directives and comments, line continuations, global and stage ARG, FROM [AS], COPY with
-// --from/--chown/--chmod, RUN (shell form), USER, ENTRYPOINT, CMD (exec and shell form), EXPOSE, ENV, WORKDIR,
+// --from/--chown/--chmod, RUN (shell form, with --mount), USER, ENTRYPOINT, CMD (exec and shell form), EXPOSE, ENV, WORKDIR,
 // LABEL. Anything else is an error naming its line, never silently ignored.
 package dockerfile
 
@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 )
 
@@ -33,8 +34,13 @@ type Instruction struct {
 	Line  int
 	Cmd   string            // upper case: COPY, RUN, ...
 	Flags map[string]string // --from=build → from: build
-	Args  []string          // exec form (JSON) or words; RUN keeps one element, its shell command
-	JSON  bool              // exec form
+	// Mounts are RUN's --mount values in order (type=cache,target=/x,...), variables substituted.
+	Mounts []string
+	// Env is, for RUN, the stage's ARG and ENV values in effect (KEY=value, sorted): RUN's command is left
+	// as written and its shell expands variables from this environment, as in Docker.
+	Env  []string
+	Args []string // exec form (JSON) or words; RUN keeps one element, its shell command
+	JSON bool     // exec form
 }
 
 // Final is the last stage: what the image is.
@@ -140,7 +146,11 @@ func Parse(text string) (*File, error) {
 		for strings.HasPrefix(rest, "--") {
 			flag, after, _ := strings.Cut(rest, " ")
 			k, v, _ := strings.Cut(strings.TrimPrefix(flag, "--"), "=")
-			in.Flags[k] = expand(v, vars)
+			if cmd == "RUN" && k == "mount" {
+				in.Mounts = append(in.Mounts, expand(v, vars))
+			} else {
+				in.Flags[k] = expand(v, vars)
+			}
 			rest = strings.TrimSpace(after)
 		}
 		switch cmd {
@@ -148,7 +158,11 @@ func Parse(text string) (*File, error) {
 			if len(in.Flags) > 0 {
 				return nil, fmt.Errorf("%d: RUN flags %v are not supported", lineNo, in.Flags)
 			}
-			in.Args = []string{expand(rest, vars)}
+			in.Args = []string{rest}
+			for k, v := range stageVars {
+				in.Env = append(in.Env, k+"="+v)
+			}
+			sort.Strings(in.Env)
 		case "ENTRYPOINT", "CMD":
 			if strings.HasPrefix(rest, "[") {
 				if err := json.Unmarshal([]byte(rest), &in.Args); err != nil {
@@ -156,7 +170,7 @@ func Parse(text string) (*File, error) {
 				}
 				in.JSON = true
 			} else {
-				in.Args = []string{"/bin/sh", "-c", expand(rest, vars)}
+				in.Args = []string{"/bin/sh", "-c", rest} // expanded by that shell when the container starts
 			}
 		case "ENV":
 			w := words(rest)

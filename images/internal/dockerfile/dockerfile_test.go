@@ -14,6 +14,7 @@ func TestParse(t *testing.T) {
 ARG BASE=gcr.io/distroless/static-debian12:nonroot
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
+ARG GOFLAGS=-mod=readonly
 RUN CGO_ENABLED=0 go build -trimpath \
     # a comment inside a continuation is dropped
     -o /out/x ./services/x
@@ -37,16 +38,16 @@ CMD serve --port ${PORT}
 		Stages: []*Stage{
 			{Name: "build", From: "golang:1.26-bookworm", Instructions: []Instruction{
 				{Line: 6, Cmd: "WORKDIR", Flags: map[string]string{}, Args: []string{"/src"}},
-				{Line: 7, Cmd: "RUN", Flags: map[string]string{}, Args: []string{"CGO_ENABLED=0 go build -trimpath  -o /out/x ./services/x"}},
+				{Line: 8, Cmd: "RUN", Flags: map[string]string{}, Args: []string{"CGO_ENABLED=0 go build -trimpath  -o /out/x ./services/x"}, Env: []string{"GOFLAGS=-mod=readonly"}},
 			}},
 			{Name: "1", From: "gcr.io/distroless/static-debian12:nonroot", Instructions: []Instruction{
-				{Line: 13, Cmd: "ENV", Flags: map[string]string{}, Args: []string{"A=1", "B=two words"}},
-				{Line: 14, Cmd: "ENV", Flags: map[string]string{}, Args: []string{"C=3"}},
-				{Line: 15, Cmd: "COPY", Flags: map[string]string{"from": "build", "chown": "65532:65532"}, Args: []string{"/out/x", "/usr/local/bin/x"}},
-				{Line: 16, Cmd: "USER", Flags: map[string]string{}, Args: []string{"65532:65532"}},
-				{Line: 17, Cmd: "EXPOSE", Flags: map[string]string{}, Args: []string{"8080", "9090/udp"}},
-				{Line: 18, Cmd: "ENTRYPOINT", Flags: map[string]string{}, Args: []string{"/usr/local/bin/x"}, JSON: true},
-				{Line: 19, Cmd: "CMD", Flags: map[string]string{}, Args: []string{"/bin/sh", "-c", "serve --port 8080"}},
+				{Line: 14, Cmd: "ENV", Flags: map[string]string{}, Args: []string{"A=1", "B=two words"}},
+				{Line: 15, Cmd: "ENV", Flags: map[string]string{}, Args: []string{"C=3"}},
+				{Line: 16, Cmd: "COPY", Flags: map[string]string{"from": "build", "chown": "65532:65532"}, Args: []string{"/out/x", "/usr/local/bin/x"}},
+				{Line: 17, Cmd: "USER", Flags: map[string]string{}, Args: []string{"65532:65532"}},
+				{Line: 18, Cmd: "EXPOSE", Flags: map[string]string{}, Args: []string{"8080", "9090/udp"}},
+				{Line: 19, Cmd: "ENTRYPOINT", Flags: map[string]string{}, Args: []string{"/usr/local/bin/x"}, JSON: true},
+				{Line: 20, Cmd: "CMD", Flags: map[string]string{}, Args: []string{"/bin/sh", "-c", "serve --port ${PORT}"}},
 			}},
 		},
 	}
@@ -64,7 +65,7 @@ func TestParseErrors(t *testing.T) {
 		"before FROM":         {text: "COPY a b\n", wantErr: "1: COPY before the first FROM"},
 		"no FROM":             {text: "# nothing\n", wantErr: "no FROM"},
 		"bad FROM":            {text: "FROM a b\n", wantErr: "1: FROM a b: want IMAGE [AS NAME]"},
-		"RUN flags":           {text: "FROM a\nRUN --mount=type=cache,target=/x true\n", wantErr: "2: RUN flags"},
+		"RUN flags":           {text: "FROM a\nRUN --network=none true\n", wantErr: "2: RUN flags"},
 		"COPY one arg":        {text: "FROM a\nCOPY x\n", wantErr: "2: COPY wants at least one source"},
 		"COPY --link":         {text: "FROM a\nCOPY --link x y\n", wantErr: "2: COPY --link is not supported"},
 		"bad exec form":       {text: "FROM a\nENTRYPOINT [\"x\"\n", wantErr: "2: ENTRYPOINT"},

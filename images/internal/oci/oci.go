@@ -425,6 +425,15 @@ func (l *Loaded) apply(gz []byte, diffID string) error {
 	}
 }
 
+// Layer returns the merged file tree as one layer.
+func (l *Loaded) Layer() Layer {
+	out := make(Layer, 0, len(l.Files))
+	for _, f := range l.Files {
+		out = append(out, f)
+	}
+	return out
+}
+
 // Resolve follows symlinks (at most 40, like the kernel) and returns the entry p finally names.
 func (l *Loaded) Resolve(p string) (File, error) {
 	p = path.Clean("/" + p)
