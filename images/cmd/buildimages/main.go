@@ -117,6 +117,9 @@ func buildOne(ctx context.Context, opts build.Options, r build.Recipe, outDir, c
 		} else {
 			opts.Logger.Info("unchanged inputs: taken from the cache", "image", r.Name, "layout", cached)
 		}
+		if err := build.PruneOthers(cached); err != nil {
+			return err
+		}
 		if err := os.RemoveAll(layout); err != nil {
 			return err
 		}

@@ -101,3 +101,27 @@ func TestChanges(t *testing.T) {
 		t.Errorf("changes (-want +got):\n%s", diff)
 	}
 }
+
+func TestPruneOthers(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"python-bookworm-aaaa", "python-bookworm-bbbb", "python-slim-bookworm-cccc", "python-bookworm-extra-dddd"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := PruneOthers(filepath.Join(dir, "python-bookworm-bbbb")); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range entries {
+		got = append(got, e.Name())
+	}
+	want := []string{"python-bookworm-bbbb", "python-bookworm-extra-dddd", "python-slim-bookworm-cccc"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("left after pruning (-want +got):\n%s", diff)
+	}
+}

@@ -71,7 +71,7 @@ func equivalent(ctx context.Context, opts Options, ref string) (*oci.Loaded, err
 	layout := filepath.Join(opts.Cache, "equivalents", strings.TrimSuffix(name, ".Dockerfile")+"-"+key)
 	if img, err := oci.Read(layout); err == nil {
 		opts.Logger.Info("equivalent from the cache", "image", ref, "layout", layout)
-		return img, nil
+		return img, PruneOthers(layout)
 	}
 	opts.Logger.Info("building the Debian-built equivalent", "image", ref, "recipe", p)
 	sub := opts
@@ -81,6 +81,9 @@ func equivalent(ctx context.Context, opts Options, ref string) (*oci.Loaded, err
 		return nil, err
 	}
 	if _, err := oci.Write(layout, opts.Arch, img); err != nil {
+		return nil, err
+	}
+	if err := PruneOthers(layout); err != nil {
 		return nil, err
 	}
 	return oci.Read(layout)
@@ -146,4 +149,25 @@ func InputKey(df *dockerfile.File, context, bases string) (string, error) {
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// PruneOthers removes the cached entries beside keyed (NAME-KEY) with the same NAME and another KEY: what
+// earlier inputs built, which a build will not ask for again.
+func PruneOthers(keyed string) error {
+	base := filepath.Base(keyed)
+	name := base[:strings.LastIndex(base, "-")+1]
+	others, err := filepath.Glob(filepath.Join(filepath.Dir(keyed), name+"*"))
+	if err != nil {
+		return err
+	}
+	for _, o := range others {
+		rest := strings.TrimPrefix(filepath.Base(o), name)
+		if o == keyed || strings.Contains(rest, "-") {
+			continue // itself, or another name that starts the same (python-bookworm vs python-slim-bookworm)
+		}
+		if err := os.RemoveAll(o); err != nil {
+			return err
+		}
+	}
+	return nil
 }
