@@ -63,7 +63,12 @@ include $(sort $(wildcard mk/*.mk))
 
 .PHONY: test
 test: ## The whole suite: lint, unit, Hub integration, e2e on the local cluster, extension tests.
-	@for t in $(TEST_TARGETS); do \
-	  echo "==> make $$t"; $(MAKE) $$t || { echo "FAILED: make $$t"; exit 1; }; \
-	done
+	@# Each target's wall time, printed as a table at the end (and after a failure, up to it).
+	@times=(); report() { printf '==> make test: time per target\n'; printf '  %-26s %6s\n' "$${times[@]}"; }; \
+	for t in $(TEST_TARGETS); do \
+	  echo "==> make $$t"; start=$$SECONDS; \
+	  if ! $(MAKE) $$t; then times+=("$$t (FAILED)" "$$((SECONDS - start))s"); report; echo "FAILED: make $$t"; exit 1; fi; \
+	  times+=("$$t" "$$((SECONDS - start))s"); \
+	done; \
+	times+=("total" "$${SECONDS}s"); report
 	@echo "==> make test: all of [$(TEST_TARGETS)] passed"
