@@ -41,6 +41,7 @@ var smoke = map[string]struct {
 	"gpu-quota":               {args: []string{"-h"}, want: "Usage"},
 	"usage-api":               {args: []string{"-h"}, want: "Usage"},
 	"configurable-http-proxy": {args: []string{"--version"}, want: "5.2.0"},
+	"pause":                   {args: []string{"-v"}, want: "pause (gpuhub) 0.1.0"},
 	// The panel is installed and enabled in the single-user environment, next to JupyterLab 4.
 	"singleuser": {args: []string{"jupyter", "labextension", "list"}, want: "@gpuhub/jupyterlab-gpu-panel v0.1.0 enabled"},
 	// z2jh 4.4.0's pins: JupyterHub 5.5.0, with KubeSpawner importable.
@@ -75,8 +76,8 @@ func recipes(t *testing.T) map[string]*dockerfile.File {
 		}
 		out[r.Name] = df
 	}
-	if len(out) < 8 {
-		t.Fatalf("%d recipes, want the five services, the single-user image, the proxy and the hub", len(out))
+	if len(out) < 9 {
+		t.Fatalf("%d recipes, want the five services, the single-user image, pause, the proxy and the hub", len(out))
 	}
 	return out
 }

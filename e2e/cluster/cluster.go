@@ -52,8 +52,13 @@ type Options struct {
 	Dir string
 	// Controllers overrides DefaultControllers; an empty list keeps the default.
 	Controllers []string
-	Logger      *slog.Logger
-	Now         func() time.Time
+	// NodeIP, when set, readies the API server for real kubelets (e2e/realnode): it is an address of the
+	// network namespace the test made, the API server listens there too and advertises it, its serving
+	// certificate names it, it reaches kubelets by their InternalIP with a client certificate of its own,
+	// and nodes are authorized by the Node authorizer (kubeadm's Node,RBAC).
+	NodeIP net.IP
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // ControlPlane is a running control plane.
@@ -196,7 +201,11 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context) error {
 	if err := os.WriteFile(cp.caFile, ca.ca.CertPEM, 0o644); err != nil {
 		return fmt.Errorf("write ca: %w", err)
 	}
-	serving, err := ca.issue(now, "kube-apiserver", nil, []net.IP{net.IPv4(127, 0, 0, 1), net.ParseIP("10.96.0.1")},
+	ips := []net.IP{net.IPv4(127, 0, 0, 1), net.ParseIP("10.96.0.1")}
+	if cp.opts.NodeIP != nil {
+		ips = append(ips, cp.opts.NodeIP)
+	}
+	serving, err := ca.issue(now, "kube-apiserver", nil, ips,
 		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
 			"kubernetes.default.svc.cluster.local"}, true)
 	if err != nil {
@@ -219,23 +228,39 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	listen := []string{"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--authorization-mode=RBAC"}
+	if ip := cp.opts.NodeIP; ip != nil {
+		// 0.0.0.0 is the test's own network namespace: nothing outside it can connect.
+		kubeletClient, err := ca.issue(now, "kube-apiserver-kubelet-client", []string{"system:masters"}, nil, nil, false)
+		if err != nil {
+			return err
+		}
+		kcCert, kcKey, err := writePair(dir, "apiserver-kubelet-client", kubeletClient)
+		if err != nil {
+			return err
+		}
+		listen = []string{
+			"--bind-address=0.0.0.0", "--advertise-address=" + ip.String(), "--authorization-mode=Node,RBAC",
+			"--enable-admission-plugins=NodeRestriction", "--kubelet-preferred-address-types=InternalIP",
+			"--kubelet-client-certificate=" + kcCert, "--kubelet-client-key=" + kcKey,
+		}
+	}
 	cp.apiSpec = proc.Spec{
 		Name: "kube-apiserver",
 		Path: filepath.Join(cp.opts.BinDir, "kube-apiserver"),
-		Args: []string{
-			"--etcd-servers=" + cp.etcdURL,
-			"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
-			"--tls-cert-file=" + certFile, "--tls-private-key-file=" + keyFile,
-			"--client-ca-file=" + cp.caFile,
-			"--authorization-mode=RBAC",
+		Args: append(listen,
+			"--etcd-servers="+cp.etcdURL,
+			"--secure-port="+strconv.Itoa(port),
+			"--tls-cert-file="+certFile, "--tls-private-key-file="+keyFile,
+			"--client-ca-file="+cp.caFile,
 			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-			"--service-account-key-file=" + saKey, "--service-account-signing-key-file=" + saKey,
-			"--service-cluster-ip-range=" + ServiceCIDR,
+			"--service-account-key-file="+saKey, "--service-account-signing-key-file="+saKey,
+			"--service-cluster-ip-range="+ServiceCIDR,
 			"--allow-privileged=true",
 			"--profiling=false",
 			"--event-ttl=30m",
 			"--v=1",
-		},
+		),
 		LogFile:      cp.logFile("kube-apiserver"),
 		Ready:        httpReady(adminClient, cp.URL+"/readyz"),
 		ReadyTimeout: 90 * time.Second,

@@ -107,6 +107,8 @@ func from(ctx context.Context, opts Options, df *dockerfile.File, s *dockerfile.
 	case strings.HasPrefix(s.From, "golang:"):
 		st.hostGo = true
 		return st, os.MkdirAll(dir, 0o755)
+	case s.From == "scratch":
+		// An empty root filesystem and configuration.
 	case stages[s.From] != nil:
 		prev := stages[s.From]
 		if prev.hostGo {

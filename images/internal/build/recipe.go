@@ -51,5 +51,5 @@ func (r Recipe) Parse() (*dockerfile.File, error) {
 // Known says whether the builder can start a stage of df FROM from.
 func Known(df *dockerfile.File, from string) bool {
 	_, equiv := Equivalents[from]
-	return strings.HasPrefix(from, "golang:") || df.Stage(from) != nil || Bases[from].Build != nil || debianRoots[from] != nil || equiv
+	return from == "scratch" || strings.HasPrefix(from, "golang:") || df.Stage(from) != nil || Bases[from].Build != nil || debianRoots[from] != nil || equiv
 }

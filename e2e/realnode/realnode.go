@@ -1,0 +1,316 @@
+// Package realnode runs a real Kubernetes node for the e2e tests: containerd (Debian's, with its CRI plugin),
+// the CNI bridge plugin (Debian's containernetworking-plugins) and a kubelet built from k8s.io/kubernetes
+// (e2e/kubebuild), next to the control plane of e2e/cluster. Pods run in real containers (runc) from the
+// images `make images` built, imported into containerd; nothing is pulled.
+//
+// Everything runs in the network namespace of the calling process, which the caller made for the test
+// (e2e/scripts/in-netns.sh): the node's address, the pod network and the API server's node-facing address
+// exist only there, and nothing routes out of it.
+//
+// What this machine needs (checked here, 2026-11-29, Debian 12 VM with cgroup v1):
+//   - the kubelet configuration's failCgroupV1: false (v1.35+ refuse cgroup v1 otherwise);
+//   - containerd's restrict_oom_score_adj: the machine withholds CAP_SYS_RESOURCE, so the negative
+//     oom_score_adj the CRI gives sandboxes fails in runc ("can't get final child's PID from pipe");
+//   - the processes enter only the network namespace (nsenter --net), not `ip netns exec`, whose fresh /sys
+//     hides the cgroup mounts from the kubelet ("failed to find cgroup mounts").
+package realnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpuhub/gpuhub/e2e/cluster/proc"
+)
+
+// Options configures a node.
+type Options struct {
+	// Kubelet is the kubelet executable; Containerd and Ctr default to those on PATH.
+	Kubelet, Containerd, Ctr string
+	// CNIBinDir holds the CNI plugins (default /usr/lib/cni, Debian's containernetworking-plugins).
+	CNIBinDir string
+	// Dir is the node's state directory (containerd's root and state, the kubelet's root, logs).
+	Dir string
+	// Name and IP of the node; IP must be an address of this network namespace.
+	Name string
+	IP   net.IP
+	// PodCIDR is the bridge's pod subnet on this node (e.g. 10.244.0.0/24).
+	PodCIDR string
+	// Kubeconfig is the kubelet's identity (system:node:<Name>, group system:nodes); ClientCAFile is the CA
+	// whose client certificates may call the kubelet's API (the API server's kubelet client).
+	Kubeconfig, ClientCAFile string
+	// Images are OCI archives to import into containerd before the kubelet starts; SandboxImage is the
+	// reference of the pause image among them.
+	Images       []string
+	SandboxImage string
+	// Labels are the node's labels at registration (--node-labels).
+	Labels map[string]string
+	// Client watches the node become Ready.
+	Client kubernetes.Interface
+	Logger *slog.Logger
+}
+
+// Node is a running node.
+type Node struct {
+	opts       Options
+	socket     string
+	containerd *proc.Process
+	kubelet    *proc.Process
+}
+
+// Start starts containerd, imports the images, starts the kubelet and waits until the Node is Ready.
+func Start(ctx context.Context, opts Options) (_ *Node, err error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.CNIBinDir == "" {
+		opts.CNIBinDir = "/usr/lib/cni"
+	}
+	for _, tool := range []*string{&opts.Containerd, &opts.Ctr} {
+		name := map[*string]string{&opts.Containerd: "containerd", &opts.Ctr: "ctr"}[tool]
+		if *tool == "" {
+			p, err := exec.LookPath(name)
+			if err != nil {
+				return nil, fmt.Errorf("%s not found (apt-get install -y containerd): %w", name, err)
+			}
+			*tool = p
+		}
+	}
+	if _, err := os.Stat(filepath.Join(opts.CNIBinDir, "bridge")); err != nil {
+		return nil, fmt.Errorf("CNI bridge plugin missing (apt-get install -y containernetworking-plugins): %w", err)
+	}
+	n := &Node{opts: opts, socket: filepath.Join(opts.Dir, "containerd", "containerd.sock")}
+	defer func() {
+		if err != nil {
+			n.Stop()
+		}
+	}()
+	if err := n.writeConfig(); err != nil {
+		return nil, err
+	}
+	if n.containerd, err = proc.Start(ctx, opts.Logger, proc.Spec{
+		Name: "containerd", Path: opts.Containerd,
+		Args:    []string{"--config", filepath.Join(opts.Dir, "containerd", "config.toml")},
+		LogFile: filepath.Join(opts.Dir, "logs", "containerd.log"),
+		Ready: func(ctx context.Context) error {
+			return exec.CommandContext(ctx, opts.Ctr, "--address", n.socket, "version").Run()
+		},
+	}); err != nil {
+		return nil, err
+	}
+	for _, img := range opts.Images {
+		if out, err := n.ctr(ctx, "images", "import", img); err != nil {
+			return nil, fmt.Errorf("import %s: %w: %s", img, err, out)
+		}
+	}
+	labels := make([]string, 0, len(opts.Labels))
+	for k, v := range opts.Labels {
+		labels = append(labels, k+"="+v)
+	}
+	slices.Sort(labels)
+	if n.kubelet, err = proc.Start(ctx, opts.Logger, proc.Spec{
+		Name: "kubelet", Path: opts.Kubelet,
+		Args: []string{
+			"--config=" + filepath.Join(opts.Dir, "kubelet", "config.yaml"),
+			"--kubeconfig=" + opts.Kubeconfig,
+			"--hostname-override=" + opts.Name, "--node-ip=" + opts.IP.String(),
+			"--root-dir=" + filepath.Join(opts.Dir, "kubelet", "root"),
+			"--cert-dir=" + filepath.Join(opts.Dir, "kubelet", "pki"),
+			"--node-labels=" + strings.Join(labels, ","),
+			"--v=1",
+		},
+		LogFile:      filepath.Join(opts.Dir, "logs", "kubelet.log"),
+		Ready:        n.nodeReady,
+		ReadyTimeout: 2 * time.Minute,
+	}); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *Node) nodeReady(ctx context.Context) error {
+	node, err := n.opts.Client.CoreV1().Nodes().Get(ctx, n.opts.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			return nil
+		}
+	}
+	return fmt.Errorf("node %s not Ready yet", n.opts.Name)
+}
+
+func (n *Node) ctr(ctx context.Context, args ...string) ([]byte, error) {
+	return exec.CommandContext(ctx, n.opts.Ctr, append([]string{"--address", n.socket, "--namespace", "k8s.io"}, args...)...).CombinedOutput()
+}
+
+func (n *Node) writeConfig() error {
+	dir := n.opts.Dir
+	for _, d := range []string{"containerd/root", "containerd/state", "cni", "kubelet/root", "kubelet/pki", "logs"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	containerd := fmt.Sprintf(`version = 2
+root = %q
+state = %q
+[grpc]
+  address = %q
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %q
+  # This machine withholds CAP_SYS_RESOURCE, so no process may lower its oom_score_adj: clamp the values
+  # the CRI asks for to containerd's own, as rootless setups do.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = %q
+    conf_dir = %q
+`, filepath.Join(dir, "containerd", "root"), filepath.Join(dir, "containerd", "state"), n.socket, n.opts.SandboxImage,
+		n.opts.CNIBinDir, filepath.Join(dir, "cni"))
+	// Pods on a bridge with the node as their gateway; no masquerade: nothing leaves the namespace. The
+	// address allocations stay in the node's directory (host-local's default is /var/lib/cni).
+	cni := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"gpuhub-pods","plugins":[
+ {"type":"bridge","bridge":"cni0","isGateway":true,"ipMasq":false,"hairpinMode":true,
+  "ipam":{"type":"host-local","ranges":[[{"subnet":%q}]],"dataDir":%q}},
+ {"type":"portmap","capabilities":{"portMappings":true}}]}
+`, n.opts.PodCIDR, filepath.Join(dir, "cni", "ipam"))
+	kubelet := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# This machine's cgroups are v1 (see the package comment).
+failCgroupV1: false
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix://%s
+address: %s
+readOnlyPort: 0
+# Only holders of a client certificate of the cluster CA (the API server) may call the kubelet.
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: %q}
+authorization: {mode: AlwaysAllow}
+failSwapOn: false
+# Pods resolve nothing outside the namespace.
+resolvConf: %q
+clusterDomain: cluster.local
+imageGCHighThresholdPercent: 100
+evictionHard: {"memory.available": "100Mi", "nodefs.available": "1%%", "imagefs.available": "1%%"}
+`, n.socket, n.opts.IP, n.opts.ClientCAFile, filepath.Join(dir, "kubelet", "resolv.conf"))
+	for path, data := range map[string]string{
+		"containerd/config.toml":      containerd,
+		"cni/10-gpuhub-pods.conflist": cni,
+		"kubelet/config.yaml":         kubelet,
+		"kubelet/resolv.conf":         "nameserver 127.0.0.1\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, path), []byte(data), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Stop stops the node: every pod's containers (killed), the kubelet, containerd and their shims; then it
+// unmounts what they left mounted under Dir.
+func (n *Node) Stop() {
+	if n.kubelet != nil {
+		n.drain()
+		n.kubelet.Stop()
+	}
+	if n.containerd != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		// Containers outlive containerd (their shims are their parents): kill and remove them first.
+		if out, err := n.ctr(ctx, "tasks", "ls", "-q"); err == nil {
+			for _, id := range strings.Fields(string(out)) {
+				_, _ = n.ctr(ctx, "tasks", "kill", "--signal", "SIGKILL", id)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for _, id := range strings.Fields(string(out)) {
+				for time.Now().Before(deadline) {
+					if _, err := n.ctr(ctx, "tasks", "rm", "--force", id); err == nil {
+						break
+					}
+					time.Sleep(200 * time.Millisecond)
+				}
+			}
+		}
+		// A pod's shim lives until its sandbox container is removed, not only its tasks.
+		if out, err := n.ctr(ctx, "containers", "ls", "-q"); err == nil {
+			for _, id := range strings.Fields(string(out)) {
+				_, _ = n.ctr(ctx, "containers", "rm", id)
+			}
+		}
+		n.containerd.Stop()
+	}
+	n.unmountAll()
+}
+
+// drain deletes the node's pods and waits (30 s at most) until the kubelet has torn down their sandboxes:
+// the CNI plugin gives back their addresses and removes their network namespaces, which killing the
+// containers alone would leave behind.
+func (n *Node) drain() {
+	if n.opts.Client == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pods, err := n.opts.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.opts.Name})
+	if err != nil {
+		return
+	}
+	zero := int64(0)
+	for _, p := range pods.Items {
+		_ = n.opts.Client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	}
+	for ctx.Err() == nil {
+		out, err := n.ctr(ctx, "tasks", "ls", "-q")
+		if err != nil || len(strings.Fields(string(out))) == 0 {
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// unmountAll unmounts everything mounted under the node's directory, deepest first (overlay roots, shm,
+// the pods' volumes, network namespace files).
+func (n *Node) unmountAll() {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var mounts []string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == n.opts.Dir || strings.HasPrefix(f[4], n.opts.Dir+"/")) {
+			mounts = append(mounts, f[4])
+		}
+	}
+	slices.SortFunc(mounts, func(a, b string) int { return len(b) - len(a) })
+	for _, m := range mounts {
+		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
+			n.opts.Logger.Warn("unmount", "path", m, "err", err)
+		}
+	}
+}
+
+// Logs returns the node's containerd and kubelet log paths, for a failing test to print.
+func (n *Node) Logs() []string {
+	return []string{filepath.Join(n.opts.Dir, "logs", "containerd.log"), filepath.Join(n.opts.Dir, "logs", "kubelet.log")}
+}

@@ -1,0 +1,18 @@
+# A real node (e2e/realnode): containerd + CNI bridge + kubelet next to the local control plane, all in a
+# network namespace the test makes (e2e/scripts/in-netns.sh); pods run the images `make images` built.
+
+.PHONY: containerd
+containerd: ## containerd from Debian (the real node's container runtime, with its CRI plugin).
+	$(call apt-install,containerd,containerd)
+
+.PHONY: cni-plugins
+cni-plugins: ## CNI plugins from Debian (containernetworking-plugins: bridge, host-local, portmap).
+	$(call apt-install,/usr/lib/cni/bridge,containernetworking-plugins)
+
+.PHONY: realnode-test
+realnode-test: kube-binaries etcd images containerd cni-plugins ## A real kubelet + containerd node in a network namespace: pods from the built images, pod networking, logs through the API server.
+	@mkdir -p $(BIN)
+	$(GO) test -c -race -tags realnode -o $(BIN)/realnode.test ./e2e/realnode/
+	GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_IMAGES="$(IMAGES_DIR)" e2e/scripts/in-netns.sh $(BIN)/realnode.test -test.v -test.count=1 -test.timeout=10m
+
+TEST_TARGETS += realnode-test
