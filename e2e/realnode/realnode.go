@@ -32,6 +32,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpuhub/gpuhub/e2e/cluster/proc"
 )
@@ -56,8 +57,10 @@ type Options struct {
 	// reference of the pause image among them.
 	Images       []string
 	SandboxImage string
-	// Labels are the node's labels at registration (--node-labels).
+	// Labels are the node's labels at registration (--node-labels): GPU Operator's for its GPUs.
 	Labels map[string]string
+	// GPUs are the node's emulated GPUs, served through the kubelet's device-plugin API (DevicePlugins).
+	GPUs []GPUResource
 	// Client watches the node become Ready.
 	Client kubernetes.Interface
 	Logger *slog.Logger
@@ -69,6 +72,7 @@ type Node struct {
 	socket     string
 	containerd *proc.Process
 	kubelet    *proc.Process
+	plugins    *DevicePlugins
 }
 
 // Start starts containerd, imports the images, starts the kubelet and waits until the Node is Ready.
@@ -138,7 +142,40 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	}); err != nil {
 		return nil, err
 	}
+	if len(opts.GPUs) > 0 {
+		// The kubelet's device manager uses /var/lib/kubelet/device-plugins whatever --root-dir says, so one real
+		// node runs on a machine at a time.
+		if n.plugins, err = StartDevicePlugins(ctx, pluginapi.DevicePluginPath, opts.GPUs, opts.Logger); err != nil {
+			return nil, err
+		}
+		if err := n.waitAllocatable(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return n, nil
+}
+
+// waitAllocatable waits until the Node's allocatable has every emulated GPU resource with its count.
+func (n *Node) waitAllocatable(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var missing []string
+	for ctx.Err() == nil {
+		missing = missing[:0]
+		node, err := n.opts.Client.CoreV1().Nodes().Get(ctx, n.opts.Name, metav1.GetOptions{})
+		if err == nil {
+			for _, g := range n.opts.GPUs {
+				if q, ok := node.Status.Allocatable[corev1.ResourceName(g.Name)]; !ok || q.Value() != int64(len(g.Devices)) {
+					missing = append(missing, fmt.Sprintf("%s=%d", g.Name, len(g.Devices)))
+				}
+			}
+			if len(missing) == 0 {
+				return nil
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return fmt.Errorf("node %s: allocatable never showed %s", n.opts.Name, strings.Join(missing, ", "))
 }
 
 func (n *Node) nodeReady(ctx context.Context) error {
@@ -229,6 +266,9 @@ evictionHard: {"memory.available": "100Mi", "nodefs.available": "1%%", "imagefs.
 // Stop stops the node: every pod's containers (killed), the kubelet, containerd and their shims; then it
 // unmounts what they left mounted under Dir.
 func (n *Node) Stop() {
+	if n.plugins != nil {
+		n.plugins.Stop()
+	}
 	if n.kubelet != nil {
 		n.drain()
 		n.kubelet.Stop()

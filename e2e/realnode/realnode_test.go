@@ -9,11 +9,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -43,7 +45,10 @@ func TestRealNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
-	cp, err := cluster.Start(ctx, cluster.Options{BinDir: kubeBin, NodeIP: ip})
+	// The node lifecycle controller takes the not-ready taint off a real node once its kubelet reports Ready
+	// (the emulated nodes of the other suites manage their own conditions and run without it).
+	controllers := append(slices.Clone(cluster.DefaultControllers), "node-lifecycle-controller")
+	cp, err := cluster.Start(ctx, cluster.Options{BinDir: kubeBin, NodeIP: ip, Controllers: controllers})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,8 +73,17 @@ func TestRealNode(t *testing.T) {
 		Kubeconfig: kubeletKubeconfig, ClientCAFile: caFile,
 		Images:       []string{archive("pause"), archive("gpu-quota"), archive("singleuser")},
 		SandboxImage: "ghcr.io/gpuhub/pause:0.1.0",
-		Labels:       map[string]string{"gpuhub.io/real-node": "true"},
-		Client:       client,
+		// GPU Operator's labels and resources of a node with two whole H100s and one A100 split into
+		// four MIG 1g.5gb slices (mixed strategy), served by the emulated device plugins.
+		Labels: map[string]string{
+			"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+			"nvidia.com/mig.strategy": "mixed", "nvidia.com/mig-1g.5gb.count": "4",
+		},
+		GPUs: []realnode.GPUResource{
+			{Name: "nvidia.com/gpu", Devices: []string{"GPU-2d5c9a4e-0000-4000-8000-000000000001", "GPU-2d5c9a4e-0000-4000-8000-000000000002"}},
+			{Name: "nvidia.com/mig-1g.5gb", Devices: []string{"MIG-7f3e0000-0000-4000-8000-000000000001", "MIG-7f3e0000-0000-4000-8000-000000000002", "MIG-7f3e0000-0000-4000-8000-000000000003", "MIG-7f3e0000-0000-4000-8000-000000000004"}},
+		},
+		Client: client,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -120,6 +134,86 @@ func TestRealNode(t *testing.T) {
 		t.Fatalf("GET %s: status %d, want 200", url, status)
 	}
 	t.Logf("node %s Ready; quota-help and panel Succeeded with their output; web answered 200 at %s", nodeName, url)
+
+	// GPUs through the device-plugin API, placed by the real scheduler: two pods take the two whole GPUs and
+	// see each its own UUID; a third cannot be placed; a MIG slice is a resource of its own.
+	seen := map[string]string{}
+	for _, name := range []string{"gpu-a", "gpu-b"} {
+		p := gpuPod(name, "nvidia.com/gpu")
+		if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"gpu-a", "gpu-b"} {
+		waitPhase(ctx, t, client, name, corev1.PodSucceeded)
+		uuid := strings.TrimSpace(logs(ctx, t, client, name))
+		if !strings.HasPrefix(uuid, "GPU-2d5c9a4e-") {
+			t.Fatalf("%s: NVIDIA_VISIBLE_DEVICES=%q, want one of the node's GPU UUIDs", name, uuid)
+		}
+		if other, dup := seen[uuid]; dup {
+			t.Fatalf("%s and %s both got %s", other, name, uuid)
+		}
+		seen[uuid] = name
+	}
+	// Succeeded pods no longer hold their GPUs: keep two running ones to fill the node.
+	for _, name := range []string{"gpu-hold-1", "gpu-hold-2", "gpu-over"} {
+		p := gpuPod(name, "nvidia.com/gpu")
+		p.Spec.Containers[0].Command = []string{"sleep", "600"}
+		if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitPhase(ctx, t, client, "gpu-hold-1", corev1.PodRunning)
+	waitPhase(ctx, t, client, "gpu-hold-2", corev1.PodRunning)
+	waitUnschedulable(ctx, t, client, "gpu-over", "Insufficient nvidia.com/gpu")
+	mig := gpuPod("mig", "nvidia.com/mig-1g.5gb")
+	if _, err := client.CoreV1().Pods("default").Create(ctx, mig, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(ctx, t, client, "mig", corev1.PodSucceeded)
+	if got := strings.TrimSpace(logs(ctx, t, client, "mig")); !strings.HasPrefix(got, "MIG-7f3e0000-") {
+		t.Fatalf("mig: NVIDIA_VISIBLE_DEVICES=%q, want a MIG slice's UUID", got)
+	}
+	t.Logf("GPUs: gpu-a and gpu-b got %v; a third whole-GPU pod is Unschedulable while two hold both; the MIG pod got a slice", seen)
+}
+
+// gpuPod asks the scheduler (no nodeName) for one device of resource and prints what the kubelet's
+// allocation gave the container.
+func gpuPod(name, resource string) *corev1.Pod {
+	p := pod(name, "ghcr.io/gpuhub/singleuser:0.1.0", []string{"sh", "-c", "echo $NVIDIA_VISIBLE_DEVICES"}, nil)
+	p.Spec.NodeName = ""
+	one := resourceQuantity(1)
+	p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceName(resource): one}
+	return p
+}
+
+func waitUnschedulable(ctx context.Context, t *testing.T, client kubernetes.Interface, name, reason string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		p, err := client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable && strings.Contains(c.Message, reason) {
+					return
+				}
+			}
+			if p.Spec.NodeName != "" {
+				t.Fatalf("%s was placed on %s; want it Unschedulable (%s)", name, p.Spec.NodeName, reason)
+			}
+		}
+		time.Sleep(time.Second)
+	}
+	t.Fatalf("%s: not Unschedulable with %q within a minute", name, reason)
+}
+
+func logs(ctx context.Context, t *testing.T, client kubernetes.Interface, name string) string {
+	t.Helper()
+	data, err := client.CoreV1().Pods("default").GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		t.Fatalf("logs of %s: %v", name, err)
+	}
+	return string(data)
 }
 
 func pod(name, image string, command, args []string) *corev1.Pod {
@@ -140,7 +234,8 @@ func pod(name, image string, command, args []string) *corev1.Pod {
 func waitPhase(ctx context.Context, t *testing.T, client kubernetes.Interface, name string, want corev1.PodPhase) *corev1.Pod {
 	t.Helper()
 	var last *corev1.Pod
-	for ctx.Err() == nil {
+	deadline := time.Now().Add(2 * time.Minute)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
 		p, err := client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
 		if err == nil {
 			last = p
@@ -172,12 +267,9 @@ func waitPhase(ctx context.Context, t *testing.T, client kubernetes.Interface, n
 // certificate against the kubelet's x509 authentication).
 func wantLogs(ctx context.Context, t *testing.T, client kubernetes.Interface, name, want string) {
 	t.Helper()
-	data, err := client.CoreV1().Pods("default").GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
-	if err != nil {
-		t.Fatalf("logs of %s: %v", name, err)
-	}
-	if !strings.Contains(string(data), want) {
-		t.Fatalf("logs of %s have no %q:\n%s", name, want, tailBytes(data, 2048))
+	data := logs(ctx, t, client, name)
+	if !strings.Contains(data, want) {
+		t.Fatalf("logs of %s have no %q:\n%s", name, want, tailBytes([]byte(data), 2048))
 	}
 }
 
@@ -187,3 +279,5 @@ func tailBytes(b []byte, n int) []byte {
 	}
 	return b
 }
+
+func resourceQuantity(n int64) resource.Quantity { return *resource.NewQuantity(n, resource.DecimalSI) }
