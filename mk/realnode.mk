@@ -10,7 +10,12 @@ cni-plugins: ## CNI plugins from Debian (containernetworking-plugins: bridge, ho
 	$(call apt-install,/usr/lib/cni/bridge,containernetworking-plugins)
 
 .PHONY: realnode-test
-realnode-test: kube-binaries etcd images containerd cni-plugins ## A real kubelet + containerd node in a network namespace: pods from the built images, pod networking, logs through the API server.
+.PHONY: conntrack
+conntrack: ## conntrack and iptables from Debian (kube-proxy's iptables mode).
+	$(call apt-install,conntrack,conntrack)
+	$(call apt-install,iptables,iptables)
+
+realnode-test: kube-binaries etcd images containerd cni-plugins conntrack ## A real kubelet + containerd node in a network namespace: pods from the built images, pod networking, logs through the API server.
 	@mkdir -p $(BIN)
 	$(GO) test -c -race -tags realnode -o $(BIN)/realnode.test ./e2e/realnode/
 	GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_IMAGES="$(IMAGES_DIR)" e2e/scripts/in-netns.sh $(BIN)/realnode.test -test.v -test.count=1 -test.timeout=10m

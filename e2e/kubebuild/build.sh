@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-scheduler, kube-controller-manager and kubelet (the real node, e2e/realnode) into $1 (default
+# Builds kube-apiserver, kube-scheduler, kube-controller-manager, kubelet and kube-proxy (the real node, e2e/realnode) into $1 (default
 # $GPUHUB_CACHE/kube/<version>/bin). Skips binaries that already exist, so a second run takes no time.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 version=$(awk '$1=="require" && $2=="k8s.io/kubernetes" {print $3}' "$here/go.mod")
 cache=${GPUHUB_CACHE:-$HOME/.cache/gpuhub}
 out=${1:-$cache/kube/$version/bin}
-cmds=(kube-apiserver kube-scheduler kube-controller-manager kubelet)
+cmds=(kube-apiserver kube-scheduler kube-controller-manager kubelet kube-proxy)
 missing=()
 for c in "${cmds[@]}"; do [[ -x "$out/$c" ]] || missing+=("$c"); done
 if [[ ${#missing[@]} -eq 0 ]]; then

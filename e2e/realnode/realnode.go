@@ -1,6 +1,6 @@
 // Package realnode runs a real Kubernetes node for the e2e tests: containerd (Debian's, with its CRI plugin),
-// the CNI bridge plugin (Debian's containernetworking-plugins) and a kubelet built from k8s.io/kubernetes
-// (e2e/kubebuild), next to the control plane of e2e/cluster. Pods run in real containers (runc) from the
+// the CNI bridge plugin (Debian's containernetworking-plugins), a kubelet and kube-proxy (iptables mode) built
+// from k8s.io/kubernetes (e2e/kubebuild), next to the control plane of e2e/cluster. Pods run in real containers (runc) from the
 // images `make images` built, imported into containerd; nothing is pulled.
 //
 // Everything runs in the network namespace of the calling process, which the caller made for the test
@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,8 +40,8 @@ import (
 
 // Options configures a node.
 type Options struct {
-	// Kubelet is the kubelet executable; Containerd and Ctr default to those on PATH.
-	Kubelet, Containerd, Ctr string
+	// Kubelet and KubeProxy are the executables; Containerd and Ctr default to those on PATH.
+	Kubelet, KubeProxy, Containerd, Ctr string
 	// CNIBinDir holds the CNI plugins (default /usr/lib/cni, Debian's containernetworking-plugins).
 	CNIBinDir string
 	// Dir is the node's state directory (containerd's root and state, the kubelet's root, logs).
@@ -48,11 +49,16 @@ type Options struct {
 	// Name and IP of the node; IP must be an address of this network namespace.
 	Name string
 	IP   net.IP
-	// PodCIDR is the bridge's pod subnet on this node (e.g. 10.244.0.0/24).
-	PodCIDR string
+	// PodCIDR is the bridge's pod subnet on this node (e.g. 10.244.0.0/24), inside ClusterCIDR (the
+	// cluster's pod range, 10.244.0.0/16); ServiceCIDR is the API server's service range, which pods reach
+	// through the node (kube-proxy).
+	PodCIDR, ClusterCIDR, ServiceCIDR string
 	// Kubeconfig is the kubelet's identity (system:node:<Name>, group system:nodes); ClientCAFile is the CA
 	// whose client certificates may call the kubelet's API (the API server's kubelet client).
 	Kubeconfig, ClientCAFile string
+	// ProxyKubeconfig is kube-proxy's identity (system:kube-proxy, bound to system:node-proxier by the
+	// API server's default policy).
+	ProxyKubeconfig string
 	// Images are OCI archives to import into containerd before the kubelet starts; SandboxImage is the
 	// reference of the pause image among them.
 	Images       []string
@@ -72,6 +78,7 @@ type Node struct {
 	socket     string
 	containerd *proc.Process
 	kubelet    *proc.Process
+	proxy      *proc.Process
 	plugins    *DevicePlugins
 }
 
@@ -142,6 +149,9 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	}); err != nil {
 		return nil, err
 	}
+	if n.proxy, err = n.startProxy(ctx); err != nil {
+		return nil, err
+	}
 	if len(opts.GPUs) > 0 {
 		// The kubelet's device manager uses /var/lib/kubelet/device-plugins whatever --root-dir says, so one real
 		// node runs on a machine at a time.
@@ -153,6 +163,68 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		}
 	}
 	return n, nil
+}
+
+// startProxy starts kube-proxy in iptables mode: Services' cluster IPs reach their endpoints from pods and
+// from the namespace. It forwards between the pods' bridge and the node inside the namespace only.
+func (n *Node) startProxy(ctx context.Context) (*proc.Process, error) {
+	for path, value := range map[string]string{
+		"/proc/sys/net/ipv4/ip_forward": "1",
+		// A pod reaching a Service whose endpoint is on the same bridge goes through iptables only with this.
+		"/proc/sys/net/bridge/bridge-nf-call-iptables": "1",
+	} {
+		if err := os.WriteFile(path, []byte(value), 0o644); err != nil {
+			return nil, fmt.Errorf("sysctl %s (in the test's network namespace): %w", path, err)
+		}
+	}
+	healthz := freeLoopbackPort()
+	cfg := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: %q}
+hostnameOverride: %s
+mode: iptables
+clusterCIDR: %s
+healthzBindAddress: 127.0.0.1:%d
+metricsBindAddress: 127.0.0.1:%d
+# The conntrack table size is the machine's, not the namespace's: leave it.
+conntrack: {maxPerCore: 0}
+# No NodePorts on 127.0.0.1 (that needs route_localnet).
+iptables: {localhostNodePorts: false}
+`, n.opts.ProxyKubeconfig, n.opts.Name, n.opts.ClusterCIDR, healthz, freeLoopbackPort())
+	path := filepath.Join(n.opts.Dir, "kube-proxy.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		return nil, err
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", healthz)
+	return proc.Start(ctx, n.opts.Logger, proc.Spec{
+		Name: "kube-proxy", Path: n.opts.KubeProxy,
+		Args:    []string{"--config=" + path, "--v=1"},
+		LogFile: filepath.Join(n.opts.Dir, "logs", "kube-proxy.log"),
+		Ready: func(ctx context.Context) error {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			if err != nil {
+				return err
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("kube-proxy healthz: %s", resp.Status)
+			}
+			return nil
+		},
+	})
+}
+
+func freeLoopbackPort() int {
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 // waitAllocatable waits until the Node's allocatable has every emulated GPU resource with its count.
@@ -226,9 +298,9 @@ state = %q
 	// address allocations stay in the node's directory (host-local's default is /var/lib/cni).
 	cni := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"gpuhub-pods","plugins":[
  {"type":"bridge","bridge":"cni0","isGateway":true,"ipMasq":false,"hairpinMode":true,
-  "ipam":{"type":"host-local","ranges":[[{"subnet":%q}]],"dataDir":%q}},
+  "ipam":{"type":"host-local","ranges":[[{"subnet":%q}]],"routes":[{"dst":%q}],"dataDir":%q}},
  {"type":"portmap","capabilities":{"portMappings":true}}]}
-`, n.opts.PodCIDR, filepath.Join(dir, "cni", "ipam"))
+`, n.opts.PodCIDR, n.opts.ServiceCIDR, filepath.Join(dir, "cni", "ipam"))
 	kubelet := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # This machine's cgroups are v1 (see the package comment).
@@ -272,6 +344,9 @@ func (n *Node) Stop() {
 	if n.kubelet != nil {
 		n.drain()
 		n.kubelet.Stop()
+	}
+	if n.proxy != nil {
+		n.proxy.Stop()
 	}
 	if n.containerd != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -352,5 +427,5 @@ func (n *Node) unmountAll() {
 
 // Logs returns the node's containerd and kubelet log paths, for a failing test to print.
 func (n *Node) Logs() []string {
-	return []string{filepath.Join(n.opts.Dir, "logs", "containerd.log"), filepath.Join(n.opts.Dir, "logs", "kubelet.log")}
+	return []string{filepath.Join(n.opts.Dir, "logs", "containerd.log"), filepath.Join(n.opts.Dir, "logs", "kubelet.log"), filepath.Join(n.opts.Dir, "logs", "kube-proxy.log")}
 }

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -67,10 +68,15 @@ func TestRealNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	archive := func(name string) string { return filepath.Join(images, name+".tar") }
+	proxyKubeconfig, err := cp.WriteKubeconfig("kube-proxy", "system:kube-proxy", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	node, err := realnode.Start(ctx, realnode.Options{
-		Kubelet: filepath.Join(kubeBin, "kubelet"), Dir: filepath.Join(t.TempDir(), "node"),
-		Name: nodeName, IP: ip, PodCIDR: "10.244.0.0/24",
-		Kubeconfig: kubeletKubeconfig, ClientCAFile: caFile,
+		Kubelet: filepath.Join(kubeBin, "kubelet"), KubeProxy: filepath.Join(kubeBin, "kube-proxy"),
+		Dir:  filepath.Join(t.TempDir(), "node"),
+		Name: nodeName, IP: ip, PodCIDR: "10.244.0.0/24", ClusterCIDR: "10.244.0.0/16", ServiceCIDR: cluster.ServiceCIDR,
+		Kubeconfig: kubeletKubeconfig, ClientCAFile: caFile, ProxyKubeconfig: proxyKubeconfig,
 		Images:       []string{archive("pause"), archive("gpu-quota"), archive("singleuser")},
 		SandboxImage: "ghcr.io/gpuhub/pause:0.1.0",
 		// GPU Operator's labels and resources of a node with two whole H100s and one A100 split into
@@ -134,6 +140,41 @@ func TestRealNode(t *testing.T) {
 		t.Fatalf("GET %s: status %d, want 200", url, status)
 	}
 	t.Logf("node %s Ready; quota-help and panel Succeeded with their output; web answered 200 at %s", nodeName, url)
+
+	// Services through kube-proxy: a pod reaches the web pod by its Service's cluster IP, and the API
+	// server by the kubernetes Service (what the Hub and gpuhub's services use in a cluster).
+	web.Labels = map[string]string{"app": "web"}
+	if _, err := client.CoreV1().Pods("default").Update(ctx, web, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := client.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8888)}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := fmt.Sprintf(`import ssl, urllib.request, urllib.error, time
+def status(url):
+    for _ in range(30):
+        try:
+            return urllib.request.urlopen(url, timeout=2, context=ssl._create_unverified_context()).status
+        except urllib.error.HTTPError as e:
+            return e.code
+        except Exception:
+            time.sleep(1)
+    return "unreachable"
+print("service", status("http://%s/"))
+print("apiserver", status("https://10.96.0.1/version"))
+`, svc.Spec.ClusterIP)
+	if _, err := client.CoreV1().Pods("default").Create(ctx, pod("svc-probe", "ghcr.io/gpuhub/singleuser:0.1.0", []string{"python3", "-c", probe}, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(ctx, t, client, "svc-probe", corev1.PodSucceeded)
+	if got := logs(ctx, t, client, "svc-probe"); !strings.Contains(got, "service 200") || !strings.Contains(got, "apiserver 200") {
+		t.Fatalf("svc-probe from a pod: %q, want the web Service (%s) and the kubernetes Service to answer 200", got, svc.Spec.ClusterIP)
+	}
+	t.Logf("a pod reached the web Service at %s and the API server at 10.96.0.1 (kube-proxy)", svc.Spec.ClusterIP)
 
 	// GPUs through the device-plugin API, placed by the real scheduler: two pods take the two whole GPUs and
 	// see each its own UUID; a third cannot be placed; a MIG slice is a resource of its own.
