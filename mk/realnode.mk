@@ -15,9 +15,16 @@ conntrack: ## conntrack and iptables from Debian (kube-proxy's iptables mode).
 	$(call apt-install,conntrack,conntrack)
 	$(call apt-install,iptables,iptables)
 
-realnode-test: kube-binaries etcd images containerd cni-plugins conntrack ## A real kubelet + containerd node in a network namespace: pods from the built images, pod networking, logs through the API server.
+COREDNS_VERSION := $(shell awk '$$1=="require" && $$2=="github.com/coredns/coredns" {print $$3}' e2e/corednsbuild/go.mod)
+COREDNS         := $(GPUHUB_CACHE)/coredns/$(COREDNS_VERSION)/bin/coredns
+
+.PHONY: coredns
+coredns: ## Build CoreDNS (the real node's cluster DNS) into $(GPUHUB_CACHE)/coredns (Go module proxy, first run only).
+	GPUHUB_CACHE="$(GPUHUB_CACHE)" e2e/corednsbuild/build.sh "$(dir $(COREDNS))"
+
+realnode-test: kube-binaries coredns etcd images containerd cni-plugins conntrack ## A real kubelet + containerd node in a network namespace: pods from the built images, pod networking, logs through the API server.
 	@mkdir -p $(BIN)
 	$(GO) test -c -race -tags realnode -o $(BIN)/realnode.test ./e2e/realnode/
-	GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_IMAGES="$(IMAGES_DIR)" e2e/scripts/in-netns.sh $(BIN)/realnode.test -test.v -test.count=1 -test.timeout=10m
+	GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_COREDNS="$(COREDNS)" GPUHUB_IMAGES="$(IMAGES_DIR)" e2e/scripts/in-netns.sh $(BIN)/realnode.test -test.v -test.count=1 -test.timeout=10m
 
 TEST_TARGETS += realnode-test

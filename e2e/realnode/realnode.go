@@ -1,6 +1,6 @@
 // Package realnode runs a real Kubernetes node for the e2e tests: containerd (Debian's, with its CRI plugin),
 // the CNI bridge plugin (Debian's containernetworking-plugins), a kubelet and kube-proxy (iptables mode) built
-// from k8s.io/kubernetes (e2e/kubebuild), next to the control plane of e2e/cluster. Pods run in real containers (runc) from the
+// from k8s.io/kubernetes (e2e/kubebuild) and CoreDNS (e2e/corednsbuild), next to the control plane of e2e/cluster. Pods run in real containers (runc) from the
 // images `make images` built, imported into containerd; nothing is pulled.
 //
 // Everything runs in the network namespace of the calling process, which the caller made for the test
@@ -31,6 +31,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -40,8 +41,8 @@ import (
 
 // Options configures a node.
 type Options struct {
-	// Kubelet and KubeProxy are the executables; Containerd and Ctr default to those on PATH.
-	Kubelet, KubeProxy, Containerd, Ctr string
+	// Kubelet, KubeProxy and CoreDNS are the executables; Containerd and Ctr default to those on PATH.
+	Kubelet, KubeProxy, CoreDNS, Containerd, Ctr string
 	// CNIBinDir holds the CNI plugins (default /usr/lib/cni, Debian's containernetworking-plugins).
 	CNIBinDir string
 	// Dir is the node's state directory (containerd's root and state, the kubelet's root, logs).
@@ -57,8 +58,9 @@ type Options struct {
 	// whose client certificates may call the kubelet's API (the API server's kubelet client).
 	Kubeconfig, ClientCAFile string
 	// ProxyKubeconfig is kube-proxy's identity (system:kube-proxy, bound to system:node-proxier by the
-	// API server's default policy).
-	ProxyKubeconfig string
+	// API server's default policy); DNSKubeconfig is CoreDNS's (DNSUser, given read access to Services,
+	// EndpointSlices, Pods and Namespaces by Start).
+	ProxyKubeconfig, DNSKubeconfig, DNSUser string
 	// Images are OCI archives to import into containerd before the kubelet starts; SandboxImage is the
 	// reference of the pause image among them.
 	Images       []string
@@ -79,6 +81,7 @@ type Node struct {
 	containerd *proc.Process
 	kubelet    *proc.Process
 	proxy      *proc.Process
+	dns        *proc.Process
 	plugins    *DevicePlugins
 }
 
@@ -127,6 +130,9 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 			return nil, fmt.Errorf("import %s: %w: %s", img, err, out)
 		}
 	}
+	if n.dns, err = n.startDNS(ctx); err != nil {
+		return nil, err
+	}
 	labels := make([]string, 0, len(opts.Labels))
 	for k, v := range opts.Labels {
 		labels = append(labels, k+"="+v)
@@ -165,6 +171,69 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	return n, nil
 }
 
+// startDNS starts CoreDNS on the node's address, port 53, as the cluster's DNS (the kubelet's clusterDNS):
+// Services and pods of cluster.local from the API server, and nothing else (no forward: a name outside the
+// cluster is not found, and no query leaves the namespace).
+func (n *Node) startDNS(ctx context.Context) (*proc.Process, error) {
+	rules := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"services", "pods", "namespaces"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
+	}
+	const role = "gpuhub-realnode:coredns"
+	if _, err := n.opts.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role}, Rules: rules}, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("coredns role: %w", err)
+	}
+	if _, err := n.opts.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: n.opts.DNSUser}},
+	}, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("coredns role binding: %w", err)
+	}
+	ready := freeLoopbackPort()
+	corefile := fmt.Sprintf(`.:53 {
+    bind %s
+    errors
+    ready 127.0.0.1:%d
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+        kubeconfig %s
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+    }
+    cache 30
+}
+`, n.opts.IP, ready, n.opts.DNSKubeconfig)
+	path := filepath.Join(n.opts.Dir, "Corefile")
+	if err := os.WriteFile(path, []byte(corefile), 0o644); err != nil {
+		return nil, err
+	}
+	return proc.Start(ctx, n.opts.Logger, proc.Spec{
+		Name: "coredns", Path: n.opts.CoreDNS,
+		Args:    []string{"-conf", path},
+		LogFile: filepath.Join(n.opts.Dir, "logs", "coredns.log"),
+		Ready:   httpOK(fmt.Sprintf("http://127.0.0.1:%d/ready", ready)),
+	})
+}
+
+// httpOK is a readiness check: GET url answers 200.
+func httpOK(url string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		return nil
+	}
+}
+
 // startProxy starts kube-proxy in iptables mode: Services' cluster IPs reach their endpoints from pods and
 // from the namespace. It forwards between the pods' bridge and the node inside the namespace only.
 func (n *Node) startProxy(ctx context.Context) (*proc.Process, error) {
@@ -195,26 +264,11 @@ iptables: {localhostNodePorts: false}
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", healthz)
 	return proc.Start(ctx, n.opts.Logger, proc.Spec{
 		Name: "kube-proxy", Path: n.opts.KubeProxy,
 		Args:    []string{"--config=" + path, "--v=1"},
 		LogFile: filepath.Join(n.opts.Dir, "logs", "kube-proxy.log"),
-		Ready: func(ctx context.Context) error {
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-			if err != nil {
-				return err
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				return err
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("kube-proxy healthz: %s", resp.Status)
-			}
-			return nil
-		},
+		Ready:   httpOK(fmt.Sprintf("http://127.0.0.1:%d/healthz", healthz)),
 	})
 }
 
@@ -298,9 +352,9 @@ state = %q
 	// address allocations stay in the node's directory (host-local's default is /var/lib/cni).
 	cni := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"gpuhub-pods","plugins":[
  {"type":"bridge","bridge":"cni0","isGateway":true,"ipMasq":false,"hairpinMode":true,
-  "ipam":{"type":"host-local","ranges":[[{"subnet":%q}]],"routes":[{"dst":%q}],"dataDir":%q}},
+  "ipam":{"type":"host-local","ranges":[[{"subnet":%q}]],"routes":[{"dst":%q},{"dst":"%s/32"}],"dataDir":%q}},
  {"type":"portmap","capabilities":{"portMappings":true}}]}
-`, n.opts.PodCIDR, n.opts.ServiceCIDR, filepath.Join(dir, "cni", "ipam"))
+`, n.opts.PodCIDR, n.opts.ServiceCIDR, n.opts.IP, filepath.Join(dir, "cni", "ipam"))
 	kubelet := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # This machine's cgroups are v1 (see the package comment).
@@ -316,12 +370,13 @@ authentication:
   x509: {clientCAFile: %q}
 authorization: {mode: AlwaysAllow}
 failSwapOn: false
-# Pods resolve nothing outside the namespace.
+# Pods resolve cluster names through CoreDNS on the node; the node itself resolves nothing outside.
 resolvConf: %q
+clusterDNS: [%s]
 clusterDomain: cluster.local
 imageGCHighThresholdPercent: 100
 evictionHard: {"memory.available": "100Mi", "nodefs.available": "1%%", "imagefs.available": "1%%"}
-`, n.socket, n.opts.IP, n.opts.ClientCAFile, filepath.Join(dir, "kubelet", "resolv.conf"))
+`, n.socket, n.opts.IP, n.opts.ClientCAFile, filepath.Join(dir, "kubelet", "resolv.conf"), n.opts.IP)
 	for path, data := range map[string]string{
 		"containerd/config.toml":      containerd,
 		"cni/10-gpuhub-pods.conflist": cni,
@@ -347,6 +402,9 @@ func (n *Node) Stop() {
 	}
 	if n.proxy != nil {
 		n.proxy.Stop()
+	}
+	if n.dns != nil {
+		n.dns.Stop()
 	}
 	if n.containerd != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -427,5 +485,9 @@ func (n *Node) unmountAll() {
 
 // Logs returns the node's containerd and kubelet log paths, for a failing test to print.
 func (n *Node) Logs() []string {
-	return []string{filepath.Join(n.opts.Dir, "logs", "containerd.log"), filepath.Join(n.opts.Dir, "logs", "kubelet.log"), filepath.Join(n.opts.Dir, "logs", "kube-proxy.log")}
+	var out []string
+	for _, name := range []string{"containerd", "kubelet", "kube-proxy", "coredns"} {
+		out = append(out, filepath.Join(n.opts.Dir, "logs", name+".log"))
+	}
+	return out
 }

@@ -72,8 +72,17 @@ func TestRealNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dnsKubeconfig, err := cp.WriteKubeconfig("coredns", "gpuhub-realnode:coredns", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	coredns := os.Getenv("GPUHUB_COREDNS")
+	if coredns == "" {
+		t.Fatal("GPUHUB_COREDNS (CoreDNS executable) is not set: run `make realnode-test`")
+	}
 	node, err := realnode.Start(ctx, realnode.Options{
-		Kubelet: filepath.Join(kubeBin, "kubelet"), KubeProxy: filepath.Join(kubeBin, "kube-proxy"),
+		Kubelet: filepath.Join(kubeBin, "kubelet"), KubeProxy: filepath.Join(kubeBin, "kube-proxy"), CoreDNS: coredns,
+		DNSKubeconfig: dnsKubeconfig, DNSUser: "gpuhub-realnode:coredns",
 		Dir:  filepath.Join(t.TempDir(), "node"),
 		Name: nodeName, IP: ip, PodCIDR: "10.244.0.0/24", ClusterCIDR: "10.244.0.0/16", ServiceCIDR: cluster.ServiceCIDR,
 		Kubeconfig: kubeletKubeconfig, ClientCAFile: caFile, ProxyKubeconfig: proxyKubeconfig,
@@ -164,17 +173,27 @@ def status(url):
         except Exception:
             time.sleep(1)
     return "unreachable"
+import socket
 print("service", status("http://%s/"))
 print("apiserver", status("https://10.96.0.1/version"))
+print("dns web", socket.gethostbyname("web"))
+print("dns kubernetes", socket.gethostbyname("kubernetes.default.svc.cluster.local"))
+try:
+    print("dns outside", socket.gethostbyname("pypi.org"))
+except OSError as e:
+    print("dns outside not found")
 `, svc.Spec.ClusterIP)
 	if _, err := client.CoreV1().Pods("default").Create(ctx, pod("svc-probe", "ghcr.io/gpuhub/singleuser:0.1.0", []string{"python3", "-c", probe}, nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitPhase(ctx, t, client, "svc-probe", corev1.PodSucceeded)
-	if got := logs(ctx, t, client, "svc-probe"); !strings.Contains(got, "service 200") || !strings.Contains(got, "apiserver 200") {
-		t.Fatalf("svc-probe from a pod: %q, want the web Service (%s) and the kubernetes Service to answer 200", got, svc.Spec.ClusterIP)
+	got := logs(ctx, t, client, "svc-probe")
+	for _, want := range []string{"service 200", "apiserver 200", "dns web " + svc.Spec.ClusterIP, "dns kubernetes 10.96.0.1", "dns outside not found"} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("svc-probe from a pod printed no %q:\n%s", want, got)
+		}
 	}
-	t.Logf("a pod reached the web Service at %s and the API server at 10.96.0.1 (kube-proxy)", svc.Spec.ClusterIP)
+	t.Logf("a pod reached the web Service by its name (%s) and the API server at 10.96.0.1 (kube-proxy, CoreDNS); names outside the cluster are not found", svc.Spec.ClusterIP)
 
 	// GPUs through the device-plugin API, placed by the real scheduler: two pods take the two whole GPUs and
 	// see each its own UUID; a third cannot be placed; a MIG slice is a resource of its own.
