@@ -22,9 +22,13 @@ COREDNS         := $(GPUHUB_CACHE)/coredns/$(COREDNS_VERSION)/bin/coredns
 coredns: ## Build CoreDNS (the real node's cluster DNS) into $(GPUHUB_CACHE)/coredns (Go module proxy, first run only).
 	GPUHUB_CACHE="$(GPUHUB_CACHE)" e2e/corednsbuild/build.sh "$(dir $(COREDNS))"
 
-realnode-test: kube-binaries coredns etcd images containerd cni-plugins conntrack ## A real kubelet + containerd node in a network namespace: pods from the built images, pod networking, logs through the API server.
+Z2JH_CHART ?= $(CURDIR)/../shared/data/z2jh-4.4.0/chart/jupyterhub
+
+realnode-test: kube-binaries coredns etcd images containerd cni-plugins conntrack $(HELM) ## A real node (containerd, kubelet, kube-proxy, CoreDNS, emulated GPUs) in a network namespace: the built images as pods, Services, DNS, GPUs, and z2jh 4.4.0 installed by helm with a user's server started.
 	@mkdir -p $(BIN)
 	$(GO) test -c -race -tags realnode -o $(BIN)/realnode.test ./e2e/realnode/
-	GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_COREDNS="$(COREDNS)" GPUHUB_IMAGES="$(IMAGES_DIR)" e2e/scripts/in-netns.sh $(BIN)/realnode.test -test.v -test.count=1 -test.timeout=10m
+	cd e2e/realnode && GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_COREDNS="$(COREDNS)" GPUHUB_IMAGES="$(IMAGES_DIR)" \
+	  GPUHUB_HELM="$(HELM)" GPUHUB_Z2JH_CHART="$(Z2JH_CHART)" \
+	  ../scripts/in-netns.sh $(BIN)/realnode.test -test.v -test.count=1 -test.timeout=12m
 
 TEST_TARGETS += realnode-test

@@ -80,9 +80,12 @@ type Node struct {
 	socket     string
 	containerd *proc.Process
 	kubelet    *proc.Process
-	proxy      *proc.Process
-	dns        *proc.Process
-	plugins    *DevicePlugins
+	// netnsBefore are the network namespaces under /var/run/netns before the node started; those the CRI
+	// makes for pods are removed at Stop if a pod's teardown left them.
+	netnsBefore map[string]bool
+	proxy       *proc.Process
+	dns         *proc.Process
+	plugins     *DevicePlugins
 }
 
 // Start starts containerd, imports the images, starts the kubelet and waits until the Node is Ready.
@@ -106,7 +109,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	if _, err := os.Stat(filepath.Join(opts.CNIBinDir, "bridge")); err != nil {
 		return nil, fmt.Errorf("CNI bridge plugin missing (apt-get install -y containernetworking-plugins): %w", err)
 	}
-	n := &Node{opts: opts, socket: filepath.Join(opts.Dir, "containerd", "containerd.sock")}
+	n := &Node{opts: opts, socket: filepath.Join(opts.Dir, "containerd", "containerd.sock"), netnsBefore: podNetns()}
 	defer func() {
 		if err != nil {
 			n.Stop()
@@ -433,6 +436,13 @@ func (n *Node) Stop() {
 		n.containerd.Stop()
 	}
 	n.unmountAll()
+	for name := range podNetns() {
+		if !n.netnsBefore[name] {
+			p := filepath.Join("/var/run/netns", name)
+			_ = syscall.Unmount(p, syscall.MNT_DETACH)
+			_ = os.Remove(p)
+		}
+	}
 }
 
 // drain deletes the node's pods and waits (30 s at most) until the kubelet has torn down their sandboxes:
@@ -444,6 +454,11 @@ func (n *Node) drain() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// Cordoned first: the pods of Deployments come back otherwise, faster than they are torn down.
+	if node, err := n.opts.Client.CoreV1().Nodes().Get(ctx, n.opts.Name, metav1.GetOptions{}); err == nil {
+		node.Spec.Unschedulable = true
+		_, _ = n.opts.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+	}
 	pods, err := n.opts.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.opts.Name})
 	if err != nil {
 		return
@@ -481,6 +496,18 @@ func (n *Node) unmountAll() {
 			n.opts.Logger.Warn("unmount", "path", m, "err", err)
 		}
 	}
+}
+
+// podNetns lists the pod network namespaces the CRI keeps under /var/run/netns (cni-<id>).
+func podNetns() map[string]bool {
+	out := map[string]bool{}
+	entries, _ := os.ReadDir("/var/run/netns")
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "cni-") {
+			out[e.Name()] = true
+		}
+	}
+	return out
 }
 
 // Logs returns the node's containerd and kubelet log paths, for a failing test to print.

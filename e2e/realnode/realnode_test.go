@@ -5,10 +5,15 @@ package realnode_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -43,7 +48,7 @@ func TestRealNode(t *testing.T) {
 	if host, _ := os.Readlink("/proc/1/ns/net"); self == host {
 		t.Fatal("the test runs in the machine's own network namespace: run it through e2e/scripts/in-netns.sh (make realnode-test)")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
 	// The node lifecycle controller takes the not-ready taint off a real node once its kubelet reports Ready
@@ -86,7 +91,8 @@ func TestRealNode(t *testing.T) {
 		Dir:  filepath.Join(t.TempDir(), "node"),
 		Name: nodeName, IP: ip, PodCIDR: "10.244.0.0/24", ClusterCIDR: "10.244.0.0/16", ServiceCIDR: cluster.ServiceCIDR,
 		Kubeconfig: kubeletKubeconfig, ClientCAFile: caFile, ProxyKubeconfig: proxyKubeconfig,
-		Images:       []string{archive("pause"), archive("gpu-quota"), archive("singleuser")},
+		Images: []string{archive("pause"), archive("gpu-quota"), archive("singleuser"),
+			archive("k8s-hub"), archive("configurable-http-proxy")},
 		SandboxImage: "ghcr.io/gpuhub/pause:0.1.0",
 		// GPU Operator's labels and resources of a node with two whole H100s and one A100 split into
 		// four MIG 1g.5gb slices (mixed strategy), served by the emulated device plugins.
@@ -235,6 +241,83 @@ except OSError as e:
 		t.Fatalf("mig: NVIDIA_VISIBLE_DEVICES=%q, want a MIG slice's UUID", got)
 	}
 	t.Logf("GPUs: gpu-a and gpu-b got %v; a third whole-GPU pod is Unschedulable while two hold both; the MIG pod got a slice", seen)
+
+	z2jh(ctx, t, client, cp.Kubeconfig)
+}
+
+// z2jh installs z2jh 4.4.0's own chart with helm (the hub image from z2jh's own recipe runs z2jh's own
+// jupyterhub_config.py and z2jh.py), then does what a user does: logs in through the proxy's Service, starts a
+// server (KubeSpawner makes a pod, the kubelet runs it) and opens JupyterLab with the GPU panel in it.
+func z2jh(ctx context.Context, t *testing.T, client kubernetes.Interface, kubeconfig string) {
+	t.Helper()
+	helm, chart := os.Getenv("GPUHUB_HELM"), os.Getenv("GPUHUB_Z2JH_CHART")
+	if helm == "" || chart == "" {
+		t.Fatal("GPUHUB_HELM and GPUHUB_Z2JH_CHART must be set: run `make realnode-test`")
+	}
+	out, err := exec.CommandContext(ctx, helm, "install", "jhub", chart, "--kubeconfig", kubeconfig,
+		"--namespace", "jhub", "--create-namespace", "-f", "testdata/z2jh-values.yaml").CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm install z2jh: %v\n%s", err, out)
+	}
+	for _, d := range []string{"hub", "proxy"} {
+		waitDeployment(ctx, t, client, "jhub", d)
+	}
+	svc, err := client.CoreV1().Services("jhub").Get(ctx, "proxy-public", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + svc.Spec.ClusterIP
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar, Timeout: 30 * time.Second}
+	get := func(path string) (int, string) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+		resp, err := browser.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	_, login := get("/hub/login")
+	m := regexp.MustCompile(`name="_xsrf" value="([^"]+)"`).FindStringSubmatch(login)
+	if m == nil {
+		t.Fatalf("z2jh's login page has no _xsrf field:\n%s", tailBytes([]byte(login), 1024))
+	}
+	form := url.Values{"_xsrf": {m[1]}, "username": {"alice"}, "password": {"any"}}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/hub/login", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := browser.Do(req) // the Hub redirects to /hub/spawn, which starts the server
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	waitPhaseIn(ctx, t, client, "jhub", "jupyter-alice", corev1.PodRunning)
+	var status int
+	var lab string
+	for i := 0; i < 60; i++ {
+		if status, lab = get("/user/alice/lab"); status == http.StatusOK && strings.Contains(lab, "<title>JupyterLab</title>") {
+			break
+		}
+		time.Sleep(2 * time.Second)
+	}
+	if !strings.Contains(lab, "<title>JupyterLab</title>") || !strings.Contains(lab, "@gpuhub/jupyterlab-gpu-panel") {
+		t.Fatalf("/user/alice/lab: status %d, want JupyterLab with the GPU panel:\n%s", status, tailBytes([]byte(lab), 1024))
+	}
+	t.Logf("z2jh 4.4.0 installed by helm; alice logged in at %s, her server ran in pod jupyter-alice and served JupyterLab with the GPU panel", base)
+}
+
+func waitDeployment(ctx context.Context, t *testing.T, client kubernetes.Interface, ns, name string) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		d, err := client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		if err == nil && d.Status.ReadyReplicas >= 1 {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+	t.Fatalf("deployment %s/%s not ready within 3 minutes", ns, name)
 }
 
 // gpuPod asks the scheduler (no nodeName) for one device of resource and prints what the kubelet's
@@ -293,10 +376,15 @@ func pod(name, image string, command, args []string) *corev1.Pod {
 
 func waitPhase(ctx context.Context, t *testing.T, client kubernetes.Interface, name string, want corev1.PodPhase) *corev1.Pod {
 	t.Helper()
+	return waitPhaseIn(ctx, t, client, "default", name, want)
+}
+
+func waitPhaseIn(ctx context.Context, t *testing.T, client kubernetes.Interface, ns, name string, want corev1.PodPhase) *corev1.Pod {
+	t.Helper()
 	var last *corev1.Pod
 	deadline := time.Now().Add(2 * time.Minute)
 	for ctx.Err() == nil && time.Now().Before(deadline) {
-		p, err := client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		p, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err == nil {
 			last = p
 			if p.Status.Phase == want {
@@ -308,7 +396,7 @@ func waitPhase(ctx context.Context, t *testing.T, client kubernetes.Interface, n
 		}
 		time.Sleep(time.Second)
 	}
-	events, _ := client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	events, _ := client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
 	var msgs []string
 	if events != nil {
 		for _, e := range events.Items {
