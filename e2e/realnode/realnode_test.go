@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -332,19 +333,15 @@ func z2jh(ctx context.Context, t *testing.T, client kubernetes.Interface, kubeco
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err = exec.CommandContext(ctx, helm, "install", "gpuhub", filepath.Join(repo, "chart", "gpuhub"), "--kubeconfig", kubeconfig,
-		"--namespace", "jhub", "--set", "quota.enabled=true", "--set", "quota.waitlist.enabled=true",
-		"--set", "profiles.enabled=true", "--set", "culler.enabled=true",
-		"--set", "agent.backend=simulated", "--set", "agent.runtimeClassName=", "--set", "usage.persistence.enabled=false").CombinedOutput()
-	if err != nil {
-		t.Fatalf("helm install gpuhub: %v\n%s", err, out)
-	}
-	out, err = exec.CommandContext(ctx, helm, "upgrade", "jhub", chart, "--kubeconfig", kubeconfig, "--namespace", "jhub",
-		"-f", "testdata/z2jh-values.yaml", "-f", filepath.Join(repo, "chart", "gpuhub", "files", "z2jh-values.yaml"),
-		"--set-file", "hub.extraConfig.gpuhub="+filepath.Join(repo, "chart", "gpuhub", "files", "gpuhub_hub_config.py"),
-		"-f", "testdata/z2jh-no-user-scheduler.yaml").CombinedOutput()
-	if err != nil {
-		t.Fatalf("helm upgrade z2jh with gpuhub's values: %v\n%s", err, out)
+	gpuhubCmd, z2jhCmd := readmeInstall(t, repo, chart)
+	gpuhubCmd = append(gpuhubCmd, "--set", "agent.backend=simulated", "--set", "agent.runtimeClassName=", "--set", "usage.persistence.enabled=false")
+	z2jhCmd = append(z2jhCmd, "-f", "testdata/z2jh-no-user-scheduler.yaml")
+	for _, args := range [][]string{gpuhubCmd, z2jhCmd} {
+		t.Logf("helm %s", strings.Join(args, " "))
+		out, err := exec.CommandContext(ctx, helm, append(args, "--kubeconfig", kubeconfig)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
 	}
 	for _, d := range []string{"gpuhub-usage", "gpuhub-quota", "gpuhub-profiles", "gpuhub-culler", "hub", "proxy"} {
 		waitDeployment(ctx, t, client, "jhub", d)
@@ -375,6 +372,64 @@ func z2jh(ctx context.Context, t *testing.T, client kubernetes.Interface, kubeco
 		}
 	}
 	t.Logf("gpuhub installed next to z2jh by helm; bob's spawn form offers the node's whole H100 and MIG 1g.5gb slices with free counts")
+}
+
+// readmeInstall returns the two helm commands of the README's install section ("How it fits z2jh"), as the
+// e2e runs them: the namespace and release are "jhub", z2jh's chart is the local copy of 4.4.0 (the README's
+// --version 4.4.0 is checked, then dropped: helm takes a local chart as it is), config.yaml is this node's
+// values, paths are from the repository. Anything else in the README's commands is run as written.
+func readmeInstall(t *testing.T, repo, z2jhChart string) (gpuhub, z2jh []string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repo, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "## How it fits z2jh")
+	_, block, ok2 := strings.Cut(section, "```sh\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("README.md: no ```sh block under \"## How it fits z2jh\"")
+	}
+	var cmds [][]string
+	for _, line := range strings.Split(strings.ReplaceAll(block, "\\\n", " "), "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			cmds = append(cmds, f)
+		}
+	}
+	if len(cmds) != 2 || cmds[0][0] != "helm" || cmds[1][0] != "helm" {
+		t.Fatalf("README.md's install section: want two helm commands (gpuhub, then z2jh), got %q", cmds)
+	}
+	fix := func(args []string) []string {
+		var out []string
+		for i := 0; i < len(args); i++ {
+			a := args[i]
+			switch {
+			case a == "<z2jh namespace>" || a == "<z2jh" || a == "namespace>" || a == "release>":
+				// "<z2jh namespace>" and "<z2jh release>" were split into two words.
+				if a == "<z2jh" {
+					out = append(out, "jhub")
+				}
+			case a == "jupyterhub/jupyterhub":
+				out = append(out, z2jhChart)
+			case a == "--version":
+				if args[i+1] != "4.4.0" {
+					t.Fatalf("README.md installs z2jh %s; the e2e has z2jh 4.4.0", args[i+1])
+				}
+				i++
+			case a == "config.yaml":
+				out = append(out, "testdata/z2jh-values.yaml")
+			case strings.HasPrefix(a, "chart/"):
+				out = append(out, filepath.Join(repo, a))
+			case strings.Contains(a, "=chart/"):
+				k, v, _ := strings.Cut(a, "=")
+				out = append(out, k+"="+filepath.Join(repo, v))
+			default:
+				out = append(out, a)
+			}
+		}
+		return out
+	}
+	return fix(cmds[0][1:]), fix(cmds[1][1:])
 }
 
 func waitDeployment(ctx context.Context, t *testing.T, client kubernetes.Interface, ns, name string) {
@@ -499,3 +554,22 @@ func tailBytes(b []byte, n int) []byte {
 }
 
 func resourceQuantity(n int64) resource.Quantity { return *resource.NewQuantity(n, resource.DecimalSI) }
+
+// TestReadmeInstall: the README's install commands are what TestRealNode runs, with only the substitutions
+// readmeInstall documents.
+func TestReadmeInstall(t *testing.T) {
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpuhub, z2jh := readmeInstall(t, repo, "/z2jh/chart")
+	want := [][]string{
+		{"upgrade", "--install", "gpuhub", repo + "/chart/gpuhub", "--namespace", "jhub", "--set", "quota.enabled=true",
+			"--set", "quota.waitlist.enabled=true", "--set", "profiles.enabled=true", "--set", "culler.enabled=true"},
+		{"upgrade", "--install", "jhub", "/z2jh/chart", "--namespace", "jhub", "-f", "testdata/z2jh-values.yaml",
+			"-f", repo + "/chart/gpuhub/files/z2jh-values.yaml", "--set-file", "hub.extraConfig.gpuhub=" + repo + "/chart/gpuhub/files/gpuhub_hub_config.py"},
+	}
+	if diff := cmp.Diff(want, [][]string{gpuhub, z2jh}); diff != "" {
+		t.Errorf("README's install commands as the e2e runs them (-want +got):\n%s", diff)
+	}
+}
