@@ -343,3 +343,28 @@ func spin(d time.Duration) {
 	}
 	_ = x
 }
+
+func TestIdleStopped(t *testing.T) {
+	tests := map[string]struct {
+		runs    []RunResult
+		idle    int
+		wantErr string
+	}{
+		"every idle server stopped":          {runs: []RunResult{{Ours: PhaseResult{Passes: 1, Stopped: 4}}}, idle: 4},
+		"more stops than idle (next passes)": {runs: []RunResult{{Ours: PhaseResult{Passes: 6, Stopped: 9}}}, idle: 4},
+		"nothing stopped":                    {runs: []RunResult{{Ours: PhaseResult{Passes: 1, Stopped: 0}}}, idle: 4, wantErr: "run 1: gpu-culler stopped 0 servers, but 4 are idle"},
+		"second run short":                   {runs: []RunResult{{Ours: PhaseResult{Passes: 1, Stopped: 4}}, {Ours: PhaseResult{Passes: 1, Stopped: 3}}}, idle: 4, wantErr: "run 2: gpu-culler stopped 3"},
+		"gpu-culler not measured":            {runs: []RunResult{{Ours: PhaseResult{}}}, idle: 4},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			err := idleStopped(tc.runs, tc.idle)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("idleStopped: %v, want nil", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("idleStopped: %v, want an error with %q", err, tc.wantErr)
+			}
+		})
+	}
+}

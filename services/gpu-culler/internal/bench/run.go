@@ -159,7 +159,33 @@ func Run(ctx context.Context, o RunOptions) error {
 	if busyStopped > 0 {
 		return fmt.Errorf("%d servers with busy or stale telemetry were stopped: a culler acted on what it must not", busyStopped)
 	}
+	return idleStopped(runs, e.idleServers())
+}
+
+// idleStopped fails a run in which gpu-culler was measured but stopped fewer servers than the fleet has idle
+// ones with a due notice: each run restores them before its measured passes, whose first stops them all. A
+// culler that stops nothing must not pass for one that stops only the right servers.
+func idleStopped(runs []RunResult, idle int) error {
+	for i, r := range runs {
+		if r.Ours.Passes == 0 {
+			continue // gpu-culler not measured (no binary)
+		}
+		if r.Ours.Stopped < idle {
+			return fmt.Errorf("run %d: gpu-culler stopped %d servers, but %d are idle with a due notice: it left idle GPUs running", i+1, r.Ours.Stopped, idle)
+		}
+	}
 	return nil
+}
+
+// idleServers counts the fleet's idle servers (stopped by gpu-culler on its first measured pass).
+func (e *env) idleServers() int {
+	n := 0
+	for _, s := range e.servers {
+		if s.State == Idle {
+			n++
+		}
+	}
+	return n
 }
 
 func (e *env) close() {
