@@ -38,7 +38,7 @@ func TestVersion(t *testing.T) {
 func TestListUsersPaginated(t *testing.T) {
 	tests := map[string]struct {
 		pageSize  int
-		wantPages int // at least
+		wantPages int // exactly: ceil(users / the page size the Hub grants), the Hub capping a page at 200
 	}{
 		"default page size": {pageSize: 0, wantPages: 3},
 		"small pages":       {pageSize: 100, wantPages: 5},
@@ -60,8 +60,8 @@ func TestListUsersPaginated(t *testing.T) {
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("ListUsers names (-want +got):\n%s", diff)
 			}
-			if pages := rt.count("/users"); pages < tc.wantPages {
-				t.Errorf("GET /users sent %d times, want >= %d pages", pages, tc.wantPages)
+			if pages := rt.count("/users"); pages != tc.wantPages {
+				t.Errorf("GET /users sent %d times for %d users, want exactly %d pages", pages, len(userNames), tc.wantPages)
 			}
 			if n := rt.acceptsContaining("application/jupyterhub-pagination+json"); n != rt.count("/users") {
 				t.Errorf("%d of %d GET /users carried Accept: application/jupyterhub-pagination+json; sent %v", n, rt.count("/users"), rt.accepts)
