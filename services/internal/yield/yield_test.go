@@ -2,6 +2,7 @@ package yield
 
 import (
 	"context"
+	"fmt"
 	"hash/fnv"
 	"io"
 	"net/http"
@@ -18,12 +19,29 @@ import (
 // cannot be seen from a test, so this only runs the paths).
 func TestPass(t *testing.T) {
 	for _, procs := range []int{runtime.GOMAXPROCS(0), 1} {
-		prev := runtime.GOMAXPROCS(procs)
-		var pace Pass
-		for end := time.Now().Add(3 * Slice); time.Now().Before(end); {
-			pace.Item()
-		}
-		runtime.GOMAXPROCS(prev)
+		t.Run(fmt.Sprintf("GOMAXPROCS=%d", procs), func(t *testing.T) {
+			prev := runtime.GOMAXPROCS(procs)
+			defer runtime.GOMAXPROCS(prev)
+			// A goroutine made runnable as the pass starts: on one processor it runs before the pass ends only
+			// if the pass gives the processor up (Go would preempt the pass only after 10 ms).
+			var other atomic.Bool
+			go other.Store(true)
+			var pace Pass
+			yields := 0
+			for end := time.Now().Add(3 * Slice); time.Now().Before(end); {
+				before := pace.since
+				pace.Item()
+				if !before.IsZero() && pace.since != before {
+					yields++
+				}
+			}
+			if yields == 0 {
+				t.Errorf("a pass of 3 slices (%s of wall time) never gave the processor up", 3*Slice)
+			}
+			if !other.Load() {
+				t.Error("a goroutine runnable since the pass began did not run before it ended")
+			}
+		})
 	}
 }
 
