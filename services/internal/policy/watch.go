@@ -24,6 +24,9 @@ type WatchOptions struct {
 	Metrics *ReloadMetrics
 	// OnChange runs after a reload that put a new version in use (e.g. a cache asks for new windows).
 	OnChange func()
+	// Ticks, when set, replaces the ticker of Poll: each value received is one poll (tests send them, so a
+	// poll is an event they can count rather than a time to sleep through).
+	Ticks <-chan time.Time
 }
 
 // ReloadMetrics are gpuhub_<subsystem>_<name>_reloads_total{result} and _last_reload_success.
@@ -87,8 +90,12 @@ func Watch[T any](ctx context.Context, r *Reloader[T], o WatchOptions) {
 	path := r.Path()
 	// From the content in use, not the file now: a change between the load at start and this line is not missed.
 	last := r.goodHash()
-	t := time.NewTicker(o.Poll)
-	defer t.Stop()
+	ticks := o.Ticks
+	if ticks == nil {
+		t := time.NewTicker(o.Poll)
+		defer t.Stop()
+		ticks = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -96,7 +103,7 @@ func Watch[T any](ctx context.Context, r *Reloader[T], o WatchOptions) {
 		case <-o.Signal:
 			last, _ = fileHash(path)
 			reload(r, o, "signal")
-		case <-t.C:
+		case <-ticks:
 			h, err := fileHash(path)
 			if err == nil && h == last {
 				continue

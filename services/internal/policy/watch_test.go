@@ -41,7 +41,11 @@ func TestWatch(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var changes atomic.Int64
-	go Watch(ctx, r, WatchOptions{Poll: 10 * time.Millisecond, Signal: signal, What: "policy", Metrics: m,
+	// Polls come from the test: a send returns once Watch took the tick, and the one after it once that poll
+	// was done.
+	ticks := make(chan time.Time)
+	poll := func() { ticks <- time.Now() }
+	go Watch(ctx, r, WatchOptions{Ticks: ticks, Signal: signal, What: "policy", Metrics: m,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)), OnChange: func() { changes.Add(1) }})
 
 	eventually := func(what string, ok func() bool) {
@@ -56,12 +60,17 @@ func TestWatch(t *testing.T) {
 	if err := replaceFile(path, []byte("limit: 2\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	poll()
 	eventually("the new version in use", func() bool { return r.Current().Limit == 2 && changes.Load() == 1 })
 	if err := replaceFile(path, []byte("limit: 3\nlimt: 4\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	poll()
 	eventually("the failure counted", func() bool { return testutil.ToFloat64(m.reloads.WithLabelValues("failure")) == 1 })
-	time.Sleep(50 * time.Millisecond) // several polls of the same bad content
+	// Three more polls of the same bad content; the third send returns only after the second was done.
+	for range 3 {
+		poll()
+	}
 	if got := testutil.ToFloat64(m.reloads.WithLabelValues("failure")); got != 1 || r.Current().Limit != 2 || testutil.ToFloat64(m.success) != 0 {
 		t.Errorf("bad file: failures %v, limit %d, success %v; want 1, the last good 2, 0", got, r.Current().Limit, testutil.ToFloat64(m.success))
 	}
