@@ -2,14 +2,21 @@ package leader
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/gpuhub/gpuhub/services/internal/logging/logtest"
 )
 
 // replica is one candidate; leading records what its OnStartedLeading saw.
@@ -18,6 +25,7 @@ type replica struct {
 	reg     *prometheus.Registry
 	cancel  context.CancelFunc
 	done    chan struct{}
+	logs    logtest.Buffer
 	mu      sync.Mutex
 	started int
 	stopped int
@@ -30,7 +38,7 @@ func startReplica(t *testing.T, kc *fake.Clientset, id string) *replica {
 	r.e, err = New(Options{Client: kc, Namespace: "gpuhub", Name: "gpu-quota", Identity: id,
 		// The Lease counts whole seconds: a shorter duration would never be valid.
 		LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 50 * time.Millisecond,
-		Registerer: r.reg, Subsystem: "quota",
+		Registerer: r.reg, Subsystem: "quota", Logger: slog.New(slog.NewTextHandler(&r.logs, nil)),
 		OnStartedLeading: func(ctx context.Context) {
 			r.mu.Lock()
 			r.started++
@@ -76,10 +84,20 @@ func eventually(t *testing.T, what string, ok func() bool) {
 
 func TestOneLeaderAndHandover(t *testing.T) {
 	kc := fake.NewClientset()
+	// Every read of the Lease, a's renewals and b's tries alike (set before any replica runs: the fake's
+	// reactor list is not safe to change while it is used).
+	var reads atomic.Int64
+	kc.PrependReactor("get", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		reads.Add(1)
+		return false, nil, nil
+	})
 	a := startReplica(t, kc, "gpu-quota-a")
 	eventually(t, "a leads", a.e.IsLeader)
 	b := startReplica(t, kc, "gpu-quota-b")
-	time.Sleep(300 * time.Millisecond)
+	// b has read the Lease and found a holding it; then both go on for several retry periods (50 ms each).
+	eventually(t, "b sees a leading", func() bool { return strings.Contains(b.logs.String(), "another replica leads") })
+	seen := reads.Load()
+	eventually(t, "b and a read the Lease several times more", func() bool { return reads.Load() >= seen+8 })
 	if b.e.IsLeader() {
 		t.Fatal("b leads while a holds the lease")
 	}
