@@ -71,6 +71,8 @@ type Options struct {
 	// default 10 s. Reload forces a reload (SIGHUP).
 	PolicyPoll time.Duration
 	Reload     <-chan struct{}
+	// PolicyTicks, when set, replaces PolicyPoll's ticker (tests: each value sent is one poll).
+	PolicyTicks <-chan time.Time
 
 	Kube      kubernetes.Interface
 	Namespace string // single-user pods; "" = all
@@ -290,7 +292,7 @@ func Run(ctx context.Context, o Options) error {
 	wg.Go(func() { s.hubLoop(ctx) })
 	wg.Go(func() { s.usage.Run(ctx) })
 	wg.Go(func() {
-		policy.Watch(ctx, s.pol, policy.WatchOptions{Poll: o.PolicyPoll, Signal: o.Reload, What: "policy", Logger: o.Logger,
+		policy.Watch(ctx, s.pol, policy.WatchOptions{Poll: o.PolicyPoll, Ticks: o.PolicyTicks, Signal: o.Reload, What: "policy", Logger: o.Logger,
 			Now: o.Now, Metrics: s.reloadMetrics,
 			OnChange: s.usage.Kick}) // the usage cache asks for the windows the new policy needs
 	})

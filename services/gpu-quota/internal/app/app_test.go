@@ -116,6 +116,7 @@ type running struct {
 	usage    *usageAPI
 	policy   string
 	reload   chan struct{}
+	polls    atomic.Int64 // policy polls Run's watcher has taken
 	logs     *logtest.Buffer
 	cancel   context.CancelFunc
 	done     chan error
@@ -152,9 +153,22 @@ func start(t *testing.T, opts ...func(*Options)) *running {
 	ctx, cancel := context.WithCancel(context.Background())
 	r.url, r.cancel, r.done = "http://"+ln.Addr().String(), cancel, make(chan error, 1)
 	served := make(chan struct{})
+	// The policy is polled every 20 ms by a ticker of the test's: each poll the watcher takes is counted.
+	ticks := make(chan time.Time)
+	go func() {
+		for {
+			select {
+			case ticks <- time.Now():
+				r.polls.Add(1)
+			case <-ctx.Done():
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
 	o := Options{
 		Logger: slog.New(slog.NewTextHandler(r.logs, nil)), Registry: prometheus.NewRegistry(), Listener: ln, Prefix: prefix,
-		PolicyPath: r.policy, PolicyPoll: 20 * time.Millisecond, Reload: r.reload,
+		PolicyPath: r.policy, PolicyTicks: ticks, Reload: r.reload,
 		Kube: r.kube, Namespace: "jhub", Hub: r.hub.Client("quota-token"), HubRefresh: time.Hour, Token: "quota-token",
 		Auth: hubauth.New(hubauth.Options{Hub: r.hub.Client("quota-token")}).Middleware, ReaderServices: []string{"gpu-usage"},
 		UsageURL: usageSrv.URL + "/services/gpu-usage/", UsageRefresh: time.Hour, ReservationTTL: time.Minute,
@@ -376,7 +390,9 @@ func TestPolicyReload(t *testing.T) {
 	if res.Reason != "kind_not_allowed" {
 		t.Errorf("with the last good policy: %+v", res)
 	}
-	time.Sleep(100 * time.Millisecond) // several polls of the same bad file: reported once
+	// Three more polls of the same bad file (the third taken once the second was done): reported once.
+	polled := r.polls.Load()
+	eventually(t, "three more polls of the bad file", func() bool { return r.polls.Load() >= polled+3 })
 	if n := strings.Count(r.logs.String(), logged); n != 1 {
 		t.Errorf("the bad file was reported %d times, want once", n)
 	}
