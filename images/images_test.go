@@ -10,7 +10,6 @@ import (
 	"bytes"
 	"debug/elf"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path"
@@ -352,7 +351,7 @@ func TestImagesRunInContainer(t *testing.T) {
 				t.Fatal(err)
 			}
 			rootfs := filepath.Join(t.TempDir(), "rootfs")
-			if err := unpack(img, rootfs); err != nil {
+			if err := build.WriteTree(rootfs, img.Layer()); err != nil {
 				t.Fatal(err)
 			}
 			uid, gid, err := build.UserIDs(rootfs, img.Config.User)
@@ -380,43 +379,6 @@ func TestImagesRunInContainer(t *testing.T) {
 			t.Logf("%s ran %v in a container as %d:%d", img.Ref, args, uid, gid)
 		})
 	}
-}
-
-func unpack(img *oci.Loaded, root string) error {
-	paths := make([]string, 0, len(img.Files))
-	for p := range img.Files {
-		paths = append(paths, p)
-	}
-	slices.Sort(paths) // parents first
-	for _, p := range paths {
-		f := img.Files[p]
-		dst := filepath.Join(root, filepath.FromSlash(p))
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return err
-		}
-		switch {
-		case f.Mode.IsDir():
-			if err := os.MkdirAll(dst, f.Mode.Perm()); err != nil {
-				return err
-			}
-		case f.Mode&fs.ModeSymlink != 0:
-			if err := os.Symlink(f.Link, dst); err != nil {
-				return err
-			}
-			continue
-		default:
-			if err := os.WriteFile(dst, f.Data, f.Mode.Perm()); err != nil {
-				return err
-			}
-		}
-		if err := os.Lchown(dst, f.UID, f.GID); err != nil {
-			return err
-		}
-		if err := os.Chmod(dst, f.Mode.Perm()|f.Mode&(fs.ModeSticky|fs.ModeSetuid|fs.ModeSetgid)); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // TestBasesKnown: every FROM of every recipe is something the builder makes (a renamed base tag in a

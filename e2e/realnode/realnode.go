@@ -37,6 +37,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpuhub/gpuhub/e2e/cluster/proc"
+	"github.com/gpuhub/gpuhub/e2e/internal/netport"
 )
 
 // Options configures a node.
@@ -193,7 +194,11 @@ func (n *Node) startDNS(ctx context.Context) (*proc.Process, error) {
 	}, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("coredns role binding: %w", err)
 	}
-	ready := freeLoopbackPort()
+	ports, err := netport.Free(1)
+	if err != nil {
+		return nil, err
+	}
+	ready := ports[0]
 	corefile := fmt.Sprintf(`.:53 {
     bind %s
     errors
@@ -249,7 +254,11 @@ func (n *Node) startProxy(ctx context.Context) (*proc.Process, error) {
 			return nil, fmt.Errorf("sysctl %s (in the test's network namespace): %w", path, err)
 		}
 	}
-	healthz := freeLoopbackPort()
+	ports, err := netport.Free(2)
+	if err != nil {
+		return nil, err
+	}
+	healthz, metrics := ports[0], ports[1]
 	cfg := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: %q}
@@ -262,7 +271,7 @@ metricsBindAddress: 127.0.0.1:%d
 conntrack: {maxPerCore: 0}
 # No NodePorts on 127.0.0.1 (that needs route_localnet).
 iptables: {localhostNodePorts: false}
-`, n.opts.ProxyKubeconfig, n.opts.Name, n.opts.ClusterCIDR, healthz, freeLoopbackPort())
+`, n.opts.ProxyKubeconfig, n.opts.Name, n.opts.ClusterCIDR, healthz, metrics)
 	path := filepath.Join(n.opts.Dir, "kube-proxy.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return nil, err
@@ -273,15 +282,6 @@ iptables: {localhostNodePorts: false}
 		LogFile: filepath.Join(n.opts.Dir, "logs", "kube-proxy.log"),
 		Ready:   httpOK(fmt.Sprintf("http://127.0.0.1:%d/healthz", healthz)),
 	})
-}
-
-func freeLoopbackPort() int {
-	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // waitAllocatable waits until the Node's allocatable has every emulated GPU resource with its count.

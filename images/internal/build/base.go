@@ -1,16 +1,12 @@
 package build
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -139,7 +135,7 @@ func (d *DebianDebs) Deb(pkg string) (string, error) {
 	return "", fmt.Errorf("apt-get download %s: no %s_*.deb in %s", pkg, pkg, d.Dir)
 }
 
-// Files reads pkg's files (dpkg-deb --fsys-tarfile), without documentation, owned by root.
+// Files reads pkg's files (dpkg-deb --fsys-tarfile) with the package's owners and modes, without documentation.
 func (d *DebianDebs) Files(pkg string) ([]oci.File, error) {
 	deb, err := d.Deb(pkg)
 	if err != nil {
@@ -152,41 +148,11 @@ func (d *DebianDebs) Files(pkg string) ([]oci.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dpkg-deb --fsys-tarfile %s: %w: %s", deb, err, stderr.String())
 	}
-	var out []oci.File
-	tr := tar.NewReader(bytes.NewReader(data))
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", deb, err)
-		}
-		p := path.Clean("/" + hdr.Name)
-		if p == "/" || strings.HasPrefix(p, "/usr/share/doc") || strings.HasPrefix(p, "/usr/share/man") || strings.HasPrefix(p, "/usr/share/lintian") {
-			continue
-		}
-		f := oci.File{Path: p, Mode: fs.FileMode(hdr.Mode).Perm()}
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			f.Mode |= fs.ModeDir
-		case tar.TypeSymlink:
-			f.Mode, f.Link = fs.ModeSymlink|0o777, hdr.Linkname
-		case tar.TypeReg:
-			if f.Data, err = io.ReadAll(tr); err != nil {
-				return nil, err
-			}
-		case tar.TypeLink:
-			// A hard link becomes a copy: layers stay simple and the bytes are the same.
-			target := path.Clean("/" + hdr.Linkname)
-			for _, prev := range out {
-				if prev.Path == target {
-					f.Data, f.Mode = prev.Data, prev.Mode
-				}
-			}
-		default:
-			continue
-		}
-		out = append(out, f)
+	layer, err := oci.ReadTar(bytes.NewReader(data), func(p string) bool {
+		return !strings.HasPrefix(p, "/usr/share/doc") && !strings.HasPrefix(p, "/usr/share/man") && !strings.HasPrefix(p, "/usr/share/lintian")
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", deb, err)
 	}
+	return layer, nil
 }

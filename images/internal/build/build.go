@@ -144,7 +144,7 @@ func from(ctx context.Context, opts Options, df *dockerfile.File, s *dockerfile.
 		}
 		start, st.cfg = img.Layer(), img.Config
 	}
-	if err := writeTree(dir, start); err != nil {
+	if err := WriteTree(dir, start); err != nil {
 		return nil, err
 	}
 	before, err := snapshot(dir)
@@ -170,7 +170,7 @@ func apply(ctx context.Context, opts Options, st *stage, stages map[string]*stag
 		if st.hostGo {
 			return nil // the build context is read in place
 		}
-		return writeTree(st.root, files)
+		return WriteTree(st.root, files)
 	case "WORKDIR":
 		st.cfg.WorkingDir = path.Join("/", st.cfg.WorkingDir, in.Args[0])
 		if st.hostGo {

@@ -60,7 +60,7 @@ func TestChanges(t *testing.T) {
 		{Path: "/var/cache/apt/a.bin", Mode: 0o644, Data: []byte("a")},
 		{Path: "/var/cache/apt/b.bin", Mode: 0o644, Data: []byte("b")},
 	}
-	if err := writeTree(dir, start); err != nil {
+	if err := WriteTree(dir, start); err != nil {
 		t.Fatal(err)
 	}
 	before, err := snapshot(dir)

@@ -1,10 +1,7 @@
 package build
 
 import (
-	"archive/tar"
-	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -25,8 +22,9 @@ type fileKey struct {
 	link     string
 }
 
-// writeTree creates layer's entries under dir (owners and modes included: we run as root).
-func writeTree(dir string, layer oci.Layer) error {
+// WriteTree creates layer's entries under dir, owners and modes included (it needs root): a stage's root
+// filesystem, or an image unpacked for a container.
+func WriteTree(dir string, layer oci.Layer) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -171,57 +169,16 @@ func walkTree(dir string, fn func(p string, fi fs.FileInfo, st *syscall.Stat_t, 
 	})
 }
 
-// readTarFile reads a root filesystem tarball (mmdebstrap's) into a layer; hard links become copies.
+// readTarFile reads a root filesystem tarball (mmdebstrap's) into a layer.
 func readTarFile(p string) (oci.Layer, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	var layer oci.Layer
-	index := map[string]int{}
-	tr := tar.NewReader(f)
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return layer, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", p, err)
-		}
-		name := path.Clean("/" + hdr.Name)
-		if name == "/" {
-			continue
-		}
-		e := oci.File{Path: name, Mode: fs.FileMode(hdr.Mode).Perm(), UID: hdr.Uid, GID: hdr.Gid, Link: hdr.Linkname}
-		if hdr.Mode&0o1000 != 0 {
-			e.Mode |= fs.ModeSticky
-		}
-		if hdr.Mode&0o4000 != 0 {
-			e.Mode |= fs.ModeSetuid
-		}
-		if hdr.Mode&0o2000 != 0 {
-			e.Mode |= fs.ModeSetgid
-		}
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			e.Mode |= fs.ModeDir
-		case tar.TypeSymlink:
-			e.Mode |= fs.ModeSymlink
-		case tar.TypeReg:
-			if e.Data, err = io.ReadAll(tr); err != nil {
-				return nil, err
-			}
-		case tar.TypeLink:
-			i, ok := index[path.Clean("/"+hdr.Linkname)]
-			if !ok {
-				return nil, fmt.Errorf("%s: %s: hard link to missing %s", p, name, hdr.Linkname)
-			}
-			e.Data, e.Link = layer[i].Data, ""
-		default:
-			continue // device nodes: the runtime makes /dev
-		}
-		index[name] = len(layer)
-		layer = append(layer, e)
+	layer, err := oci.ReadTar(f, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
 	}
+	return layer, nil
 }

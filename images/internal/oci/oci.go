@@ -380,18 +380,13 @@ func (l *Loaded) apply(gz []byte, diffID string) error {
 	if sum := sha256.Sum256(raw); "sha256:"+hex.EncodeToString(sum[:]) != diffID {
 		return errors.New("uncompressed layer does not match its diff_id")
 	}
-	tr := tar.NewReader(bytes.NewReader(raw))
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		p := path.Clean("/" + hdr.Name)
-		if base := path.Base(p); strings.HasPrefix(base, ".wh.") {
-			gone := path.Join(path.Dir(p), strings.TrimPrefix(base, ".wh."))
+	layer, err := ReadTar(bytes.NewReader(raw), nil)
+	if err != nil {
+		return err
+	}
+	for _, f := range layer {
+		if base := path.Base(f.Path); strings.HasPrefix(base, ".wh.") {
+			gone := path.Join(path.Dir(f.Path), strings.TrimPrefix(base, ".wh."))
 			for q := range l.Files {
 				if q == gone || strings.HasPrefix(q, gone+"/") {
 					delete(l.Files, q)
@@ -399,30 +394,68 @@ func (l *Loaded) apply(gz []byte, diffID string) error {
 			}
 			continue
 		}
-		f := File{Path: p, Mode: fs.FileMode(hdr.Mode).Perm(), UID: hdr.Uid, GID: hdr.Gid, Link: hdr.Linkname}
-		if hdr.Mode&0o1000 != 0 {
-			f.Mode |= fs.ModeSticky
+		l.Files[f.Path] = f
+	}
+	return nil
+}
+
+// ReadTar reads a tar stream (a layer, a root filesystem, a package's files) into entries in stream order,
+// with their owners and mode bits (setuid, setgid, sticky included). A hard link becomes a copy of the earlier
+// entry it names; devices, pipes and sockets are left out (a runtime provides /dev). keep, when set, says which
+// paths ("/etc/x") to read.
+func ReadTar(r io.Reader, keep func(path string) bool) (Layer, error) {
+	var layer Layer
+	index := map[string]int{}
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return layer, nil
 		}
+		if err != nil {
+			return nil, err
+		}
+		p := path.Clean("/" + hdr.Name)
+		if p == "/" || (keep != nil && !keep(p)) {
+			continue
+		}
+		f := File{Path: p, Mode: fileMode(hdr.Mode), UID: hdr.Uid, GID: hdr.Gid}
 		switch hdr.Typeflag {
 		case tar.TypeDir:
 			f.Mode |= fs.ModeDir
 		case tar.TypeSymlink:
-			f.Mode |= fs.ModeSymlink
+			f.Mode, f.Link = f.Mode|fs.ModeSymlink, hdr.Linkname
 		case tar.TypeReg:
 			if f.Data, err = io.ReadAll(tr); err != nil {
-				return err
+				return nil, err
 			}
 		case tar.TypeLink:
-			target, ok := l.Files[path.Clean("/"+hdr.Linkname)]
+			i, ok := index[path.Clean("/"+hdr.Linkname)]
 			if !ok {
-				return fmt.Errorf("%s: hard link to missing %s", p, hdr.Linkname)
+				return nil, fmt.Errorf("%s: hard link to missing %s", p, hdr.Linkname)
 			}
-			f.Data = target.Data
+			f.Data = layer[i].Data
 		default:
-			return fmt.Errorf("%s: unsupported entry type %q", p, hdr.Typeflag)
+			continue
 		}
-		l.Files[p] = f
+		index[p] = len(layer)
+		layer = append(layer, f)
 	}
+}
+
+// fileMode is tarMode's inverse: a tar header's mode word as permission bits plus setuid, setgid and sticky.
+func fileMode(mode int64) fs.FileMode {
+	m := fs.FileMode(mode).Perm()
+	if mode&0o4000 != 0 {
+		m |= fs.ModeSetuid
+	}
+	if mode&0o2000 != 0 {
+		m |= fs.ModeSetgid
+	}
+	if mode&0o1000 != 0 {
+		m |= fs.ModeSticky
+	}
+	return m
 }
 
 // Layer returns the merged file tree as one layer.
