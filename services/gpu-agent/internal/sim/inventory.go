@@ -1,9 +1,10 @@
 // Package sim is the simulated backend for machines without NVIDIA GPUs (the
 // demo and the e2e cluster). It emulates the GPUs a Node object advertises
 // (GPU Feature Discovery labels and NVIDIA GPU capacity), gives each pod the
-// devices its resource limits ask for, and derives each pod's "GPU"
-// utilization from the CPU time of its processes. Everything it reports is
-// marked "simulated".
+// devices its resource limits ask for (or, given the kubelet's pod-resources
+// API, names the devices and their holders as the kubelet does), and derives
+// each pod's "GPU" utilization from the CPU time of its processes. Everything
+// it reports is marked "simulated".
 package sim
 
 import (
@@ -17,6 +18,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/podresources"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 )
@@ -48,9 +50,12 @@ type card struct {
 // inventory is the emulated hardware of a node.
 type inventory struct {
 	gpus []*card
-	// key identifies the Node's GPU labels and capacity: assignments are
-	// redone when it changes.
+	// key identifies the Node's GPU labels and capacity (and the kubelet's
+	// device IDs): assignments are redone when it changes.
 	key string
+	// byID maps the kubelet's device IDs, replica IDs included, to devices
+	// (adopt).
+	byID map[string]*device
 }
 
 // newInventory builds the emulated GPUs of node. UUIDs derive from the node
@@ -149,6 +154,49 @@ func newInventory(node *corev1.Node) *inventory {
 		}
 	}
 	return inv
+}
+
+// adopt names the emulated devices after the IDs the kubelet hands out per
+// resource (podresources.Client.Allocatable), so that the UUIDs reported are
+// the ones pods get: the n-th device behind a resource's IDs (replica IDs
+// "<uuid>::<n>" name one device) becomes the n-th emulated device of that
+// resource in index order. It returns the resources whose device counts
+// differ: their surplus devices keep simulated UUIDs, their surplus IDs
+// name no device.
+func (inv *inventory) adopt(ids map[string][]string) (mismatched []string) {
+	inv.byID = map[string]*device{}
+	keyParts := []string{inv.key}
+	for _, res := range slices.Sorted(maps.Keys(ids)) {
+		keyParts = append(keyParts, res+"="+strings.Join(ids[res], ";"))
+		replicas := map[string][]string{}
+		for _, id := range ids[res] {
+			base := podresources.BaseID(id)
+			replicas[base] = append(replicas[base], id)
+		}
+		bases := slices.Sorted(maps.Keys(replicas))
+		var devs []*device
+		for _, g := range inv.gpus {
+			for _, d := range g.devices {
+				if d.dev.Resource == res {
+					devs = append(devs, d)
+				}
+			}
+		}
+		if len(devs) != len(bases) {
+			mismatched = append(mismatched, res)
+		}
+		for i, d := range devs[:min(len(devs), len(bases))] {
+			d.dev.UUID = bases[i]
+			if d.dev.ParentUUID == "" { // a whole GPU: the card is the device
+				inv.gpus[d.dev.Index].uuid = bases[i]
+			}
+			for _, id := range replicas[bases[i]] {
+				inv.byID[id] = d
+			}
+		}
+	}
+	inv.key = strings.Join(keyParts, "|")
+	return mismatched
 }
 
 // hashUUID formats a hash of parts like the tail of a UUID.

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/cluster"
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/podresources"
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/reading"
 	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 )
@@ -23,10 +24,20 @@ type Cluster interface {
 	Pods() []cluster.Pod
 }
 
+// Kubelet is the kubelet's pod-resources API (podresources.Client).
+type Kubelet interface {
+	Allocatable(ctx context.Context) (map[string][]string, error)
+	Allocations(ctx context.Context) ([]podresources.Allocation, error)
+}
+
 // Options configure a Backend.
 type Options struct {
 	Node    string
 	Cluster Cluster
+	// Kubelet, when set, names the devices (Allocatable) and says which pod
+	// holds which (Allocations), as on a node whose kubelet runs a device
+	// plugin; nil: the simulator makes up UUIDs and assigns devices itself.
+	Kubelet Kubelet
 	// Proc is the proc filesystem, e.g. os.DirFS("/proc").
 	Proc   fs.FS
 	Now    func() time.Time
@@ -44,7 +55,8 @@ type Backend struct {
 	inv  *inventory
 	// holdings: which emulated devices each pod (by UID) holds. Kept across
 	// samples so a running pod never moves; new pods are served in UID order,
-	// which makes the assignment reproducible after a restart.
+	// which makes the assignment reproducible after a restart. With a
+	// Kubelet, the kubelet's answer of each sample.
 	holdings map[string][]*device
 	prev     map[int]cpuSample
 	// warned: pods already reported as unservable, so the log says it once.
@@ -71,13 +83,36 @@ func (b *Backend) Sample(ctx context.Context) (reading.Reading, error) {
 	if !ok {
 		return r, fmt.Errorf("node %q is not in the cache: the simulated backend needs its labels and capacity", b.opts.Node)
 	}
-	if inv := newInventory(node); b.inv == nil || inv.key != b.inv.key {
+	inv := newInventory(node)
+	var allocs []podresources.Allocation
+	var mismatched []string
+	if k := b.opts.Kubelet; k != nil {
+		// Without the kubelet's answer there is nothing true to report: the
+		// sample fails rather than fall back to made-up UUIDs for a while.
+		ids, err := k.Allocatable(ctx)
+		if err != nil {
+			return r, err
+		}
+		if allocs, err = k.Allocations(ctx); err != nil {
+			return r, err
+		}
+		mismatched = inv.adopt(ids)
+	}
+	if b.inv == nil || inv.key != b.inv.key {
 		if b.inv != nil {
 			b.opts.Logger.Info("node GPU inventory changed, reassigning emulated devices", "node", b.opts.Node)
 		}
+		if len(mismatched) > 0 {
+			b.opts.Logger.Warn("the kubelet's devices differ in number from the node's GPU capacity: the surplus keep simulated UUIDs or hold nothing",
+				"node", b.opts.Node, "resources", mismatched)
+		}
 		b.inv, b.holdings = inv, map[string][]*device{}
 	}
-	b.assign(b.opts.Cluster.Pods())
+	if b.opts.Kubelet != nil {
+		b.holdings = b.held(allocs, b.opts.Cluster.Pods())
+	} else {
+		b.assign(b.opts.Cluster.Pods())
+	}
 
 	procs, err := scan(b.opts.Proc, b.opts.Node)
 	if err != nil {
@@ -147,6 +182,22 @@ func (b *Backend) Sample(ctx context.Context) (reading.Reading, error) {
 		r.GPUs = append(r.GPUs, out)
 	}
 	return r, nil
+}
+
+// held is which devices each pod holds according to the kubelet. IDs of no
+// emulated device (a count mismatch, logged with the inventory) are left out.
+func (b *Backend) held(allocs []podresources.Allocation, pods []cluster.Pod) map[string][]*device {
+	out := map[string][]*device{}
+	for uid, as := range podresources.ByPod(allocs, pods) {
+		for _, a := range as {
+			for _, id := range a.DeviceIDs {
+				if d := b.inv.byID[id]; d != nil && !slices.Contains(out[uid], d) {
+					out[uid] = append(out[uid], d)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // assign gives devices to pods that ask for NVIDIA resources and hold none yet.

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/cluster"
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/podresources"
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/reading"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 )
@@ -319,6 +321,125 @@ func TestParseStat(t *testing.T) {
 			got, err := parseStat(tc.in)
 			if (err != nil) != tc.wantErr || got != tc.want {
 				t.Errorf("parseStat = %d, %v; want %d, error %v", got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
+
+type fakeKubelet struct {
+	ids    map[string][]string
+	allocs []podresources.Allocation
+	err    error
+}
+
+func (f *fakeKubelet) Allocatable(context.Context) (map[string][]string, error) { return f.ids, f.err }
+func (f *fakeKubelet) Allocations(context.Context) ([]podresources.Allocation, error) {
+	return f.allocs, f.err
+}
+
+func alloc(pod, resource string, ids ...string) podresources.Allocation {
+	return podresources.Allocation{Namespace: "jhub", Pod: "jupyter-" + pod, Container: "notebook", Resource: resource, DeviceIDs: ids}
+}
+
+// TestKubeletDevices: with the kubelet's pod-resources API the emulated
+// devices carry the kubelet's device IDs and pods hold what it allocated.
+func TestKubeletDevices(t *testing.T) {
+	const (
+		gpu1 = "GPU-2d5c9a4e-0000-4000-8000-000000000001"
+		gpu2 = "GPU-2d5c9a4e-0000-4000-8000-000000000002"
+		mig1 = "MIG-7f3e0000-0000-4000-8000-000000000001"
+		mig2 = "MIG-7f3e0000-0000-4000-8000-000000000002"
+		mig3 = "MIG-7f3e0000-0000-4000-8000-000000000003"
+		mig4 = "MIG-7f3e0000-0000-4000-8000-000000000004"
+	)
+	type want struct {
+		GPUs, MIGs []string
+		Holdings   map[string][]string
+	}
+	cases := map[string]struct {
+		capacity map[string]string
+		labels   map[string]string
+		pods     []cluster.Pod
+		kubelet  fakeKubelet
+		want     want
+		wantErr  string
+	}{
+		"whole GPUs and MIG devices named and held as the kubelet says": {
+			capacity: map[string]string{gpu.ResourceGPU: "2", "nvidia.com/mig-1g.5gb": "4"},
+			pods: []cluster.Pod{
+				gpuPod("a", map[string]int64{gpu.ResourceGPU: 1}),
+				gpuPod("b", map[string]int64{"nvidia.com/mig-1g.5gb": 2}),
+				gpuPod("c", map[string]int64{gpu.ResourceGPU: 1}), // asks, but the kubelet gave it nothing (yet)
+			},
+			kubelet: fakeKubelet{
+				ids: map[string][]string{gpu.ResourceGPU: {gpu1, gpu2}, "nvidia.com/mig-1g.5gb": {mig1, mig2, mig3, mig4}},
+				allocs: []podresources.Allocation{
+					alloc("a", gpu.ResourceGPU, gpu2),
+					alloc("b", "nvidia.com/mig-1g.5gb", mig3, mig1),
+					alloc("gone", gpu.ResourceGPU, gpu1), // not in the pod cache
+				},
+			},
+			want: want{
+				GPUs:     []string{gpu1, gpu2, "GPU-sim-"},
+				MIGs:     []string{mig1, mig2, mig3, mig4},
+				Holdings: map[string][]string{"a": {gpu2}, "b": {mig3, mig1}},
+			},
+		},
+		"time-sliced replicas name one GPU each": {
+			labels:   map[string]string{gpu.LabelReplicas: "2"},
+			capacity: map[string]string{gpu.ResourceGPUShared: "4"},
+			pods: []cluster.Pod{
+				gpuPod("a", map[string]int64{gpu.ResourceGPUShared: 1}),
+				gpuPod("b", map[string]int64{gpu.ResourceGPUShared: 1}),
+			},
+			kubelet: fakeKubelet{
+				ids:    map[string][]string{gpu.ResourceGPUShared: {gpu2 + "::0", gpu2 + "::1", gpu1 + "::0", gpu1 + "::1"}},
+				allocs: []podresources.Allocation{alloc("a", gpu.ResourceGPUShared, gpu2+"::1"), alloc("b", gpu.ResourceGPUShared, gpu2+"::0")},
+			},
+			want: want{GPUs: []string{gpu1, gpu2}, Holdings: map[string][]string{"a": {gpu2}, "b": {gpu2}}},
+		},
+		"more kubelet devices than the node advertises": {
+			capacity: map[string]string{gpu.ResourceGPU: "1"},
+			pods:     []cluster.Pod{gpuPod("a", map[string]int64{gpu.ResourceGPU: 1})},
+			kubelet: fakeKubelet{
+				ids:    map[string][]string{gpu.ResourceGPU: {gpu1, gpu2}},
+				allocs: []podresources.Allocation{alloc("a", gpu.ResourceGPU, gpu2)},
+			},
+			want: want{GPUs: []string{gpu1}, Holdings: map[string][]string{}},
+		},
+		"the kubelet cannot be asked": {
+			capacity: map[string]string{gpu.ResourceGPU: "1"},
+			kubelet:  fakeKubelet{err: errors.New("kubelet pod-resources List on /x.sock: boom")},
+			wantErr:  "boom",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			fc := &fakeCluster{node: node(tc.labels, tc.capacity), pods: tc.pods}
+			b := New(Options{Node: "gpu-a100-0", Cluster: fc, Kubelet: &tc.kubelet, Proc: fstest.MapFS{}})
+			r, err := b.Sample(context.Background())
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Sample error %v, want one saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := want{Holdings: holdings(r)}
+			for _, g := range r.GPUs {
+				uuid := g.UUID
+				if strings.HasPrefix(uuid, "GPU-sim-") {
+					uuid = "GPU-sim-" // a MIG card's parent: the kubelet does not name it
+				}
+				got.GPUs = append(got.GPUs, uuid)
+				for _, m := range g.MIGDevices {
+					got.MIGs = append(got.MIGs, m.UUID)
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("devices (-want +got):\n%s", diff)
 			}
 		})
 	}
