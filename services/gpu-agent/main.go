@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/agent"
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/dcgm"
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/podresources"
 	"github.com/gpuhub/gpuhub/services/internal/config"
 	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 	"github.com/gpuhub/gpuhub/services/internal/start"
@@ -39,6 +40,10 @@ func run(args []string, stderr io.Writer) int {
 		snapAuth     = fs.String("snapshot-auth", agent.AuthNone, "who may read /api/v1/snapshot (it holds user names): tokenreview (Kubernetes bearer token checked with a TokenReview) or none (restrict with a NetworkPolicy)")
 		audience     = fs.String("snapshot-audience", agent.DefaultAudience, "with tokenreview: the audience the caller's token must be issued for (a projected service-account token; the API server's own audience is refused)")
 		allowedUsers = fs.String("snapshot-allowed-users", "", "with tokenreview (required): comma-separated identities allowed, e.g. system:serviceaccount:jhub:gpuhub-usage")
+		// On by default at the kubelet's standard path: on a GPU node the agent then knows which GPU an idle
+		// notebook holds without being told, and where no socket is there (the demo's emulated nodes, a
+		// bare --once) it logs one line and works as without it.
+		podResources = fs.String("pod-resources-socket", podresources.DefaultSocket, "the kubelet's pod-resources socket, which says which device each pod holds, idle or not (the simulated backend also takes the device IDs from it); empty, or no socket there at start: not used")
 		maxFailed    = fs.Int("max-failed-samples", agent.DefaultMaxFailedSamples, "readiness fails after this many samples in a row fail or do not finish within --interval (the snapshot keeps the last good sample; its health says sampling fails)")
 		once         = fs.Bool("once", false, "take one sample, print the snapshot and the per-call NVML cost, and exit")
 		benchN       = fs.Int("bench", 0, "take this many samples --interval apart, print the last snapshot and per-call cost statistics, and exit")
@@ -50,6 +55,7 @@ func run(args []string, stderr io.Writer) int {
 		"dcgm-exporter-timeout": "GPUHUB_AGENT_DCGM_EXPORTER_TIMEOUT",
 		"snapshot-auth":         "GPUHUB_AGENT_SNAPSHOT_AUTH", "snapshot-allowed-users": "GPUHUB_AGENT_SNAPSHOT_ALLOWED_USERS",
 		"snapshot-audience": "GPUHUB_AGENT_SNAPSHOT_AUDIENCE", "max-failed-samples": "GPUHUB_AGENT_MAX_FAILED_SAMPLES",
+		"pod-resources-socket": "GPUHUB_AGENT_POD_RESOURCES_SOCKET",
 	}); !ok {
 		return code
 	}
@@ -80,6 +86,7 @@ func run(args []string, stderr io.Writer) int {
 		Logger: cmd.Logger, Registry: cl.Registry, Kube: cl.Kube, Node: *node, Backend: snapshot.Backend(*backend),
 		Interval: *interval, Listen: *listen, Proc: os.DirFS(*procRoot), NVMLLibrary: *nvmlLib, DCGMExporterURL: *dcgmURL, DCGMExporterTimeout: *dcgmTimeout,
 		SnapshotAuth: *snapAuth, SnapshotAudience: *audience, SnapshotAllowedUsers: allowed, MaxFailedSamples: *maxFailed, Bench: *benchN, Out: os.Stdout,
+		PodResourcesSocket: *podResources,
 	})
 	return cmd.Exit(err)
 }

@@ -79,8 +79,12 @@ func assemble(r reading.Reading, node string, sampledAt time.Time, interval time
 	}
 	migUtil := map[string]snapshot.MIGDevice{}
 	partial := false // a GPU could not be read: "no process seen" no longer means idle
+	failed := map[string]bool{}
 	for _, g := range r.GPUs {
 		partial = partial || g.Error != ""
+		if g.Error != "" && g.UUID != "" {
+			failed[g.UUID] = true
+		}
 		for _, m := range g.MIGDevices {
 			migUtil[m.UUID] = m
 		}
@@ -127,8 +131,9 @@ func assemble(r reading.Reading, node string, sampledAt time.Time, interval time
 			d.source = pr.UtilizationSource
 		}
 	}
-	// Pods that hold NVIDIA resources but run nothing on a GPU: NVML cannot
-	// say which device they hold, but it can say they use none.
+	// Pods that ask for NVIDIA resources but neither run anything on a GPU
+	// nor hold a device the kubelet named: NVML cannot say which device they
+	// hold, but it can say they use none.
 	for _, p := range pods.Pods() {
 		if len(p.GPUResources) > 0 {
 			get(p.UID)
@@ -151,6 +156,8 @@ func assemble(r reading.Reading, node string, sampledAt time.Time, interval time
 				d.dev.SMUtilPercent, d.dev.UtilizationSource = snapshot.Percent(min(d.util, 100)), d.source
 			case isMIG && m.UtilizationPercent != nil:
 				d.dev.SMUtilPercent, d.dev.UtilizationSource = m.UtilizationPercent, m.UtilizationSource
+			case failed[d.dev.UUID] || failed[d.dev.ParentUUID]:
+				d.dev.UtilizationSource = snapshot.SourceNone // held (the kubelet says) on a GPU that could not be read
 			case d.procs == 0:
 				d.dev.SMUtilPercent, d.dev.UtilizationSource = snapshot.Percent(0), idleSource
 			default:

@@ -19,6 +19,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/cluster"
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/dcgm"
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/nvidia"
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/podresources"
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/sim"
 	"github.com/gpuhub/gpuhub/services/internal/server"
 	"github.com/gpuhub/gpuhub/services/internal/snapshot"
@@ -51,6 +52,10 @@ type Options struct {
 	// hung exporter leaves the sample time to finish without it.
 	DCGMExporterTimeout time.Duration
 	HTTPClient          *http.Client
+	// PodResourcesSocket is the kubelet's pod-resources socket, which says
+	// which device each pod holds, idle or not. Empty, or no socket there
+	// when the agent starts: not used.
+	PodResourcesSocket string
 	// SnapshotAuth is AuthNone or AuthTokenReview. With tokenreview a caller
 	// needs a token issued for SnapshotAudience (default DefaultAudience) to
 	// one of SnapshotAllowedUsers (e.g. system:serviceaccount:jhub:gpu-usage;
@@ -113,6 +118,27 @@ func Run(ctx context.Context, o Options) error {
 		watcher.Start(ctx)
 	}
 
+	var kubelet *podresources.Client
+	if o.PodResourcesSocket != "" {
+		// A quarter of the interval per call: a sample must finish within the
+		// interval, with NVML and a dcgm-exporter scrape (up to half), and the
+		// simulated backend makes two calls.
+		c, err := podresources.New(o.PodResourcesSocket, min(podresources.DefaultTimeout, o.Interval/4))
+		switch {
+		case errors.Is(err, podresources.ErrNoSocket):
+			// A node without a kubelet there (the demo's emulated nodes, a bare
+			// --once) loses nothing it had without the socket.
+			o.Logger.Info("no kubelet pod-resources socket: which device a pod holds comes from its GPU processes (simulated backend: from the simulator)",
+				"socket", o.PodResourcesSocket)
+		case err != nil:
+			return err
+		default:
+			defer func() { _ = c.Close() }()
+			kubelet = c
+			o.Logger.Info("which device each pod holds comes from the kubelet", "socket", c.Socket())
+		}
+	}
+
 	calls := newCallHistogram()
 	rec := &callRecorder{}
 	var sampler Sampler
@@ -148,8 +174,15 @@ func Run(ctx context.Context, o Options) error {
 			}
 		}()
 		sampler = b
+		if kubelet != nil {
+			sampler = &kubeletHolders{Sampler: b, kubelet: kubelet, pods: pods, logger: o.Logger}
+		}
 	case snapshot.BackendSimulated:
-		sampler = sim.New(sim.Options{Node: o.Node, Cluster: watcher, Proc: o.Proc, Now: o.Now, Logger: o.Logger})
+		so := sim.Options{Node: o.Node, Cluster: watcher, Proc: o.Proc, Now: o.Now, Logger: o.Logger}
+		if kubelet != nil { // not a nil *Client in the interface
+			so.Kubelet = kubelet
+		}
+		sampler = sim.New(so)
 	default:
 		return fmt.Errorf("unknown backend %q (want %s or %s)", o.Backend, snapshot.BackendNVML, snapshot.BackendSimulated)
 	}
