@@ -16,6 +16,9 @@ PROFILES_CONFIG  ?= e2e/hub/profiles-demo.yaml
 # gpu-culler's policy in `make demo` (make demo CULLER_POLICY=path): idle 5 min, a 2 min countdown.
 CULLER_POLICY    ?= e2e/hub/culler-demo.yaml
 APT_GET          := DEBIAN_FRONTEND=noninteractive apt-get
+# z2jh 4.4.0's chart (the shared data beside the checkout): the local Hub runs its jupyterhub_config.py and z2jh.py,
+# fed by what helm template renders from it (e2e/hub).
+Z2JH_CHART       ?= $(CURDIR)/../shared/data/z2jh-4.4.0/chart/jupyterhub
 
 # apt-install installs Debian package $(2) unless $(1) exists (CI runs as root on a fresh machine).
 define apt-install
@@ -56,9 +59,14 @@ browser-deps: ## playwright-core and axe-core (pinned in e2e/browser/package-loc
 	  echo "$$want" > "$(BROWSER_MODULES)/.lock.sha256"; \
 	fi
 
+.PHONY: z2jh-chart
+z2jh-chart:
+	@[[ -f "$(Z2JH_CHART)/files/hub/jupyterhub_config.py" ]] || { \
+	  echo "ERROR: z2jh 4.4.0's chart is not at $(Z2JH_CHART) (the local Hub runs its jupyterhub_config.py); set Z2JH_CHART=path"; exit 1; }
+
 # Everything the cluster needs at run time.
 .PHONY: cluster-deps
-cluster-deps: etcd kube-binaries venv-hub55 chp
+cluster-deps: etcd kube-binaries venv-hub55 chp z2jh-chart
 
 .PHONY: demo
 demo: cluster-deps build $(HELM) ## Run the local GPU JupyterHub with gpuhub (agents, usage API, gpu-quota, gpu-profiles, gpu-culler, panel, Prometheus) until Ctrl-C; QUOTA_POLICY=path PROFILES_CONFIG=path CULLER_POLICY=path.
@@ -68,9 +76,10 @@ demo: cluster-deps build $(HELM) ## Run the local GPU JupyterHub with gpuhub (ag
 	$(GO) build -o $(BIN)/localcluster ./e2e/cmd/localcluster
 	$(LOCALCLUSTER_ENV) $(BIN)/localcluster $(DEMO_FLAGS)
 
-# What localcluster needs: the cluster, gpuhub's binaries and helm to render chart/gpuhub.
+# What localcluster needs: the cluster, gpuhub's binaries, helm to render chart/gpuhub and z2jh's chart (the Hub).
 LOCALCLUSTER_ENV = GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_HUB_VENV="$(VENV_HUB55)" GPUHUB_CHP="$(CHP)" \
 	GPUHUB_GPU_AGENT="$(BIN)/gpu-agent" GPUHUB_USAGE_API="$(BIN)/usage-api" GPUHUB_HELM="$(HELM)" GPUHUB_CHART=chart/gpuhub \
+	GPUHUB_Z2JH_CHART="$(Z2JH_CHART)" \
 	GPUHUB_GPU_QUOTA="$(BIN)/gpu-quota" GPUHUB_QUOTA_POLICY="$(QUOTA_POLICY)" \
 	GPUHUB_GPU_PROFILES="$(BIN)/gpu-profiles" GPUHUB_PROFILES_CONFIG="$(PROFILES_CONFIG)" \
 	GPUHUB_GPU_CULLER="$(BIN)/gpu-culler" GPUHUB_CULLER_POLICY="$(CULLER_POLICY)"

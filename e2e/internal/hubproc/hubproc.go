@@ -1,7 +1,9 @@
 // Package hubproc starts a real JupyterHub as a subprocess on loopback for tests and the local cluster.
 //
 // The Hub runs from a virtualenv (make venv-hub55 / venv-hub6) with configurable-http-proxy (make chp),
-// a generated jupyterhub_config.py, a SQLite database and a private work dir. Stop shuts it down and
+// a SQLite database and a private work dir, with either a generated jupyterhub_config.py (the Hub integration
+// tests' SimpleSpawner Hubs) or, with Options.Z2JH, Zero-to-JupyterHub's own jupyterhub_config.py and z2jh.py
+// fed by the chart's rendered ConfigMap and Secret, as z2jh's hub pod runs (z2jh.go). Stop shuts it down and
 // makes sure nothing it started outlives it: every process the Hub starts (proxy, single-user servers,
 // their kernels) carries a per-Hub marker in its environment, and Stop ends the ones that remain.
 // Linux only (process groups, Pdeathsig, /proc).
@@ -98,8 +100,13 @@ type Options struct {
 	// SingleUserArgs are added to c.Spawner.args of the local spawners ("--allow-root" is added
 	// automatically when running as root, which jupyter_server otherwise refuses).
 	SingleUserArgs []string
-	// ExtraConfig is Python appended to the generated config, so it overrides it.
+	// ExtraConfig is Python appended to the generated config, so it overrides it (not with Z2JH: use
+	// hub.extraConfig there).
 	ExtraConfig string
+	// Z2JH, when set, runs z2jh's own config instead of the generated one, as z2jh's hub pod does; Users, Admins,
+	// Groups, Services, Roles, Password, the ports and LogLevel become z2jh values (PodDifferences). Spawner,
+	// SingleUserArgs and ExtraConfig do not apply. Needs root (a mount namespace).
+	Z2JH *Z2JH
 	// Env is added to the Hub's environment (KEY=value), e.g. KUBECONFIG for KubeSpawner.
 	Env []string
 	// ProxyPort, ProxyAPIPort and HubPort are picked free on 127.0.0.1 when zero.
@@ -137,6 +144,10 @@ type Hub struct {
 	asRoot     bool
 	newSecret  func() string
 	stopOnce   sync.Once
+	// pod, proxy and proxyDone are set with Options.Z2JH: the rendered hub pod, and the proxy hubproc runs.
+	pod       *podSpec
+	proxy     *exec.Cmd
+	proxyDone chan struct{}
 	stopErr    error
 	// mu guards cmd, exited and waitErr, which Relaunch replaces.
 	mu sync.Mutex
@@ -227,6 +238,13 @@ func prepare(ctx context.Context, opts Options) (*Hub, error) {
 	if err != nil {
 		h.cleanupDir()
 		return nil, err
+	}
+	if opts.Z2JH != nil {
+		if err := h.preparePod(ctx, &data); err != nil {
+			h.cleanupDir()
+			return nil, err
+		}
+		return h, nil
 	}
 	cfg, err := renderConfig(data)
 	if err != nil {
@@ -337,19 +355,27 @@ func (h *Hub) launch(ctx context.Context) error {
 	}
 	h.logFile = f
 	exited := h.exited
-	// The Hub outlives the context of Start (Stop ends it), so that context must not kill it.
-	cmd := exec.CommandContext(context.WithoutCancel(ctx), filepath.Join(h.opts.Venv, "bin", "jupyterhub"), "-f", h.ConfigPath())
-	cmd.Dir = h.workDir
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.Env = append(os.Environ(), h.opts.Env...)
-	cmd.Env = append(cmd.Env,
-		MarkerEnv+"="+h.marker,
-		"PATH="+filepath.Join(h.opts.Venv, "bin")+":"+filepath.Dir(h.opts.CHPPath)+":"+os.Getenv("PATH"),
-	)
-	// Own process group, so a terminal's Ctrl-C reaches only the test binary; Pdeathsig gives the Hub
-	// its SIGTERM (and so its cleanup of servers and proxy) when the test binary dies without Stop,
-	// e.g. on a go test -timeout panic.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	var cmd *exec.Cmd
+	if h.pod != nil {
+		if cmd, err = h.launchPodHub(ctx); err != nil {
+			close(exited)
+			return err
+		}
+	} else {
+		// The Hub outlives the context of Start (Stop ends it), so that context must not kill it.
+		cmd = exec.CommandContext(context.WithoutCancel(ctx), filepath.Join(h.opts.Venv, "bin", "jupyterhub"), "-f", h.ConfigPath())
+		cmd.Dir = h.workDir
+		cmd.Stdout, cmd.Stderr = f, f
+		cmd.Env = append(os.Environ(), h.opts.Env...)
+		cmd.Env = append(cmd.Env,
+			MarkerEnv+"="+h.marker,
+			"PATH="+filepath.Join(h.opts.Venv, "bin")+":"+filepath.Dir(h.opts.CHPPath)+":"+os.Getenv("PATH"),
+		)
+		// Own process group, so a terminal's Ctrl-C reaches only the test binary; Pdeathsig gives the Hub
+		// its SIGTERM (and so its cleanup of servers and proxy) when the test binary dies without Stop,
+		// e.g. on a go test -timeout panic.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	}
 	if err := cmd.Start(); err != nil {
 		close(exited)
 		return fmt.Errorf("hubproc: start jupyterhub: %w", err)
@@ -368,8 +394,9 @@ func (h *Hub) launch(ctx context.Context) error {
 }
 
 // Kill ends the jupyterhub process with SIGKILL, as an OOM kill or a node failure would, and waits until it has
-// exited. The proxy and the single-user servers run on (they are in sessions of their own), as a z2jh Hub pod's
-// crash leaves the proxy pod and the users' pods running. Relaunch brings the Hub back.
+// exited. The proxy and the single-user servers run on (they are in sessions of their own, or the proxy is
+// hubproc's with Z2JH), as a z2jh Hub pod's crash leaves the proxy pod and the users' pods running. Relaunch
+// brings the Hub back.
 func (h *Hub) Kill() {
 	cmd, exited := h.current()
 	if cmd == nil {
@@ -468,6 +495,8 @@ func (h *Hub) stop() error {
 			<-exited
 		}
 	}
+	// With Z2JH the proxy is hubproc's, as the proxy pod is no part of the hub pod.
+	h.stopProxy(5 * time.Second)
 	// The proxy and single-user servers run in sessions of their own, so the process group does not
 	// reach them; the marker does.
 	if left := killMarked(h.marker, 5*time.Second); len(left) > 0 {
@@ -534,8 +563,13 @@ func (h *Hub) Marker() string { return h.marker }
 // WorkDir holds the config, the database, the log and the single-user homes.
 func (h *Hub) WorkDir() string { return h.workDir }
 
-// ConfigPath is the generated jupyterhub_config.py.
-func (h *Hub) ConfigPath() string { return filepath.Join(h.workDir, "jupyterhub_config.py") }
+// ConfigPath is the generated jupyterhub_config.py, or with Z2JH z2jh's, as laid out for PodConfigDir.
+func (h *Hub) ConfigPath() string {
+	if h.pod != nil {
+		return filepath.Join(h.pod.root, "jupyterhub_config.py")
+	}
+	return filepath.Join(h.workDir, "jupyterhub_config.py")
+}
 
 // LogPath is the file holding the output of the Hub, the proxy and local single-user servers.
 func (h *Hub) LogPath() string { return h.logPath }
