@@ -21,7 +21,8 @@ type LocalService struct {
 	Token string // its Hub token (z2jh generates one into its Secret; here the caller does)
 }
 
-// LocalHub is everything the local Hub differs in from a z2jh release with the z2jh values, in one place.
+// LocalHub is how the local Hub's gpuhub values differ from a z2jh release with the z2jh values (the hub pod's own
+// differences are hubproc.PodDifferences; e2e/README.md lists both in one table).
 type LocalHub struct {
 	// Services run on loopback: each entry's url becomes http://127.0.0.1:<port> and its token apiToken. Services
 	// of the file not named here are left out with their roles, as the chart's NOTES tell an admin
@@ -34,10 +35,10 @@ type LocalHub struct {
 }
 
 // LocalHubValues returns the local Hub's values: e2e/hub/values.yaml (singleuser settings, the static profileList)
-// with the chart's z2jh values file (hub.services, hub.loadRoles, hub.extraEnv; cull and scheduling, which the
-// local cluster does not run, come along unread), the glue as hub.extraConfig.gpuhub, and local's overrides. The
-// local Hub reads hub.services and hub.loadRoles the way z2jh's jupyterhub_config.py does
-// (e2e/hub/kubespawner_config.py), so it runs what admins install.
+// with the chart's z2jh values file (hub.services, hub.loadRoles, hub.extraEnv, cull and scheduling), the glue as
+// hub.extraConfig.gpuhub, and local's overrides. e2e/hub renders z2jh's chart with them and the Hub runs z2jh's own
+// jupyterhub_config.py on the result, so it runs what admins install; what the local cluster must change on top
+// (the user-scheduler off, ...) is hubproc.PodDifferences.
 func LocalHubValues(chartDir string, local LocalHub) ([]byte, error) {
 	b, err := os.ReadFile(filepath.Join(chartDir, Z2JHValuesFile))
 	if err != nil {

@@ -148,7 +148,7 @@ type Hub struct {
 	pod       *podSpec
 	proxy     *exec.Cmd
 	proxyDone chan struct{}
-	stopErr    error
+	stopErr   error
 	// mu guards cmd, exited and waitErr, which Relaunch replaces.
 	mu sync.Mutex
 }

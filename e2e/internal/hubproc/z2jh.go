@@ -64,37 +64,37 @@ type Difference struct {
 var PodDifferences = []Difference{
 	{
 		What: "hub.config.JupyterHub.hub_bind_url", Local: "http://127.0.0.1:<hub port>", Pod: "http://:8081",
-		Why: "the pod has a network namespace of its own; here every Hub shares loopback, each on a free port",
+		Why:   "the pod has a network namespace of its own; here every Hub shares loopback, each on a free port",
 		value: func(h *Hub, _ *configData) any { return "http://127.0.0.1:" + strconv.Itoa(h.ports[2]) },
 	},
 	{
 		What: "hub.config.JupyterHub.hub_connect_url", Local: "http://127.0.0.1:<hub port>", Pod: "http://hub:$(HUB_SERVICE_PORT)",
-		Why: "no cluster DNS or Service IPs: single-user servers (local processes of the node emulator) and gpuhub's services reach the Hub on loopback",
+		Why:   "no cluster DNS or Service IPs: single-user servers (local processes of the node emulator) and gpuhub's services reach the Hub on loopback",
 		value: func(h *Hub, _ *configData) any { return "http://127.0.0.1:" + strconv.Itoa(h.ports[2]) },
 	},
 	{
 		What: "hub.config.ConfigurableHTTPProxy.api_url", Local: "http://127.0.0.1:<proxy API port>", Pod: "http://proxy-api:$(PROXY_API_SERVICE_PORT)",
-		Why: "no cluster DNS: the proxy's API on loopback",
+		Why:   "no cluster DNS: the proxy's API on loopback",
 		value: func(h *Hub, _ *configData) any { return "http://127.0.0.1:" + strconv.Itoa(h.ports[1]) },
 	},
 	{
 		What: "hub.config.DummyAuthenticator.password", Local: "the demo password (Options.Password)", Pod: "unset (any password)",
-		Why: "the demo's and the tests' logins (z2jh's default authenticator is already dummy)",
+		Why:   "the demo's and the tests' logins (z2jh's default authenticator is already dummy)",
 		value: func(_ *Hub, d *configData) any { return d.Password },
 	},
 	{
 		What: "hub.config.Authenticator.allowed_users", Local: "Options.Users (alice, bob, carol)", Pod: "unset",
-		Why: "the demo users exist from the start",
+		Why:   "the demo users exist from the start",
 		value: func(_ *Hub, d *configData) any { return d.Users },
 	},
 	{
 		What: "hub.config.Authenticator.admin_users", Local: "Options.Admins (admin)", Pod: "unset",
-		Why: "the demo's Hub admin",
+		Why:   "the demo's Hub admin",
 		value: func(_ *Hub, d *configData) any { return d.Admins },
 	},
 	{
 		What: "hub.config.Authenticator.allow_all", Local: "true", Pod: "unset (DummyAuthenticator allows any name)",
-		Why: "tests log in and create users besides the demo ones",
+		Why:   "tests log in and create users besides the demo ones",
 		value: func(_ *Hub, d *configData) any { return d.AllowAll },
 	},
 	{
@@ -155,22 +155,22 @@ var PodDifferences = []Difference{
 	},
 	{
 		What: "singleuser.storage.type", Local: "none", Pod: "dynamic (a PVC per user)",
-		Why: "no storage provisioner on the emulated cluster; the emulator gives each user a home directory of its own",
+		Why:   "no storage provisioner on the emulated cluster; the emulator gives each user a home directory of its own",
 		value: func(*Hub, *configData) any { return "none" },
 	},
 	{
 		What: "singleuser.cloudMetadata.blockWithIptables", Local: "false", Pod: "true (an init container with iptables)",
-		Why: "the node emulator runs no init containers, and there is no metadata server on loopback",
+		Why:   "the node emulator runs no init containers, and there is no metadata server on loopback",
 		value: func(*Hub, *configData) any { return false },
 	},
 	{
 		What: "scheduling.userScheduler.enabled", Local: "false", Pod: "true (gpuhub's z2jh values: the GPU bin-packing user-scheduler)",
-		Why: "no user-scheduler runs on the local cluster: pods go to the real kube-scheduler (e2e/binpack tests the user-scheduler's configuration)",
+		Why:   "no user-scheduler runs on the local cluster: pods go to the real kube-scheduler (e2e/binpack tests the user-scheduler's configuration)",
 		value: func(*Hub, *configData) any { return false },
 	},
 	{
 		What: "cull.enabled", Local: "false", Pod: "false with gpuhub's z2jh values (z2jh's default: true)",
-		Why: "z2jh's culler command names http://localhost:8081, the pod's fixed Hub port; gpu-culler culls instead",
+		Why:   "z2jh's culler command names http://localhost:8081, the pod's fixed Hub port; gpu-culler culls instead",
 		value: func(*Hub, *configData) any { return false },
 	},
 	{
