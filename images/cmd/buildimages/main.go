@@ -4,7 +4,7 @@
 //
 //   - images/<name>.Dockerfile: gpuhub's images (the services, the single-user image with the GPU panel);
 //   - images/z2jh/<name>.Dockerfile: images z2jh runs whose upstream recipe is not in z2jh's repository
-//     (configurable-http-proxy);
+//     (configurable-http-proxy, the user-scheduler's kube-scheduler);
 //   - k8s-hub: z2jh 4.4.0's own hub recipe (its images/hub/Dockerfile and requirements.txt, -z2jh-hub).
 //
 // Images without a Go build are cached by their inputs (recipe, copied files, bases) under -cache.

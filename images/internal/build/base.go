@@ -26,13 +26,19 @@ type Base struct {
 
 // distroless: users root, nobody and nonroot (65532), /tmp, /home/nonroot, CA certificates, time zones,
 // netbase's /etc/services and os-release, as gcr.io/distroless/static-debian12 documents them; the base
-// variant adds glibc (libc6). The :nonroot tags run as 65532 in /home/nonroot.
+// variant adds glibc (libc6). The :nonroot tags run as 65532 in /home/nonroot, the root ones (:latest) as 0 in /.
 var distrolessStatic = []string{"ca-certificates", "tzdata", "netbase", "base-files"}
 
 // Bases maps each FROM of the final stages in images/ to its Debian-built equivalent.
 var Bases = map[string]Base{
 	"gcr.io/distroless/static-debian12:nonroot": {Name: "distroless-static-nonroot (Debian 12 packages)", Packages: distrolessStatic, Build: func(d *DebianDebs) (oci.Layer, oci.Config, error) {
 		return distroless(d, distrolessStatic)
+	}},
+	// go-runner's base, under the kube-scheduler of z2jh's user-scheduler.
+	"gcr.io/distroless/static-debian12:latest": {Name: "distroless-static (Debian 12 packages)", Packages: distrolessStatic, Build: func(d *DebianDebs) (oci.Layer, oci.Config, error) {
+		layer, cfg, err := distroless(d, distrolessStatic)
+		cfg.User, cfg.WorkingDir = "0", "/"
+		return layer, cfg, err
 	}},
 	"gcr.io/distroless/base-debian12:nonroot": {Name: "distroless-base-nonroot (Debian 12 packages)", Packages: append(slices.Clone(distrolessStatic), "libc6"), Build: func(d *DebianDebs) (oci.Layer, oci.Config, error) {
 		return distroless(d, append(slices.Clone(distrolessStatic), "libc6"))

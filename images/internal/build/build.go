@@ -1,7 +1,8 @@
 // Package build makes container images without a Docker engine or a registry, by following a Dockerfile:
 //
 //   - a stage FROM golang:* is this machine's Go toolchain: its `go build` RUNs run here with the recipe's
-//     environment and flags (the build context is the repository, read in place);
+//     environment and flags, in the build context's directory whose go.mod the recipe copied into the
+//     stage's WORKDIR (the build context is read in place);
 //   - a stage FROM a distroless image starts from an equivalent made from Debian packages (Bases);
 //   - a stage FROM debian:bookworm(-slim) starts from a Debian root filesystem made by mmdebstrap;
 //   - a stage FROM another upstream image starts from its Debian-built equivalent, itself a Dockerfile under
@@ -48,6 +49,9 @@ type stage struct {
 	cfg    oci.Config
 	start  oci.Layer          // the root filesystem at FROM: the image's lower layer
 	before map[string]fileKey // its state, to find what the stage changed
+	// modules maps, in a Go toolchain stage, each directory a COPY put a go.mod in to the build context's
+	// directory that go.mod came from: where a `go build` in that WORKDIR runs here.
+	modules map[string]string
 }
 
 // Image builds the image of df into an OCI layout at outDir and returns its reference.
@@ -105,7 +109,7 @@ func from(ctx context.Context, opts Options, df *dockerfile.File, s *dockerfile.
 	var start oci.Layer
 	switch {
 	case strings.HasPrefix(s.From, "golang:"):
-		st.hostGo = true
+		st.hostGo, st.modules = true, map[string]string{}
 		return st, os.MkdirAll(dir, 0o755)
 	case s.From == "scratch":
 		// An empty root filesystem and configuration.
@@ -159,16 +163,22 @@ func apply(ctx context.Context, opts Options, st *stage, stages map[string]*stag
 	switch in.Cmd {
 	case "RUN":
 		if st.hostGo {
-			return runGo(ctx, opts, st.root, in)
+			return runGo(ctx, opts, st, in)
 		}
 		return runInContainer(ctx, opts, st, stages, in)
 	case "COPY":
-		files, err := copyFiles(opts.Context, stages, st.cfg.WorkingDir, in)
+		files, sources, err := copyFiles(opts.Context, stages, st.cfg.WorkingDir, in)
 		if err != nil {
 			return err
 		}
 		if st.hostGo {
-			return nil // the build context is read in place
+			// The build context is read in place; only where its modules went matters.
+			for i, f := range files {
+				if path.Base(f.Path) == "go.mod" && f.Mode.IsRegular() && in.Flags["from"] == "" {
+					st.modules[path.Dir(f.Path)] = filepath.Dir(sources[i])
+				}
+			}
+			return nil
 		}
 		return WriteTree(st.root, files)
 	case "WORKDIR":
@@ -216,8 +226,11 @@ func withLabel(labels map[string]string, k, v string) map[string]string {
 }
 
 // runGo runs a Go toolchain stage's RUN when it is `go mod download` (nothing to do: the module cache is
-// here) or `[VAR=value ...] go build ARGS`, with -o moved under the stage's directory.
-func runGo(ctx context.Context, opts Options, root string, in dockerfile.Instruction) error {
+// here) or `[VAR=value ...] go build ARGS`, with -o moved under the stage's directory. As in Docker, the
+// stage's WORKDIR must hold a go.mod the recipe copied there: go build runs in the build context's directory
+// it came from (the repository root for `COPY go.mod go.sum ./`, e2e/userschedulerbuild for
+// `COPY e2e/userschedulerbuild/go.mod ... ./`), with that module's requirements.
+func runGo(ctx context.Context, opts Options, st *stage, in dockerfile.Instruction) error {
 	w, err := shellWords(in.Args[0])
 	if err != nil {
 		return err
@@ -229,62 +242,73 @@ func runGo(ctx context.Context, opts Options, root string, in dockerfile.Instruc
 	}
 	switch {
 	case len(w) >= 3 && w[0] == "go" && w[1] == "mod" && w[2] == "download":
-		return nil
 	case len(w) >= 2 && w[0] == "go" && w[1] == "build":
 	default:
 		return fmt.Errorf("%q: only `go build` and `go mod download` run in a Go toolchain stage here", in.Args[0])
 	}
+	dir, ok := st.modules[path.Join("/", st.cfg.WorkingDir)]
+	if !ok {
+		return fmt.Errorf("WORKDIR %s holds no go.mod copied from the build context: go would find no module", path.Join("/", st.cfg.WorkingDir))
+	}
+	if w[1] == "mod" {
+		return nil
+	}
 	args := append([]string{}, w[1:]...)
 	for i := range args {
 		if args[i] == "-o" && i+1 < len(args) && path.IsAbs(args[i+1]) {
-			args[i+1] = filepath.Join(root, args[i+1])
+			args[i+1] = filepath.Join(st.root, args[i+1])
 			if err := os.MkdirAll(filepath.Dir(args[i+1]), 0o755); err != nil {
 				return err
 			}
 		}
 	}
 	cmd := exec.CommandContext(ctx, opts.Go, args...)
-	cmd.Dir = opts.Context
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+opts.Arch)
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	opts.Logger.Info("go build", "env", strings.Join(env, " "), "args", strings.Join(w[2:], " "))
+	opts.Logger.Info("go build", "dir", dir, "env", strings.Join(env, " "), "args", strings.Join(w[2:], " "))
 	return cmd.Run()
 }
 
-// copyFiles applies COPY: from a stage (--from) or from the build context.
-func copyFiles(context string, stages map[string]*stage, workDir string, in dockerfile.Instruction) (oci.Layer, error) {
+// copyFiles applies COPY: from a stage (--from) or from the build context. It returns the files and, for
+// each, the path it was read from (empty for a directory COPY made).
+func copyFiles(context string, stages map[string]*stage, workDir string, in dockerfile.Instruction) (oci.Layer, []string, error) {
 	srcRoot := context
 	if from := in.Flags["from"]; from != "" {
 		st, ok := stages[from]
 		if !ok {
-			return nil, fmt.Errorf("--from=%s: no such stage", from)
+			return nil, nil, fmt.Errorf("--from=%s: no such stage", from)
 		}
 		srcRoot = st.root
 	}
 	uid, gid := -1, -1
 	if own := in.Flags["chown"]; own != "" {
 		if _, err := fmt.Sscanf(strings.Replace(own, ":", " ", 1), "%d %d", &uid, &gid); err != nil {
-			return nil, fmt.Errorf("--chown=%s: only numeric UID:GID is reproduced here", own)
+			return nil, nil, fmt.Errorf("--chown=%s: only numeric UID:GID is reproduced here", own)
 		}
 	}
 	srcs, dest := in.Args[:len(in.Args)-1], in.Args[len(in.Args)-1]
+	// A destination ending in / (or the WORKDIR itself, .) is a directory, even for one file.
+	destDir := strings.HasSuffix(dest, "/") || dest == "." || strings.HasSuffix(dest, "/.")
 	if !path.IsAbs(dest) {
 		dest = path.Join("/", workDir, dest)
 	}
 	var out oci.Layer
+	var from []string
 	for _, src := range srcs {
 		matches, err := filepath.Glob(filepath.Join(srcRoot, filepath.FromSlash(src)))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if len(matches) == 0 {
-			return nil, fmt.Errorf("%s: no such file", src)
+			return nil, nil, fmt.Errorf("%s: no such file", src)
 		}
-		toDir := strings.HasSuffix(dest, "/") || len(matches) > 1 || len(srcs) > 1
+		toDir := destDir || len(matches) > 1 || len(srcs) > 1
 		if toDir && uid >= 0 {
 			// A directory COPY creates belongs to --chown's owner too, as in BuildKit.
 			out = append(out, oci.File{Path: path.Clean(dest), Mode: fs.ModeDir | 0o755, UID: uid, GID: max(gid, 0)})
+			from = append(from, "")
 		}
 		for _, m := range matches {
 			err := filepath.WalkDir(m, func(p string, d fs.DirEntry, err error) error {
@@ -319,14 +343,15 @@ func copyFiles(context string, stages map[string]*stage, workDir string, in dock
 					return fmt.Errorf("%s is neither a file nor a directory", p)
 				}
 				out = append(out, f)
+				from = append(from, p)
 				return nil
 			})
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 	}
-	return out, nil
+	return out, from, nil
 }
 
 func setEnv(env, kvs []string) []string {

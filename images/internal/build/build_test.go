@@ -1,6 +1,7 @@
 package build
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/gpuhub/gpuhub/images/internal/dockerfile"
 	"github.com/gpuhub/gpuhub/images/internal/oci"
 )
 
@@ -123,5 +125,96 @@ func TestPruneOthers(t *testing.T) {
 	want := []string{"python-bookworm-bbbb", "python-bookworm-extra-dddd", "python-slim-bookworm-cccc"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("left after pruning (-want +got):\n%s", diff)
+	}
+}
+
+// A recipe is built from the context its `docker build` comment ends with (a path from the repository root),
+// else from the repository root (images/) or images/z2jh.
+func TestRecipesContext(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "images")
+	files := map[string]string{
+		"svc.Dockerfile":        "#   docker build -f images/svc.Dockerfile -t example/svc:1 .\nFROM scratch\n",
+		"z2jh/proxy.Dockerfile": "#   docker build -f images/z2jh/proxy.Dockerfile -t example/proxy:1 images/z2jh\nFROM scratch\n",
+		"z2jh/sched.Dockerfile": "#   docker build -f images/z2jh/sched.Dockerfile -t example/sched:1 .\nFROM scratch\n",
+		"z2jh/plain.Dockerfile": "# no build line\nFROM scratch\n",
+	}
+	for name, text := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs, err := Recipes(dir, filepath.Join(root, "hub"), "example/hub:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, r := range rs {
+		got[r.Name] = r.Context
+	}
+	want := map[string]string{"svc": root, "proxy": filepath.Join(dir, "z2jh"), "sched": root, "plain": filepath.Join(dir, "z2jh"), "k8s-hub": filepath.Join(root, "hub")}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("contexts (-want +got):\n%s", diff)
+	}
+}
+
+// A Go toolchain stage's `go build` runs in the build context's directory whose go.mod the recipe copied into
+// its WORKDIR, and fails, as in Docker, when the WORKDIR holds none.
+func TestGoBuildInCopiedModule(t *testing.T) {
+	ctxDir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(ctxDir, "tools", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"go.mod", "tools/sub/go.mod", "tools/sub/go.sum"} {
+		if err := os.WriteFile(filepath.Join(ctxDir, f), []byte("module x\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A stand-in for go: `go build ... -o OUT PKG` writes its working directory to OUT.
+	fakeGo := filepath.Join(t.TempDir(), "go")
+	script := "#!/bin/sh\nwhile [ $# -gt 1 ]; do if [ \"$1\" = -o ]; then pwd > \"$2\"; fi; shift; done\n"
+	if err := os.WriteFile(fakeGo, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tests := map[string]struct {
+		copyLine string
+		want     string
+		wantErr  string
+	}{
+		"repository module": {copyLine: "COPY go.mod ./", want: ctxDir},
+		"other module":      {copyLine: "COPY tools/sub/go.mod tools/sub/go.sum ./", want: filepath.Join(ctxDir, "tools", "sub")},
+		"module elsewhere":  {copyLine: "COPY tools/sub/go.mod /elsewhere/", wantErr: "WORKDIR /src holds no go.mod"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			df, err := dockerfile.Parse("FROM golang:1.26-bookworm AS build\nWORKDIR /src\n" + tc.copyLine +
+				"\nRUN CGO_ENABLED=0 go build -trimpath -o /out/x example.com/x\nFROM scratch\nCOPY --from=build /out/x /x\n")
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts := Options{Context: ctxDir, Go: fakeGo, Arch: "amd64", Logger: slog.New(slog.DiscardHandler)}
+			img, err := build(t.Context(), opts, df)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got string
+			for _, f := range img.Layers[1] {
+				if f.Path == "/x" {
+					got = strings.TrimSpace(string(f.Data))
+				}
+			}
+			if got != tc.want {
+				t.Errorf("go build ran in %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

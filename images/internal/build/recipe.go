@@ -1,6 +1,8 @@
 package build
 
 import (
+	"bufio"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -17,8 +19,12 @@ type Recipe struct {
 //   - dir/<name>.Dockerfile: gpuhub's images (the services, the single-user image with the GPU panel),
 //     built from the repository root;
 //   - dir/z2jh/<name>.Dockerfile: images z2jh runs whose recipe is not in z2jh's repository
-//     (configurable-http-proxy), built from dir/z2jh;
+//     (configurable-http-proxy, kube-scheduler), built from dir/z2jh;
 //   - k8s-hub: z2jh's own hub recipe (its images/hub folder, z2jhHub), tagged z2jhTag.
+//
+// A recipe whose `docker build ... -t REF CONTEXT` comment names another context (a path from the repository
+// root, dir's parent) is built from that one: kube-scheduler's is the repository root, where its build module
+// e2e/userschedulerbuild is.
 func Recipes(dir, z2jhHub, z2jhTag string) ([]Recipe, error) {
 	var out []Recipe
 	for _, sub := range []struct{ glob, context string }{
@@ -30,7 +36,15 @@ func Recipes(dir, z2jhHub, z2jhTag string) ([]Recipe, error) {
 			return nil, err
 		}
 		for _, p := range paths {
-			out = append(out, Recipe{Name: strings.TrimSuffix(filepath.Base(p), ".Dockerfile"), Dockerfile: p, Context: sub.context})
+			context := sub.context
+			named, err := commentContext(p)
+			if err != nil {
+				return nil, err
+			}
+			if named != "" {
+				context = filepath.Join(dir, "..", filepath.FromSlash(named))
+			}
+			out = append(out, Recipe{Name: strings.TrimSuffix(filepath.Base(p), ".Dockerfile"), Dockerfile: p, Context: context})
 		}
 	}
 	return append(out, Recipe{Name: "k8s-hub", Dockerfile: filepath.Join(z2jhHub, "Dockerfile"), Context: z2jhHub, Tag: z2jhTag}), nil
@@ -52,4 +66,26 @@ func (r Recipe) Parse() (*dockerfile.File, error) {
 func Known(df *dockerfile.File, from string) bool {
 	_, equiv := Equivalents[from]
 	return from == "scratch" || strings.HasPrefix(from, "golang:") || df.Stage(from) != nil || Bases[from].Build != nil || debianRoots[from] != nil || equiv
+}
+
+// commentContext returns the build context the Dockerfile's `docker build ... -t REF CONTEXT` comment ends
+// with, or "" when no comment names one.
+func commentContext(dockerfilePath string) (string, error) {
+	f, err := os.Open(dockerfilePath)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		w := strings.Fields(strings.TrimPrefix(line, "#"))
+		if !strings.HasPrefix(line, "#") || len(w) < 3 || w[0] != "docker" || w[1] != "build" {
+			continue
+		}
+		if last := w[len(w)-1]; !strings.HasPrefix(last, "-") && w[len(w)-2] != "-t" && w[len(w)-2] != "-f" {
+			return last, nil
+		}
+	}
+	return "", sc.Err()
 }
