@@ -41,6 +41,8 @@ var smoke = map[string]struct {
 	"usage-api":               {args: []string{"-h"}, want: "Usage"},
 	"configurable-http-proxy": {args: []string{"--version"}, want: "5.2.0"},
 	"pause":                   {args: []string{"-v"}, want: "pause (gpuhub) 0.1.0"},
+	// The version z2jh 4.4.0's user-scheduler pins (TestUserSchedulerPins).
+	"kube-scheduler": {args: []string{"--version"}, want: "Kubernetes v1.30.14"},
 	// The panel is installed and enabled in the single-user environment, next to JupyterLab 4.
 	"singleuser": {args: []string{"jupyter", "labextension", "list"}, want: "@gpuhub/jupyterlab-gpu-panel v0.1.0 enabled"},
 	// z2jh 4.4.0's pins: JupyterHub 5.5.0, with KubeSpawner importable.
@@ -75,8 +77,8 @@ func recipes(t *testing.T) map[string]*dockerfile.File {
 		}
 		out[r.Name] = df
 	}
-	if len(out) < 9 {
-		t.Fatalf("%d recipes, want the five services, the single-user image, pause, the proxy and the hub", len(out))
+	if len(out) < 10 {
+		t.Fatalf("%d recipes, want the five services, the single-user image, pause, the proxy, the user-scheduler and the hub", len(out))
 	}
 	return out
 }
@@ -390,5 +392,46 @@ func TestBasesKnown(t *testing.T) {
 				t.Errorf("%s: FROM %s: not a stage, a Go toolchain, a distroless or Debian base, or an images/bases equivalent", df.Path, s.From)
 			}
 		}
+	}
+}
+
+// TestUserSchedulerPins: the kube-scheduler image is the one z2jh 4.4.0's user-scheduler names
+// (scheduling.userScheduler.image, in the repository's copy of z2jh's values), and its recipe, its build
+// module (e2e/userschedulerbuild) and its smoke command agree on the version.
+func TestUserSchedulerPins(t *testing.T) {
+	values, err := os.ReadFile("../chart/testdata/z2jh-4.4.0/values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`name: (registry\.k8s\.io/kube-scheduler)\n(?:\s*#.*\n)*\s*tag: "([^"]+)"`).FindSubmatch(values)
+	if m == nil {
+		t.Fatal("z2jh's values name no registry.k8s.io/kube-scheduler image with a tag")
+	}
+	ref, version := string(m[1])+":"+string(m[2]), string(m[2])
+	df := recipes(t)["kube-scheduler"]
+	if df == nil {
+		t.Fatal("no kube-scheduler recipe")
+	}
+	if df.BuildTag != ref {
+		t.Errorf("%s builds %s, z2jh runs %s", df.Path, df.BuildTag, ref)
+	}
+	var ldflags string
+	for _, in := range df.Stage("build").Instructions {
+		if in.Cmd == "RUN" && strings.Contains(in.Args[0], "go build") {
+			ldflags = in.Args[0]
+		}
+	}
+	if !strings.Contains(ldflags, "version.gitVersion="+version+" ") {
+		t.Errorf("%s: the go build sets no gitVersion=%s: %s", df.Path, version, ldflags)
+	}
+	gomod, err := os.ReadFile("../e2e/userschedulerbuild/go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^require k8s\.io/kubernetes ` + regexp.QuoteMeta(version) + `$`).Match(gomod) {
+		t.Errorf("e2e/userschedulerbuild/go.mod does not require k8s.io/kubernetes %s", version)
+	}
+	if want := "Kubernetes " + version; smoke["kube-scheduler"].want != want {
+		t.Errorf("smoke command wants %q, not %q", smoke["kube-scheduler"].want, want)
 	}
 }

@@ -43,11 +43,20 @@ mmdebstrap: ## mmdebstrap from Debian (the Debian root filesystems the images st
 	$(call apt-install,mmdebstrap,mmdebstrap)
 
 .PHONY: images
-images: runc mmdebstrap ext-wheel ## Build every image here (no Docker, no registry) into out/images: the services, single-user, z2jh's hub and proxy.
+images: runc mmdebstrap ext-wheel ## Build every image here (no Docker, no registry) into out/images: the services, single-user, z2jh's hub, proxy and user-scheduler.
 	@command -v dpkg-deb >/dev/null && command -v apt-get >/dev/null || { echo "ERROR: images are made from Debian packages: apt-get and dpkg-deb are needed"; exit 1; }
 	@# apt-get download needs the package lists; a fresh machine has none yet.
 	@compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null || { echo "==> apt-get update (no package lists yet)"; $(APT_GET) update -q; }
 	GPUHUB_CACHE="$(GPUHUB_CACHE)" $(GO) run ./images/cmd/buildimages -out "$(IMAGES_DIR)" -z2jh-hub "$(Z2JH_HUB)"
+
+# z2jh's user-scheduler runs kube-scheduler at the version its RBAC was forked from (scheduling.userScheduler.image),
+# older than the local cluster's (e2e/kubebuild): its own build module, e2e/userschedulerbuild. `make images`
+# builds it into the image images/z2jh/kube-scheduler.Dockerfile; this target only the binary, cached.
+USER_SCHEDULER_VERSION := $(shell awk '$$1=="require" && $$2=="k8s.io/kubernetes" {print $$3}' e2e/userschedulerbuild/go.mod)
+
+.PHONY: user-scheduler-bin
+user-scheduler-bin: ## kube-scheduler at z2jh's user-scheduler version into $GPUHUB_CACHE/kube/<version>/bin (e2e/userschedulerbuild; cold ~3 min).
+	GPUHUB_CACHE="$(GPUHUB_CACHE)" e2e/userschedulerbuild/build.sh "$(GPUHUB_CACHE)/kube/$(USER_SCHEDULER_VERSION)/bin"
 
 .PHONY: images-test
 images-test: images ## The images built here against their Dockerfiles (user, entrypoint, ports, files), each run in a real container (runc).
