@@ -62,6 +62,12 @@ const z2jhSpawnSettings = `c.JupyterHub.tornado_settings = {"slow_spawn_timeout"
 c.Spawner.consecutive_failure_limit = 5
 `
 
+// jupyterhubSpawnDefaults gives the plain Hub JupyterHub's own slow_spawn_timeout (10 s) back: every local Hub runs
+// z2jh's jupyterhub_config.py, which sets it to 0. consecutive_failure_limit stays 5, as there.
+const jupyterhubSpawnDefaults = `c.JupyterHub.tornado_settings.pop("slow_spawn_timeout", None)
+c.Spawner.consecutive_failure_limit = 5
+`
+
 var (
 	cp    *cluster.ControlPlane
 	admin kubernetes.Interface
@@ -129,7 +135,7 @@ func setup(ctx context.Context, dir string) (string, error) {
 	if z2jh, err = startHub(ctx, dir, "z2jh", z2jhSpawnSettings, hubExtras{}); err != nil {
 		return "", err
 	}
-	if plain, err = startHub(ctx, dir, "plain", "c.Spawner.consecutive_failure_limit = 5\n", hubExtras{}); err != nil {
+	if plain, err = startHub(ctx, dir, "plain", jupyterhubSpawnDefaults, hubExtras{}); err != nil {
 		return "", err
 	}
 	// Before its Hub: JupyterHub 6 waits at startup until each service with a url answers.
