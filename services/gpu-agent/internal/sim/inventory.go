@@ -3,8 +3,9 @@
 // (GPU Feature Discovery labels and NVIDIA GPU capacity), gives each pod the
 // devices its resource limits ask for (or, given the kubelet's pod-resources
 // API, names the devices and their holders as the kubelet does), and derives
-// each pod's "GPU" utilization from the CPU time of its processes. Everything
-// it reports is marked "simulated".
+// each pod's "GPU" utilization from the CPU time of its processes (the node
+// emulator's by their environment, a real kubelet's containers by their
+// cgroup). Everything it reports is marked "simulated".
 package sim
 
 import (

@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"strconv"
 	"strings"
+
+	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/attribution"
 )
 
 // Environment the node emulator sets on every process it starts for a pod
@@ -31,9 +33,13 @@ type proc struct {
 	rssBytes uint64
 }
 
-// scan lists the processes whose environment names node, with their pod UID
-// and CPU time. Processes that vanish or cannot be read mid-scan are skipped.
-func scan(procFS fs.FS, node string) ([]proc, error) {
+// scan lists the processes of node's pods with their pod UID and CPU time:
+// those whose environment names node (the node emulator's processes), and,
+// on a real kubelet, those whose cgroup is a pod's for which held says true
+// (a container's processes carry no emulator environment, and another user's
+// environ may not be readable at all). Processes that vanish or cannot be
+// read mid-scan are skipped.
+func scan(procFS fs.FS, node string, held func(podUID string) bool) ([]proc, error) {
 	entries, err := fs.ReadDir(procFS, ".")
 	if err != nil {
 		return nil, fmt.Errorf("list proc: %w", err)
@@ -44,13 +50,21 @@ func scan(procFS fs.FS, node string) ([]proc, error) {
 		if err != nil || pid <= 0 {
 			continue
 		}
-		env, err := fs.ReadFile(procFS, e.Name()+"/environ")
-		if err != nil {
-			continue // gone, or not ours to read
+		uid := ""
+		if env, err := fs.ReadFile(procFS, e.Name()+"/environ"); err == nil {
+			if envNode, podUID := environ(env); envNode == node {
+				uid = podUID
+			}
 		}
-		envNode, uid := environ(env)
-		if envNode != node || uid == "" {
-			continue
+		if uid == "" && held != nil {
+			if cg, err := fs.ReadFile(procFS, e.Name()+"/cgroup"); err == nil {
+				if c, err := attribution.ParseCgroup(string(cg)); err == nil && held(c.PodUID) {
+					uid = c.PodUID
+				}
+			}
+		}
+		if uid == "" {
+			continue // not a pod's of this node, gone, or not ours to read
 		}
 		stat, err := fs.ReadFile(procFS, e.Name()+"/stat")
 		if err != nil {

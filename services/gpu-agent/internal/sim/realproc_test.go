@@ -59,7 +59,7 @@ func BenchmarkScanRealProc(b *testing.B) {
 	}
 	proc := os.DirFS("/proc")
 	for b.Loop() {
-		if _, err := scan(proc, "bench-node"); err != nil {
+		if _, err := scan(proc, "bench-node", nil); err != nil {
 			b.Fatal(err)
 		}
 	}

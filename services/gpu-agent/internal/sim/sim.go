@@ -114,7 +114,7 @@ func (b *Backend) Sample(ctx context.Context) (reading.Reading, error) {
 		b.assign(b.opts.Cluster.Pods())
 	}
 
-	procs, err := scan(b.opts.Proc, b.opts.Node)
+	procs, err := scan(b.opts.Proc, b.opts.Node, func(uid string) bool { return len(b.holdings[uid]) > 0 })
 	if err != nil {
 		return r, err
 	}

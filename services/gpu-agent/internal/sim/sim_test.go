@@ -444,3 +444,50 @@ func TestKubeletDevices(t *testing.T) {
 		})
 	}
 }
+
+// On a real kubelet a container's processes carry no emulator environment (and another user's environ may not be
+// readable): they are the pod's by their cgroup, counted only for pods that hold a device.
+func TestUtilizationFromContainerCgroups(t *testing.T) {
+	const (
+		busy  = "8b5f0c1e-1111-4222-8333-444455556666"
+		nogpu = "0d6e5a11-aaaa-4bbb-8ccc-dddddddddddd"
+	)
+	cgroup := func(uid string) string {
+		// cgroup v1, cgroupfs driver, containerd (as on the real node): the pod's directory and the container's.
+		dir := "/kubepods/besteffort/pod" + uid + "/3f1e0c6d2b9a8e7f6d5c4b3a29181716f5e4d3c2b1a09f8e7d6c5b4a39281706"
+		return "12:pids:" + dir + "\n11:cpu,cpuacct:" + dir + "\n0::/\n"
+	}
+	proc := func(ticks map[int]uint64) fstest.MapFS {
+		m := procFS(map[int]string{100: "", 200: "", 300: ""}, ticks)
+		delete(m, "100/environ") // not ours to read
+		m["100/cgroup"] = &fstest.MapFile{Data: []byte(cgroup(busy))}
+		m["200/cgroup"] = &fstest.MapFile{Data: []byte(cgroup(nogpu))}
+		m["300/cgroup"] = &fstest.MapFile{Data: []byte("0::/system.slice/containerd.service\n")}
+		return m
+	}
+	fc := &fakeCluster{
+		node: node(map[string]string{gpu.LabelMemoryMiB: "40960"}, map[string]string{gpu.ResourceGPU: "1"}),
+		pods: []cluster.Pod{gpuPod(busy, map[string]int64{gpu.ResourceGPU: 1}), {UID: nogpu}},
+	}
+	clock := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	b := New(Options{Node: "real-node-0", Cluster: fc, Now: func() time.Time { return clock }, Proc: proc(map[int]uint64{100: 100, 200: 100, 300: 100})})
+	if _, err := b.Sample(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(2 * time.Second)
+	b.opts.Proc = proc(map[int]uint64{100: 200, 200: 300, 300: 300})
+	r, err := b.Sample(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[int]string{}
+	for _, p := range r.Processes {
+		got[p.PID] = fmt.Sprintf("%s %v", p.PodUID, *p.SMUtilPercent)
+	}
+	if diff := cmp.Diff(map[int]string{100: busy + " 50"}, got); diff != "" {
+		t.Errorf("processes by cgroup (-want +got):\n%s", diff)
+	}
+	if *r.GPUs[0].UtilizationPercent != 50 {
+		t.Errorf("GPU util %v, want 50 (the busy pod's container)", *r.GPUs[0].UtilizationPercent)
+	}
+}
