@@ -48,8 +48,9 @@ try {
 
   if (expectRefusal) {
     // A refusal within the Hub's 1 s re-renders the form with the message (.alert / #spawn-error); a later one
-    // shows on the progress page as "Spawn failed: <message>".
-    const shown = page.locator('.alert-danger, .spawn-error-msg, #progress-message, .progress-log, .alert').filter({ hasText: expectRefusal });
+    // shows on the progress page as "Spawn failed: <message>". With z2jh's slow_spawn_timeout 0 the form redirects
+    // at once: the spawn-pending page of the failed spawn ("Spawn failed") has the message in a paragraph.
+    const shown = page.locator('.alert-danger, .spawn-error-msg, #progress-message, .progress-log, .alert, .text-center > p').filter({ hasText: expectRefusal });
     await shown.first().waitFor({ state: 'visible', timeout: refusalWithin });
     const took = Date.now() - submitted;
     const text = (await shown.first().innerText()).trim();

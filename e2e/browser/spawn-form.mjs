@@ -71,8 +71,9 @@ try {
     step(`submitted ${chosen}${force ? ' (disabled on the form)' : ''}`);
     if (expectText) {
       // A refusal within the Hub's 1 s re-renders the form with the message; later ones and Pending-pod Events
-      // show on the progress page (its log lists every event, the message line the latest).
-      const shown = page.locator('.alert, #progress-message, #progress-log, .progress-log').filter({ hasText: expectText });
+      // show on the progress page (its log lists every event, the message line the latest). With z2jh's
+      // slow_spawn_timeout 0 the form redirects at once: spawn-pending's "Spawn failed" page has it in a paragraph.
+      const shown = page.locator('.alert, #progress-message, #progress-log, .progress-log, .text-center > p').filter({ hasText: expectText });
       await shown.first().waitFor({ state: 'visible', timeout: within });
       result.tookMs = Date.now() - submitted;
       result.text = (await shown.first().innerText()).trim();

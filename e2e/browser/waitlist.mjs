@@ -46,7 +46,8 @@ try {
     step(`picked ${profile}, join${autoStart ? ' with auto-start' : ''}`);
     await page.screenshot({ path: path.join(artifacts, `waitlist-form-${user}.png`), fullPage: true });
     await page.locator('#spawn_form [type="submit"], form [type="submit"]').first().click();
-    const shown = page.locator('.alert, #progress-message, #progress-log, .progress-log').filter({ hasText: expect });
+    // The form again, the progress page, or (z2jh's slow_spawn_timeout 0) spawn-pending's "Spawn failed" page.
+    const shown = page.locator('.alert, #progress-message, #progress-log, .progress-log, .text-center > p').filter({ hasText: expect });
     await shown.first().waitFor({ state: 'visible', timeout: 60_000 });
     const text = (await shown.first().innerText()).trim().replace(/\s+/g, ' ');
     await page.screenshot({ path: path.join(artifacts, `waitlist-joined-${user}.png`), fullPage: true });
