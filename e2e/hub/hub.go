@@ -173,7 +173,6 @@ func Start(ctx context.Context, opts Options) (*hubproc.Hub, error) {
 		Admins:   Admins,
 		Groups:   Groups,
 		Password: opts.Password,
-		Spawner:  "kubespawner.KubeSpawner",
 		Z2JH: &hubproc.Z2JH{
 			Helm: helm, Chart: chart, Release: Release, Namespace: opts.Namespace, KubeVersion: kubeVersion,
 			Values: [][]byte{values},
