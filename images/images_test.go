@@ -47,7 +47,13 @@ var smoke = map[string]struct {
 	"singleuser": {args: []string{"jupyter", "labextension", "list"}, want: "@gpuhub/jupyterlab-gpu-panel v0.1.0 enabled"},
 	// z2jh 4.4.0's pins: JupyterHub 5.5.0, with KubeSpawner importable.
 	"k8s-hub": {args: []string{"sh", "-c", "jupyterhub --version && python3 -c 'import kubespawner; print(\"kubespawner\", kubespawner.__version__)'"}, want: "kubespawner 7.0.0"},
+	// No entrypoint, as upstream's (z2jh's Job gives the command): the flags it takes, without a cluster.
+	"k8s-image-awaiter": {args: []string{"/image-awaiter", "-help"}, want: "-pod-scheduling-wait-duration"},
 }
+
+// z2jhVersion is the z2jh release whose images are built here: its released chart tags its own images
+// (quay.io/jupyterhub/k8s-*) with it, where the chart's source says "set-by-chartpress".
+const z2jhVersion = "4.4.0"
 
 func imagesDir(t *testing.T) string {
 	t.Helper()
@@ -61,11 +67,11 @@ func imagesDir(t *testing.T) string {
 // recipes are make images' recipes, each parsed; the test runs in images/, so the paths are from there.
 func recipes(t *testing.T) map[string]*dockerfile.File {
 	t.Helper()
-	z2jhHub := os.Getenv("GPUHUB_Z2JH_HUB")
-	if z2jhHub == "" {
-		z2jhHub = "../../shared/data/z2jh-4.4.0/images/hub"
+	z2jhImages := os.Getenv("GPUHUB_Z2JH_IMAGES")
+	if z2jhImages == "" {
+		z2jhImages = "../../shared/data/z2jh-4.4.0/images"
 	}
-	rs, err := build.Recipes(".", z2jhHub, "quay.io/jupyterhub/k8s-hub:4.4.0")
+	rs, err := build.Recipes(".", z2jhImages, z2jhVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,8 +83,8 @@ func recipes(t *testing.T) map[string]*dockerfile.File {
 		}
 		out[r.Name] = df
 	}
-	if len(out) < 10 {
-		t.Fatalf("%d recipes, want the five services, the single-user image, pause, the proxy, the user-scheduler and the hub", len(out))
+	if len(out) < 11 {
+		t.Fatalf("%d recipes, want the five services, the single-user image, pause, and z2jh's proxy, user-scheduler, hub and image-awaiter", len(out))
 	}
 	return out
 }
@@ -219,7 +225,7 @@ func TestImagesMatchDockerfiles(t *testing.T) {
 				}
 			}
 			checkUser(t, img, want.User)
-			checkRunnable(t, img)
+			checkRunnable(t, img, smoke[name].args)
 		})
 	}
 }
@@ -242,12 +248,16 @@ func checkUser(t *testing.T, img *oci.Loaded, user string) {
 
 // checkRunnable: the entrypoint (found on the image's PATH when not absolute) is executable; a script's
 // interpreter is in the image; an ELF executable is of the image's architecture and, when dynamically linked,
-// finds its loader and every library it needs among the image's own files.
-func checkRunnable(t *testing.T, img *oci.Loaded) {
+// finds its loader and every library it needs among the image's own files. An image with neither entrypoint
+// nor command (z2jh's image-awaiter: its Job gives the whole command) is checked on the command given, run.
+func checkRunnable(t *testing.T, img *oci.Loaded, run []string) {
 	t.Helper()
 	entry := img.Config.Entrypoint
 	if len(entry) == 0 {
 		entry = img.Config.Cmd
+	}
+	if len(entry) == 0 {
+		entry = run
 	}
 	if len(entry) == 0 {
 		t.Fatal("no entrypoint and no command")
@@ -433,5 +443,38 @@ func TestUserSchedulerPins(t *testing.T) {
 	}
 	if want := "Kubernetes " + version; smoke["kube-scheduler"].want != want {
 		t.Errorf("smoke command wants %q, not %q", smoke["kube-scheduler"].want, want)
+	}
+}
+
+// TestZ2JHImageNames: each of z2jh's own images built here (quay.io/jupyterhub/k8s-*) is one z2jh 4.4.0's
+// values name (the repository's copy), whose tag the released chart sets to its version.
+func TestZ2JHImageNames(t *testing.T) {
+	values, err := os.ReadFile("../chart/testdata/z2jh-4.4.0/values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := map[string]string{}
+	for _, m := range regexp.MustCompile(`name: (quay\.io/jupyterhub/k8s-[a-z-]+)\n\s*tag: "([^"]+)"`).FindAllSubmatch(values, -1) {
+		named[string(m[1])] = string(m[2])
+	}
+	built := 0
+	for name, df := range recipes(t) {
+		repo, tag, _ := strings.Cut(df.BuildTag, ":")
+		if !strings.HasPrefix(repo, "quay.io/jupyterhub/k8s-") {
+			continue
+		}
+		built++
+		if _, ok := named[repo]; !ok {
+			t.Errorf("%s builds %s, an image z2jh's values do not name (they name %v)", name, df.BuildTag, named)
+		}
+		if tag != z2jhVersion {
+			t.Errorf("%s builds %s, not z2jh's version %s", name, df.BuildTag, z2jhVersion)
+		}
+		if named[repo] != "set-by-chartpress" {
+			t.Errorf("z2jh's values tag %s %q: the chart no longer takes its own version", repo, named[repo])
+		}
+	}
+	if built != 2 {
+		t.Errorf("%d of z2jh's own images built, want k8s-hub and k8s-image-awaiter", built)
 	}
 }

@@ -31,8 +31,8 @@ TEST_TARGETS += lint-images
 # Debian packages (mmdebstrap, images/bases). OCI image layouts and archives (`ctr images import`) in
 # $(IMAGES_DIR); Debian root filesystems, base equivalents and images whose inputs did not change are cached
 # in $(GPUHUB_CACHE)/images, .debs in $(GPUHUB_CACHE)/debs.
-IMAGES_DIR ?= $(CURDIR)/out/images
-Z2JH_HUB   ?= $(CURDIR)/../shared/data/z2jh-4.4.0/images/hub
+IMAGES_DIR  ?= $(CURDIR)/out/images
+Z2JH_IMAGES ?= $(CURDIR)/../shared/data/z2jh-4.4.0/images
 
 .PHONY: runc
 runc: ## runc from Debian (RUN steps of the image builds, and the built images' container test).
@@ -43,11 +43,11 @@ mmdebstrap: ## mmdebstrap from Debian (the Debian root filesystems the images st
 	$(call apt-install,mmdebstrap,mmdebstrap)
 
 .PHONY: images
-images: runc mmdebstrap ext-wheel ## Build every image here (no Docker, no registry) into out/images: the services, single-user, z2jh's hub, proxy and user-scheduler.
+images: runc mmdebstrap ext-wheel ## Build every image here (no Docker, no registry) into out/images: the services, single-user, and z2jh's hub, proxy, user-scheduler and image-awaiter.
 	@command -v dpkg-deb >/dev/null && command -v apt-get >/dev/null || { echo "ERROR: images are made from Debian packages: apt-get and dpkg-deb are needed"; exit 1; }
 	@# apt-get download needs the package lists; a fresh machine has none yet.
 	@compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null || { echo "==> apt-get update (no package lists yet)"; $(APT_GET) update -q; }
-	GPUHUB_CACHE="$(GPUHUB_CACHE)" $(GO) run ./images/cmd/buildimages -out "$(IMAGES_DIR)" -z2jh-hub "$(Z2JH_HUB)"
+	GPUHUB_CACHE="$(GPUHUB_CACHE)" $(GO) run ./images/cmd/buildimages -out "$(IMAGES_DIR)" -z2jh "$(Z2JH_IMAGES)"
 
 # z2jh's user-scheduler runs kube-scheduler at the version its RBAC was forked from (scheduling.userScheduler.image),
 # older than the local cluster's (e2e/kubebuild): its own build module, e2e/userschedulerbuild. `make images`
@@ -60,6 +60,6 @@ user-scheduler-bin: ## kube-scheduler at z2jh's user-scheduler version into $GPU
 
 .PHONY: images-test
 images-test: images ## The images built here against their Dockerfiles (user, entrypoint, ports, files), each run in a real container (runc).
-	GPUHUB_IMAGES="$(IMAGES_DIR)" GPUHUB_Z2JH_HUB="$(Z2JH_HUB)" $(GO) test -count=1 -tags images -v ./images/
+	GPUHUB_IMAGES="$(IMAGES_DIR)" GPUHUB_Z2JH_IMAGES="$(Z2JH_IMAGES)" $(GO) test -count=1 -tags images -v ./images/
 
 TEST_TARGETS += images-test

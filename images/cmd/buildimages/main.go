@@ -5,9 +5,12 @@
 //   - images/<name>.Dockerfile: gpuhub's images (the services, the single-user image with the GPU panel);
 //   - images/z2jh/<name>.Dockerfile: images z2jh runs whose upstream recipe is not in z2jh's repository
 //     (configurable-http-proxy, the user-scheduler's kube-scheduler);
-//   - k8s-hub: z2jh 4.4.0's own hub recipe (its images/hub/Dockerfile and requirements.txt, -z2jh-hub).
+//   - k8s-hub and k8s-image-awaiter: z2jh 4.4.0's own recipes, unchanged (its images/hub and
+//     images/image-awaiter, under -z2jh).
 //
-// Images without a Go build are cached by their inputs (recipe, copied files, bases) under -cache.
+// Images without a Go build are cached by their inputs (recipe, copied files, bases) under -cache, and so is
+// z2jh's image-awaiter, whose go build reads only its own folder and pinned modules (with the Go version in
+// the key): its recipe's `go build -a` would otherwise recompile the standard library on every run.
 //
 //	go run ./images/cmd/buildimages -out out/images gpu-quota k8s-hub
 package main
@@ -42,8 +45,8 @@ func run() int {
 	out := flag.String("out", envOr("GPUHUB_IMAGES", "out/images"), "where the layouts and archives go (env GPUHUB_IMAGES)")
 	cache := flag.String("cache", filepath.Join(cacheRoot, "images"), "root filesystems, base equivalents and built images kept between runs")
 	dir := flag.String("dockerfiles", "images", "folder of the recipes (<name>.Dockerfile, bases/, z2jh/)")
-	z2jhHub := flag.String("z2jh-hub", envOr("GPUHUB_Z2JH_HUB", "../shared/data/z2jh-4.4.0/images/hub"), "z2jh's images/hub folder (its Dockerfile and requirements.txt)")
-	z2jhTag := flag.String("z2jh-hub-tag", "quay.io/jupyterhub/k8s-hub:4.4.0", "the reference of z2jh's hub image")
+	z2jhImages := flag.String("z2jh", envOr("GPUHUB_Z2JH_IMAGES", "../shared/data/z2jh-4.4.0/images"), "z2jh's images folder (its hub/ and image-awaiter/ recipes; env GPUHUB_Z2JH_IMAGES)")
+	z2jhVersion := flag.String("z2jh-version", "4.4.0", "the tag of z2jh's images, the version of its released chart")
 	list := flag.Bool("list", false, "print the image names and exit")
 	arch := flag.String("arch", runtime.GOARCH, "GOARCH of the images")
 	flag.Usage = func() {
@@ -55,7 +58,7 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	recipes, err := build.Recipes(*dir, *z2jhHub, *z2jhTag)
+	recipes, err := build.Recipes(*dir, *z2jhImages, *z2jhVersion)
 	if err != nil {
 		logger.Error("list recipes", "err", err)
 		return 1
@@ -99,7 +102,7 @@ func buildOne(ctx context.Context, opts build.Options, r build.Recipe, outDir, c
 	opts.Context = r.Context
 	layout := filepath.Join(outDir, r.Name)
 	goBuild := slices.ContainsFunc(df.Stages, func(s *dockerfile.Stage) bool { return strings.HasPrefix(s.From, "golang:") })
-	if goBuild {
+	if goBuild && !r.Sealed {
 		// Go's own build cache makes these fast; their inputs are the whole module.
 		if _, err := build.Image(ctx, opts, df, layout); err != nil {
 			return err
@@ -108,6 +111,13 @@ func buildOne(ctx context.Context, opts build.Options, r build.Recipe, outDir, c
 		key, err := build.InputKey(df, r.Context, opts.Bases)
 		if err != nil {
 			return err
+		}
+		if goBuild {
+			v, err := exec.CommandContext(ctx, opts.Go, "env", "GOVERSION").Output()
+			if err != nil {
+				return fmt.Errorf("go env GOVERSION: %w", err)
+			}
+			key += "-" + strings.TrimSpace(string(v))
 		}
 		cached := filepath.Join(cache, "built", r.Name+"-"+key)
 		if _, err := oci.Read(cached); err != nil {

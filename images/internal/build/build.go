@@ -226,7 +226,8 @@ func withLabel(labels map[string]string, k, v string) map[string]string {
 }
 
 // runGo runs a Go toolchain stage's RUN when it is `go mod download` (nothing to do: the module cache is
-// here) or `[VAR=value ...] go build ARGS`, with -o moved under the stage's directory. As in Docker, the
+// here) or `[VAR=value ...] go build ARGS`, with -o (absolute, or from the WORKDIR) moved under the stage's
+// directory. As in Docker, the
 // stage's WORKDIR must hold a go.mod the recipe copied there: go build runs in the build context's directory
 // it came from (the repository root for `COPY go.mod go.sum ./`, e2e/userschedulerbuild for
 // `COPY e2e/userschedulerbuild/go.mod ... ./`), with that module's requirements.
@@ -255,8 +256,13 @@ func runGo(ctx context.Context, opts Options, st *stage, in dockerfile.Instructi
 	}
 	args := append([]string{}, w[1:]...)
 	for i := range args {
-		if args[i] == "-o" && i+1 < len(args) && path.IsAbs(args[i+1]) {
-			args[i+1] = filepath.Join(st.root, args[i+1])
+		if args[i] == "-o" && i+1 < len(args) {
+			// Into the stage's root: a relative path is the WORKDIR's, as in the container Docker runs it in.
+			out := args[i+1]
+			if !path.IsAbs(out) {
+				out = path.Join("/", st.cfg.WorkingDir, out)
+			}
+			args[i+1] = filepath.Join(st.root, filepath.FromSlash(out))
 			if err := os.MkdirAll(filepath.Dir(args[i+1]), 0o755); err != nil {
 				return err
 			}

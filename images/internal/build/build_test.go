@@ -3,6 +3,7 @@ package build
 import (
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -129,7 +130,8 @@ func TestPruneOthers(t *testing.T) {
 }
 
 // A recipe is built from the context its `docker build` comment ends with (a path from the repository root),
-// else from the repository root (images/) or images/z2jh.
+// else from the repository root (images/) or images/z2jh; z2jh's own recipes from their folders of z2jh's
+// images/, tagged with z2jh's version.
 func TestRecipesContext(t *testing.T) {
 	root := t.TempDir()
 	dir := filepath.Join(root, "images")
@@ -147,17 +149,28 @@ func TestRecipesContext(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rs, err := Recipes(dir, filepath.Join(root, "hub"), "example/hub:1")
+	z2jh := filepath.Join(root, "z2jh", "images")
+	rs, err := Recipes(dir, z2jh, "1.2.3")
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]string{}
+	got, gotTags := map[string]string{}, map[string]string{}
 	for _, r := range rs {
 		got[r.Name] = r.Context
+		if r.Tag != "" {
+			gotTags[r.Name] = r.Tag
+		}
 	}
-	want := map[string]string{"svc": root, "proxy": filepath.Join(dir, "z2jh"), "sched": root, "plain": filepath.Join(dir, "z2jh"), "k8s-hub": filepath.Join(root, "hub")}
+	want := map[string]string{
+		"svc": root, "proxy": filepath.Join(dir, "z2jh"), "sched": root, "plain": filepath.Join(dir, "z2jh"),
+		"k8s-hub": filepath.Join(z2jh, "hub"), "k8s-image-awaiter": filepath.Join(z2jh, "image-awaiter"),
+	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("contexts (-want +got):\n%s", diff)
+	}
+	wantTags := map[string]string{"k8s-hub": "quay.io/jupyterhub/k8s-hub:1.2.3", "k8s-image-awaiter": "quay.io/jupyterhub/k8s-image-awaiter:1.2.3"}
+	if diff := cmp.Diff(wantTags, gotTags); diff != "" {
+		t.Errorf("z2jh's references (-want +got):\n%s", diff)
 	}
 }
 
@@ -181,17 +194,24 @@ func TestGoBuildInCopiedModule(t *testing.T) {
 	}
 	tests := map[string]struct {
 		copyLine string
+		output   string // go build's -o; /out/x when empty
 		want     string
 		wantErr  string
 	}{
 		"repository module": {copyLine: "COPY go.mod ./", want: ctxDir},
 		"other module":      {copyLine: "COPY tools/sub/go.mod tools/sub/go.sum ./", want: filepath.Join(ctxDir, "tools", "sub")},
 		"module elsewhere":  {copyLine: "COPY tools/sub/go.mod /elsewhere/", wantErr: "WORKDIR /src holds no go.mod"},
+		// z2jh's image-awaiter: `COPY *.mod ... .` and `-o out/image-awaiter`, the output from the WORKDIR.
+		"relative output": {copyLine: "COPY *.mod .", output: "out/x", want: ctxDir},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
+			output, from := "/out/x", "/out/x"
+			if tc.output != "" {
+				output, from = tc.output, path.Join("/src", tc.output)
+			}
 			df, err := dockerfile.Parse("FROM golang:1.26-bookworm AS build\nWORKDIR /src\n" + tc.copyLine +
-				"\nRUN CGO_ENABLED=0 go build -trimpath -o /out/x example.com/x\nFROM scratch\nCOPY --from=build /out/x /x\n")
+				"\nRUN CGO_ENABLED=0 go build -trimpath -o " + output + " example.com/x\nFROM scratch\nCOPY --from=build " + from + " /x\n")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,6 +13,9 @@ import (
 // when the Dockerfile's comment does not name one.
 type Recipe struct {
 	Name, Dockerfile, Context, Tag string
+	// Sealed: the recipe's go build reads nothing but its build context and the modules its go.sum pins, so
+	// the image can be cached by its inputs (and the Go version) like an image without a Go build.
+	Sealed bool
 }
 
 // Recipes lists every image, in build order:
@@ -20,12 +23,13 @@ type Recipe struct {
 //     built from the repository root;
 //   - dir/z2jh/<name>.Dockerfile: images z2jh runs whose recipe is not in z2jh's repository
 //     (configurable-http-proxy, kube-scheduler), built from dir/z2jh;
-//   - k8s-hub: z2jh's own hub recipe (its images/hub folder, z2jhHub), tagged z2jhTag.
+//   - z2jh's own recipes, unchanged, each from its folder of z2jhImages (z2jh's images/) and tagged
+//     quay.io/jupyterhub/<name>:z2jhVersion: k8s-hub (images/hub) and k8s-image-awaiter (images/image-awaiter).
 //
 // A recipe whose `docker build ... -t REF CONTEXT` comment names another context (a path from the repository
 // root, dir's parent) is built from that one: kube-scheduler's is the repository root, where its build module
 // e2e/userschedulerbuild is.
-func Recipes(dir, z2jhHub, z2jhTag string) ([]Recipe, error) {
+func Recipes(dir, z2jhImages, z2jhVersion string) ([]Recipe, error) {
 	var out []Recipe
 	for _, sub := range []struct{ glob, context string }{
 		{filepath.Join(dir, "*.Dockerfile"), "."},
@@ -47,7 +51,17 @@ func Recipes(dir, z2jhHub, z2jhTag string) ([]Recipe, error) {
 			out = append(out, Recipe{Name: strings.TrimSuffix(filepath.Base(p), ".Dockerfile"), Dockerfile: p, Context: context})
 		}
 	}
-	return append(out, Recipe{Name: "k8s-hub", Dockerfile: filepath.Join(z2jhHub, "Dockerfile"), Context: z2jhHub, Tag: z2jhTag}), nil
+	for _, z := range []struct {
+		name, folder string
+		sealed       bool
+	}{{"k8s-hub", "hub", false}, {"k8s-image-awaiter", "image-awaiter", true}} {
+		context := filepath.Join(z2jhImages, z.folder)
+		out = append(out, Recipe{
+			Name: z.name, Dockerfile: filepath.Join(context, "Dockerfile"), Context: context,
+			Tag: "quay.io/jupyterhub/" + z.name + ":" + z2jhVersion, Sealed: z.sealed,
+		})
+	}
+	return out, nil
 }
 
 // Parse parses the recipe's Dockerfile, with its reference set.
