@@ -49,6 +49,8 @@ var smoke = map[string]struct {
 	"k8s-hub": {args: []string{"sh", "-c", "jupyterhub --version && python3 -c 'import kubespawner; print(\"kubespawner\", kubespawner.__version__)'"}, want: "kubespawner 7.0.0"},
 	// No entrypoint, as upstream's (z2jh's Job gives the command): the flags it takes, without a cluster.
 	"k8s-image-awaiter": {args: []string{"/image-awaiter", "-help"}, want: "-pod-scheduling-wait-duration"},
+	// iptables in legacy mode, as z2jh's Alpine 3.18 image has it (TestNetworkToolsAsZ2JHRunsIt runs z2jh's commands).
+	"network-tools": {args: []string{"iptables", "--version"}, want: "iptables v1.8.9 (legacy)"},
 }
 
 // z2jhVersion is the z2jh release whose images are built here: its released chart tags its own images
@@ -83,8 +85,8 @@ func recipes(t *testing.T) map[string]*dockerfile.File {
 		}
 		out[r.Name] = df
 	}
-	if len(out) < 11 {
-		t.Fatalf("%d recipes, want the five services, the single-user image, pause, and z2jh's proxy, user-scheduler, hub and image-awaiter", len(out))
+	if len(out) < 12 {
+		t.Fatalf("%d recipes, want the five services, the single-user image, pause, and z2jh's proxy, user-scheduler, hub, image-awaiter and network-tools", len(out))
 	}
 	return out
 }
@@ -446,6 +448,66 @@ func TestUserSchedulerPins(t *testing.T) {
 	}
 }
 
+// TestNetworkToolsAsZ2JHRunsIt runs network-tools as z2jh 4.4.0 does: KubeSpawner's block-cloud-metadata init
+// container (jupyterhub_config.py: root, privileged, NET_ADMIN, a writable root filesystem) runs its iptables
+// command in the pod's network namespace, here the container's own, and the rule must land in the legacy
+// (x_tables) tables; the image-puller's init container (prePuller.containerSecurityContext: 65534:65534, every
+// capability dropped) runs its /bin/sh command.
+func TestNetworkToolsAsZ2JHRunsIt(t *testing.T) {
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		t.Fatal("runc not found: `make images-test` installs Debian's runc package")
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("running a container needs root here (CI and the dev machines run as root)")
+	}
+	img, err := oci.Read(filepath.Join(imagesDir(t), "network-tools"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// z2jh 4.4.0's files/hub/jupyterhub_config.py, with singleuser.cloudMetadata.ip's default.
+	block := []string{"iptables", "--append", "OUTPUT", "--protocol", "tcp", "--destination", "169.254.169.254", "--destination-port", "80", "--jump", "DROP"}
+	privileged := []string{
+		"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID",
+		"CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE", "CAP_NET_ADMIN",
+	}
+	tests := map[string]struct {
+		args     []string
+		uid      int
+		caps     []string
+		readOnly bool
+		want     string
+	}{
+		// z2jh's command as it is ("$@"), then the legacy tables listed by iptables-legacy itself.
+		"block-cloud-metadata": {
+			args: append([]string{"/bin/sh", "-c", `"$@" && iptables-legacy -S OUTPUT`, "sh"}, block...),
+			caps: privileged, want: "-A OUTPUT -d 169.254.169.254/32 -p tcp -m tcp --dport 80 -j DROP",
+		},
+		// z2jh's templates/image-puller/_helpers-daemonset.tpl.
+		"image-pull-metadata-block": {
+			args: []string{"/bin/sh", "-c", `echo "Pulling complete"`}, uid: 65534, readOnly: true, want: "Pulling complete",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			rootfs := filepath.Join(t.TempDir(), "rootfs")
+			if err := build.WriteTree(rootfs, img.Layer()); err != nil {
+				t.Fatal(err)
+			}
+			p := build.Process{Args: tc.args, Env: img.Config.Env, Cwd: img.Config.WorkingDir, UID: tc.uid, GID: tc.uid, Caps: tc.caps}
+			// A network namespace of the container's own (only loopback): the host's rules are not touched.
+			spec := build.RuntimeSpec(rootfs, tc.readOnly, false, p, nil)
+			out, err := build.RunContainer(t.Context(), runc, fmt.Sprintf("gpuhub-network-tools-%s-%d", name, os.Getpid()), spec)
+			if err != nil {
+				t.Fatalf("%v in its container: %v\n%s", tc.args, err, out)
+			}
+			if !strings.Contains(string(out), tc.want) {
+				t.Errorf("%v printed no %q:\n%s", tc.args, tc.want, out)
+			}
+		})
+	}
+}
+
 // TestZ2JHImageNames: each of z2jh's own images built here (quay.io/jupyterhub/k8s-*) is one z2jh 4.4.0's
 // values name (the repository's copy), whose tag the released chart sets to its version.
 func TestZ2JHImageNames(t *testing.T) {
@@ -474,7 +536,7 @@ func TestZ2JHImageNames(t *testing.T) {
 			t.Errorf("z2jh's values tag %s %q: the chart no longer takes its own version", repo, named[repo])
 		}
 	}
-	if built != 2 {
-		t.Errorf("%d of z2jh's own images built, want k8s-hub and k8s-image-awaiter", built)
+	if built != 3 {
+		t.Errorf("%d of z2jh's own images built, want k8s-hub, k8s-image-awaiter and k8s-network-tools", built)
 	}
 }

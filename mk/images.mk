@@ -43,7 +43,7 @@ mmdebstrap: ## mmdebstrap from Debian (the Debian root filesystems the images st
 	$(call apt-install,mmdebstrap,mmdebstrap)
 
 .PHONY: images
-images: runc mmdebstrap ext-wheel ## Build every image here (no Docker, no registry) into out/images: the services, single-user, and z2jh's hub, proxy, user-scheduler and image-awaiter.
+images: runc mmdebstrap ext-wheel ## Build every image here (no Docker, no registry) into out/images: the services, single-user, and z2jh's hub, proxy, user-scheduler, image-awaiter and network-tools.
 	@command -v dpkg-deb >/dev/null && command -v apt-get >/dev/null || { echo "ERROR: images are made from Debian packages: apt-get and dpkg-deb are needed"; exit 1; }
 	@# apt-get download needs the package lists; a fresh machine has none yet.
 	@compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null || { echo "==> apt-get update (no package lists yet)"; $(APT_GET) update -q; }

@@ -4,7 +4,8 @@
 //
 //   - images/<name>.Dockerfile: gpuhub's images (the services, the single-user image with the GPU panel);
 //   - images/z2jh/<name>.Dockerfile: images z2jh runs whose upstream recipe is not in z2jh's repository
-//     (configurable-http-proxy, the user-scheduler's kube-scheduler);
+//     (configurable-http-proxy, the user-scheduler's kube-scheduler) or cannot be followed here
+//     (network-tools: Alpine's packages);
 //   - k8s-hub and k8s-image-awaiter: z2jh 4.4.0's own recipes, unchanged (its images/hub and
 //     images/image-awaiter, under -z2jh).
 //

@@ -21,8 +21,8 @@ type Recipe struct {
 // Recipes lists every image, in build order:
 //   - dir/<name>.Dockerfile: gpuhub's images (the services, the single-user image with the GPU panel),
 //     built from the repository root;
-//   - dir/z2jh/<name>.Dockerfile: images z2jh runs whose recipe is not in z2jh's repository
-//     (configurable-http-proxy, kube-scheduler), built from dir/z2jh;
+//   - dir/z2jh/<name>.Dockerfile: images z2jh runs whose recipe is not in z2jh's repository, or cannot be
+//     followed here (configurable-http-proxy, kube-scheduler, network-tools), built from dir/z2jh;
 //   - z2jh's own recipes, unchanged, each from its folder of z2jhImages (z2jh's images/) and tagged
 //     quay.io/jupyterhub/<name>:z2jhVersion: k8s-hub (images/hub) and k8s-image-awaiter (images/image-awaiter).
 //
