@@ -1,6 +1,10 @@
 // Package leader runs one replica of an acting gpuhub service as the leader, by client-go's leader election on
 // a coordination.k8s.io Lease: only the leader acts (stops servers, writes notices), so two replicas never act
 // twice. Admission and reading need no lease. RBAC: get, create and update on leases in the lease namespace.
+//
+// With an owner (Options.Owner: the service's Deployment), the Lease carries an ownerReference to it, so that the
+// garbage collector deletes the Lease with the Deployment (helm uninstall deletes only what it rendered, and the
+// Lease is created at run time).
 package leader
 
 import (
@@ -12,9 +16,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/gpuhub/gpuhub/services/internal/kube"
 )
 
 // Options configure an Elector. Client, Namespace, Name and Identity are required.
@@ -35,6 +44,10 @@ type Options struct {
 	// Registerer, with Subsystem, gets gpuhub_<subsystem>_leader (1 while leading); nil registers nothing.
 	Registerer prometheus.Registerer
 	Subsystem  string
+	// Owner, if set, is asked before the first campaign (kube.Owner.Ref): a reference it returns is put on the
+	// Lease, which is created with it when missing, or given it when it lacks it. nil, or a nil reference: the
+	// Lease is left to client-go, without an owner.
+	Owner func(ctx context.Context) *metav1.OwnerReference
 }
 
 // Elector campaigns for the Lease again and again until its context ends.
@@ -117,7 +130,21 @@ func (e *Elector) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("leader: %w", err)
 	}
+	owned := e.o.Owner == nil
 	for ctx.Err() == nil {
+		if !owned {
+			// Tried again before each campaign until it succeeds: a failure leaves the Lease as it was, and the
+			// election goes on regardless (the owner matters only at uninstall).
+			if err := e.own(ctx); err != nil {
+				if ctx.Err() != nil {
+					break
+				}
+				e.o.Logger.Warn("cannot give the Lease its owner; electing anyway, trying again at the next campaign",
+					"lease", e.o.Namespace+"/"+e.o.Name, "err", err)
+			} else {
+				owned = true
+			}
+		}
 		le.Run(ctx) // returns when leadership is lost or ctx ends
 		select {
 		case <-ctx.Done():
@@ -125,6 +152,53 @@ func (e *Elector) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// ownAttempts bounds own's read-modify-write on a conflict (a replica's renewal in between).
+const ownAttempts = 5
+
+// own makes sure the Lease exists with the owner's reference: created with it (the spec empty: client-go takes
+// a Lease without a holder as free), or given it when it lacks it. The rest of an existing Lease is kept.
+func (e *Elector) own(ctx context.Context) error {
+	ref := e.o.Owner(ctx)
+	if ref == nil {
+		return nil
+	}
+	leases := e.o.Client.CoordinationV1().Leases(e.o.Namespace)
+	var err error
+	for range ownAttempts {
+		var l *coordinationv1.Lease
+		l, err = leases.Get(ctx, e.o.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: e.o.Name, Namespace: e.o.Namespace,
+				OwnerReferences: []metav1.OwnerReference{*ref}}}, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				continue // another replica created it first: read it
+			}
+			if err != nil {
+				return fmt.Errorf("leader: create lease %s/%s: %w", e.o.Namespace, e.o.Name, err)
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("leader: read lease %s/%s: %w", e.o.Namespace, e.o.Name, err)
+		}
+		refs, changed := kube.WithOwner(l.OwnerReferences, *ref)
+		if !changed {
+			return nil
+		}
+		l = l.DeepCopy()
+		l.OwnerReferences = refs
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+		if err == nil {
+			e.o.Logger.Info("the Lease is now owned by the service's Deployment", "lease", e.o.Namespace+"/"+e.o.Name, "owner", ref.Name)
+			return nil
+		}
+		if !apierrors.IsConflict(err) {
+			return fmt.Errorf("leader: give lease %s/%s its owner: %w", e.o.Namespace, e.o.Name, err)
+		}
+	}
+	return fmt.Errorf("leader: give lease %s/%s its owner: changed by someone else %d times in a row: %w", e.o.Namespace, e.o.Name, ownAttempts, err)
 }
 
 // Run is New and Run in one call.

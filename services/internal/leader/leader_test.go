@@ -9,8 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -131,5 +135,117 @@ func TestOptionsRequired(t *testing.T) {
 	}
 	if _, err := New(Options{Client: fake.NewClientset(), Namespace: "ns", Name: "x", Identity: "a"}); err == nil {
 		t.Error("no OnStartedLeading: no error")
+	}
+}
+
+func TestLeaseOwner(t *testing.T) {
+	owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "gpuhub-quota", UID: "uid-1"}
+	old := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "gpuhub-quota", UID: "uid-0"}
+	holder, duration := "gpu-quota-old", int32(1)
+	lease := func(refs ...metav1.OwnerReference) *coordinationv1.Lease {
+		// Held by a replica that is gone: the one under test takes it over once it expires.
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "gpuhub", Name: "gpu-quota", OwnerReferences: refs},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &duration}}
+	}
+	tests := map[string]struct {
+		existing *coordinationv1.Lease
+		// withOwner sets Options.Owner, which answers owner.
+		withOwner bool
+		owner     *metav1.OwnerReference
+		want      []metav1.OwnerReference
+		// wantCreates: how many times the Lease is created (by this package or by client-go).
+		wantCreates int
+	}{
+		"no Lease: created with the owner": {
+			withOwner: true, owner: &owner, want: []metav1.OwnerReference{owner}, wantCreates: 1,
+		},
+		"a Lease without it gets it": {
+			existing: lease(), withOwner: true, owner: &owner, want: []metav1.OwnerReference{owner},
+		},
+		"a Lease of an earlier Deployment keeps that reference too": {
+			existing: lease(old), withOwner: true, owner: &owner, want: []metav1.OwnerReference{old, owner},
+		},
+		"no owner: the Lease as today": {
+			wantCreates: 1,
+		},
+		"no owner found (a nil reference): the Lease as today": {
+			existing: lease(), withOwner: true,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			kc := fake.NewClientset()
+			if tc.existing != nil {
+				kc = fake.NewClientset(tc.existing)
+			}
+			var creates atomic.Int64
+			kc.PrependReactor("create", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+				creates.Add(1)
+				return false, nil, nil
+			})
+			o := Options{Client: kc, Namespace: "gpuhub", Name: "gpu-quota", Identity: "gpu-quota-a",
+				LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 50 * time.Millisecond,
+				OnStartedLeading: func(ctx context.Context) { <-ctx.Done() }}
+			if tc.withOwner {
+				o.Owner = func(context.Context) *metav1.OwnerReference { return tc.owner }
+			}
+			e, err := New(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); _ = e.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			eventually(t, "leads", e.IsLeader)
+
+			got, err := kc.CoordinationV1().Leases("gpuhub").Get(context.Background(), "gpu-quota", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got.OwnerReferences, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("Lease owners while leading (-want +got):\n%s", diff)
+			}
+			if h := got.Spec.HolderIdentity; h == nil || *h != "gpu-quota-a" {
+				t.Errorf("holder %v, want gpu-quota-a: the election goes on as before", h)
+			}
+			if n := creates.Load(); n != int64(tc.wantCreates) {
+				t.Errorf("Lease created %d times, want %d", n, tc.wantCreates)
+			}
+		})
+	}
+}
+
+// TestLeaseOwnerRace: another replica creates the Lease between this one's read and create; this one then
+// gives the Lease it finds its owner.
+func TestLeaseOwnerRace(t *testing.T) {
+	owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "gpuhub-culler", UID: "uid-1"}
+	kc := fake.NewClientset()
+	var raced atomic.Bool
+	kc.PrependReactor("create", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if raced.Swap(true) {
+			return false, nil, nil
+		}
+		// The other replica's Lease (client-go's, without an owner) lands first.
+		other := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "gpuhub", Name: "gpu-culler"}}
+		if err := kc.Tracker().Add(other); err != nil {
+			t.Error(err)
+		}
+		return true, nil, apierrors.NewAlreadyExists(coordinationv1.Resource("leases"), "gpu-culler")
+	})
+	e, err := New(Options{Client: kc, Namespace: "gpuhub", Name: "gpu-culler", Identity: "a",
+		Owner: func(context.Context) *metav1.OwnerReference { return &owner }, OnStartedLeading: func(context.Context) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.own(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got, err := kc.CoordinationV1().Leases("gpuhub").Get(context.Background(), "gpu-culler", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]metav1.OwnerReference{owner}, got.OwnerReferences); diff != "" {
+		t.Errorf("Lease owners (-want +got):\n%s", diff)
 	}
 }
