@@ -4,6 +4,11 @@
 // (ConfigMap keys allow [-._a-zA-Z0-9]), value = the Stop as JSON. Entries older than MaxAge, and beyond
 // MaxEntries (the oldest first), are dropped on every write, which keeps the ConfigMap far under its 1 MiB.
 // The leader writes (Record, Clear); every replica serves reads (Last) from an informer's copy.
+//
+// The culler creates the ConfigMap (the chart does not render it, so that an upgrade never empties it). With an
+// owner (Options.Owner: gpu-culler's Deployment) it carries an ownerReference to it, set when it is created and
+// added at the next write to one without it, so that the garbage collector deletes it with the Deployment
+// (helm uninstall), while an upgrade, which keeps the Deployment, keeps it.
 package stops
 
 import (
@@ -26,6 +31,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/gpuhub/gpuhub/services/internal/kube"
 )
 
 // Bounds of the store.
@@ -55,6 +62,9 @@ type Options struct {
 	// Resync is how often the informer hands its copy to the cache again (no API request): it repairs a cache
 	// that a write of this store overwrote with an older copy than the watch had brought. Default 1 min.
 	Resync time.Duration
+	// Owner, if set, is asked at each write (kube.Owner.Ref answers from its first lookup): a reference it
+	// returns is put on the ConfigMap that lacks it. It must be in Namespace. nil: no owner.
+	Owner func(ctx context.Context) *metav1.OwnerReference
 }
 
 // Store is the stops ConfigMap with a cached copy.
@@ -225,6 +235,10 @@ func (s *Store) update(ctx context.Context, change func(map[string]Stop) bool) e
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	cms := s.o.Client.CoreV1().ConfigMaps(s.o.Namespace)
+	var owner *metav1.OwnerReference
+	if s.o.Owner != nil {
+		owner = s.o.Owner(ctx)
+	}
 	var err error
 	for range attempts {
 		var cm *corev1.ConfigMap
@@ -244,6 +258,9 @@ func (s *Store) update(ctx context.Context, change func(map[string]Stop) bool) e
 		}
 		cm = cm.DeepCopy()
 		cm.Data = s.encode(m)
+		if owner != nil {
+			cm.OwnerReferences, _ = kube.WithOwner(cm.OwnerReferences, *owner)
+		}
 		if create {
 			_, err = cms.Create(ctx, cm, metav1.CreateOptions{FieldManager: "gpu-culler"})
 		} else {

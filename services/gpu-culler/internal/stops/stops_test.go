@@ -203,3 +203,54 @@ func TestKey(t *testing.T) {
 		}
 	}
 }
+
+// TestOwner: with an owner (gpu-culler's Deployment) the ConfigMap is created with its reference, and one
+// without it gets it at the next write; an earlier owner's reference is kept; without an owner, as before.
+func TestOwner(t *testing.T) {
+	owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "gpuhub-culler", UID: "uid-1"}
+	old := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "gpuhub-culler", UID: "uid-0"}
+	existing := func(refs ...metav1.OwnerReference) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "gpuhub", Name: DefaultName, ResourceVersion: "5",
+			OwnerReferences: refs}}
+	}
+	tests := map[string]struct {
+		existing  *corev1.ConfigMap
+		withOwner bool
+		want      []metav1.OwnerReference
+	}{
+		"created with the owner":          {withOwner: true, want: []metav1.OwnerReference{owner}},
+		"owner added at the next write":   {existing: existing(), withOwner: true, want: []metav1.OwnerReference{owner}},
+		"an earlier owner's is kept":      {existing: existing(old), withOwner: true, want: []metav1.OwnerReference{old, owner}},
+		"already owned: left as it is":    {existing: existing(owner), withOwner: true, want: []metav1.OwnerReference{owner}},
+		"no owner: created as before":     {},
+		"no owner: an existing one as is": {existing: existing(old), want: []metav1.OwnerReference{old}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var objs []runtime.Object
+			if tc.existing != nil {
+				objs = append(objs, tc.existing)
+			}
+			c := fake.NewClientset(objs...)
+			noticestest.Versioned(c, "configmaps")
+			o := Options{Client: c, Namespace: "gpuhub", Now: func() time.Time { return t0 }}
+			if tc.withOwner {
+				o.Owner = func(context.Context) *metav1.OwnerReference { return &owner }
+			}
+			s := New(o)
+			if err := s.Record(context.Background(), stop("alice", "", t0)); err != nil {
+				t.Fatal(err)
+			}
+			cm, err := c.CoreV1().ConfigMaps("gpuhub").Get(context.Background(), DefaultName, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, cm.OwnerReferences); diff != "" {
+				t.Errorf("owners (-want +got):\n%s", diff)
+			}
+			if _, ok := cm.Data[Key("alice")]; !ok {
+				t.Error("the stop was not written")
+			}
+		})
+	}
+}
