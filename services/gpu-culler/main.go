@@ -37,6 +37,7 @@ func run(args []string, stderr io.Writer) int {
 		leaderElect     = fs.Bool("leader-elect", true, "act only while holding the Lease (false: this replica acts alone; run one)")
 		leaseNamespace  = fs.String("lease-namespace", "", "namespace of the Lease and of the stops ConfigMap")
 		leaseName       = fs.String("lease-name", "gpu-culler", "name of the Lease")
+		ownerDeployment = fs.String("owner-deployment", "", "this service's Deployment, in --lease-namespace: the Lease and stops ConfigMap it creates get an ownerReference to it, so that deleting the Deployment (helm uninstall) deletes them; read at start, retried for up to a minute while the API server does not answer, then run without (empty: no owner)")
 		leaseDuration   = fs.Duration("lease-duration", 15*time.Second, "how long a Lease lasts without renewal: a dead leader's replacement acts within it")
 		renewDeadline   = fs.Duration("renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it stops acting")
 		retryPeriod     = fs.Duration("retry-period", 2*time.Second, "how often replicas try to take or renew the Lease")
@@ -48,7 +49,7 @@ func run(args []string, stderr io.Writer) int {
 		"listen": "GPUHUB_LISTEN", "prefix": config.HubEnv.ServicePrefix, "policy": "GPU_CULLER_POLICY", "policy-poll": "GPUHUB_POLICY_POLL",
 		"usage-url": "GPU_USAGE_URL", "sample-every": "GPUHUB_SAMPLE_EVERY",
 		"quota-url": "GPUHUB_QUOTA_URL", "contention-every": "GPUHUB_CONTENTION_EVERY", "namespace": "POD_NAMESPACE",
-		"leader-elect": "GPUHUB_LEADER_ELECT", "lease-namespace": "GPUHUB_LEASE_NAMESPACE", "lease-name": "GPUHUB_LEASE_NAME",
+		"leader-elect": "GPUHUB_LEADER_ELECT", "lease-namespace": "GPUHUB_LEASE_NAMESPACE", "lease-name": "GPUHUB_LEASE_NAME", "owner-deployment": "GPUHUB_OWNER_DEPLOYMENT",
 		"lease-duration": "GPUHUB_LEASE_DURATION", "renew-deadline": "GPUHUB_RENEW_DEADLINE", "retry-period": "GPUHUB_RETRY_PERIOD",
 		"stops-configmap": "GPUHUB_STOPS_CONFIGMAP", "reader-services": "GPUHUB_READER_SERVICES", "admin-groups": "GPUHUB_ADMIN_GROUPS",
 	}); !ok {
@@ -85,7 +86,7 @@ func run(args []string, stderr io.Writer) int {
 		Kube: cl.Kube, Namespace: *namespace, HubConfig: cl.HubConfig, Token: cl.HubConfig.Token, Scopes: nonNil(me.Scopes),
 		Auth: cl.Auth.Middleware, ReaderServices: config.List(*readerServices),
 		UsageURL: *usageURL, SampleEvery: *sampleEvery, QuotaURL: *quotaURL, ContentionEvery: *contentionEvery,
-		LeaderElect: *leaderElect, LeaseNamespace: *leaseNamespace, LeaseName: *leaseName, Identity: identity,
+		LeaderElect: *leaderElect, LeaseNamespace: *leaseNamespace, LeaseName: *leaseName, OwnerDeployment: *ownerDeployment, Identity: identity,
 		LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod,
 		StopsConfigMap: *stopsConfigMap,
 	})

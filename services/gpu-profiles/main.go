@@ -37,6 +37,7 @@ func run(args []string, stderr io.Writer) int {
 		pendingEndAfter    = fs.Duration("pending-end-after", pending.DefaultEndAfter, "how long a GPU spawn that nothing can ever place (no schedulable node of its kind, not provisionable) waits before it is ended through the Hub; 0 never ends one")
 		leaseNamespace     = fs.String("lease-namespace", "", "namespace of the Lease that keeps the pending-spawn explainer to one replica (default: --namespace; empty both: no election, a single replica)")
 		leaseName          = fs.String("lease-name", "gpu-profiles", "name of that Lease")
+		ownerDeployment    = fs.String("owner-deployment", "", "this service's Deployment, in --lease-namespace: the Lease it creates gets an ownerReference to it, so that deleting the Deployment (helm uninstall) deletes it; read at start, retried for up to a minute while the API server does not answer, then run without (empty: no owner)")
 		unreadyAfter       = fs.Duration("informer-unready-after", time.Minute, "how long a pod or node watch may keep failing before /readyz fails and forms fall back")
 	)
 	if code, ok := cmd.Parse(args, map[string]string{
@@ -44,7 +45,7 @@ func run(args []string, stderr io.Writer) int {
 		"namespace": "GPUHUB_NAMESPACE", "quota-url": "GPUHUB_QUOTA_URL", "quota-timeout": "GPUHUB_QUOTA_TIMEOUT",
 		"quota-cache": "GPUHUB_QUOTA_CACHE", "quota-on-unavailable": "GPUHUB_QUOTA_ON_UNAVAILABLE",
 		"reader-services": "GPUHUB_READER_SERVICES", "admin-groups": "GPUHUB_ADMIN_GROUPS",
-		"pending-end-after": "GPUHUB_PENDING_END_AFTER", "lease-namespace": "GPUHUB_LEASE_NAMESPACE", "lease-name": "GPUHUB_LEASE_NAME",
+		"pending-end-after": "GPUHUB_PENDING_END_AFTER", "lease-namespace": "GPUHUB_LEASE_NAMESPACE", "lease-name": "GPUHUB_LEASE_NAME", "owner-deployment": "GPUHUB_OWNER_DEPLOYMENT",
 		"informer-unready-after": "GPUHUB_INFORMER_UNREADY_AFTER",
 	}); !ok {
 		return code
@@ -77,7 +78,7 @@ func run(args []string, stderr io.Writer) int {
 		Token: cl.HubConfig.Token, Auth: cl.Auth.Middleware, ReaderServices: config.List(*readerServices),
 		QuotaURL: *quotaURL, QuotaTimeout: *quotaTimeout, QuotaCacheTTL: *quotaCache, QuotaOnUnavailable: *quotaOnUnavailable,
 		Extra: app.PendingExplainer(app.PendingOptions{Hub: cl.Hub, EndAfter: *pendingEndAfter,
-			LeaseNamespace: *leaseNamespace, LeaseName: *leaseName, Identity: identity}),
+			LeaseNamespace: *leaseNamespace, LeaseName: *leaseName, OwnerDeployment: *ownerDeployment, Identity: identity}),
 	})
 	var ce *app.ConfigError
 	if errors.As(err, &ce) {

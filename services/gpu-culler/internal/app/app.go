@@ -29,6 +29,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/stops"
 	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/telemetry"
 	"github.com/gpuhub/gpuhub/services/internal/decision"
+	"github.com/gpuhub/gpuhub/services/internal/kube"
 	"github.com/gpuhub/gpuhub/services/internal/leader"
 	"github.com/gpuhub/gpuhub/services/internal/policy"
 	"github.com/gpuhub/gpuhub/services/internal/server"
@@ -81,6 +82,9 @@ type Options struct {
 	LeaseNamespace, LeaseName, Identity       string
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	StopsNamespace, StopsConfigMap            string
+	// OwnerDeployment is gpu-culler's own Deployment in LeaseNamespace (--owner-deployment): the Lease and the
+	// stops ConfigMap it creates are owned by it, so they go when it goes (helm uninstall); "": no owner.
+	OwnerDeployment string
 
 	Now func() time.Time
 	// OnServing, if set, gets the server once it listens (tests).
@@ -105,6 +109,8 @@ func Run(ctx context.Context, o Options) error {
 		return errors.New("gpu-culler: --usage-url is required: GPU servers are judged by the usage API's telemetry")
 	case o.LeaderElect && (o.LeaseNamespace == "" || o.LeaseName == "" || o.Identity == ""):
 		return errors.New("gpu-culler: leader election needs --lease-namespace and --lease-name (or --leader-elect=false for a single replica)")
+	case o.OwnerDeployment != "" && o.LeaseNamespace == "":
+		return errors.New("gpu-culler: --owner-deployment needs --lease-namespace, the namespace of the Deployment and of what it owns")
 	}
 	if o.PolicyPoll <= 0 {
 		o.PolicyPoll = 10 * time.Second
@@ -159,7 +165,14 @@ func Run(ctx context.Context, o Options) error {
 	if stopsNS == "" {
 		stopsNS = o.LeaseNamespace
 	}
-	store := stops.New(stops.Options{Client: o.Kube, Namespace: stopsNS, Name: o.StopsConfigMap, Logger: o.Logger, Now: o.Now})
+	// No OwnerDeployment: no owner.
+	owner := kube.NewOwner(kube.OwnerOptions{Client: o.Kube, Namespace: o.LeaseNamespace, Deployment: o.OwnerDeployment, Logger: o.Logger})
+	stopsOptions := stops.Options{Client: o.Kube, Namespace: stopsNS, Name: o.StopsConfigMap, Logger: o.Logger, Now: o.Now}
+	if stopsNS == o.LeaseNamespace {
+		// An ownerReference names an object in the same namespace only.
+		stopsOptions.Owner = owner.Ref
+	}
+	store := stops.New(stopsOptions)
 	sampler := telemetry.New(telemetry.Options{URL: o.UsageURL, Token: o.Token, Client: o.UsageClient, Every: o.SampleEvery,
 		Window: func() time.Duration { return Window(pol.Current()) }, Logger: o.Logger, Now: o.Now})
 	// Every replica polls the waitlist, as it samples the telemetry: a snooze on any replica is limited while
@@ -237,7 +250,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if o.LeaderElect {
 		el, err := leader.New(leader.Options{Client: o.Kube, Namespace: o.LeaseNamespace, Name: o.LeaseName, Identity: o.Identity,
-			LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
+			LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod, Owner: owner.Ref,
 			OnStartedLeading: loop, Logger: o.Logger, Registerer: o.Registry, Subsystem: "culler"})
 		if err != nil {
 			return err

@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -58,6 +59,7 @@ func userPod(user, server string, n *decide.Notice, r cpolicy.Rule) *corev1.Pod 
 // The wiring end to end on fakes: the pass reads the Hub's ready list page by page through the client whose
 // requests it counts, stops the CPU-only server whose notice ran out (and removes it, a named one), leaves the
 // others, reads gpu-quota's waitlist, and serves its probes and metrics. Hub requests = pages + stops, and the culler's count is the Hub's.
+// It leads under a Lease; the Lease and the stops ConfigMap it creates are owned by its Deployment.
 func TestRunPassesAndCountsHubRequests(t *testing.T) {
 	now := time.Now().UTC()
 	dir := t.TempDir()
@@ -87,7 +89,8 @@ func TestRunPassesAndCountsHubRequests(t *testing.T) {
 	}
 	pods = append(pods, userPod("carol", "lab", &decide.Notice{Reason: decide.ReasonIdle, Since: now.Add(-11 * time.Minute),
 		Deadline: now.Add(-time.Minute)}, pol.Rule("", "")))
-	kc := fake.NewClientset()
+	// gpu-culler's own Deployment: the Lease and the stops ConfigMap it creates are owned by it.
+	kc := fake.NewClientset(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "gpuhub", Name: "gpuhub-culler", UID: "uid-culler"}})
 	for _, p := range pods {
 		if _, err := kc.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -125,8 +128,10 @@ func TestRunPassesAndCountsHubRequests(t *testing.T) {
 			PolicyPath: path, Kube: kc, Namespace: "jhub",
 			HubConfig: hubapi.Config{URL: hub.URL(), Token: "culler-token"}, Token: "culler-token",
 			Auth: func(h http.Handler) http.Handler { return h }, UsageURL: usage.URL + "/services/gpu-usage/",
-			SampleEvery: time.Second, QuotaURL: waitlist.URL + "/services/gpu-quota/", ContentionEvery: time.Second, LeaderElect: false, StopsNamespace: "gpuhub", StopsConfigMap: "gpu-culler-stops",
-			OnServing: func(s *server.Server) { served <- s },
+			SampleEvery: time.Second, QuotaURL: waitlist.URL + "/services/gpu-quota/", ContentionEvery: time.Second,
+			LeaderElect: true, LeaseNamespace: "gpuhub", LeaseName: "gpuhub-culler", Identity: "gpuhub-culler-a", OwnerDeployment: "gpuhub-culler",
+			StopsConfigMap: "gpu-culler-stops",
+			OnServing:      func(s *server.Server) { served <- s },
 		})
 	}()
 	t.Cleanup(func() {
@@ -190,6 +195,23 @@ func TestRunPassesAndCountsHubRequests(t *testing.T) {
 	}
 	if hub.TotalRequests() != hub.Requests("GET /users")+1 {
 		t.Errorf("the Hub saw %d requests, want pages + stops = %d", hub.TotalRequests(), hub.Requests("GET /users")+1)
+	}
+
+	// What the culler created at run time goes with its Deployment (helm uninstall).
+	wantOwners := []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "gpuhub-culler", UID: "uid-culler"}}
+	lease, err := kc.CoordinationV1().Leases("gpuhub").Get(context.Background(), "gpuhub-culler", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(wantOwners, lease.OwnerReferences); diff != "" {
+		t.Errorf("Lease owners (-want +got):\n%s", diff)
+	}
+	cm, err := kc.CoreV1().ConfigMaps("gpuhub").Get(context.Background(), "gpu-culler-stops", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(wantOwners, cm.OwnerReferences); diff != "" {
+		t.Errorf("stops ConfigMap owners (-want +got):\n%s", diff)
 	}
 }
 

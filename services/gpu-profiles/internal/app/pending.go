@@ -8,6 +8,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/pending"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/profiles"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
+	"github.com/gpuhub/gpuhub/services/internal/kube"
 	"github.com/gpuhub/gpuhub/services/internal/leader"
 )
 
@@ -20,6 +21,9 @@ type PendingOptions struct {
 	// LeaseNamespace and LeaseName name the Lease that keeps the explainer to one replica; Identity is this
 	// replica (the pod name). An empty LeaseNamespace runs without election (a single replica, tests).
 	LeaseNamespace, LeaseName, Identity string
+	// OwnerDeployment is gpu-profiles' own Deployment in LeaseNamespace (--owner-deployment): the Lease it
+	// creates is owned by it, so the Lease goes when the Deployment goes (helm uninstall); "": no owner.
+	OwnerDeployment string
 }
 
 // PendingExplainer returns an Options.Extra that explains Hub users' Pending GPU pods on the progress page
@@ -31,12 +35,16 @@ func PendingExplainer(po PendingOptions) func(ctx context.Context, h Hooks) {
 		if po.LeaseNamespace != "" {
 			var err error
 			el, err = leader.New(leader.Options{Client: h.Kube, Namespace: po.LeaseNamespace, Name: po.LeaseName, Identity: po.Identity,
-				Logger: h.Logger, Registerer: h.Registry, Subsystem: "profiles", OnStartedLeading: func(context.Context) {}})
+				Logger: h.Logger, Registerer: h.Registry, Subsystem: "profiles", OnStartedLeading: func(context.Context) {},
+				Owner: kube.NewOwner(kube.OwnerOptions{Client: h.Kube, Namespace: po.LeaseNamespace, Deployment: po.OwnerDeployment,
+					Logger: h.Logger}).Ref})
 			if err != nil {
 				h.Logger.Error("pending-spawn explainer not started: leader election", "err", err)
 				return
 			}
 			isLeader = el.IsLeader
+		} else if po.OwnerDeployment != "" {
+			h.Logger.Warn("--owner-deployment is ignored without a lease namespace: no Lease is created, nothing is owned", "deployment", po.OwnerDeployment)
 		}
 		e, err := pending.New(pending.Options{
 			Client: h.Kube, Capacity: capacity{cat: h.Catalog, config: h.Config}, Hub: po.Hub, IsLeader: isLeader,

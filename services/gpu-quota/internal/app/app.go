@@ -26,6 +26,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/waitlist"
 	"github.com/gpuhub/gpuhub/services/internal/decision"
 	"github.com/gpuhub/gpuhub/services/internal/inventory"
+	"github.com/gpuhub/gpuhub/services/internal/kube"
 	"github.com/gpuhub/gpuhub/services/internal/leader"
 	"github.com/gpuhub/gpuhub/services/internal/policy"
 	"github.com/gpuhub/gpuhub/services/internal/server"
@@ -109,9 +110,12 @@ type Options struct {
 
 	// WhileLeader, if set, runs under the Lease LeaseNamespace/LeaseName as Identity; its ctx ends when
 	// leadership is lost. Admission never needs the lease.
-	WhileLeader                  func(ctx context.Context, l Leading)
-	LeaseNamespace, LeaseName    string
-	Identity                     string
+	WhileLeader               func(ctx context.Context, l Leading)
+	LeaseNamespace, LeaseName string
+	Identity                  string
+	// OwnerDeployment is gpu-quota's own Deployment in LeaseNamespace (--owner-deployment): the Lease it creates
+	// is owned by it, so the Lease goes when the Deployment goes (helm uninstall); "": no owner.
+	OwnerDeployment              string
 	LeaseDuration, RenewDeadline time.Duration
 	LeaseRetryPeriod             time.Duration
 	EnforceInterval              time.Duration // passed to WhileLeader
@@ -185,6 +189,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if o.WhileLeader != nil && (o.LeaseNamespace == "" || o.Identity == "") {
 		return errors.New("gpu-quota: enforcement runs under a Lease: set --lease-namespace (or --namespace) and an identity (POD_NAME)")
+	}
+	if o.OwnerDeployment != "" && o.LeaseNamespace == "" {
+		return errors.New("gpu-quota: --owner-deployment needs --lease-namespace (or --namespace), the namespace of the Deployment and of its Lease")
 	}
 
 	pol, err := policy.NewReloader[quota.Policy](o.PolicyPath, o.Now())
@@ -308,6 +315,7 @@ func Run(ctx context.Context, o Options) error {
 		el, err := leader.New(leader.Options{Client: o.Kube, Namespace: o.LeaseNamespace, Name: o.LeaseName, Identity: o.Identity,
 			LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.LeaseRetryPeriod,
 			Logger: o.Logger, Registerer: o.Registry, Subsystem: "quota",
+			Owner: kube.NewOwner(kube.OwnerOptions{Client: o.Kube, Namespace: o.LeaseNamespace, Deployment: o.OwnerDeployment, Logger: o.Logger}).Ref,
 			OnStartedLeading: func(lctx context.Context) {
 				var lwg sync.WaitGroup
 				if o.Waitlist {
