@@ -337,8 +337,8 @@ func TestRBAC(t *testing.T) {
 		set       []string
 		wantUsage []string
 		wantQuota []string
-		// gpu-culler: the single-user pods (patch for its notices), its own Lease and stops ConfigMap; nothing
-		// cluster-wide.
+		// gpu-culler: the single-user pods (patch for its notices), its own Lease, stops ConfigMap and Deployment
+		// (their owner); nothing cluster-wide.
 		wantCuller []string
 		wantPodNS  string
 	}{
@@ -351,18 +351,20 @@ func TestRBAC(t *testing.T) {
 			wantUsage: []string{"cluster: /nodes get,list,watch", "jhub: /pods get,list,watch", "z2jh: /pods get,list,watch"},
 			wantPodNS: "z2jh",
 		},
-		// gpu-quota: nodes, the single-user pods (patch for its notices), its own Lease; nothing else.
+		// gpu-quota: nodes, the single-user pods (patch for its notices), its own Lease and Deployment (the
+		// Lease's owner); nothing else.
 		"quota, z2jh in the release namespace": {
 			set:       []string{"--set", "quota.enabled=true"},
 			wantUsage: []string{"cluster: /nodes get,list,watch", "jhub: /pods get,list,watch"},
 			wantQuota: []string{"cluster: /nodes get,list,watch", "jhub: /pods get,list,watch,patch",
+				"jhub: apps/deployments get gpuhub-quota",
 				"jhub: coordination.k8s.io/leases create", "jhub: coordination.k8s.io/leases get,update gpuhub-quota"},
 			wantPodNS: "jhub",
 		},
 		"quota, z2jh in its own namespace": {
 			set:       []string{"--set", "quota.enabled=true", "--set", "usage.podNamespace=z2jh"},
 			wantUsage: []string{"cluster: /nodes get,list,watch", "jhub: /pods get,list,watch", "z2jh: /pods get,list,watch"},
-			wantQuota: []string{"cluster: /nodes get,list,watch",
+			wantQuota: []string{"cluster: /nodes get,list,watch", "jhub: apps/deployments get gpuhub-quota",
 				"jhub: coordination.k8s.io/leases create", "jhub: coordination.k8s.io/leases get,update gpuhub-quota",
 				"z2jh: /pods get,list,watch,patch"},
 			wantPodNS: "z2jh",
@@ -371,7 +373,7 @@ func TestRBAC(t *testing.T) {
 			set:       []string{"--set", "culler.enabled=true"},
 			wantUsage: []string{"cluster: /nodes get,list,watch", "jhub: /pods get,list,watch"},
 			wantCuller: []string{"jhub: /configmaps create", "jhub: /configmaps get,list,watch,update gpuhub-culler-stops",
-				"jhub: /pods get,list,watch,patch",
+				"jhub: /pods get,list,watch,patch", "jhub: apps/deployments get gpuhub-culler",
 				"jhub: coordination.k8s.io/leases create", "jhub: coordination.k8s.io/leases get,update gpuhub-culler"},
 			wantPodNS: "jhub",
 		},
@@ -379,6 +381,7 @@ func TestRBAC(t *testing.T) {
 			set:       []string{"--set", "culler.enabled=true", "--set", "usage.podNamespace=z2jh"},
 			wantUsage: []string{"cluster: /nodes get,list,watch", "jhub: /pods get,list,watch", "z2jh: /pods get,list,watch"},
 			wantCuller: []string{"jhub: /configmaps create", "jhub: /configmaps get,list,watch,update gpuhub-culler-stops",
+				"jhub: apps/deployments get gpuhub-culler",
 				"jhub: coordination.k8s.io/leases create", "jhub: coordination.k8s.io/leases get,update gpuhub-culler",
 				"z2jh: /pods get,list,watch,patch"},
 			wantPodNS: "z2jh",
@@ -459,7 +462,9 @@ func TestQuotaWiring(t *testing.T) {
 	leaseRole := objs["Role jhub/gpuhub-quota-lease"].(*rbacv1.Role)
 	var leaseNames []string
 	for _, r := range leaseRole.Rules {
-		leaseNames = append(leaseNames, r.ResourceNames...)
+		if slices.Contains(r.Resources, "leases") {
+			leaseNames = append(leaseNames, r.ResourceNames...)
+		}
 	}
 	type wiring struct {
 		QuotaURL, UsageURL, ReaderOfQuota, ReaderOfUsage, Namespace, LeaseNS, Lease, Token, Prefix, Listen string

@@ -132,7 +132,9 @@ gpuhub-agent
 {{- end -}}
 
 {{/* The ConfigMap where gpu-culler keeps each user's last stop (the "why" on the Hub home page and the panel).
-gpu-culler creates it; the chart does not, so an upgrade never empties it. */}}
+gpu-culler creates it, not the chart, so an upgrade never empties it (nor could helm adopt it from an existing
+install). It is owned by gpu-culler's Deployment (--owner-deployment): helm uninstall deletes the Deployment and
+the garbage collector the ConfigMap with it; an upgrade keeps the Deployment, so it keeps the ConfigMap. */}}
 {{- define "gpuhub.cullerStops" -}}
 {{- printf "%s-culler-stops" (include "gpuhub.fullname" .) -}}
 {{- end -}}
