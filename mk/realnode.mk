@@ -22,13 +22,24 @@ COREDNS         := $(GPUHUB_CACHE)/coredns/$(COREDNS_VERSION)/bin/coredns
 coredns: ## Build CoreDNS (the real node's cluster DNS) into $(GPUHUB_CACHE)/coredns (Go module proxy, first run only).
 	GPUHUB_CACHE="$(GPUHUB_CACHE)" e2e/corednsbuild/build.sh "$(dir $(COREDNS))"
 
+KUBE_ROUTER_VERSION := $(shell awk '$$1=="require" && $$2=="github.com/cloudnativelabs/kube-router/v2" {print $$3}' e2e/kuberouterbuild/go.mod)
+KUBE_ROUTER         := $(GPUHUB_CACHE)/kube-router/$(KUBE_ROUTER_VERSION)/bin/kube-router
+
+.PHONY: kube-router
+kube-router: ## Build kube-router (the real node's NetworkPolicy enforcer, firewall only) into $(GPUHUB_CACHE)/kube-router; ipset from Debian.
+	$(call apt-install,ipset,ipset)
+	GPUHUB_CACHE="$(GPUHUB_CACHE)" e2e/kuberouterbuild/build.sh "$(dir $(KUBE_ROUTER))"
+
 Z2JH_CHART ?= $(CURDIR)/../shared/data/z2jh-4.4.0/chart/jupyterhub
 
-realnode-test: kube-binaries coredns etcd images containerd cni-plugins conntrack $(HELM) ## A real node (containerd, kubelet, kube-proxy, CoreDNS, emulated GPUs) in a network namespace: the built images as pods, Services, DNS, GPUs, and z2jh 4.4.0 installed by helm with a user's server started.
+realnode-test: kube-binaries coredns kube-router etcd images containerd cni-plugins conntrack $(HELM) chromium browser-deps ext-deps ## A real node (containerd, kubelet, kube-proxy, CoreDNS, kube-router, emulated GPUs) in a network namespace: the built images as pods, Services, DNS, GPUs, NetworkPolicies; z2jh 4.4.0 and gpuhub installed by helm as the README says; the users' and the admin's story in Chromium; helm upgrade and uninstall.
 	@mkdir -p $(BIN)
 	$(GO) test -c -race -tags realnode -o $(BIN)/realnode.test ./e2e/realnode/
-	cd e2e/realnode && GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_COREDNS="$(COREDNS)" GPUHUB_IMAGES="$(IMAGES_DIR)" \
-	  GPUHUB_HELM="$(HELM)" GPUHUB_Z2JH_CHART="$(Z2JH_CHART)" \
-	  ../scripts/in-netns.sh $(BIN)/realnode.test -test.v -test.count=1 -test.timeout=12m
+	$(GO) build -o $(BIN)/gpuhub ./services/gpuhub
+	cd "$(EXT_DIR)" && npm run --silent build:ui-tests
+	cd e2e/realnode && GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_COREDNS="$(COREDNS)" GPUHUB_KUBE_ROUTER="$(KUBE_ROUTER)" GPUHUB_IMAGES="$(IMAGES_DIR)" \
+	  GPUHUB_HELM="$(HELM)" GPUHUB_Z2JH_CHART="$(Z2JH_CHART)" GPUHUB_CLI="$(BIN)/gpuhub" \
+	  GPUHUB_BROWSER_MODULES="$(BROWSER_MODULES)/node_modules" GPUHUB_CHROMIUM="$(CHROMIUM)" \
+	  ../scripts/in-netns.sh $(BIN)/realnode.test -test.v -test.count=1 -test.timeout=20m
 
 TEST_TARGETS += realnode-test

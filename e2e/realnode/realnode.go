@@ -42,8 +42,9 @@ import (
 
 // Options configures a node.
 type Options struct {
-	// Kubelet, KubeProxy and CoreDNS are the executables; Containerd and Ctr default to those on PATH.
-	Kubelet, KubeProxy, CoreDNS, Containerd, Ctr string
+	// Kubelet, KubeProxy, CoreDNS and KubeRouter are the executables; Containerd and Ctr default to those on
+	// PATH. Without KubeRouter, NetworkPolicies are not enforced.
+	Kubelet, KubeProxy, CoreDNS, KubeRouter, Containerd, Ctr string
 	// CNIBinDir holds the CNI plugins (default /usr/lib/cni, Debian's containernetworking-plugins).
 	CNIBinDir string
 	// Dir is the node's state directory (containerd's root and state, the kubelet's root, logs).
@@ -62,6 +63,9 @@ type Options struct {
 	// API server's default policy); DNSKubeconfig is CoreDNS's (DNSUser, given read access to Services,
 	// EndpointSlices, Pods and Namespaces by Start).
 	ProxyKubeconfig, DNSKubeconfig, DNSUser string
+	// RouterKubeconfig is kube-router's identity (RouterUser, given read access to what its firewall needs by
+	// Start).
+	RouterKubeconfig, RouterUser string
 	// Images are OCI archives to import into containerd before the kubelet starts; SandboxImage is the
 	// reference of the pause image among them.
 	Images       []string
@@ -86,6 +90,7 @@ type Node struct {
 	netnsBefore map[string]bool
 	proxy       *proc.Process
 	dns         *proc.Process
+	router      *proc.Process
 	plugins     *DevicePlugins
 }
 
@@ -162,6 +167,11 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	if n.proxy, err = n.startProxy(ctx); err != nil {
 		return nil, err
 	}
+	if opts.KubeRouter != "" {
+		if n.router, err = n.startRouter(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if len(opts.GPUs) > 0 {
 		// The kubelet's device manager uses /var/lib/kubelet/device-plugins whatever --root-dir says, so one real
 		// node runs on a machine at a time.
@@ -179,20 +189,11 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 // Services and pods of cluster.local from the API server, and nothing else (no forward: a name outside the
 // cluster is not found, and no query leaves the namespace).
 func (n *Node) startDNS(ctx context.Context) (*proc.Process, error) {
-	rules := []rbacv1.PolicyRule{
+	if err := n.grant(ctx, "e2e-realnode:coredns", n.opts.DNSUser, []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"services", "pods", "namespaces"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
-	}
-	const role = "gpuhub-realnode:coredns"
-	if _, err := n.opts.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role}, Rules: rules}, metav1.CreateOptions{}); err != nil {
-		return nil, fmt.Errorf("coredns role: %w", err)
-	}
-	if _, err := n.opts.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: role},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: n.opts.DNSUser}},
-	}, metav1.CreateOptions{}); err != nil {
-		return nil, fmt.Errorf("coredns role binding: %w", err)
+	}); err != nil {
+		return nil, fmt.Errorf("coredns: %w", err)
 	}
 	ports, err := netport.Free(1)
 	if err != nil {
@@ -220,6 +221,53 @@ func (n *Node) startDNS(ctx context.Context) (*proc.Process, error) {
 		Args:    []string{"-conf", path},
 		LogFile: filepath.Join(n.opts.Dir, "logs", "coredns.log"),
 		Ready:   httpOK(fmt.Sprintf("http://127.0.0.1:%d/ready", ready)),
+	})
+}
+
+// grant gives user the rules through a ClusterRole and ClusterRoleBinding named role.
+func (n *Node) grant(ctx context.Context, role, user string, rules []rbacv1.PolicyRule) error {
+	if _, err := n.opts.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role}, Rules: rules}, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("role %s: %w", role, err)
+	}
+	if _, err := n.opts.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+	}, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("role binding %s: %w", role, err)
+	}
+	return nil
+}
+
+// startRouter starts kube-router with only its firewall (--run-firewall): it enforces NetworkPolicies with
+// iptables and ipsets on the pods of this node; kube-proxy keeps the Services and the CNI bridge the pod
+// network. Bridged pod-to-pod traffic reaches its rules through bridge-nf-call-iptables (startProxy).
+func (n *Node) startRouter(ctx context.Context) (*proc.Process, error) {
+	if err := n.grant(ctx, "e2e-realnode:kube-router", n.opts.RouterUser, []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"namespaces", "pods", "services", "nodes", "endpoints"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
+	}); err != nil {
+		return nil, fmt.Errorf("kube-router: %w", err)
+	}
+	if _, err := exec.LookPath("ipset"); err != nil {
+		return nil, fmt.Errorf("kube-router needs ipset (apt-get install -y ipset): %w", err)
+	}
+	ports, err := netport.Free(1)
+	if err != nil {
+		return nil, err
+	}
+	health := ports[0]
+	return proc.Start(ctx, n.opts.Logger, proc.Spec{
+		Name: "kube-router", Path: n.opts.KubeRouter,
+		Args: []string{
+			"--run-firewall=true", "--run-router=false", "--run-service-proxy=false", "--enable-cni=false",
+			"--kubeconfig=" + n.opts.RouterKubeconfig, "--hostname-override=" + n.opts.Name,
+			"--service-cluster-ip-range=" + n.opts.ServiceCIDR,
+			fmt.Sprintf("--health-port=%d", health), "--metrics-port=0", "--v=1",
+		},
+		LogFile: filepath.Join(n.opts.Dir, "logs", "kube-router.log"),
+		Ready:   httpOK(fmt.Sprintf("http://127.0.0.1:%d/healthz", health)),
 	})
 }
 
@@ -403,6 +451,9 @@ func (n *Node) Stop() {
 		n.drain()
 		n.kubelet.Stop()
 	}
+	if n.router != nil {
+		n.router.Stop()
+	}
 	if n.proxy != nil {
 		n.proxy.Stop()
 	}
@@ -510,10 +561,15 @@ func podNetns() map[string]bool {
 	return out
 }
 
+// PodResourcesDir is where the kubelet serves its pod-resources API (kubelet.sock), under its root directory.
+func (n *Node) PodResourcesDir() string {
+	return filepath.Join(n.opts.Dir, "kubelet", "root", "pod-resources")
+}
+
 // Logs returns the node's containerd and kubelet log paths, for a failing test to print.
 func (n *Node) Logs() []string {
 	var out []string
-	for _, name := range []string{"containerd", "kubelet", "kube-proxy", "coredns"} {
+	for _, name := range []string{"containerd", "kubelet", "kube-proxy", "coredns", "kube-router"} {
 		out = append(out, filepath.Join(n.opts.Dir, "logs", name+".log"))
 	}
 	return out
