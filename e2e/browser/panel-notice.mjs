@@ -3,6 +3,7 @@
 // EXPECT_NOTICE, with its countdown. Run by e2e/quotae2e (TestBudgetExhaustedNoticeThenStop). Env:
 //   HUB_URL, HUB_USER, HUB_PASSWORD, HUB_SERVER   as login-spawn.mjs (the server must be running)
 //   EXPECT_NOTICE            text the notice's message must contain
+//   WITHIN_MS                how long to wait for it once the panel is open (default 30000)
 //   GPUHUB_CHROMIUM, GPUHUB_BROWSER_MODULES, GPUHUB_ARTIFACTS   as lib.mjs
 // The screenshot is panel-notice-<user>.png.
 import { mkdirSync } from 'node:fs';
@@ -13,6 +14,7 @@ import { artifacts, env, hub, launch, login, loopbackOnly, openPanel, panelShot,
 const user = env('HUB_USER', 'alice');
 const server = env('HUB_SERVER', '');
 const expectNotice = env('EXPECT_NOTICE', '');
+const within = Number(env('WITHIN_MS', '30000'));
 if (!hub.startsWith('http://127.') || !expectNotice) {
   console.error('HUB_URL must be a loopback URL and EXPECT_NOTICE set');
   process.exit(2);
@@ -31,7 +33,7 @@ try {
   step(`logged in as ${user}`);
   const panel = await openPanel(page, user, server, step);
   const msg = panel.locator('[data-field="notice-message"]').filter({ hasText: expectNotice });
-  await msg.first().waitFor({ state: 'visible', timeout: 30_000 });
+  await msg.first().waitFor({ state: 'visible', timeout: within });
   notice = (await msg.first().innerText()).trim();
   countdown = (await panel.locator('[data-field="notice-countdown"]').first().innerText().catch(() => '')).trim();
   // The budget line comes from gpu-quota through the usage API's short cache: give it a moment to catch up with

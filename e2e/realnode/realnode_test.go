@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
@@ -25,6 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpuhub/gpuhub/e2e/cluster"
@@ -49,7 +51,7 @@ func TestRealNode(t *testing.T) {
 	if host, _ := os.Readlink("/proc/1/ns/net"); self == host {
 		t.Fatal("the test runs in the machine's own network namespace: run it through e2e/scripts/in-netns.sh (make realnode-test)")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 18*time.Minute)
 	if os.Getenv("GPUHUB_REALNODE_KEEP") != "" {
 		ctx, cancel = context.WithTimeout(context.Background(), time.Hour)
 	}
@@ -57,7 +59,9 @@ func TestRealNode(t *testing.T) {
 
 	// The node lifecycle controller takes the not-ready taint off a real node once its kubelet reports Ready
 	// (the emulated nodes of the other suites manage their own conditions and run without it).
-	controllers := append(slices.Clone(cluster.DefaultControllers), "node-lifecycle-controller")
+	// The volume controllers bind the claims of z2jh and gpuhub to the node's local volumes and release them.
+	controllers := append(slices.Clone(cluster.DefaultControllers), "node-lifecycle-controller",
+		"persistentvolume-binder-controller", "persistentvolume-protection-controller", "persistentvolumeclaim-protection-controller")
 	cp, err := cluster.Start(ctx, cluster.Options{BinDir: kubeBin, NodeIP: ip, Controllers: controllers})
 	if err != nil {
 		t.Fatal(err)
@@ -81,22 +85,28 @@ func TestRealNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dnsKubeconfig, err := cp.WriteKubeconfig("coredns", "gpuhub-realnode:coredns", nil)
+	dnsKubeconfig, err := cp.WriteKubeconfig("coredns", "e2e-realnode:coredns", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	coredns := os.Getenv("GPUHUB_COREDNS")
-	if coredns == "" {
-		t.Fatal("GPUHUB_COREDNS (CoreDNS executable) is not set: run `make realnode-test`")
+	routerKubeconfig, err := cp.WriteKubeconfig("kube-router", "e2e-realnode:kube-router", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	coredns, kubeRouter := os.Getenv("GPUHUB_COREDNS"), os.Getenv("GPUHUB_KUBE_ROUTER")
+	if coredns == "" || kubeRouter == "" {
+		t.Fatal("GPUHUB_COREDNS and GPUHUB_KUBE_ROUTER (CoreDNS and kube-router executables) must be set: run `make realnode-test`")
 	}
 	node, err := realnode.Start(ctx, realnode.Options{
 		Kubelet: filepath.Join(kubeBin, "kubelet"), KubeProxy: filepath.Join(kubeBin, "kube-proxy"), CoreDNS: coredns,
-		DNSKubeconfig: dnsKubeconfig, DNSUser: "gpuhub-realnode:coredns",
+		DNSKubeconfig: dnsKubeconfig, DNSUser: "e2e-realnode:coredns",
+		KubeRouter: kubeRouter, RouterKubeconfig: routerKubeconfig, RouterUser: "e2e-realnode:kube-router",
 		Dir:  filepath.Join(t.TempDir(), "node"),
 		Name: nodeName, IP: ip, PodCIDR: "10.244.0.0/24", ClusterCIDR: "10.244.0.0/16", ServiceCIDR: cluster.ServiceCIDR,
 		Kubeconfig: kubeletKubeconfig, ClientCAFile: caFile, ProxyKubeconfig: proxyKubeconfig,
 		Images: []string{archive("pause"), archive("singleuser"), archive("k8s-hub"), archive("configurable-http-proxy"),
-			archive("gpu-agent"), archive("usage-api"), archive("gpu-quota"), archive("gpu-profiles"), archive("gpu-culler")},
+			archive("gpu-agent"), archive("usage-api"), archive("gpu-quota"), archive("gpu-profiles"), archive("gpu-culler"),
+			archive("kube-scheduler"), archive("network-tools"), archive("k8s-image-awaiter")},
 		SandboxImage: "ghcr.io/gpuhub/pause:0.1.0",
 		// GPU Operator's labels and resources of a node with two whole H100s and one A100 split into
 		// four MIG 1g.5gb slices (mixed strategy), served by the emulated device plugins.
@@ -245,8 +255,14 @@ except OSError as e:
 		t.Fatalf("mig: NVIDIA_VISIBLE_DEVICES=%q, want a MIG slice's UUID", got)
 	}
 	t.Logf("GPUs: gpu-a and gpu-b got %v; a third whole-GPU pod is Unschedulable while two hold both; the MIG pod got a slice", seen)
+	for _, name := range []string{"gpu-hold-1", "gpu-hold-2", "gpu-over"} {
+		if err := client.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+	}
 
-	z2jh(ctx, t, client, cp.Kubeconfig)
+	localStorage(ctx, t, client, filepath.Join(t.TempDir(), "volumes"), 3)
+	z2jh(ctx, t, cfg, client, cp.Kubeconfig, node.PodResourcesDir())
 
 	// A debugging aid: GPUHUB_REALNODE_KEEP=FILE keeps the cluster running after the checks, with the admin
 	// kubeconfig's path written to FILE, until FILE is removed (reach it with nsenter --net=/var/run/netns/<ns>).
@@ -267,7 +283,7 @@ except OSError as e:
 // z2jh installs z2jh 4.4.0's own chart with helm (the hub image from z2jh's own recipe runs z2jh's own
 // jupyterhub_config.py and z2jh.py), then does what a user does: logs in through the proxy's Service, starts a
 // server (KubeSpawner makes a pod, the kubelet runs it) and opens JupyterLab with the GPU panel in it.
-func z2jh(ctx context.Context, t *testing.T, client kubernetes.Interface, kubeconfig string) {
+func z2jh(ctx context.Context, t *testing.T, cfg *rest.Config, client kubernetes.Interface, kubeconfig, podResources string) {
 	t.Helper()
 	helm, chart := os.Getenv("GPUHUB_HELM"), os.Getenv("GPUHUB_Z2JH_CHART")
 	if helm == "" || chart == "" {
@@ -278,9 +294,22 @@ func z2jh(ctx context.Context, t *testing.T, client kubernetes.Interface, kubeco
 	if err != nil {
 		t.Fatalf("helm install z2jh: %v\n%s", err, out)
 	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		// The Hub's own words on what failed.
+		pods, _ := client.CoreV1().Pods("jhub").List(context.Background(), metav1.ListOptions{LabelSelector: "component=hub"})
+		for _, p := range pods.Items {
+			tail := int64(80)
+			data, _ := client.CoreV1().Pods("jhub").GetLogs(p.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(context.Background())
+			t.Logf("--- hub pod %s (last 80 lines)\n%s", p.Name, data)
+		}
+	})
 	for _, d := range []string{"hub", "proxy"} {
 		waitDeployment(ctx, t, client, "jhub", d)
 	}
+	hubDB := waitBound(ctx, t, client, "jhub", "hub-db-dir")
 	svc, err := client.CoreV1().Services("jhub").Get(ctx, "proxy-public", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -323,19 +352,18 @@ func z2jh(ctx context.Context, t *testing.T, client kubernetes.Interface, kubeco
 	if !strings.Contains(lab, "<title>JupyterLab</title>") || !strings.Contains(lab, "@gpuhub/jupyterlab-gpu-panel") {
 		t.Fatalf("/user/alice/lab: status %d, want JupyterLab with the GPU panel:\n%s", status, tailBytes([]byte(lab), 1024))
 	}
-	t.Logf("z2jh 4.4.0 installed by helm; alice logged in at %s, her server ran in pod jupyter-alice and served JupyterLab with the GPU panel", base)
+	t.Logf("z2jh 4.4.0 installed by helm, the Hub's database on local volume %s; alice logged in at %s, her server ran in pod jupyter-alice and served JupyterLab with the GPU panel", hubDB, base)
 
 	// gpuhub next to it, as the README's install section says: the chart with every service on, then z2jh
 	// again with gpuhub's values and the Hub glue. What differs, each for a reason of this node: the simulated
-	// GPU backend and no RuntimeClass (no GPU), the ledger on an emptyDir (no storage provisioner), no
-	// user-scheduler (its image is not built yet).
+	// GPU backend and no RuntimeClass (no GPU), the kubelet's pod-resources API under its root directory (this
+	// node's, not /var/lib/kubelet).
 	repo, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
 	gpuhubCmd, z2jhCmd := readmeInstall(t, repo, chart)
-	gpuhubCmd = append(gpuhubCmd, "--set", "agent.backend=simulated", "--set", "agent.runtimeClassName=", "--set", "usage.persistence.enabled=false")
-	z2jhCmd = append(z2jhCmd, "-f", "testdata/z2jh-no-user-scheduler.yaml")
+	gpuhubCmd = append(gpuhubCmd, "--set", "agent.backend=simulated", "--set", "agent.runtimeClassName=", "--set", "agent.podResourcesDir="+podResources)
 	for _, args := range [][]string{gpuhubCmd, z2jhCmd} {
 		t.Logf("helm %s", strings.Join(args, " "))
 		out, err := exec.CommandContext(ctx, helm, append(args, "--kubeconfig", kubeconfig)...).CombinedOutput()
@@ -372,6 +400,116 @@ func z2jh(ctx context.Context, t *testing.T, client kubernetes.Interface, kubeco
 		}
 	}
 	t.Logf("gpuhub installed next to z2jh by helm; bob's spawn form offers the node's whole H100 and MIG 1g.5gb slices with free counts")
+	ledger := waitBound(ctx, t, client, "jhub", "gpuhub-usage-ledger")
+	t.Logf("the usage API's ledger is on local volume %s", ledger)
+
+	networkPolicies(ctx, t, cfg, client)
+
+	// The story in Chromium, through a loopback port of the namespace forwarded to the proxy's Service.
+	hubURL := forward(ctx, t, svc.Spec.ClusterIP+":80")
+	admin := signIn(ctx, t, base, "admin")
+	signIn(ctx, t, base, "alice").stop(ctx, t) // her CPU server of the first install
+	formAndPanel(ctx, t, hubURL, admin, client, cfg)
+	mig, whole := upgradePolicy(ctx, t, base, helm, kubeconfig, gpuhubCmd)
+	refusalAdminAndCLI(ctx, t, hubURL, admin, whole)
+	cullerStory(ctx, t, hubURL, base, helm, kubeconfig, append(slices.Clone(gpuhubCmd), "--set-file", "quota.policy=testdata/quota-upgrade.yaml"), mig)
+
+	// helm uninstall removes every object of the release, and the services leave none of their own behind.
+	out, err = exec.CommandContext(ctx, helm, "uninstall", "gpuhub", "--namespace", "jhub", "--wait", "--kubeconfig", kubeconfig).CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm uninstall gpuhub: %v\n%s", err, out)
+	}
+	// What the services made at run time goes with their Deployments (the garbage collector, by ownerReference).
+	var left []string
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Second) {
+		if left = leftovers(ctx, t, cfg, "jhub", "gpuhub", "gpuhub"); len(left) == 0 {
+			break
+		}
+	}
+	if len(left) > 0 {
+		t.Fatalf("after helm uninstall gpuhub, these remain: %s", strings.Join(left, ", "))
+	}
+	t.Logf("helm uninstall gpuhub left no object of the release or named gpuhub-* in jhub or cluster-wide")
+}
+
+// networkPolicies probes from inside the pods, with kube-router enforcing gpuhub's and z2jh's NetworkPolicies:
+// a single-user server reaches none of gpuhub's services directly (gpu-quota's admission endpoint, the agent's
+// snapshot port, the usage API), and through the proxy only what its user may see; the Hub and the proxy reach
+// what they must.
+func networkPolicies(ctx context.Context, t *testing.T, cfg *rest.Config, client kubernetes.Interface) {
+	t.Helper()
+	agent, err := client.CoreV1().Pods("jhub").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=gpu-agent"})
+	if err != nil || len(agent.Items) == 0 || agent.Items[0].Status.PodIP == "" {
+		t.Fatalf("no gpu-agent pod with an IP: %v", err)
+	}
+	svc := func(name string) string { return name + ".jhub.svc.cluster.local" }
+	targets := map[string]probe{
+		"quota":    {"quota", svc("gpuhub-quota"), "8000"},
+		"usage":    {"usage", svc("gpuhub-usage"), "8000"},
+		"profiles": {"profiles", svc("gpuhub-profiles"), "8000"},
+		"culler":   {"culler", svc("gpuhub-culler"), "8000"},
+		"agent":    {"agent", agent.Items[0].Status.PodIP, "9400"},
+		"hub":      {"hub", svc("hub"), "8081"},
+	}
+	pick := func(names ...string) []probe {
+		var out []probe
+		for _, n := range names {
+			out = append(out, targets[n])
+		}
+		return out
+	}
+	cases := []struct {
+		who, selector string
+		js            bool
+		want          map[string]string
+	}{
+		{"single-user server (alice)", "component=singleuser-server", false, map[string]string{
+			"quota": "blocked", "usage": "blocked", "profiles": "blocked", "culler": "blocked", "agent": "blocked", "hub": "open"}},
+		{"hub", "component=hub", false, map[string]string{
+			"quota": "open", "usage": "open", "profiles": "open", "culler": "open", "agent": "blocked"}},
+		{"proxy", "component=proxy", true, map[string]string{
+			"quota": "open", "usage": "open", "profiles": "blocked", "culler": "open", "agent": "blocked"}},
+	}
+	for _, c := range cases {
+		pod := firstPod(ctx, t, client, "jhub", c.selector)
+		probes := pick(slices.Sorted(maps.Keys(c.want))...)
+		var out string
+		if c.js {
+			out = execIn(ctx, t, cfg, client, "jhub", pod, "node", "-e", jsProbes(probes))
+		} else {
+			out = execIn(ctx, t, cfg, client, "jhub", pod, "python3", "-c", pyProbes(probes))
+		}
+		if diff := cmp.Diff(c.want, verdicts(out)); diff != "" {
+			t.Errorf("from the %s (pod %s), connections (-want +got):\n%s", c.who, pod, diff)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	// Through the proxy, alice's own server token reads her own usage and not the admin routes.
+	user := firstPod(ctx, t, client, "jhub", "component=singleuser-server")
+	out := execIn(ctx, t, cfg, client, "jhub", user, "python3", "-c", `import os, urllib.request, urllib.error
+class Stay(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args):
+        return None
+opener = urllib.request.build_opener(Stay)
+def get(path):
+    req = urllib.request.Request("http://proxy-public.jhub.svc.cluster.local" + path, headers={"Authorization": "token " + os.environ["JUPYTERHUB_API_TOKEN"]})
+    try:
+        return opener.open(req, timeout=10).status
+    except urllib.error.HTTPError as e:
+        return e.code
+print("me", get("/services/gpu-usage/api/v1/me"))
+print("users", get("/services/gpu-usage/api/v1/users"))
+print("holders", get("/services/gpu-usage/holders"))
+`)
+	t.Logf("alice's server through the proxy: %s", strings.ReplaceAll(strings.TrimSpace(out), "\n", ", "))
+	got := verdicts(out)
+	// The admin view's pages take the Hub's OAuth cookie, not a token: a token gets the login redirect.
+	if got["me"] != "200" || got["users"] != "403" || (got["holders"] != "403" && got["holders"] != "302") {
+		t.Fatalf("alice's server token through the proxy: want her own usage (200) and no admin route (403, or the login redirect), got %v", got)
+	}
+	t.Logf("NetworkPolicies enforced (kube-router): alice's server reaches the Hub but none of gpuhub's services or the agent; the Hub and the proxy reach theirs")
 }
 
 // readmeInstall returns the two helm commands of the README's install section ("How it fits z2jh"), as the
