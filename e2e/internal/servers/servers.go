@@ -45,12 +45,32 @@ func StartReady(ctx context.Context, c *hubapi.Client, user, server, profile str
 func Stop(ctx context.Context, c *hubapi.Client, user, server string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	// The Hub refuses to remove the default server (400): only a named one is removed.
-	if _, err := c.StopServer(ctx, user, server, server != ""); err != nil && !hubapi.IsNotFound(err) {
+	// A start still pending is first given a while to end: JupyterHub 5.5 answers a stop that interrupts
+	// KubeSpawner while it creates the pod with a 500, which z2jh's slow_spawn_timeout 0 makes likely (its REST
+	// start returns at once). A start that stays pending longer (a pod nothing can place) is interrupted; a 500
+	// while it is still pending is tried again.
+	_ = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+		u, err := c.GetUser(ctx, user)
+		if err != nil {
+			return false, nil
+		}
+		s, ok := u.Servers[server]
+		return !ok || s.Pending != "spawn", nil
+	})
+	for {
+		// The Hub refuses to remove the default server (400): only a named one is removed.
+		_, err := c.StopServer(ctx, user, server, server != "")
 		var apiErr *hubapi.APIError
-		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest {
+		switch {
+		case err == nil || hubapi.IsNotFound(err):
+		case errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusBadRequest:
+		case errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusInternalServerError && ctx.Err() == nil:
+			time.Sleep(time.Second)
+			continue
+		default:
 			return fmt.Errorf("stop %s/%s: %w", user, server, err)
 		}
+		break
 	}
 	_ = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		u, err := c.GetUser(ctx, user)
