@@ -273,11 +273,7 @@ func (u *hubUser) do(ctx context.Context, method, path string, form url.Values) 
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
 	if strings.HasPrefix(path, "/hub/api/") {
-		for _, c := range u.client.Jar.Cookies(req.URL) {
-			if c.Name == "_xsrf" {
-				req.Header.Set("X-XSRFToken", c.Value)
-			}
-		}
+		u.setXSRF(req)
 	}
 	resp, err := u.client.Do(req)
 	if err != nil {
@@ -286,6 +282,42 @@ func (u *hubUser) do(ctx context.Context, method, path string, form url.Values) 
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b), err
+}
+
+// setXSRF gives an API request with the session cookie the XSRF token JupyterHub asks of it.
+func (u *hubUser) setXSRF(req *http.Request) {
+	for _, c := range u.client.Jar.Cookies(req.URL) {
+		if c.Name == "_xsrf" {
+			req.Header.Set("X-XSRFToken", c.Value)
+		}
+	}
+}
+
+// servers returns the user's servers as the Hub's REST API lists them (a pending one with its pending action);
+// ok is false when the Hub did not answer.
+func (u *hubUser) servers(ctx context.Context) (servers map[string]struct {
+	Pending *string `json:"pending"`
+}, ok bool) {
+	status, body, err := u.do(ctx, http.MethodGet, "/hub/api/users/"+u.name, nil)
+	var user struct {
+		Servers map[string]struct {
+			Pending *string `json:"pending"`
+		} `json:"servers"`
+	}
+	if err != nil || status != http.StatusOK || json.Unmarshal([]byte(body), &user) != nil {
+		return nil, false
+	}
+	return user.Servers, true
+}
+
+// waitNoServer waits up to within until the Hub lists no server for the user; false if it still does.
+func (u *hubUser) waitNoServer(ctx context.Context, within time.Duration) bool {
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(time.Second) {
+		if s, ok := u.servers(ctx); ok && len(s) == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // spawn submits the spawn form with profile and follows the start as the progress page does: "" once the server
@@ -364,36 +396,21 @@ func (u *hubUser) progress(ctx context.Context, t *testing.T) string {
 // the Hub has no server for them.
 func (u *hubUser) stop(ctx context.Context, t *testing.T) {
 	t.Helper()
-	for i := 0; i < 180; i++ {
-		_, body, err := u.do(ctx, http.MethodGet, "/hub/api/users/"+u.name, nil)
-		var user struct {
-			Servers map[string]struct {
-				Pending *string `json:"pending"`
-			} `json:"servers"`
-		}
-		if err == nil && json.Unmarshal([]byte(body), &user) == nil {
-			if s, ok := user.Servers[""]; !ok {
+	for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+		if s, ok := u.servers(ctx); ok {
+			if server, running := s[""]; !running {
 				return
-			} else if s.Pending == nil {
+			} else if server.Pending == nil {
 				break
 			}
 		}
-		time.Sleep(time.Second)
 	}
 	if status, body, err := u.do(ctx, http.MethodDelete, "/hub/api/users/"+u.name+"/server", nil); err != nil || (status != http.StatusNoContent && status != http.StatusAccepted) {
 		t.Fatalf("%s: stop server: %d %v %s", u.name, status, err, body)
 	}
-	for i := 0; i < 120; i++ {
-		status, body, err := u.do(ctx, http.MethodGet, "/hub/api/users/"+u.name, nil)
-		var user struct {
-			Servers map[string]json.RawMessage `json:"servers"`
-		}
-		if err == nil && status == http.StatusOK && json.Unmarshal([]byte(body), &user) == nil && len(user.Servers) == 0 {
-			return
-		}
-		time.Sleep(time.Second)
+	if !u.waitNoServer(ctx, 2*time.Minute) {
+		t.Fatalf("%s's server did not stop within 2 minutes", u.name)
 	}
-	t.Fatalf("%s's server did not stop within 2 minutes", u.name)
 }
 
 // profileSlug returns the slug of the spawn form's choice whose label contains name.

@@ -106,16 +106,32 @@ func lastJSON(t *testing.T, out string, v any) {
 	t.Fatalf("no JSON line in:\n%s", out)
 }
 
+// getWithToken GETs url with a Hub API token, as a script or the CLI would, and returns the status and body.
+func getWithToken(ctx context.Context, t *testing.T, url, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "token "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return resp.StatusCode, string(body)
+}
+
 // token makes a Hub API token for u (its session, as the Hub's token page does).
 func (u *hubUser) token(ctx context.Context, t *testing.T, note string) string {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, u.base+"/hub/api/users/"+u.name+"/tokens", strings.NewReader(`{"note":"`+note+`","expires_in":3600}`))
 	req.Header.Set("Content-Type", "application/json")
-	for _, c := range u.client.Jar.Cookies(req.URL) {
-		if c.Name == "_xsrf" {
-			req.Header.Set("X-XSRFToken", c.Value)
-		}
-	}
+	u.setXSRF(req)
 	resp, err := u.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -179,17 +195,9 @@ func formAndPanel(ctx context.Context, t *testing.T, hubURL string, admin *hubUs
 	// What the usage API says alice holds is what the kubelet gave her container.
 	pod := firstPod(ctx, t, client, "jhub", "component=singleuser-server,hub.jupyter.org/username=alice")
 	allocated := strings.TrimSpace(execIn(ctx, t, cfg, client, "jhub", pod, "printenv", "NVIDIA_VISIBLE_DEVICES"))
-	token := admin.token(ctx, t, "realnode e2e")
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, hubURL+"services/gpu-usage/api/v1/users/alice", nil)
-	req.Header.Set("Authorization", "token "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(allocated, "MIG-") || !strings.Contains(string(body), `"`+allocated+`"`) {
-		t.Fatalf("alice's pod %s was allocated %q by the kubelet; the usage API (%s) says:\n%s", pod, allocated, resp.Status, body)
+	status, body := getWithToken(ctx, t, hubURL+"services/gpu-usage/api/v1/users/alice", admin.token(ctx, t, "realnode e2e"))
+	if status != http.StatusOK || !strings.HasPrefix(allocated, "MIG-") || !strings.Contains(body, `"`+allocated+`"`) {
+		t.Fatalf("alice's pod %s was allocated %q by the kubelet; the usage API (%d) says:\n%s", pod, allocated, status, body)
 	}
 	t.Logf("the usage API attributes to alice the MIG slice the kubelet allocated her container (%s)", allocated)
 }
@@ -282,31 +290,15 @@ func cullerStory(ctx context.Context, t *testing.T, hubURL, base, helm, kubeconf
 	// the culler's next poll has read it; then the idle GPU's countdown starts.
 	lastJSON(t, browser(ctx, t, hubURL, "panel-notice.mjs", "HUB_USER=alice", "HUB_SERVER=", "EXPECT_NOTICE=Your GPU has been idle", "WITHIN_MS=180000"), &notice)
 	t.Logf("gpu-culler's countdown in alice's GPU panel (panel-notice-alice.png): %q, %s", notice.Notice, notice.Countdown)
-	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(2 * time.Second) {
-		_, body, err := alice.do(ctx, http.MethodGet, "/hub/api/users/alice", nil)
-		var user struct {
-			Servers map[string]json.RawMessage `json:"servers"`
-		}
-		if err == nil && json.Unmarshal([]byte(body), &user) == nil && len(user.Servers) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gpu-culler did not stop alice's idle server within 3 minutes of the notice")
-		}
+	if !alice.waitNoServer(ctx, 3*time.Minute) {
+		t.Fatalf("gpu-culler did not stop alice's idle server within 3 minutes of the notice")
 	}
-	token := alice.token(ctx, t, "culler story")
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, hubURL+"services/gpu-culler/api/v1/me", nil)
-	req.Header.Set("Authorization", "token "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	status, body := getWithToken(ctx, t, hubURL+"services/gpu-culler/api/v1/me", alice.token(ctx, t, "culler story"))
 	var me struct {
 		LastStop *struct{ Server, Reason, Message string } `json:"lastStop"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&me); err != nil || me.LastStop == nil || me.LastStop.Reason != "idle" {
-		t.Fatalf("gpu-culler's me for alice: %s %v %+v, want her last stop, for idle", resp.Status, err, me.LastStop)
+	if err := json.Unmarshal([]byte(body), &me); err != nil || status != http.StatusOK || me.LastStop == nil || me.LastStop.Reason != "idle" {
+		t.Fatalf("gpu-culler's me for alice: %d %v %+v, want her last stop, for idle", status, err, me.LastStop)
 	}
 	t.Logf("gpu-culler stopped alice's idle server %.0f s after it started; she reads: %s", time.Since(started).Seconds(), me.LastStop.Message)
 }
