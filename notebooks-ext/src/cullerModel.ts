@@ -17,6 +17,7 @@ import {
   snoozeFailureText
 } from './culler';
 import { clockText } from './format';
+import { BackoffPoll, pollFrequency } from './poll';
 
 /** Where a snooze of one server stands. */
 export type SnoozeState =
@@ -67,17 +68,12 @@ export class CullerModel implements IDisposable {
     this._storage =
       options.storage === undefined ? defaultStorage() : options.storage;
     this._onSnoozed = options.onSnoozed;
-    const interval = Math.max(1, options.refreshSeconds ?? 60) * 1000;
     this._poll = this._url
-      ? new Poll({
+      ? new BackoffPoll({
           auto: false,
           factory: () => this.fetchOnce(),
           // An absent culler is asked less and less often, at most every 10 min.
-          frequency: {
-            interval,
-            backoff: true,
-            max: Math.max(interval, 600_000)
-          },
+          frequency: pollFrequency(options.refreshSeconds ?? 60, 600_000),
           name: POLL_NAME,
           standby: 'when-hidden'
         })

@@ -24,6 +24,7 @@ import {
   normalizeHistory,
   referenceMs
 } from './history';
+import { BackoffPoll, pollFrequency } from './poll';
 
 /** Everything the view needs to render one of the panel's states. */
 export type UsageState =
@@ -68,7 +69,7 @@ export class UsageModel implements IDisposable {
     this._maxBackoffMs = (options.maxBackoffSeconds ?? 300) * 1000;
     this._state = this._url ? { status: 'loading' } : { status: 'not-hub' };
     this._poll = this._url
-      ? new Poll({
+      ? new BackoffPoll({
           auto: false,
           factory: () => this.fetchOnce(),
           frequency: this._frequency(options.refreshSeconds),
@@ -248,12 +249,7 @@ export class UsageModel implements IDisposable {
   }
 
   private _frequency(seconds: number): IPoll.Frequency {
-    const interval = Math.max(1, seconds) * 1000;
-    return {
-      interval,
-      backoff: true,
-      max: Math.max(interval, this._maxBackoffMs)
-    };
+    return pollFrequency(seconds, this._maxBackoffMs);
   }
 
   private _setState(state: UsageState): void {

@@ -5,7 +5,7 @@
 // off, silently, like the culler's side.
 
 import { IDisposable } from '@lumino/disposable';
-import { Poll } from '@lumino/polling';
+import { IPoll, Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { FetchFn, ResponseError } from './api';
@@ -15,6 +15,7 @@ import {
   requestLeave,
   requestPlaces
 } from './waitlist';
+import { BackoffPoll, pollFrequency } from './poll';
 
 /** Where leaving one server's queue stands. */
 export type LeaveState =
@@ -69,7 +70,7 @@ export class WaitlistModel implements IDisposable {
       left: []
     };
     this._poll = this._url
-      ? new Poll({
+      ? new BackoffPoll({
           auto: false,
           factory: () => this.fetchOnce(),
           frequency: this._frequency(options.refreshSeconds),
@@ -249,17 +250,8 @@ export class WaitlistModel implements IDisposable {
     this._poll?.dispose();
   }
 
-  private _frequency(seconds: number): {
-    interval: number;
-    backoff: boolean;
-    max: number;
-  } {
-    const interval = Math.max(1, seconds) * 1000;
-    return {
-      interval,
-      backoff: true,
-      max: Math.max(interval, this._maxBackoffMs)
-    };
+  private _frequency(seconds: number): IPoll.Frequency {
+    return pollFrequency(seconds, this._maxBackoffMs);
   }
 
   private _setLeaving(server: string, s: LeaveState): void {
