@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,11 +28,12 @@ import (
 	"github.com/gpuhub/gpuhub/hubapi"
 )
 
-// The bounded form (make test): one short run with a fixed seed. make chaos sets a longer run with every fault.
+// The bounded form (make test): one run with a fixed seed and every fault kind once (9 faults at least 20 s apart,
+// the first after 15 s and the last 20 s before the end, fit 195 s). make chaos sets a longer run.
 const (
 	defaultSeed     = 20261123
-	defaultDuration = 150 * time.Second
-	defaultFaults   = 4
+	defaultDuration = 200 * time.Second
+	defaultFaults   = 9
 	readyLimit      = 30 * time.Second
 	ledgerTolerance = 0.01
 	usageTick       = time.Second // the usage API's --interval as gpuhubstack runs it
@@ -42,6 +44,18 @@ const (
 const formUser = "dana"
 
 var workloadUsers = []string{"alice", "bob", "carol", "admin"}
+
+// idleUser's one server is started first and never touched again: the culler must stop it (idle for idlePeriod,
+// then warned for the policy's warn), which the culler invariant requires. A user of no group (the default limits),
+// made by logging in.
+const idleUser = "erin"
+
+// guaranteed is what the openers make happen whatever the faults: idleUser's stop, its admitted start, and its
+// refused second server (the default limits allow one).
+var guaranteed = Guaranteed{CullerStops: 1, Admits: 1, Denials: 1}
+
+// ledgerUsers are the users whose GPU-hours the ledger invariant compares.
+var ledgerUsers = append(slices.Clone(workloadUsers), idleUser)
 
 // choice is a spawn-form slug of gpu-profiles (services/gpu-profiles/README.md, "Slugs") and how often the
 // workload asks for it.
@@ -198,7 +212,10 @@ func newRun(ctx context.Context, t *testing.T, seed uint64) *run {
 		spawns: map[string]int{}, pending: map[string]time.Time{}, counts: map[string]int{}, deleted: map[string]bool{},
 		form: newBrowser(formUser),
 	}
-	for _, u := range workloadUsers {
+	if err := newBrowser(idleUser).login(ctx); err != nil {
+		t.Fatalf("log in as %s (creates the user): %v", idleUser, err)
+	}
+	for _, u := range ledgerUsers {
 		tok, err := hubAdmin.CreateToken(ctx, u, hubapi.TokenRequest{Note: "chaos e2e", ExpiresIn: 3600})
 		if err != nil {
 			t.Fatalf("token for %s: %v", u, err)
@@ -331,8 +348,10 @@ func (r *run) podAt(key string, t time.Time) (Pod, bool) {
 	return *best, true
 }
 
-// workload is the seeded script: every few seconds one user starts, stops, or makes a server busy or idle.
+// workload is the seeded script: the openers (before the first fault, 15 s in), then every few seconds one user
+// starts, stops, or makes a server busy or idle.
 func (r *run) workload(ctx context.Context) {
+	r.openers(ctx)
 	for ctx.Err() == nil {
 		r.mu.Lock()
 		wait := time.Duration(2000+r.rng.IntN(3000)) * time.Millisecond
@@ -361,6 +380,25 @@ func (r *run) workload(ctx context.Context) {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// openers make the events the invariants require at least once (guaranteed), before the first fault: idleUser's
+// server, admitted and left idle for the culler to stop, then a second server of idleUser's, which gpu-quota
+// refuses (maxServers 1) once the first one's pod exists.
+func (r *run) openers(ctx context.Context) {
+	const slug = "mig-a100-sxm4-40gb-1g-5gb"
+	r.start(ctx, idleUser, "", slug)
+	deadline := time.Now().Add(12 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		r.mu.Lock()
+		live := r.livePodLocked(Key(idleUser, ""))
+		r.mu.Unlock()
+		if live != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	r.start(ctx, idleUser, "s2", slug)
 }
 
 func pick(rng *rand.Rand) string {
@@ -564,7 +602,7 @@ func (r *run) windDown(ctx context.Context) {
 func (r *run) ledger(ctx context.Context) map[string]float64 {
 	time.Sleep(3 * time.Second)
 	out := map[string]float64{}
-	for _, u := range workloadUsers {
+	for _, u := range ledgerUsers {
 		var me struct {
 			GPUHours map[string]*struct {
 				Allocated float64 `json:"allocated"`
@@ -607,9 +645,13 @@ func (r *run) invariants(ledger map[string]float64) []Row {
 		}
 	}
 	var admits []Admission
+	denials := 0
 	for _, d := range r.quotaD {
-		if d.Action == "admit" {
+		switch d.Action {
+		case "admit":
 			admits = append(admits, Admission{Time: d.Time, User: d.User, Numbers: d.Numbers, ServerName: d.Server})
+		case "deny":
+			denials++
 		}
 	}
 	busy := map[string][]Period{}
@@ -626,8 +668,8 @@ func (r *run) invariants(ledger map[string]float64) []Row {
 	staleOf := func(node string) []Period { return append(append([]Period(nil), stale[node]...), stale[""]...) }
 	return []Row{
 		LedgerRow(pods, ledger, usageDown, usageTick, ledgerTolerance),
-		CullerRow(cullerStops, r.podAt, busy, staleOf, idlePeriod, busyLag),
-		AdmissionRow(pods, policyLimits, admits),
+		CullerRow(cullerStops, r.podAt, busy, staleOf, idlePeriod, busyLag, guaranteed.CullerStops),
+		AdmissionRow(pods, policyLimits, admits, denials, guaranteed),
 		RecoveryRow(recs, readyLimit),
 		FormRow(forms),
 	}

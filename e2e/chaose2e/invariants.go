@@ -125,6 +125,12 @@ func LedgerRow(pods []Pod, ledger map[string]float64, usageDown []Period, tick t
 	return row
 }
 
+// Guaranteed is what the run's workload makes happen whatever the faults (its openers: an idle server for the
+// culler, a start within a policy and one outside it): an invariant that checked fewer events fails.
+type Guaranteed struct {
+	CullerStops, Admits, Denials int
+}
+
 // Stop is a server stop one of gpuhub's services made, from its decisions API.
 type Stop struct {
 	Time                  time.Time
@@ -137,9 +143,10 @@ type Stop struct {
 // point in [stop - idlePeriod, stop - lag) is a stop while busy (lag: what the telemetry needs to see a busy cell:
 // agent sample + usage-API tick + culler sample); a stop while the server's node had stale telemetry (an agent
 // down, the usage API down) is a stop on stale data. Stops by the workload and by gpu-quota (a budget) are not
-// the culler's. podAt finds the pod of a server at an instant.
+// the culler's. podAt finds the pod of a server at an instant. Fewer than minStops stops fail the row: the workload
+// guarantees them (an idle server), and a row that checked nothing proves nothing.
 func CullerRow(stops []Stop, podAt func(key string, t time.Time) (Pod, bool), busy map[string][]Period,
-	stale func(node string) []Period, idlePeriod, lag time.Duration,
+	stale func(node string) []Period, idlePeriod, lag time.Duration, minStops int,
 ) Row {
 	row := Row{Invariant: "no server stopped while busy or stale", OK: true}
 	culled := 0
@@ -171,7 +178,11 @@ func CullerRow(stops []Stop, podAt func(key string, t time.Time) (Pod, bool), bu
 			row.Problems = append(row.Problems, fmt.Sprintf("gpu-culler stopped %s on data %.0fs old", key, age))
 		}
 	}
-	row.Numbers = fmt.Sprintf("%d culler stops checked against %d busy periods", culled, countPeriods(busy))
+	if culled < minStops {
+		row.OK = false
+		row.Problems = append(row.Problems, fmt.Sprintf("gpu-culler stopped %d servers; the workload guarantees at least %d (an idle server left to it): nothing was checked", culled, minStops))
+	}
+	row.Numbers = fmt.Sprintf("%d culler stops (at least %d) checked against %d busy periods", culled, minStops, countPeriods(busy))
 	return row
 }
 
@@ -208,8 +219,9 @@ type Admission struct {
 // AdmissionRow checks that no admission went over a limit, twice: from the pods themselves (at every pod's
 // creation, the user's GPU pods not being deleted hold at most maxGPUs in at most maxServers servers, each of an
 // allowed kind) and from gpu-quota's admit decisions (held + requested within the limit, budget used below the
-// budget).
-func AdmissionRow(pods []Pod, limits func(user string) Limits, admits []Admission) Row {
+// budget). The workload guarantees at least min.Admits admits and min.Denials refusals (denials counts gpu-quota's
+// deny decisions); fewer fail the row, which would otherwise pass having checked nothing.
+func AdmissionRow(pods []Pod, limits func(user string) Limits, admits []Admission, denials int, min Guaranteed) Row {
 	row := Row{Invariant: "no admission over a limit", OK: true}
 	checked := 0
 	for _, p := range pods {
@@ -251,7 +263,16 @@ func AdmissionRow(pods []Pod, limits func(user string) Limits, admits []Admissio
 			row.Problems = append(row.Problems, fmt.Sprintf("gpu-quota admitted %s at %s with %.4f of a %.4f GPU-hour budget used", a.User, a.Time.Format("15:04:05"), n["used"], b))
 		}
 	}
-	row.Numbers = fmt.Sprintf("%d GPU pods, %d admit decisions", checked, len(admits))
+	if len(admits) < min.Admits || denials < min.Denials {
+		row.OK = false
+		row.Problems = append(row.Problems, fmt.Sprintf("gpu-quota decided %d admits and %d refusals; the workload guarantees at least %d and %d: the limits were not exercised",
+			len(admits), denials, min.Admits, min.Denials))
+	}
+	if checked == 0 {
+		row.OK = false
+		row.Problems = append(row.Problems, "no GPU pod was created: nothing was checked")
+	}
+	row.Numbers = fmt.Sprintf("%d GPU pods, %d admits (at least %d), %d refusals (at least %d)", checked, len(admits), min.Admits, denials, min.Denials)
 	return row
 }
 

@@ -146,10 +146,11 @@ func TestCullerRow(t *testing.T) {
 		"stop of a server the record never saw": {
 			stops: []Stop{{Time: at(100), User: "bob"}}, stale: noStale,
 		},
+		"no stop at all (nothing checked)": {stale: noStale},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got := CullerRow(tc.stops, podAt, tc.busy, tc.stale, 40*time.Second, 3*time.Second)
+			got := CullerRow(tc.stops, podAt, tc.busy, tc.stale, 40*time.Second, 3*time.Second, 1)
 			if got.OK != tc.wantOK {
 				t.Errorf("OK = %v, want %v; %v", got.OK, tc.wantOK, got.Problems)
 			}
@@ -164,11 +165,26 @@ func TestAdmissionRow(t *testing.T) {
 		}
 		return Limits{MaxGPUs: 2, MaxServers: 2, Kinds: []string{"gpu", "mig", "shared"}}
 	}
+	// Each case but the bare ones also has the run's guaranteed events: a fine admit and a refusal.
+	fine := Admission{User: "carol", Numbers: map[string]float64{"limit": 2, "held": 0, "requested": 1}}
 	tests := map[string]struct {
-		pods   []Pod
-		admits []Admission
-		wantOK bool
+		pods    []Pod
+		admits  []Admission
+		denials int
+		bare    bool
+		wantOK  bool
 	}{
+		"no admit and no refusal (nothing checked)": {
+			pods: []Pod{{User: "carol", Share: 1, Kind: "gpu", Created: at(0)}}, bare: true,
+		},
+		"admits but no refusal": {
+			pods: []Pod{{User: "carol", Share: 1, Kind: "gpu", Created: at(0)}}, admits: []Admission{fine}, bare: true,
+		},
+		"decisions but no GPU pod": {admits: []Admission{fine}, denials: 1, bare: true},
+		"the guaranteed events and a pod": {
+			pods: []Pod{{User: "carol", Share: 1, Kind: "gpu", Created: at(0)}}, admits: []Admission{fine}, denials: 1, bare: true,
+			wantOK: true,
+		},
 		"two whole GPUs for carol": {
 			pods:   []Pod{{User: "carol", Share: 1, Kind: "gpu", Created: at(0)}, {User: "carol", Server: "s2", Share: 1, Kind: "gpu", Created: at(5)}},
 			wantOK: true,
@@ -195,7 +211,11 @@ func TestAdmissionRow(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got := AdmissionRow(tc.pods, limits, tc.admits)
+			admits, denials := tc.admits, tc.denials
+			if !tc.bare {
+				admits, denials = append([]Admission{fine}, admits...), denials+1
+			}
+			got := AdmissionRow(tc.pods, limits, admits, denials, Guaranteed{Admits: 1, Denials: 1})
 			if got.OK != tc.wantOK {
 				t.Errorf("OK = %v, want %v; %v", got.OK, tc.wantOK, got.Problems)
 			}
