@@ -40,13 +40,14 @@ type Pass struct {
 	// Behind, when set, is the foreground work the pass steps aside for (see Foreground).
 	Behind *Foreground
 	since  time.Time
+	env    *env // nil: the real clock and processor
 }
 
 // Item is called after each item (or chunk of items): it gives up the processor when Slice has gone by since
 // the pass last did (since its first Item). An item that blocked (a network call) counts as time gone by: the
 // next Item gives up the processor, which costs a pause and lets waiting requests in.
 func (p *Pass) Item() {
-	now := time.Now()
+	now := p.env.now()
 	if p.since.IsZero() {
 		p.since = now
 		return
@@ -54,9 +55,9 @@ func (p *Pass) Item() {
 	if now.Sub(p.since) < Slice {
 		return
 	}
-	give()
+	p.env.give()
 	p.Behind.wait()
-	p.since = time.Now()
+	p.since = p.env.now()
 }
 
 // Foreground is latency-critical work (gpu-quota's admissions) that passes step aside for: a Pass whose Behind
@@ -70,6 +71,7 @@ func (p *Pass) Item() {
 type Foreground struct {
 	running atomic.Int64
 	ended   atomic.Int64 // when work last ended: nanoseconds since epoch, plus one (0: never)
+	env     *env         // nil: the real clock
 }
 
 const (
@@ -96,7 +98,7 @@ func (f *Foreground) Start() {
 // Done marks foreground work begun with Start as ended.
 func (f *Foreground) Done() {
 	if f != nil {
-		f.ended.Store(int64(time.Since(epoch)) + 1) // before running goes down: Busy reads them the other way
+		f.ended.Store(int64(f.env.now().Sub(epoch)) + 1) // before running goes down: Busy reads them the other way
 		f.running.Add(-1)
 	}
 }
@@ -110,18 +112,53 @@ func (f *Foreground) Busy() bool {
 		return true
 	}
 	ended := f.ended.Load()
-	return ended != 0 && time.Since(epoch)-time.Duration(ended-1) < Quiet
+	return ended != 0 && f.env.now().Sub(epoch)-time.Duration(ended-1) < Quiet
 }
 
 // wait holds the caller while f is busy, up to MaxHold.
 func (f *Foreground) wait() {
-	for deadline := time.Now().Add(MaxHold); f.Busy() && time.Now().Before(deadline); {
-		time.Sleep(holdPoll)
+	if f == nil {
+		return
+	}
+	for deadline := f.env.now().Add(MaxHold); f.Busy() && f.env.now().Before(deadline); {
+		f.env.sleep(holdPoll)
 	}
 }
 
-// give gives up the processor once: to runnable goroutines, and on one processor to requests that have arrived.
-func give() {
+// env is the clock a Pass or a Foreground reads and waits on, and the processor a Pass gives up; nil is the
+// real ones. Tests set a fake, so that slices and holds are counted rather than timed.
+type env struct {
+	clock func() time.Time
+	wait  func(time.Duration)
+	yield func()
+}
+
+func (e *env) now() time.Time {
+	if e == nil {
+		return time.Now()
+	}
+	return e.clock()
+}
+
+func (e *env) sleep(d time.Duration) {
+	if e == nil {
+		time.Sleep(d)
+		return
+	}
+	e.wait(d)
+}
+
+func (e *env) give() {
+	if e == nil {
+		giveUp()
+		return
+	}
+	e.yield()
+}
+
+// giveUp gives up the processor once: to runnable goroutines, and on one processor to requests that have
+// arrived.
+func giveUp() {
 	if runtime.GOMAXPROCS(0) > 1 {
 		runtime.Gosched()
 		return

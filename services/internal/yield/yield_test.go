@@ -2,7 +2,6 @@ package yield
 
 import (
 	"context"
-	"fmt"
 	"hash/fnv"
 	"io"
 	"net/http"
@@ -13,81 +12,176 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
-// TestPass runs a pass past a few slices, on the machine's processors and on one (giving up the processor
-// cannot be seen from a test, so this only runs the paths).
+// fakeEnv is a clock that moves only when told or slept on, and a processor whose give-ups are recorded, as
+// offsets from the start.
+type fakeEnv struct {
+	start, t time.Time
+	gaveUp   []time.Duration
+	sleeps   int
+	onSleep  func(n int) // after the clock moved for the nth sleep (from 1)
+}
+
+func newFakeEnv() *fakeEnv {
+	t0 := time.Now() // after epoch, as the real clock is
+	return &fakeEnv{start: t0, t: t0}
+}
+
+func (f *fakeEnv) env() *env {
+	return &env{
+		clock: func() time.Time { return f.t },
+		wait: func(d time.Duration) {
+			f.t = f.t.Add(d)
+			f.sleeps++
+			if f.onSleep != nil {
+				f.onSleep(f.sleeps)
+			}
+		},
+		yield: func() { f.gaveUp = append(f.gaveUp, f.t.Sub(f.start)) },
+	}
+}
+
+// at sets the clock to d after the start.
+func (f *fakeEnv) at(d time.Duration) { f.t = f.start.Add(d) }
+
+// TestPass: a pass gives the processor up at its first Item once Slice has gone by since its first Item or its
+// last give-up, and only then; an item that took several slices (it blocked) costs one give-up.
 func TestPass(t *testing.T) {
-	for _, procs := range []int{runtime.GOMAXPROCS(0), 1} {
-		t.Run(fmt.Sprintf("GOMAXPROCS=%d", procs), func(t *testing.T) {
-			prev := runtime.GOMAXPROCS(procs)
-			defer runtime.GOMAXPROCS(prev)
-			// A goroutine made runnable as the pass starts: on one processor it runs before the pass ends only
-			// if the pass gives the processor up (Go would preempt the pass only after 10 ms).
-			var other atomic.Bool
-			go other.Store(true)
-			var pace Pass
-			yields := 0
-			for end := time.Now().Add(3 * Slice); time.Now().Before(end); {
-				before := pace.since
+	tests := map[string]struct {
+		items      []time.Duration // when Item is called, after the start
+		wantGaveUp []time.Duration
+	}{
+		"one item":               {items: []time.Duration{0}},
+		"within the first slice": {items: []time.Duration{0, Slice / 2, Slice - 1}},
+		"a slice gone by":        {items: []time.Duration{0, Slice - 1, Slice}, wantGaveUp: []time.Duration{Slice}},
+		"counted from the last give-up": {
+			items:      []time.Duration{0, Slice + Slice/2, 2*Slice + Slice/2 - 1, 2*Slice + Slice/2, 3 * Slice},
+			wantGaveUp: []time.Duration{Slice + Slice/2, 2*Slice + Slice/2},
+		},
+		"counted from the first item": {items: []time.Duration{Slice, 2*Slice - 1, 2 * Slice}, wantGaveUp: []time.Duration{2 * Slice}},
+		"an item that blocked":        {items: []time.Duration{0, 10 * Slice, 10*Slice + 1}, wantGaveUp: []time.Duration{10 * Slice}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			fe := newFakeEnv()
+			pace := Pass{env: fe.env()}
+			for _, d := range tc.items {
+				fe.at(d)
 				pace.Item()
-				if !before.IsZero() && pace.since != before {
-					yields++
-				}
 			}
-			if yields == 0 {
-				t.Errorf("a pass of 3 slices (%s of wall time) never gave the processor up", 3*Slice)
-			}
-			if !other.Load() {
-				t.Error("a goroutine runnable since the pass began did not run before it ended")
+			if diff := cmp.Diff(tc.wantGaveUp, fe.gaveUp, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("gave the processor up at (-want +got):\n%s", diff)
 			}
 		})
 	}
 }
 
-// TestForeground: busy while work runs and for Quiet after; a pass behind it waits at most about MaxHold per
-// slice; nil is never busy.
+// TestGiveUp: on one processor, a goroutine made runnable before the pass gives the processor up runs before the
+// pass goes on (the runtime would preempt the pass only after 10 ms). With more processors another one may run
+// it or not, so only one is asserted.
+func TestGiveUp(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var other atomic.Bool
+	go other.Store(true)
+	giveUp()
+	if !other.Load() {
+		t.Error("a goroutine runnable before the give-up did not run before it returned")
+	}
+}
+
+// TestForeground: busy while work runs and for exactly Quiet after; nil is never busy.
 func TestForeground(t *testing.T) {
 	var nilFG *Foreground
 	nilFG.Start()
 	nilFG.Done()
+	nilFG.wait()
 	if nilFG.Busy() {
 		t.Error("nil Foreground busy")
 	}
-	var fg Foreground
-	if fg.Busy() {
-		t.Error("busy before any work")
-	}
-	fg.Start()
-	fg.Start()
-	fg.Done()
-	if !fg.Busy() {
-		t.Error("not busy with one of two pieces of work running")
-	}
-	ended := time.Now()
-	fg.Done()
-	if !fg.Busy() && time.Since(ended) < Quiet { // a goroutine descheduled for Quiet may see either
-		t.Error("not busy right after work ended")
-	}
-	time.Sleep(2 * Quiet)
-	if fg.Busy() {
-		t.Errorf("busy %s after work ended", 2*Quiet)
-	}
-
-	fg.Start() // never done: the pass must go on, a slice every MaxHold
-	pace := Pass{Behind: &fg}
-	start := time.Now()
-	slices := 0
-	for pace.Item(); slices < 3; {
-		if time.Since(pace.since) >= Slice {
-			slices++
+	fe := newFakeEnv()
+	fg := Foreground{env: fe.env()}
+	busy := func(when string, want bool) {
+		t.Helper()
+		if got := fg.Busy(); got != want {
+			t.Errorf("%s: busy %v, want %v", when, got, want)
 		}
-		pace.Item()
 	}
-	if took := time.Since(start); took < 2*MaxHold || took > 3*(MaxHold+Slice)+time.Second {
-		t.Errorf("3 slices behind busy work took %s, want about 3 x MaxHold (%s)", took, MaxHold)
-	}
+	busy("before any work", false)
+	fg.Start()
+	fg.Start()
 	fg.Done()
+	busy("one of two pieces of work running", true)
+	fe.at(time.Hour)
+	busy("the other running an hour later", true)
+	fg.Done()
+	busy("as work ended", true)
+	fe.at(time.Hour + Quiet - 1)
+	busy("Quiet less 1ns after", true)
+	fe.at(time.Hour + Quiet)
+	busy("Quiet after", false)
+}
+
+// TestPassBehind: a pass behind a Foreground gives the processor up, then holds while the foreground is busy,
+// for at most MaxHold; its next slice counts from the end of the hold.
+func TestPassBehind(t *testing.T) {
+	tests := map[string]struct {
+		nilBehind bool
+		setup     func(fg *Foreground, fe *fakeEnv) // at Slice, before the Item that gives up
+		wantHold  time.Duration
+	}{
+		"none":                {nilBehind: true},
+		"idle":                {setup: func(*Foreground, *fakeEnv) {}},
+		"ended Quiet before":  {setup: func(fg *Foreground, fe *fakeEnv) { fe.at(Slice - Quiet); fg.Start(); fg.Done(); fe.at(Slice) }},
+		"ended as it gave up": {setup: func(fg *Foreground, _ *fakeEnv) { fg.Start(); fg.Done() }, wantHold: Quiet},
+		"running throughout":  {setup: func(fg *Foreground, _ *fakeEnv) { fg.Start() }, wantHold: MaxHold},
+		"ends during the hold": {
+			setup: func(fg *Foreground, fe *fakeEnv) {
+				fg.Start()
+				fe.onSleep = func(n int) {
+					if n == 3 {
+						fg.Done()
+					}
+				}
+			},
+			wantHold: 3*holdPoll + Quiet,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			fe := newFakeEnv()
+			fg := &Foreground{env: fe.env()}
+			pace := Pass{Behind: fg, env: fe.env()}
+			if tc.nilBehind {
+				pace.Behind = nil
+			}
+			pace.Item()
+			fe.at(Slice)
+			if tc.setup != nil {
+				tc.setup(fg, fe)
+			}
+			pace.Item()
+			if diff := cmp.Diff([]time.Duration{Slice}, fe.gaveUp); diff != "" {
+				t.Errorf("gave the processor up at (-want +got):\n%s", diff)
+			}
+			if hold := fe.t.Sub(fe.start) - Slice; hold != tc.wantHold {
+				t.Errorf("held %s after giving up, want %s", hold, tc.wantHold)
+			}
+			// The next slice counts from the end of the hold.
+			end := fe.t.Sub(fe.start)
+			fe.onSleep = nil
+			fe.at(end + Slice - 1)
+			pace.Item()
+			fe.at(end + Slice)
+			pace.Item()
+			if diff := cmp.Diff([]time.Duration{Slice, end + Slice}, fe.gaveUp); diff != "" {
+				t.Errorf("after the hold, gave the processor up at (-want +got):\n%s", diff)
+			}
+		})
+	}
 }
 
 // BenchmarkArrivalDuringPass is a burst of 16 loopback HTTP requests while a CPU-bound pass runs on the one
