@@ -101,6 +101,8 @@ type Options struct {
 	WaitlistHold time.Duration
 	// WaitlistTick is how often the leader moves the queues on (default 2 s).
 	WaitlistTick time.Duration
+	// WaitlistTicks, when set, replaces WaitlistTick's ticker (tests: each value sent is one step).
+	WaitlistTicks <-chan time.Time
 	// FairShareHalfLife is the half-life of GPU-hours in the fair-share order (default 7 days).
 	FairShareHalfLife time.Duration
 	// WaitlistStore keeps the queue; nil: the usage API at UsageURL (required then).

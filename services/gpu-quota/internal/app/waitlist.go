@@ -110,9 +110,12 @@ func (w *waitlister) run(ctx context.Context) {
 	if !w.load(ctx) {
 		return
 	}
-	tick := w.o.WaitlistTick
-	t := time.NewTicker(tick)
-	defer t.Stop()
+	ticks := w.o.WaitlistTicks
+	if ticks == nil {
+		t := time.NewTicker(w.o.WaitlistTick)
+		defer t.Stop()
+		ticks = t.C
+	}
 	for {
 		w.step(ctx)
 		select {
@@ -122,7 +125,7 @@ func (w *waitlister) run(ctx context.Context) {
 			w.save(sctx)
 			cancel()
 			return
-		case <-t.C:
+		case <-ticks:
 		}
 	}
 }

@@ -2,9 +2,11 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,9 +67,32 @@ func (s *starts) count() int { s.mu.Lock(); defer s.mu.Unlock(); return len(s.go
 // Hub once, and a restarted gpu-quota finds the queue as it was.
 func TestWaitlistSavedStartedRestored(t *testing.T) {
 	store, hub := &memStore{}, &starts{}
+	// The waitlist steps every 20 ms on a ticker of the test's, which counts the ticks the loop took (both runs
+	// take from it, one after the other).
+	var steps atomic.Int64
+	ticks := make(chan time.Time)
+	tickCtx, stopTicks := context.WithCancel(context.Background())
+	defer stopTicks()
+	go func() {
+		for {
+			select {
+			case ticks <- time.Now():
+				steps.Add(1)
+			case <-tickCtx.Done():
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	// moreSteps waits for n more ticks: the loop steps after each, and takes the next only once that step is done.
+	moreSteps := func(n int64) {
+		t.Helper()
+		seen := steps.Load()
+		eventually(t, fmt.Sprintf("%d more waitlist steps", n), func() bool { return steps.Load() >= seen+n })
+	}
 	withWaitlist := func(o *Options) {
 		o.Waitlist, o.WaitlistStore, o.HubStart = true, store, hub
-		o.WaitlistTick, o.WaitlistHold = 20*time.Millisecond, time.Hour
+		o.WaitlistTicks, o.WaitlistHold = ticks, time.Hour
 	}
 	r := start(t, withWaitlist)
 	if _, err := r.kube.CoreV1().Pods("jhub").Create(context.Background(), gpuPod("jupyter-dave", "dave", "gpu-h100", "nvidia.com/gpu"), metav1.CreateOptions{}); err != nil {
@@ -95,7 +120,7 @@ func TestWaitlistSavedStartedRestored(t *testing.T) {
 		e := store.entries()
 		return len(e) == 1 && e[0].Held() && e[0].StartRequested
 	})
-	time.Sleep(100 * time.Millisecond) // a few more ticks: no second start
+	moreSteps(3) // no second start in the steps after it
 	if hub.count() != 1 || hub.opts[0]["profile"] != "h100" {
 		t.Errorf("starts: %v %v", hub.got, hub.opts)
 	}
@@ -110,6 +135,7 @@ func TestWaitlistSavedStartedRestored(t *testing.T) {
 		ps, err := r2.engine.Places("erin")
 		return err == nil && len(ps) == 1 && ps[0].Position == 0 && !ps[0].HeldUntil.IsZero()
 	})
+	moreSteps(3) // the restarted loop's steps: the start was asked for before, not again
 	if hub.count() != 1 {
 		t.Errorf("started again after the restart: %v", hub.got)
 	}
