@@ -42,9 +42,16 @@ func TestWatch(t *testing.T) {
 	defer cancel()
 	var changes atomic.Int64
 	// Polls come from the test: a send returns once Watch took the tick, and the one after it once that poll
-	// was done.
+	// was done. A Watch that stopped polling fails the test rather than hanging it.
 	ticks := make(chan time.Time)
-	poll := func() { ticks <- time.Now() }
+	poll := func() {
+		t.Helper()
+		select {
+		case ticks <- time.Now():
+		case <-time.After(5 * time.Second):
+			t.Fatal("Watch took no poll within 5 s")
+		}
+	}
 	go Watch(ctx, r, WatchOptions{Ticks: ticks, Signal: signal, What: "policy", Metrics: m,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)), OnChange: func() { changes.Add(1) }})
 
