@@ -3,12 +3,15 @@
 package chaose2e
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"slices"
@@ -52,7 +55,7 @@ const idleUser = "erin"
 
 // guaranteed is what the openers make happen whatever the faults: idleUser's stop, its admitted start, and its
 // refused second server (the default limits allow one).
-var guaranteed = Guaranteed{CullerStops: 1, Admits: 1, Denials: 1}
+var guaranteed = Guaranteed{CullerStops: 1, Admits: 1, Refusals: 1}
 
 // ledgerUsers are the users whose GPU-hours the ledger invariant compares.
 var ledgerUsers = append(slices.Clone(workloadUsers), idleUser)
@@ -189,6 +192,7 @@ type run struct {
 	pending map[string]time.Time      // spawns asked for and not yet seen as a pod, by Key
 	hubDown bool                      // while the Hub fault runs (form checks are skipped)
 	counts  map[string]int            // workload actions
+	refused int                       // the openers' spawns over a limit seen refused (their progress failed)
 	deleted map[string]bool           // pod UIDs seen deleted
 	form    *browser
 }
@@ -399,6 +403,63 @@ func (r *run) openers(ctx context.Context) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	r.start(ctx, idleUser, "s2", slug)
+	ev, err := r.spawnOutcome(ctx, idleUser, "s2")
+	switch {
+	case err != nil:
+		r.t.Errorf("chaos: %s/s2's start (over maxServers 1): %v", idleUser, err)
+	case ev.Failed:
+		r.t.Logf("chaos: %s/s2 refused as it must be: %s", idleUser, ev.Message)
+		r.mu.Lock()
+		r.refused++
+		r.mu.Unlock()
+	default:
+		r.t.Errorf("chaos: %s/s2 started although %s's limits allow one server: %+v", idleUser, idleUser, ev)
+	}
+}
+
+// progressEvent is one event of a server's progress stream (/hub/api/users/{user}/servers/{name}/progress).
+type progressEvent struct {
+	Progress int    `json:"progress"`
+	Failed   bool   `json:"failed"`
+	Ready    bool   `json:"ready"`
+	Message  string `json:"message"`
+}
+
+// spawnOutcome follows a server's progress stream to its failed or ready event (at most 30 s).
+func (r *run) spawnOutcome(ctx context.Context, user, server string) (progressEvent, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	u := st.Hub.APIURL() + "/users/" + url.PathEscape(user) + "/servers/" + url.PathEscape(server) + "/progress"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, http.NoBody)
+	if err != nil {
+		return progressEvent{}, err
+	}
+	req.Header.Set("Authorization", "token "+st.Hub.AdminToken())
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return progressEvent{}, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return progressEvent{}, fmt.Errorf("progress: %s %s", resp.Status, b)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data:")
+		if !ok {
+			continue
+		}
+		var ev progressEvent
+		if err := json.Unmarshal([]byte(strings.TrimSpace(data)), &ev); err != nil {
+			return progressEvent{}, fmt.Errorf("progress event %q: %w", data, err)
+		}
+		if ev.Failed || ev.Ready {
+			return ev, nil
+		}
+	}
+	return progressEvent{}, fmt.Errorf("progress stream ended without a failed or ready event (%v)", sc.Err())
 }
 
 func pick(rng *rand.Rand) string {
@@ -645,13 +706,13 @@ func (r *run) invariants(ledger map[string]float64) []Row {
 		}
 	}
 	var admits []Admission
-	denials := 0
+	refusals := r.refused
 	for _, d := range r.quotaD {
 		switch d.Action {
 		case "admit":
 			admits = append(admits, Admission{Time: d.Time, User: d.User, Numbers: d.Numbers, ServerName: d.Server})
 		case "deny":
-			denials++
+			refusals++
 		}
 	}
 	busy := map[string][]Period{}
@@ -669,7 +730,7 @@ func (r *run) invariants(ledger map[string]float64) []Row {
 	return []Row{
 		LedgerRow(pods, ledger, usageDown, usageTick, ledgerTolerance),
 		CullerRow(cullerStops, r.podAt, busy, staleOf, idlePeriod, busyLag, guaranteed.CullerStops),
-		AdmissionRow(pods, policyLimits, admits, denials, guaranteed),
+		AdmissionRow(pods, policyLimits, admits, refusals, guaranteed),
 		RecoveryRow(recs, readyLimit),
 		FormRow(forms),
 	}

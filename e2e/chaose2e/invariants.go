@@ -126,9 +126,9 @@ func LedgerRow(pods []Pod, ledger map[string]float64, usageDown []Period, tick t
 }
 
 // Guaranteed is what the run's workload makes happen whatever the faults (its openers: an idle server for the
-// culler, a start within a policy and one outside it): an invariant that checked fewer events fails.
+// culler, a start within a policy and one over it): an invariant that checked fewer events fails.
 type Guaranteed struct {
-	CullerStops, Admits, Denials int
+	CullerStops, Admits, Refusals int
 }
 
 // Stop is a server stop one of gpuhub's services made, from its decisions API.
@@ -219,9 +219,11 @@ type Admission struct {
 // AdmissionRow checks that no admission went over a limit, twice: from the pods themselves (at every pod's
 // creation, the user's GPU pods not being deleted hold at most maxGPUs in at most maxServers servers, each of an
 // allowed kind) and from gpu-quota's admit decisions (held + requested within the limit, budget used below the
-// budget). The workload guarantees at least min.Admits admits and min.Denials refusals (denials counts gpu-quota's
-// deny decisions); fewer fail the row, which would otherwise pass having checked nothing.
-func AdmissionRow(pods []Pod, limits func(user string) Limits, admits []Admission, denials int, min Guaranteed) Row {
+// budget). The workload guarantees at least min.Admits admits and min.Refusals refused spawns over a limit (refusals:
+// gpu-quota's deny decisions and the spawns the workload saw refused, most often by the glue's check of the
+// choice against gpu-profiles, which asks gpu-quota; fewer fail the row, which would otherwise pass having
+// checked nothing.
+func AdmissionRow(pods []Pod, limits func(user string) Limits, admits []Admission, refusals int, min Guaranteed) Row {
 	row := Row{Invariant: "no admission over a limit", OK: true}
 	checked := 0
 	for _, p := range pods {
@@ -263,16 +265,16 @@ func AdmissionRow(pods []Pod, limits func(user string) Limits, admits []Admissio
 			row.Problems = append(row.Problems, fmt.Sprintf("gpu-quota admitted %s at %s with %.4f of a %.4f GPU-hour budget used", a.User, a.Time.Format("15:04:05"), n["used"], b))
 		}
 	}
-	if len(admits) < min.Admits || denials < min.Denials {
+	if len(admits) < min.Admits || refusals < min.Refusals {
 		row.OK = false
-		row.Problems = append(row.Problems, fmt.Sprintf("gpu-quota decided %d admits and %d refusals; the workload guarantees at least %d and %d: the limits were not exercised",
-			len(admits), denials, min.Admits, min.Denials))
+		row.Problems = append(row.Problems, fmt.Sprintf("%d admits and %d refused spawns; the workload guarantees at least %d and %d: the limits were not exercised",
+			len(admits), refusals, min.Admits, min.Refusals))
 	}
 	if checked == 0 {
 		row.OK = false
 		row.Problems = append(row.Problems, "no GPU pod was created: nothing was checked")
 	}
-	row.Numbers = fmt.Sprintf("%d GPU pods, %d admits (at least %d), %d refusals (at least %d)", checked, len(admits), min.Admits, denials, min.Denials)
+	row.Numbers = fmt.Sprintf("%d GPU pods, %d admits (at least %d), %d refusals (at least %d)", checked, len(admits), min.Admits, refusals, min.Refusals)
 	return row
 }
 

@@ -215,7 +215,7 @@ func TestAdmissionRow(t *testing.T) {
 			if !tc.bare {
 				admits, denials = append([]Admission{fine}, admits...), denials+1
 			}
-			got := AdmissionRow(tc.pods, limits, admits, denials, Guaranteed{Admits: 1, Denials: 1})
+			got := AdmissionRow(tc.pods, limits, admits, denials, Guaranteed{Admits: 1, Refusals: 1})
 			if got.OK != tc.wantOK {
 				t.Errorf("OK = %v, want %v; %v", got.OK, tc.wantOK, got.Problems)
 			}
