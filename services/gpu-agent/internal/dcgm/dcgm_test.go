@@ -2,10 +2,12 @@ package dcgm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,21 +85,53 @@ DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-1",GPU_I_ID="3"} 0.25
 	}
 }
 
-// A dcgm-exporter that accepts the connection and never answers: the scrape
-// gives up after Timeout.
-func TestMIGUtilizationTimeout(t *testing.T) {
-	hang := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// hungExporter accepts a scrape and never answers it; abandoned gets a value when the client gave one up (its
+// connection closed).
+func hungExporter(t testing.TB) (srv *httptest.Server, abandoned chan struct{}) {
+	hang, abandoned := make(chan struct{}), make(chan struct{}, 1)
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-hang:
 		case <-r.Context().Done():
+			select {
+			case abandoned <- struct{}{}:
+			default: // a benchmark's many: nobody counts them
+			}
 		}
 	}))
 	t.Cleanup(func() { close(hang); srv.Close() })
+	return srv, abandoned
+}
 
-	start := time.Now()
-	_, err := New(srv.URL, Options{HTTPClient: srv.Client(), Timeout: 100 * time.Millisecond}).MIGUtilization(context.Background())
-	if took := time.Since(start); err == nil || took > 2*time.Second {
-		t.Errorf("MIGUtilization against a hung exporter = %v after %s, want an error within the 100ms timeout", err, took)
+// A dcgm-exporter that accepts the connection and never answers: the scrape gives up at its own Timeout (a
+// deadline error while the caller's context is live) and drops the request. How soon is
+// BenchmarkMIGUtilizationHung's to say.
+func TestMIGUtilizationTimeout(t *testing.T) {
+	srv, abandoned := hungExporter(t)
+	// The caller's context ends only by cancellation, and only if the scrape hangs on: a deadline error can
+	// then be the scrape's own alone.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer time.AfterFunc(time.Minute, cancel).Stop()
+	_, err := New(srv.URL, Options{HTTPClient: srv.Client(), Timeout: 100 * time.Millisecond}).MIGUtilization(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil || !strings.Contains(err.Error(), "(timeout 100ms)") {
+		t.Fatalf("MIGUtilization against a hung exporter = %v (caller's context: %v), want the scrape's own 100ms deadline", err, ctx.Err())
+	}
+	select {
+	case <-abandoned:
+	case <-time.After(10 * time.Second):
+		t.Error("the exporter's request was not dropped")
+	}
+}
+
+// BenchmarkMIGUtilizationHung is how long a scrape of a hung exporter takes with a 10 ms Timeout: the timeout
+// and the cost of giving up (a new connection each time).
+func BenchmarkMIGUtilizationHung(b *testing.B) {
+	srv, _ := hungExporter(b)
+	c := New(srv.URL, Options{HTTPClient: srv.Client(), Timeout: 10 * time.Millisecond})
+	for b.Loop() {
+		if _, err := c.MIGUtilization(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
+			b.Fatalf("MIGUtilization against a hung exporter = %v, want its deadline", err)
+		}
 	}
 }
