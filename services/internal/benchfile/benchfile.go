@@ -202,9 +202,10 @@ func code(args []string) string {
 	return "`" + strings.Join(args, " ") + "`"
 }
 
-// Fence is text (a table printed in columns) as a fenced block, to show as printed.
+// Fence is text (a table printed in columns) as a fenced block, to show as printed (without blank lines at its
+// start and end).
 func Fence(text string) string {
-	return "```text\n" + strings.TrimRight(text, "\n") + "\n```\n"
+	return "```text\n" + strings.Trim(text, "\n") + "\n```\n"
 }
 
 // Write writes the result file at path: h, then body (markdown). It makes path's folder, and replaces an

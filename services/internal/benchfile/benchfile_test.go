@@ -178,7 +178,7 @@ func TestNew(t *testing.T) {
 
 func TestWrite(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "docs", "benchmarks", "quota.md")
-	body := Fence("table\n  row 1\n\n")
+	body := Fence("\ntable\n  row 1\n\n")
 	if err := Write(path, header, body); err != nil {
 		t.Fatal(err)
 	}
