@@ -2,12 +2,14 @@
 
 QUOTA_BENCH_BIN   := $(GPUHUB_CACHE)/bin/quota-bench
 QUOTA_BENCH_FLAGS ?=
+# Where the table goes, with the date, machine, commit and flags (services/internal/benchfile); empty: stdout only.
+QUOTA_BENCH_OUT   ?= docs/benchmarks/quota.md
 # The systems under test run on CPU 0 (quota-bench --sut-cpu); the load generator and the control plane on CPU 1.
 QUOTA_BENCH_LOAD_CPU ?= 1
 
 .PHONY: bench-quota
-bench-quota: etcd kube-binaries ## B2: gpu-quota admission vs a naive LIST-per-decision enforcer on a real kube-apiserver, 10k users/pods. Prints a table.
+bench-quota: etcd kube-binaries ## B2: gpu-quota admission vs a naive LIST-per-decision enforcer on a real kube-apiserver, 10k users/pods. Prints a table and writes it to docs/benchmarks/quota.md.
 	@command -v taskset >/dev/null || { echo "ERROR: taskset not found; install it: apt-get install -y util-linux"; exit 1; }
 	@mkdir -p $(dir $(QUOTA_BENCH_BIN))
 	$(GO) build -o $(QUOTA_BENCH_BIN) ./services/gpu-quota/cmd/quota-bench
-	GPUHUB_KUBE_BIN="$(KUBE_BIN)" taskset -c $(QUOTA_BENCH_LOAD_CPU) $(QUOTA_BENCH_BIN) run $(QUOTA_BENCH_FLAGS)
+	GPUHUB_KUBE_BIN="$(KUBE_BIN)" taskset -c $(QUOTA_BENCH_LOAD_CPU) $(QUOTA_BENCH_BIN) run --out="$(QUOTA_BENCH_OUT)" $(QUOTA_BENCH_FLAGS)

@@ -1,11 +1,12 @@
 // Command quota-bench measures spawn admission (benchmarks.md B2): gpu-quota against a naive enforcer that
 // LISTs pods and nodes per decision, on one real kube-apiserver with 10,000 pods. `make bench-quota` runs it.
 //
-//	quota-bench run [flags]   start a control plane, fill it, measure, print the table
+//	quota-bench run [flags]   start a control plane, fill it, measure, print the table (and write it to --out)
 //	quota-bench sut [flags]   (internal) serve both enforcers for the HTTP runs
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/admit"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/bench"
+	"github.com/gpuhub/gpuhub/services/internal/benchfile"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -72,9 +74,13 @@ func runBench(ctx context.Context, args []string) error {
 	fs.StringVar(&o.SUTProfile, "sut-cpu-profile", "", "write the HTTP system under test's CPU profile (pprof) to this file")
 	fs.StringVar(&o.SUTHeapProfile, "sut-heap-profile", "", "write the HTTP system under test's live heap (pprof), taken once it is ready, to this file")
 	sutEnv := fs.String("sut-env", "GOGC=200", "comma-separated KEY=VALUE added to gpu-quota's and the floor's environment over HTTP (default: the chart's GOGC for gpu-quota)")
+	out := fs.String("out", "", "also write the table, with the date, machine, commit and flags, to this markdown file (make bench-quota: docs/benchmarks/quota.md)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	header := benchfile.New(ctx, "B2 spawn admission (gpu-quota)", "make bench-quota", fs)
+	var table bytes.Buffer
+	o.Report = &table
 	if *sutEnv != "" {
 		o.SUTEnv = strings.Split(*sutEnv, ",")
 	}
@@ -83,7 +89,17 @@ func runBench(ctx context.Context, args []string) error {
 		return err
 	}
 	o.Self = self
-	return bench.Run(ctx, o)
+	if err := bench.Run(ctx, o); err != nil {
+		return err
+	}
+	if *out == "" {
+		return nil
+	}
+	if err := benchfile.Write(*out, header, benchfile.Fence(table.String())); err != nil {
+		return err
+	}
+	fmt.Printf("\nwrote %s\n", *out)
+	return nil
 }
 
 func runSUT(ctx context.Context, args []string) error {
