@@ -2,11 +2,12 @@
 // baseline that LISTs nodes and pods per render, on one real kube-apiserver with 1,000 nodes and 10,000 pods.
 // `make bench-profiles` runs it.
 //
-//	profiles-bench run [flags]        start a control plane, fill it, measure, print the table
+//	profiles-bench run [flags]        start a control plane, fill it, measure, print the table (and write it to --out)
 //	profiles-bench baseline [flags]   (internal) serve the baseline
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/bench"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/profiles"
+	"github.com/gpuhub/gpuhub/services/internal/benchfile"
 	"github.com/gpuhub/gpuhub/services/internal/benchkit"
 	"github.com/gpuhub/gpuhub/services/internal/policy"
 )
@@ -56,7 +58,7 @@ func runBench(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	o := bench.RunOptions{Out: os.Stdout}
 	fs.StringVar(&o.ProfilesBin, "profiles-bin", "", "the gpu-profiles binary (required)")
-	fs.StringVar(&o.QuotaBin, "quota-bin", "", "the gpu-quota binary: adds a row with gpu-profiles asking a real gpu-quota (empty: no such row)")
+	fs.StringVar(&o.QuotaBin, "quota-bin", "", "the gpu-quota binary: measures the chart's configuration with quota enabled, gpu-profiles with --quota-url to a real gpu-quota (empty: not measured, and B7 not met)")
 	fs.StringVar(&o.KubeBin, "kube-bin", os.Getenv("GPUHUB_KUBE_BIN"), "directory with kube-apiserver, kube-scheduler, kube-controller-manager")
 	fs.StringVar(&o.Etcd, "etcd", os.Getenv("GPUHUB_ETCD"), "etcd executable (default: etcd on PATH)")
 	fs.IntVar(&o.Synth.Users, "users", 10_000, "Hub users")
@@ -73,9 +75,13 @@ func runBench(ctx context.Context, args []string) error {
 	fs.StringVar(&o.SUTCPU, "sut-cpu", "0", "CPU list the systems under test are pinned to (taskset; empty: not pinned)")
 	sutEnv := fs.String("sut-env", "", "comma-separated KEY=VALUE added to the systems' environment (e.g. GOGC=200)")
 	verbose := fs.Bool("v", false, "show the services' own logs")
+	out := fs.String("out", "", "also write the table, with the date, machine, commit and flags, to this markdown file (make bench-profiles: docs/benchmarks/profiles.md)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	header := benchfile.New(ctx, "B7 spawn form (gpu-profiles)", "make bench-profiles", fs)
+	var table bytes.Buffer
+	o.Report = &table
 	if o.ProfilesBin == "" {
 		return fmt.Errorf("--profiles-bin is required: build it with go build -o BIN ./services/gpu-profiles (make bench-profiles does)")
 	}
@@ -90,7 +96,17 @@ func runBench(ctx context.Context, args []string) error {
 		return err
 	}
 	o.Self = self
-	return bench.Run(ctx, o)
+	if err := bench.Run(ctx, o); err != nil {
+		return err
+	}
+	if *out == "" {
+		return nil
+	}
+	if err := benchfile.Write(*out, header, benchfile.Fence(table.String())); err != nil {
+		return err
+	}
+	fmt.Printf("\nwrote %s\n", *out)
+	return nil
 }
 
 func runBaseline(ctx context.Context, args []string) error {
