@@ -1,10 +1,13 @@
 # gpu-culler's benchmark B3 (services/gpu-culler/cmd/culler-bench): a pass over a real JupyterHub with 10,000
 # users and 2,000 running servers, against jupyterhub-idle-culler 1.4.0 (pinned in the hub55 venv) on the same Hub.
-# `make bench-culler` measures and prints the table; `make bench-culler-smoke` (in `make test`) runs the harness
-# on a small fleet, one pass each, to show it works, and asserts no timings.
+# `make bench-culler` measures, prints the table and writes it to docs/benchmarks/culler.md; `make bench-culler-smoke`
+# (in `make test`) runs the harness on a small fleet, one pass each, to show it works, and asserts no timings.
 
 CULLER_BENCH_BIN   := $(GPUHUB_CACHE)/bin/culler-bench
 CULLER_BENCH_FLAGS ?=
+# Where `make bench-culler` writes its table, with the date, machine, commit and flags (services/internal/benchfile);
+# empty: stdout only. The smoke run writes none.
+CULLER_BENCH_OUT   ?= docs/benchmarks/culler.md
 # The Hub runs on CPU 0 (culler-bench --hub-cpu); the cullers, the control plane and the load side on CPU 1.
 CULLER_BENCH_HUB_CPU  ?= 0
 CULLER_BENCH_LOAD_CPU ?= 1
@@ -21,8 +24,8 @@ define culler-bench
 endef
 
 .PHONY: bench-culler
-bench-culler: venv-hub55 etcd kube-binaries ## B3: gpu-culler pass vs jupyterhub-idle-culler on a real Hub (10k users, 2k servers). Prints a table.
-	$(call culler-bench,)
+bench-culler: venv-hub55 etcd kube-binaries ## B3: gpu-culler pass vs jupyterhub-idle-culler on a real Hub (10k users, 2k servers). Prints a table and writes it to docs/benchmarks/culler.md.
+	$(call culler-bench,--out="$(CULLER_BENCH_OUT)")
 
 .PHONY: bench-culler-smoke
 bench-culler-smoke: venv-hub55 etcd kube-binaries ## B3's harness on a small fleet, one pass each (no timings asserted; < 2 min).

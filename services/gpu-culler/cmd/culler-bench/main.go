@@ -1,10 +1,11 @@
 // Command culler-bench measures a gpu-culler pass (benchmarks.md B3) against jupyterhub-idle-culler on the same
 // real JupyterHub (10,000 users, 2,000 running servers) with the servers' pods in a real kube-apiserver and
-// telemetry for all of them, and prints a table. `make bench-culler` runs it; `-short` is a quick smoke run of
-// the harness (small fleet, one run), not a measurement.
+// telemetry for all of them, and prints a table (and writes it to --out). `make bench-culler` runs it; `-short`
+// is a quick smoke run of the harness (small fleet, one run), not a measurement.
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/bench"
+	"github.com/gpuhub/gpuhub/services/internal/benchfile"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -46,9 +48,13 @@ func run(args []string) int {
 	fs.StringVar(&o.HubCPU, "hub-cpu", "0", "CPU list the Hub is pinned to (taskset; empty: not pinned); run this command on the others")
 	fs.StringVar(&o.LogDir, "log-dir", "", "keep the cullers' logs here (default: removed at the end)")
 	short := fs.Bool("short", false, "smoke run of the harness: 300 users, 40 servers, one run of one pass each (no timed assertions)")
+	out := fs.String("out", "", "also write the table, with the date, machine, commit and flags, to this markdown file (make bench-culler: docs/benchmarks/culler.md)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	header := benchfile.New(ctx, "B3 culler pass (gpu-culler)", "make bench-culler", fs)
+	var table bytes.Buffer
+	o.Report = &table
 	if *short {
 		o.Fleet = bench.Fleet{Users: 300, Servers: 40, IdleEvery: 10, StaleEvery: 20}
 		o.Runs, o.Passes, o.IdleWindow, o.IdleCullEvery = 1, 1, 3*time.Second, 3*time.Second
@@ -64,7 +70,17 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "culler-bench: --every must be 10s or more (the policy's minimum)")
 		return 2
 	}
-	if err := bench.Run(ctx, o); err != nil {
+	err := bench.Run(ctx, o)
+	// A run that printed its table and then failed a check (a busy server stopped) is a result too: its table
+	// says so.
+	if *out != "" && table.Len() > 0 {
+		if werr := benchfile.Write(*out, header, benchfile.Fence(table.String())); werr != nil {
+			fmt.Fprintln(os.Stderr, "culler-bench:", werr)
+			return 1
+		}
+		fmt.Printf("\nwrote %s\n", *out)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "culler-bench:", err)
 		return 1
 	}

@@ -272,7 +272,7 @@ func TestPassWatcher(t *testing.T) {
 func jsonNum(f float64) string { b, _ := json.Marshal(f); return string(b) }
 
 // TestSummarize: the table's numbers are per pass, medians over runs, ratios idle-culler over gpu-culler, and
-// the targets judged on the medians.
+// the targets judged on each run: the median of the runs' CPU ratios (10x) meets 1/5, run 2's (4x) does not.
 func TestSummarize(t *testing.T) {
 	run := func(ourCPU, theirCPU time.Duration, idleP99, ourP99 time.Duration) RunResult {
 		return RunResult{IdleProbeP99: idleP99,
@@ -282,29 +282,29 @@ func TestSummarize(t *testing.T) {
 	}
 	runs := []RunResult{
 		run(100*time.Millisecond, 1000*time.Millisecond, 10*time.Millisecond, 11*time.Millisecond),
-		run(120*time.Millisecond, 900*time.Millisecond, 10*time.Millisecond, 13*time.Millisecond),
+		run(120*time.Millisecond, 480*time.Millisecond, 10*time.Millisecond, 13*time.Millisecond),
 		run(90*time.Millisecond, 1100*time.Millisecond, 10*time.Millisecond, 11*time.Millisecond),
 	}
 	tab := Summarize(runs, 0, 10)
 	got := map[string]string{}
 	for _, r := range tab.Rows {
 		met := "-"
-		if r.Met != nil {
-			met = map[bool]string{true: "met", false: "NOT met"}[*r.Met]
+		if r.Verdict != nil {
+			met = r.Verdict.String()
 		}
 		got[r.Name] = r.Ours.String() + " | " + r.Theirs.String() + " | " + r.Ratio.format("%.1fx") + " | " + met
 	}
 	want := map[string]string{
-		"pass time (culler's metric)":              "300 | - | - | met",
+		"pass time (culler's metric)":              "300 | - | - | met (3 of 3 runs)",
 		"pass time at the Hub":                     "- | - | - | -",
-		"Hub requests per pass":                    "11 | 41 | 3.7x | met",
-		"Hub CPU per pass (window less idle)":      "100 (90–120) | 1000 (900–1100) | 10.0x (7.5x–12.2x) | met",
+		"Hub requests per pass":                    "11 | 41 | 3.7x | met (3 of 3 runs)",
+		"Hub CPU per pass (window less idle)":      "100 (90–120) | 1000 (480–1100) | 10.0x (4.0x–12.2x) | NOT met (met in 2 of 3 runs)",
 		"Hub CPU per pass (in its requests)":       "0 | 0 | - | -",
 		"Hub probe p99, no culler":                 "10 | 10 | - | -",
-		"Hub probe p99 during passes":              "11 (11–13) | 30 | - | -",
-		"  degradation vs no culler":               "10 (10–30) | 200 | - | met",
+		"Hub probe p99 during passes":              "11 (11–13) | 30 | 2.7x (2.3x–2.7x) | NOT met (met in 0 of 3 runs)",
+		"  degradation vs no culler":               "10 (10–30) | 200 | - | -",
 		"idle servers stopped per run":             "5 | 0 | - | -",
-		"busy or stale servers stopped (all runs)": "0 | 0 | - | met",
+		"busy or stale servers stopped (all runs)": "0 | 0 | - | met (1 of 1 runs)",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)

@@ -52,6 +52,8 @@ type RunOptions struct {
 	// LogDir keeps the culler's and idle-culler's logs (default: a temporary directory, removed).
 	LogDir string
 	Out    io.Writer
+	// Report, if set, also gets the final table (what Out gets after the runs' progress): the result file's.
+	Report io.Writer
 }
 
 func (o RunOptions) printf(format string, args ...any) { _, _ = fmt.Fprintf(o.Out, format, args...) }
