@@ -28,6 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/gpuhub/gpuhub/e2e/cluster"
 	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/decide"
@@ -96,14 +97,27 @@ func TestAgainstAPIServer(t *testing.T) {
 		return p
 	}
 
-	// The first warning.
-	fresh, err := c.CoreV1().Pods("jhub").Get(ctx, "jupyter-alice", metav1.GetOptions{})
-	if err != nil {
+	// The first warning. The harness's kube-scheduler marks the pod unschedulable (no nodes) at some moment
+	// after its creation, which conflicts with a write that read the pod before: read it again then.
+	warn := notices.Build(decide.Decision{Action: decide.Warn, Reason: decide.ReasonIdle, Deadline: first, Message: "pass 0"}, rule, decide.Notice{}, start)
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		fresh, err := c.CoreV1().Pods("jhub").Get(ctx, "jupyter-alice", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		return notices.Write(ctx, c, fresh, &warn)
+	}); err != nil {
 		t.Fatal(err)
 	}
-	warn := notices.Build(decide.Decision{Action: decide.Warn, Reason: decide.ReasonIdle, Deadline: first, Message: "pass 0"}, rule, decide.Notice{}, start)
-	if err := notices.Write(ctx, c, fresh, &warn); err != nil {
-		t.Fatal(err)
+	// The pass and the snoozes read the informer's copy: the race starts once it holds the warning.
+	for {
+		if _, _, ok := notices.FromPod(cached().Annotations); ok {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the informer never saw the first warning")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 
 	log, err := decision.NewLog(decision.Options{Service: "gpu-culler"})
