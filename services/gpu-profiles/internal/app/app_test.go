@@ -198,8 +198,13 @@ func (r *running) profiles(t *testing.T, token, body string) (int, form) {
 	}
 	defer func() { _ = resp.Body.Close() }()
 	var f form
-	data, _ := io.ReadAll(resp.Body)
-	_ = json.Unmarshal(data, &f)
+	data, err := io.ReadAll(resp.Body)
+	if err == nil {
+		err = json.Unmarshal(data, &f)
+	}
+	if err != nil {
+		t.Fatalf("profiles answer %d: %v\n%s", resp.StatusCode, err, data)
+	}
 	return resp.StatusCode, f
 }
 

@@ -31,7 +31,10 @@ func (f *fakeQuota) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a := r.Header.Get("Authorization")
 	f.auth.Store(&a)
 	var req request
-	_ = json.NewDecoder(r.Body).Decode(&req)
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest) // and nothing stored: the tests' checks of it fail
+		return
+	}
 	f.got.Store(&req)
 	if f.delay > 0 {
 		select {

@@ -3,7 +3,9 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -124,7 +126,9 @@ func do(t *testing.T, method, url, token, body string) (int, map[string]any) {
 	}
 	defer func() { _ = resp.Body.Close() }()
 	var out map[string]any
-	_ = json.NewDecoder(resp.Body).Decode(&out)
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil && !errors.Is(err, io.EOF) { // EOF: no body
+		t.Fatalf("%s %s answer %d: %v", method, url, resp.StatusCode, err)
+	}
 	return resp.StatusCode, out
 }
 

@@ -206,7 +206,9 @@ func (r *running) readyz(t *testing.T) (int, map[string]string) {
 	var body struct {
 		Checks map[string]string `json:"checks"`
 	}
-	_ = json.NewDecoder(resp.Body).Decode(&body)
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatalf("readyz answer %d: %v", resp.StatusCode, err)
+	}
 	return resp.StatusCode, body.Checks
 }
 
@@ -239,8 +241,13 @@ func (r *running) admit(t testing.TB, client *http.Client, body string) (int, ad
 	}
 	defer func() { _ = resp.Body.Close() }()
 	var res admit.Result
-	data, _ := io.ReadAll(resp.Body)
-	_ = json.Unmarshal(data, &res)
+	data, err := io.ReadAll(resp.Body)
+	if err == nil {
+		err = json.Unmarshal(data, &res)
+	}
+	if err != nil { // Errorf: some callers run in goroutines of their own
+		t.Errorf("admit answer %d: %v\n%s", resp.StatusCode, err, data)
+	}
 	return resp.StatusCode, res
 }
 
@@ -274,8 +281,11 @@ func TestAdmitOverHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	var q admit.QuotaStatus
-	_ = json.NewDecoder(resp.Body).Decode(&q)
+	err = json.NewDecoder(resp.Body).Decode(&q)
 	_ = resp.Body.Close()
+	if err != nil {
+		t.Fatalf("bob's quota answer %d: %v", resp.StatusCode, err)
+	}
 	if q.Concurrent.Servers != 1 || len(q.Budgets) != 1 || q.Budgets[0].Status != "ok" {
 		t.Errorf("bob's quota %+v", q)
 	}

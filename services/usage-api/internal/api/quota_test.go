@@ -43,7 +43,9 @@ func TestMeNoticesAndBudget(t *testing.T) {
 		t.Errorf("notices (-want +got):\n%s", diff)
 	}
 	var wantBudget map[string]any
-	_ = json.Unmarshal([]byte(aliceQuota), &wantBudget)
+	if err := json.Unmarshal([]byte(aliceQuota), &wantBudget); err != nil {
+		t.Fatal(err)
+	}
 	if diff := cmp.Diff(wantBudget, me["budget"]); diff != "" {
 		t.Errorf("budget (-want +got):\n%s", diff)
 	}
