@@ -696,8 +696,11 @@ func runSnooze(t *testing.T, user, server string) browserResult {
 			OK     bool   `json:"ok"`
 			Result string `json:"result"`
 		}
-		_ = json.Unmarshal(lines[len(lines)-1], &r)
-		res.OK, res.Result = r.OK && err == nil, r.Result
+		uerr := json.Unmarshal(lines[len(lines)-1], &r)
+		if uerr != nil { // runSnooze runs in a goroutine of its own: no t.Fatal here
+			res.Output += "\nthe result line: " + uerr.Error()
+		}
+		res.OK, res.Result = r.OK && err == nil && uerr == nil, r.Result
 	}
 	if err != nil {
 		res.Output += "\n" + err.Error()

@@ -5,6 +5,7 @@ package profilese2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -402,7 +403,9 @@ func openForm(t *testing.T, r formRun) formResult {
 	out, err := cmd.CombinedOutput()
 	var res formResult
 	if lines := regexp.MustCompile(`(?m)^\{.*"choices".*\}$`).FindAll(out, -1); len(lines) > 0 {
-		_ = json.Unmarshal(lines[len(lines)-1], &res)
+		if uerr := json.Unmarshal(lines[len(lines)-1], &res); uerr != nil {
+			err = errors.Join(err, fmt.Errorf("the result line: %w", uerr))
+		}
 	}
 	if err != nil || !res.OK {
 		t.Fatalf("spawn form of %s/%s in Chromium: %v\n%s\nhub log:\n%s", r.user, r.server, err, out, st.Hub.LogTail(30))

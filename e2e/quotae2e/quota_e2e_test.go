@@ -327,8 +327,11 @@ func browserSpawn(t *testing.T, user, server, profile, want string) browserResul
 	}
 	var res browserResult
 	lines := regexp.MustCompile(`(?m)^\{.*"refusal".*\}$`).FindAll(out, -1)
-	if len(lines) > 0 {
-		_ = json.Unmarshal(lines[len(lines)-1], &res)
+	if len(lines) == 0 {
+		t.Fatalf("the browser printed no refusal line")
+	}
+	if err := json.Unmarshal(lines[len(lines)-1], &res); err != nil {
+		t.Fatalf("the browser's refusal line: %v", err)
 	}
 	if res.TookMs > 5000 {
 		t.Errorf("refusal shown after %d ms, want within 5 s", res.TookMs)

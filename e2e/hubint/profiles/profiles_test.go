@@ -393,9 +393,11 @@ func TestStaticChoiceAtStart(t *testing.T) {
 	var got struct {
 		Message string `json:"message"`
 	}
-	_ = json.Unmarshal(body, &got)
 	if code != http.StatusForbidden {
 		t.Fatalf("POST frank's static h100 server = %d %s, want 403", code, body)
+	}
+	if err := json.Unmarshal(body, &got); err != nil {
+		t.Fatalf("frank's refusal %s: %v", body, err)
 	}
 	checkRefusal(t, got.Message)
 	plain.NoServerNoPod(t, "frank")
