@@ -4,6 +4,8 @@
 USAGE_PKGS        := ./services/usage-api/...
 USAGE_BENCH_BIN   := $(GPUHUB_CACHE)/bin/usage-bench
 USAGE_BENCH_FLAGS ?=
+# Where the table goes, with the date, machine, commit and flags (services/internal/benchfile); empty: stdout only.
+USAGE_BENCH_OUT   ?= docs/benchmarks/usage.md
 PG_BIN_CANDIDATES := $(wildcard /usr/local/bin/initdb /usr/lib/postgresql/*/bin/initdb)
 
 .PHONY: test-usage
@@ -32,8 +34,8 @@ test-usage-postgres: postgres-server ## The whole ledger package against a throw
 TEST_TARGETS += test-usage-postgres
 
 .PHONY: bench-usage
-bench-usage: venv-hub55 chp ## B1/B5: usage API me vs the Hub's GET /users/{name} at 2,000 req/s, 10k users; history RSS. Prints a table.
+bench-usage: venv-hub55 chp ## B1/B5: usage API me vs the Hub's GET /users/{name} at 2,000 req/s, 10k users; history RSS. Prints a table and writes it to docs/benchmarks/usage.md.
 	@command -v taskset >/dev/null || { echo "ERROR: taskset not found; install it: apt-get install -y util-linux"; exit 1; }
 	@mkdir -p $(dir $(USAGE_BENCH_BIN))
 	$(GO) build -o $(USAGE_BENCH_BIN) ./services/usage-api/cmd/usage-bench
-	$(USAGE_BENCH_BIN) run --hub-venv $(VENV_HUB55) --chp $(CHP) $(USAGE_BENCH_FLAGS)
+	$(USAGE_BENCH_BIN) run --hub-venv $(VENV_HUB55) --chp $(CHP) --out="$(USAGE_BENCH_OUT)" $(USAGE_BENCH_FLAGS)

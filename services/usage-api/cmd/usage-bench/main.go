@@ -1,8 +1,9 @@
 // Command usage-bench runs the usage API benchmarks (docs benchmarks.md B1, B5): `usage-bench run` prints the
-// table; the other subcommands are the pieces it re-executes on pinned CPUs.
+// table (and writes it to --out); the other subcommands are the pieces it re-executes on pinned CPUs.
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -16,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpuhub/gpuhub/services/internal/benchfile"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/bench"
 )
 
@@ -52,10 +54,12 @@ func run(ctx context.Context, cmd string, args []string) error {
 	floorBytes := fs.Int("floor-bytes", 4096, "floor: size of the fixed answer")
 	profileDir := fs.String("profile-dir", "", "run: write the SUT's CPU profile (during the first run) and heap profile here")
 	anchorRate := fs.Float64("anchor-rate", 200, "also compare with the Hub at this rate, which it can sustain (0: no)")
+	out := fs.String("out", "", "run: also write the table, with the date, machine, commit and flags, to this markdown file (make bench-usage: docs/benchmarks/usage.md)")
 	_ = fs.Parse(args)
 
 	switch cmd {
 	case "run":
+		header := benchfile.New(ctx, "B1/B5 usage API (usage-api)", "make bench-usage", fs)
 		self, err := os.Executable()
 		if err != nil {
 			return err
@@ -66,10 +70,21 @@ func run(ctx context.Context, cmd string, args []string) error {
 				sat = append(sat, v)
 			}
 		}
-		return bench.Run(ctx, bench.RunOptions{Self: self, Users: *users, GPUs: *gpus, Pods: *pods, Rate: *rate,
+		var table bytes.Buffer
+		if err := bench.Run(ctx, bench.RunOptions{Self: self, Users: *users, GPUs: *gpus, Pods: *pods, Rate: *rate,
 			Duration: *duration, Warmup: *warmup, Runs: *runs, SaturationRates: sat, SUTCPU: *sutCPU, LoadCPU: *loadCPU,
 			HubVenv: *hubVenv, CHP: *chp, Out: os.Stdout, FootprintGPUs: *fpGPUs, AnchorRate: *anchorRate,
-			ProfileDir: *profileDir})
+			ProfileDir: *profileDir, Report: &table}); err != nil {
+			return err
+		}
+		if *out == "" {
+			return nil
+		}
+		if err := benchfile.Write(*out, header, benchfile.Fence(table.String())); err != nil {
+			return err
+		}
+		fmt.Printf("\nwrote %s\n", *out)
+		return nil
 	case "sut":
 		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 		if err != nil {

@@ -36,6 +36,46 @@ type RunOptions struct {
 	AnchorRate float64
 	// ProfileDir, if set, receives the SUT's CPU profile of the first measured run and a heap profile at the end.
 	ProfileDir string
+	// Report, if set, also gets the final table (what Out gets after the runs' progress): the result file's.
+	Report io.Writer
+}
+
+// B1's targets for the usage API at 2,000 req/s, each judged on every run (docs/benchmarks.md).
+const (
+	TargetP50        = 2 * time.Millisecond
+	TargetP99        = 20 * time.Millisecond
+	TargetFloorRatio = 3  // p99 at most this many times the Go floor's p99 in the same run
+	TargetCPUPercent = 50 // of one core
+)
+
+// b1Verdict is B1's per-run targets judged for one series of the usage API.
+type b1Verdict struct {
+	p50, p99, floor, errors, cpu benchkit.Verdict
+}
+
+// judgeB1 judges each of runs (one series' runs) against B1's targets; floor are the Go floor's runs, run i
+// measured in the same round as runs[i].
+func judgeB1(runs, floor []measured) b1Verdict {
+	n := len(runs)
+	return b1Verdict{
+		p50: benchkit.PerRun(n, func(i int) bool { return runs[i].P50 <= TargetP50 }),
+		p99: benchkit.PerRun(n, func(i int) bool { return runs[i].P99 <= TargetP99 }),
+		floor: benchkit.PerRun(n, func(i int) bool {
+			return i < len(floor) && floor[i].P99 > 0 && runs[i].P99 <= TargetFloorRatio*floor[i].P99
+		}),
+		errors: benchkit.PerRun(n, func(i int) bool { return runs[i].Errors == 0 }),
+		cpu:    benchkit.PerRun(n, func(i int) bool { return runs[i].CPUPercent <= TargetCPUPercent }),
+	}
+}
+
+// writeB1Verdicts writes the table of B1's per-run targets for the usage API's series.
+func writeB1Verdicts(out io.Writer, rate float64, names []string, vs []b1Verdict) {
+	fmt.Fprintf(out, "\nB1 targets for the usage API at 2,000 req/s (this run: %.0f req/s), judged on each run, met only if every run met them:\n", rate)
+	fmt.Fprintf(out, "| series | p50 <= %s | p99 <= %s | p99 <= %dx the Go floor's, same run | 0 errors | <= %d%% of one core |\n|---|---|---|---|---|---|\n",
+		benchkit.MS(TargetP50), benchkit.MS(TargetP99), TargetFloorRatio, TargetCPUPercent)
+	for i, v := range vs {
+		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s |\n", names[i], v.p50, v.p99, v.floor, v.errors, v.cpu)
+	}
 }
 
 type measured struct {
@@ -220,6 +260,9 @@ func Run(ctx context.Context, o RunOptions) error {
 		return err
 	}
 
+	if o.Report != nil {
+		o.Out = io.MultiWriter(o.Out, o.Report)
+	}
 	fmt.Fprintf(o.Out, "\nB1: median [min-max] of %d runs, open loop, latency from the scheduled send time\n", o.Runs)
 	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
 	metrics := []struct {
@@ -272,7 +315,9 @@ func Run(ctx context.Context, o RunOptions) error {
 		}
 		fmt.Fprintf(o.Out, "SUT over the whole benchmark: %s\n", sutStats)
 	}
-	fmt.Fprintf(o.Out, "targets (usage-api at 2,000 req/s): p50 <= 2 ms, p99 <= 20 ms, 0 errors, <= 50%% of one core; saturation >= 8,000 req/s\n")
+	writeB1Verdicts(o.Out, o.Rate, []string{all[0].name, all[1].name},
+		[]b1Verdict{judgeB1(all[0].runs, all[2].runs), judgeB1(all[1].runs, all[2].runs)})
+	fmt.Fprintf(o.Out, "saturation target: >= 8,000 req/s (below, one run each)\n")
 	fmt.Fprintf(o.Out, "\nusage-api saturation (one run each):\n")
 	for _, s := range sat {
 		fmt.Fprintf(o.Out, "  %s\n", s)
