@@ -27,6 +27,10 @@ type Sample struct {
 	// Used is the fraction of a physical GPU's time the unit kept busy (util x UtilizationScale) when UsedKnown.
 	Used      float64
 	UsedKnown bool
+	// Until is set on a pod that stopped holding since the last tick (deleted, or no longer Running): when it went,
+	// as the caller's informer told. Its charge ends there instead of at the tick, so it does not depend on how
+	// long after its end the next tick came; it is held no longer. Zero while the pod holds.
+	Until time.Time
 }
 
 // Options configure a Ledger.
@@ -201,12 +205,12 @@ func (l *Ledger) Record(ctx context.Context, now time.Time, samples []Sample) (R
 	mono, hasMono := l.monotonic(now)
 	now = now.Round(0).UTC()
 	at := sighting{wall: now, mono: mono, hasMono: hasMono}
-	held := holdings(samples)
+	held, ended := holdings(samples), endings(samples)
 	conflict := false
 	for attempt := 0; ; attempt++ {
 		res, next, incs, ok := l.integrate(at, samples, held)
 		if !ok {
-			l.remember(at, held)
+			l.remember(at, held, ended)
 			res.Conflict = conflict
 			return res, nil
 		}
@@ -225,12 +229,12 @@ func (l *Ledger) Record(ctx context.Context, now time.Time, samples []Sample) (R
 		if !errors.Is(err, ErrConflict) || attempt == maxConflictRetries {
 			// The commit may have gone through with its answer lost: the next tick then finds the checkpoint
 			// moved, re-reads it, and charges what is remembered from it on only.
-			l.remember(at, held)
+			l.remember(at, held, ended)
 			return Result{}, err
 		}
 		conflict = true
 		if err := l.reload(ctx, now); err != nil {
-			l.remember(at, held)
+			l.remember(at, held, ended)
 			return Result{}, fmt.Errorf("after a ledger conflict: %w", err)
 		}
 	}
@@ -241,6 +245,17 @@ type sighting struct {
 	wall    time.Time
 	mono    time.Duration
 	hasMono bool
+}
+
+// back returns the sighting of the earlier instant t (at most s): its monotonic reading is s's less the wall time
+// in between.
+func (s sighting) back(t time.Time) sighting {
+	t = minTime(t, s.wall)
+	out := sighting{wall: t, hasMono: s.hasMono}
+	if s.hasMono {
+		out.mono = s.mono - s.wall.Sub(t)
+	}
+	return out
 }
 
 // place returns when the sighting s happened on the wall clock of now: its own wall time, unless the wall clock
@@ -266,14 +281,18 @@ type seenKey struct {
 type seenHolding struct {
 	// Holding: Allocated is the least seen (never charge more than was held), Since the last seen.
 	Holding
-	first, last sighting // the first and the last tick whose samples held it
-	// gone is the first tick after last whose samples did not hold it; zero wall while it is still held.
+	// first and last are the first and the last tick whose samples held it; last is when it went where a sample
+	// said so (Sample.Until).
+	first, last sighting
+	// gone is the first tick after last whose samples did not hold it, or when it went; zero wall while it is
+	// still held.
 	gone sighting
 	seq  uint64 // the last remembered tick that held it
 }
 
-// remember adds the holdings observed at a tick that committed nothing to seen.
-func (l *Ledger) remember(at sighting, held []Holding) {
+// remember adds the holdings observed at a tick that committed nothing to seen, and the holdings that ended
+// since the last tick (Sample.Until) as last seen when they ended.
+func (l *Ledger) remember(at sighting, held []Holding, ended []ending) {
 	if l.seen == nil {
 		l.seen = map[seenKey]*seenHolding{}
 	}
@@ -293,6 +312,25 @@ func (l *Ledger) remember(at sighting, held []Holding) {
 		e.Allocated = min(e.Allocated, h.Allocated)
 		e.Since = h.Since
 		e.last, e.gone, e.seq = at, sighting{}, l.seenSeq
+	}
+	for _, d := range ended {
+		k := seenKey{d.Pod, d.Key}
+		end := at.back(d.until)
+		e := l.seen[k]
+		if e == nil {
+			if len(l.seen) >= l.opts.MaxSeen {
+				dropped++
+				continue
+			}
+			e = &seenHolding{Holding: d.Holding, first: end, last: end}
+			l.seen[k] = e
+		}
+		e.Allocated = min(e.Allocated, d.Allocated)
+		e.Since = d.Since
+		if end.wall.After(e.last.wall) {
+			e.last = end
+		}
+		e.gone, e.seq = e.last, l.seenSeq
 	}
 	for _, e := range l.seen {
 		if e.seq != l.seenSeq && e.gone.wall.IsZero() {
@@ -381,20 +419,31 @@ func (l *Ledger) integrate(at sighting, samples []Sample, held []Holding) (res R
 	}
 	unknown := false
 	var c charger
+	// charged are the pods gone now whose charge goes on after the checkpoint: until when (a sample's Until, the
+	// last sighting of a seen holding).
+	charged := map[string]time.Time{}
 	for _, s := range samples {
+		end := now
+		if !s.Until.IsZero() {
+			end = minTime(s.Until.Round(0).UTC(), now)
+		}
 		begin := from
 		switch {
 		case s.Pod != "" && l.cp.holds(s.Pod):
-			// Held at the checkpoint and now: Running all along.
+			// Held at the checkpoint and now (or until it went): Running all along.
 		case !s.Since.IsZero():
 			begin = l.chargeFrom(s.Pod, s.Since, from)
 		case long:
 			begin, unknown = observedFrom, true
 		}
-		c.add(s, minTime(begin, now), observedFrom, now)
+		begin = minTime(begin, end)
+		c.add(s, begin, observedFrom, end)
+		if !s.Until.IsZero() && s.Pod != "" && begin.Before(end) && end.After(charged[s.Pod]) {
+			charged[s.Pod] = end
+		}
 	}
 	if !long && len(l.seen) == 0 {
-		l.depart(&next, nil)
+		l.depart(&next, charged)
 		incs = c.increments(&next.Sums, res.PerKey)
 		return res, next, incs, true
 	}
@@ -413,7 +462,6 @@ func (l *Ledger) integrate(at sighting, samples []Sample, held []Holding) (res R
 			}
 		}
 	}
-	charged := map[string]time.Time{}                                         // the pods gone now that the seen holdings charge after the checkpoint: until when
 	for _, k := range slices.SortedFunc(maps.Keys(l.seen), compareSeenKeys) { // sorted: the sums' rounding is the same each run
 		e := l.seen[k]
 		if present[e.Pod] {
@@ -542,7 +590,6 @@ func compareSeenKeys(a, b seenKey) int {
 // slews both clocks alike, by at most 500 ppm, so a second plus 0.1 % leaves room.
 func stepTolerance(elapsed time.Duration) time.Duration { return time.Second + elapsed/1000 }
 
-// holdings are the samples' pods' holdings, sorted by pod and key, a pod's units of one key summed.
 // sortHoldings orders holdings by byte order of (pod, user, kind, class), the order the held-rows diff and the
 // binary search by pod rely on. It is applied in Go, not by ORDER BY: PostgreSQL sorts text by the database's
 // collation, which need not be byte order.
@@ -553,13 +600,44 @@ func sortHoldings(hs []Holding) {
 	})
 }
 
+// holdings are the holdings of the samples' pods that still hold (no Until), sorted by pod and key, a pod's units
+// of one key summed.
 func holdings(samples []Sample) []Holding {
 	out := make([]Holding, 0, len(samples))
 	for _, s := range samples {
-		if s.Pod != "" {
+		if s.Pod != "" && s.Until.IsZero() {
 			out = append(out, Holding{Pod: s.Pod, Key: s.Key, Allocated: s.Allocated, Since: s.Since.Round(0).UTC()})
 		}
 	}
+	return merge(out)
+}
+
+// ending is a pod's holding of one key that ended since the last tick, and when (Sample.Until).
+type ending struct {
+	Holding
+	until time.Time
+}
+
+// endings are the holdings of the samples' pods that went since the last tick (Until set), a pod's units of one
+// key summed.
+func endings(samples []Sample) []ending {
+	var hs []Holding
+	until := map[string]time.Time{}
+	for _, s := range samples {
+		if s.Pod != "" && !s.Until.IsZero() {
+			hs = append(hs, Holding{Pod: s.Pod, Key: s.Key, Allocated: s.Allocated, Since: s.Since.Round(0).UTC()})
+			until[s.Pod] = maxTime(until[s.Pod], s.Until.Round(0).UTC())
+		}
+	}
+	var out []ending
+	for _, h := range merge(hs) {
+		out = append(out, ending{Holding: h, until: until[h.Pod]})
+	}
+	return out
+}
+
+// merge sorts holdings by pod and key and sums a pod's units of one key; nil when there are none.
+func merge(out []Holding) []Holding {
 	sortHoldings(out)
 	merged := out[:0]
 	for _, h := range out {
@@ -603,7 +681,7 @@ func (c *charger) rate(p piece, k Key, t Totals) {
 
 // add charges s over (begin, end]: before observedFrom its utilization is unknown, after it the observation.
 func (c *charger) add(s Sample, begin, observedFrom, end time.Time) {
-	c.rate(piece{begin, observedFrom}, s.Key, Totals{Allocated: s.Allocated, UsedUnknown: s.Allocated})
+	c.rate(piece{begin, minTime(observedFrom, end)}, s.Key, Totals{Allocated: s.Allocated, UsedUnknown: s.Allocated})
 	obs := Totals{Allocated: s.Allocated, UsedUnknown: s.Allocated}
 	if s.UsedKnown {
 		obs = Totals{Allocated: s.Allocated, Used: s.Used}
