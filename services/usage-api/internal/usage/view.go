@@ -47,6 +47,16 @@ type Input struct {
 	// StaleAfter is the age past which a node's telemetry is stale; 0: StaleIntervals sampling intervals (the
 	// agent's intervalSeconds or Interval, whichever is longer).
 	StaleAfter time.Duration
+	// Departed are the GPU pods that stopped holding since the last tick (gone from Pods, or no longer Running
+	// there): the ledger charges each up to when it went. One Pods still lists as holding is left out.
+	Departed []Departure
+}
+
+// Departure is a pod that stopped holding its GPUs (deleted, or no longer Running), as last known while it held
+// them, and when the informer told.
+type Departure struct {
+	Pod inventory.Pod
+	At  time.Time
 }
 
 // Share is a user's live share: what they hold and how much of a GPU's time they use, summed over their units.
@@ -183,7 +193,8 @@ type View struct {
 	Groups    map[string]GroupShare
 	Hub       Directory
 	Cluster   Cluster
-	// Samples for the ledger: one per allocated unit of a Hub user's running pod.
+	// Samples for the ledger: one per allocated unit of a Hub user's running pod, and of each pod that went since
+	// the last tick (Input.Departed, with Until).
 	Samples []ledger.Sample
 	// Notices are the pending notices on each user's pods, one per service, sorted by service.
 	Notices map[string][]Notice
@@ -337,7 +348,36 @@ func Build(in Input) *View {
 		v.Cluster.Classes = append(v.Cluster.Classes, *c)
 	}
 	sort.Slice(v.Cluster.Classes, func(i, j int) bool { return v.Cluster.Classes[i].Class < v.Cluster.Classes[j].Class })
+	v.Samples = append(v.Samples, departedSamples(in)...)
 	return v
+}
+
+// departedSamples are the ledger's samples of the pods that went since the last tick, one per unit they held, with
+// Until: charged up to when they went, whatever the time to the tick that found them gone. They are in no view.
+func departedSamples(in Input) []ledger.Sample {
+	if len(in.Departed) == 0 {
+		return nil
+	}
+	holding := map[string]bool{} // a pod listed as holding is charged to now: never also up to its departure
+	for _, p := range in.Pods {
+		if p.Allocated() {
+			holding[p.UID] = true
+		}
+	}
+	var out []ledger.Sample
+	for _, d := range in.Departed {
+		p := d.Pod
+		if !p.Allocated() || p.User == "" || p.UID == "" || d.At.IsZero() || holding[p.UID] {
+			continue
+		}
+		for _, a := range gpu.Allocations(p.Resources, gpu.Node{Labels: in.Nodes[p.Node].Labels}) {
+			for range a.Count {
+				out = append(out, ledger.Sample{Key: ledger.Key{User: p.User, Kind: string(a.Kind), Class: a.Class()},
+					Pod: p.UID, Since: p.Started, Allocated: a.UnitShare(), Until: d.At})
+			}
+		}
+	}
+	return out
 }
 
 // judgeAgent says whether a node's telemetry is stale and why. Freshness is judged by when the agent sampled,
