@@ -203,6 +203,8 @@ type service struct {
 	dir    atomic.Pointer[usage.Directory]
 	hubErr atomic.Pointer[error]
 	ticked atomic.Bool
+	// departed tells each tick the pods that went since the last one, and when (started by the first tick).
+	departed departures
 }
 
 func (s *service) hubReady(context.Context) error {
@@ -289,6 +291,9 @@ func (s *service) tick(ctx context.Context) {
 }
 
 func (s *service) tickOnce(ctx context.Context) error {
+	if err := s.departed.watch(s.inv, s.o.Now); err != nil {
+		return err
+	}
 	agents, err := s.inv.Agents()
 	if err != nil {
 		return err
@@ -313,7 +318,8 @@ func (s *service) tickOnce(ctx context.Context) error {
 		dir = *d
 	}
 	now := s.o.Now()
-	v := usage.Build(usage.Input{Now: now, Interval: s.o.Interval, Pods: pods, Nodes: nodes, Agents: results, Hub: dir, StaleAfter: s.o.StaleAfter})
+	v := usage.Build(usage.Input{Now: now, Interval: s.o.Interval, Pods: pods, Nodes: nodes, Agents: results, Hub: dir, StaleAfter: s.o.StaleAfter,
+		Departed: s.departed.take(pods, now)})
 	failed := 0
 	for _, r := range results {
 		if r.Err != nil {
