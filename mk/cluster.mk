@@ -64,9 +64,20 @@ z2jh-chart:
 	@[[ -f "$(Z2JH_CHART)/files/hub/jupyterhub_config.py" ]] || { \
 	  echo "ERROR: z2jh 4.4.0's chart is not at $(Z2JH_CHART) (the local Hub runs its jupyterhub_config.py); set Z2JH_CHART=path"; exit 1; }
 
+# The local cluster's Hub: JupyterHub 5.5 (what z2jh 4.4 ships) by default; HUB=6 runs it on 6.x (make demo HUB=6).
+HUB ?= 5.5
+ifeq ($(HUB),5.5)
+HUB_VENV_TARGET := venv-hub55
+else ifeq ($(HUB),6)
+HUB_VENV_TARGET := venv-hub6
+else
+$(error HUB=$(HUB): the local cluster's Hub is 5.5 (z2jh 4.4's, the default) or 6 (JupyterHub 6.x))
+endif
+HUB_VENV = $(if $(filter 6,$(HUB)),$(VENV_HUB6),$(VENV_HUB55))
+
 # Everything the cluster needs at run time.
 .PHONY: cluster-deps
-cluster-deps: etcd kube-binaries venv-hub55 chp z2jh-chart
+cluster-deps: etcd kube-binaries $(HUB_VENV_TARGET) chp z2jh-chart
 
 .PHONY: demo
 demo: cluster-deps build $(HELM) ## Run the local GPU JupyterHub with gpuhub (agents, usage API, gpu-quota, gpu-profiles, gpu-culler, panel, Prometheus) until Ctrl-C; QUOTA_POLICY=path PROFILES_CONFIG=path CULLER_POLICY=path.
@@ -77,7 +88,7 @@ demo: cluster-deps build $(HELM) ## Run the local GPU JupyterHub with gpuhub (ag
 	$(LOCALCLUSTER_ENV) $(BIN)/localcluster $(DEMO_FLAGS)
 
 # What localcluster needs: the cluster, gpuhub's binaries, helm to render chart/gpuhub and z2jh's chart (the Hub).
-LOCALCLUSTER_ENV = GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_HUB_VENV="$(VENV_HUB55)" GPUHUB_CHP="$(CHP)" \
+LOCALCLUSTER_ENV = GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_HUB_VENV="$(HUB_VENV)" GPUHUB_CHP="$(CHP)" \
 	GPUHUB_GPU_AGENT="$(BIN)/gpu-agent" GPUHUB_USAGE_API="$(BIN)/usage-api" GPUHUB_HELM="$(HELM)" GPUHUB_CHART=chart/gpuhub \
 	GPUHUB_Z2JH_CHART="$(Z2JH_CHART)" \
 	GPUHUB_GPU_QUOTA="$(BIN)/gpu-quota" GPUHUB_QUOTA_POLICY="$(QUOTA_POLICY)" \
@@ -112,6 +123,33 @@ e2e: cluster-deps chromium browser-deps venv-idleculler promtool postgres-server
 	  services/usage-api/scripts/with-postgres.sh $(GO) test $(E2E_FLAGS) -tags e2e ./e2e/chaose2e/...
 
 TEST_TARGETS += e2e
+
+# The Chromium suites that show a user a message, again on JupyterHub 6.x (e2e ran them on 5.5): the quota refusal
+# on the spawn page, the generated form with a disabled choice, the waitlist pages, gpu-culler's reason on the Hub
+# home page. Each on its own cluster, as in e2e, with only those tests.
+.PHONY: e2e-hub6
+e2e-hub6: ## The user-visible messages in Chromium on JupyterHub 6.x (quota refusal, disabled choice, waitlist, culler's reason on the home page).
+	@$(MAKE) --no-print-directory HUB=6 e2e-hub-messages
+
+.PHONY: e2e-hub-messages
+e2e-hub-messages: cluster-deps chromium browser-deps venv-idleculler $(HELM)
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./services/gpu-agent ./services/usage-api ./services/gpu-quota ./services/gpu-profiles ./services/gpu-culler
+	@echo "==> the user-visible messages in Chromium, JupyterHub $$("$(HUB_VENV)/bin/jupyterhub" --version) ($(HUB_VENV))"
+	$(LOCALCLUSTER_ENV) GPUHUB_CHART="$(CURDIR)/chart/gpuhub" \
+	GPUHUB_BROWSER_MODULES="$(BROWSER_MODULES)/node_modules" GPUHUB_CHROMIUM="$(CHROMIUM)" \
+	  $(GO) test $(E2E_FLAGS) -tags e2e -run '^(TestSecondGPUServerRefused|TestNoH100Free)$$' ./e2e/quotae2e/...
+	$(LOCALCLUSTER_ENV) GPUHUB_CHART="$(CURDIR)/chart/gpuhub" \
+	GPUHUB_BROWSER_MODULES="$(BROWSER_MODULES)/node_modules" GPUHUB_CHROMIUM="$(CHROMIUM)" \
+	  $(GO) test $(E2E_FLAGS) -tags e2e -run '^TestNoH100FreeOnTheForm$$' ./e2e/profilese2e/...
+	$(LOCALCLUSTER_ENV) GPUHUB_CHART="$(CURDIR)/chart/gpuhub" \
+	GPUHUB_BROWSER_MODULES="$(BROWSER_MODULES)/node_modules" GPUHUB_CHROMIUM="$(CHROMIUM)" \
+	  $(GO) test $(E2E_FLAGS) -tags e2e -run '^TestWaitlistStory$$' ./e2e/waitliste2e/...
+	$(LOCALCLUSTER_ENV) GPUHUB_CHART="$(CURDIR)/chart/gpuhub" GPUHUB_IDLE_CULLER_VENVS="$(IDLE_CULLER_VENVS)" \
+	GPUHUB_BROWSER_MODULES="$(BROWSER_MODULES)/node_modules" GPUHUB_CHROMIUM="$(CHROMIUM)" \
+	  $(GO) test $(E2E_FLAGS) -tags e2e -run '^TestSideBySide$$/^idle_GPU,_tab_open' ./e2e/cullere2e/...
+
+TEST_TARGETS += e2e-hub6
 
 .PHONY: e2e-ui
 e2e-ui: cluster-deps build $(HELM) ext-deps chromium ## GPU panel on a local cluster started for the test (alice busy on a100-3g, bob's share, screenshots), stopped after.

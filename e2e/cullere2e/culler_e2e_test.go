@@ -5,6 +5,7 @@ package cullere2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -146,7 +147,31 @@ func idleGPUTabOpen(t *testing.T) {
 		t.Errorf("gpu-culler's me for alice: %d %+v, want the last stop of %q for idle", code, me.LastStop, server)
 	} else {
 		t.Logf("alice reads: %s", me.LastStop.Message)
+		// And the Hub home page, in Chromium, says it above the Hub's own content.
+		if out, err := runHomeStop(user, me.LastStop.Message); err != nil {
+			t.Errorf("the Hub home page in Chromium: %v\n%s", err, out)
+		} else {
+			t.Logf("alice's Hub home page (home-stop-alice.png):\n%s", out)
+		}
 	}
+}
+
+// runHomeStop runs e2e/browser/home-stop.mjs in headless Chromium: user logs in and opens /hub/home, which must
+// show gpu-culler's box containing want.
+func runHomeStop(user, want string) (string, error) {
+	modules, chromium := os.Getenv("GPUHUB_BROWSER_MODULES"), os.Getenv("GPUHUB_CHROMIUM")
+	if modules == "" || chromium == "" {
+		return "", errors.New("GPUHUB_BROWSER_MODULES and GPUHUB_CHROMIUM must be set; run `make e2e`")
+	}
+	artifacts, _ := filepath.Abs(filepath.Join("..", "artifacts"))
+	script, _ := filepath.Abs(filepath.Join("..", "browser", "home-stop.mjs"))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", script)
+	cmd.Env = append(os.Environ(), "HUB_URL="+st.HubURL(), "HUB_USER="+user, "HUB_PASSWORD="+password,
+		"EXPECT_STOP="+want, "GPUHUB_ARTIFACTS="+artifacts)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }
 
 // silentBusyCell: bob's kernel runs a long cell that keeps the (simulated) GPU busy, and nothing talks to the Hub
