@@ -56,8 +56,15 @@ func run(args []string) int {
 	var table bytes.Buffer
 	o.Report = &table
 	if *short {
-		o.Fleet = bench.Fleet{Users: 300, Servers: 40, IdleEvery: 10, StaleEvery: 20}
-		o.Runs, o.Passes, o.IdleWindow, o.IdleCullEvery = 1, 1, 3*time.Second, 3*time.Second
+		// Through the flags, so that the result file's flags say what ran.
+		for name, value := range map[string]string{"users": "300", "servers": "40", "idle-every": "10", "stale-every": "20",
+			"runs": "1", "passes": "1", "idle-window": "3s", "idle-cull-every": "3s"} {
+			if err := fs.Set(name, value); err != nil {
+				fmt.Fprintln(os.Stderr, "culler-bench:", err)
+				return 2
+			}
+		}
+		_, header.All = benchfile.Flags(fs)
 	}
 	if *cullerArgs != "" {
 		o.CullerArgs = strings.Fields(*cullerArgs)
