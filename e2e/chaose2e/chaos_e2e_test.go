@@ -693,10 +693,14 @@ func (r *run) invariants(ledger map[string]float64) []Row {
 	for _, p := range r.pods {
 		pods = append(pods, *p)
 	}
-	var usageDown []Period
+	var usageDown, apiDown []Period
 	for _, rec := range r.recs {
-		if rec.Fault == FaultUsageAPI && !rec.Injected.IsZero() {
+		switch {
+		case rec.Injected.IsZero():
+		case rec.Fault == FaultUsageAPI:
 			usageDown = append(usageDown, Period{From: rec.Injected, To: rec.Ready})
+		case rec.Fault == FaultAPIServer:
+			apiDown = append(apiDown, Period{From: rec.Injected, To: rec.Ready})
 		}
 	}
 	var cullerStops []Stop
@@ -728,7 +732,7 @@ func (r *run) invariants(ledger map[string]float64) []Row {
 	r.mu.Unlock()
 	staleOf := func(node string) []Period { return append(append([]Period(nil), stale[node]...), stale[""]...) }
 	return []Row{
-		LedgerRow(pods, ledger, usageDown, usageTick, ledgerTolerance),
+		LedgerRow(pods, ledger, usageDown, apiDown, usageTick, ledgerTolerance),
 		CullerRow(cullerStops, r.podAt, busy, staleOf, idlePeriod, busyLag, guaranteed.CullerStops),
 		AdmissionRow(pods, policyLimits, admits, refusals, guaranteed),
 		RecoveryRow(recs, readyLimit),

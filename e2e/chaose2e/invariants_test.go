@@ -69,6 +69,7 @@ func TestLedgerRow(t *testing.T) {
 		pods      []Pod
 		ledger    map[string]float64
 		usageDown []Period
+		apiDown   []Period
 		tick      time.Duration
 		wantOK    bool
 	}{
@@ -86,9 +87,13 @@ func TestLedgerRow(t *testing.T) {
 		"lost without an outage": {
 			pods: []Pod{pod("carol", 1, 0, 100)}, ledger: map[string]float64{"carol": 90},
 		},
-		"short by the last tick": {
+		"short by the last tick of each pod (the old allowance: the usage API tells each end now)": {
 			pods: []Pod{pod("alice", 3.0/7, 0, 30), pod("alice", 3.0/7, 40, 70)}, ledger: map[string]float64{"alice": 25.2},
-			tick: time.Second, wantOK: true,
+			tick: time.Second,
+		},
+		"short by the last tick of a pod that ended while the API server was down": {
+			pods: []Pod{pod("alice", 3.0/7, 0, 30), pod("alice", 3.0/7, 40, 70)}, ledger: map[string]float64{"alice": 25.5},
+			apiDown: []Period{{From: at(29), To: at(35)}}, tick: time.Second, wantOK: true,
 		},
 		"lost within the documented restart bound": {
 			pods: []Pod{pod("carol", 1, 0, 100)}, ledger: map[string]float64{"carol": 90},
@@ -104,7 +109,7 @@ func TestLedgerRow(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got := LedgerRow(tc.pods, tc.ledger, tc.usageDown, tc.tick, 0.01)
+			got := LedgerRow(tc.pods, tc.ledger, tc.usageDown, tc.apiDown, tc.tick, 0.01)
 			if got.OK != tc.wantOK {
 				t.Errorf("OK = %v, want %v; %s %v", got.OK, tc.wantOK, got.Numbers, got.Problems)
 			}
