@@ -3,7 +3,6 @@ package replay
 import (
 	"fmt"
 	"slices"
-	"sync"
 )
 
 // CapacityRow is the anchor (Kubernetes + idle-culler) at one capacity of the rule's grid.
@@ -20,8 +19,9 @@ type CapacityRule struct {
 	Chosen int // capacity.gpus of the main scenario
 }
 
-// ChooseCapacity applies capacity.choose: it replays only the anchor at every capacity of the grid and picks the
-// largest at which at least WaitedShare of its requests wait. gpuhub's runs play no part in the choice.
+// ChooseCapacity applies capacity.choose: it replays only the anchor at every capacity of the grid, on the
+// cluster every setup gets (time-slicing included), and picks the largest at which at least WaitedShare of its
+// requests wait. gpuhub's runs play no part in the choice.
 func ChooseCapacity(cfg *Config, pol Policies, nodes []TraceNode, pods []TracePod) (CapacityRule, error) {
 	ch := cfg.Capacity.Choose
 	var wants []int
@@ -29,35 +29,26 @@ func ChooseCapacity(cfg *Config, pol Policies, nodes []TraceNode, pods []TracePo
 		wants = append(wants, g)
 	}
 	rows := make([]CapacityRow, len(wants))
-	errs := make([]error, len(wants))
-	var wg sync.WaitGroup
-	for i, want := range wants {
-		wg.Go(func() {
-			c := *cfg
-			c.Capacity.GPUs = want
-			w, err := BuildWorkload(&c, nodes, pods)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			env, err := NewEnv(&c, w, pol)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			r, err := Run(env, HubCuller)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			rows[i] = CapacityRow{Want: want, GPUs: r.GPUs, WaitedShare: r.WaitedShare, WaitP99: r.WaitP99}
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
+	err := parallel(len(wants), func(i int) error {
+		c := *cfg
+		c.Capacity.GPUs = wants[i]
+		w, err := BuildWorkload(&c, nodes, pods)
 		if err != nil {
-			return CapacityRule{}, err
+			return err
 		}
+		env, err := NewEnv(&c, w, pol)
+		if err != nil {
+			return err
+		}
+		r, err := Run(env, HubCuller)
+		if err != nil {
+			return err
+		}
+		rows[i] = CapacityRow{Want: wants[i], GPUs: r.GPUs, WaitedShare: r.WaitedShare, WaitP99: r.WaitP99}
+		return nil
+	})
+	if err != nil {
+		return CapacityRule{}, err
 	}
 	chosen, err := pickCapacity(rows, ch.WaitedShare)
 	return CapacityRule{Rows: rows, Chosen: chosen}, err

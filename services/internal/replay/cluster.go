@@ -3,6 +3,7 @@ package replay
 import (
 	"cmp"
 	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -43,26 +44,101 @@ type simNode struct {
 type cluster struct {
 	nodes []*simNode
 	gpus  int64
+	// shared: some nodes are time-sliced (the spawn form, gpuhub's or z2jh's static list, offers shares).
+	shared bool
 }
 
-// newCluster builds the nodes; with shared, the seeded fraction of them the admin time-slices into replicas
-// (renamed nvidia.com/gpu.shared, as the GPU Operator's time-slicing config with renameByDefault does).
+// newCluster builds the nodes; with shared, the admin time-slices whole nodes into replicas (renamed
+// nvidia.com/gpu.shared, as the GPU Operator's time-slicing config with renameByDefault does): nodes taken in a
+// seeded order until they hold at least that share of the GPUs, never the largest node (kept whole for the
+// largest requests). It is the admin's cluster, not a gpuhub part: every setup runs on a copy of the same one
+// (Env).
 func newCluster(seed string, nodes []TraceNode, shared float64, replicas int64) *cluster {
 	c := &cluster{}
+	sliced := timeSliced(seed, nodes, shared)
 	for _, n := range nodes {
 		sn := &simNode{name: n.Name, resource: gpu.ResourceGPU, units: n.GPUs}
 		sn.labels = map[string]string{gpu.LabelProduct: productOf(n.Model), gpu.LabelCount: strconv.FormatInt(n.GPUs, 10),
 			gpu.LabelSharingStrategy: gpu.SharingNone, gpu.LabelReplicas: "1"}
-		if shared > 0 && unit(seed, "shared", n.Name) < shared {
+		if sliced[n.Name] {
 			sn.resource, sn.units = gpu.ResourceGPUShared, n.GPUs*replicas
 			sn.labels[gpu.LabelSharingStrategy] = gpu.SharingTimeSlicing
 			sn.labels[gpu.LabelReplicas] = strconv.FormatInt(replicas, 10)
+			c.shared = true
 		}
 		sn.free = sn.units
 		c.nodes = append(c.nodes, sn)
 		c.gpus += n.GPUs
 	}
 	return c
+}
+
+// timeSliced are the nodes the admin time-slices: in a seeded order (a well-mixed hash of the name: names that
+// differ in one digit get unrelated places), whole nodes until they hold at least share of the GPUs; the
+// largest node (the first by name among equals) stays whole.
+func timeSliced(seed string, nodes []TraceNode, share float64) map[string]bool {
+	out := map[string]bool{}
+	if share <= 0 || len(nodes) == 0 {
+		return out
+	}
+	var total int64
+	largest := nodes[0]
+	for _, n := range nodes {
+		total += n.GPUs
+		if n.GPUs > largest.GPUs || (n.GPUs == largest.GPUs && n.Name < largest.Name) {
+			largest = n
+		}
+	}
+	order := slices.Clone(nodes)
+	slices.SortFunc(order, func(a, b TraceNode) int {
+		return cmp.Or(cmp.Compare(mixed(seed, "shared", a.Name), mixed(seed, "shared", b.Name)), cmp.Compare(a.Name, b.Name))
+	})
+	want := share * float64(total)
+	var got int64
+	for _, n := range order {
+		if float64(got) >= want {
+			break
+		}
+		if n.Name == largest.Name {
+			continue
+		}
+		out[n.Name] = true
+		got += n.GPUs
+	}
+	return out
+}
+
+// clone is a copy with every unit free, for one run.
+func (c *cluster) clone() *cluster {
+	out := &cluster{gpus: c.gpus, shared: c.shared}
+	for _, n := range c.nodes {
+		out.nodes = append(out.nodes, &simNode{name: n.name, labels: maps.Clone(n.labels), resource: n.resource, units: n.units, free: n.units})
+	}
+	return out
+}
+
+// Layout is what a run's cluster offers. Every setup of one replay gets the same.
+type Layout struct {
+	Nodes, SharedNodes int
+	// GPUs are the physical GPUs; SharedGPUs of them are time-sliced, each into Replicas shares.
+	GPUs, SharedGPUs int64
+	Replicas         int64
+	// Units are what the nodes advertise, by resource (nvidia.com/gpu, nvidia.com/gpu.shared).
+	Units map[string]int64
+}
+
+func (c *cluster) layout() Layout {
+	l := Layout{Nodes: len(c.nodes), GPUs: c.gpus, Units: map[string]int64{}}
+	for _, n := range c.nodes {
+		l.Units[n.resource] += n.units
+		if n.resource == gpu.ResourceGPUShared {
+			l.SharedNodes++
+			g, _ := strconv.ParseInt(n.labels[gpu.LabelCount], 10, 64)
+			l.SharedGPUs += g
+			l.Replicas, _ = strconv.ParseInt(n.labels[gpu.LabelReplicas], 10, 64)
+		}
+	}
+	return l
 }
 
 // place binds count units of res to the most allocated node that matches the selector and has them free.

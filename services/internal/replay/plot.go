@@ -8,12 +8,20 @@ import (
 )
 
 // plotColors are the runs' line colours, in Modes order (colour-blind safe: Okabe-Ito).
-var plotColors = []string{"#E69F00", "#56B4E9", "#009E73", "#CC79A7"}
+var plotColors = []string{"#E69F00", "#56B4E9", "#009E73", "#CC79A7", "#D55E00", "#0072B2"}
+
+// plotDash tells the gpuhub setups with a part off from the full ones (dashed lines).
+func plotDash(m Mode) string {
+	if m == GPUHubNoCulling || m == GPUHubNoAdmission || m == GPUHubNoWaitlist {
+		return ` stroke-dasharray="6 3"`
+	}
+	return ""
+}
 
 // Plot draws the idle-but-held GPUs of each run over time (hourly means, smoothed over a day so the lines can
 // be told apart) as an SVG with no dependencies.
 func Plot(out io.Writer, rs []*Result) {
-	const w, h, left, right, top, bottom = 900.0, 380.0, 60.0, 20.0, 40.0, 70.0
+	const w, h, left, right, top, bottom, perRow = 900.0, 400.0, 60.0, 20.0, 40.0, 90.0, 3
 	n := 0
 	peak := 1.0
 	series := make([][]float64, len(rs))
@@ -29,11 +37,12 @@ func Plot(out io.Writer, rs []*Result) {
 	y := func(v float64) float64 { return top + (h-top-bottom)*(1-v/peak) }
 	fmt.Fprintf(out, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="sans-serif" font-size="12">`+"\n", w, h, w, h)
 	fmt.Fprintf(out, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	gpus := int64(0)
+	var cl Layout
 	if len(rs) > 0 {
-		gpus = rs[0].GPUs
+		cl = rs[0].Cluster
 	}
-	fmt.Fprintf(out, `<text x="%.0f" y="22" font-size="14">Allocated-but-idle GPUs over the replayed trace, %d GPUs (daily moving average of hourly means)</text>`+"\n", left, gpus)
+	fmt.Fprintf(out, `<text x="%.0f" y="22" font-size="14">Allocated-but-idle GPUs over the replayed trace: %d GPUs, %d of them time-sliced, in every setup (daily moving average of hourly means)</text>`+"\n",
+		left, cl.GPUs, cl.SharedGPUs)
 	for k := 0; k <= 5; k++ {
 		v := peak * float64(k) / 5
 		fmt.Fprintf(out, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#ddd"/><text x="%.1f" y="%.1f" text-anchor="end">%.0f</text>`+"\n",
@@ -48,11 +57,11 @@ func Plot(out io.Writer, rs []*Result) {
 		for j, v := range s {
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(j), y(v)))
 		}
-		color := plotColors[i%len(plotColors)]
-		fmt.Fprintf(out, `<polyline fill="none" stroke="%s" stroke-width="1.6" points="%s"/>`+"\n", color, strings.Join(pts, " "))
-		lx := left + float64(i)*210
-		fmt.Fprintf(out, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="%s" stroke-width="3"/><text x="%.1f" y="%.1f">%s</text>`+"\n",
-			lx, lx+24, h-22, h-22, color, lx+30, h-18, rs[i].Mode)
+		color, dash := plotColors[i%len(plotColors)], plotDash(rs[i].Mode)
+		fmt.Fprintf(out, `<polyline fill="none" stroke="%s" stroke-width="1.6"%s points="%s"/>`+"\n", color, dash, strings.Join(pts, " "))
+		lx, ly := left+float64(i%perRow)*270, h-42+float64(i/perRow)*20
+		fmt.Fprintf(out, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="%s" stroke-width="3"%s/><text x="%.1f" y="%.1f">%s</text>`+"\n",
+			lx, lx+24, ly, ly, color, dash, lx+30, ly+4, rs[i].Mode)
 	}
 	fmt.Fprintln(out, "</svg>")
 }

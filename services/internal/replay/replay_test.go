@@ -99,10 +99,12 @@ func checkInvariants(t *testing.T, rs []*Result) {
 			t.Errorf("%s: allocation rate %.3f above 1", r.Mode, r.AllocationRate)
 		case c.FalseCulls > c.Culls:
 			t.Errorf("%s: %d false culls of %d", r.Mode, c.FalseCulls, c.Culls)
-		case r.Mode == Kubernetes && c.Culls != 0:
-			t.Errorf("plain Kubernetes culled %d servers", c.Culls)
-		case r.Mode.gpuhub() && c.Culls > c.Warnings:
+		case !r.Mode.hubCuller() && !r.Mode.gpuCuller() && c.Culls != 0:
+			t.Errorf("%s: %d servers culled without a culler", r.Mode, c.Culls)
+		case r.Mode.gpuCuller() && c.Culls > c.Warnings:
 			t.Errorf("%s: %d stops but %d warnings: gpu-culler never stops without a warning", r.Mode, c.Culls, c.Warnings)
+		case !r.Mode.waitlist() && c.Joins != 0:
+			t.Errorf("%s: %d waitlist joins without a waitlist", r.Mode, c.Joins)
 		case c.Error != 0:
 			t.Errorf("%s: gpu-quota could not decide %d times", r.Mode, c.Error)
 		case r.JainMin <= 0 || r.JainMin > 1+eps:
@@ -138,8 +140,11 @@ func TestReplaySynthetic(t *testing.T) {
 			if diff := cmp.Diff(first, again); diff != "" {
 				t.Errorf("same seed, different table (-first +again):\n%s", diff)
 			}
-			if c := rs[GPUHub].Counts(); c.Admissions == 0 || c.Decisions == 0 {
-				t.Errorf("gpuhub run: %d admissions, %d culler decisions: the services' code did not run", c.Admissions, c.Decisions)
+			for _, r := range rs {
+				c := r.Counts()
+				if (r.Mode.admission() && c.Admissions == 0) || (r.Mode.gpuCuller() && c.Decisions == 0) {
+					t.Errorf("%s: %d admissions, %d culler decisions: the services' code did not run", r.Mode, c.Admissions, c.Decisions)
+				}
 			}
 			cfg.Seed++
 			other, _ := replayTable(t, dir, cfg, pol)

@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// Targets are docs/benchmarks.md row B4's.
+// Targets are ../shared/docs/benchmarks.md row B4's.
 const (
 	TargetIdleReduction = 0.30 // fewer allocated-but-idle GPU-hours than Kubernetes + idle-culler
 	TargetP99Ratio      = 2.0  // time-to-GPU p99 at least this much lower
@@ -63,20 +63,117 @@ func Table(out io.Writer, rs []*Result) {
 		return fmt.Sprintf("%d (%d)", c.Requests, c.Comebacks)
 	})
 	row("never served (window or session ended)", func(r *Result) string { return fmt.Sprint(r.Counts().Censored) })
-	row("warnings / snoozes", func(r *Result) string {
+	row("gpu-culler warnings / snoozes", func(r *Result) string {
 		c := r.Counts()
-		if !r.Mode.gpuhub() {
+		if !r.Mode.gpuCuller() {
 			return "–"
 		}
 		return fmt.Sprintf("%d / %d", c.Warnings, c.Snoozes)
 	})
 	row("quota refusals / waitlist joins", func(r *Result) string {
 		c := r.Counts()
-		if !r.Mode.gpuhub() {
+		switch {
+		case !r.Mode.admission():
 			return "–"
+		case !r.Mode.waitlist():
+			return fmt.Sprintf("%d / –", c.QuotaRefusals)
 		}
 		return fmt.Sprintf("%d / %d", c.QuotaRefusals, c.Joins)
 	})
+}
+
+// parts are the ablation's gpuhub parts: the setup with the part off, and what the part is.
+var parts = []struct {
+	off  Mode
+	what string
+}{
+	{GPUHubNoCulling, "culling (gpu-culler)"},
+	{GPUHubNoAdmission, "quotas/packing (gpu-quota's admission and gpu-profiles' form; the waitlist goes with them)"},
+	{GPUHubNoWaitlist, "the waitlist"},
+}
+
+// WriteAblation writes what each gpuhub part adds: gpuhub with every part against gpuhub with that part off,
+// on the same cluster.
+func WriteAblation(out io.Writer, rs []*Result) {
+	by := byMode(rs)
+	all := by[GPUHub]
+	if all == nil {
+		return
+	}
+	fmt.Fprintln(out, "| part (off → on, the others on) | allocated-but-idle GPU-hours | requests that waited | time-to-GPU p99 | mean wait of those who waited | false culls | Jain, contended (lowest group) |")
+	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|")
+	for _, p := range parts {
+		off := by[p.off]
+		if off == nil {
+			continue
+		}
+		idle := fmt.Sprintf("%.0f → %.0f", off.IdleHeldGPUHours, all.IdleHeldGPUHours)
+		if off.IdleHeldGPUHours > 0 {
+			idle += fmt.Sprintf(" (%+.0f %%)", 100*(all.IdleHeldGPUHours/off.IdleHeldGPUHours-1))
+		}
+		fmt.Fprintf(out, "| %s | %s | %s → %s | %s → %s | %s → %s | %s → %s | %s → %s |\n", p.what, idle,
+			pct(off.WaitedShare), pct(all.WaitedShare), minutes(off.WaitP99), minutes(all.WaitP99),
+			waitedMean(off), waitedMean(all), pct(off.FalseCullRate), pct(all.FalseCullRate),
+			jainShort(off.JainContendedMin), jainShort(all.JainContendedMin))
+	}
+}
+
+// WriteWaitsBySize writes, for each setup, the requests of each size that waited and how long.
+func WriteWaitsBySize(out io.Writer, rs []*Result, replicas int64) {
+	sizes := map[int64]bool{}
+	for _, r := range rs {
+		for _, sw := range r.WaitsBySize() {
+			sizes[sw.Size] = true
+		}
+	}
+	head, sep := []string{"asked for"}, []string{"---"}
+	for _, r := range rs {
+		head, sep = append(head, r.Mode.String()), append(sep, "---:")
+	}
+	fmt.Fprintln(out, "| "+strings.Join(head, " | ")+" |")
+	fmt.Fprintln(out, "|"+strings.Join(sep, "|")+"|")
+	for _, size := range slices.Sorted(maps.Keys(sizes)) {
+		name := fmt.Sprintf("%d GPUs", size)
+		switch size {
+		case 0:
+			name = fmt.Sprintf("1/%d GPU (time-sliced share)", replicas)
+		case 1:
+			name = "1 GPU"
+		}
+		cells := []string{name}
+		for _, r := range rs {
+			cell := "–"
+			for _, sw := range r.WaitsBySize() {
+				if sw.Size != size {
+					continue
+				}
+				cell = fmt.Sprintf("%d of %d", sw.Waited, sw.Requests)
+				if sw.Waited > 0 {
+					cell += ", " + minutesFine(sw.WaitedMean)
+				}
+				if sw.Censored > 0 {
+					cell += fmt.Sprintf(" (%d never)", sw.Censored)
+				}
+			}
+			cells = append(cells, cell)
+		}
+		fmt.Fprintln(out, "| "+strings.Join(cells, " | ")+" |")
+	}
+}
+
+func waitedMean(r *Result) string {
+	if r.WaitedShare == 0 {
+		return "–"
+	}
+	return minutesFine(r.WaitMean / r.WaitedShare)
+}
+
+func byMode(rs []*Result) map[Mode]*Result {
+	by := map[Mode]*Result{}
+	for _, r := range rs {
+		by[r.Mode] = r
+	}
+	return by
 }
 
 func jainText(r *Result) string { return jainGroups(r.Jain, r.JainMin) }
@@ -129,15 +226,13 @@ type Verdict struct {
 	Detail string
 }
 
-// Verdicts judge gpuhub (the run with the waitlist, and the one without) against Kubernetes + idle-culler.
-func Verdicts(rs []*Result, seconds float64) []Verdict {
-	by := map[Mode]*Result{}
-	for _, r := range rs {
-		by[r.Mode] = r
-	}
+// Verdicts judge gpuhub (with every part, and without the waitlist as the chart ships it) against Kubernetes +
+// idle-culler, on the same cluster; timing is what the time target counts.
+func Verdicts(rs []*Result, seconds float64, timing string) []Verdict {
+	by := byMode(rs)
 	anchor := by[HubCuller]
 	var out []Verdict
-	for _, m := range []Mode{GPUHubWaitlist, GPUHub} {
+	for _, m := range []Mode{GPUHub, GPUHubNoWaitlist} {
 		g := by[m]
 		if g == nil || anchor == nil {
 			continue
@@ -157,7 +252,7 @@ func Verdicts(rs []*Result, seconds float64) []Verdict {
 		out = append(out, Verdict{m.String() + ": Jain >= 0.9 (contended minutes)", g.JainContendedMin >= TargetJain,
 			jainContendedText(g)})
 	}
-	out = append(out, Verdict{"whole replay <= 60 s", seconds <= TargetSeconds, fmt.Sprintf("%.1f s", seconds)})
+	out = append(out, Verdict{timing + " <= 60 s", seconds <= TargetSeconds, fmt.Sprintf("%.1f s", seconds)})
 	return out
 }
 

@@ -14,11 +14,15 @@ const bucket = 60
 type Result struct {
 	Mode Mode
 	GPUs int64
+	// Cluster is the capacity and the time-slicing the run had (the same for every setup of a replay).
+	Cluster Layout
 	// Minutes simulated.
 	Minutes int
 
 	heldMin, busyMin, idleMin    float64 // GPU-equivalent-minutes
 	waits                        []int
+	waitsBySize                  map[int64][]int // by what was asked: whole GPUs, 0 a time-sliced share
+	censoredBySize               map[int64]int
 	censored                     int
 	requests, comebacks          int
 	culls, falseCulls            int
@@ -48,16 +52,50 @@ type Result struct {
 	FalseCullRate             float64
 }
 
-func newResult(mode Mode, w *Workload, gpus int64) *Result {
-	return &Result{Mode: mode, GPUs: gpus, Minutes: w.Minutes, wanted: map[string]float64{}, delivered: map[string]float64{},
-		wantedContended: map[string]float64{}, deliveredContended: map[string]float64{}, groupOf: w.GroupOf, idleSeries: make([]float64, (w.Minutes+bucket-1)/bucket)}
+func newResult(mode Mode, w *Workload, cl Layout) *Result {
+	return &Result{Mode: mode, GPUs: cl.GPUs, Cluster: cl, Minutes: w.Minutes, wanted: map[string]float64{}, delivered: map[string]float64{},
+		wantedContended: map[string]float64{}, deliveredContended: map[string]float64{},
+		waitsBySize: map[int64][]int{}, censoredBySize: map[int64]int{}, groupOf: w.GroupOf, idleSeries: make([]float64, (w.Minutes+bucket-1)/bucket)}
 }
 
-func (m *Result) waited(minutes int, censored bool) {
+// waited records one request's time-to-GPU; size is what it asked for (whole GPUs, 0 a share); censored: it was
+// never served (its session or the window ended first).
+func (m *Result) waited(size int64, minutes int, censored bool) {
 	m.waits = append(m.waits, minutes)
+	m.waitsBySize[size] = append(m.waitsBySize[size], minutes)
 	if censored {
 		m.censored++
+		m.censoredBySize[size]++
 	}
+}
+
+// SizeWaits are the requests of one size (whole GPUs; 0 a time-sliced share): how many, how many waited, how
+// long those waited on average (minutes), and how many were never served.
+type SizeWaits struct {
+	Size                       int64
+	Requests, Waited, Censored int
+	WaitedMean                 float64
+}
+
+// WaitsBySize are the requests by what they asked for, smallest first.
+func (m *Result) WaitsBySize() []SizeWaits {
+	var out []SizeWaits
+	for _, size := range slices.Sorted(maps.Keys(m.waitsBySize)) {
+		ws := m.waitsBySize[size]
+		sw := SizeWaits{Size: size, Requests: len(ws), Censored: m.censoredBySize[size]}
+		sum := 0
+		for _, w := range ws {
+			if w > 0 {
+				sw.Waited++
+				sum += w
+			}
+		}
+		if sw.Waited > 0 {
+			sw.WaitedMean = float64(sum) / float64(sw.Waited)
+		}
+		out = append(out, sw)
+	}
+	return out
 }
 
 func (m *Result) addIdle(t int, idle float64) { m.idleSeries[t/bucket] += idle }
@@ -65,10 +103,10 @@ func (m *Result) addIdle(t int, idle float64) { m.idleSeries[t/bucket] += idle }
 func (m *Result) finish(r *run) {
 	// Servers still up or waiting at the end: the window closes on them (counted as they stand).
 	for _, sv := range r.waiting {
-		m.waited(m.Minutes-sv.askedAt, true)
+		m.waited(r.size(sv.s), m.Minutes-sv.askedAt, true)
 	}
 	for _, sv := range r.bound {
-		m.waited(m.Minutes-sv.askedAt, true)
+		m.waited(r.size(sv.s), m.Minutes-sv.askedAt, true)
 	}
 	for _, sv := range r.culled {
 		m.returned += sv.share * float64(m.Minutes-sv.culledAt) / 60

@@ -9,11 +9,15 @@ import (
 	ipolicy "github.com/gpuhub/gpuhub/services/internal/policy"
 )
 
-// Variation is one setting of the idleness model (or the capacity) and the anchor's and gpuhub's numbers under it.
+// Variation is one setting of the idleness model (or the cluster, or gpuhub's policy) and the anchor's and
+// gpuhub's numbers under it.
 type Variation struct {
 	Name    string
-	Results []*Result // Kubernetes + idle-culler, gpuhub + waitlist
+	Results []*Result // Kubernetes + idle-culler, gpuhub (every part)
 }
+
+// sensitivityModes are the setups each variation replays.
+var sensitivityModes = []Mode{HubCuller, GPUHub}
 
 // variation is one change to the main scenario: to the model (change) or to gpuhub's policies (policy).
 type variation struct {
@@ -24,15 +28,23 @@ type variation struct {
 
 func vary(name string, change func(*Config)) variation { return variation{name: name, change: change} }
 
-// variations change one main parameter of the idleness model at a time: the long gaps' shape (the other one,
-// same mean), each duration to half and twice its value, fractions to a low and a high value; then the
-// capacity to the ample one (where the anchor hardly queues).
+// variations change one main parameter at a time: the cluster's time-slicing (on or off, for every setup
+// alike), then the idleness model: the long gaps' shape (the other one, same mean), each duration to half and
+// twice its value, fractions to a low and a high value; gpuhub's idle period; then the capacity to the ample one
+// (where the anchor hardly queues).
 func variations(cfg *Config) []variation {
 	dur := func(d ipolicy.Duration, f float64) ipolicy.Duration {
 		return ipolicy.Duration(time.Duration(float64(d) * f).Round(time.Minute))
 	}
 	i := cfg.Idleness
 	var vs []variation
+	if cfg.Capacity.SharedFraction > 0 {
+		vs = append(vs, vary("capacity.sharedFraction 0 (no time-slicing: whole GPUs in every setup)",
+			func(c *Config) { c.Capacity.SharedFraction = 0 }))
+	} else {
+		vs = append(vs, vary("capacity.sharedFraction 0.25 (a quarter of the nodes time-sliced in every setup)",
+			func(c *Config) { c.Capacity.SharedFraction = 0.25 }))
+	}
 	if i.AwayShape == AwayPareto {
 		vs = append(vs,
 			vary("awayShape exponential (memoryless long gaps, same mean)", func(c *Config) { c.Idleness.AwayShape = AwayExponential }),
@@ -59,35 +71,6 @@ func variations(cfg *Config) []variation {
 			func(c *Config) { c.Capacity.GPUs = a }))
 	}
 	return vs
-}
-
-// Sensitivity replays the anchor and gpuhub + waitlist under each variation.
-func Sensitivity(cfg *Config, pol Policies, nodes []TraceNode, pods []TracePod) ([]Variation, error) {
-	var out []Variation
-	for _, v := range variations(cfg) {
-		c := *cfg
-		v.change(&c)
-		p := pol
-		if v.policy != nil {
-			if err := v.policy(&p); err != nil {
-				return nil, fmt.Errorf("%s: %w", v.name, err)
-			}
-		}
-		w, err := BuildWorkload(&c, nodes, pods)
-		if err != nil {
-			return nil, err
-		}
-		env, err := NewEnv(&c, w, p)
-		if err != nil {
-			return nil, err
-		}
-		rs, err := runAll(env, []Mode{HubCuller, GPUHubWaitlist})
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, Variation{Name: v.name, Results: rs})
-	}
-	return out, nil
 }
 
 // setCullerGPUIdle sets gpu.idlePeriod in the culler policy file (which the culler's own parser then reads).

@@ -17,40 +17,72 @@ import (
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 )
 
-// Mode is one of the compared setups.
+// Mode is one of the compared setups. Every setup runs on the same cluster: the same nodes and the same
+// time-slicing (Env.Cluster); they differ only in which gpuhub parts run.
 type Mode int
 
-// The setups, on the same trace and capacity.
+// The setups, on the same trace, capacity and sharing: the two anchors, gpuhub with all its parts, and gpuhub
+// with each part off in turn (the ablation).
 const (
-	// Kubernetes is plain Kubernetes: whole GPUs, pending pods placed in arrival order when they fit, no culling.
+	// Kubernetes is plain Kubernetes: pending pods placed in arrival order when they fit, no culling.
 	Kubernetes Mode = iota
 	// HubCuller is Kubernetes with jupyterhub-idle-culler: a server with no Hub activity for an hour is stopped.
 	HubCuller
-	// GPUHub is gpu-quota's admission, gpu-profiles' choices (time-sliced shares for small requests) and
-	// gpu-culler's GPU-activity culling with warnings and snoozes; a refused user tries again later.
+	// GPUHub is every gpuhub part: gpu-quota's admission with gpu-profiles' spawn form (quotas, choices with
+	// what is free, a refused user tries again later), gpu-culler's GPU-activity culling with warnings and
+	// snoozes, and gpu-quota's waitlist (fair-share order, holds, auto-start, idleWhenContended).
 	GPUHub
-	// GPUHubWaitlist is GPUHub with gpu-quota's waitlist: fair-share order, holds, auto-start, and the culler's
-	// idleWhenContended while someone waits.
-	GPUHubWaitlist
+	// GPUHubNoCulling is GPUHub without gpu-culler: no server is stopped for idleness.
+	GPUHubNoCulling
+	// GPUHubNoAdmission is GPUHub without gpu-quota's admission and gpu-profiles' form: pods queue in the
+	// scheduler as in Kubernetes. The waitlist is part of gpu-quota's admission, so it is off too: what is left
+	// is gpu-culler (without idleWhenContended, which needs the waitlist).
+	GPUHubNoAdmission
+	// GPUHubNoWaitlist is GPUHub without the waitlist (the chart's default: gpuQuota.waitlist.enabled false).
+	GPUHubNoWaitlist
 )
 
 // Modes are every setup in table order.
-var Modes = []Mode{Kubernetes, HubCuller, GPUHub, GPUHubWaitlist}
+var Modes = []Mode{Kubernetes, HubCuller, GPUHub, GPUHubNoCulling, GPUHubNoAdmission, GPUHubNoWaitlist}
 
 func (m Mode) String() string {
-	return [...]string{"Kubernetes", "Kubernetes + idle-culler", "gpuhub", "gpuhub + waitlist"}[m]
+	return [...]string{"Kubernetes", "Kubernetes + idle-culler", "gpuhub", "gpuhub − culling",
+		"gpuhub − quotas/packing", "gpuhub − waitlist"}[m]
 }
 
-func (m Mode) gpuhub() bool { return m >= GPUHub }
+// admission: gpu-quota admits and gpu-profiles' form offers the choices (else the scheduler's pending queue).
+func (m Mode) admission() bool { return m == GPUHub || m == GPUHubNoCulling || m == GPUHubNoWaitlist }
 
-// Env is what every run shares: the scenario, the workload and the gpuhub runs' policies (parsed by the
-// services' own parsers).
+// waitlist: gpu-quota's waitlist runs (and gpu-culler's idleWhenContended with it).
+func (m Mode) waitlist() bool { return m == GPUHub || m == GPUHubNoCulling }
+
+// gpuCuller: gpu-culler's pass runs every minute.
+func (m Mode) gpuCuller() bool { return m == GPUHub || m == GPUHubNoAdmission || m == GPUHubNoWaitlist }
+
+// hubCuller: jupyterhub-idle-culler's pass runs.
+func (m Mode) hubCuller() bool { return m == HubCuller }
+
+// cost orders the runs, longest first: gpu-quota's engine, its waitlist and gpu-culler's pass are what take time.
+func (m Mode) cost() int {
+	c := 0
+	for _, on := range []bool{m.admission(), m.waitlist(), m.gpuCuller()} {
+		if on {
+			c++
+		}
+	}
+	return c
+}
+
+// Env is what every run shares: the scenario, the workload, the cluster (its nodes and which of them the admin
+// time-slices: the same for every setup) and the gpuhub runs' policies (parsed by the services' own parsers).
 type Env struct {
 	Cfg      *Config
 	W        *Workload
 	Quota    *qkit.Policy
 	Culler   *ckit.Policy
 	Profiles *pkit.Config
+	// cluster is the nodes as the admin configured them; every run starts from a copy.
+	cluster *cluster
 }
 
 // NewEnv parses the policies with the services' parsers.
@@ -67,7 +99,8 @@ func NewEnv(cfg *Config, w *Workload, p Policies) (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gpu-profiles overrides: %w", err)
 	}
-	return &Env{Cfg: cfg, W: w, Quota: q, Culler: c, Profiles: pr}, nil
+	cl := newCluster(strconv.FormatUint(cfg.Seed, 10), w.Nodes, cfg.Capacity.SharedFraction, cfg.Capacity.Replicas)
+	return &Env{Cfg: cfg, W: w, Quota: q, Culler: c, Profiles: pr, cluster: cl}, nil
 }
 
 // epoch is minute 0 of the simulated clock (any fixed time: the trace's own times are relative).
@@ -119,17 +152,20 @@ type run struct {
 	cat  *pkit.Catalog
 	t    int
 
-	servers  []*server
-	byName   map[string]*server
-	running  []*server
-	waiting  []*server // in the order they asked
-	culled   []*server
-	bound    []*server
-	rules    map[string]ckit.Rule
-	samples  []ckit.Sample
-	ledger   map[string]map[string]float64 // user -> class -> GPU-hours x 2^(t/halfLife)
-	decayed  map[string]map[string]float64
-	halfLife float64 // minutes
+	servers []*server
+	byName  map[string]*server
+	running []*server
+	waiting []*server // in the order they asked
+	culled  []*server
+	bound   []*server
+	rules   map[ruleKey]ckit.Rule
+	samples []ckit.Sample
+	// forms are the choices by group for the catalog table whose first kind is formKinds (choices).
+	forms     map[string]groupForm
+	formKinds *pkit.KindStatus
+	ledger    map[string]map[string]float64 // user -> class -> GPU-hours x 2^(t/halfLife)
+	decayed   map[string]map[string]float64
+	halfLife  float64 // minutes
 
 	m *Result
 }
@@ -137,21 +173,16 @@ type run struct {
 // Run replays the workload under mode and returns its numbers.
 func Run(env *Env, mode Mode) (*Result, error) {
 	cfg, w := env.Cfg, env.W
-	seed := strconv.FormatUint(cfg.Seed, 10)
-	shared := 0.0
-	if mode.gpuhub() {
-		shared = cfg.Capacity.SharedFraction
-	}
-	r := &run{env: env, mode: mode, cl: newCluster(seed, w.Nodes, shared, cfg.Capacity.Replicas),
-		byName: map[string]*server{}, rules: map[string]ckit.Rule{}, ledger: map[string]map[string]float64{},
+	r := &run{env: env, mode: mode, cl: env.cluster.clone(),
+		byName: map[string]*server{}, rules: map[ruleKey]ckit.Rule{}, ledger: map[string]map[string]float64{},
 		halfLife: cfg.Behaviour.FairShareHalfLife.Std().Minutes()}
-	r.m = newResult(mode, w, r.cl.gpus)
+	r.m = newResult(mode, w, r.cl.layout())
 	for _, s := range w.Sessions {
 		sv := &server{s: s}
 		r.servers = append(r.servers, sv)
 		r.byName[s.Pod] = sv
 	}
-	if mode.gpuhub() {
+	if mode.admission() {
 		if err := r.startServices(); err != nil {
 			return nil, err
 		}
@@ -168,15 +199,15 @@ func Run(env *Env, mode Mode) (*Result, error) {
 		r.endSessions()
 		r.comeBack()
 		switch {
-		case mode.gpuhub():
+		case mode.admission():
 			r.serveGPUHub()
 		default:
 			r.serveKubernetes()
 		}
 		switch {
-		case mode == HubCuller && t%cullEvery == 0:
+		case mode.hubCuller() && t%cullEvery == 0:
 			r.hubCullerPass()
-		case mode.gpuhub() && t%passEvery == 0:
+		case mode.gpuCuller() && t%passEvery == 0:
 			r.cullerPass()
 		}
 		r.account()
@@ -199,14 +230,14 @@ func (r *run) startServices() error {
 	}
 	o := qkit.Options{Policy: func() *qkit.Policy { return r.env.Quota }, Log: log, Now: now,
 		Directory: func() (map[string][]string, error) { return groups, nil }}
-	if r.mode == GPUHubWaitlist {
+	if r.mode.waitlist() {
 		o.Waitlist = qkit.WaitlistOptions{Enabled: true, Hold: r.env.Cfg.Behaviour.WaitlistHold.Std(),
 			Decayed: func() (map[string]map[string]float64, bool) { return r.decayed, r.decayed != nil }}
 	}
 	if r.eng, err = qkit.New(o); err != nil {
 		return err
 	}
-	if r.mode == GPUHubWaitlist {
+	if r.mode.waitlist() {
 		r.eng.LoadWaitlist(qkit.WaitlistState{})
 	}
 	r.cat = pkit.NewCatalog(pkit.CatalogOptions{})
@@ -236,7 +267,7 @@ func (r *run) endSessions() {
 	}
 	for _, sv := range slices.Clone(r.bound) {
 		if sv.s.End <= t {
-			r.m.waited(t-sv.askedAt, true)
+			r.m.waited(r.size(sv.s), t-sv.askedAt, true)
 			r.unbind(sv)
 			sv.st = stDone
 		}
@@ -247,7 +278,7 @@ func (r *run) endSessions() {
 			kept = append(kept, sv)
 			continue
 		}
-		r.m.waited(t-sv.askedAt, true)
+		r.m.waited(r.size(sv.s), t-sv.askedAt, true)
 		if sv.joined {
 			_ = r.eng.Leave(sv.s.User, sv.s.Pod)
 		}
@@ -282,12 +313,18 @@ func (r *run) comeBack() {
 }
 
 // serveKubernetes places pending pods in the order they were created, each where it fits (the scheduler does
-// not block the queue on a pod that does not fit).
+// not block the queue on a pod that does not fit). A pod asks for what its user picked on z2jh's static
+// profile list: a time-sliced share for a small request when the cluster has them, else whole GPUs; it waits
+// for that, whatever else is free (the list does not say what is).
 func (r *run) serveKubernetes() {
 	kept := r.waiting[:0]
 	for _, sv := range r.waiting {
-		res := map[string]int64{gpu.ResourceGPU: sv.s.GPUs}
-		n := r.cl.place(gpu.ResourceGPU, sv.s.GPUs, nil)
+		resource, count := gpu.ResourceGPU, sv.s.GPUs
+		if r.takesShare(sv.s) {
+			resource, count = gpu.ResourceGPUShared, 1
+		}
+		res := map[string]int64{resource: count}
+		n := r.cl.place(resource, count, nil)
 		if n == nil {
 			kept = append(kept, sv)
 			continue
@@ -303,9 +340,9 @@ func (r *run) started(sv *server, n *simNode) {
 	sv.node, sv.st, sv.started, sv.lastHub, sv.notice = n, stRunning, r.t, r.t, ckit.Notice{}
 	sv.class, sv.kind, sv.share = classOf(sv.res, n)
 	sv.units = sv.res[n.resource]
-	r.m.waited(r.t-sv.askedAt, false)
+	r.m.waited(r.size(sv.s), r.t-sv.askedAt, false)
 	r.running = append(r.running, sv)
-	if r.mode.gpuhub() {
+	if r.eng != nil {
 		p := bound(sv.pod, n.name, clock(r.t))
 		sv.pod = p
 		r.eng.PodHandler().OnUpdate(nil, p)
@@ -317,7 +354,7 @@ func (r *run) started(sv *server, n *simNode) {
 func (r *run) release(sv *server) {
 	sv.node.free += sv.units
 	r.running = slices.DeleteFunc(r.running, func(x *server) bool { return x == sv })
-	if r.mode.gpuhub() {
+	if r.eng != nil {
 		r.eng.PodHandler().OnDelete(sv.pod)
 		r.cat.PodHandler().OnDelete(sv.pod)
 	}
@@ -333,11 +370,16 @@ func (r *run) unbind(sv *server) {
 // serveGPUHub: the waitlist's turn (auto-start of held entries), pods admitted but not yet placed, then every
 // waiting user whose retry is due opens the spawn form.
 func (r *run) serveGPUHub() {
-	if r.mode == GPUHubWaitlist {
+	if r.mode.waitlist() {
 		if r.decayed == nil || r.t%minutesOf(r.env.Cfg.Behaviour.LedgerEvery.Std()) == 0 {
 			r.refreshDecayed()
 		}
-		tick := r.eng.WaitlistTick(clock(r.t))
+		// gpu-quota ticks its waitlist every few seconds; the simulation only while someone is on it: with no
+		// entry a tick changes nothing (reservations expire wherever they are read).
+		var tick qkit.TickResult
+		if st, _, _ := r.eng.WaitlistSnapshot(); len(st.Entries) > 0 {
+			tick = r.eng.WaitlistTick(clock(r.t))
+		}
 		for _, en := range tick.Start {
 			sv := r.byName[en.Server]
 			if sv == nil || sv.st != stWaiting {
@@ -370,10 +412,24 @@ func (sv *server) node0Resource() string {
 	return ""
 }
 
-// want is the kind and count of choice a session takes, and the kind it falls back to: a small fractional
-// request a time-sliced share, else whole GPUs.
+// takesShare reports whether the session asks for a time-sliced share: its request is part of one GPU, at most
+// requests.sharedUpToMilli, and the cluster has time-sliced nodes. The same in every setup.
+func (r *run) takesShare(s *Session) bool {
+	return r.cl.shared && s.Fractional() && s.Milli <= r.env.Cfg.Requests.SharedUpToMilli
+}
+
+// size is what the session asks for, for the report: whole GPUs, or 0 for a time-sliced share.
+func (r *run) size(s *Session) int64 {
+	if r.takesShare(s) {
+		return 0
+	}
+	return s.GPUs
+}
+
+// want is the kind and count of choice a session takes on gpu-profiles' form, and the kind it falls back to
+// when none is free (the form shows what is): a time-sliced share (takesShare), else whole GPUs.
 func (r *run) want(s *Session) (kind string, count int64, fallback string) {
-	if s.Fractional() && s.Milli <= r.env.Cfg.Requests.SharedUpToMilli {
+	if r.takesShare(s) {
 		return string(gpu.KindShared), 1, string(gpu.KindGPU)
 	}
 	return string(gpu.KindGPU), s.GPUs, ""
@@ -381,7 +437,7 @@ func (r *run) want(s *Session) (kind string, count int64, fallback string) {
 
 // tryForm is the user opening the spawn form (gpu-profiles' choices for them, with gpu-quota's verdicts) and
 // starting the available choice of what they need with the most free; with none available, joining the
-// waitlist (GPUHubWaitlist) for the largest pool of it.
+// waitlist (when it runs) for the largest pool of it.
 func (r *run) tryForm(sv *server) {
 	sv.nextTry = r.t + minutesOf(r.env.Cfg.Behaviour.RetryEvery.Std())
 	r.m.formViews++
@@ -390,15 +446,8 @@ func (r *run) tryForm(sv *server) {
 		return
 	}
 	groups := []string{sv.s.Group}
-	choices := pkit.Visible(pkit.Choices(kinds, r.env.Profiles), groups)
-	bySlug := map[string]pkit.Choice{}
-	var opts []qkit.AssessOption
-	for _, c := range choices {
-		if c.Resources != nil {
-			bySlug[c.Slug] = c
-			opts = append(opts, qkit.AssessOption{ID: c.Slug, Resources: c.Resources, NodeSelector: c.Override.NodeSelector})
-		}
-	}
+	f := r.choices(kinds, sv.s.Group)
+	choices, bySlug, opts := f.choices, f.bySlug, f.opts
 	verdicts := map[string]pkit.Verdict{}
 	a, err := r.eng.Assess(context.Background(), qkit.AssessRequest{User: sv.s.User, Server: sv.s.Pod, Groups: groups, Options: opts})
 	if err != nil {
@@ -433,7 +482,7 @@ func (r *run) tryForm(sv *server) {
 			return
 		}
 	}
-	if r.mode != GPUHubWaitlist || sv.joined {
+	if !r.mode.waitlist() || sv.joined {
 		r.m.refusals++
 		return
 	}
@@ -441,6 +490,37 @@ func (r *run) tryForm(sv *server) {
 		c := bySlug[p.Slug]
 		r.admit(sv, c.Resources, c.Override.NodeSelector, c.Slug, true)
 	}
+}
+
+// groupForm is the choices one group sees, and what gpu-quota is asked about them.
+type groupForm struct {
+	choices []pkit.Choice
+	bySlug  map[string]pkit.Choice
+	opts    []qkit.AssessOption
+}
+
+// choices is gpu-profiles' choices for group from the catalog's kinds (Choices, then Visible), kept while the
+// catalog's table stays the same: it is rebuilt, never changed in place, when a node or pod changes, and
+// Choices and Visible depend on nothing else.
+func (r *run) choices(kinds []pkit.KindStatus, group string) groupForm {
+	if len(kinds) == 0 || &kinds[0] != r.formKinds {
+		r.formKinds, r.forms = nil, map[string]groupForm{}
+		if len(kinds) > 0 {
+			r.formKinds = &kinds[0]
+		}
+	}
+	if f, ok := r.forms[group]; ok {
+		return f
+	}
+	f := groupForm{choices: pkit.Visible(pkit.Choices(kinds, r.env.Profiles), []string{group}), bySlug: map[string]pkit.Choice{}}
+	for _, c := range f.choices {
+		if c.Resources != nil {
+			f.bySlug[c.Slug] = c
+			f.opts = append(f.opts, qkit.AssessOption{ID: c.Slug, Resources: c.Resources, NodeSelector: c.Override.NodeSelector})
+		}
+	}
+	r.forms[group] = f
+	return f
 }
 
 // admit asks gpu-quota to admit sv with a choice (and to join the waitlist when nothing is free, with join);
@@ -500,7 +580,7 @@ const lookback = 4 * 60
 func (r *run) cullerPass() {
 	now := clock(r.t)
 	contended := map[string]bool{}
-	if r.mode == GPUHubWaitlist {
+	if r.mode.waitlist() {
 		cs, err := r.eng.Contended()
 		if err == nil {
 			for _, c := range cs {
@@ -515,7 +595,7 @@ func (r *run) cullerPass() {
 			Contended: contended[sv.class],
 			Server: ckit.Server{User: sv.s.User, Name: sv.s.Pod, Groups: []string{sv.s.Group}, Kind: sv.kind, Profile: sv.slug,
 				Started: clock(sv.started), LastActivity: clock(sv.lastHub), Ready: true},
-			Telemetry: r.telemetry(sv)}
+			Telemetry: r.telemetry(sv, rule)}
 		d := ckit.Decide(in)
 		r.m.decisions++
 		switch d.Action {
@@ -543,8 +623,9 @@ func (r *run) cullerPass() {
 	}
 }
 
+// rule is gpu-culler's resolved rule for a server of kind started with the choice slug.
 func (r *run) rule(kind gpu.Kind, slug string) ckit.Rule {
-	key := string(kind) + "/" + slug
+	key := ruleKey{kind, slug}
 	rule, ok := r.rules[key]
 	if !ok {
 		rule = r.env.Culler.Rule(kind, slug)
@@ -553,9 +634,16 @@ func (r *run) rule(kind gpu.Kind, slug string) ckit.Rule {
 	return rule
 }
 
-// telemetry is the server's GPU samples as the usage API would serve them, one a minute: the newest alone while
-// busy; while idle, back to the start of the idle stretch (at most lookback), memory unchanged.
-func (r *run) telemetry(sv *server) ckit.Telemetry {
+type ruleKey struct {
+	kind gpu.Kind
+	slug string
+}
+
+// telemetry is the server's GPU samples as the usage API would serve them: the newest alone while busy; while
+// idle, back to the start of the idle stretch (at most lookback), memory unchanged. The usage API samples every
+// minute; handed to Decide are the newest, the oldest of the stretch and one every staleAfter between them: the
+// same idle stretch for Decide (no gap above staleAfter, utilization and memory unchanged), fewer to sort.
+func (r *run) telemetry(sv *server, rule ckit.Rule) ckit.Telemetry {
 	const memory = 4 << 30
 	t := r.t
 	if sv.s.Busy(t) {
@@ -566,8 +654,12 @@ func (r *run) telemetry(sv *server) ckit.Telemetry {
 	for from > sv.started && from > t-lookback && !sv.s.Busy(from-1) {
 		from--
 	}
+	step := max(1, int(rule.StaleAfter/time.Minute))
 	r.samples = r.samples[:0]
-	for i := from; i <= t; i++ {
+	if (t-from)%step != 0 {
+		r.samples = append(r.samples, ckit.Sample{At: clock(from), MemoryBytes: memory})
+	}
+	for i := from + (t-from)%step; i <= t; i += step {
 		r.samples = append(r.samples, ckit.Sample{At: clock(i), MemoryBytes: memory})
 	}
 	return ckit.Telemetry{Present: true, Samples: r.samples}
@@ -589,18 +681,23 @@ func (r *run) cull(sv *server) {
 }
 
 // refreshDecayed is every user's GPU-hours by class, decayed by the fair-share half-life (what the usage API's
-// gpu-hours/decayed serves the waitlist).
+// gpu-hours/decayed serves the waitlist). The maps are rewritten in place: the engine reads them only during
+// a tick, and no user or class ever leaves the ledger.
 func (r *run) refreshDecayed() {
 	scale := math.Exp2(-float64(r.t) / r.halfLife)
-	out := make(map[string]map[string]float64, len(r.ledger))
+	if r.decayed == nil {
+		r.decayed = make(map[string]map[string]float64, len(r.ledger))
+	}
 	for u, byClass := range r.ledger {
-		m := make(map[string]float64, len(byClass))
+		m := r.decayed[u]
+		if m == nil {
+			m = make(map[string]float64, len(byClass))
+			r.decayed[u] = m
+		}
 		for c, v := range byClass {
 			m[c] = v * scale
 		}
-		out[u] = m
 	}
-	r.decayed = out
 }
 
 // account adds this minute to the numbers: what is held, busy and idle, who wanted their GPU and who had it.
@@ -629,7 +726,7 @@ func (r *run) account() {
 		} else {
 			idle += sv.share
 		}
-		if r.mode == GPUHubWaitlist {
+		if r.mode.waitlist() {
 			byClass := r.ledger[sv.s.User]
 			if byClass == nil {
 				byClass = map[string]float64{}

@@ -132,5 +132,18 @@ func hash64(parts ...string) uint64 {
 	return h.Sum64()
 }
 
+// mixed is hash64 through splitmix64's finalizer: FNV-1a's high bits hardly change when only the last
+// characters of a part do (openb-node-0200 ... 0209 all fall within 0.001 of each other under unit), so draws
+// over similar names need the mix.
+func mixed(parts ...string) uint64 {
+	x := hash64(parts...)
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
 // unit is a hash as a number in [0, 1).
 func unit(parts ...string) float64 { return float64(hash64(parts...)>>11) / (1 << 53) }
