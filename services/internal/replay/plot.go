@@ -41,7 +41,7 @@ func Plot(out io.Writer, rs []*Result) {
 	if len(rs) > 0 {
 		cl = rs[0].Cluster
 	}
-	fmt.Fprintf(out, `<text x="%.0f" y="22" font-size="14">Allocated-but-idle GPUs over the replayed trace: %d GPUs, %d of them time-sliced, in every setup (daily moving average of hourly means)</text>`+"\n",
+	fmt.Fprintf(out, `<text x="%.0f" y="22" font-size="14">Allocated-but-idle GPUs, every setup on the same %d GPUs (%d time-sliced); 24 h moving average</text>`+"\n",
 		left, cl.GPUs, cl.SharedGPUs)
 	for k := 0; k <= 5; k++ {
 		v := peak * float64(k) / 5
