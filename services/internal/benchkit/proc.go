@@ -46,6 +46,11 @@ func ProcessCPU(pid int) time.Duration {
 	if err != nil {
 		return 0
 	}
+	return statCPU(raw)
+}
+
+// statCPU is the CPU time (utime + stime) of a /proc/<pid>/stat line; 0 where it cannot be read.
+func statCPU(raw []byte) time.Duration {
 	// The command name, in parentheses, may hold spaces and parentheses: the fields counted here come after
 	// the last ")".
 	i := strings.LastIndexByte(string(raw), ')')
