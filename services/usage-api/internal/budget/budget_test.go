@@ -117,8 +117,9 @@ func TestGetCachesAndRefreshes(t *testing.T) {
 	if got := c.Get(ctx, "bob"); string(got) != bobQuota {
 		t.Errorf("stale answer: %s", got)
 	}
-	if d := time.Since(start); d > 100*time.Millisecond {
-		t.Errorf("a stale answer waited %v", d)
+	// It did not wait for the refresh (which takes the fake's 1 s): how much less depends on the machine's load.
+	if d := time.Since(start); d >= time.Duration(f.delay.Load()) {
+		t.Errorf("a stale answer waited %v, as long as the refresh", d)
 	}
 	waitFetched(t, c, "bob")
 	// Too old to serve: fetched first; gpu-quota hangs, so the answer is unavailable after the timeout.
