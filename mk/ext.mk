@@ -2,7 +2,7 @@
 # of $(VENV_HUB55) for the federated bundle, a Python wheel for the single-user environment, and UI tests
 # in Debian's chromium driven by playwright-core (never a downloaded browser).
 #
-# Other fragments use: ext-install (puts the wheel into $(VENV_HUB55), the local cluster's single-user env)
+# Other fragments use: ext-install (puts the wheel into $(HUB_VENV), the local cluster's single-user env)
 # and EXT_WHEEL_GLOB. The `chromium` target (Debian apt) is defined in mk/cluster.mk and shared.
 
 EXT_DIR          := $(CURDIR)/notebooks-ext
@@ -48,18 +48,18 @@ ext-wheel: ext-build ## Python wheel of the GPU panel (notebooks-ext/dist), inst
 	@ls -1 $(EXT_WHEEL_GLOB)
 
 .PHONY: ext-install
-ext-install: ext-wheel ## Install the GPU panel wheel into $(VENV_HUB55) (the local cluster's single-user env).
-	@echo "==> installing $$(basename $(EXT_WHEEL_GLOB)) into $(VENV_HUB55)"
-	"$(VENV_HUB55)/bin/python" -m pip install --disable-pip-version-check --quiet --no-deps --force-reinstall $(EXT_WHEEL_GLOB)
-	@"$(VENV_HUB55)/bin/jupyter" labextension list 2>&1 | grep -E '@gpuhub/jupyterlab-gpu-panel .*enabled' || { \
+ext-install: ext-wheel $(HUB_VENV_TARGET) ## Install the GPU panel wheel into the local cluster's single-user env (the Hub venv: HUB=5.5 or 6).
+	@echo "==> installing $$(basename $(EXT_WHEEL_GLOB)) into $(HUB_VENV)"
+	"$(HUB_VENV)/bin/python" -m pip install --disable-pip-version-check --quiet --no-deps --force-reinstall $(EXT_WHEEL_GLOB)
+	@"$(HUB_VENV)/bin/jupyter" labextension list 2>&1 | grep -E '@gpuhub/jupyterlab-gpu-panel .*enabled' || { \
 	  echo "ERROR: @gpuhub/jupyterlab-gpu-panel is not listed as enabled by jupyter labextension list"; exit 1; }
 	@# JupyterLab's "receive official Jupyter news?" toast would cover the panel: off, as in images/singleuser.Dockerfile.
-	install -D -m 0644 images/jupyterlab-overrides.json "$(VENV_HUB55)/share/jupyter/lab/settings/overrides.json"
+	install -D -m 0644 images/jupyterlab-overrides.json "$(HUB_VENV)/share/jupyter/lab/settings/overrides.json"
 
 .PHONY: ui-test
 ui-test: ext-install chromium ## GPU panel in a real JupyterLab + chromium against a usage-API fixture; screenshots in notebooks-ext/ui-tests/artifacts.
 	cd "$(EXT_DIR)" && npm run --silent build:ui-tests
-	cd "$(EXT_DIR)" && GPUHUB_UI_VENV="$(VENV_HUB55)" GPUHUB_UI_ARTIFACTS="$(EXT_ARTIFACTS)" CHROMIUM="$(CHROMIUM)" \
+	cd "$(EXT_DIR)" && GPUHUB_UI_VENV="$(HUB_VENV)" GPUHUB_UI_ARTIFACTS="$(EXT_ARTIFACTS)" CHROMIUM="$(CHROMIUM)" \
 	  node --test-reporter=spec ui-tests/lib/standalone.test.js
 	@echo "==> screenshots: $(EXT_ARTIFACTS)"
 
