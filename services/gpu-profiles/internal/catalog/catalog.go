@@ -7,7 +7,7 @@
 // Units are counted as the scheduler counts them: a node's allocatable GPU resource minus the requests of the
 // pods bound to it that have not finished (Pending-but-bound and terminating pods hold their units). Units on
 // a cordoned, NotReady or tainted node (a NoSchedule/NoExecute taint the single-user pods do not tolerate) are
-// allocatable but never free.
+// allocatable but never free: inventory.Node.Blocked, the rule gpu-quota admits by too.
 package catalog
 
 import (
@@ -105,18 +105,9 @@ type Options struct {
 	Synced, Healthy func() error
 }
 
-// DefaultTolerations are the taints single-user pods tolerate out of the box: z2jh gives every user pod a
-// toleration of its dedicated-node taints (scheduling.userPods.tolerations), and GPU node pools of managed
-// clusters (GKE, AKS) taint GPU nodes with nvidia.com/gpu, which the ExtendedResourceToleration admission
-// plugin (on in those clusters) tolerates on every pod that requests an nvidia.com/gpu resource. A cluster
-// whose GPU pods do not get that toleration sets the tolerations in the configuration.
-func DefaultTolerations() []corev1.Toleration {
-	return []corev1.Toleration{
-		{Key: "hub.jupyter.org/dedicated", Operator: corev1.TolerationOpEqual, Value: "user", Effect: corev1.TaintEffectNoSchedule},
-		{Key: "hub.jupyter.org_dedicated", Operator: corev1.TolerationOpEqual, Value: "user", Effect: corev1.TaintEffectNoSchedule},
-		{Key: gpu.ResourceGPU, Operator: corev1.TolerationOpExists},
-	}
-}
+// DefaultTolerations are the single-user pods' tolerations when none are configured
+// (inventory.DefaultTolerations).
+func DefaultTolerations() []corev1.Toleration { return inventory.DefaultTolerations() }
 
 // Catalog is the inventory by kind.
 type Catalog struct {
@@ -271,62 +262,6 @@ func agree(kind, pod map[string]string) (int, bool) {
 	return n, true
 }
 
-// Blocked says why a node cannot take a new pod ("cordoned", "not ready", "tainted key=value:NoSchedule"),
-// empty when it can. tolerations are the pod's.
-func Blocked(n inventory.Node, tolerations []corev1.Toleration) string {
-	switch {
-	case n.Unschedulable:
-		return "cordoned"
-	case !n.Ready:
-		return "not ready"
-	}
-	for i := range n.Taints {
-		t := &n.Taints[i]
-		if t.Effect != corev1.TaintEffectNoSchedule && t.Effect != corev1.TaintEffectNoExecute {
-			continue
-		}
-		if !tolerated(t, tolerations) {
-			return "tainted " + taintString(t)
-		}
-	}
-	return ""
-}
-
-// tolerated applies the pod spec's rules: an empty effect tolerates every effect, an empty key with Exists
-// every taint, Exists any value, Equal (or no operator) the same value.
-func tolerated(t *corev1.Taint, tolerations []corev1.Toleration) bool {
-	for _, tol := range tolerations {
-		if tol.Effect != "" && tol.Effect != t.Effect {
-			continue
-		}
-		if tol.Key == "" {
-			if tol.Operator == corev1.TolerationOpExists {
-				return true
-			}
-			continue
-		}
-		if tol.Key != t.Key {
-			continue
-		}
-		switch tol.Operator {
-		case corev1.TolerationOpExists:
-			return true
-		case "", corev1.TolerationOpEqual:
-			if tol.Value == t.Value {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-func taintString(t *corev1.Taint) string {
-	if t.Value == "" {
-		return t.Key + ":" + string(t.Effect)
-	}
-	return t.Key + "=" + t.Value + ":" + string(t.Effect)
-}
-
 // Slug is the stable name of the kind of a: lowercase [a-z0-9-], derived from the kind, product and MIG profile
 // only (services/gpu-profiles/README.md, "Slugs").
 func Slug(a gpu.Allocation) string {
@@ -410,11 +345,11 @@ func (c *Catalog) setNode(name string, n *corev1.Node) {
 		return
 	}
 	nn := inventory.NodeFrom(n)
-	if had && sameNode(old.node, nn) {
+	if had && old.node.Equal(nn) {
 		return
 	}
 	e := &nodeEntry{node: nn}
-	for _, a := range gpu.Allocations(nn.Allocatable, gpu.Node{Labels: nn.Labels}) {
+	for _, a := range nn.Units() {
 		sel := selectorFor(a, nn.Labels)
 		e.units = append(e.units, unit{key: unitKey(a.Class(), a.Resource, sel), alloc: a, selector: sel})
 	}
@@ -424,13 +359,6 @@ func (c *Catalog) setNode(name string, n *corev1.Node) {
 		c.nodeNames = slices.Insert(c.nodeNames, i, name)
 	}
 	c.dirty.Store(true)
-}
-
-func sameNode(a, b inventory.Node) bool {
-	return a.Unschedulable == b.Unschedulable && a.Ready == b.Ready && maps.Equal(a.Labels, b.Labels) &&
-		maps.Equal(a.Allocatable, b.Allocatable) && slices.EqualFunc(a.Taints, b.Taints, func(x, y corev1.Taint) bool {
-		return x.Key == y.Key && x.Value == y.Value && x.Effect == y.Effect
-	})
 }
 
 // setPod records pod key (p nil: deleted). Only GPU pods bound to a node and not finished hold units.
@@ -490,7 +418,7 @@ func (c *Catalog) build() *snapshot {
 	var order []*acc
 	for _, name := range c.nodeNames {
 		e := c.nodes[name]
-		why := Blocked(e.node, c.tolerations)
+		why := e.node.Blocked(c.tolerations)
 		if len(e.units) == 0 {
 			cpu.Nodes++
 			if why == "" {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/catalog"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
+	"github.com/gpuhub/gpuhub/services/internal/inventory"
 	"github.com/gpuhub/gpuhub/services/internal/policy"
 )
 
@@ -33,7 +34,7 @@ type Config struct {
 	// StaticProfiles are KubeSpawner profile dicts passed through as written, after the generated ones.
 	StaticProfiles []map[string]any `yaml:"staticProfiles"`
 	// Tolerations are those of the single-user pods: a node tainted with a taint they tolerate still counts as
-	// free. Unset: catalog.DefaultTolerations.
+	// free. Unset: inventory.DefaultTolerations. The chart gives gpu-quota the same (its --tolerations).
 	Tolerations []Toleration `yaml:"tolerations"`
 }
 
@@ -119,19 +120,12 @@ func (c *Config) Validate() []error {
 		}
 	}
 	for i, t := range c.Tolerations {
-		path := []string{"tolerations", strconv.Itoa(i)}
-		switch corev1.TolerationOperator(t.Operator) {
-		case "", corev1.TolerationOpEqual, corev1.TolerationOpExists:
-		default:
-			errs = append(errs, policy.Errorf(append(path, "operator"), "operator is Equal or Exists, found %q", t.Operator))
-		}
-		switch corev1.TaintEffect(t.Effect) {
-		case "", corev1.TaintEffectNoSchedule, corev1.TaintEffectNoExecute, corev1.TaintEffectPreferNoSchedule:
-		default:
-			errs = append(errs, policy.Errorf(append(path, "effect"), "effect is NoSchedule, NoExecute, PreferNoSchedule or empty (all), found %q", t.Effect))
-		}
-		if t.Key == "" && t.Operator != string(corev1.TolerationOpExists) {
-			errs = append(errs, policy.Errorf(path, "a toleration without a key must have operator: Exists (it tolerates every taint)"))
+		for _, p := range inventory.CheckToleration(t.toleration()) {
+			path := []string{"tolerations", strconv.Itoa(i)}
+			if p.Field != "" {
+				path = append(path, p.Field)
+			}
+			errs = append(errs, policy.Errorf(path, "%s", p.Message))
 		}
 	}
 	return errs
@@ -235,17 +229,20 @@ func (c *Config) Provisionable(kind, slug string) bool {
 	return p != nil && *p
 }
 
-// TolerationsOrDefault are the tolerations the catalog counts free nodes with.
+// TolerationsOrDefault are the tolerations the catalog counts free nodes with (inventory.Node.Blocked).
 func (c *Config) TolerationsOrDefault() []corev1.Toleration {
 	if c == nil || c.Tolerations == nil {
 		return catalog.DefaultTolerations()
 	}
 	out := make([]corev1.Toleration, 0, len(c.Tolerations))
 	for _, t := range c.Tolerations {
-		out = append(out, corev1.Toleration{Key: t.Key, Operator: corev1.TolerationOperator(t.Operator), Value: t.Value,
-			Effect: corev1.TaintEffect(t.Effect)})
+		out = append(out, t.toleration())
 	}
 	return out
+}
+
+func (t Toleration) toleration() corev1.Toleration {
+	return corev1.Toleration{Key: t.Key, Operator: corev1.TolerationOperator(t.Operator), Value: t.Value, Effect: corev1.TaintEffect(t.Effect)}
 }
 
 func (o Override) hidden() bool { return o.Hide != nil && *o.Hide }

@@ -2,13 +2,13 @@ package profiles
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/catalog"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
+	"github.com/gpuhub/gpuhub/services/internal/inventory"
 )
 
 // QuotaKindNotAllowed is gpu-quota's reason for a kind the user's groups may not use: such a choice is left
@@ -131,19 +131,10 @@ func disable(p *Profile, reason, text string) {
 }
 
 // blockedWords says why no node of the kind takes new servers: "gpu-h100-0 is cordoned", "2 nodes are not
-// ready", naming at most three nodes.
+// ready", naming at most three nodes (inventory.BlockedWords, as gpu-quota says it).
 func blockedWords(k catalog.KindStatus) string {
 	if len(k.Blocked) == 0 {
 		return "no node has it"
 	}
-	names := slices.Sorted(maps.Keys(k.Blocked))
-	var parts []string
-	for i, n := range names {
-		if i == 3 {
-			parts = append(parts, fmt.Sprintf("%d more nodes cannot take new servers", len(names)-3))
-			break
-		}
-		parts = append(parts, n+" is "+k.Blocked[n])
-	}
-	return strings.Join(parts, ", ")
+	return inventory.BlockedWords(k.Blocked)
 }
