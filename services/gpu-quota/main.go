@@ -12,6 +12,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/app"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
 	"github.com/gpuhub/gpuhub/services/internal/config"
+	"github.com/gpuhub/gpuhub/services/internal/inventory"
 	"github.com/gpuhub/gpuhub/services/internal/policy"
 	"github.com/gpuhub/gpuhub/services/internal/start"
 )
@@ -27,6 +28,7 @@ func run(args []string, stderr io.Writer) int {
 		policyPath      = fs.String("policy", "/etc/gpuhub/quota/policy.yaml", "policy file (YAML); a file that does not load keeps the service from starting")
 		policyPoll      = fs.Duration("policy-poll", 10*time.Second, "how often the policy file is checked for a new content (ConfigMap updates); SIGHUP reloads at once")
 		namespace       = fs.String("namespace", "", "namespace of the single-user pods (empty: all namespaces)")
+		tolerations     = fs.String("tolerations", "", `the single-user pods' tolerations as a JSON list ([{"key":"team","operator":"Equal","value":"ml","effect":"NoSchedule"}]): a GPU on a node tainted NoSchedule/NoExecute against them is not free; the chart passes gpu-profiles' (empty: z2jh's user-pod tolerations and nvidia.com/gpu)`)
 		usageURL        = fs.String("usage-url", "", "usage API base URL with its prefix, e.g. http://gpu-usage:8000/services/gpu-usage/ (empty: GPU-hour budgets cannot be checked)")
 		usageRefresh    = fs.Duration("usage-refresh", 15*time.Second, "how often GPU-hours are read from the usage API; an answer older than 3 refreshes is unavailable")
 		reservationTTL  = fs.Duration("reservation-ttl", 5*time.Minute, "how long an admitted server's GPUs stay reserved if its pod never appears")
@@ -44,7 +46,7 @@ func run(args []string, stderr io.Writer) int {
 	)
 	if code, ok := cmd.Parse(args, map[string]string{
 		"listen": "GPUHUB_LISTEN", "prefix": config.HubEnv.ServicePrefix, "policy": "GPUHUB_POLICY", "policy-poll": "GPUHUB_POLICY_POLL",
-		"namespace": "GPUHUB_NAMESPACE", "usage-url": "GPUHUB_USAGE_URL", "usage-refresh": "GPUHUB_USAGE_REFRESH",
+		"namespace": "GPUHUB_NAMESPACE", "tolerations": "GPUHUB_TOLERATIONS", "usage-url": "GPUHUB_USAGE_URL", "usage-refresh": "GPUHUB_USAGE_REFRESH",
 		"reservation-ttl": "GPUHUB_RESERVATION_TTL", "enforce-interval": "GPUHUB_ENFORCE_INTERVAL",
 		"lease-namespace": "GPUHUB_LEASE_NAMESPACE", "lease-name": "GPUHUB_LEASE_NAME", "owner-deployment": "GPUHUB_OWNER_DEPLOYMENT", "reader-services": "GPUHUB_READER_SERVICES",
 		"admin-groups": "GPUHUB_ADMIN_GROUPS", "hub-refresh": "GPUHUB_HUB_REFRESH",
@@ -57,6 +59,11 @@ func run(args []string, stderr io.Writer) int {
 	if err := policy.Load(*policyPath, &quota.Policy{}); err != nil {
 		return policyFailed(stderr, err)
 	}
+	tol, err := inventory.ParseTolerations(*tolerations)
+	if err != nil {
+		_, _ = fmt.Fprintf(stderr, "gpu-quota: --tolerations: %v\n", err)
+		return 2
+	}
 	cl, ok := cmd.Clients(start.Options{AdminGroups: config.List(*adminGroups)})
 	if !ok {
 		return 2
@@ -65,10 +72,10 @@ func run(args []string, stderr io.Writer) int {
 	defer stop()
 
 	identity, _ := os.Hostname() // the pod name: one per replica
-	err := app.Run(ctx, app.Options{
+	err = app.Run(ctx, app.Options{
 		Logger: cmd.Logger, Registry: cl.Registry, Addr: *listen, Prefix: *prefix,
 		PolicyPath: *policyPath, PolicyPoll: *policyPoll, Reload: reload,
-		Kube: cl.Kube, Namespace: *namespace, InformerUnreadyAfter: *unreadyAfter,
+		Kube: cl.Kube, Namespace: *namespace, Tolerations: tol, InformerUnreadyAfter: *unreadyAfter,
 		Hub: cl.Hub, HubRefresh: *hubRefresh, Token: cl.HubConfig.Token, Auth: cl.Auth.Middleware, ReaderServices: config.List(*readerServices),
 		UsageURL: *usageURL, UsageRefresh: *usageRefresh, ReservationTTL: *reservationTTL,
 		Waitlist: *waitlistOn, WaitlistHold: *waitlistHold, FairShareHalfLife: *halfLife, HubStart: cl.Hub,

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
@@ -80,6 +81,9 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Behind is the work Views' pass over the users steps aside for (admissions; yield.Foreground).
 	Behind *yield.Foreground
+	// Tolerations are the single-user pods': units on a node tainted against them are not free
+	// (inventory.Node.Blocked). nil: inventory.DefaultTolerations.
+	Tolerations []corev1.Toleration
 }
 
 // Engine decides admissions. It is safe for concurrent use.
@@ -130,7 +134,11 @@ func New(o Options) (*Engine, error) {
 	if o.Directory == nil {
 		o.Directory = func() (map[string][]string, error) { return nil, errors.New("no Hub directory") }
 	}
+	if o.Tolerations == nil {
+		o.Tolerations = inventory.DefaultTolerations()
+	}
 	e := &Engine{o: o, ownClock: ownClock, ix: newIndex(), res: newReservations(), told: map[string]*toldGroups{}, wlMetrics: newWaitlistMetrics()}
+	e.ix.tolerations = o.Tolerations
 	e.wl.turn = waitlist.NewTurnover(o.Now(), 0)
 	e.duration = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "admit_duration_seconds",
 		Help:    "Time to decide one admission in the engine (from memory: no API-server or Hub request).",
@@ -345,7 +353,7 @@ func (e *Engine) decideLocked(ent effEntry, r Request, now time.Time) (Result, d
 			short := &asked[i]
 			res.Allow, res.Reason = false, string(ReasonNoneFree)
 			res.CanTake = e.canTakeLocked(eff, u, r, d, now)
-			res.Message = ix.noneFreeMessageLocked(*short, askedC.classes[i], free, res.CanTake)
+			res.Message = ix.noneFreeMessageLocked(*short, askedC.classes[i], free, ix.blockedWordsLocked(askedC.classes[i]), res.CanTake)
 			rec.Numbers = map[string]float64{"free": float64(free), "requested": float64(short.Count)}
 			if e.wlOn() && e.baseFreeLocked(askedC.classes[i], r.User, r.Server) >= short.Count {
 				res.Reason = string(ReasonWaitlist)
@@ -439,10 +447,10 @@ func missing(windows []time.Duration, u quota.Usage) bool {
 	return false
 }
 
-// freeLocked is how many units of class are free for a request about (user, server): what the nodes offer,
-// less what active pods hold and reservations keep, plus what the server being started again gives back (its
-// old pod and its reservation). The waitlist (units held for others, entries ahead in line) has a say over the
-// rest only: what the server itself holds or has reserved stays its own.
+// freeLocked is how many units of class are free for a request about (user, server): what the nodes that
+// take new pods offer, less what active pods hold there and reservations keep, plus what the server being
+// started again gives back (its old pod and its reservation). The waitlist (units held for others, entries
+// ahead in line) has a say over the rest only: what the server itself holds or has reserved stays its own.
 func (e *Engine) freeLocked(class, user, server string, now time.Time) int64 {
 	pool, mine := e.poolLocked(class, user, server)
 	return min(max(pool+mine, 0), mine+e.waitlistFreeLocked(max(pool, 0), class, user, server, now))
@@ -458,7 +466,7 @@ func (e *Engine) baseFreeLocked(class, user, server string) int64 {
 // held than the nodes offer now), and mine, the units that (user, server)'s own active pods and reservation
 // hold (counted among the held and the kept, not in pool).
 func (e *Engine) poolLocked(class, user, server string) (pool, mine int64) {
-	pool = e.ix.capacity[class] - e.ix.held[class] - e.res.reserved[class]
+	pool = e.unclaimedLocked(class)
 	for _, p := range e.ix.byUser[user] {
 		if p.active && p.pod.Server == server {
 			mine += p.units(class)
@@ -468,6 +476,13 @@ func (e *Engine) poolLocked(class, user, server string) (pool, mine int64) {
 		mine += rv.units(class)
 	}
 	return pool, mine
+}
+
+// unclaimedLocked is the units of class that the nodes a new pod can land on offer (inventory.Node.Blocked),
+// less those active pods hold there and reservations keep: what admission and the waitlist's hand-over share
+// out. Below 0 when more are held than those nodes offer now.
+func (e *Engine) unclaimedLocked(class string) int64 {
+	return e.ix.capacity[class] - e.ix.held[class] - e.res.reserved[class]
 }
 
 // shortLocked returns the index of the first requested allocation with fewer units free than asked (-1: none),

@@ -57,8 +57,12 @@ func TestAdmit(t *testing.T) {
 		noHours bool
 		closed  bool
 		before  []Request // admitted first (their reservations count)
-		req     Request
-		want    want
+		// h100Node changes the H100 node (nil: as cluster() has it).
+		h100Node func(*corev1.Node)
+		req      Request
+		want     want
+		// says is a part of the message the refusal must name.
+		says string
 	}{
 		"cpu only": {req: Request{User: "bob", Resources: map[string]int64{}}, want: want{allow: true, reason: "no_gpu"}},
 		"student takes a MIG slice": {
@@ -134,6 +138,24 @@ func TestAdmit(t *testing.T) {
 			pods: carolH100s, req: h100("admin", "", 1),
 			want: want{reason: "none_free", canTake: []string{classMIG1 + "=3", classMIG3 + "=2", classT4 + "=4"}},
 		},
+		// What a new pod can use (inventory.Node.Blocked): units on a node that takes no new single-user pod are
+		// not free, and the refusal says why.
+		"the only free H100 is on a cordoned node": {
+			pods: carolH100s[:1], h100Node: cordoned, req: h100("dave", "", 1),
+			want: want{reason: "none_free", canTake: []string{classMIG1 + "=3", classMIG3 + "=2"}}, says: "gpu-h100 is cordoned",
+		},
+		"the only free H100 is on a NotReady node": {
+			pods: carolH100s[:1], h100Node: notReady, req: h100("dave", "", 1),
+			want: want{reason: "none_free", canTake: []string{classMIG1 + "=3", classMIG3 + "=2"}}, says: "gpu-h100 is not ready",
+		},
+		"the only free H100 is on a node tainted against user pods": {
+			pods: carolH100s[:1], h100Node: taint("team", "vision", corev1.TaintEffectNoSchedule), req: h100("dave", "", 1),
+			want: want{reason: "none_free", canTake: []string{classMIG1 + "=3", classMIG3 + "=2"}}, says: "gpu-h100 is tainted team=vision:NoSchedule",
+		},
+		"an H100 on a node tainted for user pods is free": {
+			pods: carolH100s[:1], h100Node: taint("hub.jupyter.org/dedicated", "user", corev1.TaintEffectNoSchedule), req: h100("dave", "", 1),
+			want: want{allow: true, reason: "ok", reservation: true},
+		},
 		"a T4 share is a quarter GPU for the limit": {
 			pods: []*corev1.Pod{pod("jupyter-erin", "erin", "", "gpu-a100", "nvidia.com/mig-3g.20gb")},
 			req:  func() Request { r := t4("erin", "x"); r.Groups = []string{"racers"}; return r }(),
@@ -144,7 +166,7 @@ func TestAdmit(t *testing.T) {
 	for _, name := range sortedNames(tests) {
 		tc := tests[name]
 		t.Run(name, func(t *testing.T) {
-			objs := cluster()
+			objs := clusterWith(tc.h100Node)
 			for _, p := range tc.pods {
 				objs = append(objs, p)
 			}
@@ -164,6 +186,9 @@ func TestAdmit(t *testing.T) {
 			}
 			if got.DecisionID == "" {
 				t.Error("no decision id")
+			}
+			if !strings.Contains(got.Message, tc.says) {
+				t.Errorf("message %q does not say %q", got.Message, tc.says)
 			}
 			if !got.Allow && got.Message == "" || got.Allow && got.Reason == "ok" && got.Message != "" {
 				t.Errorf("message %q for allow=%v", got.Message, got.Allow)
@@ -623,7 +648,7 @@ func TestNoneFreeMessageCached(t *testing.T) {
 		r.eng.mu.Lock()
 		asked := r.eng.ix.resolve(dave.Resources, dave.NodeSelector).allocs[0]
 		r.eng.mu.Unlock()
-		if want := noneFreeMessage(asked, 0, res.CanTake); res.Message != want {
+		if want := noneFreeMessage(asked, 0, "", res.CanTake); res.Message != want {
 			t.Errorf("%s: message %q, want %q", step, res.Message, want)
 		}
 		return res.Message

@@ -97,7 +97,28 @@ func node(name string, labels map[string]string, res map[string]int64) *corev1.N
 	for k, v := range res {
 		alloc[corev1.ResourceName(k)] = *resource.NewQuantity(v, resource.DecimalSI)
 	}
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Status: corev1.NodeStatus{Allocatable: alloc}}
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Status: corev1.NodeStatus{Allocatable: alloc,
+		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+}
+
+// Ways a node stops taking new single-user pods (and one it still takes them with).
+func cordoned(n *corev1.Node) { n.Spec.Unschedulable = true }
+
+func notReady(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionFalse }
+
+func taint(key, value string, effect corev1.TaintEffect) func(*corev1.Node) {
+	return func(n *corev1.Node) {
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: key, Value: value, Effect: effect})
+	}
+}
+
+// clusterWith is cluster() with the H100 node changed by change.
+func clusterWith(change func(*corev1.Node)) []runtime.Object {
+	objs := cluster()
+	if change != nil {
+		change(objs[0].(*corev1.Node))
+	}
+	return objs
 }
 
 // cluster: two H100s, an A100 in MIG (two 3g.20gb, three 1g.5gb), a T4 in four time-sliced shares.

@@ -17,12 +17,20 @@ import (
 // informers' handlers, so that a decision costs O(the user's pods + GPU classes) and never a scan of every pod
 // of the cluster: pods by user, units offered per class by the nodes, units held per class by the pods.
 // Everything in it is guarded by Engine.mu.
+//
+// Free units are counted by inventory's rule (inventory.Node.Blocked), as gpu-profiles counts them: a node
+// that takes no new single-user pod (cordoned, NotReady, tainted against them) offers nothing, and the pods
+// bound to it hold nothing anyone else could have.
 type index struct {
-	nodes     map[string]inventory.Node // GPU nodes only
-	nodeNames []string                  // sorted: the first node matching a selector resolves it
+	// tolerations are the single-user pods' (Options.Tolerations).
+	tolerations []corev1.Toleration
+	nodes       map[string]inventory.Node // GPU nodes only
+	nodeNames   []string                  // sorted: the first node matching a selector resolves it
 	// nodeUnits are each node's allocatable GPU resources as allocations (Count = units).
-	nodeUnits map[string][]gpu.Allocation
-	capacity  map[string]int64          // class -> units the nodes offer
+	nodeUnits map[string]classified
+	// blocked are the GPU nodes a new pod cannot land on, with why ("cordoned", ...).
+	blocked   map[string]string
+	capacity  map[string]int64          // class -> units the nodes that take new pods offer
 	sample    map[string]gpu.Allocation // class -> one unit of it (Count 1), for canTake
 	described map[string]string         // class -> sample's Description, formatted once
 	classes   []string                  // classes with capacity, in vocabulary order
@@ -31,7 +39,7 @@ type index struct {
 	byUser  map[string][]*podEntry          // user -> their pods (a few: a slice is read faster than a map)
 	byNode  map[string]map[string]*podEntry // bound pods by node name, known node or not
 	unbound map[string]*podEntry            // pods not yet bound: classified by their nodeSelector
-	held    map[string]int64                // class -> units held by active pods
+	held    map[string]int64                // class -> units held by active pods, but for those on blocked nodes
 
 	// resolved caches resolve: GPU resources and nodeSelector -> allocations; cleared when nodes change.
 	resolved map[string]classified
@@ -78,7 +86,7 @@ type podEntry struct {
 
 func newIndex() *index {
 	return &index{
-		nodes: map[string]inventory.Node{}, nodeUnits: map[string][]gpu.Allocation{},
+		nodes: map[string]inventory.Node{}, nodeUnits: map[string]classified{}, blocked: map[string]string{},
 		capacity: map[string]int64{}, sample: map[string]gpu.Allocation{}, described: map[string]string{},
 		pods: map[string]*podEntry{}, byUser: map[string][]*podEntry{}, byNode: map[string]map[string]*podEntry{},
 		unbound: map[string]*podEntry{}, held: map[string]int64{}, resolved: map[string]classified{},
@@ -180,8 +188,10 @@ func offers(n inventory.Node, res map[string]int64) bool {
 	return true
 }
 
+// addHeld counts e's units in held (sign 1) or takes them out (-1). A pod on a blocked node counts for nothing:
+// its units are not among capacity either.
 func (ix *index) addHeld(e *podEntry, sign int64) {
-	if !e.active {
+	if !e.active || ix.blocked[e.pod.Node] != "" {
 		return
 	}
 	for i, a := range e.allocs {
@@ -251,8 +261,9 @@ func removeFrom(m map[string]map[string]*podEntry, k, key string) {
 	}
 }
 
-// setNode records a GPU node (n nil: deleted or without GPUs). Node status updates that change neither its
-// labels nor its GPU resources cost a comparison; a real change reclassifies the pods it can affect.
+// setNode records a GPU node (n nil: deleted or without GPUs). Node status updates that change nothing the
+// index reads (labels, GPU resources, whether new pods may land: inventory.Node.Equal) cost a comparison; a
+// real change reclassifies the pods it can affect.
 func (ix *index) setNode(name string, n *inventory.Node) {
 	old, had := ix.nodes[name]
 	if n != nil && len(n.Allocatable) == 0 {
@@ -261,31 +272,11 @@ func (ix *index) setNode(name string, n *inventory.Node) {
 	if !had && n == nil {
 		return
 	}
-	if had && n != nil && maps.Equal(old.Labels, n.Labels) && maps.Equal(old.Allocatable, n.Allocatable) {
+	if had && n != nil && old.Equal(*n) {
 		return
 	}
-	for _, a := range ix.nodeUnits[name] {
-		ix.capacity[a.Class()] -= a.Count
-		if ix.capacity[a.Class()] <= 0 {
-			delete(ix.capacity, a.Class())
-		}
-	}
-	delete(ix.nodeUnits, name)
-	if n == nil {
-		delete(ix.nodes, name)
-	} else {
-		ix.nodes[name] = *n
-		units := gpu.Allocations(n.Allocatable, gpu.Node{Labels: n.Labels})
-		ix.nodeUnits[name] = units
-		for _, a := range units {
-			ix.capacity[a.Class()] += a.Count
-		}
-	}
-	ix.nodeNames = slices.Sorted(maps.Keys(ix.nodes))
-	clear(ix.resolved)
-	clear(ix.noneFree)
-	ix.refreshClasses()
-	// The pods this node's labels classify, and the unbound ones (their selector may resolve differently now).
+	// The pods this node's labels classify and whose units it holds, and the unbound ones (their selector may
+	// resolve differently now): out of held while the node changes, back in as it is now.
 	var affected []*podEntry
 	for _, e := range ix.byNode[name] {
 		affected = append(affected, e)
@@ -295,9 +286,73 @@ func (ix *index) setNode(name string, n *inventory.Node) {
 	}
 	for _, e := range affected {
 		ix.addHeld(e, -1)
+	}
+	if ix.blocked[name] == "" {
+		ix.addCapacity(ix.nodeUnits[name], -1)
+	}
+	delete(ix.nodeUnits, name)
+	delete(ix.blocked, name)
+	if n == nil {
+		delete(ix.nodes, name)
+	} else {
+		ix.nodes[name] = *n
+		units := classify(n.Units())
+		ix.nodeUnits[name] = units
+		if why := n.Blocked(ix.tolerations); why != "" {
+			ix.blocked[name] = why
+		} else {
+			ix.addCapacity(units, 1)
+		}
+	}
+	ix.nodeNames = slices.Sorted(maps.Keys(ix.nodes))
+	clear(ix.resolved)
+	clear(ix.noneFree)
+	ix.refreshClasses()
+	for _, e := range affected {
 		e.classified = ix.classifyPod(e.pod)
 		ix.addHeld(e, 1)
 	}
+}
+
+func (ix *index) addCapacity(units classified, sign int64) {
+	for i, a := range units.allocs {
+		c := units.classes[i]
+		ix.capacity[c] += sign * a.Count
+		if ix.capacity[c] <= 0 {
+			delete(ix.capacity, c)
+		}
+	}
+}
+
+// blockedWordsLocked names the nodes offering class that take no new pods, where they explain why none is
+// free: all of them when no node that takes new pods offers the class (as gpu-profiles says "Not available
+// now"), else those with units of it no active pod holds (free, but for the rule). Empty otherwise.
+func (ix *index) blockedWordsLocked(class string) string {
+	if len(ix.blocked) == 0 {
+		return ""
+	}
+	all := ix.capacity[class] <= 0
+	var named map[string]string
+	for name, why := range ix.blocked {
+		units := ix.nodeUnits[name].units(class)
+		if units == 0 {
+			continue
+		}
+		if !all {
+			for _, e := range ix.byNode[name] {
+				if e.active {
+					units -= e.units(class)
+				}
+			}
+		}
+		if units > 0 {
+			if named == nil {
+				named = map[string]string{}
+			}
+			named[name] = why
+		}
+	}
+	return inventory.BlockedWords(named)
 }
 
 // refreshClasses recomputes classes, sample and described after capacity changed.
@@ -305,12 +360,13 @@ func (ix *index) refreshClasses() {
 	clear(ix.sample)
 	clear(ix.described)
 	for _, name := range ix.nodeNames {
-		for _, a := range ix.nodeUnits[name] {
-			if _, ok := ix.sample[a.Class()]; !ok {
+		units := ix.nodeUnits[name]
+		for i, a := range units.allocs {
+			if _, ok := ix.sample[units.classes[i]]; !ok {
 				one := a
 				one.Count = 1
-				ix.sample[a.Class()] = one
-				ix.described[a.Class()] = one.Description()
+				ix.sample[units.classes[i]] = one
+				ix.described[units.classes[i]] = one.Description()
 			}
 		}
 	}

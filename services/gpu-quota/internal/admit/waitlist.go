@@ -315,13 +315,13 @@ func withArticle(name string) string {
 
 func hhmm(t time.Time) string { return t.UTC().Format("15:04") + " UTC" }
 
-// deadlinesLocked are when servers holding units of class are due to stop, from their notices (the culler's
-// countdown, the quota enforcer's).
+// deadlinesLocked are when servers holding units of class on nodes that take new pods are due to stop, from
+// their notices (the culler's countdown, the quota enforcer's).
 func (e *Engine) deadlinesLocked(class string, now time.Time) []time.Time {
 	var out []time.Time
 	for _, p := range e.ix.pods {
-		if !p.active || len(p.pod.Notices) == 0 || p.units(class) == 0 {
-			continue
+		if !p.active || len(p.pod.Notices) == 0 || p.units(class) == 0 || e.ix.blocked[p.pod.Node] != "" {
+			continue // a unit freed on a node that takes no new pods frees for nobody
 		}
 		ns, _ := notice.Parse(p.pod.Notices)
 		var soonest time.Time
@@ -572,7 +572,7 @@ func (e *Engine) WaitlistTick(now time.Time) TickResult {
 	// Offer each free unit to the next unblocked entry in line.
 	for _, class := range e.wl.st.Classes() {
 		others, _ := e.holdsLocked(class, "", "\x00", now)
-		free := e.ix.capacity[class] - e.ix.held[class] - e.res.reserved[class] - others
+		free := e.unclaimedLocked(class) - others
 		for _, en := range e.wl.st.Order(class, e.factorLocked) {
 			if free <= 0 {
 				break

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/waitlist"
 )
@@ -44,9 +45,15 @@ func (d *decayedTable) get() (map[string]map[string]float64, bool) {
 
 func newWaitRig(t *testing.T, decayed *decayedTable) *rig {
 	t.Helper()
+	return newWaitRigOn(t, decayed, cluster()...)
+}
+
+// newWaitRigOn is newWaitRig on the cluster objs.
+func newWaitRigOn(t *testing.T, decayed *decayedTable, objs ...runtime.Object) *rig {
+	t.Helper()
 	r := newRigWith(t, func(o *Options) {
 		o.Waitlist = WaitlistOptions{Enabled: true, Hold: 10 * time.Minute, Decayed: decayed.get}
-	}, cluster()...)
+	}, objs...)
 	r.pol.Store(mustPolicy(t, waitPolicy))
 	dir := map[string][]string{}
 	for _, u := range []string{"alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi"} {

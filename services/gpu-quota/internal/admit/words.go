@@ -8,18 +8,26 @@ import (
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 )
 
-// noneFreeMessage tells the user that no GPU of the class they asked for is free (never who holds them) and
-// what is free now within their quota: "No H100 is free right now. Free now and within your quota: two
-// time-sliced shares of a T4. Pick one of those profiles, or try again later."
-func noneFreeMessage(asked gpu.Allocation, free int64, canTake []Option) string {
+// noneFreeMessage tells the user that no GPU of the class they asked for is free (never who holds them), why
+// when nodes of the class take no new servers (blocked: inventory.BlockedWords, as gpu-profiles says it), and
+// what is free now within their quota: "No H100 is free right now: gpu-h100-0 is cordoned. Free now and within
+// your quota: two time-sliced shares of a T4. Pick one of those profiles, or try again later."
+func noneFreeMessage(asked gpu.Allocation, free int64, blocked string, canTake []Option) string {
 	var b strings.Builder
 	name := unitName(asked)
-	if free == 0 {
+	switch {
+	case free == 0 && blocked != "":
+		fmt.Fprintf(&b, "No %s is free right now: %s.", name, blocked)
+	case free == 0:
 		fmt.Fprintf(&b, "No %s is free right now.", name)
-	} else {
+	default:
 		one := asked
 		one.Count = free
-		fmt.Fprintf(&b, "Only %s %s free right now and this server asks for %s.", one.Units(), isAre(free), asked.Units())
+		fmt.Fprintf(&b, "Only %s %s free right now", one.Units(), isAre(free))
+		if blocked != "" {
+			fmt.Fprintf(&b, " (%s)", blocked)
+		}
+		fmt.Fprintf(&b, " and this server asks for %s.", asked.Units())
 	}
 	if len(canTake) == 0 {
 		b.WriteString(" No other GPU is free within your quota either: try again later, or pick a CPU-only profile.")
@@ -34,14 +42,16 @@ const maxNoneFree = 1024
 
 // noneFreeMessageLocked is noneFreeMessage through the index's cache of them. It stays right while the nodes do
 // not change (the cache is cleared when they do): the text is made of the class asked for, how many units are
-// asked and free, and each class one can take with its free count, all in the key.
-func (ix *index) noneFreeMessageLocked(asked gpu.Allocation, askedClass string, free int64, canTake []Option) string {
+// asked and free, the blocked nodes' words, and each class one can take with its free count, all in the key.
+func (ix *index) noneFreeMessageLocked(asked gpu.Allocation, askedClass string, free int64, blocked string, canTake []Option) string {
 	var buf [256]byte
 	key := append(buf[:0], askedClass...)
 	key = append(key, '|')
 	key = strconv.AppendInt(key, asked.Count, 10)
 	key = append(key, '|')
 	key = strconv.AppendInt(key, free, 10)
+	key = append(key, '|')
+	key = append(key, blocked...)
 	for _, o := range canTake {
 		key = append(key, '|')
 		key = append(key, o.Class...)
@@ -51,7 +61,7 @@ func (ix *index) noneFreeMessageLocked(asked gpu.Allocation, askedClass string, 
 	if msg, ok := ix.noneFree[string(key)]; ok {
 		return msg
 	}
-	msg := noneFreeMessage(asked, free, canTake)
+	msg := noneFreeMessage(asked, free, blocked, canTake)
 	if len(ix.noneFree) >= maxNoneFree {
 		clear(ix.noneFree)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpuhub/gpuhub/hubapi"
@@ -77,6 +78,9 @@ type Options struct {
 
 	Kube      kubernetes.Interface
 	Namespace string // single-user pods; "" = all
+	// Tolerations are the single-user pods' (--tolerations): a GPU on a node tainted against them is not free.
+	// nil: inventory.DefaultTolerations.
+	Tolerations []corev1.Toleration
 	// InformerUnreadyAfter is how long an informer's list/watch may keep failing before /readyz fails.
 	InformerUnreadyAfter time.Duration
 
@@ -261,6 +265,7 @@ func Run(ctx context.Context, o Options) error {
 		DirectoryMaxAge: 3 * o.HubRefresh,
 		Synced:          synced, Healthy: func() error { return inv.Healthy(ctx) },
 		ReservationTTL: o.ReservationTTL, Now: engineNow, Registerer: o.Registry, Behind: admissions,
+		Tolerations: o.Tolerations,
 	})
 	if err != nil {
 		return err

@@ -55,9 +55,11 @@ groups:
 
 const prefix = "/services/gpu-quota/"
 
+// node is a Ready node offering n units of res.
 func node(name string, labels map[string]string, res string, n int64) *corev1.Node {
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceName(res): *resource.NewQuantity(n, resource.DecimalSI)}}}
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceName(res): *resource.NewQuantity(n, resource.DecimalSI)},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
 }
 
 func gpuPod(name, user, nodeName, res string) *corev1.Pod {
