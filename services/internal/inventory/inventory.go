@@ -80,7 +80,7 @@ type Node struct {
 	Labels      map[string]string
 	Allocatable map[string]int64 // GPU resources only
 	// Unschedulable is spec.unschedulable (cordoned); Ready is the NodeReady condition; Taints are spec.taints.
-	// New pods land only on a Ready, uncordoned node whose NoSchedule/NoExecute taints they tolerate.
+	// New pods land only on a Ready, uncordoned node whose NoSchedule/NoExecute taints they tolerate (Blocked).
 	Unschedulable bool
 	Ready         bool
 	Taints        []corev1.Taint

@@ -134,6 +134,7 @@ func TestParseTolerations(t *testing.T) {
 		wantErr string
 	}{
 		"empty: the caller's default": {text: " ", want: nil},
+		"null: the caller's default":  {text: "null", want: nil},
 		"none":                        {text: "[]", want: []corev1.Toleration{}},
 		"a team's nodes": {text: `[{"key":"team","operator":"Equal","value":"ml","effect":"NoSchedule"},{"operator":"Exists"}]`,
 			want: []corev1.Toleration{{Key: "team", Operator: corev1.TolerationOpEqual, Value: "ml", Effect: corev1.TaintEffectNoSchedule},
