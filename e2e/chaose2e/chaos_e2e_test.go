@@ -733,7 +733,7 @@ func (r *run) invariants(ledger map[string]float64) []Row {
 	staleOf := func(node string) []Period { return append(append([]Period(nil), stale[node]...), stale[""]...) }
 	return []Row{
 		LedgerRow(pods, ledger, usageDown, apiDown, usageTick, ledgerTolerance),
-		CullerRow(cullerStops, r.podAt, busy, staleOf, idlePeriod, busyLag, guaranteed.CullerStops),
+		CullerRow(cullerStops, r.podAt, busy, staleOf, idlePeriod, busyLag, cullerStaleAfter, guaranteed.CullerStops),
 		AdmissionRow(pods, policyLimits, admits, refusals, guaranteed),
 		RecoveryRow(recs, readyLimit),
 		FormRow(forms),

@@ -148,12 +148,14 @@ type Stop struct {
 
 // CullerRow checks gpu-culler's stops against the workload's record: a stop of a server whose pod was busy at any
 // point in [stop - idlePeriod, stop - lag) is a stop while busy (lag: what the telemetry needs to see a busy cell:
-// agent sample + usage-API tick + culler sample); a stop while the server's node had stale telemetry (an agent
-// down, the usage API down) is a stop on stale data. Stops by the workload and by gpu-quota (a budget) are not
+// agent sample + usage-API tick + culler sample); a stop while the server's node had stale telemetry is a stop on
+// stale data. Stale is the culler's policy's word: data older than staleAfter. An outage (an agent down, the usage
+// API down: the periods stale gives) makes the data stale staleAfter - lag after it began (the last sample before
+// it was taken up to lag earlier) and until its end; before that the culler acts on data its policy calls fresh. Stops by the workload and by gpu-quota (a budget) are not
 // the culler's. podAt finds the pod of a server at an instant. Fewer than minStops stops fail the row: the workload
 // guarantees them (an idle server), and a row that checked nothing proves nothing.
 func CullerRow(stops []Stop, podAt func(key string, t time.Time) (Pod, bool), busy map[string][]Period,
-	stale func(node string) []Period, idlePeriod, lag time.Duration, minStops int,
+	stale func(node string) []Period, idlePeriod, lag, staleAfter time.Duration, minStops int,
 ) Row {
 	row := Row{Invariant: "no server stopped while busy or stale", OK: true}
 	culled := 0
@@ -174,13 +176,13 @@ func CullerRow(stops []Stop, podAt func(key string, t time.Time) (Pod, bool), bu
 			}
 		}
 		for _, w := range stale(p.Node) {
-			if w.contains(s.Time) {
+			if w = (Period{From: w.From.Add(staleAfter - lag), To: w.To}); w.contains(s.Time) {
 				row.OK = false
 				row.Problems = append(row.Problems, fmt.Sprintf("gpu-culler stopped %s at %s while the telemetry of %s was stale (%s to %s)",
 					key, s.Time.Format("15:04:05"), p.Node, w.From.Format("15:04:05"), fmtEnd(w.To)))
 			}
 		}
-		if age, ok := s.Numbers["data_age_seconds"]; ok && age > (lag+idlePeriod).Seconds() {
+		if age, ok := s.Numbers["data_age_seconds"]; ok && age > staleAfter.Seconds() {
 			row.OK = false
 			row.Problems = append(row.Problems, fmt.Sprintf("gpu-culler stopped %s on data %.0fs old", key, age))
 		}

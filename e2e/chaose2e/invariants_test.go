@@ -139,7 +139,16 @@ func TestCullerRow(t *testing.T) {
 			stops: []Stop{{Time: at(100), User: "alice"}}, busy: map[string][]Period{"a1": {{From: at(99)}}},
 			stale: noStale, wantOK: true,
 		},
-		"stale telemetry": {
+		"stale telemetry (the agent down for longer than staleAfter)": {
+			stops: []Stop{{Time: at(104), User: "alice"}},
+			stale: func(node string) []Period {
+				if node == "gpu-a100-0" {
+					return []Period{{From: at(95), To: at(110)}}
+				}
+				return nil
+			},
+		},
+		"the agent just went down: the data is still fresh by the policy": {
 			stops: []Stop{{Time: at(100), User: "alice"}},
 			stale: func(node string) []Period {
 				if node == "gpu-a100-0" {
@@ -147,6 +156,10 @@ func TestCullerRow(t *testing.T) {
 				}
 				return nil
 			},
+			wantOK: true,
+		},
+		"a stop on data older than staleAfter": {
+			stops: []Stop{{Time: at(100), User: "alice", Numbers: map[string]float64{"data_age_seconds": 11}}}, stale: noStale,
 		},
 		"stop of a server the record never saw": {
 			stops: []Stop{{Time: at(100), User: "bob"}}, stale: noStale,
@@ -155,7 +168,7 @@ func TestCullerRow(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got := CullerRow(tc.stops, podAt, tc.busy, tc.stale, 40*time.Second, 3*time.Second, 1)
+			got := CullerRow(tc.stops, podAt, tc.busy, tc.stale, 40*time.Second, 3*time.Second, 10*time.Second, 1)
 			if got.OK != tc.wantOK {
 				t.Errorf("OK = %v, want %v; %v", got.OK, tc.wantOK, got.Problems)
 			}
