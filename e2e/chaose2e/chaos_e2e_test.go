@@ -459,7 +459,10 @@ func (r *run) spawnOutcome(ctx context.Context, user, server string) (progressEv
 			return ev, nil
 		}
 	}
-	return progressEvent{}, fmt.Errorf("progress stream ended without a failed or ready event (%v)", sc.Err())
+	if err := sc.Err(); err != nil {
+		return progressEvent{}, fmt.Errorf("progress stream: %w", err)
+	}
+	return progressEvent{}, errors.New("progress stream ended without a failed or ready event")
 }
 
 func pick(rng *rand.Rand) string {
