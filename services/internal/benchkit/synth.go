@@ -178,8 +178,25 @@ func Create(ctx context.Context, c kubernetes.Interface, namespace string, nodes
 			return fmt.Errorf("create node %s: %w", n.Name, err)
 		}
 		created.Status = n.Status
-		if _, err := c.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		updated, err := c.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		if err != nil {
 			return fmt.Errorf("node %s status: %w", n.Name, err)
+		}
+		// The API server's TaintNodesByCondition admission gives every new node the not-ready NoSchedule taint;
+		// on a real cluster the node lifecycle controller lifts it once the kubelet reports Ready. The harness
+		// runs no node lifecycle, so the taint is lifted here: left, it blocks every unit for new pods and the
+		// benchmarks would measure refusals (B2's race admitted 0 of 7).
+		var kept []corev1.Taint
+		for _, t := range updated.Spec.Taints {
+			if t.Key != corev1.TaintNodeNotReady && t.Key != corev1.TaintNodeUnreachable {
+				kept = append(kept, t)
+			}
+		}
+		if len(kept) != len(updated.Spec.Taints) {
+			updated.Spec.Taints = kept
+			if _, err := c.CoreV1().Nodes().Update(ctx, updated, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("node %s: lift the not-ready taint: %w", n.Name, err)
+			}
 		}
 		return nil
 	}, nil)
