@@ -148,7 +148,8 @@ func parseMemTotal(text string) int64 {
 
 // Commit is the short commit checked out in dir ("": the working directory), followed by ", with uncommitted
 // changes" when the tree differs from it (git status: changed, staged or untracked files, as go build's
-// vcs.modified); "unknown (...)" where git cannot tell.
+// vcs.modified), the result files under docs/benchmarks/ left out: a run writes one while the others it wrote
+// are not committed yet; "unknown (...)" where git cannot tell.
 func Commit(ctx context.Context, dir string) string {
 	git := func(args ...string) (string, error) {
 		cmd := exec.CommandContext(ctx, "git", args...)
@@ -165,7 +166,7 @@ func Commit(ctx context.Context, dir string) string {
 	if err != nil {
 		return "unknown (" + err.Error() + ")"
 	}
-	status, err := git("status", "--porcelain")
+	status, err := git("status", "--porcelain", "--", ":(top)", ":(top,exclude)"+ResultsDir)
 	switch {
 	case err != nil:
 		return commit + ", unknown whether with uncommitted changes"
@@ -174,6 +175,9 @@ func Commit(ctx context.Context, dir string) string {
 	}
 	return commit
 }
+
+// ResultsDir is where the benchmark commands write their files, from the repository's root.
+const ResultsDir = "docs/benchmarks"
 
 // WriteTo writes the header as markdown: the title, what writes the file, and a table of the run's facts.
 func (h Header) WriteTo(w io.Writer) (int64, error) {

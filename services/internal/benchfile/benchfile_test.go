@@ -117,6 +117,19 @@ func TestCommit(t *testing.T) {
 	if got, want := Commit(ctx, dir), short+", with uncommitted changes"; got != want {
 		t.Errorf("untracked file: got %q, want %q", got, want)
 	}
+	if err := os.Remove(filepath.Join(dir, "new.go")); err != nil {
+		t.Fatal(err)
+	}
+	// Result files the benchmarks wrote and nobody committed yet are not changes to what was measured.
+	if err := os.MkdirAll(filepath.Join(dir, ResultsDir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ResultsDir, "usage.md"), []byte("x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := Commit(ctx, filepath.Join(dir, ResultsDir)); got != short {
+		t.Errorf("an uncommitted result file, asked from its folder: got %q, want %q", got, short)
+	}
 }
 
 var header = Header{
