@@ -212,6 +212,19 @@ func Fence(text string) string {
 	return "```text\n" + strings.Trim(text, "\n") + "\n```\n"
 }
 
+// WriteTable is what each benchmark command does with its printed table: nothing when path is empty (stdout
+// only), else Write of the table as a fenced block, then "wrote <path>" on w.
+func WriteTable(w io.Writer, path string, h Header, table string) error {
+	if path == "" {
+		return nil
+	}
+	if err := Write(path, h, Fence(table)); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\nwrote %s\n", path)
+	return err
+}
+
 // Write writes the result file at path: h, then body (markdown). It makes path's folder, and replaces an
 // earlier file only once the new one is whole.
 func Write(path string, h Header, body string) error {

@@ -80,12 +80,11 @@ func run(args []string) int {
 	err := bench.Run(ctx, o)
 	// A run that printed its table and then failed a check (a busy server stopped) is a result too: its table
 	// says so.
-	if *out != "" && table.Len() > 0 {
-		if werr := benchfile.Write(*out, header, benchfile.Fence(table.String())); werr != nil {
+	if table.Len() > 0 {
+		if werr := benchfile.WriteTable(os.Stdout, *out, header, table.String()); werr != nil {
 			fmt.Fprintln(os.Stderr, "culler-bench:", werr)
 			return 1
 		}
-		fmt.Printf("\nwrote %s\n", *out)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "culler-bench:", err)

@@ -99,14 +99,7 @@ func runBench(ctx context.Context, args []string) error {
 	if err := bench.Run(ctx, o); err != nil {
 		return err
 	}
-	if *out == "" {
-		return nil
-	}
-	if err := benchfile.Write(*out, header, benchfile.Fence(table.String())); err != nil {
-		return err
-	}
-	fmt.Printf("\nwrote %s\n", *out)
-	return nil
+	return benchfile.WriteTable(os.Stdout, *out, header, table.String())
 }
 
 func runBaseline(ctx context.Context, args []string) error {

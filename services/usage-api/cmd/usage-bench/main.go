@@ -77,14 +77,7 @@ func run(ctx context.Context, cmd string, args []string) error {
 			ProfileDir: *profileDir, Report: &table}); err != nil {
 			return err
 		}
-		if *out == "" {
-			return nil
-		}
-		if err := benchfile.Write(*out, header, benchfile.Fence(table.String())); err != nil {
-			return err
-		}
-		fmt.Printf("\nwrote %s\n", *out)
-		return nil
+		return benchfile.WriteTable(os.Stdout, *out, header, table.String())
 	case "sut":
 		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 		if err != nil {
