@@ -157,14 +157,14 @@ func (a Allocation) Description() string {
 	var s string
 	switch a.Kind {
 	case KindMIG:
-		s = fmt.Sprintf("MIG %s on %s, %d/%d of a GPU", a.Profile, withArticle(familyName(p)), a.Numerator, a.Denominator)
+		s = fmt.Sprintf("MIG %s on %s, %d/%d of a GPU", a.Profile, WithArticle(familyName(p)), a.Numerator, a.Denominator)
 	case KindSharedMIG:
 		s = fmt.Sprintf("1 of %d time-sliced shares of MIG %s on %s, %d/%d of a GPU",
-			a.Replicas, a.Profile, withArticle(familyName(p)), a.Numerator, a.Denominator)
+			a.Replicas, a.Profile, WithArticle(familyName(p)), a.Numerator, a.Denominator)
 	case KindShared:
-		s = fmt.Sprintf("1 of %d time-sliced shares of %s", a.Denominator, withArticle(familyName(p)))
+		s = fmt.Sprintf("1 of %d time-sliced shares of %s", a.Denominator, WithArticle(familyName(p)))
 	case KindMPS:
-		s = fmt.Sprintf("1 of %d MPS shares of %s", a.Denominator, withArticle(familyName(p)))
+		s = fmt.Sprintf("1 of %d MPS shares of %s", a.Denominator, WithArticle(familyName(p)))
 	default:
 		s = fmt.Sprintf("Whole %s", p)
 	}
@@ -174,9 +174,9 @@ func (a Allocation) Description() string {
 	return s
 }
 
-// withArticle puts "a" or "an" before a model name as it is spoken: letters such as A, H or M start with a
+// WithArticle puts "a" or "an" before a model name as it is spoken: letters such as A, H or M start with a
 // vowel sound ("an A100", "an H100"), others do not ("a T4", "a B200").
-func withArticle(name string) string {
+func WithArticle(name string) string {
 	if name == "" {
 		return name
 	}

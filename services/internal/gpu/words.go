@@ -92,6 +92,17 @@ func (k Kind) Plural() string {
 	return string(k) + " GPUs"
 }
 
+// KindList names every kind in the order of Kinds, as policy errors list them: "gpu, mig, shared, mps,
+// mig-shared".
+func KindList() string {
+	kinds := Kinds()
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
+		names[i] = string(k)
+	}
+	return strings.Join(names, ", ")
+}
+
 // Units says what an allocation holds in words, with its count: "one whole H100", "two MIG 3g.20gb slices on
 // an A100", "one time-sliced share of a T4", "one MPS share of an A100", "one time-sliced share of a MIG
 // 1g.5gb slice on an A100".
@@ -171,14 +182,14 @@ func on(family string) string {
 	if family == "" {
 		return ""
 	}
-	return " on " + withArticle(family)
+	return " on " + WithArticle(family)
 }
 
 func modelOrGPU(family string) string {
 	if family == "" {
 		return "a GPU"
 	}
-	return withArticle(family)
+	return WithArticle(family)
 }
 
 var countWords = [...]string{"no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"}

@@ -88,4 +88,31 @@ func TestKinds(t *testing.T) {
 			t.Errorf("%q is Known", k)
 		}
 	}
+	// Policy errors quote this list: a new kind joins it, an old one keeps its place.
+	if diff := cmp.Diff("gpu, mig, shared, mps, mig-shared", KindList()); diff != "" {
+		t.Errorf("KindList (-want +got):\n%s", diff)
+	}
+}
+
+func TestWithArticle(t *testing.T) {
+	cases := map[string]struct{ in, want string }{
+		"vowel letter":    {in: "A100", want: "an A100"},
+		"H said aitch":    {in: "H100", want: "an H100"},
+		"L said el":       {in: "L40S", want: "an L40S"},
+		"M said em":       {in: "M60", want: "an M60"},
+		"R said ar":       {in: "RTX", want: "an RTX"},
+		"consonant sound": {in: "T4", want: "a T4"},
+		"B said bee":      {in: "B200", want: "a B200"},
+		"G said gee":      {in: "GH200", want: "a GH200"},
+		"lowercase vowel": {in: "idle GPU", want: "an idle GPU"},
+		"lowercase word":  {in: "whole GPU", want: "a whole GPU"},
+		"empty":           {in: "", want: ""},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, WithArticle(tc.in)); diff != "" {
+				t.Errorf("WithArticle(%q) (-want +got):\n%s", tc.in, diff)
+			}
+		})
+	}
 }

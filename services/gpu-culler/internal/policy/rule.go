@@ -235,7 +235,7 @@ func (p *Policy) Validate() []error {
 	for _, k := range sortedKeys(p.Kinds) {
 		at := []string{"kinds", string(k)}
 		if !k.Known() {
-			errs = append(errs, ipolicy.KeyErrorf(at, "unknown GPU kind %q; the kinds are %s", k, kindList()))
+			errs = append(errs, ipolicy.KeyErrorf(at, "unknown GPU kind %q; the kinds are %s", k, gpu.KindList()))
 			continue
 		}
 		e := p.Kinds[k]
@@ -336,14 +336,6 @@ func (p *Policy) check(r Rule, at []string) []error {
 }
 
 func fmtD(d time.Duration) string { return ipolicy.FormatDuration(d) }
-
-func kindList() string {
-	names := make([]string, 0, 5)
-	for _, k := range gpu.Kinds() {
-		names = append(names, string(k))
-	}
-	return strings.Join(names, ", ")
-}
 
 func sortedKeys[K ~string, V any](m map[K]V) []K {
 	keys := make([]K, 0, len(m))

@@ -272,19 +272,19 @@ func description(a gpu.Allocation, n int64) string {
 	switch a.Kind {
 	case gpu.KindMIG:
 		return fmt.Sprintf("A MIG %s slice of %s: %d/%d of the GPU%s, isolated from other users.",
-			a.Profile, article(p), a.Numerator, a.Denominator, withMemory(a, " with %d GB of memory of its own"))
+			a.Profile, gpu.WithArticle(p), a.Numerator, a.Denominator, withMemory(a, " with %d GB of memory of its own"))
 	case gpu.KindSharedMIG:
 		return fmt.Sprintf("A time-sliced share of a MIG %s slice of %s: up to %d users take turns on the slice%s (%s of the GPU each). "+
 			"No memory isolation: the others on the slice can use up its memory.",
-			a.Profile, article(p), a.Replicas, withMemory(a, " and its %d GB of memory"), fraction(a))
+			a.Profile, gpu.WithArticle(p), a.Replicas, withMemory(a, " and its %d GB of memory"), fraction(a))
 	case gpu.KindShared:
 		return fmt.Sprintf("A time-sliced share of %s%s: up to %d users take turns on the GPU (%s of its time each). "+
 			"No memory isolation: the others sharing it can use up its memory.",
-			article(p), withMemory(a, " with %d GB of memory"), a.Replicas, fraction(a))
+			gpu.WithArticle(p), withMemory(a, " with %d GB of memory"), a.Replicas, fraction(a))
 	case gpu.KindMPS:
 		return fmt.Sprintf("An MPS share of %s%s: up to %d users run on the GPU at once, each limited to %s of it. "+
 			"No memory isolation: an error in one user's program can stop the others'.",
-			article(p), withMemory(a, " with %d GB of memory"), a.Replicas, fraction(a))
+			gpu.WithArticle(p), withMemory(a, " with %d GB of memory"), a.Replicas, fraction(a))
 	}
 	unit, units := p+" GPU", p+" GPUs"
 	if gpu.ShortProduct(a.Product) == "" {
@@ -294,18 +294,6 @@ func description(a gpu.Allocation, n int64) string {
 		return fmt.Sprintf("%s whole %s on one node%s, yours alone.", capitalize(countWord(n)), units, withMemory(a, ", %d GB of memory each"))
 	}
 	return fmt.Sprintf("A whole %s%s, yours alone.", unit, withMemory(a, " with %d GB of memory"))
-}
-
-// article puts "a" or "an" before "NVIDIA ..." or another name, as it is spoken.
-func article(s string) string {
-	if s == "" {
-		return s
-	}
-	switch s[0] {
-	case 'A', 'E', 'F', 'H', 'I', 'L', 'M', 'N', 'O', 'R', 'S', 'X', 'a', 'e', 'i', 'o', 'u':
-		return "an " + s
-	}
-	return "a " + s
 }
 
 var countWords = [...]string{"no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"}

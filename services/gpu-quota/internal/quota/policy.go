@@ -201,7 +201,7 @@ func (e Entry) validate(at []string) []error {
 	}
 	for _, k := range sortedKeys(e.MaxGPUsPerKind) {
 		if !k.Known() {
-			errs = append(errs, policy.KeyErrorf(path("maxGPUsPerKind", string(k)), "unknown GPU kind %q; the kinds are %s", k, kindList()))
+			errs = append(errs, policy.KeyErrorf(path("maxGPUsPerKind", string(k)), "unknown GPU kind %q; the kinds are %s", k, gpu.KindList()))
 		}
 	}
 	seen := map[time.Duration]int{}
@@ -235,7 +235,7 @@ func (e Entry) validate(at []string) []error {
 	}
 	for i, k := range e.AllowedKinds {
 		if !k.Known() {
-			errs = append(errs, policy.Errorf(path("allowedKinds", strconv.Itoa(i)), "unknown GPU kind %q; the kinds are %s", k, kindList()))
+			errs = append(errs, policy.Errorf(path("allowedKinds", strconv.Itoa(i)), "unknown GPU kind %q; the kinds are %s", k, gpu.KindList()))
 		}
 	}
 	return errs
@@ -252,17 +252,9 @@ func checkClassKey(key string) string {
 		return fmt.Sprintf("write %q with single spaces, as classes are written", key)
 	}
 	if !gpu.Kind(words[0]).Known() {
-		return fmt.Sprintf("%q starts with no GPU kind; a weight is for a kind (%s) or a class such as \"gpu H100-80GB-HBM3\"", key, kindList())
+		return fmt.Sprintf("%q starts with no GPU kind; a weight is for a kind (%s) or a class such as \"gpu H100-80GB-HBM3\"", key, gpu.KindList())
 	}
 	return ""
-}
-
-func kindList() string {
-	names := make([]string, 0, 5)
-	for _, k := range gpu.Kinds() {
-		names = append(names, string(k))
-	}
-	return strings.Join(names, ", ")
 }
 
 func sortedKeys[K ~string, V any](m map[K]V) []K {
