@@ -181,7 +181,7 @@ func (h *handler) aggregate(rows []ledger.Usage, by string, dir usage.Directory)
 				add(g, r)
 			}
 		case "kind":
-			add(r.Kind, r)
+			add(string(r.Kind), r)
 		case "class":
 			add(r.Class, r)
 		}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
+	"github.com/gpuhub/gpuhub/services/internal/gpu"
 	"github.com/gpuhub/gpuhub/services/internal/policy"
 	"github.com/gpuhub/gpuhub/services/internal/server"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
@@ -143,8 +144,8 @@ type Window struct {
 
 // ClassHours is GPU-hours of one GPU class.
 type ClassHours struct {
-	Kind  string `json:"kind"`
-	Class string `json:"class"`
+	Kind  gpu.Kind `json:"kind"`
+	Class string   `json:"class"`
 	ledger.Totals
 }
 

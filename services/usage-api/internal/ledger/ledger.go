@@ -582,7 +582,7 @@ func (l *Ledger) depart(next *Checkpoint, charged map[string]time.Time) {
 }
 
 func compareSeenKeys(a, b seenKey) int {
-	return cmp.Or(strings.Compare(a.pod, b.pod), strings.Compare(a.User, b.User), strings.Compare(a.Kind, b.Kind),
+	return cmp.Or(strings.Compare(a.pod, b.pod), strings.Compare(a.User, b.User), cmp.Compare(a.Kind, b.Kind),
 		strings.Compare(a.Class, b.Class))
 }
 
@@ -595,7 +595,7 @@ func stepTolerance(elapsed time.Duration) time.Duration { return time.Second + e
 // collation, which need not be byte order.
 func sortHoldings(hs []Holding) {
 	slices.SortFunc(hs, func(a, b Holding) int {
-		return cmp.Or(strings.Compare(a.Pod, b.Pod), strings.Compare(a.User, b.User), strings.Compare(a.Kind, b.Kind),
+		return cmp.Or(strings.Compare(a.Pod, b.Pod), strings.Compare(a.User, b.User), cmp.Compare(a.Kind, b.Kind),
 			strings.Compare(a.Class, b.Class))
 	})
 }
@@ -719,7 +719,7 @@ func (c *charger) increments(sums *Totals, perKey map[Key]Totals) []Increment {
 		perKey[bk.Key] = pk
 	}
 	slices.SortFunc(incs, func(a, b Increment) int {
-		return cmp.Or(strings.Compare(a.User, b.User), strings.Compare(a.Kind, b.Kind), strings.Compare(a.Class, b.Class),
+		return cmp.Or(strings.Compare(a.User, b.User), cmp.Compare(a.Kind, b.Kind), strings.Compare(a.Class, b.Class),
 			a.Bucket.Compare(b.Bucket))
 	})
 	return incs

@@ -17,6 +17,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 	_ "modernc.org/sqlite"             // registers the "sqlite" database/sql driver (pure Go)
 
+	"github.com/gpuhub/gpuhub/services/internal/gpu"
 	"github.com/gpuhub/gpuhub/services/internal/yield"
 )
 
@@ -26,8 +27,8 @@ var ErrConflict = errors.New("ledger checkpoint moved: another writer uses this 
 // Key is what the ledger accounts by.
 type Key struct {
 	User  string
-	Kind  string // gpu | mig | shared
-	Class string // e.g. "mig A100-SXM4-40GB 3g.20gb"
+	Kind  gpu.Kind // stored as its string ("gpu", "mig-shared"): see gpu.Kinds
+	Class string   // e.g. "mig A100-SXM4-40GB 3g.20gb"
 }
 
 // Totals are GPU-seconds (in the store) or GPU-hours (in answers), by what is known of them.
@@ -300,7 +301,7 @@ func (s *Store) Checkpoint(ctx context.Context) (cp Checkpoint, ok bool, err err
 	for rows.Next() {
 		var h Holding
 		var sinceNS int64
-		if err := rows.Scan(&h.Pod, &h.User, &h.Kind, &h.Class, &h.Allocated, &sinceNS); err != nil {
+		if err := rows.Scan(&h.Pod, &h.User, (*string)(&h.Kind), &h.Class, &h.Allocated, &sinceNS); err != nil {
 			return Checkpoint{}, false, fmt.Errorf("scan ledger holding: %w", err)
 		}
 		if sinceNS != 0 {
@@ -393,7 +394,7 @@ func (s *Store) Commit(ctx context.Context, prev *Checkpoint, next Checkpoint, i
 				b.WriteByte(',')
 			}
 			b.WriteString("(?,?,?,?,?,?,?)")
-			args = append(args, inc.User, inc.Kind, inc.Class, inc.Bucket.Unix(), inc.Allocated, inc.Used, inc.UsedUnknown)
+			args = append(args, inc.User, string(inc.Kind), inc.Class, inc.Bucket.Unix(), inc.Allocated, inc.Used, inc.UsedUnknown)
 		}
 		b.WriteString(` ON CONFLICT (user_name, kind, class, bucket) DO UPDATE SET
 			allocated_s = gpu_usage.allocated_s + excluded.allocated_s,
@@ -449,7 +450,7 @@ func (s *Store) writeHeld(ctx context.Context, tx *sql.Tx, prev *Checkpoint, nex
 	err := s.insertRows(ctx, tx, `INSERT INTO ledger_held (pod, user_name, kind, class, allocated, since_ns) VALUES `, 6, len(put),
 		func(i int) []any {
 			h := put[i]
-			return []any{h.Pod, h.User, h.Kind, h.Class, h.Allocated, unixNanoOrZero(h.Since)}
+			return []any{h.Pod, h.User, string(h.Kind), h.Class, h.Allocated, unixNanoOrZero(h.Since)}
 		})
 	if err != nil {
 		return fmt.Errorf("write ledger holdings: %w", err)
@@ -581,7 +582,7 @@ func (s *Store) sum(ctx context.Context, qr Query, idle bool, row func(Usage)) e
 	defer func() { _ = rows.Close() }()
 	for rows.Next() {
 		var u Usage
-		dest := []any{&u.User, &u.Kind, &u.Class, &u.Allocated, &u.Used, &u.UsedUnknown}
+		dest := []any{&u.User, (*string)(&u.Kind), &u.Class, &u.Allocated, &u.Used, &u.UsedUnknown}
 		if idle {
 			dest = append(dest, &u.Idle)
 		}

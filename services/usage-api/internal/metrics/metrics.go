@@ -117,10 +117,10 @@ func (m *Metrics) ObserveLedger(res ledger.Result, dir usage.Directory) {
 	defer m.mu.Unlock()
 	for k, t := range res.PerKey {
 		h := t // GPU-seconds: Prometheus base unit
-		uk := seriesKey{k.User, k.Kind, k.Class}
+		uk := seriesKey{k.User, string(k.Kind), k.Class}
 		m.userHours[uk] = addTotals(m.userHours[uk], h)
 		for _, g := range dir.Users[k.User].Groups {
-			gk := seriesKey{g, k.Kind, k.Class}
+			gk := seriesKey{g, string(k.Kind), k.Class}
 			m.groupHours[gk] = addTotals(m.groupHours[gk], h)
 		}
 	}

@@ -269,7 +269,7 @@ func Build(in Input) *View {
 				c.UsedUnknownGPUs += g.Share
 			}
 			if p.User != "" {
-				s := ledger.Sample{Key: ledger.Key{User: p.User, Kind: string(g.Kind), Class: g.Class}, Pod: p.UID, Since: p.Started, Allocated: g.Share}
+				s := ledger.Sample{Key: ledger.Key{User: p.User, Kind: g.Kind, Class: g.Class}, Pod: p.UID, Since: p.Started, Allocated: g.Share}
 				if g.UsedGPUs != nil {
 					s.Used, s.UsedKnown = *g.UsedGPUs, true
 				}
@@ -372,7 +372,7 @@ func departedSamples(in Input) []ledger.Sample {
 		}
 		for _, a := range gpu.Allocations(p.Resources, gpu.Node{Labels: in.Nodes[p.Node].Labels}) {
 			for range a.Count {
-				out = append(out, ledger.Sample{Key: ledger.Key{User: p.User, Kind: string(a.Kind), Class: a.Class()},
+				out = append(out, ledger.Sample{Key: ledger.Key{User: p.User, Kind: a.Kind, Class: a.Class()},
 					Pod: p.UID, Since: p.Started, Allocated: a.UnitShare(), Until: d.At})
 			}
 		}
