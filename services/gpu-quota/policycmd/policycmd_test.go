@@ -4,34 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
+	"github.com/gpuhub/gpuhub/services/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
-
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := "testdata/" + name
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), got); diff != "" {
-		t.Errorf("%s (-want +got):\n%s", path, diff)
-	}
-}
 
 func runCmd(t *testing.T, env map[string]string, args ...string) (int, string, string) {
 	t.Helper()
@@ -47,7 +26,7 @@ func TestCheck(t *testing.T) {
 	if code != 1 {
 		t.Errorf("exit %d, want 1 (a bad file)", code)
 	}
-	golden(t, "check.golden", out)
+	golden.Check(t, "check.golden", out)
 	tests := map[string]struct {
 		args     []string
 		wantCode int
@@ -91,7 +70,7 @@ func TestExplainOffline(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	golden(t, "explain-bob.golden", out)
+	golden.Check(t, "explain-bob.golden", out)
 	code, out2, _ := runCmd(t, nil, "explain", "--policy=testdata/campus.yaml", "--groups=students,researchers", "bob")
 	if code != 0 || out2 != out {
 		t.Errorf("flags first: exit %d, output differs:\n%s", code, out2)

@@ -2,7 +2,6 @@ package inventory
 
 import (
 	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -12,9 +11,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+	"github.com/gpuhub/gpuhub/services/internal/golden"
+)
 
 func readObject[T any](t testing.TB, name string) *T {
 	t.Helper()
@@ -27,28 +26,6 @@ func readObject[T any](t testing.TB, name string) *T {
 		t.Fatalf("%s: %v", name, err)
 	}
 	return out
-}
-
-// golden compares got, as indented JSON, with testdata/name (go test -update rewrites it).
-func golden(t *testing.T, name string, got any) {
-	t.Helper()
-	b, err := json.MarshalIndent(got, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if diff := cmp.Diff(strings.TrimSpace(string(want)), string(b)); diff != "" {
-		t.Errorf("%s (-want +got):\n%s", name, diff)
-	}
 }
 
 // agentFields are what Agents reads of a pod.
@@ -91,7 +68,7 @@ func TestTrimPodKeepsWhatIsRead(t *testing.T) {
 					t.Errorf("the trimmed pod still has %q", gone)
 				}
 			}
-			golden(t, name+".trimmed.json", trimmed)
+			golden.JSON(t, name+".trimmed.json", trimmed)
 		})
 	}
 }
@@ -105,7 +82,7 @@ func TestTrimNodeKeepsWhatIsRead(t *testing.T) {
 	if again := trimNode(trimmed.DeepCopy()); !equality.Semantic.DeepEqual(again, trimmed) {
 		t.Errorf("trimming twice changes the node: %s", cmp.Diff(trimmed, again))
 	}
-	golden(t, "gpu-node.trimmed.json", trimmed)
+	golden.JSON(t, "gpu-node.trimmed.json", trimmed)
 }
 
 func TestTrimObjectPassesOtherTypes(t *testing.T) {

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"errors"
-	"flag"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,9 +10,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+	"github.com/gpuhub/gpuhub/services/internal/golden"
+)
 
 // testConfig exercises every construct the strict walk knows: scalars of each kind, a pointer, a type that
 // decodes itself (Duration), maps and lists of structs, an inline struct and a Validate hook.
@@ -92,19 +91,7 @@ func TestDecodeGolden(t *testing.T) {
 				}
 				got = err.Error() + "\n"
 			}
-			golden := strings.TrimSuffix(file, ".yaml") + ".golden"
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test -update to create it)", err)
-			}
-			if diff := cmp.Diff(string(want), got); diff != "" {
-				t.Errorf("errors of %s (-want +got):\n%s", file, diff)
-			}
+			golden.Check(t, filepath.Join("decode", strings.TrimSuffix(filepath.Base(file), ".yaml")+".golden"), got)
 		})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -25,10 +24,9 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/attribution"
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/cluster"
 	"github.com/gpuhub/gpuhub/services/gpu-agent/internal/reading"
+	"github.com/gpuhub/gpuhub/services/internal/golden"
 	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files in testdata")
 
 var t0 = time.Date(2026, 11, 22, 10, 0, 5, 123e6, time.UTC)
 
@@ -115,23 +113,6 @@ var nvmlPIDs = fakeResolver{4242: "uid-alice", 4243: "uid-alice", 5000: "uid-bob
 func newTestAgent(r reading.Reading, res CgroupResolver) *Agent {
 	return New(Config{Node: "gpu-a100-0", Backend: r.Backend, Interval: 5 * time.Second,
 		Sampler: &fakeSampler{r: r}, Pods: pods, Resolver: res, Now: func() time.Time { return t0 }})
-}
-
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		t.Errorf("%s (-want +got):\n%s", name, diff)
-	}
 }
 
 func TestAssembleNVML(t *testing.T) {
@@ -257,7 +238,7 @@ func TestSnapshotGolden(t *testing.T) {
 			if err := json.Indent(&out, rec.Body.Bytes(), "", "  "); err != nil {
 				t.Fatal(err)
 			}
-			golden(t, name, out.Bytes())
+			golden.Check(t, name, out.Bytes())
 		})
 	}
 }
@@ -291,7 +272,7 @@ func TestMetricsGolden(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	golden(t, "metrics.golden", buf.Bytes())
+	golden.Check(t, "metrics.golden", buf.Bytes())
 	f, err := os.Open(filepath.Join("testdata", "metrics.golden"))
 	if err != nil {
 		t.Fatal(err)

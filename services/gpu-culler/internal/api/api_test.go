@@ -4,13 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -23,10 +20,9 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/snooze"
 	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/stops"
 	"github.com/gpuhub/gpuhub/services/internal/decision"
+	"github.com/gpuhub/gpuhub/services/internal/golden"
 	"github.com/gpuhub/gpuhub/services/internal/notice"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 var t0 = time.Date(2026, 11, 23, 15, 10, 0, 0, time.UTC)
 
@@ -182,7 +178,7 @@ func TestAnswers(t *testing.T) {
 				t.Errorf("snoozes (-want +got):\n%s", diff)
 			}
 			if tc.wantStatus != 401 && tc.wantStatus != 405 {
-				golden(t, name+".json", w.Body.Bytes())
+				golden.Check(t, name+".json", w.Body.Bytes())
 			}
 			for tok := range identities {
 				if strings.Contains(f.logs.String(), tok) {
@@ -219,25 +215,5 @@ func TestNoOwnTokenConfigured(t *testing.T) {
 	h.ServeHTTP(w, r) // no token at all: not the empty own token
 	if w.Code != 401 {
 		t.Errorf("status %d, want 401", w.Code)
-	}
-}
-
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		t.Errorf("%s (-want +got):\n%s", path, diff)
 	}
 }

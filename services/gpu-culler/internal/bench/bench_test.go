@@ -3,12 +3,10 @@ package bench
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,29 +18,11 @@ import (
 
 	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/policy"
 	"github.com/gpuhub/gpuhub/services/internal/benchkit"
+	"github.com/gpuhub/gpuhub/services/internal/golden"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 	"github.com/gpuhub/gpuhub/services/internal/notice"
 	ipolicy "github.com/gpuhub/gpuhub/services/internal/policy"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
-
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update)", err)
-	}
-	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		t.Errorf("%s (-want +got):\n%s", name, diff)
-	}
-}
 
 func TestFleet(t *testing.T) {
 	servers := DefaultFleet.List()
@@ -122,7 +102,7 @@ func TestUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := json.MarshalIndent(v, "", "  ")
-	golden(t, "servers.golden.json", append(b, '\n'))
+	golden.Check(t, "servers.golden.json", append(b, '\n'))
 }
 
 func TestPolicyLoads(t *testing.T) {

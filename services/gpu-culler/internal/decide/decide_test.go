@@ -2,7 +2,6 @@ package decide
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,10 +13,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/policy"
+	"github.com/gpuhub/gpuhub/services/internal/golden"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 // at is a time on the test day, 2026-03-02, in UTC: at(14, 55).
 func at(h, m int) time.Time { return time.Date(2026, 3, 2, h, m, 0, 0, time.UTC) }
@@ -513,22 +511,8 @@ func TestMessagesGolden(t *testing.T) {
 		}
 		fmt.Fprintf(&b, "%s (%s %s): %s\n", s.name, d.Action, d.Reason, d.Message)
 	}
-	path := filepath.Join("testdata", "messages.golden")
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), b.String()); diff != "" {
-		t.Errorf("%s (-want +got):\n%s", path, diff)
-	}
+	got := b.String()
+	golden.Check(t, "messages.golden", got)
 	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -538,7 +522,7 @@ func TestMessagesGolden(t *testing.T) {
 		t.Fatalf("README.md quotes %d messages", len(quotes))
 	}
 	for _, q := range quotes {
-		if !strings.Contains(string(want), ": "+string(q[1])+"\n") {
+		if !strings.Contains(got, ": "+string(q[1])+"\n") {
 			t.Errorf("README quotes a message that messages.golden does not have: %q", q[1])
 		}
 	}

@@ -3,9 +3,6 @@ package notices
 import (
 	"context"
 	"encoding/json"
-	"flag"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -18,10 +15,9 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/decide"
 	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/notices/noticestest"
 	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/policy"
+	"github.com/gpuhub/gpuhub/services/internal/golden"
 	"github.com/gpuhub/gpuhub/services/internal/notice"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 var (
 	t0   = time.Date(2026, 11, 23, 14, 40, 0, 0, time.UTC)
@@ -105,27 +101,7 @@ func TestBuild(t *testing.T) {
 		got = append(got, b...)
 		got = append(got, '\n')
 	}
-	golden(t, "build.golden", got)
-}
-
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		t.Errorf("%s (-want +got):\n%s", path, diff)
-	}
+	golden.Check(t, "build.golden", got)
 }
 
 func TestWriteSetsClearsAndConflicts(t *testing.T) {

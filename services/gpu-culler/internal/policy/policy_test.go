@@ -3,7 +3,6 @@ package policy
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,11 +13,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/gpuhub/gpuhub/services/internal/golden"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 	ipolicy "github.com/gpuhub/gpuhub/services/internal/policy"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 func mustPolicy(t testing.TB, yaml string) *Policy {
 	t.Helper()
@@ -27,23 +25,6 @@ func mustPolicy(t testing.TB, yaml string) *Policy {
 		t.Fatalf("policy:\n%v", err)
 	}
 	return &p
-}
-
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), got); diff != "" {
-		t.Errorf("%s (-want +got):\n%s", path, diff)
-	}
 }
 
 // readmeExample is the code block of services/gpu-culler/README.md after "<!-- example policy -->".
@@ -75,7 +56,7 @@ func TestPolicyErrorsGolden(t *testing.T) {
 			if !errors.As(err, &es) {
 				t.Fatalf("Check = %v, want errors", err)
 			}
-			golden(t, filepath.Join("bad", strings.TrimSuffix(filepath.Base(file), ".yaml")+".golden"), out.String())
+			golden.Check(t, filepath.Join("bad", strings.TrimSuffix(filepath.Base(file), ".yaml")+".golden"), out.String())
 		})
 	}
 }

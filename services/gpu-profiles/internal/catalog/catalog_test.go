@@ -2,9 +2,7 @@ package catalog_test
 
 import (
 	"encoding/json"
-	"flag"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -13,26 +11,8 @@ import (
 
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/catalog"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/fixture"
+	"github.com/gpuhub/gpuhub/services/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
-
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		t.Errorf("%s (-want +got):\n%s", path, diff)
-	}
-}
 
 // row is what a test reads of a KindStatus.
 type row struct {
@@ -87,7 +67,7 @@ func TestZoo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "zoo.golden", append(data, '\n'))
+	golden.Check(t, "zoo.golden", append(data, '\n'))
 }
 
 func TestBlocked(t *testing.T) {

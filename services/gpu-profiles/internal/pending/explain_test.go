@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpuhub/gpuhub/services/internal/golden"
 )
 
 // The scheduler's words for the cases below (kube-scheduler 1.36), read only to classify.
@@ -242,7 +244,7 @@ func TestExplain(t *testing.T) {
 			out.WriteString("\n")
 		})
 	}
-	golden(t, "messages.golden", out.String())
+	golden.Check(t, "messages.golden", out.String())
 }
 
 func TestParseScheduler(t *testing.T) {

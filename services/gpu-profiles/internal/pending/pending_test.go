@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/gpuhub/gpuhub/services/internal/golden"
 )
 
 // rig is an Explainer on a fake clientset, a fake clock and a fake Hub.
@@ -419,7 +421,7 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("lint %s: %v %v", mf.GetName(), problems, err)
 		}
 	}
-	golden(t, "metrics.golden", rec.Body.String())
+	golden.Check(t, "metrics.golden", rec.Body.String())
 }
 
 // assertMetric compares a metric's values by its one label's value ("" for an unlabelled metric).

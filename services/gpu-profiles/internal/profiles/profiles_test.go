@@ -1,13 +1,10 @@
 package profiles_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -21,34 +18,9 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/fixture"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/profiles"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/quotaclient"
+	"github.com/gpuhub/gpuhub/services/internal/golden"
 	"github.com/gpuhub/gpuhub/services/internal/policy"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
-
-func golden(t *testing.T, name string, v any) {
-	t.Helper()
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), buf.String()); diff != "" {
-		t.Errorf("%s (-want +got):\n%s", path, diff)
-	}
-}
 
 func zoo(t testing.TB) []catalog.KindStatus {
 	t.Helper()
@@ -150,7 +122,7 @@ func TestGoldenForms(t *testing.T) {
 			if diff := cmp.Diff(tc.want, summary(form)); diff != "" {
 				t.Errorf("form (-want +got):\n%s", diff)
 			}
-			golden(t, name, form)
+			golden.JSON(t, name, form)
 		})
 	}
 }

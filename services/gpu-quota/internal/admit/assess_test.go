@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpuhub/gpuhub/services/internal/decision"
+	"github.com/gpuhub/gpuhub/services/internal/golden"
 )
 
 // formOptions are the choices gpu-profiles generates for the test cluster, as it asks about them.
@@ -178,7 +179,7 @@ func TestAssess(t *testing.T) {
 			}
 		})
 	}
-	golden(t, "assess-messages.golden", messages.String())
+	golden.Check(t, "assess-messages.golden", messages.String())
 }
 
 // TestAssessMatchesAdmit: for every option, Assess says what Admit's policy decision says (Admit's none_free

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
 	"github.com/gpuhub/gpuhub/services/internal/decision"
+	"github.com/gpuhub/gpuhub/services/internal/golden"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 )
 
@@ -196,7 +197,7 @@ func TestAdmit(t *testing.T) {
 			fmt.Fprintf(&messages, "%s: %s\n", name, got.Message)
 		})
 	}
-	golden(t, "messages.golden", messages.String())
+	golden.Check(t, "messages.golden", messages.String())
 }
 
 func sortedNames[V any](m map[string]V) []string {

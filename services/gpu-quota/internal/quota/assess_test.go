@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/gpuhub/gpuhub/services/internal/golden"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 )
 
@@ -206,7 +207,7 @@ func TestAssessMessagesGolden(t *testing.T) {
 	} {
 		fmt.Fprintf(&b, "stop: %s\n  %s\n\n", tc.name, NoticeMessage(budget, tc.stop))
 	}
-	golden(t, "notices.golden", b.String())
+	golden.Check(t, "notices.golden", b.String())
 	if NoticeMessage(nil, Stop{}) != "" {
 		t.Error("NoticeMessage of nothing over is not empty")
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/gpuhub/gpuhub/services/internal/golden"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 )
 
@@ -325,7 +326,7 @@ users:
 		tc := extra[name]
 		write(name, tc.p.Effective("uma", tc.groups), tc.usage, tc.req)
 	}
-	golden(t, "messages.golden", b.String())
+	golden.Check(t, "messages.golden", b.String())
 }
 
 // BenchmarkDecide is the in-process cost of one admission: merging a student's entries and deciding, what the

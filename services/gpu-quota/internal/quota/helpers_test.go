@@ -1,17 +1,11 @@
 package quota
 
 import (
-	"flag"
-	"os"
 	"testing"
-
-	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 	"github.com/gpuhub/gpuhub/services/internal/policy"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 // mustPolicy decodes a policy written in a test.
 func mustPolicy(t testing.TB, yaml string) *Policy {
@@ -21,24 +15,6 @@ func mustPolicy(t testing.TB, yaml string) *Policy {
 		t.Fatalf("policy:\n%v", err)
 	}
 	return &p
-}
-
-// golden compares got with testdata/name, which -update rewrites.
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := "testdata/" + name
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), got); diff != "" {
-		t.Errorf("%s (-want +got):\n%s", path, diff)
-	}
 }
 
 // Allocations as the vocabulary describes them (gpu.Allocations on real node labels gives the same values;

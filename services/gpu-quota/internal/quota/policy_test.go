@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/gpuhub/gpuhub/services/internal/golden"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 	"github.com/gpuhub/gpuhub/services/internal/policy"
 )
@@ -30,7 +31,7 @@ func TestPolicyErrorsGolden(t *testing.T) {
 			if !errors.As(err, &es) {
 				t.Fatalf("Check = %v, want errors", err)
 			}
-			golden(t, filepath.Join("bad", strings.TrimSuffix(filepath.Base(file), ".yaml")+".golden"), out.String())
+			golden.Check(t, filepath.Join("bad", strings.TrimSuffix(filepath.Base(file), ".yaml")+".golden"), out.String())
 		})
 	}
 }
@@ -116,7 +117,7 @@ func TestExplainGolden(t *testing.T) {
 		b.WriteString(p.Explain(u.name, u.groups))
 		b.WriteString("\n")
 	}
-	golden(t, "explain.golden", b.String())
+	golden.Check(t, "explain.golden", b.String())
 }
 
 // FuzzPolicy: any policy that loads can be merged, explained and decided on without a panic, and admits a

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -20,26 +19,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpuhub/gpuhub/services/gpu-quota/policycmd"
+	"github.com/gpuhub/gpuhub/services/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
-
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), got); diff != "" {
-		t.Errorf("%s (-want +got):\n%s", path, diff)
-	}
-}
 
 var asOf = time.Date(2026, 11, 27, 15, 20, 0, 0, time.UTC)
 
@@ -229,7 +210,7 @@ func TestReportGolden(t *testing.T) {
 			if code != 0 || errOut != "" {
 				t.Fatalf("exit %d, stderr:\n%s", code, errOut)
 			}
-			golden(t, tc.wantGolden, out)
+			golden.Check(t, tc.wantGolden, out)
 			fake.mu.Lock()
 			defer fake.mu.Unlock()
 			asked := append([]string(nil), fake.asked...)

@@ -3,7 +3,6 @@ package status
 import (
 	"bytes"
 	"context"
-	"flag"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,29 +14,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpuhub/gpuhub/services/gpu-quota/policycmd"
+	"github.com/gpuhub/gpuhub/services/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files in testdata")
-
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), got); diff != "" {
-		t.Errorf("%s (-want +got):\n%s", path, diff)
-	}
-}
 
 func TestInventoryRows(t *testing.T) {
 	tests := map[string]struct {
@@ -277,7 +255,7 @@ func TestRun(t *testing.T) {
 				}
 				return
 			}
-			golden(t, tc.wantGolden, got)
+			golden.Check(t, tc.wantGolden, got)
 		})
 	}
 }

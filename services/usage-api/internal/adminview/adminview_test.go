@@ -3,24 +3,19 @@ package adminview
 import (
 	"context"
 	"errors"
-	"flag"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/gpuhub/gpuhub/hubapi/huboauth"
+	"github.com/gpuhub/gpuhub/services/internal/golden"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/usage"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden HTML files in testdata")
 
 const prefix = "/services/gpu-usage/"
 
@@ -215,24 +210,6 @@ func serve(h http.Handler, s *huboauth.Session, method, target string) *httptest
 	return rec
 }
 
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name+".html")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./services/usage-api/internal/adminview -update to write it)", err)
-	}
-	if diff := cmp.Diff(string(want), got); diff != "" {
-		t.Errorf("%s differs from its golden file (-want +got; -update rewrites it):\n%s", path, diff)
-	}
-}
-
 // TestPagesGolden renders every page with fixed data and a fixed clock and compares it with testdata/*.html.
 func TestPagesGolden(t *testing.T) {
 	tests := map[string]struct {
@@ -268,7 +245,7 @@ func TestPagesGolden(t *testing.T) {
 			if ct := rec.Header().Get("Content-Type"); ct != "text/html; charset=utf-8" {
 				t.Errorf("Content-Type %q", ct)
 			}
-			golden(t, name, rec.Body.String())
+			golden.Check(t, name+".html", rec.Body.String())
 		})
 	}
 }

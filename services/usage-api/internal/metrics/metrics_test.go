@@ -2,24 +2,19 @@ package metrics
 
 import (
 	"context"
-	"flag"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
+	"github.com/gpuhub/gpuhub/services/internal/golden"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/usage"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata golden files")
 
 func TestMetricsGolden(t *testing.T) {
 	reg := prometheus.NewRegistry()
@@ -56,19 +51,7 @@ func TestMetricsGolden(t *testing.T) {
 	rec := httptest.NewRecorder()
 	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequestWithContext(context.Background(), "GET", "/metrics", nil))
 	got := rec.Body.String()
-	golden := filepath.Join("testdata", "metrics.golden")
-	if *update {
-		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create)", err)
-	}
-	if diff := cmp.Diff(string(want), got); diff != "" {
-		t.Errorf("/metrics (-want +got):\n%s", diff)
-	}
+	golden.Check(t, "metrics.golden", got)
 	problems, err := promlint.NewWithMetricFamilies(mustGather(t, reg)).Lint()
 	if err != nil {
 		t.Fatal(err)
