@@ -19,7 +19,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpuhub/gpuhub/e2e/cluster"
 	"github.com/gpuhub/gpuhub/services/internal/benchkit"
 )
 
@@ -108,7 +107,7 @@ func StartHub(ctx context.Context, o HubOptions) (*Hub, error) {
 	}
 	h := &Hub{Dir: dir, BenchToken: token(), CullerToken: token(), IdleCullerToken: token(),
 		client: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
-	ports := cluster.FreePorts(2)
+	ports := benchkit.FreePorts(2)
 	h.URL = "http://127.0.0.1:" + strconv.Itoa(ports[0])
 	cfg := hubConfig(dir, ports[0], ports[1], o.StubURL, h.BenchToken, h.CullerToken, h.IdleCullerToken)
 	for name, b := range map[string][]byte{"jupyterhub_config.py": []byte(cfg), "b3_fixtures.py": fixturesPy, "b3_prefill.py": prefillPy} {

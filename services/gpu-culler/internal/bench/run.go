@@ -20,9 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/gpuhub/gpuhub/e2e/cluster"
 	"github.com/gpuhub/gpuhub/services/internal/benchkit"
 	"github.com/gpuhub/gpuhub/services/internal/notice"
 )
@@ -201,20 +199,12 @@ func (e *env) setup(ctx context.Context) error {
 	o := e.o
 	o.printf("==> control plane (etcd, kube-apiserver, scheduler, controller-manager)\n")
 	t0 := time.Now()
-	cp, err := cluster.Start(ctx, cluster.Options{BinDir: o.KubeBin, Etcd: o.Etcd, Dir: filepath.Join(e.dir, "cluster")})
+	cp, kc, err := benchkit.StartControlPlane(ctx, o.KubeBin, o.Etcd, e.dir, 2000)
 	if err != nil {
 		return err
 	}
 	e.closers = append(e.closers, cp.Stop)
-	e.kubecfg = cp.Kubeconfig
-	cfg, err := clientcmd.BuildConfigFromFlags("", cp.Kubeconfig)
-	if err != nil {
-		return err
-	}
-	cfg.QPS, cfg.Burst = 2000, 2000
-	if e.kube, err = kubernetes.NewForConfig(cfg); err != nil {
-		return err
-	}
+	e.kubecfg, e.kube = cp.Kubeconfig, kc
 	nodes := o.Fleet.Nodes()
 	o.printf("    ready in %.0fs; %d GPU nodes and %d pods (KubeSpawner's labels, GPU limits, status Running)\n",
 		time.Since(t0).Seconds(), len(nodes), len(e.servers))
@@ -459,7 +449,7 @@ func (e *env) ours(ctx context.Context, r int, idleRate float64) (PhaseResult, e
 		o.printf("    gpu-culler: not measured (no binary given)\n")
 		return PhaseResult{Name: "gpu-culler"}, nil
 	}
-	port := cluster.FreePort()
+	port := benchkit.FreePorts(1)[0]
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
 	logPath := filepath.Join(o.LogDir, fmt.Sprintf("gpu-culler-run%d.log", r+1))
 	logf, err := os.Create(logPath)

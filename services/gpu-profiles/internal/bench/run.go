@@ -22,10 +22,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/gpuhub/gpuhub/e2e/cluster"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/profiles"
 	"github.com/gpuhub/gpuhub/services/internal/benchkit"
 )
@@ -138,20 +135,11 @@ func Run(ctx context.Context, o RunOptions) error {
 	defer func() { _ = os.RemoveAll(dir) }()
 	o.printf("==> starting a control plane (etcd, kube-apiserver, scheduler, controller-manager)\n")
 	t0 := time.Now()
-	cp, err := cluster.Start(ctx, cluster.Options{BinDir: o.KubeBin, Etcd: o.Etcd, Dir: filepath.Join(dir, "cluster")})
+	cp, kc, err := benchkit.StartControlPlane(ctx, o.KubeBin, o.Etcd, dir, 5000)
 	if err != nil {
 		return err
 	}
 	defer cp.Stop()
-	cfg, err := clientcmd.BuildConfigFromFlags("", cp.Kubeconfig)
-	if err != nil {
-		return err
-	}
-	cfg.QPS, cfg.Burst = 5000, 5000
-	kc, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
 	s := o.Synth
 	o.printf("    ready in %.1fs; creating %d nodes (%d with GPUs, every %dth cordoned) and %d pods of %d users (every %dth holds a GPU)\n",
 		time.Since(t0).Seconds(), s.GPUNodes+s.CPUNodes, s.GPUNodes, s.CordonEvery, s.Pods, s.Users, s.GPUPodEvery)
@@ -268,7 +256,7 @@ func (o RunOptions) start(ctx context.Context, kubeconfig, dir, hubURL string) (
 			stops[i]()
 		}
 	}
-	ports := cluster.FreePorts(4)
+	ports := benchkit.FreePorts(4)
 	url := func(i int, prefix string) string { return "http://127.0.0.1:" + strconv.Itoa(ports[i]) + prefix }
 	// As the chart starts them: JSON logs at info (its logFormat and logLevel), to o.Log.
 	profilesArgs := func(port int, extra ...string) []string {

@@ -19,9 +19,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/gpuhub/gpuhub/e2e/cluster"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/admit"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
 	"github.com/gpuhub/gpuhub/services/internal/benchkit"
@@ -105,20 +103,11 @@ func Run(ctx context.Context, o RunOptions) error {
 	defer func() { _ = os.RemoveAll(dir) }()
 	o.printf("==> starting a control plane (etcd, kube-apiserver, scheduler, controller-manager)\n")
 	t0 := time.Now()
-	cp, err := cluster.Start(ctx, cluster.Options{BinDir: o.KubeBin, Etcd: o.Etcd, Dir: filepath.Join(dir, "cluster")})
+	cp, kc, err := benchkit.StartControlPlane(ctx, o.KubeBin, o.Etcd, dir, 5000)
 	if err != nil {
 		return err
 	}
 	defer cp.Stop()
-	cfg, err := clientcmd.BuildConfigFromFlags("", cp.Kubeconfig)
-	if err != nil {
-		return err
-	}
-	cfg.QPS, cfg.Burst = 5000, 5000
-	kc, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
 	o.printf("    ready in %.1fs; creating %d GPU nodes and %d pods of %d users (every %dth holds a GPU)\n",
 		time.Since(t0).Seconds(), o.Synth.GPUNodes, o.Synth.Pods, o.Synth.Users, o.Synth.GPUPodEvery)
 	t0 = time.Now()
@@ -280,7 +269,7 @@ func (o RunOptions) startHTTP(ctx context.Context, kc kubernetes.Interface, kube
 	o.printf("==> over HTTP: %d concurrent spawns, %s per run, %d runs; gpu-quota, the naive enforcer and the floor in a process each on CPU %q\n",
 		o.Concurrency, o.Duration, o.Runs, o.SUTCPU)
 	rig := &httpRig{o: o, kc: kc}
-	ports := cluster.FreePorts(3)
+	ports := benchkit.FreePorts(3)
 	// One process each, all pinned to the SUT CPU; only one is measured at a time (gpu-quota and the floor in
 	// turns), the others idle.
 	for i, listen := range []string{"--listen", "--naive-listen", "--floor-listen"} {
