@@ -292,9 +292,9 @@ func startedPlace(en waitlist.Entry, at time.Time) Place {
 		Message: fmt.Sprintf("%s %s at %s with %s from the waitlist.", srv, how, hhmm(at), withArticle(name))}
 }
 
-// hhmm is a time as the other services write it in messages (gpu-culler, the quota enforcer): UTC, said so.
 // withArticle puts "a" or "an" before a unit's name as it is spoken: "an H100", "an A100 slice", "a T4 share",
-// "a MIG slice".
+// "a MIG slice". It is not gpu.WithArticle, which is for model names and says "an MIG slice"; the two also
+// differ on "MPS share", "RTX" and "M60" ("a" here, "an" there), so sharing one changes messages people read.
 func withArticle(name string) string {
 	if name == "" {
 		return name
@@ -313,6 +313,7 @@ func withArticle(name string) string {
 	return "a " + name
 }
 
+// hhmm is a time as the other services write it in messages (gpu-culler, the quota enforcer): UTC, said so.
 func hhmm(t time.Time) string { return t.UTC().Format("15:04") + " UTC" }
 
 // deadlinesLocked are when servers holding units of class on nodes that take new pods are due to stop, from
