@@ -1,0 +1,136 @@
+package contract
+
+import (
+	"time"
+
+	"github.com/gpuhub/gpuhub/services/internal/gpu"
+)
+
+// gpu-quota's answers (services/gpu-quota/openapi.yaml), under {prefix}api/v1/.
+
+// What gpu-quota's onUnavailable says to do when it cannot decide (its policy's onUnavailable).
+const (
+	Open   = "open"   // admit unchecked; offer every choice
+	Closed = "closed" // refuse GPU spawns; disable every GPU choice
+)
+
+// AssessRequest is the body of POST assess: which of several spawn choices the policy would admit for a user
+// now (gpu-profiles, at every render of the spawn form).
+type AssessRequest struct {
+	User string `json:"user"`
+	// Server is the server the form is for ("" the default one): like admit, its own pods and reservation are
+	// left out of what the user holds.
+	Server string `json:"server"`
+	// Groups are the user's Hub groups as the Hub sees them now; null: gpu-quota's copy of the Hub's groups
+	// ([] is "no groups").
+	Groups  []string       `json:"groups"`
+	Options []AssessOption `json:"options"`
+}
+
+// AssessOption is one spawn choice: the GPU resources and nodeSelector its pod would have.
+type AssessOption struct {
+	ID           string            `json:"id"`
+	Resources    map[string]int64  `json:"resources"`
+	NodeSelector map[string]string `json:"nodeSelector"`
+}
+
+// Verdict is the policy's answer for one option. Reason is one of quota's reasons (never none_free: what is
+// free is gpu-profiles' business); Message is the user's plain words when refused. The waitlist's part is
+// told apart, since gpu-profiles counts free units from its own inventory, which does not see holds.
+type Verdict struct {
+	ID      string `json:"id"`
+	Allow   bool   `json:"allow"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+	// HeldForOthers is how many units of the option's GPU class the waitlist holds right now for other people
+	// (or the user's other servers): free on the nodes, but admit refuses them to this server (reason
+	// waitlist). 0 without the waitlist.
+	HeldForOthers int64 `json:"heldForOthers"`
+	// HeldForYouUntil is when the unit the waitlist holds for this server (its turn) passes to the next in
+	// line; left out when none is held for it.
+	HeldForYouUntil time.Time `json:"heldForYouUntil,omitzero"`
+}
+
+// Assessment is the body of assess's answer, option by option in the request's order.
+type Assessment struct {
+	Options []Verdict `json:"options"`
+	// OnUnavailable is Open or Closed: what the policy says to do while gpu-quota cannot answer.
+	OnUnavailable string `json:"onUnavailable"`
+}
+
+// Place is one server's place in a queue, as its user and the admins see it.
+type Place struct {
+	User        string   `json:"user"`
+	Server      string   `json:"server"`
+	Class       string   `json:"class"`
+	Kind        gpu.Kind `json:"kind"`
+	Description string   `json:"description"`
+	// State is waiting, held (a unit is held for it: its turn) or started (its server started from the queue
+	// recently; the panel says so).
+	State string `json:"state"`
+	// Position is 0 while a unit is held for the server (its turn) or once it started, else its place among those
+	// waiting (1 is next).
+	Position int `json:"position"`
+	// Waiting is how many wait in this queue (held entries not counted).
+	Waiting   int       `json:"waiting"`
+	JoinedAt  time.Time `json:"joinedAt"`
+	HeldUntil time.Time `json:"heldUntil,omitzero"`
+	StartedAt time.Time `json:"startedAt,omitzero"`
+	// Estimate is when a unit may free for it; zero when nothing tells.
+	Estimate       time.Time `json:"estimate,omitzero"`
+	AutoStart      bool      `json:"autoStart"`
+	StartRequested bool      `json:"startRequested"`
+	// FairShare is the user's fair-share factor (1 = used nothing recently).
+	FairShare float64 `json:"fairShare"`
+	// Blocked says why the user cannot be served from the queue now (over quota); it keeps its place.
+	Blocked string `json:"blocked,omitempty"`
+	// Message says it all in plain words.
+	Message string `json:"message"`
+}
+
+// Places is the body of GET waitlist (every queue) and GET users/{name}/waitlist (one user's places).
+type Places struct {
+	Places []Place `json:"places"`
+}
+
+// Contention is one class someone waits for.
+type Contention struct {
+	Class   string   `json:"class"`
+	Kind    gpu.Kind `json:"kind"`
+	Waiting int      `json:"waiting"`
+}
+
+// Contended is the body of GET waitlist/contended (gpu-culler: the classes someone waits for).
+type Contended struct {
+	AsOf    time.Time    `json:"asOf"`
+	Classes []Contention `json:"classes"`
+}
+
+// Explanation is the body of GET explain: the effective policy of one user and why.
+type Explanation struct {
+	User   string   `json:"user"`
+	Groups []string `json:"groups"`
+	// Text is every value with its source, as `gpuhub policy explain` prints it.
+	Text      string         `json:"text"`
+	Effective EffectiveValue `json:"effective"`
+}
+
+// EffectiveValue is each effective value of a user's policy (unlimited is null) with its source.
+type EffectiveValue struct {
+	Exempt         Sourced            `json:"exempt"`
+	Priority       Sourced            `json:"priority"`
+	MaxGPUs        Sourced            `json:"maxGPUs"`
+	MaxGPUsPerKind map[string]Sourced `json:"maxGPUsPerKind"`
+	MaxServers     Sourced            `json:"maxServers"`
+	Budgets        map[string]Sourced `json:"budgets"` // by window, "24h", "7d"
+	Weights        map[string]Sourced `json:"weights"`
+	AllowedKinds   Sourced            `json:"allowedKinds"` // value null: every kind
+	OnUnavailable  string             `json:"onUnavailable"`
+}
+
+// Sourced is one effective value and the entry it comes from ("user alice", "group students", "default",
+// "built-in").
+type Sourced struct {
+	Value any    `json:"value"`
+	From  string `json:"from"`
+}
