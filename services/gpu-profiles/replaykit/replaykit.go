@@ -4,9 +4,9 @@
 // one-line wrappers, as policycheck hands the culler's parser to the gpuhub command.
 package replaykit
 
-import (
-	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/catalog"
+import (	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/catalog"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/profiles"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 	ipolicy "github.com/gpuhub/gpuhub/services/internal/policy"
 )
 
@@ -22,7 +22,7 @@ type (
 	Config  = profiles.Config
 	Choice  = profiles.Choice
 	Profile = profiles.Profile
-	Verdict = profiles.Verdict
+	Verdict = contract.Verdict
 )
 
 // NewCatalog is catalog.New.

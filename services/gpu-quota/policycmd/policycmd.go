@@ -5,8 +5,8 @@
 package policycmd
 
 import (
+	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,6 +23,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-culler/policycheck"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
 	"github.com/gpuhub/gpuhub/services/internal/config"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/policy"
 )
 
@@ -52,7 +53,7 @@ const Usage = `usage:
 // Run runs `gpuhub policy ARGS...` and returns the exit code: 0, 1 (a bad file, a failed request), 2 (usage).
 func Run(ctx context.Context, args []string, env Env) int {
 	if env.HTTP == nil {
-		env.HTTP = &http.Client{Timeout: 30 * time.Second}
+		env.HTTP = contract.NewHTTPClient(30 * time.Second)
 	}
 	if len(args) == 0 {
 		_, _ = fmt.Fprint(env.Stderr, Usage)
@@ -248,35 +249,19 @@ func explainOnline(ctx context.Context, env Env, base, user string, groups []str
 	if groupsSet {
 		q.Set("groups", strings.Join(groups, ","))
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"api/v1/explain?"+q.Encode(), nil)
-	if err != nil {
-		return "", fmt.Errorf("--quota-url %q: %w", base, err)
-	}
-	req.Header.Set("Authorization", "token "+token)
-	resp, err := env.HTTP.Do(req)
+	a, err := contract.Caller{Token: token, HTTP: env.HTTP, Limit: 1 << 20}.Do(ctx, http.MethodGet, base+"api/v1/explain?"+q.Encode(), nil, nil)
 	if err != nil {
 		return "", fmt.Errorf("cannot reach gpu-quota: %w", err)
 	}
-	defer func() { _ = resp.Body.Close() }()
-	var body struct {
-		Text    string `json:"text"`
-		Message string `json:"message"`
-		Error   string `json:"error"`
-	}
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	_ = json.Unmarshal(data, &body)
+	var body contract.Explanation
 	switch {
-	case resp.StatusCode == http.StatusUnauthorized:
+	case a.Status == http.StatusUnauthorized:
 		return "", errors.New("the Hub does not know the token in JUPYTERHUB_API_TOKEN: make a new one on the Hub's token page")
-	case resp.StatusCode == http.StatusForbidden:
+	case a.Status == http.StatusForbidden:
 		return "", errors.New("only Hub admins may explain a user's policy: use an admin's token in JUPYTERHUB_API_TOKEN")
-	case resp.StatusCode != http.StatusOK:
-		msg := body.Message + body.Error
-		if msg == "" {
-			msg = http.StatusText(resp.StatusCode)
-		}
-		return "", fmt.Errorf("gpu-quota answered %d: %s", resp.StatusCode, msg)
-	case body.Text == "":
+	case a.Status != http.StatusOK:
+		return "", fmt.Errorf("gpu-quota answered %d: %s", a.Status, cmp.Or(a.Message(), http.StatusText(a.Status)))
+	case a.Decode(&body) != nil || body.Text == "":
 		return "", fmt.Errorf("gpu-quota's answer has no text: is %s gpu-quota's URL with its prefix?", base)
 	}
 	return body.Text, nil

@@ -4,35 +4,20 @@
 package statuscmd
 
 import (
+	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 )
 
 // location is where times are printed (tests: UTC).
 var location = time.Local
-
-type place struct {
-	User        string    `json:"user"`
-	Server      string    `json:"server"`
-	Class       string    `json:"class"`
-	Description string    `json:"description"`
-	State       string    `json:"state"`
-	Position    int       `json:"position"`
-	Waiting     int       `json:"waiting"`
-	JoinedAt    time.Time `json:"joinedAt"`
-	HeldUntil   time.Time `json:"heldUntil"`
-	StartedAt   time.Time `json:"startedAt"`
-	Estimate    time.Time `json:"estimate"`
-	AutoStart   bool      `json:"autoStart"`
-	FairShare   float64   `json:"fairShare"`
-	Blocked     string    `json:"blocked"`
-}
 
 // Source is where the waitlist is read: the running gpu-quota, with a Hub admin's token.
 type Source struct {
@@ -52,65 +37,44 @@ func WriteWaitlist(ctx context.Context, w io.Writer, src Source, now time.Time) 
 	return nil
 }
 
-func fetch(ctx context.Context, src Source) ([]place, error) {
+func fetch(ctx context.Context, src Source) ([]contract.Place, error) {
 	base := src.URL
 	if !strings.HasSuffix(base, "/") {
 		base += "/"
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"api/v1/waitlist", nil)
-	if err != nil {
-		return nil, fmt.Errorf("--quota-url %q: %w", base, err)
-	}
-	req.Header.Set("Authorization", "token "+src.Token)
 	c := src.HTTP
 	if c == nil {
-		c = &http.Client{Timeout: 30 * time.Second}
+		c = contract.NewHTTPClient(30 * time.Second)
 	}
-	resp, err := c.Do(req)
+	a, err := contract.Caller{Token: src.Token, HTTP: c}.Do(ctx, http.MethodGet, base+"api/v1/waitlist", nil, nil)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		return nil, fmt.Errorf("gpu-quota at %s does not answer (%w): check --quota-url, gpu-quota's URL with its prefix, e.g. https://hub.example.org/services/gpu-quota/", base, err)
 	}
-	defer func() { _ = resp.Body.Close() }()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	var e struct {
-		Message string `json:"message"`
-	}
-	switch resp.StatusCode {
+	switch a.Status {
 	case http.StatusOK:
 	case http.StatusUnauthorized:
 		return nil, fmt.Errorf("the Hub does not know the token in %s: make a new one on the Hub's token page", src.TokenFrom)
 	case http.StatusForbidden:
 		return nil, fmt.Errorf("only Hub admins may read every queue: use an admin's token in %s", src.TokenFrom)
 	case http.StatusNotFound:
-		_ = json.Unmarshal(body, &e)
-		return nil, fmt.Errorf("no waitlist at %s: %s", base, firstNonEmpty(e.Message, "404 (is it gpu-quota, with --waitlist?)"))
+		return nil, fmt.Errorf("no waitlist at %s: %s", base, cmp.Or(a.Message(), "404 (is it gpu-quota, with --waitlist?)"))
 	default:
-		_ = json.Unmarshal(body, &e)
-		return nil, fmt.Errorf("gpu-quota answered %s: %s", resp.Status, firstNonEmpty(e.Message, strings.TrimSpace(string(body))))
+		return nil, fmt.Errorf("gpu-quota answered %w", a.Err(http.MethodGet, base+"api/v1/waitlist"))
 	}
-	var out struct {
-		Places []place `json:"places"`
-	}
-	if err := json.Unmarshal(body, &out); err != nil {
+	var out contract.Places
+	if err := a.Decode(&out); err != nil {
 		return nil, fmt.Errorf("gpu-quota's answer is not a waitlist (%w): check --quota-url", err)
 	}
 	return out.Places, nil
 }
 
-func firstNonEmpty(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
 // printQueues writes one block per GPU class in line order: held units first, then who waits.
-func printQueues(w io.Writer, ps []place, now time.Time) {
+func printQueues(w io.Writer, ps []contract.Place, now time.Time) {
 	var classes []string
-	by := map[string][]place{}
+	by := map[string][]contract.Place{}
 	for _, p := range ps {
 		if p.State == "started" {
 			continue

@@ -23,6 +23,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 )
 
 // Check is one readiness condition, such as "informer caches synced" or "the Hub answers".
@@ -360,13 +362,7 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// Error is the JSON body of every error answer: a message that tells the reader what to do next.
-type Error struct {
-	Status  int    `json:"status"`
-	Message string `json:"message"`
-}
-
-// WriteError writes an Error body with the given status.
+// WriteError writes a contract.Error body with the given status.
 func WriteError(w http.ResponseWriter, status int, format string, args ...any) {
-	WriteJSON(w, status, Error{Status: status, Message: fmt.Sprintf(format, args...)})
+	WriteJSON(w, status, contract.Error{Status: status, Message: fmt.Sprintf(format, args...)})
 }

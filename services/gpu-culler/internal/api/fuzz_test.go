@@ -7,7 +7,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/gpuhub/gpuhub/services/internal/server"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 )
 
 // fuzzCallers are the identities the fuzzer speaks as (identities in api_test.go).
@@ -64,7 +64,7 @@ func FuzzRequest(f *testing.F) {
 				t.Fatalf("%s %s: %d with a body that is not JSON: %.200q", req.Method, req.URL, code, rec.Body.String())
 			}
 		case code >= 400 && code < 500:
-			var e server.Error
+			var e contract.Error
 			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Message == "" {
 				t.Fatalf("%s %s: %d without an error message: %.200q", req.Method, req.URL, code, rec.Body.String())
 			}

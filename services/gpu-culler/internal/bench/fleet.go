@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuhub/gpuhub/services/internal/benchkit"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
+	"github.com/gpuhub/gpuhub/services/internal/gpu"
 	"github.com/gpuhub/gpuhub/services/internal/notice"
 )
 
@@ -142,46 +144,29 @@ func RunningStatus(started time.Time) corev1.PodStatus {
 			Image: "quay.io/jupyterhub/k8s-singleuser-sample:4.3.2", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: t}}}}}
 }
 
-// Telemetry is the usage API's C1 entry for one server (GET api/v1/servers).
-type Telemetry struct {
-	User                     string   `json:"user"`
-	Server                   string   `json:"server"`
-	Pod                      string   `json:"pod"`
-	Namespace                string   `json:"namespace"`
-	Node                     string   `json:"node"`
-	Kind                     string   `json:"kind"`
-	Class                    string   `json:"class"`
-	AllocatedGPUs            float64  `json:"allocatedGPUs"`
-	SMUtilPercent            *float64 `json:"smUtilPercent"`
-	UtilizationUnknownReason string   `json:"utilizationUnknownReason"`
-	MemoryUsedBytes          int64    `json:"memoryUsedBytes"`
-	Stale                    bool     `json:"stale"`
-	StaleReason              string   `json:"staleReason"`
-	Simulated                bool     `json:"simulated"`
-}
-
 // kindClass are each profile's kind, class and GPU-equivalents, as the usage API names them.
 var kindClass = map[string]struct {
-	kind, class string
-	gpus        float64
+	kind  gpu.Kind
+	class string
+	gpus  float64
 }{
-	"h100":    {"gpu", "H100-80GB-HBM3", 1},
-	"a100-1g": {"mig", "A100-SXM4-40GB 1g.5gb", 1.0 / 7},
-	"a100-3g": {"mig", "A100-SXM4-40GB 3g.20gb", 3.0 / 7},
-	"t4":      {"shared", "shared T4", 0.25},
+	"h100":    {gpu.KindGPU, "H100-80GB-HBM3", 1},
+	"a100-1g": {gpu.KindMIG, "A100-SXM4-40GB 1g.5gb", 1.0 / 7},
+	"a100-3g": {gpu.KindMIG, "A100-SXM4-40GB 3g.20gb", 3.0 / 7},
+	"t4":      {gpu.KindShared, "shared T4", 0.25},
 }
 
 // Telemetry is s's entry: a busy server at 85 % SM and a memory figure that moves with seq (a busy server's
 // memory changes); an idle or stale one at 0 % and constant memory; a stale one marked so.
-func (s Server) Telemetry(seq int) Telemetry {
+func (s Server) Telemetry(seq int) contract.Telemetry {
 	kc := kindClass[s.Profile.Slug]
-	t := Telemetry{User: s.User, Pod: s.Pod, Namespace: Namespace, Node: s.Node, Kind: kc.kind, Class: kc.class,
+	t := contract.Telemetry{User: s.User, Pod: s.Pod, Namespace: Namespace, Node: s.Node, Kind: kc.kind, Class: kc.class,
 		AllocatedGPUs: kc.gpus, MemoryUsedBytes: 2 << 30, Simulated: true}
 	util := 0.0
 	switch s.State {
 	case Busy:
 		util = 85
-		t.MemoryUsedBytes += int64(seq%7) << 28
+		t.MemoryUsedBytes += uint64(seq%7) << 28
 	case Stale:
 		t.Stale, t.StaleReason = true, "the node's gpu-agent has not reported for 3 min"
 	}
@@ -189,15 +174,9 @@ func (s Server) Telemetry(seq int) Telemetry {
 	return t
 }
 
-// ServersPage is the usage API's answer.
-type ServersPage struct {
-	SampledAt time.Time   `json:"sampledAt"`
-	Servers   []Telemetry `json:"servers"`
-}
-
-// Page is the answer at now (the seq-th request), sorted by user as the usage API sorts it.
-func Page(servers []Server, now time.Time, seq int) ServersPage {
-	p := ServersPage{SampledAt: now.UTC(), Servers: make([]Telemetry, len(servers))}
+// Page is the usage API's servers answer at now (the seq-th request), sorted by user as the usage API sorts it.
+func Page(servers []Server, now time.Time, seq int) contract.ServersResponse {
+	p := contract.ServersResponse{SampledAt: now.UTC(), Servers: make([]contract.Telemetry, len(servers))}
 	for i, s := range servers {
 		p.Servers[i] = s.Telemetry(seq)
 	}

@@ -6,10 +6,8 @@ package contention
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -20,7 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gpuhub/gpuhub/services/internal/gpu"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 )
 
 // DefaultEvery is the poll period when Options.Every is not set.
@@ -47,20 +45,6 @@ type Options struct {
 	Now        func() time.Time
 }
 
-// Class is one GPU class someone waits for.
-type Class struct {
-	// Class is gpu.Allocation.Class of the unit people wait for ("gpu H100-80GB-HBM3").
-	Class   string   `json:"class"`
-	Kind    gpu.Kind `json:"kind"`
-	Waiting int      `json:"waiting"`
-}
-
-// Answer is gpu-quota's answer; an empty Classes: nobody waits.
-type Answer struct {
-	AsOf    time.Time `json:"asOf"`
-	Classes []Class   `json:"classes"`
-}
-
 // Poller polls the waitlist and answers from memory.
 type Poller struct {
 	o        Options
@@ -77,9 +61,6 @@ type Poller struct {
 func New(o Options) (*Poller, error) {
 	if o.Every <= 0 {
 		o.Every = DefaultEvery
-	}
-	if o.Client == nil {
-		o.Client = &http.Client{Timeout: 10 * time.Second}
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -157,34 +138,18 @@ func (p *Poller) Poll(ctx context.Context) error {
 	return nil
 }
 
-func (p *Poller) fetch(ctx context.Context) (*Answer, error) {
+func (p *Poller) fetch(ctx context.Context) (*contract.Contended, error) {
 	ctx, cancel := context.WithTimeout(ctx, max(p.o.Every, time.Second))
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.o.URL+Path, nil)
-	if err != nil {
+	var a contract.Contended
+	err := contract.Caller{Token: p.o.Token, HTTP: p.o.Client, Limit: 1 << 20}.JSON(ctx, http.MethodGet, p.o.URL+Path, nil, &a)
+	switch {
+	case contract.IsStatus(err, http.StatusForbidden, http.StatusUnauthorized):
+		return nil, fmt.Errorf("waitlist: %w: let the Hub service gpu-culler read gpu-quota's waitlist", err)
+	case contract.IsStatus(err, http.StatusNotFound):
+		return nil, fmt.Errorf("waitlist: %w: this gpu-quota has no waitlist; check --quota-url (gpu-quota's URL with its prefix) or leave it empty", err)
+	case err != nil:
 		return nil, fmt.Errorf("waitlist: %w", err)
-	}
-	req.Header.Set("Authorization", "token "+p.o.Token)
-	resp, err := p.o.Client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("waitlist: %w", err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		var m struct{ Message string }
-		_ = json.Unmarshal(body, &m)
-		switch resp.StatusCode {
-		case http.StatusForbidden, http.StatusUnauthorized:
-			return nil, fmt.Errorf("waitlist: %s %s: let the Hub service gpu-culler read gpu-quota's waitlist", resp.Status, m.Message)
-		case http.StatusNotFound:
-			return nil, fmt.Errorf("waitlist: %s: this gpu-quota has no waitlist; check --quota-url (gpu-quota's URL with its prefix) or leave it empty", resp.Status)
-		}
-		return nil, fmt.Errorf("waitlist: %s %s", resp.Status, m.Message)
-	}
-	var a Answer
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&a); err != nil {
-		return nil, fmt.Errorf("waitlist: decode the answer: %w", err)
 	}
 	return &a, nil
 }

@@ -6,17 +6,17 @@ package telemetry
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/decide"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 )
 
@@ -36,30 +36,6 @@ type Options struct {
 	Window func() time.Duration
 	Logger *slog.Logger
 	Now    func() time.Time
-}
-
-// Entry is one server of the usage API's `GET api/v1/servers`.
-type Entry struct {
-	User                     string   `json:"user"`
-	Server                   string   `json:"server"`
-	Pod                      string   `json:"pod"`
-	Namespace                string   `json:"namespace"`
-	Node                     string   `json:"node"`
-	Kind                     gpu.Kind `json:"kind"`
-	Class                    string   `json:"class"`
-	AllocatedGPUs            float64  `json:"allocatedGPUs"`
-	SMUtilPercent            *float64 `json:"smUtilPercent"`
-	UtilizationUnknownReason string   `json:"utilizationUnknownReason"`
-	MemoryUsedBytes          int64    `json:"memoryUsedBytes"`
-	Stale                    bool     `json:"stale"`
-	StaleReason              string   `json:"staleReason"`
-	Simulated                bool     `json:"simulated"`
-}
-
-// Answer is the usage API's `GET api/v1/servers`.
-type Answer struct {
-	SampledAt time.Time `json:"sampledAt"`
-	Servers   []Entry   `json:"servers"`
 }
 
 // Info is what the usage API last said about a server, beside its samples.
@@ -105,9 +81,6 @@ type Sampler struct {
 func New(o Options) *Sampler {
 	if o.Every <= 0 {
 		o.Every = 10 * time.Second
-	}
-	if o.Client == nil {
-		o.Client = &http.Client{Timeout: 10 * time.Second}
 	}
 	if o.Window == nil {
 		o.Window = func() time.Duration { return time.Hour }
@@ -162,31 +135,16 @@ func (s *Sampler) Sample(ctx context.Context) error {
 	return nil
 }
 
-func (s *Sampler) fetch(ctx context.Context) (*Answer, error) {
+func (s *Sampler) fetch(ctx context.Context) (*contract.ServersResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, max(s.o.Every, 5*time.Second))
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.o.URL+"api/v1/servers", nil)
+	var a contract.ServersResponse
+	err := contract.Caller{Token: s.o.Token, HTTP: s.o.Client}.JSON(ctx, http.MethodGet, s.o.URL+"api/v1/servers", nil, &a)
+	if contract.IsStatus(err, http.StatusForbidden) {
+		return nil, fmt.Errorf("usage API: %w: add this service to the usage API's --reader-services", err)
+	}
 	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "token "+s.o.Token)
-	resp, err := s.o.Client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		var m struct{ Message string }
-		_ = json.Unmarshal(body, &m)
-		if resp.StatusCode == http.StatusForbidden {
-			return nil, fmt.Errorf("usage API: 403 %s: add this service to the usage API's --reader-services", m.Message)
-		}
-		return nil, fmt.Errorf("usage API: %s %s", resp.Status, m.Message)
-	}
-	var a Answer
-	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
-		return nil, fmt.Errorf("usage API: decode servers: %w", err)
+		return nil, fmt.Errorf("usage API: %w", err)
 	}
 	if a.SampledAt.IsZero() {
 		return nil, errors.New("usage API: the answer has no sampledAt")
@@ -195,7 +153,7 @@ func (s *Sampler) fetch(ctx context.Context) (*Answer, error) {
 }
 
 // add merges one answer: servers it does not list are forgotten (stopped, or no longer holding GPUs).
-func (s *Sampler) add(a *Answer) {
+func (s *Sampler) add(a *contract.ServersResponse) {
 	window := s.o.Window()
 	width := max(s.o.Every, window/MaxBuckets)
 	seen := make(map[key]bool, len(a.Servers))
@@ -219,7 +177,7 @@ func (s *Sampler) add(a *Answer) {
 			}
 			continue
 		}
-		sr.push(a.SampledAt, *e.SMUtilPercent, e.MemoryUsedBytes, s.o.Every, width, window)
+		sr.push(a.SampledAt, *e.SMUtilPercent, int64(min(e.MemoryUsedBytes, math.MaxInt64)), s.o.Every, width, window)
 	}
 	for k := range s.servers {
 		if !seen[k] {

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/decide"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 )
 
 func ptr(f float64) *float64 { return &f }
@@ -19,7 +20,7 @@ func ptr(f float64) *float64 { return &f }
 // usageAPI serves whatever answer is set, and checks the culler's token.
 type usageAPI struct {
 	mu     sync.Mutex
-	answer Answer
+	answer contract.ServersResponse
 	status int
 }
 
@@ -37,10 +38,10 @@ func (u *usageAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(u.answer)
 }
 
-func (u *usageAPI) set(at time.Time, es ...Entry) {
+func (u *usageAPI) set(at time.Time, es ...contract.Telemetry) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.answer, u.status = Answer{SampledAt: at, Servers: es}, 0
+	u.answer, u.status = contract.ServersResponse{SampledAt: at, Servers: es}, 0
 }
 
 func TestSampler(t *testing.T) {
@@ -56,7 +57,7 @@ func TestSampler(t *testing.T) {
 	if u := s.Usage(); u.Reachable {
 		t.Errorf("reachable before any answer: %+v", u)
 	}
-	alice := Entry{User: "alice", Pod: "jupyter-alice", Namespace: "jhub", Kind: "gpu", AllocatedGPUs: 1, SMUtilPercent: ptr(1), MemoryUsedBytes: 100}
+	alice := contract.Telemetry{User: "alice", Pod: "jupyter-alice", Namespace: "jhub", Kind: "gpu", AllocatedGPUs: 1, SMUtilPercent: ptr(1), MemoryUsedBytes: 100}
 	// 20 minutes of samples: the window keeps 10 min (plus a bucket).
 	for i := range 120 {
 		clock = t0.Add(time.Duration(i) * 10 * time.Second)
@@ -84,7 +85,7 @@ func TestSampler(t *testing.T) {
 	// A stale server adds no sample; one with unknown utilization neither, and says why.
 	stale := alice
 	stale.Stale, stale.StaleReason = true, "the agent on gpu-0 has not answered for 40 s"
-	bob := Entry{User: "bob", Server: "x", Pod: "jupyter-bob--x", Namespace: "jhub", Kind: "mig"}
+	bob := contract.Telemetry{User: "bob", Server: "x", Pod: "jupyter-bob--x", Namespace: "jhub", Kind: "mig"}
 	clock = clock.Add(10 * time.Second)
 	api.set(clock, stale, bob)
 	if err := s.Sample(ctx); err != nil {

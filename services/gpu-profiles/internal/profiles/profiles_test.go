@@ -18,6 +18,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/fixture"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/profiles"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/quotaclient"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/golden"
 	"github.com/gpuhub/gpuhub/services/internal/policy"
 )
@@ -85,7 +86,7 @@ func TestGoldenForms(t *testing.T) {
 	cases := map[string]struct {
 		cfg      *profiles.Config
 		groups   []string
-		verdicts map[string]profiles.Verdict
+		verdicts map[string]contract.Verdict
 		def      string
 		want     []string
 	}{
@@ -95,7 +96,7 @@ func TestGoldenForms(t *testing.T) {
 			"shared-t4 3/4", "shared-t4-2 4/4", "mps-a100-sxm4-40gb 0/2 none_free", "mig-shared-a100-sxm4-40gb-1g-5gb 13/14",
 		}},
 		"example-researcher.golden": {cfg: example, groups: []string{"researchers"}, def: example.Default,
-			verdicts: map[string]profiles.Verdict{
+			verdicts: map[string]contract.Verdict{
 				"mig-a100-sxm4-40gb-3g-20gb": {Reason: "max_gpus", Message: "You may hold at most 1 GPU at a time; you hold 1 (one whole H100)."},
 				"shared-t4":                  {Reason: "kind_not_allowed", Message: "researchers may not use time-sliced GPU shares"},
 				"gpu-h100-80gb-hbm3":         {Allow: true},
@@ -140,7 +141,7 @@ func TestNoHTML(t *testing.T) {
 
 // TestCPUAlwaysThere: nothing hides the CPU choice, whatever the groups, the quota or the inventory.
 func TestCPUAlwaysThere(t *testing.T) {
-	deny := map[string]profiles.Verdict{"cpu": {Reason: "kind_not_allowed"}}
+	deny := map[string]contract.Verdict{"cpu": {Reason: "kind_not_allowed"}}
 	for name, ks := range map[string][]catalog.KindStatus{"zoo": zoo(t), "empty cluster": nil} {
 		form := profiles.ForUser(profiles.Visible(profiles.Choices(ks, loadExample(t)), nil), deny, "nope")
 		if len(form) == 0 || form[0].Slug != "cpu" || !form[0].Default || !form[0].GPUHub.Available {
@@ -201,13 +202,13 @@ func TestConfigErrors(t *testing.T) {
 
 // fakeQuota is gpu-quota's assess.
 type fakeQuota struct {
-	verdicts      map[string]quotaclient.Verdict
+	verdicts      map[string]contract.Verdict
 	err           error
 	onUnavailable string
 	asked         [][]string
 }
 
-func (f *fakeQuota) Assess(_ context.Context, _, _ string, _ []string, opts []quotaclient.Option) (map[string]quotaclient.Verdict, quotaclient.Result, error) {
+func (f *fakeQuota) Assess(_ context.Context, _, _ string, _ []string, opts []contract.AssessOption) (map[string]contract.Verdict, quotaclient.Result, error) {
 	var ids []string
 	for _, o := range opts {
 		ids = append(ids, o.ID)
@@ -240,7 +241,7 @@ func TestRenderer(t *testing.T) {
 			want: []string{"cpu*", "mig-a100-sxm4-40gb-1g-5gb 7/8", "mig-a100-sxm4-40gb-1g-5gb-2 7/7", "mig-a100-sxm4-40gb-3g-20gb 1/2",
 				"shared-t4 3/4", "shared-t4-2 4/4", "mps-a100-sxm4-40gb 0/2 none_free", "mig-shared-a100-sxm4-40gb-1g-5gb 13/14"}},
 		"gpu-quota answers; only the kinds the user sees are asked about": {groups: []string{"students"},
-			quota: &fakeQuota{verdicts: map[string]quotaclient.Verdict{
+			quota: &fakeQuota{verdicts: map[string]contract.Verdict{
 				"mig-a100-sxm4-40gb-1g-5gb": {Allow: true}, "mig-a100-sxm4-40gb-3g-20gb": {Reason: "max_gpus", Message: "Too much."},
 				"shared-t4": {Reason: "kind_not_allowed"}, "shared-t4-2": {Reason: "kind_not_allowed"}, "mps-a100-sxm4-40gb": {Reason: "kind_not_allowed"},
 			}},
@@ -323,7 +324,7 @@ func TestEncodedSharedUntilChange(t *testing.T) {
 	at := time.Date(2026, 1, 5, 10, 0, 0, 0, time.UTC)
 	cfg := &profiles.Config{Kinds: map[string]profiles.Override{"gpu": {Groups: []string{"researchers"}}}}
 	table := ks
-	q := &fakeQuota{verdicts: map[string]quotaclient.Verdict{"mig-a100-sxm4-40gb-3g-20gb": {Reason: "max_gpus", Message: "Too much."}}}
+	q := &fakeQuota{verdicts: map[string]contract.Verdict{"mig-a100-sxm4-40gb-3g-20gb": {Reason: "max_gpus", Message: "Too much."}}}
 	r := &profiles.Renderer{Catalog: switchable{&table}, Config: func() *profiles.Config { return cfg }, Now: func() time.Time { return at }, Quota: q}
 	ctx := context.Background()
 	encode := func(user string, groups ...string) string {
@@ -350,17 +351,17 @@ func TestEncodedSharedUntilChange(t *testing.T) {
 	if carol := encode("carol", "researchers"); carol == bob {
 		t.Error("a researcher got a student's form (whole GPUs are for researchers only)")
 	}
-	q.verdicts = map[string]quotaclient.Verdict{}
+	q.verdicts = map[string]contract.Verdict{}
 	dave := encode("dave", "students")
 	if dave == bob {
 		t.Error("a student whom gpu-quota allows everything got the form of one it refuses the 3g.20gb slice")
 	}
-	q.verdicts = map[string]quotaclient.Verdict{"mig-a100-sxm4-40gb-3g-20gb": {Allow: true, HeldForOthers: 1}}
+	q.verdicts = map[string]contract.Verdict{"mig-a100-sxm4-40gb-3g-20gb": {Allow: true, HeldForOthers: 1}}
 	held := encode("erin", "students")
 	if held == dave {
 		t.Error("a student for whom the waitlist holds the free 3g.20gb slice got the form of one it does not")
 	}
-	q.verdicts = map[string]quotaclient.Verdict{"mig-a100-sxm4-40gb-3g-20gb": {Allow: true, HeldForYouUntil: at.Add(10 * time.Minute)}}
+	q.verdicts = map[string]contract.Verdict{"mig-a100-sxm4-40gb-3g-20gb": {Allow: true, HeldForYouUntil: at.Add(10 * time.Minute)}}
 	if holder := encode("frank", "students"); holder == dave || holder == held {
 		t.Error("the holder of the 3g.20gb slice got another student's form")
 	}
@@ -371,7 +372,7 @@ func TestEncodedSharedUntilChange(t *testing.T) {
 			table[i].Free, table[i].FreeOnNodes = 0, nil
 		}
 	}
-	q.verdicts = map[string]quotaclient.Verdict{"mig-a100-sxm4-40gb-3g-20gb": {Reason: "max_gpus", Message: "Too much."}}
+	q.verdicts = map[string]contract.Verdict{"mig-a100-sxm4-40gb-3g-20gb": {Reason: "max_gpus", Message: "Too much."}}
 	if encode("bob", "students") == bob {
 		t.Error("after an inventory change bob got the form encoded before it")
 	}
@@ -389,30 +390,30 @@ func TestWaitlistHolds(t *testing.T) {
 	}
 	cases := map[string]struct {
 		slug    string
-		verdict profiles.Verdict
+		verdict contract.Verdict
 		want    shown
 	}{
-		"nothing held": {slug: "gpu-h100-80gb-hbm3", verdict: profiles.Verdict{Allow: true},
+		"nothing held": {slug: "gpu-h100-80gb-hbm3", verdict: contract.Verdict{Allow: true},
 			want: shown{Free: 1, Available: true}},
-		"the only free H100 held for someone else": {slug: "gpu-h100-80gb-hbm3", verdict: profiles.Verdict{Allow: true, HeldForOthers: 1},
+		"the only free H100 held for someone else": {slug: "gpu-h100-80gb-hbm3", verdict: contract.Verdict{Allow: true, HeldForOthers: 1},
 			want: shown{Reason: "waitlist", Text: "None free for you right now: the free H100 is held for the next person on the waitlist."}},
-		"more held than free: the words count those free": {slug: "gpu-h100-80gb-hbm3", verdict: profiles.Verdict{Allow: true, HeldForOthers: 2},
+		"more held than free: the words count those free": {slug: "gpu-h100-80gb-hbm3", verdict: contract.Verdict{Allow: true, HeldForOthers: 2},
 			want: shown{Reason: "waitlist", Text: "None free for you right now: the free H100 is held for the next person on the waitlist."}},
-		"one of seven slices held: six left": {slug: "mig-a100-sxm4-40gb-1g-5gb", verdict: profiles.Verdict{Allow: true, HeldForOthers: 1},
+		"one of seven slices held: six left": {slug: "mig-a100-sxm4-40gb-1g-5gb", verdict: contract.Verdict{Allow: true, HeldForOthers: 1},
 			want: shown{Free: 6, Available: true}},
-		"every free slice held": {slug: "mig-a100-sxm4-40gb-1g-5gb", verdict: profiles.Verdict{Allow: true, HeldForOthers: 7},
+		"every free slice held": {slug: "mig-a100-sxm4-40gb-1g-5gb", verdict: contract.Verdict{Allow: true, HeldForOthers: 7},
 			want: shown{Reason: "waitlist", Text: "None free for you right now: the free MIG 1g.5gb slices on an A100 are held for the next people on the waitlist."}},
-		"held for this user": {slug: "gpu-h100-80gb-hbm3", verdict: profiles.Verdict{Allow: true, HeldForYouUntil: until},
+		"held for this user": {slug: "gpu-h100-80gb-hbm3", verdict: contract.Verdict{Allow: true, HeldForYouUntil: until},
 			want: shown{Free: 1, Available: true, HeldForYouUntil: until.UTC(),
 				Text: "Your turn on the waitlist: one is held for you until 13:05 UTC. Start it before then, or it passes to the next person in line."}},
-		"nothing was free anyway: none free, not the waitlist": {slug: "mps-a100-sxm4-40gb", verdict: profiles.Verdict{Allow: true, HeldForOthers: 1},
+		"nothing was free anyway: none free, not the waitlist": {slug: "mps-a100-sxm4-40gb", verdict: contract.Verdict{Allow: true, HeldForOthers: 1},
 			want: shown{Reason: "none_free", Text: "None free right now: all 2 in use."}},
-		"over quota: the quota's words": {slug: "gpu-h100-80gb-hbm3", verdict: profiles.Verdict{Reason: "max_gpus", Message: "Too much.", HeldForOthers: 1},
+		"over quota: the quota's words": {slug: "gpu-h100-80gb-hbm3", verdict: contract.Verdict{Reason: "max_gpus", Message: "Too much.", HeldForOthers: 1},
 			want: shown{Free: 1, Reason: "quota", Text: "Too much."}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			form := profiles.ForUser(profiles.Choices(zoo(t), nil), map[string]profiles.Verdict{tc.slug: tc.verdict}, "cpu")
+			form := profiles.ForUser(profiles.Choices(zoo(t), nil), map[string]contract.Verdict{tc.slug: tc.verdict}, "cpu")
 			i := slices.IndexFunc(form, func(p profiles.Profile) bool { return p.Slug == tc.slug })
 			if i < 0 {
 				t.Fatalf("no %s in %v", tc.slug, summary(form))

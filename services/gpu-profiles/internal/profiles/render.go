@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/catalog"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/quotaclient"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 )
 
 // Kinds is the catalog as the renderer reads it (*catalog.Catalog).
@@ -23,7 +24,7 @@ type Kinds interface {
 
 // Assessor asks gpu-quota about a user's choices (*quotaclient.Client).
 type Assessor interface {
-	Assess(ctx context.Context, user, server string, groups []string, opts []quotaclient.Option) (map[string]quotaclient.Verdict, quotaclient.Result, error)
+	Assess(ctx context.Context, user, server string, groups []string, opts []contract.AssessOption) (map[string]contract.Verdict, quotaclient.Result, error)
 	OnUnavailable() string
 }
 
@@ -134,7 +135,7 @@ func (r *Renderer) Encoded(ctx context.Context, req Request) ([]byte, error) {
 
 // formKey names what a form depends on besides the choices: the user's groups (which choices they see) and
 // gpu-quota's verdicts on them, the waitlist's holds included.
-func formKey(groups []string, verdicts map[string]Verdict) string {
+func formKey(groups []string, verdicts map[string]contract.Verdict) string {
 	var b strings.Builder
 	gs := slices.Clone(groups)
 	slices.Sort(gs)
@@ -164,7 +165,7 @@ func formKey(groups []string, verdicts map[string]Verdict) string {
 	return b.String()
 }
 
-func (r *Renderer) respond(cfg *Config, choices []Choice, verdicts map[string]Verdict) Response {
+func (r *Renderer) respond(cfg *Config, choices []Choice, verdicts map[string]contract.Verdict) Response {
 	def := catalog.SlugCPU
 	note := ""
 	if cfg != nil {
@@ -218,15 +219,15 @@ func (r *Renderer) tell(result string) {
 }
 
 // assess asks gpu-quota about the GPU choices; while it cannot answer, its onUnavailable decides.
-func (r *Renderer) assess(ctx context.Context, req Request, choices []Choice) map[string]Verdict {
+func (r *Renderer) assess(ctx context.Context, req Request, choices []Choice) map[string]contract.Verdict {
 	if r.Quota == nil {
 		r.tell(QuotaNotConfigured)
 		return nil
 	}
-	var opts []quotaclient.Option
+	var opts []contract.AssessOption
 	for _, c := range choices {
 		if c.Resources != nil {
-			opts = append(opts, quotaclient.Option{ID: c.Slug, Resources: c.Resources, NodeSelector: c.Override.NodeSelector})
+			opts = append(opts, contract.AssessOption{ID: c.Slug, Resources: c.Resources, NodeSelector: c.Override.NodeSelector})
 		}
 	}
 	if len(opts) == 0 {
@@ -236,22 +237,18 @@ func (r *Renderer) assess(ctx context.Context, req Request, choices []Choice) ma
 	vs, res, err := r.Quota.Assess(ctx, req.User, req.Server, req.Groups, opts)
 	if err != nil {
 		r.warnQuota(err)
-		if r.Quota.OnUnavailable() != quotaclient.Closed {
+		if r.Quota.OnUnavailable() != contract.Closed {
 			r.tell(QuotaUnavailableOpen)
 			return nil
 		}
 		r.tell(QuotaUnavailableClosed)
-		out := make(map[string]Verdict, len(opts))
+		out := make(map[string]contract.Verdict, len(opts))
 		for _, o := range opts {
-			out[o.ID] = Verdict{Reason: ReasonQuotaUnavailable,
+			out[o.ID] = contract.Verdict{Reason: ReasonQuotaUnavailable,
 				Message: "Your GPU quota cannot be checked right now, so GPUs cannot be started; try again in a minute, or choose CPU only."}
 		}
 		return out
 	}
 	r.tell(string(res))
-	out := make(map[string]Verdict, len(vs))
-	for id, v := range vs {
-		out[id] = Verdict{Allow: v.Allow, Reason: v.Reason, Message: v.Message, HeldForOthers: v.HeldForOthers, HeldForYouUntil: v.HeldForYouUntil}
-	}
-	return out
+	return vs
 }

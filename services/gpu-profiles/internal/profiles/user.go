@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/catalog"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 	"github.com/gpuhub/gpuhub/services/internal/inventory"
 )
@@ -14,18 +15,6 @@ import (
 // QuotaKindNotAllowed is gpu-quota's reason for a kind the user's groups may not use: such a choice is left
 // out, not shown disabled.
 const QuotaKindNotAllowed = "kind_not_allowed"
-
-// Verdict is gpu-quota's answer about one choice for one user (contract C2).
-type Verdict struct {
-	Allow   bool
-	Reason  string
-	Message string
-	// HeldForOthers are the units of the choice's class the waitlist holds for other people: free in the
-	// inventory, not for this user.
-	HeldForOthers int64
-	// HeldForYouUntil is when the unit the waitlist holds for this user's server passes on (zero: none).
-	HeldForYouUntil time.Time
-}
 
 // Visible are the choices a member of groups may see: those limited to other groups are left out.
 func Visible(choices []Choice, groups []string) []Choice {
@@ -44,7 +33,7 @@ func Visible(choices []Choice, groups []string) []Choice {
 // disabled with "none free", or "waitlist" when only the holds left none (a provisionable kind stays
 // available: a node is added for it); the holder is told the unit is theirs until when. The CPU choice is
 // always there. Exactly one choice is the default: defaultSlug when the user can have it, else the CPU choice.
-func ForUser(choices []Choice, verdicts map[string]Verdict, defaultSlug string) []Profile {
+func ForUser(choices []Choice, verdicts map[string]contract.Verdict, defaultSlug string) []Profile {
 	out := make([]Profile, 0, len(choices))
 	for _, c := range choices {
 		p := c.Profile

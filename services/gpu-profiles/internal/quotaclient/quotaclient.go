@@ -4,59 +4,18 @@
 package quotaclient
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 )
-
-// What gpu-quota's onUnavailable says to do when it cannot decide.
-const (
-	Open   = "open"   // offer every choice
-	Closed = "closed" // disable every GPU choice
-)
-
-// Option is one choice to assess.
-type Option struct {
-	ID           string            `json:"id"`
-	Resources    map[string]int64  `json:"resources"`
-	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
-}
-
-// Verdict is gpu-quota's answer about one option, with what its waitlist's holds do to it for this server.
-type Verdict struct {
-	ID      string `json:"id"`
-	Allow   bool   `json:"allow"`
-	Reason  string `json:"reason,omitempty"`
-	Message string `json:"message,omitempty"`
-	// HeldForOthers are units of the option's class held for other people: not free for this user.
-	HeldForOthers int64 `json:"heldForOthers,omitempty"`
-	// HeldForYouUntil is when the unit held for this server passes to the next in line (zero: none held).
-	HeldForYouUntil time.Time `json:"heldForYouUntil,omitzero"`
-}
-
-type request struct {
-	User string `json:"user"`
-	// Server is the named server the form is for ("" the default one): gpu-quota leaves its own pods out of
-	// what the user holds, as admit does.
-	Server  string   `json:"server,omitempty"`
-	Groups  []string `json:"groups"`
-	Options []Option `json:"options"`
-}
-
-type response struct {
-	Options       []Verdict `json:"options"`
-	OnUnavailable string    `json:"onUnavailable"`
-	Message       string    `json:"message"`
-}
 
 // Options configure a Client.
 type Options struct {
@@ -68,8 +27,9 @@ type Options struct {
 	Timeout, TTL time.Duration
 	// OnUnavailable applies until gpu-quota has said its own setting (default Open).
 	OnUnavailable string
-	Client        *http.Client
-	Now           func() time.Time
+	// Client sends the calls (nil: contract.NewHTTPClient).
+	Client *http.Client
+	Now    func() time.Time
 }
 
 // Client asks gpu-quota. Safe for concurrent use.
@@ -84,7 +44,7 @@ type Client struct {
 }
 
 type cached struct {
-	verdicts map[string]Verdict
+	verdicts map[string]contract.Verdict
 	at       time.Time
 }
 
@@ -104,13 +64,10 @@ func New(o Options) (*Client, error) {
 	}
 	switch o.OnUnavailable {
 	case "":
-		o.OnUnavailable = Open
-	case Open, Closed:
+		o.OnUnavailable = contract.Open
+	case contract.Open, contract.Closed:
 	default:
 		return nil, fmt.Errorf("quotaclient: onUnavailable is open or closed, not %q", o.OnUnavailable)
-	}
-	if o.Client == nil {
-		o.Client = &http.Client{}
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -132,7 +89,7 @@ type Result string
 
 // Assess returns gpu-quota's verdicts by option ID. On an error (gpu-quota down, slow, 503) the caller applies
 // OnUnavailable.
-func (c *Client) Assess(ctx context.Context, user, server string, groups []string, opts []Option) (map[string]Verdict, Result, error) {
+func (c *Client) Assess(ctx context.Context, user, server string, groups []string, opts []contract.AssessOption) (map[string]contract.Verdict, Result, error) {
 	key := cacheKey(user, server, groups, opts)
 	now := c.o.Now()
 	c.mu.Lock()
@@ -162,7 +119,7 @@ func (c *Client) Assess(ctx context.Context, user, server string, groups []strin
 	return v, "ok", nil
 }
 
-func cacheKey(user, server string, groups []string, opts []Option) string {
+func cacheKey(user, server string, groups []string, opts []contract.AssessOption) string {
 	var b strings.Builder
 	b.WriteString(user)
 	b.WriteByte(0)
@@ -180,45 +137,29 @@ func cacheKey(user, server string, groups []string, opts []Option) string {
 	return b.String()
 }
 
-func (c *Client) call(ctx context.Context, user, server string, groups []string, opts []Option) (map[string]Verdict, error) {
+func (c *Client) call(ctx context.Context, user, server string, groups []string, opts []contract.AssessOption) (map[string]contract.Verdict, error) {
 	if groups == nil {
 		groups = []string{}
 	}
-	body, err := json.Marshal(request{User: user, Server: server, Groups: groups, Options: opts})
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithTimeout(ctx, c.o.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(body))
+	a, err := contract.Caller{Token: c.o.Token, HTTP: c.o.Client, Limit: 1 << 20}.Do(ctx, http.MethodPost, c.endpoint,
+		contract.AssessRequest{User: user, Server: server, Groups: groups, Options: opts}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("gpu-quota assess: %w", err)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "token "+c.o.Token)
-	resp, err := c.o.Client.Do(req)
-	if err != nil {
+	if err := a.Err(http.MethodPost, c.endpoint); err != nil {
 		return nil, fmt.Errorf("gpu-quota assess: %w", err)
 	}
-	defer func() { _ = resp.Body.Close() }()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return nil, fmt.Errorf("gpu-quota assess: read answer: %w", err)
+	var r contract.Assessment
+	if err := a.Decode(&r); err != nil {
+		return nil, fmt.Errorf("gpu-quota assess: the answer is not an assessment: %w", err)
 	}
-	var r response
-	_ = json.Unmarshal(data, &r) // a 503's body may carry onUnavailable too
 	c.remember(r.OnUnavailable)
-	if resp.StatusCode != http.StatusOK {
-		msg := r.Message
-		if msg == "" {
-			msg = strings.TrimSpace(string(data))
-		}
-		return nil, fmt.Errorf("gpu-quota assess: %s: %s", resp.Status, msg)
-	}
 	if r.Options == nil {
 		return nil, errors.New("gpu-quota assess: the answer has no options")
 	}
-	out := make(map[string]Verdict, len(r.Options))
+	out := make(map[string]contract.Verdict, len(r.Options))
 	for _, v := range r.Options {
 		out[v.ID] = v
 	}
@@ -226,7 +167,7 @@ func (c *Client) call(ctx context.Context, user, server string, groups []string,
 }
 
 func (c *Client) remember(onUnavailable string) {
-	if onUnavailable == Open || onUnavailable == Closed {
+	if onUnavailable == contract.Open || onUnavailable == contract.Closed {
 		if p := c.onUnavailable.Load(); p == nil || *p != onUnavailable {
 			c.onUnavailable.Store(&onUnavailable)
 		}

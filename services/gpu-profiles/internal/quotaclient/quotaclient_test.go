@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 )
 
 type fakeQuota struct {
@@ -18,7 +20,7 @@ type fakeQuota struct {
 	status int
 	body   string
 	delay  time.Duration
-	got    atomic.Pointer[request]
+	got    atomic.Pointer[contract.AssessRequest]
 	auth   atomic.Pointer[string]
 }
 
@@ -30,7 +32,7 @@ func (f *fakeQuota) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	a := r.Header.Get("Authorization")
 	f.auth.Store(&a)
-	var req request
+	var req contract.AssessRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest) // and nothing stored: the tests' checks of it fail
 		return
@@ -47,27 +49,27 @@ func (f *fakeQuota) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func TestAssess(t *testing.T) {
-	opts := []Option{{ID: "gpu-h100-80gb-hbm3", Resources: map[string]int64{"nvidia.com/gpu": 1},
+	opts := []contract.AssessOption{{ID: "gpu-h100-80gb-hbm3", Resources: map[string]int64{"nvidia.com/gpu": 1},
 		NodeSelector: map[string]string{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}, {ID: "shared-t4", Resources: map[string]int64{"nvidia.com/gpu.shared": 1}}}
 	cases := map[string]struct {
 		status           int
 		body             string
 		delay            time.Duration
-		want             map[string]Verdict
+		want             map[string]contract.Verdict
 		wantErr          string
 		wantUnavailable  string
 		wantSecondCached bool
 	}{
 		"answers, then the cache": {status: 200, body: `{"options":[{"id":"gpu-h100-80gb-hbm3","allow":false,"reason":"max_gpus","message":"Too much.","heldForOthers":1},
 			{"id":"shared-t4","allow":true,"heldForOthers":0,"heldForYouUntil":"2026-01-05T10:10:00Z"}],"onUnavailable":"closed"}`,
-			want: map[string]Verdict{"gpu-h100-80gb-hbm3": {ID: "gpu-h100-80gb-hbm3", Reason: "max_gpus", Message: "Too much.", HeldForOthers: 1},
+			want: map[string]contract.Verdict{"gpu-h100-80gb-hbm3": {ID: "gpu-h100-80gb-hbm3", Reason: "max_gpus", Message: "Too much.", HeldForOthers: 1},
 				"shared-t4": {ID: "shared-t4", Allow: true, HeldForYouUntil: time.Date(2026, 1, 5, 10, 10, 0, 0, time.UTC)}},
-			wantUnavailable: Closed, wantSecondCached: true},
-		"503 says closed": {status: 503, body: `{"status":503,"message":"cannot decide","onUnavailable":"closed"}`,
-			wantErr: "503 Service Unavailable: cannot decide", wantUnavailable: Closed},
-		"503 without a word: the default": {status: 503, body: `{"message":"no"}`, wantErr: "no", wantUnavailable: Open},
-		"slow":                            {status: 200, body: `{"options":[]}`, delay: time.Second, wantErr: "context deadline exceeded", wantUnavailable: Open},
-		"not JSON":                        {status: 200, body: `<html>`, wantErr: "no options", wantUnavailable: Open},
+			wantUnavailable: contract.Closed, wantSecondCached: true},
+		"503: gpu-quota's error body says no setting, the default stays": {status: 503, body: `{"status":503,"message":"cannot decide"}`,
+			wantErr: "503 Service Unavailable: cannot decide", wantUnavailable: contract.Open},
+		"503 without a word: the default": {status: 503, body: `{"message":"no"}`, wantErr: "no", wantUnavailable: contract.Open},
+		"slow":                            {status: 200, body: `{"options":[]}`, delay: time.Second, wantErr: "context deadline exceeded", wantUnavailable: contract.Open},
+		"not JSON":                        {status: 200, body: `<html>`, wantErr: "not an assessment", wantUnavailable: contract.Open},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

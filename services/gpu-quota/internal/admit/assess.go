@@ -7,49 +7,17 @@ import (
 	"time"
 
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 )
 
-// AssessRequest asks which of several spawn choices the policy would admit for a user now (gpu-profiles, at
-// every render of the spawn form).
-type AssessRequest struct {
-	User string `json:"user"`
-	// Server is the server the form is for ("" the default one): like Admit, its own pods and reservation are
-	// left out of what the user holds.
-	Server string `json:"server"`
-	// Groups are the user's Hub groups as the Hub sees them now; nil: the engine's directory.
-	Groups  []string       `json:"groups"`
-	Options []AssessOption `json:"options"`
-}
-
-// AssessOption is one spawn choice: the GPU resources and nodeSelector its pod would have.
-type AssessOption struct {
-	ID           string            `json:"id"`
-	Resources    map[string]int64  `json:"resources"`
-	NodeSelector map[string]string `json:"nodeSelector"`
-}
-
-// Verdict is the policy's answer for one option. Reason is one of quota's reasons (never none_free: what is
-// free is gpu-profiles' business); Message is the user's plain words when refused. The waitlist's part is
-// told apart, since gpu-profiles counts free units from its own inventory, which does not see holds.
-type Verdict struct {
-	ID      string `json:"id"`
-	Allow   bool   `json:"allow"`
-	Reason  string `json:"reason"`
-	Message string `json:"message"`
-	// HeldForOthers is how many units of the option's GPU class the waitlist holds right now for other people
-	// (or the user's other servers): free on the nodes, but admit refuses them to this server (reason
-	// waitlist). 0 without the waitlist.
-	HeldForOthers int64 `json:"heldForOthers"`
-	// HeldForYouUntil is when the unit the waitlist holds for this server (its turn) passes to the next in
-	// line; left out when none is held for it.
-	HeldForYouUntil time.Time `json:"heldForYouUntil,omitzero"`
-}
-
-// Assessment answers an AssessRequest, option by option in the request's order.
-type Assessment struct {
-	Options       []Verdict  `json:"options"`
-	OnUnavailable quota.Mode `json:"onUnavailable"`
-}
+// The assess request and answer: gpu-quota's wire types, declared once in services/internal/contract for
+// gpu-profiles, which asks.
+type (
+	AssessRequest = contract.AssessRequest
+	AssessOption  = contract.AssessOption
+	Verdict       = contract.Verdict
+	Assessment    = contract.Assessment
+)
 
 // Assess applies the same policy decision as Admit to each option, as if the user started Server with it
 // now, but reserves nothing, checks nothing about free GPUs and records no decision: it changes no state, so a
@@ -94,7 +62,7 @@ func (e *Engine) Assess(_ context.Context, r AssessRequest) (Assessment, error) 
 	}
 	e.mu.Unlock()
 
-	out := Assessment{Options: make([]Verdict, len(r.Options)), OnUnavailable: ent.eff.OnUnavailable}
+	out := Assessment{Options: make([]Verdict, len(r.Options)), OnUnavailable: string(ent.eff.OnUnavailable)}
 	for i, o := range r.Options {
 		d := quota.Decide(ent.eff, u, asked[i])
 		out.Options[i] = Verdict{ID: o.ID, Allow: d.Allow, Reason: string(d.Reason), Message: d.Message}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/usagecache"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/inventory"
 	"github.com/gpuhub/gpuhub/services/internal/notice"
 	"github.com/gpuhub/gpuhub/services/internal/yield"
@@ -241,34 +242,13 @@ func limit(v float64) *float64 {
 // windowName writes a budget window as the policy does: 24h, 36h, 7d, 30d.
 func windowName(w time.Duration) string { return usagecache.Param(w) }
 
-// Explanation is the effective policy of one user and why (GET api/v1/explain).
-type Explanation struct {
-	User   string   `json:"user"`
-	Groups []string `json:"groups"`
-	// Text is Policy.Explain: every value with its source.
-	Text      string         `json:"text"`
-	Effective EffectiveValue `json:"effective"`
-}
-
-// EffectiveValue is quota.Effective for JSON: each value (unlimited is null) with its source.
-type EffectiveValue struct {
-	Exempt         Sourced            `json:"exempt"`
-	Priority       Sourced            `json:"priority"`
-	MaxGPUs        Sourced            `json:"maxGPUs"`
-	MaxGPUsPerKind map[string]Sourced `json:"maxGPUsPerKind"`
-	MaxServers     Sourced            `json:"maxServers"`
-	Budgets        map[string]Sourced `json:"budgets"` // by window, "24h", "7d"
-	Weights        map[string]Sourced `json:"weights"`
-	AllowedKinds   Sourced            `json:"allowedKinds"` // value null: every kind
-	OnUnavailable  quota.Mode         `json:"onUnavailable"`
-}
-
-// Sourced is one effective value and the entry it comes from ("user alice", "group students", "default",
-// "built-in").
-type Sourced struct {
-	Value any    `json:"value"`
-	From  string `json:"from"`
-}
+// Explanation is the answer of GET api/v1/explain (the effective policy of one user and why): gpu-quota's wire
+// types, declared once in services/internal/contract for `gpuhub policy explain`.
+type (
+	Explanation    = contract.Explanation
+	EffectiveValue = contract.EffectiveValue
+	Sourced        = contract.Sourced
+)
 
 // Explain is user's effective policy; groups nil: the directory's (empty when it was never read or does not
 // know the user).
@@ -304,7 +284,7 @@ func effectiveValue(eff quota.Effective) EffectiveValue {
 		MaxGPUsPerKind: map[string]Sourced{},
 		Budgets:        map[string]Sourced{},
 		Weights:        map[string]Sourced{},
-		OnUnavailable:  eff.OnUnavailable,
+		OnUnavailable:  string(eff.OnUnavailable),
 	}
 	for k, s := range eff.MaxGPUsPerKind {
 		out.MaxGPUsPerKind[string(k)] = lim(s)

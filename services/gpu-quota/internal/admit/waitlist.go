@@ -11,7 +11,7 @@ import (
 
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/waitlist"
-	"github.com/gpuhub/gpuhub/services/internal/gpu"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/notice"
 )
 
@@ -37,42 +37,12 @@ type WaitlistChoice struct {
 	AutoStart bool `json:"autoStart"`
 }
 
-// Place is one server's place in a queue, as its user and the admins see it.
-type Place struct {
-	User        string   `json:"user"`
-	Server      string   `json:"server"`
-	Class       string   `json:"class"`
-	Kind        gpu.Kind `json:"kind"`
-	Description string   `json:"description"`
-	// State is waiting, held (a unit is held for it: its turn) or started (its server started from the queue
-	// within the last recentServed; the panel says so).
-	State string `json:"state"`
-	// Position is 0 while a unit is held for the server (its turn) or once it started, else its place among those
-	// waiting (1 is next).
-	Position int `json:"position"`
-	// Waiting is how many wait in this queue (held entries not counted).
-	Waiting   int       `json:"waiting"`
-	JoinedAt  time.Time `json:"joinedAt"`
-	HeldUntil time.Time `json:"heldUntil,omitzero"`
-	StartedAt time.Time `json:"startedAt,omitzero"`
-	// Estimate is when a unit may free for it; zero when nothing tells (see waitlist.Estimate).
-	Estimate       time.Time `json:"estimate,omitzero"`
-	AutoStart      bool      `json:"autoStart"`
-	StartRequested bool      `json:"startRequested"`
-	// FairShare is the user's fair-share factor (1 = used nothing recently).
-	FairShare float64 `json:"fairShare"`
-	// Blocked says why the user cannot be served from the queue now (over quota); it keeps its place.
-	Blocked string `json:"blocked,omitempty"`
-	// Message says it all in plain words.
-	Message string `json:"message"`
-}
-
-// Contention is one class someone waits for.
-type Contention struct {
-	Class   string   `json:"class"`
-	Kind    gpu.Kind `json:"kind"`
-	Waiting int      `json:"waiting"`
-}
+// Place and Contention are gpu-quota's wire types (waitlist answers), declared once in
+// services/internal/contract for the usage API's admin view, gpu-culler and the CLI, which read them.
+type (
+	Place      = contract.Place
+	Contention = contract.Contention
+)
 
 // Errors of the waitlist's API.
 var (

@@ -32,6 +32,7 @@ import (
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/admit"
 	"github.com/gpuhub/gpuhub/services/internal/config"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/decision"
 	"github.com/gpuhub/gpuhub/services/internal/server"
 	"github.com/gpuhub/gpuhub/services/internal/yield"
@@ -315,7 +316,7 @@ func (a *api) queues(w http.ResponseWriter, r *http.Request) {
 		a.waitlistError(w, err)
 		return
 	}
-	server.WriteJSON(w, http.StatusOK, map[string]any{"places": ps})
+	server.WriteJSON(w, http.StatusOK, contract.Places{Places: ps})
 }
 
 func (a *api) contended(w http.ResponseWriter, r *http.Request) {
@@ -324,7 +325,7 @@ func (a *api) contended(w http.ResponseWriter, r *http.Request) {
 		a.waitlistError(w, err)
 		return
 	}
-	server.WriteJSON(w, http.StatusOK, map[string]any{"asOf": time.Now().UTC(), "classes": cs})
+	server.WriteJSON(w, http.StatusOK, contract.Contended{AsOf: time.Now().UTC(), Classes: cs})
 }
 
 func (a *api) places(w http.ResponseWriter, r *http.Request) {
@@ -339,7 +340,7 @@ func (a *api) places(w http.ResponseWriter, r *http.Request) {
 		a.waitlistError(w, err)
 		return
 	}
-	server.WriteJSON(w, http.StatusOK, map[string]any{"places": ps})
+	server.WriteJSON(w, http.StatusOK, contract.Places{Places: ps})
 }
 
 // actsFor reports whether id may join or leave the waitlist for user name: the user, or a Hub admin.

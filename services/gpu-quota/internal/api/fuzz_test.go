@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuhub/gpuhub/services/internal/server"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 )
 
 // fuzzEndpoints are the requests the fuzzer writes the body or query of, each as a caller allowed to make it.
@@ -67,7 +67,7 @@ func FuzzRequest(f *testing.F) {
 				t.Fatalf("%s %s: %d with a body that is not JSON: %.200q", req.Method, req.URL, code, rec.Body.String())
 			}
 		case code >= 400 && code < 500:
-			var e server.Error
+			var e contract.Error
 			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Message == "" {
 				t.Fatalf("%s %s: %d without an error message: %.200q", req.Method, req.URL, code, rec.Body.String())
 			}

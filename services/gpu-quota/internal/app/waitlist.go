@@ -2,10 +2,8 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -16,6 +14,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/admit"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/usagecache"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/waitlist"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/decision"
 )
 
@@ -205,28 +204,8 @@ func (w *waitlister) fetchDecayed(ctx context.Context) (map[string]map[string]fl
 	u := strings.TrimSuffix(w.o.UsageURL, "/") + "/api/v1/gpu-hours/decayed?halfLife=" + url.QueryEscape(usagecache.Param(w.o.FairShareHalfLife))
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "token "+w.o.Token)
-	c := w.o.UsageClient
-	if c == nil {
-		c = http.DefaultClient
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(b)))
-	}
-	var out struct {
-		Users map[string]map[string]float64 `json:"users"`
-	}
-	if err := json.Unmarshal(b, &out); err != nil {
+	var out contract.DecayedResponse
+	if err := (contract.Caller{Token: w.o.Token, HTTP: w.o.UsageClient, Limit: 64 << 20}).JSON(ctx, http.MethodGet, u, nil, &out); err != nil {
 		return nil, err
 	}
 	if out.Users == nil {

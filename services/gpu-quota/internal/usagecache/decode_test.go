@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 )
 
 // decodeWire answers as json.Unmarshal does: the same value when both accept the body, and an error when
@@ -28,7 +30,7 @@ func FuzzDecodeWire(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		var want wire
+		var want contract.RollingResponse
 		wantErr := json.Unmarshal(body, &want)
 		got, err := decodeWire(body, nil)
 		switch {
@@ -65,7 +67,7 @@ func TestDecodeFastReusesUnchangedUsers(t *testing.T) {
 		"24h": {"alice": {"gpu H100": 1.5, "shared T4": 0.25}, "bob": {}, "carol": {"gpu H100": 2}},
 		"7d":  {"alice": {"gpu H100": 3}, "dave": {"mig A100 1g.5gb": 0.5}},
 	}
-	body, err := json.Marshal(wire{AsOf: time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC), Windows: first})
+	body, err := json.Marshal(contract.RollingResponse{AsOf: time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC), Windows: first})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +83,7 @@ func TestDecodeFastReusesUnchangedUsers(t *testing.T) {
 		"24h": {"alice": {"gpu H100": 1.5, "shared T4": 0.25}, "bob": {}, "carol": {"gpu H100": 2.5}},
 		"7d":  {"alice": {"gpu H100": 3}, "dave": {"mig A100 1g.5gb": 0.5, "shared T4": 0}},
 	}
-	body, err = json.Marshal(wire{AsOf: time.Date(2026, 11, 23, 10, 0, 15, 0, time.UTC), Windows: second})
+	body, err = json.Marshal(contract.RollingResponse{AsOf: time.Date(2026, 11, 23, 10, 0, 15, 0, time.UTC), Windows: second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +158,7 @@ func BenchmarkDecodeWire(b *testing.B) {
 	})
 	b.Run("json.Unmarshal", func(b *testing.B) {
 		for b.Loop() {
-			var w wire
+			var w contract.RollingResponse
 			if err := json.Unmarshal(body, &w); err != nil {
 				b.Fatal(err)
 			}

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/jsonscan"
 	"github.com/gpuhub/gpuhub/services/internal/yield"
 )
@@ -17,11 +18,11 @@ import (
 // A user whose hours in a window are those of prev (the last answer, by window parameter) gets prev's map:
 // between two polls most users' hours do not change, and the answers' maps are read-only. A poll of 10,000 users
 // then allocates little more than the three user maps, instead of a map per user and window.
-func decodeFast(body []byte, prev map[string]map[string]map[string]float64, behind *yield.Foreground) (wire, bool) {
+func decodeFast(body []byte, prev map[string]map[string]map[string]float64, behind *yield.Foreground) (contract.RollingResponse, bool) {
 	d := fastDecoder{Scanner: jsonscan.Scanner{B: body}, classes: map[string]string{}, pace: yield.Pass{Behind: behind}}
 	w, ok := d.answer(prev)
 	if !ok || !d.End() {
-		return wire{}, false
+		return contract.RollingResponse{}, false
 	}
 	return w, true
 }
@@ -40,8 +41,8 @@ type classHours struct {
 	hours float64
 }
 
-func (d *fastDecoder) answer(prev map[string]map[string]map[string]float64) (wire, bool) {
-	var w wire
+func (d *fastDecoder) answer(prev map[string]map[string]map[string]float64) (contract.RollingResponse, bool) {
+	var w contract.RollingResponse
 	var asOf, windows bool
 	ok := d.Object(func(key []byte) bool {
 		switch string(key) {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/yield"
 )
 
@@ -114,9 +115,6 @@ func newAnswer(asOf, fetched time.Time, hours map[time.Duration]map[string]map[s
 func New(o Options) (*Cache, error) {
 	if o.Refresh <= 0 {
 		o.Refresh = 15 * time.Second
-	}
-	if o.Client == nil {
-		o.Client = &http.Client{Timeout: 10 * time.Second}
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -224,11 +222,6 @@ func Param(w time.Duration) string {
 	return fmt.Sprintf("%dh", w/time.Hour)
 }
 
-type wire struct {
-	AsOf    time.Time                                `json:"asOf"`
-	Windows map[string]map[string]map[string]float64 `json:"windows"`
-}
-
 func (c *Cache) fetch(ctx context.Context, windows []time.Duration) (*answer, error) {
 	params := make([]string, len(windows))
 	for i, w := range windows {
@@ -237,33 +230,14 @@ func (c *Cache) fetch(ctx context.Context, windows []time.Duration) (*answer, er
 	u := c.o.URL + "api/v1/gpu-hours?windows=" + url.QueryEscape(strings.Join(params, ","))
 	ctx, cancel := context.WithTimeout(ctx, c.o.Refresh)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, err
-	}
-	if c.o.Token != "" {
-		req.Header.Set("Authorization", "token "+c.o.Token)
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := c.o.Client.Do(req)
+	a, err := contract.Caller{Token: c.o.Token, HTTP: c.o.Client, Limit: 64 << 20}.Do(ctx, http.MethodGet, u, nil, nil)
 	if err != nil {
 		return nil, fmt.Errorf("get gpu-hours: %w", err)
 	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
+	if err := a.Err(http.MethodGet, u); err != nil {
 		return nil, fmt.Errorf("get gpu-hours: %w", err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Message string `json:"message"`
-		}
-		_ = json.Unmarshal(body, &e)
-		if e.Message == "" {
-			e.Message = http.StatusText(resp.StatusCode)
-		}
-		return nil, fmt.Errorf("get gpu-hours: %d: %s", resp.StatusCode, e.Message)
-	}
+	body := a.Body
 	w, ok := decodeFast(body, prevByParam(c.last.Load(), windows, params), c.o.Behind)
 	if !ok {
 		if w, err = decodeWire(body, c.o.Behind); err != nil {
@@ -291,8 +265,8 @@ func (c *Cache) fetch(ctx context.Context, windows []time.Duration) (*answer, er
 // the processor every yield.Slice: admissions would otherwise wait behind decoding a 10,000-user answer in one
 // call (about 40 ms; Go takes the processor from a goroutine only after 10 ms). It decodes what decodeFast
 // leaves: escapes, a key in another case or given twice, null.
-func decodeWire(body []byte, behind *yield.Foreground) (wire, error) {
-	var w wire
+func decodeWire(body []byte, behind *yield.Foreground) (contract.RollingResponse, error) {
+	var w contract.RollingResponse
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if null, err := openOrNull(dec); err != nil || null {
 		if err == nil {

@@ -1,15 +1,15 @@
 package waitlist
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 )
 
 // ErrConflict is a save refused because the stored state changed since it was read (another replica wrote).
@@ -25,71 +25,52 @@ type UsageStore struct {
 	Client *http.Client
 }
 
-type storedState struct {
-	Version int64  `json:"version"`
-	State   *State `json:"state"`
-}
-
 func (s *UsageStore) endpoint() string {
 	return strings.TrimSuffix(s.URL, "/") + "/api/v1/waitlist/state"
 }
 
 // Load reads the stored state and its version (0 and an empty state when none was saved yet).
 func (s *UsageStore) Load(ctx context.Context) (State, int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.endpoint(), nil)
-	if err != nil {
-		return State{}, 0, err
-	}
-	var out storedState
-	if err := s.do(req, &out); err != nil {
+	var out contract.WaitlistStateResponse
+	if err := s.do(ctx, http.MethodGet, nil, nil, &out); err != nil {
 		return State{}, 0, fmt.Errorf("read the waitlist from the usage API: %w", err)
 	}
-	if out.State == nil {
-		return State{}, out.Version, nil
+	var st State
+	if len(out.State) > 0 && string(out.State) != "null" {
+		if err := json.Unmarshal(out.State, &st); err != nil {
+			return State{}, 0, fmt.Errorf("read the waitlist from the usage API: the stored state is not a waitlist: %w", err)
+		}
 	}
-	return *out.State, out.Version, nil
+	return st, out.Version, nil
 }
 
 // Save writes st if the stored version is still version, and returns the new version; ErrConflict otherwise.
 func (s *UsageStore) Save(ctx context.Context, st State, version int64) (int64, error) {
-	body, err := json.Marshal(map[string]State{"state": st})
+	raw, err := json.Marshal(st)
 	if err != nil {
 		return 0, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, s.endpoint(), bytes.NewReader(body))
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("If-Match", strconv.Quote(strconv.FormatInt(version, 10)))
-	var out storedState
-	if err := s.do(req, &out); err != nil {
+	var out contract.WaitlistWriteResponse
+	ifMatch := http.Header{"If-Match": {strconv.Quote(strconv.FormatInt(version, 10))}}
+	if err := s.do(ctx, http.MethodPut, contract.WaitlistWrite{State: raw}, ifMatch, &out); err != nil {
 		return 0, fmt.Errorf("save the waitlist in the usage API: %w", err)
 	}
 	return out.Version, nil
 }
 
-func (s *UsageStore) do(req *http.Request, out any) error {
-	req.Header.Set("Authorization", "token "+s.Token)
-	c := s.Client
-	if c == nil {
-		c = http.DefaultClient
-	}
-	resp, err := c.Do(req)
+// do bounds a call that its caller left without a deadline: the loop that loads and the per-tick save.
+func (s *UsageStore) do(ctx context.Context, method string, in any, header http.Header, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, contract.DefaultTimeout)
+	defer cancel()
+	a, err := contract.Caller{Token: s.Token, HTTP: s.Client, Limit: 4 << 20}.Do(ctx, method, s.endpoint(), in, header)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	switch {
-	case resp.StatusCode == http.StatusPreconditionFailed:
+	if a.Status == http.StatusPreconditionFailed {
 		return ErrConflict
-	case resp.StatusCode != http.StatusOK:
-		var e struct {
-			Message string `json:"message"`
-		}
-		_ = json.Unmarshal(b, &e)
-		return fmt.Errorf("%s: %s", resp.Status, e.Message)
 	}
-	return json.Unmarshal(b, out)
+	if err := a.Err(method, s.endpoint()); err != nil {
+		return err
+	}
+	return a.Decode(out)
 }

@@ -11,46 +11,8 @@ import (
 	"time"
 
 	"github.com/gpuhub/gpuhub/services/gpuhub/internal/usageapi"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 )
-
-// The usage API's answers, as services/usage-api/openapi.yaml writes them (only the fields the report reads).
-
-type window struct {
-	Allocated   float64      `json:"allocated"`
-	Used        float64      `json:"used"`
-	UsedUnknown float64      `json:"usedUnknown"`
-	From        *time.Time   `json:"from"`
-	To          *time.Time   `json:"to"`
-	ByClass     []classHours `json:"byClass"`
-}
-
-type classHours struct {
-	Kind        string  `json:"kind"`
-	Class       string  `json:"class"`
-	Allocated   float64 `json:"allocated"`
-	Used        float64 `json:"used"`
-	UsedUnknown float64 `json:"usedUnknown"`
-}
-
-// userHours is a UserSummary of api/v1/users or a UserUsage of api/v1/users/{name}.
-type userHours struct {
-	Name           string             `json:"name"`
-	User           string             `json:"user"`
-	Groups         []string           `json:"groups"`
-	GPUHours       map[string]*window `json:"gpuHours"`
-	GPUHoursStatus string             `json:"gpuHoursStatus"`
-	GPUHoursReason string             `json:"gpuHoursReason"`
-}
-
-type userPage struct {
-	Items      []userHours `json:"items"`
-	Pagination struct {
-		Total int `json:"total"`
-		Next  *struct {
-			Offset int `json:"offset"`
-		} `json:"next"`
-	} `json:"_pagination"`
-}
 
 // client asks the usage API for GPU-hours.
 type client struct {
@@ -64,10 +26,10 @@ var errNoUser = errors.New("no such user")
 const pageSize = 1000
 
 // listUsers reads every user of api/v1/users, page by page.
-func (c *client) listUsers(ctx context.Context, progress *progress) ([]userHours, error) {
-	var all []userHours
+func (c *client) listUsers(ctx context.Context, progress *progress) ([]contract.UserSummary, error) {
+	var all []contract.UserSummary
 	for offset := 0; ; {
-		var p userPage
+		var p contract.UsersResponse
 		q := url.Values{"offset": {strconv.Itoa(offset)}, "limit": {strconv.Itoa(pageSize)}}
 		if err := c.Get(ctx, "api/v1/users", q, &p); err != nil {
 			return nil, err
@@ -84,18 +46,15 @@ func (c *client) listUsers(ctx context.Context, progress *progress) ([]userHours
 	}
 }
 
-// user reads one user's custom window [from, now] with its GPU classes.
-func (c *client) user(ctx context.Context, name string, from time.Time) (userHours, error) {
-	var u userHours
+// user reads one user's custom window [from, now] with its GPU classes, as a line of the users listing.
+func (c *client) user(ctx context.Context, name string, from time.Time) (contract.UserSummary, error) {
+	var u contract.UserResponse
 	q := url.Values{"history": {"false"}, "from": {from.UTC().Format(time.RFC3339)}}
 	err := c.Get(ctx, "api/v1/users/"+url.PathEscape(name), q, &u)
 	if nf := (*usageapi.NotFoundError)(nil); errors.As(err, &nf) && nf.Message != "" {
 		err = fmt.Errorf("%w: %s", errNoUser, nf.Message)
 	}
-	if u.Name == "" {
-		u.Name = u.User
-	}
-	return u, err
+	return contract.UserSummary{Name: u.User, Groups: u.Groups, GPUHours: u.GPUHours, GPUHoursStatus: u.GPUHoursStatus, GPUHoursReason: u.GPUHoursReason}, err
 }
 
 // parallel is how many users' windows the report asks for at once: the usage API answers each from its
@@ -103,10 +62,10 @@ func (c *client) user(ctx context.Context, name string, from time.Time) (userHou
 const parallel = 8
 
 // customWindows reads the custom window of each named user, a few at a time, in names' order.
-func (c *client) customWindows(ctx context.Context, names []string, from time.Time, progress *progress) ([]userHours, error) {
+func (c *client) customWindows(ctx context.Context, names []string, from time.Time, progress *progress) ([]contract.UserSummary, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	out := make([]userHours, len(names))
+	out := make([]contract.UserSummary, len(names))
 	var (
 		mu       sync.Mutex
 		firstErr error

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gpuhub/gpuhub/services/gpu-quota/policycmd"
 	"github.com/gpuhub/gpuhub/services/gpuhub/internal/usageapi"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/policy"
 )
 
@@ -202,14 +203,17 @@ type Row struct {
 type hours struct {
 	name   string
 	groups []string
-	total  classHours
-	byKind map[string]classHours
+	total  totals
+	byKind map[string]totals
 }
+
+// totals are GPU-hours summed over classes.
+type totals struct{ Allocated, Used, UsedUnknown float64 }
 
 func build(ctx context.Context, c *client, q query, now func() time.Time, prog *progress) (*Report, error) {
 	asOf := now().UTC()
 	from := asOf.Add(-q.Window)
-	var users []userHours
+	var users []contract.UserSummary
 	if q.User != "" {
 		// One user: their own token may do, and the custom window is one request.
 		u, err := c.user(ctx, q.User, from)
@@ -220,7 +224,7 @@ func build(ctx context.Context, c *client, q query, now func() time.Time, prog *
 			return nil, err
 		}
 		u.Name = q.User
-		users = []userHours{u}
+		users = []contract.UserSummary{u}
 		if q.Group != "" && !slices.Contains(u.Groups, q.Group) {
 			users = nil
 		}
@@ -246,7 +250,7 @@ func build(ctx context.Context, c *client, q query, now func() time.Time, prog *
 	if key := listed; key != "" && q.User == "" && q.By != byKind {
 		for _, u := range users {
 			if w := u.GPUHours[key]; w != nil {
-				hs = append(hs, hours{name: u.Name, groups: u.Groups, total: classHours{Allocated: w.Allocated, Used: w.Used, UsedUnknown: w.UsedUnknown}})
+				hs = append(hs, hours{name: u.Name, groups: u.Groups, total: totals{Allocated: w.Allocated, Used: w.Used, UsedUnknown: w.UsedUnknown}})
 			}
 		}
 	} else {
@@ -269,12 +273,12 @@ func build(ctx context.Context, c *client, q query, now func() time.Time, prog *
 		}
 		for _, u := range users {
 			if w := u.GPUHours["custom"]; w != nil {
-				h := hours{name: u.Name, groups: u.Groups, total: classHours{Allocated: w.Allocated, Used: w.Used, UsedUnknown: w.UsedUnknown},
-					byKind: map[string]classHours{}}
+				h := hours{name: u.Name, groups: u.Groups, total: totals{Allocated: w.Allocated, Used: w.Used, UsedUnknown: w.UsedUnknown},
+					byKind: map[string]totals{}}
 				for _, c := range w.ByClass {
-					k := h.byKind[c.Kind]
+					k := h.byKind[string(c.Kind)]
 					k.Allocated, k.Used, k.UsedUnknown = k.Allocated+c.Allocated, k.Used+c.Used, k.UsedUnknown+c.UsedUnknown
-					h.byKind[c.Kind] = k
+					h.byKind[string(c.Kind)] = k
 				}
 				hs = append(hs, h)
 			}
@@ -292,7 +296,7 @@ func build(ctx context.Context, c *client, q query, now func() time.Time, prog *
 }
 
 // ledgerStatus is the usage API's word when its ledger cannot answer: a report of zeros would be a lie.
-func ledgerStatus(users []userHours) error {
+func ledgerStatus(users []contract.UserSummary) error {
 	for _, u := range users {
 		if u.GPUHoursStatus == "unavailable" {
 			return fmt.Errorf("the usage API cannot read its GPU-hours ledger just now (%s): try again in a minute",
@@ -302,7 +306,7 @@ func ledgerStatus(users []userHours) error {
 	return nil
 }
 
-func (r *Row) add(h classHours) {
+func (r *Row) add(h totals) {
 	r.Users++
 	r.Allocated += h.Allocated
 	r.Used += h.Used
@@ -321,7 +325,7 @@ func (r *Row) finish() {
 // allocated GPU-hours, most first, then by name.
 func rows(hs []hours, q query) []Row {
 	byName := map[string]*Row{}
-	add := func(name string, h classHours) {
+	add := func(name string, h totals) {
 		if h.Allocated <= 0 {
 			return
 		}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 )
 
 // location is where times are printed (tests: UTC).
@@ -18,16 +20,16 @@ const timeLayout = "2006-01-02 15:04 MST"
 // units (GPUs, MIG slices, time-sliced replicas).
 type inventoryRow struct {
 	Class                       string
-	TotalUnits, HeldUnits       int
+	TotalUnits, HeldUnits       int64
 	Total, Held, Busy, IdleHeld float64
 	Unknown, Free               float64
-	FreeUnits                   int
+	FreeUnits                   int64
 }
 
 // inventoryRows turns the usage API's classes into rows and their total. Idle but held is what the chart's
 // rules call it: held minus busy minus the part whose utilization is unknown (unknown is never idle). Busy is
 // GPU time kept busy and can exceed held on a time-sliced GPU (a share measures its whole GPU).
-func inventoryRows(classes []classStats) ([]inventoryRow, inventoryRow) {
+func inventoryRows(classes []contract.ClassStats) ([]inventoryRow, inventoryRow) {
 	rows := make([]inventoryRow, 0, len(classes))
 	total := inventoryRow{Class: "TOTAL"}
 	for _, c := range classes {
@@ -54,9 +56,9 @@ func inventoryRows(classes []classStats) ([]inventoryRow, inventoryRow) {
 
 func gpusText(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
 
-func withUnits(v float64, units int) string { return fmt.Sprintf("%s (%d)", gpusText(v), units) }
+func withUnits(v float64, units int64) string { return fmt.Sprintf("%s (%d)", gpusText(v), units) }
 
-func writeInventory(w io.Writer, c cluster) {
+func writeInventory(w io.Writer, c contract.Cluster) {
 	title := "GPU inventory at " + c.SampledAt.In(location).Format(timeLayout) + " (GPU-equivalents, units in parentheses"
 	if c.Simulated {
 		title += "; utilization simulated"
@@ -85,7 +87,7 @@ func writeInventory(w io.Writer, c cluster) {
 	}
 }
 
-func writeHolders(w io.Writer, l serverList) {
+func writeHolders(w io.Writer, l contract.ServersResponse) {
 	users := map[string]bool{}
 	simulated := false
 	for _, s := range l.Servers {
@@ -130,10 +132,10 @@ func plural(n int, word string) string {
 }
 
 // bytesText is a size in binary units with one decimal (GPU memory as nvidia-smi shows it).
-func bytesText(b int64) string {
+func bytesText(b uint64) string {
 	const unit = 1024
 	if b < unit {
-		return strconv.FormatInt(b, 10) + " B"
+		return strconv.FormatUint(b, 10) + " B"
 	}
 	v, suffix := float64(b)/unit, "KMGTPE"
 	i := 0

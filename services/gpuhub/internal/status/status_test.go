@@ -14,12 +14,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpuhub/gpuhub/services/gpu-quota/policycmd"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/golden"
 )
 
 func TestInventoryRows(t *testing.T) {
 	tests := map[string]struct {
-		classes   []classStats
+		classes   []contract.ClassStats
 		wantRows  []inventoryRow
 		wantTotal inventoryRow
 	}{
@@ -28,12 +29,12 @@ func TestInventoryRows(t *testing.T) {
 			wantTotal: inventoryRow{Class: "TOTAL"},
 		},
 		"whole GPUs, one busy, one idle": {
-			classes:   []classStats{{Class: "gpu H100-80GB-HBM3", CapacityUnits: 2, AllocatedUnits: 2, CapacityGPUs: 2, AllocatedGPUs: 2, UsedGPUs: 0.75}},
+			classes:   []contract.ClassStats{{Class: "gpu H100-80GB-HBM3", CapacityUnits: 2, AllocatedUnits: 2, CapacityGPUs: 2, AllocatedGPUs: 2, UsedGPUs: 0.75}},
 			wantRows:  []inventoryRow{{Class: "gpu H100-80GB-HBM3", TotalUnits: 2, HeldUnits: 2, Total: 2, Held: 2, Busy: 0.75, IdleHeld: 1.25}},
 			wantTotal: inventoryRow{Class: "TOTAL", TotalUnits: 2, HeldUnits: 2, Total: 2, Held: 2, Busy: 0.75, IdleHeld: 1.25},
 		},
 		"MIG without DCGM: unknown is not idle": {
-			classes: []classStats{{Class: "mig A100-SXM4-40GB 3g.20gb", CapacityUnits: 2, AllocatedUnits: 1, CapacityGPUs: 6.0 / 7,
+			classes: []contract.ClassStats{{Class: "mig A100-SXM4-40GB 3g.20gb", CapacityUnits: 2, AllocatedUnits: 1, CapacityGPUs: 6.0 / 7,
 				AllocatedGPUs: 3.0 / 7, UsedUnknownGPUs: 3.0 / 7}},
 			wantRows: []inventoryRow{{Class: "mig A100-SXM4-40GB 3g.20gb", TotalUnits: 2, HeldUnits: 1, FreeUnits: 1, Total: 6.0 / 7,
 				Held: 3.0 / 7, Unknown: 3.0 / 7, Free: 3.0 / 7}},
@@ -41,7 +42,7 @@ func TestInventoryRows(t *testing.T) {
 				Unknown: 3.0 / 7, Free: 3.0 / 7},
 		},
 		"a time-sliced share busier than its share is not negatively idle": {
-			classes: []classStats{
+			classes: []contract.ClassStats{
 				{Class: "shared T4", CapacityUnits: 4, AllocatedUnits: 1, CapacityGPUs: 1, AllocatedGPUs: 0.25, UsedGPUs: 1},
 				{Class: "gpu H100-80GB-HBM3", CapacityUnits: 2, CapacityGPUs: 2},
 			},
@@ -67,7 +68,7 @@ func TestInventoryRows(t *testing.T) {
 
 func TestBytesText(t *testing.T) {
 	tests := map[string]struct {
-		bytes int64
+		bytes uint64
 		want  string
 	}{
 		"none":       {0, "0 B"},

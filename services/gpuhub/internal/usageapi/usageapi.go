@@ -5,12 +5,12 @@ package usageapi
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 )
 
 // URLHint is how the errors describe a right --usage-url.
@@ -47,47 +47,34 @@ func (c *Client) Get(ctx context.Context, path string, q url.Values, into any) e
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return fmt.Errorf("--usage-url %q: %w; give %s", c.Base, err, URLHint)
-	}
-	req.Header.Set("Authorization", "token "+c.Token)
-	resp, err := c.HTTP.Do(req)
+	a, err := contract.Caller{Token: c.Token, HTTP: c.HTTP, Limit: 64 << 20}.Do(ctx, http.MethodGet, u, nil, nil)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		return fmt.Errorf("the usage API at %s does not answer (%w): check --usage-url, %s", c.Base, err, URLHint)
 	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return fmt.Errorf("reading the usage API's answer: %w", err)
+	if a.Status != http.StatusOK {
+		return c.answerError(a, path)
 	}
-	if resp.StatusCode != http.StatusOK {
-		return c.answerError(resp, path, body)
-	}
-	if err := json.Unmarshal(body, into); err != nil {
+	if err := a.Decode(into); err != nil {
 		return fmt.Errorf("the answer of %s is not the usage API's (%w): check --usage-url, %s", u, err, URLHint)
 	}
 	return nil
 }
 
 // answerError says what an answer other than 200 means, and what to do.
-func (c *Client) answerError(resp *http.Response, path string, body []byte) error {
-	var e struct {
-		Message string `json:"message"`
-	}
-	_ = json.Unmarshal(body, &e)
-	switch resp.StatusCode {
+func (c *Client) answerError(a *contract.Answer, path string) error {
+	msg := a.Message()
+	switch a.Status {
 	case http.StatusUnauthorized:
 		return fmt.Errorf("the Hub does not know the token in %s: make a new one on the Hub's token page (or check that --usage-url is this Hub's)", c.TokenFrom)
 	case http.StatusForbidden:
-		return fmt.Errorf("the usage API refuses the token in %s (%s): %s", c.TokenFrom, cmp.Or(e.Message, "403 Forbidden"), c.Forbidden)
+		return fmt.Errorf("the usage API refuses the token in %s (%s): %s", c.TokenFrom, cmp.Or(msg, "403 Forbidden"), c.Forbidden)
 	case http.StatusNotFound:
-		return &NotFoundError{Base: c.Base, Path: path, Message: e.Message}
+		return &NotFoundError{Base: c.Base, Path: path, Message: msg}
 	case http.StatusServiceUnavailable:
-		return fmt.Errorf("the usage API cannot answer just now (%s): try again in a minute", cmp.Or(e.Message, "503"))
+		return fmt.Errorf("the usage API cannot answer just now (%s): try again in a minute", cmp.Or(msg, "503"))
 	}
-	return fmt.Errorf("the usage API answered %s for %s: %s", resp.Status, path, cmp.Or(e.Message, strings.TrimSpace(string(body))))
+	return fmt.Errorf("the usage API answered %d %s for %s: %s", a.Status, http.StatusText(a.Status), path, cmp.Or(msg, strings.TrimSpace(string(a.Body))))
 }

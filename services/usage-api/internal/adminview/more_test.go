@@ -18,6 +18,7 @@ import (
 	"github.com/gpuhub/gpuhub/hubapi"
 	"github.com/gpuhub/gpuhub/hubapi/hubapitest"
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/api"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/usage"
@@ -228,7 +229,7 @@ func TestCSVMatchesJSON(t *testing.T) {
 			}
 			if strings.HasPrefix(query, "window=7d&by=user") || strings.HasPrefix(query, "window=30d&by=user") {
 				key := strings.TrimSuffix(strings.TrimPrefix(query, "window="), "&by=user")
-				var list api.UsersResponse
+				var list contract.UsersResponse
 				getJSON(t, prefix+"api/v1/users", &list)
 				for _, item := range list.Items {
 					w := item.GPUHours[key]

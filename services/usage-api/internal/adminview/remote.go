@@ -10,7 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/decision"
+	"github.com/gpuhub/gpuhub/services/internal/gpu"
 )
 
 // source is one remote section's state: Problem says in words why it shows nothing (not configured, down,
@@ -168,32 +170,12 @@ func numbers(m map[string]float64) string {
 	return strings.Join(parts, ", ")
 }
 
-// place is one entry of gpu-quota's waitlist (GET api/v1/waitlist; services/gpu-quota/README.md): the fields the
-// page shows.
-type place struct {
-	User           string    `json:"user"`
-	Server         string    `json:"server"`
-	Class          string    `json:"class"`
-	Kind           string    `json:"kind"`
-	Description    string    `json:"description"`
-	State          string    `json:"state"`
-	Position       int       `json:"position"`
-	Waiting        int       `json:"waiting"`
-	JoinedAt       time.Time `json:"joinedAt"`
-	HeldUntil      time.Time `json:"heldUntil"`
-	StartedAt      time.Time `json:"startedAt"`
-	Estimate       time.Time `json:"estimate"`
-	AutoStart      bool      `json:"autoStart"`
-	StartRequested bool      `json:"startRequested"`
-	FairShare      float64   `json:"fairShare"`
-	Blocked        string    `json:"blocked"`
-	Message        string    `json:"message"`
-}
-
 type queue struct {
-	Class, Kind, Description string
-	Waiting                  int
-	Places                   []place
+	Class       string
+	Kind        gpu.Kind
+	Description string
+	Waiting     int
+	Places      []contract.Place
 }
 
 type waitlistContent struct {
@@ -209,9 +191,7 @@ func (h *handler) waitlist(w http.ResponseWriter, r *http.Request) {
 	} else if body, err := h.o.Quota.Get(r.Context(), "api/v1/waitlist"); err != nil {
 		c.Source.Problem = err.Error()
 	} else {
-		var ans struct {
-			Places []place `json:"places"`
-		}
+		var ans contract.Places
 		if err := json.Unmarshal(body, &ans); err != nil {
 			c.Source.Problem = errBadAnswer("the waitlist").Error()
 		}
@@ -221,7 +201,7 @@ func (h *handler) waitlist(w http.ResponseWriter, r *http.Request) {
 }
 
 // queues groups places by class: held turns first, then in line order, then servers started from the queue.
-func queues(ps []place) []queue {
+func queues(ps []contract.Place) []queue {
 	idx := map[string]int{}
 	var out []queue
 	for _, p := range ps {
@@ -238,7 +218,7 @@ func queues(ps []place) []queue {
 	}
 	rank := map[string]int{"held": 0, "waiting": 1, "started": 2}
 	for _, q := range out {
-		slices.SortStableFunc(q.Places, func(a, b place) int {
+		slices.SortStableFunc(q.Places, func(a, b contract.Place) int {
 			return cmp.Or(cmp.Compare(rank[a.State], rank[b.State]), cmp.Compare(a.Position, b.Position), a.JoinedAt.Compare(b.JoinedAt))
 		})
 	}

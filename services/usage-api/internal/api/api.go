@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
-	"github.com/gpuhub/gpuhub/services/internal/gpu"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/policy"
 	"github.com/gpuhub/gpuhub/services/internal/server"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
@@ -131,47 +131,6 @@ func New(opts Options) http.Handler {
 	})
 }
 
-// Window is GPU-hours over one window.
-type Window struct {
-	Allocated   float64    `json:"allocated"`
-	Used        float64    `json:"used"`
-	UsedUnknown float64    `json:"usedUnknown"`
-	From        *time.Time `json:"from,omitempty"`
-	To          *time.Time `json:"to,omitempty"`
-	// ByClass breaks a custom window down by GPU class.
-	ByClass []ClassHours `json:"byClass,omitempty"`
-}
-
-// ClassHours is GPU-hours of one GPU class.
-type ClassHours struct {
-	Kind  gpu.Kind `json:"kind"`
-	Class string   `json:"class"`
-	ledger.Totals
-}
-
-// UserResponse is the body of me and users/{name}.
-type UserResponse struct {
-	User            string             `json:"user"`
-	Groups          []string           `json:"groups"`
-	SampledAt       *time.Time         `json:"sampledAt"`
-	IntervalSeconds float64            `json:"intervalSeconds"`
-	Simulated       bool               `json:"simulated"`
-	Stale           bool               `json:"stale"`
-	StaleReason     string             `json:"staleReason,omitempty"`
-	Share           usage.Share        `json:"share"`
-	Servers         []usage.Server     `json:"servers"`
-	History         usage.Points       `json:"-"` // spliced in by writeUserJSON
-	GPUHours        map[string]*Window `json:"gpuHours"`
-	GPUHoursStatus  string             `json:"gpuHoursStatus"`
-	GPUHoursReason  string             `json:"gpuHoursReason,omitempty"`
-	// Notices are the pending notices on the user's pods (gpu-quota, the culler, ...), one per service.
-	Notices []usage.Notice `json:"notices"`
-	// Budget is gpu-quota's quota object for the user (GET {quota-url}api/v1/users/{name}/quota), or
-	// {"status":"unavailable","reason":…}; null when no quota service is configured.
-	Budget   json.RawMessage `json:"budget"`
-	IdleCull any             `json:"idleCull"`
-}
-
 func (h *handler) me(w http.ResponseWriter, r *http.Request) {
 	id, ok := hubauth.FromContext(r.Context())
 	if !ok {
@@ -217,7 +176,7 @@ func (h *handler) writeUser(w http.ResponseWriter, r *http.Request, name string,
 		writeQueryError(w, qerr)
 		return
 	}
-	resp := UserResponse{User: name, Groups: groups, Servers: []usage.Server{}, History: usage.Points{}, Notices: []usage.Notice{}}
+	resp := contract.UserResponse{User: name, Groups: groups, Servers: []usage.Server{}, Notices: []usage.Notice{}}
 	asOf := h.opts.Now()
 	if v := h.opts.State.View(); v != nil {
 		if ns := v.Notices[name]; ns != nil {
@@ -238,6 +197,7 @@ func (h *handler) writeUser(w http.ResponseWriter, r *http.Request, name string,
 	if resp.Groups == nil {
 		resp.Groups = []string{}
 	}
+	points := usage.Points{}
 	history := q.Get("history")
 	if history != "" && history != "true" && history != "false" {
 		server.WriteError(w, http.StatusBadRequest, "history %q is not true or false (false leaves the history out)", param(history))
@@ -253,7 +213,7 @@ func (h *handler) writeUser(w http.ResponseWriter, r *http.Request, name string,
 			}
 			since = t
 		}
-		resp.History = h.opts.State.History.User(name, since)
+		points = h.opts.State.History.User(name, since)
 	}
 	resp.GPUHours, resp.GPUHoursStatus, resp.GPUHoursReason, qerr = h.gpuHours(r, name, loc, asOf)
 	if qerr != nil {
@@ -263,13 +223,13 @@ func (h *handler) writeUser(w http.ResponseWriter, r *http.Request, name string,
 	if h.opts.Budget != nil {
 		resp.Budget = h.opts.Budget.Get(r.Context(), name)
 	}
-	writeUserJSON(w, resp)
+	writeUserJSON(w, resp, points)
 }
 
 // gpuHours are a user's GPU-hours windows (custom when from or to is given) with their status: "ok", or
 // "unavailable" with null windows and a reason while the ledger cannot answer; the live share is served either
 // way. A custom window the ledger fails to answer while it is up is a 503 (qerr).
-func (h *handler) gpuHours(r *http.Request, name string, loc *time.Location, asOf time.Time) (wins map[string]*Window, status, reason string, qerr *queryError) {
+func (h *handler) gpuHours(r *http.Request, name string, loc *time.Location, asOf time.Time) (wins map[string]*contract.Window, status, reason string, qerr *queryError) {
 	q := r.URL.Query()
 	custom := q.Has("from") || q.Has("to")
 	var from, to time.Time
@@ -278,9 +238,9 @@ func (h *handler) gpuHours(r *http.Request, name string, loc *time.Location, asO
 			return nil, "", "", qerr
 		}
 	}
-	unavailable := func(why string) (map[string]*Window, string, string, *queryError) {
+	unavailable := func(why string) (map[string]*contract.Window, string, string, *queryError) {
 		h.tz.reset() // what the store said before the outage may have changed after it
-		wins := map[string]*Window{"today": nil, "7d": nil, "30d": nil}
+		wins := map[string]*contract.Window{"today": nil, "7d": nil, "30d": nil}
 		if custom {
 			wins["custom"] = nil
 		}
@@ -298,7 +258,7 @@ func (h *handler) gpuHours(r *http.Request, name string, loc *time.Location, asO
 		}
 		win.Today = today
 	}
-	wins = map[string]*Window{"today": fromTotals(win.Today), "7d": fromTotals(win.Days7), "30d": fromTotals(win.Days30)}
+	wins = map[string]*contract.Window{"today": fromTotals(win.Today), "7d": fromTotals(win.Days7), "30d": fromTotals(win.Days30)}
 	if custom {
 		cw, qerr := h.custom(r.Context(), name, from, to)
 		if qerr != nil {
@@ -413,15 +373,16 @@ func (c *tzCache) reset() {
 	c.mu.Unlock()
 }
 
-// writeUserJSON writes resp with its history spliced in as the last member: encoding/json would re-validate the
+// writeUserJSON writes resp with the history spliced in as the last member: encoding/json would re-validate the
 // history's pre-encoded text (up to 720 points), which costs more than encoding it.
-func writeUserJSON(w http.ResponseWriter, resp UserResponse) {
+func writeUserJSON(w http.ResponseWriter, resp contract.UserResponse, points usage.Points) {
+	resp.History = nil // written from points
 	body, err := json.Marshal(resp)
 	if err != nil {
 		server.WriteError(w, http.StatusInternalServerError, "encode answer: %v", err)
 		return
 	}
-	hist, _ := resp.History.MarshalJSON()
+	hist, _ := points.MarshalJSON()
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)-1+len(`,"history":`)+len(hist)+2))
@@ -492,8 +453,8 @@ func (h *handler) window(r *http.Request) (from, to time.Time, qerr *queryError)
 }
 
 // custom sums a custom window [from, to) (effective bounds from window) from the store.
-func (h *handler) custom(ctx context.Context, name string, from, to time.Time) (*Window, *queryError) {
-	out := &Window{From: &from, To: &to, ByClass: []ClassHours{}}
+func (h *handler) custom(ctx context.Context, name string, from, to time.Time) (*contract.Window, *queryError) {
+	out := &contract.Window{From: &from, To: &to, ByClass: []contract.ClassHours{}}
 	if !from.Before(to) {
 		return out, nil
 	}
@@ -507,7 +468,7 @@ func (h *handler) custom(ctx context.Context, name string, from, to time.Time) (
 		out.Allocated += row.Allocated
 		out.Used += row.Used
 		out.UsedUnknown += row.UsedUnknown
-		out.ByClass = append(out.ByClass, ClassHours{Kind: row.Kind, Class: row.Class, Totals: row.Totals})
+		out.ByClass = append(out.ByClass, contract.ClassHours{Kind: row.Kind, Class: row.Class, Allocated: row.Allocated, Used: row.Used, UsedUnknown: row.UsedUnknown})
 	}
 	return out, nil
 }
@@ -520,45 +481,8 @@ func ceilHour(t time.Time) time.Time {
 	return t
 }
 
-func fromTotals(t ledger.Totals) *Window {
-	return &Window{Allocated: t.Allocated, Used: t.Used, UsedUnknown: t.UsedUnknown}
-}
-
-// UserSummary is one line of the users listing.
-type UserSummary struct {
-	Name          string             `json:"name"`
-	Groups        []string           `json:"groups"`
-	Servers       int                `json:"servers"`
-	AllocatedGPUs float64            `json:"allocatedGPUs"`
-	UsedGPUs      *float64           `json:"usedGPUs"`
-	Simulated     bool               `json:"simulated"`
-	Stale         bool               `json:"stale"`
-	StaleReason   string             `json:"staleReason,omitempty"`
-	GPUHours      map[string]*Window `json:"gpuHours"`
-	// GPUHoursStatus and GPUHoursReason as in UserResponse.
-	GPUHoursStatus string `json:"gpuHoursStatus"`
-	GPUHoursReason string `json:"gpuHoursReason,omitempty"`
-}
-
-// Pagination follows the Hub's own (offset, limit, total, next).
-type Pagination struct {
-	Offset int       `json:"offset"`
-	Limit  int       `json:"limit"`
-	Total  int       `json:"total"`
-	Next   *NextPage `json:"next"`
-}
-
-// NextPage says how to get the next page.
-type NextPage struct {
-	Offset int    `json:"offset"`
-	Limit  int    `json:"limit"`
-	URL    string `json:"url"`
-}
-
-// UsersResponse is the body of users.
-type UsersResponse struct {
-	Items      []UserSummary `json:"items"`
-	Pagination Pagination    `json:"_pagination"`
+func fromTotals(t ledger.Totals) *contract.Window {
+	return &contract.Window{Allocated: t.Allocated, Used: t.Used, UsedUnknown: t.UsedUnknown}
 }
 
 const (
@@ -604,12 +528,12 @@ func (h *handler) users(w http.ResponseWriter, r *http.Request) {
 		}
 		sort.Strings(names)
 	}
-	resp := UsersResponse{Items: []UserSummary{}, Pagination: Pagination{Offset: offset, Limit: limit, Total: len(names)}}
+	resp := contract.UsersResponse{Items: []contract.UserSummary{}, Pagination: contract.Pagination{Offset: offset, Limit: limit, Total: len(names)}}
 	ledgerErr := h.opts.Ledger.Available()
 	end := min(offset+limit, len(names))
 	for i := min(offset, len(names)); i < end; i++ {
 		n := names[i]
-		s := UserSummary{Name: n, Groups: v.Hub.Users[n].Groups, UsedGPUs: new(float64)}
+		s := contract.UserSummary{Name: n, Groups: v.Hub.Users[n].Groups, UsedGPUs: new(float64)}
 		if s.Groups == nil {
 			s.Groups = []string{}
 		}
@@ -618,17 +542,17 @@ func (h *handler) users(w http.ResponseWriter, r *http.Request) {
 			s.StaleReason = u.StaleReason
 		}
 		if ledgerErr != nil {
-			s.GPUHours = map[string]*Window{"today": nil, "7d": nil, "30d": nil}
+			s.GPUHours = map[string]*contract.Window{"today": nil, "7d": nil, "30d": nil}
 			s.GPUHoursStatus, s.GPUHoursReason = "unavailable", "GPU-hours are unavailable: "+ledgerErr.Error()+"; live numbers are current."
 		} else {
 			win := h.opts.Ledger.UserWindows(n)
-			s.GPUHours = map[string]*Window{"today": fromTotals(win.Today), "7d": fromTotals(win.Days7), "30d": fromTotals(win.Days30)}
+			s.GPUHours = map[string]*contract.Window{"today": fromTotals(win.Today), "7d": fromTotals(win.Days7), "30d": fromTotals(win.Days30)}
 			s.GPUHoursStatus = "ok"
 		}
 		resp.Items = append(resp.Items, s)
 	}
 	if end < len(names) {
-		resp.Pagination.Next = &NextPage{Offset: end, Limit: limit,
+		resp.Pagination.Next = &contract.NextPage{Offset: end, Limit: limit,
 			URL: h.opts.Prefix + "api/v1/users?offset=" + strconv.Itoa(end) + "&limit=" + strconv.Itoa(limit)}
 	}
 	server.WriteJSON(w, http.StatusOK, resp)
@@ -652,13 +576,6 @@ func param(s string) string {
 	return s
 }
 
-// ClusterResponse is the body of cluster. It names no user, so any authenticated user may read it.
-type ClusterResponse struct {
-	usage.Cluster
-	// Users is how many users hold GPUs now (a count, no names).
-	Users int `json:"users"`
-}
-
 func (h *handler) cluster(w http.ResponseWriter, r *http.Request) {
 	if _, ok := hubauth.FromContext(r.Context()); !ok {
 		server.WriteError(w, http.StatusUnauthorized, "authenticate with a Hub token")
@@ -669,7 +586,7 @@ func (h *handler) cluster(w http.ResponseWriter, r *http.Request) {
 		server.WriteError(w, http.StatusServiceUnavailable, "no sample yet; retry after one sampling interval")
 		return
 	}
-	resp := ClusterResponse{Cluster: v.Cluster, Users: len(v.Users)}
+	resp := contract.ClusterResponse{Cluster: v.Cluster, Users: len(v.Users)}
 	if resp.Classes == nil {
 		resp.Classes = []usage.ClassStats{}
 	}
@@ -677,13 +594,6 @@ func (h *handler) cluster(w http.ResponseWriter, r *http.Request) {
 		resp.AgentStatus = []usage.AgentStatus{}
 	}
 	server.WriteJSON(w, http.StatusOK, resp)
-}
-
-// RollingResponse is the body of gpu-hours.
-type RollingResponse struct {
-	AsOf time.Time `json:"asOf"`
-	// Windows has the windows as asked ("24h", "7d"): per user, allocated GPU-hours by class.
-	Windows map[string]map[string]map[string]float64 `json:"windows"`
 }
 
 // maxWindow is the longest rolling window, as in gpu-quota's policy.
@@ -741,7 +651,7 @@ func (h *handler) rolling(w http.ResponseWriter, r *http.Request) {
 			msg: fmt.Sprintf("the GPU-hours ledger could not answer just now; retry in %d s", retryAfterSeconds)})
 		return
 	}
-	resp := RollingResponse{AsOf: asOf, Windows: make(map[string]map[string]map[string]float64, len(names))}
+	resp := contract.RollingResponse{AsOf: asOf, Windows: make(map[string]map[string]map[string]float64, len(names))}
 	for i, n := range names {
 		resp.Windows[n] = got[durations[i]]
 		if resp.Windows[n] == nil {
@@ -754,12 +664,6 @@ func (h *handler) rolling(w http.ResponseWriter, r *http.Request) {
 // canReadAll says whether id may read every user's data: admins and the Hub services of ReaderServices.
 func (h *handler) canReadAll(id *hubauth.Identity) bool {
 	return id.IsAdmin() || (id.Kind == "service" && slices.Contains(h.opts.ReaderServices, id.Name))
-}
-
-// ServersResponse is the body of servers.
-type ServersResponse struct {
-	SampledAt time.Time         `json:"sampledAt"`
-	Servers   []usage.Telemetry `json:"servers"`
 }
 
 type serversBody struct {
@@ -788,7 +692,7 @@ func (h *handler) serverList(w http.ResponseWriter, r *http.Request) {
 	}
 	b := h.servers.Load()
 	if b == nil || b.view != v {
-		body, err := json.Marshal(ServersResponse{SampledAt: v.SampledAt, Servers: v.Telemetry()})
+		body, err := json.Marshal(contract.ServersResponse{SampledAt: v.SampledAt, Servers: v.Telemetry()})
 		if err != nil {
 			server.WriteError(w, http.StatusInternalServerError, "encode answer: %v", err)
 			return

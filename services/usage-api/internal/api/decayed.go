@@ -6,18 +6,10 @@ import (
 	"time"
 
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/policy"
 	"github.com/gpuhub/gpuhub/services/internal/server"
 )
-
-// DecayedResponse is the body of gpu-hours/decayed.
-type DecayedResponse struct {
-	AsOf     time.Time `json:"asOf"`
-	HalfLife string    `json:"halfLife"`
-	Horizon  string    `json:"horizon"`
-	// Users has, per user, allocated GPU-hours by class, each hour weighted by 2^(-age/halfLife).
-	Users map[string]map[string]float64 `json:"users"`
-}
 
 // maxHalfLife is the longest half-life: beyond it decayed usage is a plain sum over the horizon.
 const maxHalfLife = 90 * 24 * time.Hour
@@ -75,6 +67,6 @@ func (h *handler) decayed(w http.ResponseWriter, r *http.Request) {
 			msg: fmt.Sprintf("the GPU-hours ledger could not answer just now; retry in %d s", retryAfterSeconds)})
 		return
 	}
-	server.WriteJSON(w, http.StatusOK, DecayedResponse{AsOf: asOf, HalfLife: policy.FormatDuration(halfLife),
+	server.WriteJSON(w, http.StatusOK, contract.DecayedResponse{AsOf: asOf, HalfLife: policy.FormatDuration(halfLife),
 		Horizon: policy.FormatDuration(horizon), Users: users})
 }

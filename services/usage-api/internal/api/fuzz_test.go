@@ -12,7 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/gpuhub/gpuhub/services/internal/server"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 )
 
 // fuzzEndpoints are the GET endpoints whose query the fuzzer writes, each with a token allowed to read it.
@@ -39,7 +39,7 @@ func fuzzDo(t *testing.T, h http.Handler, req *http.Request) *httptest.ResponseR
 			t.Fatalf("%s %s: %d with a body that is not JSON: %.200q", req.Method, req.URL, code, rec.Body.String())
 		}
 	case code >= 400 && code < 500:
-		var e server.Error
+		var e contract.Error
 		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Status != code || e.Message == "" {
 			t.Fatalf("%s %s: %d without an error message: %.200q", req.Method, req.URL, code, rec.Body.String())
 		}
@@ -89,7 +89,7 @@ func FuzzQuery(f *testing.F) {
 			return
 		}
 		var resp struct {
-			GPUHours map[string]*Window `json:"gpuHours"`
+			GPUHours map[string]*contract.Window `json:"gpuHours"`
 		}
 		if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil {
 			t.Fatal(err)
@@ -134,7 +134,7 @@ func FuzzWaitlistState(f *testing.F) {
 		req := httptest.NewRequestWithContext(t.Context(), http.MethodGet, prefix+"api/v1/waitlist/state", nil)
 		req.Header.Set("Authorization", "token quota-token")
 		rec := fuzzDo(t, h, req)
-		var got WaitlistStateResponse
+		var got contract.WaitlistStateResponse
 		if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/gpuhub/gpuhub/hubapi"
 	"github.com/gpuhub/gpuhub/hubapi/hubapitest"
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/notice"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/usage"
 )
@@ -107,7 +108,7 @@ func TestServersMany(t *testing.T) {
 	state.Publish(manyServers(1000, now))
 	h := New(Options{Prefix: prefix, State: state, Ledger: newTestLedger(t),
 		Auth: hubauth.New(hubauth.Options{Hub: hub.Client("service-token")}).Middleware, Now: func() time.Time { return now }})
-	poll := func() ServersResponse {
+	poll := func() contract.ServersResponse {
 		req := httptest.NewRequestWithContext(context.Background(), http.MethodGet, prefix+"api/v1/servers", nil)
 		req.Header.Set("Authorization", "token root-token")
 		rec := httptest.NewRecorder()
@@ -115,7 +116,7 @@ func TestServersMany(t *testing.T) {
 		if rec.Code != http.StatusOK {
 			t.Fatalf("status %d: %s", rec.Code, rec.Body)
 		}
-		var resp ServersResponse
+		var resp contract.ServersResponse
 		if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/server"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
 )
@@ -28,20 +29,6 @@ type Waitlist interface {
 
 // MaxWaitlistBody bounds the body of a waitlist state write.
 const MaxWaitlistBody = 1 << 20
-
-// WaitlistStateResponse is the body of GET waitlist/state.
-type WaitlistStateResponse struct {
-	Version int64 `json:"version"`
-	// State is the JSON object last written; null while nothing is stored (version 0).
-	State     json.RawMessage `json:"state"`
-	UpdatedAt *time.Time      `json:"updatedAt,omitempty"`
-}
-
-// WaitlistWriteResponse is the body of a successful PUT waitlist/state.
-type WaitlistWriteResponse struct {
-	Version   int64     `json:"version"`
-	UpdatedAt time.Time `json:"updatedAt"`
-}
 
 // waitlistWriter says whether id may write the waitlist state: the Hub services of WaitlistServices only.
 func (h *handler) waitlistWriter(id *hubauth.Identity) bool {
@@ -80,7 +67,7 @@ func (h *handler) getWaitlistState(w http.ResponseWriter, r *http.Request) {
 		writeQueryError(w, waitlistRetry())
 		return
 	}
-	resp := WaitlistStateResponse{Version: st.Version, State: st.State}
+	resp := contract.WaitlistStateResponse{Version: st.Version, State: st.State}
 	if st.Version > 0 {
 		resp.UpdatedAt = &st.UpdatedAt
 	}
@@ -135,7 +122,7 @@ func (h *handler) putWaitlistState(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("ETag", etag(put.Version))
-	server.WriteJSON(w, http.StatusOK, WaitlistWriteResponse{Version: put.Version, UpdatedAt: put.UpdatedAt})
+	server.WriteJSON(w, http.StatusOK, contract.WaitlistWriteResponse{Version: put.Version, UpdatedAt: put.UpdatedAt})
 }
 
 // readWaitlistBody reads {"state": {...}} of at most MaxWaitlistBody bytes and returns the state compacted, or
@@ -148,9 +135,7 @@ func readWaitlistBody(w http.ResponseWriter, r *http.Request) (json.RawMessage, 
 		}
 		return nil, fmt.Sprintf("reading the body failed: %v", err)
 	}
-	var req struct {
-		State json.RawMessage `json:"state"`
-	}
+	var req contract.WaitlistWrite
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	const want = `the body must be a JSON object {"state": {...}} whose state is a JSON object`

@@ -6,11 +6,11 @@
 package budget
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 )
 
 // Options configure a Client.
@@ -66,9 +68,6 @@ func New(o Options) (*Client, error) {
 	}
 	if !strings.HasSuffix(base.Path, "/") {
 		base.Path += "/"
-	}
-	if o.Client == nil {
-		o.Client = &http.Client{}
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 2 * time.Second
@@ -178,40 +177,21 @@ func (c *Client) get(ctx context.Context, user string) (json.RawMessage, error) 
 	u := *c.base // the name escaped as one segment (a Hub name may hold characters a path gives meaning to)
 	u.Path = c.base.Path + "api/v1/users/" + user + "/quota"
 	u.RawPath = c.base.EscapedPath() + "api/v1/users/" + url.PathEscape(user) + "/quota"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, fmt.Errorf("the quota service's URL is not usable: %w", err)
-	}
-	req.Header.Set("Authorization", "token "+c.o.Token)
-	req.Header.Set("Accept", "application/json")
-	resp, err := c.o.Client.Do(req)
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, fmt.Errorf("the quota service did not answer within %s", c.o.Timeout)
-		}
+	a, err := contract.Caller{Token: c.o.Token, HTTP: c.o.Client, Limit: maxBody}.Do(ctx, http.MethodGet, u.String(), nil, nil)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, fmt.Errorf("the quota service did not answer within %s", c.o.Timeout)
+	case errors.Is(err, contract.ErrTooLong):
+		return nil, errors.New("the quota service's answer is too large")
+	case err != nil:
 		// The panel gets plain words; the log (through the caller) keeps the cause.
 		return nil, &unreachable{err: err}
+	case a.Status == http.StatusUnauthorized || a.Status == http.StatusForbidden:
+		return nil, fmt.Errorf("the quota service refused the usage API (%d): list gpu-usage in gpu-quota's --reader-services", a.Status)
+	case a.Status != http.StatusOK:
+		return nil, fmt.Errorf("the quota service cannot answer right now: %s", cmp.Or(a.Message(), http.StatusText(a.Status)))
 	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
-	if err != nil {
-		return nil, fmt.Errorf("the quota service's answer was cut short")
-	}
-	switch {
-	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		return nil, fmt.Errorf("the quota service refused the usage API (%d): list gpu-usage in gpu-quota's --reader-services", resp.StatusCode)
-	case resp.StatusCode != http.StatusOK:
-		var m struct {
-			Message string `json:"message"`
-		}
-		_ = json.Unmarshal(body, &m)
-		if m.Message == "" {
-			m.Message = http.StatusText(resp.StatusCode)
-		}
-		return nil, fmt.Errorf("the quota service cannot answer right now: %s", m.Message)
-	case len(body) > maxBody:
-		return nil, errors.New("the quota service's answer is too large")
-	}
+	body := a.Body
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(body, &obj); err != nil || obj == nil {
 		return nil, errors.New("the quota service's answer is not a JSON object")

@@ -5,17 +5,18 @@
 package remote
 
 import (
+	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 )
 
 // Options configure a Client.
@@ -65,9 +66,6 @@ func New(o Options) (*Client, error) {
 	}
 	if o.Self == "" {
 		o.Self = "gpu-usage"
-	}
-	if o.Client == nil {
-		o.Client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 2 * time.Second
@@ -130,40 +128,20 @@ func (c *Client) fetch(ctx context.Context, path string) ([]byte, error) {
 		return nil, fmt.Errorf("bad path %q: %w", path, err)
 	}
 	u := c.base.ResolveReference(ref)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, fmt.Errorf("%s's URL is not usable: %w", c.o.Service, err)
-	}
-	req.Header.Set("Authorization", "token "+c.o.Token)
-	req.Header.Set("Accept", "application/json")
-	resp, err := c.o.Client.Do(req)
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, fmt.Errorf("%s did not answer within %s; see whether it is running and healthy", c.o.Service, c.o.Timeout)
-		}
-		return nil, &unreachable{service: c.o.Service, err: err}
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s's answer was cut short; reload the page", c.o.Service)
-	}
+	a, err := contract.Caller{Token: c.o.Token, HTTP: c.o.Client, Limit: maxBody}.Do(ctx, http.MethodGet, u.String(), nil, nil)
 	switch {
-	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		return nil, fmt.Errorf("%s refused the usage API (%d): list %s in %s's --reader-services", c.o.Service, resp.StatusCode, c.o.Self, c.o.Service)
-	case resp.StatusCode != http.StatusOK:
-		var m struct {
-			Message string `json:"message"`
-		}
-		_ = json.Unmarshal(body, &m)
-		if m.Message == "" {
-			m.Message = http.StatusText(resp.StatusCode)
-		}
-		return nil, fmt.Errorf("%s cannot answer (%d): %s", c.o.Service, resp.StatusCode, m.Message)
-	case len(body) > maxBody:
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, fmt.Errorf("%s did not answer within %s; see whether it is running and healthy", c.o.Service, c.o.Timeout)
+	case errors.Is(err, contract.ErrTooLong):
 		return nil, fmt.Errorf("%s's answer is larger than %d MiB", c.o.Service, maxBody>>20)
+	case err != nil:
+		return nil, &unreachable{service: c.o.Service, err: err}
+	case a.Status == http.StatusUnauthorized || a.Status == http.StatusForbidden:
+		return nil, fmt.Errorf("%s refused the usage API (%d): list %s in %s's --reader-services", c.o.Service, a.Status, c.o.Self, c.o.Service)
+	case a.Status != http.StatusOK:
+		return nil, fmt.Errorf("%s cannot answer (%d): %s", c.o.Service, a.Status, cmp.Or(a.Message(), http.StatusText(a.Status)))
 	}
-	return body, nil
+	return a.Body, nil
 }
 
 // unreachable is a failed request: its text is for the page, Unwrap for the log.

@@ -6,16 +6,13 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/inventory"
 	"github.com/gpuhub/gpuhub/services/internal/notice"
 )
 
-// Notice is a pending notice of an acting service (gpu-quota, the culler, ...) on one of a user's pods: the
-// pod annotation gpuhub.io/notice-<service> (services/internal/notice), with the server it is on.
-type Notice struct {
-	notice.Notice
-	Server string `json:"server"`
-}
+// Notice is contract.Notice: the usage API's wire type, kept in one place for its consumers.
+type Notice = contract.Notice
 
 // notices collects the pending notices of each user from their live pods (pending or running; not finished
 // pods, which no service looks at again, nor those being deleted, whose server is stopping already), one per

@@ -4,32 +4,11 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpuhub/gpuhub/services/internal/gpu"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 )
 
-// Telemetry is one running Hub server's GPU telemetry as a culler needs it (GET api/v1/servers): what the server
-// holds and how busy its own allocation is, one line per server.
-type Telemetry struct {
-	User      string `json:"user"`
-	Server    string `json:"server"`
-	Pod       string `json:"pod"`
-	Namespace string `json:"namespace"`
-	Node      string `json:"node"`
-	// Kind and Class are those of the server's first unit (units in resource-name order); a server holding
-	// units of several kinds reports the first.
-	Kind          gpu.Kind `json:"kind"`
-	Class         string   `json:"class"`
-	AllocatedGPUs float64  `json:"allocatedGPUs"`
-	// SMUtilPercent is the highest utilization over the server's units (each as the agent measures it for that
-	// unit); nil when any unit's is unknown, with UtilizationUnknownReason saying why.
-	SMUtilPercent            *float64 `json:"smUtilPercent"`
-	UtilizationUnknownReason string   `json:"utilizationUnknownReason"`
-	// MemoryUsedBytes is the GPU memory of the server's processes, summed over its units.
-	MemoryUsedBytes uint64 `json:"memoryUsedBytes"`
-	Stale           bool   `json:"stale"`
-	StaleReason     string `json:"staleReason"`
-	Simulated       bool   `json:"simulated"`
-}
+// Telemetry is contract.Telemetry: the usage API's wire type, kept in one place for its consumers.
+type Telemetry = contract.Telemetry
 
 // Telemetry lists every running Hub server of the view that holds GPUs, sorted by user then server. It only
 // reads the view: the caller may keep the result for as long as the view is the latest.

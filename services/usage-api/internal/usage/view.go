@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 	"github.com/gpuhub/gpuhub/services/internal/inventory"
 	"github.com/gpuhub/gpuhub/services/internal/snapshot"
@@ -59,65 +60,16 @@ type Departure struct {
 	At  time.Time
 }
 
-// Share is a user's live share: what they hold and how much of a GPU's time they use, summed over their units.
-//
-// Held (AllocatedGPUs) is GPU-equivalents: a whole GPU 1, a MIG instance g/slices (3g.20gb on an A100: 3/7), a
-// time-sliced replica 1/replicas (a 4-way T4: 1/4). Used (UsedGPUs) is the fraction of a physical GPU's time the
-// user's processes keep busy: SM utilization / 100 x the unit's scale (gpu.Allocation.UtilizationScale). On a 4-way time-sliced
-// T4, one user alone keeping it 100 % busy holds 0.25 and uses 1.0; four users each keeping it 25 % busy hold
-// and use 0.25 each, 1.0 together; one busy and three idle use 1.0, 0, 0, 0. A 3g.20gb MIG instance 50 % busy
-// holds 3/7 and uses 3/14. Used may exceed held on shared GPUs: time-slicing does not cap a replica.
-type Share struct {
-	AllocatedGPUs float64 `json:"allocatedGPUs"`
-	// UsedGPUs is null when the utilization of any held unit is unknown (stale telemetry, MIG without DCGM).
-	UsedGPUs         *float64 `json:"usedGPUs"`
-	MemoryUsedBytes  uint64   `json:"memoryUsedBytes"`
-	MemoryTotalBytes uint64   `json:"memoryTotalBytes"`
-}
-
-// GPU is one allocated unit (a whole GPU, a MIG instance or a time-sliced replica). Share is what it holds in
-// GPU-equivalents (1, g/slices, 1/replicas); SMUtilPercent is the pod's utilization as the agent measures it
-// (of the whole GPU for whole and time-sliced units, per process through NVML; of the instance for MIG, through
-// DCGM); UsedGPUs is the fraction of a physical GPU's time it keeps busy, SMUtilPercent / 100 x UtilizationScale: a
-// time-sliced T4 replica at 25 % uses 0.25 while holding 0.25, alone at 100 % it uses 1.0; a 3g.20gb instance
-// at 50 % uses 3/14.
-type GPU struct {
-	Kind              gpu.Kind `json:"kind"`
-	Resource          string   `json:"resource"`
-	Product           string   `json:"product"`
-	Profile           string   `json:"profile,omitempty"`
-	Class             string   `json:"class"`
-	Share             float64  `json:"share"`
-	ShareNumerator    int64    `json:"shareNumerator"`
-	ShareDenominator  int64    `json:"shareDenominator"`
-	Description       string   `json:"description"`
-	UUID              string   `json:"uuid,omitempty"`
-	SMUtilPercent     *float64 `json:"smUtilPercent"`
-	UtilizationSource string   `json:"utilizationSource"`
-	UsedGPUs          *float64 `json:"usedGPUs"` // null when SMUtilPercent is
-	MemoryUsedBytes   uint64   `json:"memoryUsedBytes"`
-	MemoryTotalBytes  uint64   `json:"memoryTotalBytes"`
-	// Stale is true when the node's telemetry is stale (judgeAgent): utilization is then unknown, StaleReason says why.
-	Stale       bool   `json:"stale"`
-	StaleReason string `json:"staleReason,omitempty"`
-	// UtilizationUnknownReason says in plain words why SMUtilPercent is null.
-	UtilizationUnknownReason string `json:"utilizationUnknownReason,omitempty"`
-}
-
-// Server is one running single-user server that holds GPUs.
-type Server struct {
-	Name          string   `json:"name"`
-	Pod           string   `json:"pod"`
-	Namespace     string   `json:"namespace"`
-	Node          string   `json:"node"`
-	Ready         bool     `json:"ready"`
-	AllocatedGPUs float64  `json:"allocatedGPUs"`
-	UsedGPUs      *float64 `json:"usedGPUs"`
-	Stale         bool     `json:"stale"`
-	StaleReason   string   `json:"staleReason,omitempty"`
-	Simulated     bool     `json:"simulated"`
-	GPUs          []GPU    `json:"gpus"`
-}
+// The parts of a view that the API answers as they are: the usage API's wire types, declared once in
+// services/internal/contract for the services and tools that read them.
+type (
+	Share       = contract.Share
+	GPU         = contract.GPU
+	Server      = contract.Server
+	ClassStats  = contract.ClassStats
+	Cluster     = contract.Cluster
+	AgentStatus = contract.AgentStatus
+)
 
 // User is a user's live view.
 type User struct {
@@ -137,52 +89,6 @@ type User struct {
 // GroupShare is the live share of a group's members.
 type GroupShare struct {
 	AllocatedGPUs, UsedGPUs float64 // UsedGPUs counts only the known part
-}
-
-// ClassStats is the cluster's inventory and use of one GPU class.
-type ClassStats struct {
-	Class            string   `json:"class"`
-	Kind             gpu.Kind `json:"kind"`
-	Product          string   `json:"product"`
-	Profile          string   `json:"profile,omitempty"`
-	CapacityUnits    int64    `json:"capacityUnits"`
-	AllocatedUnits   int64    `json:"allocatedUnits"`
-	CapacityGPUs     float64  `json:"capacityGPUs"`
-	AllocatedGPUs    float64  `json:"allocatedGPUs"`
-	UsedGPUs         float64  `json:"usedGPUs"`         // known part
-	UsedUnknownGPUs  float64  `json:"usedUnknownGPUs"`  // allocated GPUs whose utilization is unknown
-	SMUtilPercent    *float64 `json:"smUtilPercent"`    // used / the class's GPUs (capacity), known part
-	MemoryUsedBytes  uint64   `json:"memoryUsedBytes"`  // of allocated units
-	MemoryTotalBytes uint64   `json:"memoryTotalBytes"` // of allocated units
-}
-
-// Cluster is the cluster-wide view; it names no user.
-type Cluster struct {
-	SampledAt       time.Time    `json:"sampledAt"`
-	IntervalSeconds float64      `json:"intervalSeconds"`
-	Simulated       bool         `json:"simulated"`
-	Nodes           int          `json:"gpuNodes"`
-	Agents          int          `json:"agents"`
-	StaleAgents     int          `json:"staleAgents"`
-	CapacityGPUs    float64      `json:"capacityGPUs"`
-	AllocatedGPUs   float64      `json:"allocatedGPUs"`
-	UsedGPUs        float64      `json:"usedGPUs"`
-	UsedUnknownGPUs float64      `json:"usedUnknownGPUs"`
-	Classes         []ClassStats `json:"classes"`
-	// AgentStatus is the freshness of every node agent's telemetry, by node name.
-	AgentStatus []AgentStatus `json:"agentStatus"`
-}
-
-// AgentStatus is how fresh one node's GPU agent telemetry is. It names no user.
-type AgentStatus struct {
-	Node string `json:"node"`
-	// SampledAt is when the agent sampled (its clock); null when it never answered.
-	SampledAt *time.Time `json:"sampledAt"`
-	// AgeSeconds is the telemetry's age at the tick: the longer of now - sampledAt and the time since this
-	// service first fetched that sample (which holds when the agent's clock is ahead); null without a snapshot.
-	AgeSeconds  *float64 `json:"ageSeconds"`
-	Stale       bool     `json:"stale"`
-	StaleReason string   `json:"staleReason,omitempty"`
 }
 
 // View is one tick's immutable join.
