@@ -3,34 +3,19 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"os/signal"
-	"path"
-	"strings"
-	"syscall"
 	"time"
 	_ "time/tzdata" // the API's tz parameter must not depend on the image having /usr/share/zoneinfo
 
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/gpuhub/gpuhub/hubapi"
 	"github.com/gpuhub/gpuhub/hubapi/huboauth"
 	"github.com/gpuhub/gpuhub/services/internal/config"
 	"github.com/gpuhub/gpuhub/services/internal/inventory"
-	"github.com/gpuhub/gpuhub/services/internal/server"
 	"github.com/gpuhub/gpuhub/services/internal/start"
-	"github.com/gpuhub/gpuhub/services/usage-api/internal/adminview"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/agentclient"
-	"github.com/gpuhub/gpuhub/services/usage-api/internal/api"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/app"
-	"github.com/gpuhub/gpuhub/services/usage-api/internal/budget"
-	"github.com/gpuhub/gpuhub/services/usage-api/internal/remote"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
@@ -100,37 +85,16 @@ func run(args []string, stderr io.Writer) int {
 		logger.Error("--agent-selector must be a non-empty label selector and --agent-service-account a name", "err", err)
 		return 2
 	}
-	var quota api.Budget
-	if *quotaURL != "" {
-		// gpu-quota knows the usage API by its own Hub token (hub service gpu-usage, in its --reader-services).
-		bc, err := budget.New(budget.Options{URL: *quotaURL, Token: hubCfg.Token, Timeout: *quotaTimeout, Logger: logger, Registerer: reg})
-		if err != nil {
-			logger.Error("--quota-url", "err", err)
-			return 2
-		}
-		quota = bc
-	}
-	// The admin view reads decisions and the waitlist with the same token (briefly cached, short timeouts).
-	var quotaAPI, cullerAPI adminview.Remote
-	for _, rc := range []struct {
-		service, url string
-		into         *adminview.Remote
-	}{{"gpu-quota", *quotaURL, &quotaAPI}, {"gpu-culler", *cullerURL, &cullerAPI}} {
-		if rc.url == "" {
-			continue
-		}
-		c, err := remote.New(remote.Options{Service: rc.service, URL: rc.url, Token: hubCfg.Token, Self: os.Getenv(config.HubEnv.ServiceName),
-			Timeout: *quotaTimeout, Logger: logger})
-		if err != nil {
-			logger.Error("--"+strings.TrimPrefix(rc.service, "gpu-")+"-url", "err", err)
-			return 2
-		}
-		*rc.into = c
+	peers, err := app.NewPeers(app.PeerConfig{QuotaURL: *quotaURL, CullerURL: *cullerURL, Token: hubCfg.Token,
+		Self: os.Getenv(config.HubEnv.ServiceName), Timeout: *quotaTimeout, Logger: logger, Registerer: reg})
+	if err != nil {
+		logger.Error("the other services' URLs", "err", err)
+		return 2
 	}
 	var login app.Login
 	if *adminView {
-		l, err := newLogin(loginConfig{prefix: *prefix, clientID: *clientID, callbackURL: *callbackURL, hubBaseURL: *hubBaseURL,
-			keyFile: *sessionKeyFile, ttl: *sessionTTL, adminGroups: groups}, hubCfg, cl.Hub, reg, logger)
+		l, err := app.NewLogin(app.LoginConfig{Prefix: *prefix, ClientID: *clientID, CallbackURL: *callbackURL, HubBaseURL: *hubBaseURL,
+			KeyFile: *sessionKeyFile, TTL: *sessionTTL, AdminGroups: groups}, hubCfg, cl.Hub, reg, logger)
 		if err != nil {
 			logger.Error("admin view", "err", err)
 			return 2
@@ -141,7 +105,7 @@ func run(args []string, stderr io.Writer) int {
 	if *databaseURL != "" {
 		db = *databaseURL
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, _, stop := start.Signals()
 	defer stop()
 	err = app.Run(ctx, app.Options{
 		Logger: logger, Registry: reg, Addr: *listen, Prefix: *prefix,
@@ -150,45 +114,9 @@ func run(args []string, stderr io.Writer) int {
 		// Agents admit only a token for their audience (the snapshot names users); never our API-server credential.
 		AgentClient: agentclient.New(agentclient.Options{TokenFile: *agentTokenFile}),
 		Hub:         cl.Hub, HubRefresh: *hubRefresh, Auth: cl.Auth.Middleware,
-		ReaderServices: config.List(*readerServices), WaitlistServices: config.List(*waitlistSvcs), Budget: quota,
-		QuotaAPI: quotaAPI, CullerAPI: cullerAPI, Login: login,
+		ReaderServices: config.List(*readerServices), WaitlistServices: config.List(*waitlistSvcs), Budget: peers.Budget,
+		QuotaAPI: peers.QuotaAPI, CullerAPI: peers.CullerAPI, Login: login,
 		Database: db, Interval: *interval, MaxGap: *maxGap, StaleAfter: *staleAfter,
 	})
 	return cmd.Exit(err)
-}
-
-type loginConfig struct {
-	prefix, clientID, callbackURL, hubBaseURL, keyFile string
-	ttl                                                time.Duration
-	adminGroups                                        []string
-}
-
-// newLogin logs people into the admin view with the Hub's OAuth flow: the service's API token is its client
-// secret, the code is exchanged on the Hub's API address, the browser goes to the Hub's public authorize path.
-func newLogin(c loginConfig, hubCfg hubapi.Config, hub *hubapi.Client, reg prometheus.Registerer, logger *slog.Logger) (*huboauth.Login, error) {
-	prefix := server.NormalizePrefix(c.prefix)
-	if c.clientID == "" {
-		c.clientID = "service-" + path.Base(strings.TrimSuffix(prefix, "/"))
-	}
-	if c.callbackURL == "" {
-		c.callbackURL = prefix + "oauth_callback"
-	}
-	base := "/" + strings.Trim(c.hubBaseURL, "/") + "/"
-	if base == "//" {
-		base = "/"
-	}
-	var key []byte
-	if c.keyFile != "" {
-		b, err := os.ReadFile(c.keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("--session-key-file: %w", err)
-		}
-		key = bytes.TrimSpace(b)
-	}
-	return huboauth.New(huboauth.Options{
-		ClientID: c.clientID, ClientSecret: hubCfg.Token, Hub: hub, AdminGroups: c.adminGroups, Key: key, SessionTTL: c.ttl,
-		AuthorizeURL: base + "hub/api/oauth2/authorize", HubLogoutURL: base + "hub/logout",
-		TokenURL: strings.TrimSuffix(hubCfg.URL, "/") + "/oauth2/token", CallbackURL: c.callbackURL, Prefix: prefix,
-		Logger: logger, Registerer: reg,
-	})
 }
