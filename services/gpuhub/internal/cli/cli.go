@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gpuhub/gpuhub/services/gpu-quota/policycmd"
+	"github.com/gpuhub/gpuhub/services/gpuhub/internal/policycmd"
 	"github.com/gpuhub/gpuhub/services/gpuhub/internal/report"
 	"github.com/gpuhub/gpuhub/services/gpuhub/internal/status"
 )

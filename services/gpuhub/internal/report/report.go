@@ -20,7 +20,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpuhub/gpuhub/services/gpu-quota/policycmd"
+	"github.com/gpuhub/gpuhub/services/gpuhub/internal/policycmd"
 	"github.com/gpuhub/gpuhub/services/gpuhub/internal/usageapi"
 	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/policy"

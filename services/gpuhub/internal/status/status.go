@@ -1,7 +1,7 @@
 // Package status is `gpuhub status`: the GPUs at a glance in a terminal. Three parts, each from the service
 // that knows it, read with one Hub token: the inventory by GPU class (the usage API's api/v1/cluster), who
 // holds what with live utilization (its admin-only api/v1/servers) and the waitlist (gpu-quota's, through
-// services/gpu-quota/statuscmd). A part whose service is not configured, down or refusing says so in its
+// services/gpuhub/internal/waitlist). A part whose service is not configured, down or refusing says so in its
 // place, and the others still print.
 package status
 
@@ -15,10 +15,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpuhub/gpuhub/services/gpu-quota/policycmd"
-	"github.com/gpuhub/gpuhub/services/gpu-quota/statuscmd"
+	"github.com/gpuhub/gpuhub/services/gpuhub/internal/policycmd"
 	"github.com/gpuhub/gpuhub/services/gpuhub/internal/report"
 	"github.com/gpuhub/gpuhub/services/gpuhub/internal/usageapi"
+	"github.com/gpuhub/gpuhub/services/gpuhub/internal/waitlist"
 )
 
 // Usage is the help of `gpuhub status`.
@@ -103,7 +103,7 @@ func Run(ctx context.Context, args []string, env policycmd.Env, now func() time.
 	} else {
 		at := now()
 		p.write(func(w io.Writer) error {
-			return statuscmd.WriteWaitlist(ctx, w, statuscmd.Source{HTTP: httpClient, URL: *quotaURL, Token: token, TokenFrom: tokenFrom}, at)
+			return waitlist.WriteWaitlist(ctx, w, waitlist.Source{HTTP: httpClient, URL: *quotaURL, Token: token, TokenFrom: tokenFrom}, at)
 		}, "GPU waitlist")
 	}
 	if p.anyFailed {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/gpuhub/gpuhub/services/gpu-quota/policycmd"
+	"github.com/gpuhub/gpuhub/services/gpuhub/internal/policycmd"
 	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/golden"
 )

@@ -14,7 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	ckit "github.com/gpuhub/gpuhub/services/gpu-culler/replaykit"
+	ckit "github.com/gpuhub/gpuhub/services/gpu-culler/cullerkit"
 )
 
 // synthetic writes a small trace in the PAI files' format: 4 nodes, 60 GPU pods over two days (whole, multi-GPU
@@ -231,7 +231,7 @@ func TestPickCapacity(t *testing.T) {
 func TestReplaySmoke(t *testing.T) {
 	dir := os.Getenv("GPUHUB_REPLAY_TRACE")
 	if dir == "" {
-		for _, up := range []string{"../../../../shared/data/pai-gpu-2023", "../../../../../shared/data/pai-gpu-2023"} {
+		for _, up := range []string{"../../../shared/data/pai-gpu-2023", "../../../../shared/data/pai-gpu-2023"} {
 			if _, err := os.Stat(filepath.Join(up, PodFile)); err == nil {
 				dir = up
 				break

@@ -39,7 +39,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	var o Options
 	var started int64
 	fs.StringVar(&o.Trace, "trace", "../shared/data/pai-gpu-2023", "folder of the Alibaba PAI GPU trace 2023 CSV files")
-	fs.StringVar(&o.ConfigDir, "config", "services/internal/replay/config", "folder of replay.yaml and the gpuhub runs' policies")
+	fs.StringVar(&o.ConfigDir, "config", "services/replay/config", "folder of replay.yaml and the gpuhub runs' policies")
 	fs.Float64Var(&o.Fraction, "fraction", 0, "replay this share of the trace's pods (0: replay.yaml's trace.fraction)")
 	fs.StringVar(&o.Markdown, "markdown", "", "write the results as markdown to this file")
 	fs.StringVar(&o.SVG, "svg", "", "write the plot of idle-but-held GPUs to this SVG file")

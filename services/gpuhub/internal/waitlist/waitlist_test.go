@@ -1,4 +1,4 @@
-package statuscmd
+package waitlist
 
 import (
 	"bytes"

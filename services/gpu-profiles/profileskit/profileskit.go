@@ -1,10 +1,11 @@
-// Package replaykit hands gpu-profiles' choice of kinds to the trace replay (services/internal/replay), which
-// Go's internal rule keeps out of services/gpu-profiles/internal: the catalog (the inventory by kind, fed by
-// pod and node events), the generated choices and one user's form. It has no logic of its own: aliases and
-// one-line wrappers, as policycheck hands the culler's parser to the gpuhub command.
-package replaykit
+// Package profileskit is gpu-profiles' one door for the tools (the trace replay in services/replay), which Go's
+// internal rule keeps out of services/gpu-profiles/internal: the catalog (the inventory by kind, fed by pod and
+// node events), the generated choices and one user's form. It has no logic of its own: aliases and one-line
+// wrappers.
+package profileskit
 
-import (	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/catalog"
+import (
+	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/catalog"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/profiles"
 	"github.com/gpuhub/gpuhub/services/internal/contract"
 	ipolicy "github.com/gpuhub/gpuhub/services/internal/policy"

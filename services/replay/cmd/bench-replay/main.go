@@ -1,11 +1,11 @@
 // Command bench-replay replays the Alibaba PAI GPU trace through gpuhub's decision code and the anchors
-// (benchmark B4, services/internal/replay/README.md).
+// (benchmark B4, services/replay/README.md).
 package main
 
 import (
 	"os"
 
-	"github.com/gpuhub/gpuhub/services/internal/replay"
+	"github.com/gpuhub/gpuhub/services/replay"
 )
 
 func main() { os.Exit(replay.Main(os.Args[1:], os.Stdout, os.Stderr)) }

@@ -10,9 +10,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	ckit "github.com/gpuhub/gpuhub/services/gpu-culler/replaykit"
-	pkit "github.com/gpuhub/gpuhub/services/gpu-profiles/replaykit"
-	qkit "github.com/gpuhub/gpuhub/services/gpu-quota/replaykit"
+	ckit "github.com/gpuhub/gpuhub/services/gpu-culler/cullerkit"
+	pkit "github.com/gpuhub/gpuhub/services/gpu-profiles/profileskit"
+	qkit "github.com/gpuhub/gpuhub/services/gpu-quota/quotakit"
 	"github.com/gpuhub/gpuhub/services/internal/decision"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 )

@@ -1,10 +1,12 @@
-// Package replaykit hands gpu-quota's decision code to the trace replay (services/internal/replay), which Go's
-// internal rule keeps out of services/gpu-quota/internal: the admission engine (policy decisions,
-// reservations, the waitlist), the policy parser and the fair-share arithmetic. It has no logic of its own:
-// aliases and one-line wrappers, as policycheck hands the culler's parser to the gpuhub command.
-package replaykit
+// Package quotakit is gpu-quota's one door for the tools (the gpuhub command, the trace replay in
+// services/replay), which Go's internal rule keeps out of services/gpu-quota/internal: the admission engine
+// (policy decisions, reservations, the waitlist), the policy parser and the fair-share arithmetic. It has no
+// logic of its own: aliases and one-line wrappers.
+package quotakit
 
 import (
+	"io"
+
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/admit"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/waitlist"
@@ -44,6 +46,24 @@ func New(o Options) (*Engine, error) { return admit.New(o) }
 func ParsePolicy(name string, data []byte) (*Policy, error) {
 	p := &quota.Policy{}
 	if err := ipolicy.Decode(name, data, p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// CheckPolicy loads the gpu-quota policy at path as gpu-quota does and writes the result to out: every error as
+// file:line:column: message and a count, or "<path>: ok"; what, when set, is added to the last line.
+func CheckPolicy(out io.Writer, path, what string) error {
+	return ipolicy.CheckAs(out, path, what, &quota.Policy{})
+}
+
+// PolicyKeys are the top-level keys of a gpu-quota policy file.
+func PolicyKeys() []string { return ipolicy.Keys(&quota.Policy{}) }
+
+// LoadPolicy reads and validates the policy file at path as gpu-quota does at start.
+func LoadPolicy(path string) (*Policy, error) {
+	p := &quota.Policy{}
+	if err := ipolicy.Load(path, p); err != nil {
 		return nil, err
 	}
 	return p, nil

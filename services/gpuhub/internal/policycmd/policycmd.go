@@ -1,7 +1,7 @@
 // Package policycmd is `gpuhub policy`: check gpu-quota and gpu-culler policy files with each service's own
 // parser, and explain one user's effective gpu-quota policy offline (from a file) or online (from the running
 // gpu-quota). It lives beside gpu-quota, outside its internal tree, because the gpuhub command reads the policy
-// model that only gpu-quota may import; gpu-culler's parser comes through services/gpu-culler/policycheck.
+// model that only gpu-quota may import; gpu-culler's parser comes through services/gpu-culler/cullerkit.
 package policycmd
 
 import (
@@ -20,11 +20,10 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/gpuhub/gpuhub/services/gpu-culler/policycheck"
-	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
+	"github.com/gpuhub/gpuhub/services/gpu-culler/cullerkit"
+	"github.com/gpuhub/gpuhub/services/gpu-quota/quotakit"
 	"github.com/gpuhub/gpuhub/services/internal/config"
 	"github.com/gpuhub/gpuhub/services/internal/contract"
-	"github.com/gpuhub/gpuhub/services/internal/policy"
 )
 
 // Env is what the command reads and writes besides its arguments.
@@ -103,9 +102,9 @@ func check(args []string, env Env) int {
 		}
 		var err error
 		if kind == kindCuller {
-			err = policycheck.Check(env.Stdout, path, "gpu-culler policy, "+how)
+			err = cullerkit.CheckPolicy(env.Stdout, path, "gpu-culler policy, "+how)
 		} else {
-			err = policy.CheckAs(env.Stdout, path, "gpu-quota policy, "+how, &quota.Policy{})
+			err = quotakit.CheckPolicy(env.Stdout, path, "gpu-quota policy, "+how)
 		}
 		if err != nil {
 			code = 1
@@ -139,7 +138,7 @@ func detectKind(path string) (kind, how string, err error) {
 			keys = append(keys, m[i].Value)
 		}
 	}
-	quotaKeys, cullerKeys := policy.Keys(&quota.Policy{}), policycheck.Keys()
+	quotaKeys, cullerKeys := quotakit.PolicyKeys(), cullerkit.PolicyKeys()
 	var q, c int
 	for _, k := range keys {
 		if slices.Contains(quotaKeys, k) {
@@ -220,8 +219,8 @@ func explain(ctx context.Context, args []string, env Env) int {
 	}
 	user, groups := pos[0], config.List(*groupsFlag)
 	if *path != "" {
-		var p quota.Policy
-		if err := policy.Load(*path, &p); err != nil {
+		p, err := quotakit.LoadPolicy(*path)
+		if err != nil {
 			_, _ = fmt.Fprintf(env.Stderr, "%v\n%s does not load: run gpuhub policy check %s\n", err, *path, *path)
 			return 1
 		}

@@ -1,7 +1,7 @@
-// Package statuscmd is gpu-quota's part of `gpuhub status` (services/gpuhub): the GPU waitlist of the running
-// service, read with a Hub admin's token: who waits for which GPU, since when, their place and estimate, and
-// the GPUs held for the next in line.
-package statuscmd
+// Package waitlist is the waitlist part of `gpuhub status`: gpu-quota's GPU waitlist as the running
+// service answers it (api/v1/waitlist), read with a Hub admin's token: who waits for which GPU, since when, their
+// place and estimate, and the GPUs held for the next in line.
+package waitlist
 
 import (
 	"cmp"

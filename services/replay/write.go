@@ -13,7 +13,7 @@ import (
 // capacity rule, the setups side by side, what each gpuhub part adds, the targets, the waits by request size,
 // the sensitivity table and the wall times. docs/benchmarks/replay.md is this, as `make bench-replay` wrote it.
 func WriteReport(out io.Writer, rep *Report) {
-	fmt.Fprintln(out, "The model, the setups and the metrics: services/internal/replay/README.md.")
+	fmt.Fprintln(out, "The model, the setups and the metrics: services/replay/README.md.")
 	fmt.Fprintln(out)
 	fmt.Fprintf(out, "Trace: Alibaba PAI GPU cluster trace 2023. Cite: %s.\n\n", Citation)
 	writeScenario(out, rep)

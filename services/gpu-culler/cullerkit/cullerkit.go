@@ -1,9 +1,9 @@
-// Package replaykit hands gpu-culler's pure decision code to the trace replay (services/internal/replay), which
-// Go's internal rule keeps out of services/gpu-culler/internal: the policy and its resolved rules, Decide (one
-// server, one pass) and Snooze. It has no logic of its own: aliases and one-line wrappers, as policycheck hands
-// the culler's parser to the gpuhub command. The waitlist's contended classes, which the culler polls over
-// HTTP (internal/contention), the replay reads from gpu-quota's engine directly: the same answer, no network.
-package replaykit
+// Package cullerkit is gpu-culler's one door for the tools (the gpuhub command, the trace replay in
+// services/replay), which Go's internal rule keeps out of services/gpu-culler/internal: the policy parser and
+// its resolved rules, Decide (one server, one pass) and Snooze. It has no logic of its own: aliases and
+// one-line wrappers. The waitlist's contended classes, which the culler polls over HTTP (internal/contention),
+// the replay reads from gpu-quota's engine directly: the same answer, no network.
+package cullerkit
 
 import (
 	"time"
