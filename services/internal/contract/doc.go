@@ -4,7 +4,9 @@
 // services with a Hub token.
 //
 // The files follow the producers: usage.go (the usage API, gpu-usage), quota.go (gpu-quota). Each type names
-// its endpoint; the services' openapi.yaml documents the same shapes for people.
+// its endpoint; the services' openapi.yaml documents the same shapes for people, and openapi_test.go keeps the
+// two equal. Answers that no Go code reads (those only the Hub glue, in Python, or the panel, in TypeScript,
+// reads: admit, profiles, the culler's me and snooze) keep their one declaration beside their producer.
 package contract
 
 // Error is the JSON body of every error answer of every service: a message that tells the reader what to do
