@@ -42,6 +42,8 @@ export function shortProduct(product: string | undefined): string {
 
 // Letters whose spoken name starts with a vowel sound: "an A100", "an H100", "an L4".
 const AN_LETTERS = new Set('AEFHILMNORSX');
+// Initialisms said as a word: "a MIG slice" (as gpu.WithArticle in the services says it).
+const SPOKEN_AS_WORD = new Set(['MIG']);
 
 /** "a" or "an" before a card name, following how the name is spoken. */
 export function article(word: string): 'a' | 'an' {
@@ -49,7 +51,9 @@ export function article(word: string): 'a' | 'an' {
   if (!first) {
     return 'a';
   }
-  const isAcronym = /^[A-Z]{1,4}(\d|$|\s)/.test(word);
+  const isAcronym =
+    /^[A-Z]{1,4}(\d|$|\s)/.test(word) &&
+    !SPOKEN_AS_WORD.has(word.split(/\s/)[0]);
   if (isAcronym) {
     return AN_LETTERS.has(first) ? 'an' : 'a';
   }

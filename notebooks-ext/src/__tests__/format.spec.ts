@@ -94,6 +94,8 @@ describe('article', () => {
     V100: 'a',
     'RTX 4090': 'an',
     GPU: 'a',
+    'MPS share of an A100': 'an',
+    'MIG 3g.20gb slice of an A100': 'a',
     accelerator: 'an'
   };
   it.each(Object.entries(cases))('%s', (word, want) => {

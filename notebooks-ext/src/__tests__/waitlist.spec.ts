@@ -345,7 +345,7 @@ describe('the words for a place', () => {
         heldUntil: undefined,
         description: 'MIG 3g.20gb slice of an A100'
       })
-    ).toBe('Your turn: an MIG 3g.20gb slice of an A100 is held for you');
+    ).toBe('Your turn: a MIG 3g.20gb slice of an A100 is held for you');
   });
 
   it('holdCountdown counts down to the hold’s end', () => {

@@ -174,17 +174,39 @@ func (a Allocation) Description() string {
 	return s
 }
 
-// WithArticle puts "a" or "an" before a model name as it is spoken: letters such as A, H or M start with a
-// vowel sound ("an A100", "an H100"), others do not ("a T4", "a B200").
-func WithArticle(name string) string {
-	if name == "" {
-		return name
+// WithArticle puts "a" or "an" before a phrase as its first word is spoken. A model name or initialism is said
+// letter by letter, and letters such as A, H, M or R start with a vowel sound ("an A100", "an H100", "an MPS
+// share", "an RTX"), others do not ("a T4", "a B200"); a word, and MIG, which is said as one, goes by its first
+// letter ("a MIG slice", "an idle GPU", "a time-sliced share").
+func WithArticle(phrase string) string {
+	if phrase == "" {
+		return phrase
 	}
-	switch name[0] {
-	case 'A', 'E', 'F', 'H', 'I', 'L', 'M', 'N', 'O', 'R', 'S', 'X', 'a', 'e', 'i', 'o', 'u':
-		return "an " + name
+	word, _, _ := strings.Cut(phrase, " ")
+	if vowelSound(word) {
+		return "an " + phrase
 	}
-	return "a " + name
+	return "a " + phrase
+}
+
+// spokenAsWord are the initialisms said as a word.
+var spokenAsWord = map[string]bool{"MIG": true}
+
+func vowelSound(word string) bool {
+	if isInitialism(word) && !spokenAsWord[word] {
+		return strings.ContainsRune("AEFHILMNORSX", rune(word[0]))
+	}
+	return strings.ContainsRune("AEIOUaeiou", rune(word[0]))
+}
+
+// isInitialism: capitals and digits only ("H100", "MPS", "L40S", "3g.20gb" is not one).
+func isInitialism(word string) bool {
+	for _, r := range word {
+		if (r < 'A' || r > 'Z') && (r < '0' || r > '9') && r != '-' {
+			return false
+		}
+	}
+	return word[0] >= 'A' && word[0] <= 'Z'
 }
 
 // ShortProduct strips the vendor and the GFD suffixes: "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb" -> "A100-SXM4-40GB".

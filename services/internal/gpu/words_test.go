@@ -96,17 +96,22 @@ func TestKinds(t *testing.T) {
 
 func TestWithArticle(t *testing.T) {
 	cases := map[string]struct{ in, want string }{
-		"vowel letter":    {in: "A100", want: "an A100"},
-		"H said aitch":    {in: "H100", want: "an H100"},
-		"L said el":       {in: "L40S", want: "an L40S"},
-		"M said em":       {in: "M60", want: "an M60"},
-		"R said ar":       {in: "RTX", want: "an RTX"},
-		"consonant sound": {in: "T4", want: "a T4"},
-		"B said bee":      {in: "B200", want: "a B200"},
-		"G said gee":      {in: "GH200", want: "a GH200"},
-		"lowercase vowel": {in: "idle GPU", want: "an idle GPU"},
-		"lowercase word":  {in: "whole GPU", want: "a whole GPU"},
-		"empty":           {in: "", want: ""},
+		"vowel letter":        {in: "A100", want: "an A100"},
+		"H said aitch":        {in: "H100", want: "an H100"},
+		"L said el":           {in: "L40S", want: "an L40S"},
+		"M said em":           {in: "M60", want: "an M60"},
+		"R said ar":           {in: "RTX", want: "an RTX"},
+		"consonant sound":     {in: "T4", want: "a T4"},
+		"B said bee":          {in: "B200", want: "a B200"},
+		"G said gee":          {in: "GH200", want: "a GH200"},
+		"lowercase vowel":     {in: "idle GPU", want: "an idle GPU"},
+		"lowercase word":      {in: "whole GPU", want: "a whole GPU"},
+		"MPS said em-pee-ess": {in: "MPS share of an A100", want: "an MPS share of an A100"},
+		"MIG said as a word":  {in: "MIG 3g.20gb slice on an A100", want: "a MIG 3g.20gb slice on an A100"},
+		"a capitalized word":  {in: "Shared T4", want: "a Shared T4"},
+		"a model in a phrase": {in: "H100 slice", want: "an H100 slice"},
+		"time-sliced":         {in: "time-sliced share of a T4", want: "a time-sliced share of a T4"},
+		"empty":               {in: "", want: ""},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,6 +11,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/waitlist"
 	"github.com/gpuhub/gpuhub/services/internal/contract"
+	"github.com/gpuhub/gpuhub/services/internal/gpu"
 	"github.com/gpuhub/gpuhub/services/internal/notice"
 )
 
@@ -213,7 +213,7 @@ func (e *Engine) placeLocked(en waitlist.Entry, now time.Time) Place {
 	name := entryName(en)
 	switch {
 	case en.Held():
-		p.Message = fmt.Sprintf("Your turn: %s is held for you until %s.", withArticle(name), hhmm(en.HeldUntil))
+		p.Message = fmt.Sprintf("Your turn: %s is held for you until %s.", gpu.WithArticle(name), hhmm(en.HeldUntil))
 		if en.AutoStart {
 			p.Message += " Your server is being started for you."
 		} else {
@@ -221,7 +221,7 @@ func (e *Engine) placeLocked(en waitlist.Entry, now time.Time) Place {
 		}
 	default:
 		p.Estimate = waitlist.Estimate(pos, e.deadlinesLocked(en.Class, now), e.wl.turn.Mean(en.Class, now), now)
-		p.Message = fmt.Sprintf("You are number %d of %d waiting for %s.", pos, p.Waiting, withArticle(name))
+		p.Message = fmt.Sprintf("You are number %d of %d waiting for %s.", pos, p.Waiting, gpu.WithArticle(name))
 		if !p.Estimate.IsZero() {
 			p.Message += fmt.Sprintf(" Estimated: around %s.", hhmm(p.Estimate))
 		}
@@ -259,28 +259,7 @@ func startedPlace(en waitlist.Entry, at time.Time) Place {
 	return Place{User: en.User, Server: en.Server, Class: en.Class, Kind: en.Kind, Description: en.Description,
 		State: "started", JoinedAt: en.JoinedAt, HeldUntil: en.HeldUntil, StartedAt: at, AutoStart: en.AutoStart,
 		StartRequested: en.StartRequested, FairShare: 1,
-		Message: fmt.Sprintf("%s %s at %s with %s from the waitlist.", srv, how, hhmm(at), withArticle(name))}
-}
-
-// withArticle puts "a" or "an" before a unit's name as it is spoken: "an H100", "an A100 slice", "a T4 share",
-// "a MIG slice". It is not gpu.WithArticle, which is for model names and says "an MIG slice"; the two also
-// differ on "MPS share", "RTX" and "M60" ("a" here, "an" there), so sharing one changes messages people read.
-func withArticle(name string) string {
-	if name == "" {
-		return name
-	}
-	first := name[0]
-	second := byte(0)
-	if len(name) > 1 {
-		second = name[1]
-	}
-	switch {
-	case strings.ContainsRune("AEIOUaeiou", rune(first)):
-		return "an " + name
-	case strings.ContainsRune("FHLNRSX", rune(first)) && second >= '0' && second <= '9':
-		return "an " + name // an initialism said with a vowel sound: "an H100", "an L4"
-	}
-	return "a " + name
+		Message: fmt.Sprintf("%s %s at %s with %s from the waitlist.", srv, how, hhmm(at), gpu.WithArticle(name))}
 }
 
 // hhmm is a time as the other services write it in messages (gpu-culler, the quota enforcer): UTC, said so.

@@ -345,14 +345,6 @@ func TestWaitlistQuota(t *testing.T) {
 	}
 }
 
-func TestWithArticle(t *testing.T) {
-	for name, want := range map[string]string{"H100": "an H100", "A100": "an A100", "T4": "a T4", "L4": "an L4",
-		"MIG 3g.20gb slice on an A100": "a MIG 3g.20gb slice on an A100", "time-sliced share of a T4": "a time-sliced share of a T4"} {
-		if got := withArticle(name); got != want {
-			t.Errorf("withArticle(%q) = %q, want %q", name, got, want)
-		}
-	}
-}
 
 // TestToldGroupsWhileJoining: admissions change a user's told groups in place while the waitlist reads them
 // (Join without groups): under -race, every read is of a whole, consistent set.
