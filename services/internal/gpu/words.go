@@ -129,7 +129,7 @@ func (a Allocation) Units() string {
 		}
 		s = "whole " + family + plural(many)
 	}
-	return countWord(count) + " " + s
+	return CountWord(count) + " " + s
 }
 
 // JoinUnits says what several allocations hold: "one whole H100 and one MIG 3g.20gb slice on an A100".
@@ -194,9 +194,18 @@ func modelOrGPU(family string) string {
 
 var countWords = [...]string{"no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"}
 
-func countWord(n int64) string {
+// CountWord writes a small count as a word ("no", "one", ... "ten"), a larger one in digits.
+func CountWord(n int64) string {
 	if n >= 0 && n < int64(len(countWords)) {
 		return countWords[n]
 	}
 	return strconv.FormatInt(n, 10)
+}
+
+// Capitalize upper-cases the first letter of a sentence ("one H100 is free" -> "One H100 is free").
+func Capitalize(s string) string {
+	if s == "" || s[0] < 'a' || s[0] > 'z' {
+		return s
+	}
+	return string(s[0]-'a'+'A') + s[1:]
 }

@@ -237,7 +237,7 @@ func endMessage(x Explanation) string {
 	if free == nothingElse {
 		free = ""
 	}
-	return joinSentences("Your spawn was ended: waiting would not help.", capitalize(strings.TrimPrefix(x.Cause, "Your server cannot start: ")),
+	return joinSentences("Your spawn was ended: waiting would not help.", gpu.Capitalize(strings.TrimPrefix(x.Cause, "Your server cannot start: ")),
 		next, free)
 }
 
@@ -332,13 +332,6 @@ func freeWords(n int64) string {
 		return "only 1 is free right now"
 	}
 	return fmt.Sprintf("only %d are free right now", n)
-}
-
-func capitalize(s string) string {
-	if s == "" {
-		return s
-	}
-	return strings.ToUpper(s[:1]) + s[1:]
 }
 
 func cpuMemory(s schedulerVerdict) string {

@@ -291,23 +291,7 @@ func description(a gpu.Allocation, n int64) string {
 		unit, units = "GPU of unknown model", "GPUs of unknown model"
 	}
 	if n > 1 {
-		return fmt.Sprintf("%s whole %s on one node%s, yours alone.", capitalize(countWord(n)), units, withMemory(a, ", %d GB of memory each"))
+		return fmt.Sprintf("%s whole %s on one node%s, yours alone.", gpu.Capitalize(gpu.CountWord(n)), units, withMemory(a, ", %d GB of memory each"))
 	}
 	return fmt.Sprintf("A whole %s%s, yours alone.", unit, withMemory(a, " with %d GB of memory"))
-}
-
-var countWords = [...]string{"no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"}
-
-func countWord(n int64) string {
-	if n >= 0 && n < int64(len(countWords)) {
-		return countWords[n]
-	}
-	return strconv.FormatInt(n, 10)
-}
-
-func capitalize(s string) string {
-	if s == "" || s[0] < 'a' || s[0] > 'z' {
-		return s
-	}
-	return string(s[0]-'a'+'A') + s[1:]
 }
