@@ -345,7 +345,6 @@ func TestWaitlistQuota(t *testing.T) {
 	}
 }
 
-
 // TestToldGroupsWhileJoining: admissions change a user's told groups in place while the waitlist reads them
 // (Join without groups): under -race, every read is of a whole, consistent set.
 func TestToldGroupsWhileJoining(t *testing.T) {
