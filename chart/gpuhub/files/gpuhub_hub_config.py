@@ -12,7 +12,7 @@
 # gpu-quota; nothing here is cached per user. With the waitlist on (GPUHUB_WAITLIST), a spawn whose
 # user_options ask to join sends that choice and the user_options along, and gpu-quota's refusal says
 # the user's place in line; which choice of a user's was last refused for want of a free unit is
-# remembered for a while, so the form can offer to join for it. See chart/README.md ("Quota at spawn time").
+# remembered for a while, so the form can offer to join for it. See chart/README.md ("Quota (gpu-quota)").
 #
 # gpu-profiles: KubeSpawner's profile_list becomes a callable that asks gpu-profiles
 # (POST <service prefix>api/v1/profiles) for the user's choices with their free counts, caches the
@@ -28,45 +28,130 @@
 # (GET <service prefix>api/v1/stops/<user>) with gpu-culler's own token; no answer in time, no message. What to
 # say and for how long is gpu-culler's. See chart/README.md ("Culling with gpu-culler").
 #
-# Environment (all optional):
-#   GPUHUB_QUOTA_URL             gpu-quota's base URL with its prefix, e.g.
-#                                http://gpuhub-quota.jhub:8000/services/gpu-quota/ (default: the `url` of
-#                                the Hub service "gpu-quota" plus the Hub's base URL and /services/gpu-quota/)
-#   GPUHUB_QUOTA_TOKEN           the token to send (default: that service's api_token)
-#   GPUHUB_QUOTA_ON_UNAVAILABLE  open | closed, used until gpu-quota has answered once (default open)
-#   GPUHUB_QUOTA_TIMEOUT         seconds to wait for an answer (default 2)
-#   GPUHUB_WAITLIST              1 when gpu-quota runs its waitlist (--waitlist): the form offers "Join the
-#                                waitlist" on a GPU choice none of which is free, and a spawn that asks to join
-#                                (user_options gpuhub_waitlist / gpuhub_autostart) is queued by gpu-quota instead
-#                                of only refused (default off: nothing changes)
-#   GPUHUB_PROFILES_URL          gpu-profiles' base URL with its prefix (default: from the Hub service
-#                                "gpu-profiles", as for gpu-quota)
-#   GPUHUB_PROFILES_TOKEN        the token to send (default: that service's api_token)
-#   GPUHUB_PROFILES_TIMEOUT      seconds to wait for an answer (default 1): the form never waits more
-#                                than this plus 0.25 s, however many forms are asked for at once
-#   GPUHUB_PROFILES_CACHE_SECONDS  how long the answer for one user's server is reused (default 5)
-#   GPUHUB_CULLER_URL            gpu-culler's base URL with its prefix (default: from the Hub service
-#                                "gpu-culler", as for gpu-quota)
-#   GPUHUB_CULLER_TOKEN          the token to send (default: that service's api_token)
-#   GPUHUB_CULLER_TIMEOUT        seconds the home page waits for gpu-culler (default 1)
+# Each part takes its service's URL and token from the Hub service entry, or from GPUHUB_<SERVICE>_URL and
+# GPUHUB_<SERVICE>_TOKEN (QUOTA, PROFILES, CULLER), and its timeouts and GPUHUB_WAITLIST from hub.extraEnv:
+# chart/README.md lists them with their defaults ("Quota (gpu-quota)", "Spawn form from gpu-profiles",
+# "Culling with gpu-culler").
 #
 # Without a "gpu-quota" service entry (and no GPUHUB_QUOTA_URL/TOKEN) the quota part does nothing and
 # says so once in the Hub log; without a "gpu-profiles" one the static profile list and KubeSpawner's
 # own form stay as they are; without a "gpu-culler" one the home page is the Hub's own.
 
 
-def _gpuhub_quota_glue(c):
-    """Install the admission hook; everything else stays local to this function."""
+def _gpuhub_kit(c):
+    """What the three parts share: where each service answers and with which token, one bounded call, settings
+    and metrics. The words of each part's logs and refusals stay in the part."""
     import asyncio
     import json
+    import os
+    import time
+    from types import SimpleNamespace
+
+    from prometheus_client import REGISTRY
+    from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+
+    queue_margin = 0.25  # beyond the timeout, for a request that waited in the Hub's HTTP client queue
+
+    class Unavailable(Exception):
+        """The service gave no usable answer; the message says why (it never holds the token)."""
+
+    def setting(name, default):
+        """A positive number from the environment, else the default."""
+        try:
+            value = float(os.environ.get(name, default))
+        except ValueError:
+            value = float(default)
+        return value if value > 0 else float(default)
+
+    def metric(kind, name, doc, labels, **kw):
+        # The Hub serves prometheus_client's default registry at /hub/metrics. A second load of this
+        # file in one process (tests) finds the collector already there.
+        try:
+            return kind(name, doc, labels, **kw)
+        except ValueError:
+            return REGISTRY._names_to_collectors[name]
+
+    def service(name):
+        """The Hub service entry called name ({} when there is none)."""
+        if "services" in c.JupyterHub:
+            for s in c.JupyterHub.services or []:
+                if isinstance(s, dict) and s.get("name") == name:
+                    return s
+        return {}
+
+    def env(name, what):
+        """GPUHUB_<NAME>_<WHAT> ("gpu-quota", "URL" -> GPUHUB_QUOTA_URL), stripped."""
+        return os.environ.get("GPUHUB_" + name.removeprefix("gpu-").upper() + "_" + what, "").strip()
+
+    def resolver(name, path, missing, found):
+        """resolve(user, log) -> (URL of path, token), or None when neither the service entry nor the
+        environment give both; worked out once (config does not change while the Hub runs), and said once in
+        the log: missing (with %r for the name) or found (with %s for the URL)."""
+        state = {}
+
+        def resolve(user, log):
+            if "target" in state:
+                return state["target"]
+            entry = service(name)
+            url = env(name, "URL")
+            token = env(name, "TOKEN") or entry.get("api_token") or ""
+            if not url and entry.get("url"):
+                # The Hub routes /<base_url>services/<name>/ to the service's url without stripping the
+                # prefix, so the service serves under it; the Hub asks it directly, not through the proxy.
+                base = user.settings.get("base_url") or "/"
+                url = entry["url"].rstrip("/") + base.rstrip("/") + "/services/" + name + "/"
+            if not url or not token:
+                state["target"] = None
+                log.warning(missing, name)
+                return None
+            state["target"] = (url.rstrip("/") + "/" + path, token)
+            log.info(found, state["target"][0])
+            return state["target"]
+
+        return resolve
+
+    async def call(url, token, timeout, method="GET", body=None, seconds=None):
+        """One request with the token: (status, the answer if it is a JSON object else None), or Unavailable
+        when no HTTP answer came in time. Bounded as a whole: the Hub's one AsyncHTTPClient runs 10 requests at
+        a time and queues the rest, and request_timeout does not cover that wait (with pycurl, z2jh's Hub
+        image, it starts when a request leaves the queue), so a burst would wait several timeouts."""
+        headers = {"Authorization": "token " + token, "Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+            # user_options may hold bytes (uploaded files): they are no use to a service and go as null.
+            body = json.dumps(body, default=lambda _: None)
+        request = HTTPRequest(url, method=method, headers=headers, body=body, connect_timeout=timeout, request_timeout=timeout)
+        t0 = time.monotonic()
+        try:
+            resp = await asyncio.wait_for(AsyncHTTPClient().fetch(request, raise_error=False), timeout + queue_margin)
+        except asyncio.TimeoutError:
+            raise Unavailable(f"gave no answer within {timeout + queue_margin:g} s") from None
+        except Exception as e:  # connection refused, DNS (the message never holds the token)
+            raise Unavailable(f"unreachable ({type(e).__name__}: {e})") from None
+        finally:
+            if seconds is not None:
+                seconds.observe(time.monotonic() - t0)
+        if resp.code == 599:  # tornado's code for "no HTTP answer"
+            raise Unavailable(f"unreachable ({resp.error})")
+        try:
+            answer = json.loads(resp.body or b"{}")
+        except ValueError:
+            answer = None
+        return resp.code, answer if isinstance(answer, dict) else None
+
+    return SimpleNamespace(Unavailable=Unavailable, setting=setting, metric=metric, service=service, env=env,
+                           resolver=resolver, call=call)
+
+
+def _gpuhub_quota_glue(c, kit):
+    """Install the admission hook; everything else stays local to this function."""
     import os
     import time
 
     import jupyterhub
     from jupyterhub.utils import maybe_future
-    from prometheus_client import REGISTRY, Counter, Histogram
+    from prometheus_client import Counter, Histogram
     from tornado import web
-    from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
     service_name = "gpu-quota"
     closed_message = (
@@ -76,10 +161,7 @@ def _gpuhub_quota_glue(c):
     gpu_resource_prefix = "nvidia.com/"  # gpu-quota's vocabulary decides what each resource is
     decision_annotation = "gpuhub.io/quota-decision"
 
-    try:
-        timeout = float(os.environ.get("GPUHUB_QUOTA_TIMEOUT", "2"))
-    except ValueError:
-        timeout = 2.0
+    timeout = kit.setting("GPUHUB_QUOTA_TIMEOUT", "2")
 
     def truthy(value):
         # user_options from the form hold True; an API spawn's JSON may hold true, "true" or "1".
@@ -128,14 +210,7 @@ def _gpuhub_quota_glue(c):
     if not hub_counts_refusals:
         from jupyterhub.spawner import SpawnException as spawn_exception
 
-    def metric(kind, name, doc, labels, **kw):
-        # The Hub serves prometheus_client's default registry at /hub/metrics. A second load of this
-        # file in one process (tests) finds the collector already there.
-        try:
-            return kind(name, doc, labels, **kw)
-        except ValueError:
-            return REGISTRY._names_to_collectors[name]
-
+    metric = kit.metric
     unavailable_total = metric(
         Counter,
         "gpuhub_quota_glue_unavailable_total",
@@ -156,15 +231,17 @@ def _gpuhub_quota_glue(c):
         buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5),
     )
 
-    state = {
-        "target": None,  # (url, token) once resolved; config does not change while the Hub runs
-        "resolved": False,
-        "reported": None,  # onUnavailable as gpu-quota last reported it
-    }
+    state = {"reported": None}  # onUnavailable as gpu-quota last reported it
+    target = kit.resolver(
+        service_name,
+        "api/v1/admit",
+        "gpuhub quota glue: no Hub service %r with url and api_token (and no GPUHUB_QUOTA_URL/"
+        "GPUHUB_QUOTA_TOKEN): GPU spawns are not checked against a quota",
+        "gpuhub quota glue: GPU spawns are checked at %s",
+    )
 
     def resolve(spawner):
-        if state["resolved"]:
-            return state["target"]
+        return target(spawner.user, spawner.log)
         state["resolved"] = True
         service = {}
         if "services" in c.JupyterHub:
@@ -350,44 +427,19 @@ def _gpuhub_quota_glue(c):
             # Hub with these options when its turn comes: the same spawn, profile options included.
             body["waitlist"] = choice
             body["userOptions"] = dict(spawner.user_options)
-        request = HTTPRequest(
-            url,
-            method="POST",
-            headers={"Authorization": "token " + token, "Content-Type": "application/json"},
-            # user_options may hold bytes (uploaded files): they are no use to gpu-quota and go as null.
-            body=json.dumps(body, default=lambda _: None),
-            connect_timeout=timeout,
-            request_timeout=timeout,
-        )
-        t0 = time.monotonic()
         try:
-            # Bounded as a whole: the Hub's one AsyncHTTPClient queues requests beyond 10 at a time, and
-            # request_timeout does not cover that wait (a burst of spawns would wait several timeouts).
-            resp = await asyncio.wait_for(AsyncHTTPClient().fetch(request, raise_error=False), timeout + 0.25)
-        except asyncio.TimeoutError:
-            on_unavailable(spawner, f"gpu-quota gave no answer within {timeout + 0.25:g} s")
+            code, answer = await kit.call(url, token, timeout, "POST", body, seconds=request_seconds)
+        except kit.Unavailable as e:
+            on_unavailable(spawner, f"gpu-quota {e}")
             return pod
-        except Exception as e:  # connection refused, DNS (the message never holds the token)
-            on_unavailable(spawner, f"gpu-quota unreachable ({type(e).__name__}: {e})")
-            return pod
-        finally:
-            request_seconds.observe(time.monotonic() - t0)
-        try:
-            answer = json.loads(resp.body or b"{}")
-        except ValueError:
-            answer = {}
-        if not isinstance(answer, dict):
-            answer = {}
-        if resp.code != 200 or not isinstance(answer.get("allow"), bool):
-            if resp.code == 401:
+        answer = answer or {}
+        if code != 200 or not isinstance(answer.get("allow"), bool):
+            if code == 401:
                 spawner.log.error("gpuhub quota glue: gpu-quota refused the Hub's token (401): check the gpu-quota service's api_token")
-            if resp.code == 599:  # tornado's code for "no HTTP answer"
-                on_unavailable(spawner, f"gpu-quota unreachable ({resp.error})")
-                return pod
             msg = answer.get("message") if isinstance(answer.get("message"), str) else ""
-            if resp.code == 200:
+            if code == 200:
                 msg = "without a decision"
-            on_unavailable(spawner, f"gpu-quota answered {resp.code} {msg}".strip())
+            on_unavailable(spawner, f"gpu-quota answered {code} {msg}".strip())
             return pod
         if answer.get("onUnavailable") in ("open", "closed"):
             state["reported"] = answer["onUnavailable"]
@@ -468,18 +520,14 @@ def _gpuhub_quota_glue(c):
     )
 
 
-def _gpuhub_profiles_glue(c, glue, form):
+def _gpuhub_profiles_glue(c, kit, glue, form):
     """The spawn form from gpu-profiles: a callable profile_list, its template, and the start-time check.
 
     Installed only when a Hub service "gpu-profiles" (or GPUHUB_PROFILES_URL/TOKEN) is configured;
     otherwise the admin's static profile list and KubeSpawner's own form stay as they are.
     """
-    import asyncio
-    import copy
     import inspect
-    import json
     import logging
-    import os
     import time
     import weakref
     from types import SimpleNamespace
@@ -487,7 +535,6 @@ def _gpuhub_profiles_glue(c, glue, form):
     from jupyterhub.utils import maybe_future
     from prometheus_client import Counter, Histogram
     from tornado import web
-    from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
     service_name = "gpu-profiles"
     fallback_note = (
@@ -496,46 +543,32 @@ def _gpuhub_profiles_glue(c, glue, form):
         "start; if it does not, try again in a few minutes or pick another."
     )
 
-    def setting(name, default):
-        try:
-            value = float(os.environ.get(name, default))
-        except ValueError:
-            value = float(default)
-        return value if value > 0 else float(default)
-
-    timeout = setting("GPUHUB_PROFILES_TIMEOUT", "1")
-    queue_margin = 0.25  # beyond timeout, for a request that waited in the Hub's HTTP client queue
-    cache_seconds = setting("GPUHUB_PROFILES_CACHE_SECONDS", "5")
+    timeout = kit.setting("GPUHUB_PROFILES_TIMEOUT", "1")
+    cache_seconds = kit.setting("GPUHUB_PROFILES_CACHE_SECONDS", "5")
     max_servers = 10000  # answers kept (by user and server); the oldest go first
 
-    service = {}
-    if "services" in c.JupyterHub:
-        for s in c.JupyterHub.services or []:
-            if isinstance(s, dict) and s.get("name") == service_name:
-                service = s
-    env_url = os.environ.get("GPUHUB_PROFILES_URL", "").strip()
-    token = os.environ.get("GPUHUB_PROFILES_TOKEN", "").strip() or service.get("api_token") or ""
-    if not (env_url or service.get("url")) or not token:
+    service = kit.service(service_name)
+    if not (kit.env(service_name, "URL") or service.get("url")) or not (kit.env(service_name, "TOKEN") or service.get("api_token")):
         return  # not deployed: z2jh's singleuser.profileList and KubeSpawner's form as usual
 
     # The admin's static list (z2jh singleuser.profileList) as it was when this file ran: the fallback.
     static = c.KubeSpawner.profile_list if "profile_list" in c.KubeSpawner else []
 
-    requests_total = glue.metric(
+    requests_total = kit.metric(
         Counter,
         "gpuhub_profiles_glue_requests_total",
         "Profile lists the Hub built for the spawn form and for starts, by source: live (gpu-profiles "
         "answered), cached (a young answer reused), fallback (the admin's static list).",
         ["result"],
     )
-    request_seconds = glue.metric(
+    request_seconds = kit.metric(
         Histogram,
         "gpuhub_profiles_glue_request_duration_seconds",
         "Time the Hub waited for gpu-profiles' answer.",
         [],
         buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5),
     )
-    refusals_total = glue.metric(
+    refusals_total = kit.metric(
         Counter,
         "gpuhub_profiles_glue_refusals_total",
         "Starts refused because gpu-profiles showed the choice as unavailable (none_free, waitlist, quota, unschedulable, "
@@ -543,28 +576,15 @@ def _gpuhub_profiles_glue(c, glue, form):
         ["reason"],
     )
 
-    class Unavailable(Exception):
-        """gpu-profiles gave no usable answer; the message says why (never holds the token)."""
+    Unavailable = kit.Unavailable
 
     # (user name, server name) -> (monotonic time, profiles, note): the cache, and what the user last saw
     # for that server. By server, because gpu-profiles computes a named server's choices for that server
     # (gpu-quota's assess counts the user's other servers, not the one being started).
     answers = {}
     at_start = weakref.WeakKeyDictionary()  # spawner -> (live profiles or None, full list) of its start
-    target = {}
-
-    def endpoint(spawner):
-        if "url" not in target:
-            url = env_url
-            if not url:
-                # The Hub asks the service directly at its url, under the prefix the proxy routes to it.
-                base = spawner.user.settings.get("base_url") or "/"
-                url = service["url"].rstrip("/") + base.rstrip("/") + "/services/" + service_name + "/"
-            if not url.endswith("/"):
-                url += "/"
-            target["url"] = url + "api/v1/profiles"
-            spawner.log.info("gpuhub profiles glue: spawn choices come from %s", target["url"])
-        return target["url"]
+    target = kit.resolver(service_name, "api/v1/profiles", "gpuhub profiles glue: no Hub service %r with url and api_token",
+                          "gpuhub profiles glue: spawn choices come from %s")
 
     def key(spawner):
         return (spawner.user.name, spawner.name or "")
@@ -584,39 +604,17 @@ def _gpuhub_profiles_glue(c, glue, form):
             "groups": sorted(g.name for g in spawner.user.groups),
             "server": spawner.name or "",
         }
-        request = HTTPRequest(
-            endpoint(spawner),
-            method="POST",
-            headers={"Authorization": "token " + token, "Content-Type": "application/json"},
-            body=json.dumps(body),
-            connect_timeout=timeout,
-            request_timeout=timeout,
-        )
-        t0 = time.monotonic()
-        try:
-            # The Hub's one AsyncHTTPClient runs 10 requests at a time and queues the rest; with pycurl
-            # (z2jh's Hub image) request_timeout starts only when a request leaves the queue, so a burst
-            # of forms could wait many timeouts. The bound covers the queue too.
-            resp = await asyncio.wait_for(AsyncHTTPClient().fetch(request, raise_error=False), timeout + queue_margin)
-        except asyncio.TimeoutError:
-            raise Unavailable(f"gave no answer within {timeout + queue_margin:g} s") from None
-        except Exception as e:
-            raise Unavailable(f"unreachable ({type(e).__name__}: {e})") from None
-        finally:
-            request_seconds.observe(time.monotonic() - t0)
-        if resp.code == 599:
-            raise Unavailable(f"unreachable ({resp.error})")
-        try:
-            answer = json.loads(resp.body or b"{}")
-        except ValueError:
-            answer = None
-        if not isinstance(answer, dict):
-            answer = {}
-        if resp.code != 200:
-            if resp.code == 401:
+        resolved = target(spawner.user, spawner.log)
+        if resolved is None:
+            raise Unavailable("is not configured")
+        url, token = resolved
+        code, answer = await kit.call(url, token, timeout, "POST", body, seconds=request_seconds)
+        answer = answer or {}
+        if code != 200:
+            if code == 401:
                 spawner.log.error("gpuhub profiles glue: gpu-profiles refused the Hub's token (401): check the gpu-profiles service's api_token")
             msg = answer.get("message") if isinstance(answer.get("message"), str) else ""
-            raise Unavailable(f"answered {resp.code} {msg}".strip())
+            raise Unavailable(f"answered {code} {msg}".strip())
         profiles = answer.get("profiles")
         if (
             not isinstance(profiles, list)
@@ -1075,60 +1073,31 @@ PROFILE_FORM = """
 """
 
 
-def _gpuhub_culler_glue(c, home):
+def _gpuhub_culler_glue(c, kit, home):
     """The home page's "why": a home.html extending the Hub's and the gpuhub_culler_stop() it calls.
 
     Installed only when a Hub service "gpu-culler" (or GPUHUB_CULLER_URL) is configured when this file runs;
     otherwise the Hub's templates stay as they are.
     """
-    import asyncio
-    import json
     import logging
     import os
     import tempfile
     from urllib.parse import quote
 
-    from tornado.httpclient import AsyncHTTPClient, HTTPRequest
-
     service_name = "gpu-culler"
     log = logging.getLogger("JupyterHub")  # the Hub application's logger
 
-    def entry():
-        if "services" in c.JupyterHub:
-            for s in c.JupyterHub.services or []:
-                if isinstance(s, dict) and s.get("name") == service_name:
-                    return s
-        return {}
-
-    if not entry() and not os.environ.get("GPUHUB_CULLER_URL", "").strip():
+    if not kit.service(service_name) and not kit.env(service_name, "URL"):
         return
-    try:
-        timeout = float(os.environ.get("GPUHUB_CULLER_TIMEOUT", "1"))
-    except ValueError:
-        timeout = 1.0
-
-    state = {"target": None, "resolved": False, "failing": False}
-
-    def resolve(user):
-        if state["resolved"]:
-            return state["target"]
-        state["resolved"] = True
-        service = entry()
-        url = os.environ.get("GPUHUB_CULLER_URL", "").strip()
-        token = os.environ.get("GPUHUB_CULLER_TOKEN", "").strip() or service.get("api_token") or ""
-        if not url and service.get("url"):
-            # As for gpu-quota: the service serves under its prefix; the Hub asks it directly.
-            base = user.settings.get("base_url") or "/"
-            url = service["url"].rstrip("/") + base.rstrip("/") + "/services/" + service_name + "/"
-        if not url or not token:
-            log.warning("gpuhub culler glue: no Hub service %r with url and api_token (and no GPUHUB_CULLER_URL/"
-                        "GPUHUB_CULLER_TOKEN): the home page cannot say why a server was stopped", service_name)
-            return None
-        if not url.endswith("/"):
-            url += "/"
-        state["target"] = (url + "api/v1/stops/", token)
-        log.info("gpuhub culler glue: the home page asks %sapi/v1/stops/<user> why a server was stopped", url)
-        return state["target"]
+    timeout = kit.setting("GPUHUB_CULLER_TIMEOUT", "1")
+    state = {"failing": False}
+    target = kit.resolver(
+        service_name,
+        "api/v1/stops/",
+        "gpuhub culler glue: no Hub service %r with url and api_token (and no GPUHUB_CULLER_URL/"
+        "GPUHUB_CULLER_TOKEN): the home page cannot say why a server was stopped",
+        "gpuhub culler glue: the home page asks %s<user> why a server was stopped",
+    )
 
     def failed(why):
         # Once per outage, not once per page view; the token is never in `why`.
@@ -1137,33 +1106,22 @@ def _gpuhub_culler_glue(c, home):
             log.warning("gpuhub culler glue: %s; the home page shows no culler stops until it answers", why)
 
     async def last_stop(user):
-        target = resolve(user)
-        if target is None:
+        resolved = target(user, log)
+        if resolved is None:
             return None
-        url, token = target
-        request = HTTPRequest(
-            url + quote(user.name, safe=""),
-            headers={"Authorization": "token " + token, "Accept": "application/json"},
-            connect_timeout=timeout,
-            request_timeout=timeout,
-        )
+        url, token = resolved
         try:
-            # Bounded as a whole, queueing in the Hub's shared client included (see the quota part).
-            resp = await asyncio.wait_for(AsyncHTTPClient().fetch(request, raise_error=False), timeout + 0.25)
-        except asyncio.TimeoutError:
-            failed(f"gpu-culler gave no answer within {timeout + 0.25:g} s")
+            code, answer = await kit.call(url + quote(user.name, safe=""), token, timeout)
+        except kit.Unavailable as e:
+            failed(f"gpu-culler {e}")
             return None
-        except Exception as e:  # connection refused, DNS
-            failed(f"gpu-culler unreachable ({type(e).__name__}: {e})")
+        if code != 200:
+            failed(f"gpu-culler answered {code}" + (" (check the gpu-culler service's api_token)" if code in (401, 403) else ""))
             return None
-        if resp.code != 200:
-            failed(f"gpu-culler answered {resp.code}" + (" (check the gpu-culler service's api_token)" if resp.code in (401, 403) else ""))
-            return None
-        try:
-            stop = (json.loads(resp.body or b"{}") or {}).get("lastStop")
-        except (ValueError, AttributeError):
+        if answer is None:
             failed("gpu-culler's answer is not the JSON of api/v1/stops")
             return None
+        stop = answer.get("lastStop")
         if state["failing"]:
             state["failing"] = False
             log.info("gpuhub culler glue: gpu-culler answers again")
@@ -1226,5 +1184,6 @@ CULLER_HOME = """{% extends "templates/home.html" %}
 """
 
 
-_gpuhub_profiles_glue(c, _gpuhub_quota_glue(c), PROFILE_FORM)  # noqa: F821 (c is the Hub's config, as in every jupyterhub_config.py snippet)
-_gpuhub_culler_glue(c, CULLER_HOME)  # noqa: F821
+_gpuhub = _gpuhub_kit(c)  # noqa: F821 (c is the Hub's config, as in every jupyterhub_config.py snippet)
+_gpuhub_profiles_glue(c, _gpuhub, _gpuhub_quota_glue(c, _gpuhub), PROFILE_FORM)  # noqa: F821
+_gpuhub_culler_glue(c, _gpuhub, CULLER_HOME)  # noqa: F821
