@@ -1,10 +1,10 @@
 package gpuhubstack
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -120,25 +120,14 @@ func (c Culler) URL() string {
 
 // Spec is the process description for proc.Start (readiness: /readyz).
 func (c Culler) Spec() proc.Spec {
-	def := func(v, d string) string {
-		if v == "" {
-			return d
-		}
-		return v
-	}
-	env := []string{
-		"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8",
-		"JUPYTERHUB_API_URL=" + c.HubAPIURL, "JUPYTERHUB_API_TOKEN=" + c.Token, "JUPYTERHUB_SERVICE_NAME=" + CullerServiceName,
-	}
-	args := []string{
-		"--listen=127.0.0.1:" + strconv.Itoa(c.Port), "--prefix=/services/" + CullerServiceName + "/",
-		"--policy=" + c.Policy, "--namespace=" + c.Namespace, "--kubeconfig=" + c.Kubeconfig,
-		"--usage-url=" + c.UsageURL, "--sample-every=" + def(c.SampleEvery, "2s"),
-		"--leader-elect=true", "--lease-namespace=" + c.LeaseNamespace,
-		"--log-level=" + def(c.LogLevel, "info"),
-	}
+	env, common := serviceProcess(CullerServiceName, c.HubAPIURL, c.Token, c.Port, c.LogLevel)
+	args := append(common,
+		"--policy="+c.Policy, "--namespace="+c.Namespace, "--kubeconfig="+c.Kubeconfig,
+		"--usage-url="+c.UsageURL, "--sample-every="+cmp.Or(c.SampleEvery, "2s"),
+		"--leader-elect=true", "--lease-namespace="+c.LeaseNamespace,
+	)
 	if c.QuotaURL != "" {
-		args = append(args, "--quota-url="+c.QuotaURL, "--contention-every="+def(c.SampleEvery, "2s"))
+		args = append(args, "--quota-url="+c.QuotaURL, "--contention-every="+cmp.Or(c.SampleEvery, "2s"))
 	}
 	args = append(args, c.LeaseArgs...)
 	return proc.Spec{

@@ -7,6 +7,7 @@ package gpuhubstack
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -507,26 +508,31 @@ func (u Usage) BaseURL() string {
 	return fmt.Sprintf("http://127.0.0.1:%d/services/%s/", u.Port, ServiceName)
 }
 
+// serviceProcess is what every gpuhub Hub service's process gets: the Hub's API address, its own token and
+// service name in the environment (as the Hub gives a managed service), and its listen address, URL prefix and
+// log level (default info) as flags.
+func serviceProcess(name, hubAPIURL, token string, port int, logLevel string) (env, args []string) {
+	env = []string{
+		"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8",
+		"JUPYTERHUB_API_URL=" + hubAPIURL, "JUPYTERHUB_API_TOKEN=" + token, "JUPYTERHUB_SERVICE_NAME=" + name,
+	}
+	args = []string{
+		"--listen=127.0.0.1:" + strconv.Itoa(port), "--prefix=/services/" + name + "/",
+		"--log-level=" + cmp.Or(logLevel, "info"),
+	}
+	return env, args
+}
+
 // Spec is the process description for proc.Start (readiness: /readyz).
 func (u Usage) Spec() proc.Spec {
-	def := func(v, d string) string {
-		if v == "" {
-			return d
-		}
-		return v
-	}
-	env := []string{
-		"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8",
-		"JUPYTERHUB_API_URL=" + u.HubAPIURL, "JUPYTERHUB_API_TOKEN=" + u.Token, "JUPYTERHUB_SERVICE_NAME=" + ServiceName,
-	}
+	env, common := serviceProcess(ServiceName, u.HubAPIURL, u.Token, u.Port, u.LogLevel)
 	env = append(env, u.ExtraEnvForTest...)
 	ready := fmt.Sprintf("http://127.0.0.1:%d/readyz", u.Port)
-	args := []string{
-		"--listen=127.0.0.1:" + strconv.Itoa(u.Port), "--prefix=/services/" + ServiceName + "/",
-		"--interval=" + def(u.Interval, "1s"), "--hub-refresh=" + def(u.HubRefresh, "10s"),
-		"--namespace=" + u.Namespace, "--agent-namespace=" + u.AgentNamespace, "--agent-token-file=" + u.AgentTokenFile,
-		"--database=" + u.Database, "--kubeconfig=" + u.Kubeconfig, "--log-level=" + def(u.LogLevel, "info"),
-	}
+	args := append(common,
+		"--interval="+cmp.Or(u.Interval, "1s"), "--hub-refresh="+cmp.Or(u.HubRefresh, "10s"),
+		"--namespace="+u.Namespace, "--agent-namespace="+u.AgentNamespace, "--agent-token-file="+u.AgentTokenFile,
+		"--database="+u.Database, "--kubeconfig="+u.Kubeconfig,
+	)
 	readers := u.Readers
 	if u.QuotaURL != "" {
 		args = append(args, "--quota-url="+u.QuotaURL)

@@ -1,10 +1,10 @@
 package gpuhubstack
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/gpuhub/gpuhub/e2e/cluster/proc"
@@ -40,22 +40,11 @@ func (p Profiles) URL() string {
 
 // Spec is the process description for proc.Start (readiness: /readyz).
 func (p Profiles) Spec() proc.Spec {
-	def := func(v, d string) string {
-		if v == "" {
-			return d
-		}
-		return v
-	}
-	env := []string{
-		"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8",
-		"JUPYTERHUB_API_URL=" + p.HubAPIURL, "JUPYTERHUB_API_TOKEN=" + p.Token, "JUPYTERHUB_SERVICE_NAME=" + ProfilesServiceName,
-	}
-	args := []string{
-		"--listen=127.0.0.1:" + strconv.Itoa(p.Port), "--prefix=/services/" + ProfilesServiceName + "/",
-		"--namespace=" + p.Namespace, "--kubeconfig=" + p.Kubeconfig, "--reader-services=" + ServiceName,
-		"--lease-namespace=" + p.LeaseNamespace, "--pending-end-after=" + def(p.PendingEndAfter, "30s"),
-		"--log-level=" + def(p.LogLevel, "info"),
-	}
+	env, common := serviceProcess(ProfilesServiceName, p.HubAPIURL, p.Token, p.Port, p.LogLevel)
+	args := append(common,
+		"--namespace="+p.Namespace, "--kubeconfig="+p.Kubeconfig, "--reader-services="+ServiceName,
+		"--lease-namespace="+p.LeaseNamespace, "--pending-end-after="+cmp.Or(p.PendingEndAfter, "30s"),
+	)
 	if p.Config != "" {
 		args = append(args, "--config="+p.Config, "--config-poll=2s")
 	}

@@ -1,10 +1,10 @@
 package gpuhubstack
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/gpuhub/gpuhub/e2e/cluster/proc"
@@ -65,16 +65,7 @@ func (q Quota) URL() string {
 
 // Spec is the process description for proc.Start (readiness: /readyz).
 func (q Quota) Spec() proc.Spec {
-	def := func(v, d string) string {
-		if v == "" {
-			return d
-		}
-		return v
-	}
-	env := []string{
-		"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8",
-		"JUPYTERHUB_API_URL=" + q.HubAPIURL, "JUPYTERHUB_API_TOKEN=" + q.Token, "JUPYTERHUB_SERVICE_NAME=" + QuotaServiceName,
-	}
+	env, common := serviceProcess(QuotaServiceName, q.HubAPIURL, q.Token, q.Port, q.LogLevel)
 	env = append(env, q.ExtraEnvForTest...)
 	readers := ServiceName
 	if q.ProfilesToo {
@@ -83,13 +74,11 @@ func (q Quota) Spec() proc.Spec {
 	if q.CullerToo {
 		readers += "," + CullerServiceName
 	}
-	args := []string{
-		"--listen=127.0.0.1:" + strconv.Itoa(q.Port), "--prefix=/services/" + QuotaServiceName + "/",
-		"--policy=" + q.Policy, "--policy-poll=2s", "--namespace=" + q.Namespace, "--kubeconfig=" + q.Kubeconfig,
-		"--lease-namespace=" + q.LeaseNamespace, "--reader-services=" + readers,
-		"--usage-refresh=" + def(q.UsageRefresh, "5s"), "--enforce-interval=" + def(q.EnforceInterval, "10s"),
-		"--log-level=" + def(q.LogLevel, "info"),
-	}
+	args := append(common,
+		"--policy="+q.Policy, "--policy-poll=2s", "--namespace="+q.Namespace, "--kubeconfig="+q.Kubeconfig,
+		"--lease-namespace="+q.LeaseNamespace, "--reader-services="+readers,
+		"--usage-refresh="+cmp.Or(q.UsageRefresh, "5s"), "--enforce-interval="+cmp.Or(q.EnforceInterval, "10s"),
+	)
 	if q.UsageURL != "" {
 		args = append(args, "--usage-url="+q.UsageURL)
 	}
