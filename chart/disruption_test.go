@@ -23,7 +23,7 @@ type disruption struct {
 }
 
 // TestDisruptionBudgets: a PodDisruptionBudget only where a second replica keeps the service up while a drain
-// moves the first: gpu-culler (2 replicas by default) and gpu-profiles with profiles.replicas > 1, each allowing
+// moves the first: gpu-culler and gpu-profiles (2 replicas each by default) with more than one replica, each allowing
 // one pod down (maxUnavailable 1) and spread over nodes. None for a single replica, where any budget that keeps a
 // pod would block the drain of its node forever: the usage API (one SQLite writer), gpu-quota (reservations in one
 // replica's memory) and a single gpu-profiles. None for the agent DaemonSet, which drains leave alone.
@@ -35,6 +35,16 @@ func TestDisruptionBudgets(t *testing.T) {
 	}{
 		"every service, defaults": {
 			set: every,
+			want: map[string]disruption{
+				"gpu-agent":    {Kind: "DaemonSet"},
+				"usage-api":    {Kind: "Deployment", Replicas: 1},
+				"gpu-quota":    {Kind: "Deployment", Replicas: 1},
+				"gpu-profiles": {Kind: "Deployment", Replicas: 2, Budget: "maxUnavailable 1", Spread: true},
+				"gpu-culler":   {Kind: "Deployment", Replicas: 2, Budget: "maxUnavailable 1", Spread: true},
+			},
+		},
+		"one gpu-profiles: no budget, which would block the drain of its node": {
+			set: append(slices.Clone(every), "--set", "profiles.replicas=1"),
 			want: map[string]disruption{
 				"gpu-agent":    {Kind: "DaemonSet"},
 				"usage-api":    {Kind: "Deployment", Replicas: 1},
