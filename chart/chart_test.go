@@ -118,26 +118,27 @@ func TestSchemaRejects(t *testing.T) {
 		set     string
 		wantErr string
 	}{
-		"unknown key":     {set: "agent.backnd=nvml", wantErr: "backnd"},
-		"bad backend":     {set: "agent.backend=dcgm", wantErr: "backend"},
-		"bad interval":    {set: "usage.interval=often", wantErr: "interval"},
-		"bad log format":  {set: "logFormat=xml", wantErr: "logFormat"},
-		"bad api url":     {set: "hub.apiURL=hub:8081", wantErr: "apiURL"},
-		"bad service key": {set: "usage.serviceName=GPU Usage", wantErr: "serviceName"},
-		"bad namespace":   {set: "usage.podNamespace=Z2JH", wantErr: "podNamespace"},
-		"quota typo":      {set: "quota.polcy=x", wantErr: "polcy"},
-		"empty policy":    {set: "quota.policy=", wantErr: "policy"},
-		"bad poll":        {set: "quota.policyPoll=10", wantErr: "policyPoll"},
-		"bad usage url":   {set: "quota.usageURL=gpuhub-usage:8000", wantErr: "usageURL"},
-		"bad quota name":  {set: "quota.serviceName=GPU_Quota", wantErr: "serviceName"},
-		"culler typo":     {set: "culler.polcy=x", wantErr: "polcy"},
-		"culler policy":   {set: "culler.policy=", wantErr: "policy"},
-		"no replicas":     {set: "culler.replicas=0", wantErr: "replicas"},
-		"zero profiles":   {set: "profiles.replicas=0", wantErr: "replicas"},
-		"bad sampling":    {set: "culler.sampleEvery=10", wantErr: "sampleEvery"},
-		"unknown scope":   {set: "culler.extraHubScopes={admin:users}", wantErr: "extraHubScopes"},
-		"culler url":      {set: "culler.usageURL=gpuhub-usage:8000", wantErr: "usageURL"},
-		"monitoring typo": {set: "monitoring.prometheusRules.enabled=true", wantErr: "prometheusRules"},
+		"unknown key":              {set: "agent.backnd=nvml", wantErr: "backnd"},
+		"bad backend":              {set: "agent.backend=dcgm", wantErr: "backend"},
+		"bad interval":             {set: "usage.interval=often", wantErr: "interval"},
+		"bad log format":           {set: "logFormat=xml", wantErr: "logFormat"},
+		"bad api url":              {set: "hub.apiURL=hub:8081", wantErr: "apiURL"},
+		"bad service key":          {set: "usage.serviceName=GPU Usage", wantErr: "serviceName"},
+		"bad namespace":            {set: "usage.podNamespace=Z2JH", wantErr: "podNamespace"},
+		"quota typo":               {set: "quota.polcy=x", wantErr: "polcy"},
+		"empty policy":             {set: "quota.policy=", wantErr: "policy"},
+		"bad poll":                 {set: "quota.policyPoll=10", wantErr: "policyPoll"},
+		"bad usage url":            {set: "quota.usageURL=gpuhub-usage:8000", wantErr: "usageURL"},
+		"bad quota name":           {set: "quota.serviceName=GPU_Quota", wantErr: "serviceName"},
+		"culler typo":              {set: "culler.polcy=x", wantErr: "polcy"},
+		"culler policy":            {set: "culler.policy=", wantErr: "policy"},
+		"no replicas":              {set: "culler.replicas=0", wantErr: "replicas"},
+		"zero profiles":            {set: "profiles.replicas=0", wantErr: "replicas"},
+		"two usage APIs on SQLite": {set: "usage.replicas=2", wantErr: "usage.replicas above 1 needs PostgreSQL"},
+		"bad sampling":             {set: "culler.sampleEvery=10", wantErr: "sampleEvery"},
+		"unknown scope":            {set: "culler.extraHubScopes={admin:users}", wantErr: "extraHubScopes"},
+		"culler url":               {set: "culler.usageURL=gpuhub-usage:8000", wantErr: "usageURL"},
+		"monitoring typo":          {set: "monitoring.prometheusRules.enabled=true", wantErr: "prometheusRules"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -350,6 +351,14 @@ func TestRBAC(t *testing.T) {
 			set:       []string{"--set", "usage.podNamespace=z2jh"},
 			wantUsage: []string{"cluster: /nodes get,list,watch", "jhub: /pods get,list,watch", "z2jh: /pods get,list,watch"},
 			wantPodNS: "z2jh",
+		},
+		// Several usage APIs: one writes the ledger (its own Lease, and its Deployment as the Lease's owner).
+		"two usage APIs": {
+			set: []string{"--set", "usage.replicas=2", "--set", "usage.databaseURLSecret=ledger-db"},
+			wantUsage: []string{"cluster: /nodes get,list,watch", "jhub: /pods get,list,watch",
+				"jhub: apps/deployments get gpuhub-usage", "jhub: coordination.k8s.io/leases create",
+				"jhub: coordination.k8s.io/leases get,update gpuhub-usage-ledger"},
+			wantPodNS: "jhub",
 		},
 		// gpu-quota: nodes, the single-user pods (patch for its notices), its own Lease and Deployment (the
 		// Lease's owner); nothing else.

@@ -63,6 +63,13 @@ func TestDisruptionBudgets(t *testing.T) {
 				"gpu-culler":   {Kind: "Deployment", Replicas: 1, Spread: true},
 			},
 		},
+		"two usage APIs on PostgreSQL": {
+			set: []string{"--set", "usage.replicas=2", "--set", "usage.databaseURLSecret=ledger-db"},
+			want: map[string]disruption{
+				"gpu-agent": {Kind: "DaemonSet"},
+				"usage-api": {Kind: "Deployment", Replicas: 2, Budget: "maxUnavailable 1", Spread: true},
+			},
+		},
 		"three gpu-profiles": {
 			set: []string{"--set", "profiles.enabled=true", "--set", "profiles.replicas=3"},
 			want: map[string]disruption{

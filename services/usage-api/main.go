@@ -50,6 +50,9 @@ func run(args []string, stderr io.Writer) int {
 		callbackURL    = fs.String("oauth-callback-url", "", "redirect_uri exactly as the Hub registered it for the service (default <prefix>oauth_callback)")
 		hubBaseURL     = fs.String("hub-base-url", "/", "the Hub's public base URL path (z2jh hub.baseUrl): browsers go to <it>hub/api/oauth2/authorize to log in")
 		sessionKeyFile = fs.String("session-key-file", "", "file with >= 32 random bytes that sign the admin view's session cookies (empty: a random key per start; a restart then sends people through the Hub's login again, which is silent)")
+		leaseNamespace = fs.String("ledger-lease-namespace", "", "with several replicas on one PostgreSQL ledger: namespace of the Lease that keeps the ledger's writes to one replica (the others follow its commits and answer from them); empty: this replica writes (one replica)")
+		leaseName      = fs.String("ledger-lease-name", "gpu-usage-ledger", "name of the ledger writer's Lease")
+		ownerDeploy    = fs.String("owner-deployment", "", "this service's Deployment, in --ledger-lease-namespace: the Lease it creates is owned by it, so that deleting the Deployment (helm uninstall) deletes it (empty: no owner)")
 		sessionTTL     = fs.Duration("session-ttl", huboauth.DefaultSessionTTL, "how long an admin view session is trusted before the user's admin status is checked with the Hub again")
 	)
 	if code, ok := cmd.Parse(args, map[string]string{
@@ -62,6 +65,7 @@ func run(args []string, stderr io.Writer) int {
 		"admin-view": "GPUHUB_ADMIN_VIEW", "oauth-client-id": config.HubEnv.ClientID, "oauth-callback-url": "JUPYTERHUB_OAUTH_CALLBACK_URL",
 		"hub-base-url": config.HubEnv.BaseURL, "session-key-file": "GPUHUB_SESSION_KEY_FILE", "session-ttl": "GPUHUB_SESSION_TTL",
 		"informer-unready-after": "GPUHUB_INFORMER_UNREADY_AFTER",
+		"ledger-lease-namespace": "GPUHUB_LEDGER_LEASE_NAMESPACE", "ledger-lease-name": "GPUHUB_LEDGER_LEASE_NAME", "owner-deployment": "GPUHUB_OWNER_DEPLOYMENT",
 	}); !ok {
 		return code
 	}
@@ -105,6 +109,7 @@ func run(args []string, stderr io.Writer) int {
 	if *databaseURL != "" {
 		db = *databaseURL
 	}
+	identity, _ := os.Hostname() // the pod name: one per replica
 	ctx, _, stop := start.Signals()
 	defer stop()
 	err = app.Run(ctx, app.Options{
@@ -117,6 +122,7 @@ func run(args []string, stderr io.Writer) int {
 		ReaderServices: config.List(*readerServices), WaitlistServices: config.List(*waitlistSvcs), Budget: peers.Budget,
 		QuotaAPI: peers.QuotaAPI, CullerAPI: peers.CullerAPI, Login: login,
 		Database: db, Interval: *interval, MaxGap: *maxGap, StaleAfter: *staleAfter,
+		LedgerLease: app.LeaseOptions{Namespace: *leaseNamespace, Name: *leaseName, Identity: identity, OwnerDeployment: *ownerDeploy},
 	})
 	return cmd.Exit(err)
 }

@@ -109,6 +109,10 @@ gpuhub-agent
 {{- end -}}
 
 {{/* The Lease that keeps gpu-quota's enforcement loop to one replica. */}}
+{{- define "gpuhub.usageLease" -}}
+{{- printf "%s-usage-ledger" (include "gpuhub.fullname" .) -}}
+{{- end -}}
+
 {{- define "gpuhub.quotaLease" -}}
 {{- printf "%s-quota" (include "gpuhub.fullname" .) -}}
 {{- end -}}

@@ -92,6 +92,12 @@ type Options struct {
 	History                        time.Duration // default 1 h
 	// StaleAfter is the age past which a node's GPU telemetry is stale; 0: 3 sampling intervals (usage.Input).
 	StaleAfter time.Duration
+	// LedgerLease names the Lease that keeps the ledger's writes to one replica when several run (on one
+	// PostgreSQL database): the others follow its commits (ledger.Follow) and answer from them. An empty
+	// Namespace: no election, this replica writes (one replica, as with SQLite).
+	LedgerLease LeaseOptions
+	// LedgerWriter, when set, says whether this replica writes the ledger now (tests); LedgerLease sets it.
+	LedgerWriter func() bool
 
 	Now func() time.Time
 	// OnServing, if set, gets the server once it listens (tests read its address).
@@ -127,6 +133,19 @@ func Run(ctx context.Context, o Options) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+
+	if o.LedgerLease.Namespace != "" {
+		el, err := newLedgerElector(o)
+		if err != nil {
+			return err
+		}
+		o.LedgerWriter = el.IsLeader
+		go func() {
+			if err := el.Run(ctx); err != nil && ctx.Err() == nil {
+				o.Logger.Error("ledger writer election stopped; this replica follows the ledger until restarted", "err", err)
+			}
+		}()
+	}
 
 	// The ledger is not needed to serve the live share: an unreachable database must not keep the panel down
 	// (nor crash-loop the pod). It connects in the background; until then GPU-hours answer "unavailable".

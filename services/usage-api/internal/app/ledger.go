@@ -20,6 +20,8 @@ import (
 // Ledger is what the service needs of the GPU-hours ledger; *ledger.Ledger satisfies it.
 type Ledger interface {
 	Record(ctx context.Context, now time.Time, samples []ledger.Sample) (ledger.Result, error)
+	// Follow is a tick of a replica that does not write (another holds the ledger's Lease).
+	Follow(ctx context.Context, now time.Time, samples []ledger.Sample) error
 	UserWindows(user string) ledger.Windows
 	Hours(ctx context.Context, q ledger.Query) ([]ledger.Row, error)
 	Breakdown(ctx context.Context, q ledger.Query) ([]ledger.Usage, error)
@@ -67,6 +69,9 @@ type ledgerConn struct {
 	up            prometheus.Gauge
 	connectErrors prometheus.Counter
 
+	// writer says whether this replica writes the ledger now (holds its Lease); nil: always (one replica).
+	writer func() bool
+
 	led atomic.Pointer[ledgerBox] // nil until connected
 	ok  atomic.Bool               // connected and the last attempt worked: Available's fast path
 
@@ -85,7 +90,7 @@ var errNotConnected = errors.New("ledger not connected")
 
 func newLedgerConn(o Options) (*ledgerConn, error) {
 	c := &ledgerConn{
-		open: o.OpenLedger, now: o.Now, logger: o.Logger, interval: o.Interval,
+		open: o.OpenLedger, now: o.Now, logger: o.Logger, interval: o.Interval, writer: o.LedgerWriter,
 		retryMin: o.LedgerRetryMin, retryMax: o.LedgerRetryMax, connectTimeout: 30 * time.Second,
 		up: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpuhub", Subsystem: "usage", Name: "ledger_up",
 			Help: "1 when the ledger database is connected and the last commit worked, else 0 (GPU-hours are then answered as unavailable)."}),
@@ -151,14 +156,21 @@ func (c *ledgerConn) fail(err error) {
 	c.err = err
 }
 
-// record commits one tick. A failed commit is retried by the next tick (the ledger charges the time since its
-// checkpoint, so nothing is lost to a short outage).
+// record commits one tick, or follows the writer's commits on a replica that does not hold the ledger's Lease. A
+// failed commit is retried by the next tick (the ledger charges the time since its checkpoint, so nothing is lost
+// to a short outage).
 func (c *ledgerConn) record(ctx context.Context, now time.Time, samples []ledger.Sample) (ledger.Result, error) {
 	b := c.led.Load()
 	if b == nil {
 		return ledger.Result{}, errNotConnected
 	}
-	res, err := b.Record(ctx, now, samples)
+	var res ledger.Result
+	var err error
+	if c.writer == nil || c.writer() {
+		res, err = b.Record(ctx, now, samples)
+	} else {
+		err = b.Follow(ctx, now, samples) // its answers follow the writer's commits
+	}
 	c.mu.Lock()
 	wasFailing := c.err != nil
 	if err != nil {

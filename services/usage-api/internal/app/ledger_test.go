@@ -21,6 +21,7 @@ type nopLedger struct{ err error }
 func (l nopLedger) Record(context.Context, time.Time, []ledger.Sample) (ledger.Result, error) {
 	return ledger.Result{}, l.err
 }
+func (l nopLedger) Follow(context.Context, time.Time, []ledger.Sample) error { return l.err }
 func (nopLedger) UserWindows(string) ledger.Windows { return ledger.Windows{} }
 func (nopLedger) Hours(context.Context, ledger.Query) ([]ledger.Row, error) {
 	return nil, nil
