@@ -120,8 +120,8 @@ func (c Culler) URL() string {
 
 // Spec is the process description for proc.Start (readiness: /readyz).
 func (c Culler) Spec() proc.Spec {
-	env, common := serviceProcess(CullerServiceName, c.HubAPIURL, c.Token, c.Port, c.LogLevel)
-	args := append(common,
+	env, args := serviceProcess(CullerServiceName, c.HubAPIURL, c.Token, c.Port, c.LogLevel)
+	args = append(args,
 		"--policy="+c.Policy, "--namespace="+c.Namespace, "--kubeconfig="+c.Kubeconfig,
 		"--usage-url="+c.UsageURL, "--sample-every="+cmp.Or(c.SampleEvery, "2s"),
 		"--leader-elect=true", "--lease-namespace="+c.LeaseNamespace,

@@ -525,10 +525,10 @@ func serviceProcess(name, hubAPIURL, token string, port int, logLevel string) (e
 
 // Spec is the process description for proc.Start (readiness: /readyz).
 func (u Usage) Spec() proc.Spec {
-	env, common := serviceProcess(ServiceName, u.HubAPIURL, u.Token, u.Port, u.LogLevel)
+	env, args := serviceProcess(ServiceName, u.HubAPIURL, u.Token, u.Port, u.LogLevel)
 	env = append(env, u.ExtraEnvForTest...)
 	ready := fmt.Sprintf("http://127.0.0.1:%d/readyz", u.Port)
-	args := append(common,
+	args = append(args,
 		"--interval="+cmp.Or(u.Interval, "1s"), "--hub-refresh="+cmp.Or(u.HubRefresh, "10s"),
 		"--namespace="+u.Namespace, "--agent-namespace="+u.AgentNamespace, "--agent-token-file="+u.AgentTokenFile,
 		"--database="+u.Database, "--kubeconfig="+u.Kubeconfig,

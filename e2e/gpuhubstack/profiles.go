@@ -40,8 +40,8 @@ func (p Profiles) URL() string {
 
 // Spec is the process description for proc.Start (readiness: /readyz).
 func (p Profiles) Spec() proc.Spec {
-	env, common := serviceProcess(ProfilesServiceName, p.HubAPIURL, p.Token, p.Port, p.LogLevel)
-	args := append(common,
+	env, args := serviceProcess(ProfilesServiceName, p.HubAPIURL, p.Token, p.Port, p.LogLevel)
+	args = append(args,
 		"--namespace="+p.Namespace, "--kubeconfig="+p.Kubeconfig, "--reader-services="+ServiceName,
 		"--lease-namespace="+p.LeaseNamespace, "--pending-end-after="+cmp.Or(p.PendingEndAfter, "30s"),
 	)

@@ -65,7 +65,7 @@ func (q Quota) URL() string {
 
 // Spec is the process description for proc.Start (readiness: /readyz).
 func (q Quota) Spec() proc.Spec {
-	env, common := serviceProcess(QuotaServiceName, q.HubAPIURL, q.Token, q.Port, q.LogLevel)
+	env, args := serviceProcess(QuotaServiceName, q.HubAPIURL, q.Token, q.Port, q.LogLevel)
 	env = append(env, q.ExtraEnvForTest...)
 	readers := ServiceName
 	if q.ProfilesToo {
@@ -74,7 +74,7 @@ func (q Quota) Spec() proc.Spec {
 	if q.CullerToo {
 		readers += "," + CullerServiceName
 	}
-	args := append(common,
+	args = append(args,
 		"--policy="+q.Policy, "--policy-poll=2s", "--namespace="+q.Namespace, "--kubeconfig="+q.Kubeconfig,
 		"--lease-namespace="+q.LeaseNamespace, "--reader-services="+readers,
 		"--usage-refresh="+cmp.Or(q.UsageRefresh, "5s"), "--enforce-interval="+cmp.Or(q.EnforceInterval, "10s"),

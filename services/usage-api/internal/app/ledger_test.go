@@ -22,7 +22,7 @@ func (l nopLedger) Record(context.Context, time.Time, []ledger.Sample) (ledger.R
 	return ledger.Result{}, l.err
 }
 func (l nopLedger) Follow(context.Context, time.Time, []ledger.Sample) error { return l.err }
-func (nopLedger) UserWindows(string) ledger.Windows { return ledger.Windows{} }
+func (nopLedger) UserWindows(string) ledger.Windows                          { return ledger.Windows{} }
 func (nopLedger) Hours(context.Context, ledger.Query) ([]ledger.Row, error) {
 	return nil, nil
 }
