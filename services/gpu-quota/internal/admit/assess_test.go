@@ -157,7 +157,7 @@ func TestAssess(t *testing.T) {
 			if wantOn == "" {
 				wantOn = "open"
 			}
-			if string(got.OnUnavailable) != wantOn {
+			if got.OnUnavailable != wantOn {
 				t.Errorf("onUnavailable %q, want %q", got.OnUnavailable, wantOn)
 			}
 			for _, v := range got.Options {
