@@ -33,6 +33,12 @@ test-usage-postgres: postgres-server ## The whole ledger package against a throw
 
 TEST_TARGETS += test-usage-postgres
 
+.PHONY: usage-apiserver-test
+usage-apiserver-test: etcd kube-binaries ## Usage API against a real kube-apiserver: two replicas on one ledger, one writer at a time on a Lease with the chart's RBAC, the handover when the writer stops.
+	GPUHUB_KUBE_BIN="$(KUBE_BIN)" $(GO) test $(GO_TEST_FLAGS) -tags integration -run APIServer ./services/usage-api/internal/app/
+
+TEST_TARGETS += usage-apiserver-test
+
 .PHONY: bench-usage
 bench-usage: venv-hub55 chp ## B1/B5: usage API me vs the Hub's GET /users/{name} at 2,000 req/s, 10k users; history RSS. Prints a table and writes it to docs/benchmarks/usage.md.
 	@command -v taskset >/dev/null || { echo "ERROR: taskset not found; install it: apt-get install -y util-linux"; exit 1; }
