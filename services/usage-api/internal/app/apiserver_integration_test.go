@@ -110,7 +110,7 @@ func TestAPIServerOneLedgerWriter(t *testing.T) {
 		}
 		return r
 	}
-	leading := func(r *replica) float64 { return gauge(t, r.reg, "gpuhub_usage_ledger_leader") }
+	leading := func(r *replica) float64 { return metric(t, r.reg, "gpuhub_usage_ledger_leader") }
 	a := startReplica("usage-0")
 	b := startReplica("usage-1")
 	eventually(t, "one of the two writes the ledger", func() (bool, string) {
@@ -136,7 +136,7 @@ func TestAPIServerOneLedgerWriter(t *testing.T) {
 	first := ticks()
 	eventually(t, "the writer commits", func() (bool, string) { n := ticks(); return n > first+5, fmt.Sprint(n) })
 	for name, r := range map[string]*replica{"writer": writer, "follower": follower} {
-		if n := counter(t, r.reg, "gpuhub_usage_ledger_conflicts_total"); n != 0 {
+		if n := metric(t, r.reg, "gpuhub_usage_ledger_conflicts_total"); n != 0 {
 			t.Errorf("the %s met %v ledger conflicts: two replicas wrote", name, n)
 		}
 	}
@@ -149,25 +149,11 @@ func TestAPIServerOneLedgerWriter(t *testing.T) {
 	eventually(t, "the follower takes the Lease", func() (bool, string) { return leading(follower) == 1, "" })
 	handover := ticks()
 	eventually(t, "the new writer commits", func() (bool, string) { n := ticks(); return n > handover+5, fmt.Sprint(n) })
-	if n := counter(t, follower.reg, "gpuhub_usage_ledger_conflicts_total"); n != 0 {
+	if n := metric(t, follower.reg, "gpuhub_usage_ledger_conflicts_total"); n != 0 {
 		t.Errorf("the new writer met %v ledger conflicts", n)
 	}
 	follower.cancel()
 	if err := <-follower.done; err != nil {
 		t.Errorf("the new writer's Run: %v", err)
 	}
-}
-
-func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	return 0
 }

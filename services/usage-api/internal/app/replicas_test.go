@@ -40,7 +40,7 @@ func TestTwoReplicasOneWriter(t *testing.T) {
 		return status == "ok" && f > 0 && f <= w+1e-9 && w-f < 2*3.0/7*0.1/3600+1e-12, fmt.Sprintf("writer %v, follower %v (%s)", w, f, status)
 	})
 	// A follower never writes: the writer's commits never find the checkpoint moved by another.
-	if n := counter(t, writer.registry, "gpuhub_usage_ledger_conflicts_total"); n != 0 {
+	if n := metric(t, writer.registry, "gpuhub_usage_ledger_conflicts_total"); n != 0 {
 		t.Errorf("the writer met %v conflicts: the follower wrote", n)
 	}
 	writer.stop(t)
@@ -52,17 +52,22 @@ func TestTwoReplicasOneWriter(t *testing.T) {
 	})
 }
 
-func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+// metric is the value of a gauge or counter without labels in reg (0 when it has no sample yet).
+func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetCounter().GetValue()
+		if mf.GetName() != name || len(mf.GetMetric()) == 0 {
+			continue
 		}
+		m := mf.GetMetric()[0]
+		if m.GetCounter() != nil {
+			return m.GetCounter().GetValue()
+		}
+		return m.GetGauge().GetValue()
 	}
-	t.Fatalf("no metric %s", name)
 	return 0
 }
