@@ -34,8 +34,8 @@ func TestCheck(t *testing.T) {
 	}{
 		"quota":                 {[]string{"testdata/campus.yaml"}, 0, "testdata/campus.yaml: ok (gpu-quota policy, told by its keys)\n"},
 		"culler":                {[]string{"testdata/culler.yaml"}, 0, "testdata/culler.yaml: ok (gpu-culler policy, told by its keys)\n"},
-		"quota demo":            {[]string{"../../../e2e/hub/quota-demo.yaml"}, 0, "../../../e2e/hub/quota-demo.yaml: ok (gpu-quota policy, told by its keys)\n"},
-		"culler demo":           {[]string{"../../../e2e/hub/culler-demo.yaml"}, 0, "../../../e2e/hub/culler-demo.yaml: ok (gpu-culler policy, told by its keys)\n"},
+		"quota demo":            {[]string{"../../../../e2e/hub/quota-demo.yaml"}, 0, "../../../../e2e/hub/quota-demo.yaml: ok (gpu-quota policy, told by its keys)\n"},
+		"culler demo":           {[]string{"../../../../e2e/hub/culler-demo.yaml"}, 0, "../../../../e2e/hub/culler-demo.yaml: ok (gpu-culler policy, told by its keys)\n"},
 		"--kind culler":         {[]string{"--kind", "culler", "testdata/culler.yaml"}, 0, "testdata/culler.yaml: ok (gpu-culler policy, --kind culler)\n"},
 		"--kind after the file": {[]string{"testdata/culler.yaml", "--kind=culler"}, 0, "testdata/culler.yaml: ok (gpu-culler policy, --kind culler)\n"},
 		"--kind the other one": {[]string{"--kind", "quota", "testdata/culler.yaml"}, 1,
