@@ -76,27 +76,16 @@ func (l *Ledger) followCache(ctx context.Context, now time.Time, grown Totals) e
 	if !same {
 		return l.refreshCache(ctx, now)
 	}
-	rows, err := l.store.Sum(ctx, Query{From: hour, To: hour.Add(time.Hour)})
+	cur, err := l.currentHour(ctx, hour)
 	if err != nil {
 		return err
 	}
-	current, byKey := map[string]Totals{}, map[Key]Totals{}
-	var after Totals
-	for _, r := range rows {
-		t := current[r.User]
-		t.add(r.Totals)
-		current[r.User] = t
-		k := byKey[r.Key]
-		k.add(r.Totals)
-		byKey[r.Key] = k
-		after.add(r.Totals)
-	}
-	if !after.minus(before).near(grown) {
+	if !cur.total.minus(before).near(grown) {
 		l.late.Add(1)
-		return l.refreshCache(ctx, now)
+		return l.refreshWindows(ctx, hour, cur)
 	}
 	l.cacheMu.Lock()
-	l.cache.current, l.cache.currentByKey = current, byKey
+	l.cache.current, l.cache.currentByKey = cur.byUser, cur.byKey
 	l.cacheMu.Unlock()
 	return nil
 }

@@ -780,28 +780,51 @@ func (l *Ledger) windowStarts(hour time.Time) (today, d7, d30 time.Time) {
 
 func (l *Ledger) refreshCache(ctx context.Context, now time.Time) error {
 	hour := now.UTC().Truncate(time.Hour)
+	cur, err := l.currentHour(ctx, hour)
+	if err != nil {
+		return err
+	}
+	return l.refreshWindows(ctx, hour, cur)
+}
+
+// refreshWindows re-sums the completed hours of every window and replaces the cache with them and cur, the
+// current hour's sums.
+func (l *Ledger) refreshWindows(ctx context.Context, hour time.Time, cur hourSums) error {
 	today, d7, d30 := l.windowStarts(hour)
 	completed, err := l.store.userWindows(ctx, today, d7, d30, hour)
 	if err != nil {
 		return err
 	}
-	rows, err := l.store.Sum(ctx, Query{From: hour, To: hour.Add(time.Hour)})
-	if err != nil {
-		return err
-	}
-	current, byKey := map[string]Totals{}, map[Key]Totals{}
-	for _, r := range rows {
-		t := current[r.User]
-		t.add(r.Totals)
-		current[r.User] = t
-		k := byKey[r.Key]
-		k.add(r.Totals)
-		byKey[r.Key] = k
-	}
 	l.cacheMu.Lock()
-	l.cache = windowCache{hour: hour, starts: [3]time.Time{today, d7, d30}, completed: completed, current: current, currentByKey: byKey}
+	l.cache = windowCache{hour: hour, starts: [3]time.Time{today, d7, d30}, completed: completed, current: cur.byUser, currentByKey: cur.byKey}
 	l.cacheMu.Unlock()
 	return nil
+}
+
+// hourSums are one hour bucket's GPU-seconds by user, by key and in all.
+type hourSums struct {
+	byUser map[string]Totals
+	byKey  map[Key]Totals
+	total  Totals
+}
+
+// currentHour sums the store's rows of the hour bucket that starts at hour.
+func (l *Ledger) currentHour(ctx context.Context, hour time.Time) (hourSums, error) {
+	rows, err := l.store.Sum(ctx, Query{From: hour, To: hour.Add(time.Hour)})
+	if err != nil {
+		return hourSums{}, err
+	}
+	out := hourSums{byUser: map[string]Totals{}, byKey: map[Key]Totals{}}
+	for _, r := range rows {
+		t := out.byUser[r.User]
+		t.add(r.Totals)
+		out.byUser[r.User] = t
+		k := out.byKey[r.Key]
+		k.add(r.Totals)
+		out.byKey[r.Key] = k
+		out.total.add(r.Totals)
+	}
+	return out, nil
 }
 
 func (l *Ledger) applyToCache(ctx context.Context, now time.Time, incs []Increment) {
