@@ -15,7 +15,8 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
-	_ "modernc.org/sqlite"             // registers the "sqlite" database/sql driver (pure Go)
+	"modernc.org/sqlite"               // registers the "sqlite" database/sql driver (pure Go)
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 	"github.com/gpuhub/gpuhub/services/internal/yield"
@@ -187,7 +188,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 // OpenSQLite opens (creating if needed) a SQLite ledger at path in WAL mode. WAL with synchronous=NORMAL is
 // durable against a process crash (kill -9); only a power loss can drop the last commits.
 func OpenSQLite(ctx context.Context, path string) (*Store, error) {
-	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=busy_timeout(10000)&_txlock=immediate"
+	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite ledger: %w", err)
@@ -195,11 +196,29 @@ func OpenSQLite(ctx context.Context, path string) (*Store, error) {
 	// One writer at a time is SQLite's model; a few readers run beside it in WAL mode.
 	db.SetMaxOpenConns(4)
 	s := &Store{db: db}
-	if err := s.migrate(ctx); err != nil {
+	// The first connection to a new file turns it to WAL, which needs the file alone and answers SQLITE_BUSY
+	// at once, without the busy timeout, when another process opens it at that moment: try again a few times.
+	for wait := 10 * time.Millisecond; ; wait *= 2 {
+		err = s.migrate(ctx)
+		if err == nil || !isBusy(err) || wait > time.Second {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
+	if err != nil {
 		_ = db.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// isBusy says err is SQLite's SQLITE_BUSY (or one of its extended codes).
+func isBusy(err error) bool {
+	var e *sqlite.Error
+	return errors.As(err, &e) && e.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
 // OpenPostgres opens a PostgreSQL ledger.
@@ -217,12 +236,30 @@ func OpenPostgres(ctx context.Context, url string) (*Store, error) {
 	return s, nil
 }
 
+// migrateLock names the PostgreSQL advisory lock that serialises schema migrations (any constant works; this
+// one spells "gpuhub").
+const migrateLock = 0x677075687562
+
+// migrate creates the schema and adds what later releases added, in one transaction: replicas that start
+// together each migrate, and the second must find the first one's work done, not half of it. SQLite's
+// transactions are immediate (_txlock), so the first opener holds the write lock; PostgreSQL takes an advisory
+// lock, since two concurrent CREATE TABLE IF NOT EXISTS can both miss the table and one then fails.
 func (s *Store) migrate(ctx context.Context) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate ledger schema: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if s.postgres {
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLock); err != nil {
+			return fmt.Errorf("migrate ledger schema: %w", err)
+		}
+	}
 	for stmt := range strings.SplitSeq(schema, ";") {
 		if strings.TrimSpace(stmt) == "" {
 			continue
 		}
-		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("create ledger schema: %w", err)
 		}
 	}
@@ -230,15 +267,20 @@ func (s *Store) migrate(ctx context.Context) error {
 	add := `ALTER TABLE ledger_checkpoint ADD COLUMN IF NOT EXISTS left_since_ns BIGINT NOT NULL DEFAULT 0`
 	if !s.postgres {
 		var n int
-		if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM pragma_table_info('ledger_checkpoint') WHERE name = 'left_since_ns'`).Scan(&n); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM pragma_table_info('ledger_checkpoint') WHERE name = 'left_since_ns'`).Scan(&n); err != nil {
 			return fmt.Errorf("migrate ledger schema: %w", err)
 		}
-		if n > 0 {
-			return nil
-		}
 		add = strings.Replace(add, "IF NOT EXISTS ", "", 1) // SQLite has no IF NOT EXISTS here
+		if n > 0 {
+			add = ""
+		}
 	}
-	if _, err := s.db.ExecContext(ctx, add); err != nil {
+	if add != "" {
+		if _, err := tx.ExecContext(ctx, add); err != nil {
+			return fmt.Errorf("migrate ledger schema: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("migrate ledger schema: %w", err)
 	}
 	return nil
