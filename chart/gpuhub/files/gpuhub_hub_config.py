@@ -19,8 +19,9 @@
 # answer per user and server for a few seconds, and falls back to the admin's static list (singleuser.profileList,
 # whatever c.KubeSpawner.profile_list was when this file ran) with a note on the form when gpu-profiles
 # does not answer. The form (profile_form_template, below) shows free counts and disabled choices with
-# the reason. A start whose choice gpu-profiles shows as unavailable is refused at once, naming what is
-# free, and so is one naming a choice that is not offered; the Hub counts neither as a failure. See chart/README.md ("Spawn form from gpu-profiles").
+# the reason. Before a start's pod is created, gpu-profiles judges the choice (POST api/v1/start, with the
+# pod's GPU request); its refusal, and the glue's for a choice that is not offered, are not counted by the
+# Hub as failures. See chart/README.md ("Spawn form from gpu-profiles").
 #
 # gpu-culler: after the culler stopped a server, the Hub home page (/hub/home) says why. The glue puts a
 # home.html that extends the Hub's own first in c.JupyterHub.template_paths and gives it
@@ -139,8 +140,39 @@ def _gpuhub_kit(c):
             answer = None
         return resp.code, answer if isinstance(answer, dict) else None
 
+    def field(obj, name, camel=None):
+        """An attribute of a kubernetes_asyncio model, or a key of its dict form."""
+        if obj is None:
+            return None
+        if isinstance(obj, dict):
+            return obj.get(camel or name, obj.get(name))
+        return getattr(obj, name, None)
+
+    def pod_spec(pod):
+        """What a service needs of a pod to count its GPUs the scheduler's way (Go's gpu.PodResources): each
+        container's resources and the node selector, spelled as the Kubernetes API spells them. Never more:
+        the pod's env holds the server's API token."""
+        spec = field(pod, "spec")
+
+        def containers(name, camel):
+            out = []
+            for ctr in field(spec, name, camel) or []:
+                res = field(ctr, "resources")
+                out.append({
+                    "name": field(ctr, "name") or "",
+                    "restartPolicy": field(ctr, "restart_policy", "restartPolicy"),
+                    "resources": {k: {r: str(q) for r, q in (field(res, k) or {}).items()} for k in ("limits", "requests")},
+                })
+            return out
+
+        return {
+            "containers": containers("containers", None),
+            "initContainers": containers("init_containers", "initContainers"),
+            "nodeSelector": dict(field(spec, "node_selector", "nodeSelector") or {}),
+        }
+
     return SimpleNamespace(Unavailable=Unavailable, setting=setting, metric=metric, service=service, env=env,
-                           resolver=resolver, call=call)
+                           resolver=resolver, call=call, field=field, pod_spec=pod_spec)
 
 
 def _gpuhub_quota_glue(c, kit):
@@ -667,16 +699,6 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
     def slugs(profiles):
         return {p.get("slug") for p in profiles}
 
-    def chosen_slug(spawner, profiles):
-        """The profile KubeSpawner applies: user_options' profile, else the default, else the first."""
-        slug = (spawner.user_options or {}).get("profile")
-        if slug:
-            return slug
-        for p in profiles:
-            if p.get("default"):
-                return p.get("slug")
-        return profiles[0].get("slug") if profiles else None
-
     def find(profiles, slug):
         for p in profiles:
             if p.get("slug") == slug:
@@ -813,78 +835,48 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
                 )
             return fixed if starting else with_note(fixed, fallback_note)
 
-    def gpu_request(p):
-        override = p.get("kubespawner_override") or {}
-        limits = override.get("extra_resource_limits") or {}
-        return {k: glue.count(v) for k, v in limits.items() if k.startswith("nvidia.com/") and glue.count(v) > 0}
-
-    def same_kind(q, gpus, node_selector, named):
-        """Live profile q asks for the same GPUs on the same kind of node as the pod: no label of the two
-        selectors disagrees, and each label in `named` (what the static choice selects on, and the pod's
-        GPU labels: its product, say) q selects on too, with the pod's value."""
-        if gpu_request(q) != gpus:
-            return False
-        theirs = (q.get("kubespawner_override") or {}).get("node_selector") or {}
-        if any(k in node_selector and node_selector[k] != v for k, v in theirs.items()):
-            return False
-        return all(k in theirs and theirs[k] == node_selector.get(k, theirs[k]) for k in named)
-
-    def free_now(live):
-        names = []
-        for p in live or []:
-            g = p.get("gpuhub")
-            if not isinstance(g, dict) or g.get("kind") in ("cpu", "static") or not available(p):
-                continue
-            free = g.get("free")
-            names.append(f"{p.get('display_name') or p.get('slug')} ({free} free)" if isinstance(free, int) else str(p.get("display_name") or p.get("slug")))
-        if names:
-            return "Free now: " + "; ".join(names) + "."
-        return "No GPU you may take is free right now; a CPU-only server can start."
-
     async def still_available(spawner, pod):
-        """Refuse a start whose choice gpu-profiles showed as unavailable at start (a race with the form,
-        or an API spawn naming it), before gpu-quota is asked and before any pod exists."""
+        """Before gpu-quota is asked and before any pod exists, ask gpu-profiles whether the chosen profile may
+        start (a race with the form, or an API spawn naming an unavailable choice); its refusal says why and
+        what is free. Not asked when the start's list was the fallback, nor while gpu-profiles cannot answer:
+        gpu-quota, when deployed, still decides."""
         entry = at_start.pop(spawner, None)
-        if entry is None:
+        if entry is None or entry[0] is None:
             return
-        live, full = entry
-        p = find(full, chosen_slug(spawner, full))
-        if p is None:
+        slug = (spawner.user_options or {}).get("profile") or ""
+        p = find(entry[1], slug) or {}
+        own = (p.get("kubespawner_override") or {}).get("node_selector")
+        body = {
+            "user": spawner.user.name,
+            "groups": sorted(g.name for g in spawner.user.groups),
+            "server": spawner.name or "",
+            "profile": slug,
+            "displayName": p.get("display_name") or slug,
+            "live": isinstance(p.get("gpuhub"), dict),  # else the admin's static choice, judged by the pod
+            "selects": sorted(own) if isinstance(own, dict) else [],  # KubeSpawner allows a callable here
+            "pod": kit.pod_spec(pod),
+            "joining": glue.joining(spawner),
+            "waitlist": glue.waitlist_on and glue.quota_configured(spawner),
+        }
+        resolved = target(spawner.user, spawner.log)
+        if resolved is None:
             return
-        if not isinstance(p.get("gpuhub"), dict):
-            # A static choice: judged by the live profiles that ask for the same GPUs on the same kind of
-            # node. Several may (one per product when the static choice names none): refused only when
-            # none of them is available, since the scheduler may place it on any.
-            gpus = glue.pod_gpus(pod)
-            if not gpus or not live:
-                return
-            spec = glue.field(pod, "spec")
-            selector = dict(glue.field(spec, "node_selector", "nodeSelector") or {})
-            own = (p.get("kubespawner_override") or {}).get("node_selector")
-            named = set(own) if isinstance(own, dict) else set()  # KubeSpawner allows a callable here
-            named |= {k for k in selector if k.startswith("nvidia.com/")}
-            matches = [q for q in live if isinstance(q.get("gpuhub"), dict) and same_kind(q, gpus, selector, named)]
-            if not matches or any(available(q) for q in matches):
-                return
-            g = matches[0]["gpuhub"]
-        else:
-            g = p["gpuhub"]
-        if g.get("available") is not False:
+        url, token = resolved
+        try:
+            code, answer = await kit.call(url.rsplit("/", 1)[0] + "/start", token, timeout, "POST", body, seconds=request_seconds)
+        except Unavailable as e:
+            code, answer = str(e), None
+        if code != 200:
+            spawner.log.warning("gpuhub profiles glue: gpu-profiles %s to the start check; %s's start goes on unchecked by it",
+                                code if isinstance(code, str) else f"answered {code}", spawner.user.name)
             return
-        reason = g.get("reason") if g.get("reason") in ("none_free", "waitlist", "quota", "unschedulable", "gone") else "other"
-        if reason in ("none_free", "waitlist") and glue.joining(spawner):
-            # gpu-quota keeps the line: it queues the server and its refusal says the place.
-            spawner.log.info("gpuhub profiles glue: %s's server %r asks to join the waitlist for %r (%s): gpu-quota decides", spawner.user.name, spawner.name, p.get("slug"), reason)
+        refusal = (answer or {}).get("refusal")
+        if not isinstance(refusal, dict) or not isinstance(refusal.get("message"), str):
             return
-        text = g.get("reasonText") if isinstance(g.get("reasonText"), str) and g.get("reasonText") else "It is not available right now."
-        message = f"{p.get('display_name') or p.get('slug')} is not available. {text}"
-        if "free now" not in text.lower():
-            message += " " + free_now(live)
-        if reason in ("none_free", "waitlist") and glue.waitlist_on and glue.quota_configured(spawner):
-            message += ' To wait for one, pick it on the spawn form and tick "Join the waitlist".'
+        reason = refusal.get("reason") if isinstance(refusal.get("reason"), str) else "other"
         refusals_total.labels(reason=reason).inc()
-        spawner.log.info("gpuhub profiles glue: refuse %s's server %r: %r is unavailable (%s)", spawner.user.name, spawner.name, p.get("slug"), reason)
-        glue.refuse(spawner, message, reason=service_name)
+        spawner.log.info("gpuhub profiles glue: refuse %s's server %r: %r is unavailable (%s)", spawner.user.name, spawner.name, slug, reason)
+        glue.refuse(spawner, refusal["message"], reason=service_name)
 
     # The form's waitlist checkboxes (PROFILE_FORM): one per joinable choice, valued with its slug.
     join_field, autostart_field, join_only_field = "gpuhub-waitlist", "gpuhub-autostart", "gpuhub-join-only"

@@ -88,13 +88,16 @@ LIVE = [
 
 
 class FakeProfiles(http.server.ThreadingHTTPServer):
-    """Answers each POST with `answer` (status, body) after `delay` seconds and records the requests."""
+    """Answers each POST with `answer` (status, body) after `delay` seconds and records the requests; a start
+    check (POST .../start) gets `check_answer` and is recorded in `checks`."""
 
     request_queue_size = 64  # a burst of forms connects at once; the default 5 drops SYNs (1 s retries)
 
     def __init__(self):
         self.requests = []
         self.answer = (200, {"profiles": LIVE, "generatedAt": "2026-01-01T00:00:00Z", "note": ""})
+        self.checks = []
+        self.check_answer = (200, {})
         self.delay = 0
         super().__init__(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
@@ -107,9 +110,14 @@ class FakeProfiles(http.server.ThreadingHTTPServer):
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         body = self.rfile.read(int(self.headers["Content-Length"]))
-        self.server.requests.append({"path": self.path, "auth": self.headers["Authorization"], "body": json.loads(body)})
-        time.sleep(self.server.delay)
-        status, answer = self.server.answer
+        record = {"path": self.path, "auth": self.headers["Authorization"], "body": json.loads(body)}
+        if self.path.endswith("/start"):
+            self.server.checks.append(record)
+            status, answer = self.server.check_answer
+        else:
+            self.server.requests.append(record)
+            time.sleep(self.server.delay)
+            status, answer = self.server.answer
         data = json.dumps(answer).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -406,63 +414,65 @@ class ProfilesGlueTest(unittest.TestCase):
 
         return asyncio.run(go())
 
-    def test_start_refuses_unavailable_choice(self):
+    def test_start_check_asks_with_the_pod(self):
+        # gpu-profiles judges the start (services/gpu-profiles/internal/profiles/start.go); the glue sends the
+        # choice as the user saw it and the pod cut to its GPU request, and relays the refusal.
+        from prometheus_client import REGISTRY
+
+        def refused():
+            return REGISTRY.get_sample_value("gpuhub_profiles_glue_refusals_total", {"reason": "none_free"}) or 0
+
         c = load_glue(self.services)
         pod = gpu_pod({"nvidia.com/gpu": "1"}, H100_SELECTOR)
+        pod.spec.containers[0].env = [k8s.V1EnvVar(name="JUPYTERHUB_API_TOKEN", value="secret-token-of-the-server")]
+        pod.spec.init_containers = [k8s.V1Container(name="sidecar", restart_policy="Always",
+                                                    resources=k8s.V1ResourceRequirements(requests={"nvidia.com/gpu": 1}))]
+        message = "NVIDIA H100 80GB is not available. None free right now. Free now: A100 MIG 1g.5gb <slice> (7 free)."
+        self.svc.check_answer = (200, {"refusal": {"reason": "none_free", "message": message}})
+        before = refused()
         with self.assertRaises(web.HTTPError) as cm:
             self.start(c, "gpu-h100-80gb-hbm3", pod)
-        msg = cm.exception.jupyterhub_message
         self.assertEqual(cm.exception.status_code, 403)
-        self.assertIn("None free right now", msg)
-        self.assertIn("Free now: A100 MIG 1g.5gb <slice> (7 free).", msg)
-        # A static choice asking for the same GPUs is judged by the live one.
+        self.assertEqual(cm.exception.jupyterhub_message, message)
+        self.assertEqual(refused(), before + 1)
+        (check,) = self.svc.checks
+        self.assertEqual(check["path"], "/services/gpu-profiles/api/v1/start")
+        self.assertEqual(check["auth"], "token profiles-token-123")
+        self.assertEqual(check["body"], {
+            "user": "bob", "groups": ["students"], "server": "", "profile": "gpu-h100-80gb-hbm3",
+            "displayName": "NVIDIA H100 80GB", "live": True, "selects": ["nvidia.com/gpu.product"], "joining": False, "waitlist": False,
+            "pod": {
+                "containers": [{"name": "notebook", "restartPolicy": None, "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {}}}],
+                "initContainers": [{"name": "sidecar", "restartPolicy": "Always", "resources": {"limits": {}, "requests": {"nvidia.com/gpu": "1"}}}],
+                "nodeSelector": H100_SELECTOR,
+            },
+        })
+        self.assertNotIn("secret-token-of-the-server", json.dumps(check["body"]))
+
+        # The admin's static choice: judged by the pod, with the labels it selects on.
         with self.assertRaises(web.HTTPError):
-            self.start(c, "h100", pod)
+            self.start(c, "h100", gpu_pod({"nvidia.com/gpu": "1"}, H100_SELECTOR))
+        body = self.svc.checks[-1]["body"]
+        self.assertEqual((body["profile"], body["displayName"], body["live"], body["selects"]),
+                         ("h100", "H100 <static>", False, ["nvidia.com/gpu.product"]))
 
-    def test_start_judges_static_choice_by_every_matching_live_one(self):
-        # Two live choices ask for one whole GPU: the H100 (none free) and an L4 (free). A static choice
-        # is refused only when every live choice of the same kind is unavailable; it names no product,
-        # the scheduler may place it on either. One that names a selector is judged only by live choices
-        # selecting on the same labels.
-        l4 = {"nvidia.com/gpu.product": "NVIDIA-L4"}
-        pool = {"cloud.example.com/pool": "gpu"}
-        one_gpu = {"nvidia.com/gpu": "1"}
-
-        def static(slug, selector=None):
-            override = {"extra_resource_limits": one_gpu}
-            if selector:
-                override["node_selector"] = selector
-            return {"slug": slug, "display_name": slug, "kubespawner_override": override}
-
-        statics = STATIC + [static("any-gpu"), static("l4", l4), static("pool-gpu", pool)]
-        c = load_glue(self.services, static=statics)
-        self.svc.answer = (200, {"profiles": LIVE + [live_profile("gpu-l4", "NVIDIA L4", "gpu", 3, 4, limits=one_gpu, selector=l4)]})
-        cases = [
-            ("any-gpu", {}, False),
-            ("l4", l4, False),
-            ("h100", H100_SELECTOR, True),
-            ("pool-gpu", pool, False),  # no live choice selects on that pool: not gpu-profiles' call
-        ]
-        for slug, selector, refused in cases:
-            with self.subTest(slug):
-                pod = gpu_pod(one_gpu, selector)
-                if not refused:
-                    self.start(c, slug, pod)
-                    continue
-                with self.assertRaises(web.HTTPError) as cm:
-                    self.start(c, slug, pod)
-                self.assertIn("None free right now", cm.exception.jupyterhub_message)
-                self.assertIn("NVIDIA L4 (3 free)", cm.exception.jupyterhub_message)
-        # With the H100 the only live choice of that kind, a static choice naming no product is refused.
-        self.svc.answer = (200, {"profiles": LIVE})
-        with self.assertRaises(web.HTTPError):
-            self.start(c, "any-gpu", gpu_pod(one_gpu, {}))
+        # No refusal: the start goes on; an answer that is not one, or none in time, lets it go on too.
+        for answer in [(200, {}), (503, {"message": "not synced"}), (200, {"refusal": "no"})]:
+            with self.subTest(answer=answer):
+                self.svc.check_answer = answer
+                _, got, _ = self.start(c, "mig-a100-sxm4-40gb-1g-5gb", gpu_pod({"nvidia.com/mig-1g.5gb": "1"}, {}))
+                self.assertIs(got.spec.containers[0].resources.limits["nvidia.com/mig-1g.5gb"], "1")
+        # A default start (no profile named): gpu-profiles takes the user's default.
+        self.svc.check_answer = (200, {})
+        self.start(c, None, gpu_pod({}, {}))
+        self.assertEqual((self.svc.checks[-1]["body"]["profile"], self.svc.checks[-1]["body"]["live"]), ("", False))
 
     def test_start_asks_fresh_without_quota(self):
         c = load_glue(self.services)
         self.call(c)  # the form
         profiles, got, _ = self.start(c, "mig-a100-sxm4-40gb-1g-5gb", gpu_pod({"nvidia.com/mig-1g.5gb": "1"}, {}))
         self.assertEqual(len(self.svc.requests), 2, "the start reused the form's answer with no gpu-quota to catch a race")
+        self.assertEqual(len(self.svc.checks), 1)
         # The start's list resolves the static slugs too (the form may have been the fallback), none default.
         self.assertEqual([p["slug"] for p in profiles], [p["slug"] for p in LIVE] + ["h100", "images"])
         self.assertEqual([p["slug"] for p in profiles if p.get("default")], ["cpu"])
@@ -477,20 +487,27 @@ class ProfilesGlueTest(unittest.TestCase):
         self.start(c, "mig-a100-sxm4-40gb-1g-5gb", gpu_pod({"nvidia.com/mig-1g.5gb": "1"}, {}))
         self.assertEqual(len(self.svc.requests), 1, "gpu-quota decides at start: the form's young answer is enough")
         self.assertEqual(len(quota.requests), 1)
-        # A choice the young answer shows unavailable is asked again (it may have freed up), then refused
-        # without asking gpu-quota.
+        # A choice the young answer shows unavailable is asked again (it may have freed up); refused by the
+        # start check, it never reaches gpu-quota.
+        self.svc.check_answer = (200, {"refusal": {"reason": "none_free", "message": "None free."}})
         with self.assertRaises(web.HTTPError):
             self.start(c, "gpu-h100-80gb-hbm3", gpu_pod({"nvidia.com/gpu": "1"}, H100_SELECTOR))
         self.assertEqual(len(self.svc.requests), 2)
+        self.assertEqual(len(self.svc.checks), 2)
         self.assertEqual(len(quota.requests), 1)
 
     def test_start_when_a_choice_is_gone(self):
+        # The form showed the MIG choice, gpu-profiles no longer has it: the start still resolves it (no "No such
+        # profile", which the Hub counts), and the check names it as the user saw it.
         c = load_glue(self.services)
-        self.call(c)  # the form showed the MIG choice
+        self.call(c)
         self.svc.answer = (200, {"profiles": LIVE[:2]})
+        self.svc.check_answer = (200, {"refusal": {"reason": "gone", "message": "A100 MIG is not available. This choice is no longer offered."}})
         with self.assertRaises(web.HTTPError) as cm:
             self.start(c, "mig-a100-sxm4-40gb-1g-5gb", gpu_pod({"nvidia.com/mig-1g.5gb": "1"}, {}))
         self.assertIn("no longer offered", cm.exception.jupyterhub_message)
+        body = self.svc.checks[-1]["body"]
+        self.assertEqual((body["displayName"], body["live"]), ("A100 MIG 1g.5gb <slice>", True))
 
     def test_start_refuses_unknown_choice(self):
         # gpu-profiles answers, but nothing the user could have been shown has that slug (a hand-made API
@@ -522,6 +539,7 @@ class ProfilesGlueTest(unittest.TestCase):
         with self.assertRaises(web.HTTPError) as cm:
             self.start(c, "gpu-l4", gpu_pod({"nvidia.com/gpu": "1"}, {}))
         self.assertIn("cannot be checked right now", cm.exception.jupyterhub_message)
+        self.assertEqual(self.svc.checks, [], "a start from the fallback list is not checked by gpu-profiles")
 
     def test_admin_template_wins(self):
         c = load_glue(self.services, extra={"profile_form_template": "<p>mine</p>"})
@@ -683,28 +701,24 @@ class ProfilesGlueTest(unittest.TestCase):
             self.start(c, "h100", pod, options=joining)
         self.assertEqual(len(quota.requests), 2)
 
-        # Not joining: refused before gpu-quota, with how to join.
+        checks = [ch["body"] for ch in self.svc.checks]
+        self.assertEqual([(b["profile"], b["live"], b["joining"], b["waitlist"]) for b in checks],
+                         [("gpu-h100-80gb-hbm3", True, True, True), ("h100", False, True, True)])
+
+        # Not joining: the start check's refusal (with how to join, services/gpu-profiles) and no gpu-quota.
+        hint = 'NVIDIA H100 80GB is not available. None free right now. To wait for one, pick it on the spawn form and tick "Join the waitlist".'
+        self.svc.check_answer = (200, {"refusal": {"reason": "none_free", "message": hint}})
         with self.assertRaises(web.HTTPError) as cm:
             self.start(c, "gpu-h100-80gb-hbm3", pod)
-        self.assertIn("None free right now", cm.exception.jupyterhub_message)
-        self.assertIn('tick "Join the waitlist"', cm.exception.jupyterhub_message)
+        self.assertEqual(cm.exception.jupyterhub_message, hint)
+        self.assertEqual(self.svc.checks[-1]["body"]["joining"], False)
         self.assertEqual(len(quota.requests), 2)
 
-        # A choice the quota rules out is no line to wait in.
-        c = load_glue(services)  # no young answer from before: the start asks gpu-profiles
-        quota_out = live_profile("gpu-t4", "T4", "gpu", 3, 4, False, "quota", "Over your quota.", {"nvidia.com/gpu": "1"}, {"nvidia.com/gpu.product": "Tesla-T4"})
-        self.svc.answer = (200, {"profiles": LIVE + [quota_out]})
-        with self.assertRaises(web.HTTPError) as cm:
-            self.start(c, "gpu-t4", gpu_pod({"nvidia.com/gpu": "1"}, {"nvidia.com/gpu.product": "Tesla-T4"}), options=joining)
-        self.assertIn("Over your quota.", cm.exception.jupyterhub_message)
-        self.assertEqual(len(quota.requests), 2)
-
-        # No gpu-quota to keep a line: refused as without the waitlist.
-        self.svc.answer = (200, {"profiles": LIVE})
+        # No gpu-quota to keep a line: the check says the Hub offers no waitlist, and the join is not sent.
+        self.svc.check_answer = (200, {})
         c = load_glue(self.services)
-        with self.assertRaises(web.HTTPError) as cm:
-            self.start(c, "gpu-h100-80gb-hbm3", pod, options=joining)
-        self.assertNotIn("Join the waitlist", cm.exception.jupyterhub_message)
+        self.start(c, "gpu-h100-80gb-hbm3", pod, options=joining)
+        self.assertEqual((self.svc.checks[-1]["body"]["joining"], self.svc.checks[-1]["body"]["waitlist"]), (False, False))
 
     def test_waitlist_offered_after_refusal_for_lack(self):
         # gpu-profiles counts a MIG slice free, but gpu-quota holds it for the people in line (reason
@@ -760,12 +774,13 @@ class ProfilesGlueTest(unittest.TestCase):
         self.assertIn(h100["id"] + "-status", f.ids)
         self.assertIn("held for you until 14:05 UTC", page)
 
-        # Starting the held slice without joining: refused before gpu-quota, with how to join.
+        # Starting the held slice without joining: the start check's refusal, and no gpu-quota.
+        self.svc.check_answer = (200, {"refusal": {"reason": "waitlist", "message": held_text + ' ... tick "Join the waitlist".'}})
         with self.assertRaises(web.HTTPError) as cm:
             self.start(c, mig, mig_pod)
         self.assertIn(held_text, cm.exception.jupyterhub_message)
-        self.assertIn('tick "Join the waitlist"', cm.exception.jupyterhub_message)
         self.assertEqual(quota.requests, [])
+        self.svc.check_answer = (200, {})
         # Joining: gpu-quota decides and queues.
         with self.assertRaises(web.HTTPError) as cm:
             self.start(c, mig, mig_pod, options={"gpuhub_waitlist": True})

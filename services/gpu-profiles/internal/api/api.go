@@ -1,6 +1,7 @@
 // Package api is gpu-profiles' HTTP API under the Hub service prefix (contract C1):
 //
 //	POST api/v1/profiles   the Hub glue asks for a user's form (gpu-profiles' own token)
+//	POST api/v1/start      the Hub glue asks whether a start may go on, before its pod is created (the same token)
 //	GET  api/v1/inventory  the GPU kinds with their counts (Hub admins and the reader services)
 //
 // Every answer is JSON; errors are {"status", "message"} with a message that says what to do next.
@@ -30,6 +31,8 @@ import (
 type Renderer interface {
 	// Encoded is the user's form (profiles.Response) as the JSON body of the answer.
 	Encoded(ctx context.Context, req profiles.Request) ([]byte, error)
+	// Start judges a start against the user's form.
+	Start(ctx context.Context, req profiles.StartRequest) (profiles.StartAnswer, error)
 }
 
 // Kinds is the inventory by kind (*catalog.Catalog).
@@ -54,7 +57,7 @@ type Options struct {
 	Now            func() time.Time
 }
 
-// maxBody bounds a profiles request: a user name and their groups.
+// maxBody bounds a request: a user name and their groups, and for a start the pod's containers' resources.
 const maxBody = 64 << 10
 
 // Render results (gpuhub_profiles_renders_total{result}).
@@ -63,6 +66,7 @@ const (
 	resultUnavailable  = "unavailable"
 	resultBadRequest   = "bad_request"
 	resultUnauthorized = "unauthorized"
+	resultRefused      = "refused"
 )
 
 // New returns the handler; it sees full paths, prefix included.
@@ -90,9 +94,19 @@ func New(o Options) (http.Handler, error) {
 	for _, r := range []string{resultOK, resultUnavailable, resultBadRequest, resultUnauthorized} {
 		a.renders.WithLabelValues(r)
 	}
+	a.starts = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpuhub", Subsystem: "profiles", Name: "start_checks_total",
+		Help: "Starts the Hub glue asked about before creating the pod, by result: ok, refused (the choice is unavailable), unavailable (inventory not ready: gpu-quota decides alone), bad_request, unauthorized."},
+		[]string{"result"})
+	if err := o.Registerer.Register(a.starts); err != nil {
+		return nil, err
+	}
+	for _, r := range []string{resultOK, resultRefused, resultUnavailable, resultBadRequest, resultUnauthorized} {
+		a.starts.WithLabelValues(r)
+	}
 	mux := http.NewServeMux()
 	p := a.prefix + "api/v1/"
 	mux.HandleFunc("POST "+p+"profiles", a.profiles)
+	mux.HandleFunc("POST "+p+"start", a.start)
 	mux.Handle("GET "+p+"inventory", o.Auth(http.HandlerFunc(a.inventory)))
 	mux.HandleFunc(a.prefix, func(w http.ResponseWriter, r *http.Request) {
 		server.WriteError(w, http.StatusNotFound, "no such endpoint: %s %s; see services/gpu-profiles/README.md for the API", r.Method, r.URL.Path)
@@ -105,15 +119,13 @@ type api struct {
 	prefix   string
 	tokenSum []byte
 	renders  *prometheus.CounterVec
+	starts   *prometheus.CounterVec
 }
 
 // profiles answers the Hub glue: 200 with the form, 400 for a bad body, 401 without gpu-profiles' token, 503
 // while the inventory is not ready (the glue then shows the administrator's static list).
 func (a *api) profiles(w http.ResponseWriter, r *http.Request) {
-	if !a.ownToken(r) {
-		a.renders.WithLabelValues(resultUnauthorized).Inc()
-		w.Header().Set("WWW-Authenticate", `token realm="gpu-profiles"`)
-		server.WriteError(w, http.StatusUnauthorized, "profiles needs gpu-profiles' own Hub API token (Authorization: token ...), as the Hub glue sends it")
+	if !a.glue(w, r, "profiles") {
 		return
 	}
 	var req profiles.Request
@@ -140,6 +152,57 @@ func (a *api) profiles(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	_, _ = w.Write(body)
+}
+
+// start answers the Hub glue before a start's pod is created: 200 with a refusal or none, 400 for a bad body,
+// 401 without gpu-profiles' token, 503 while the inventory is not ready (the glue then lets gpu-quota decide).
+func (a *api) start(w http.ResponseWriter, r *http.Request) {
+	if !a.glue(w, r, "start") {
+		return
+	}
+	var req profiles.StartRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	if err := dec.Decode(&req); err != nil {
+		a.starts.WithLabelValues(resultBadRequest).Inc()
+		server.WriteError(w, http.StatusBadRequest, "the body is not a start request ({\"user\", \"groups\", \"server\", \"profile\", \"pod\", ...}): %v", err)
+		return
+	}
+	if strings.TrimSpace(req.User) == "" {
+		a.starts.WithLabelValues(resultBadRequest).Inc()
+		server.WriteError(w, http.StatusBadRequest, `"user" is required: the Hub user whose server starts`)
+		return
+	}
+	answer, err := a.o.Renderer.Start(r.Context(), req)
+	if err != nil {
+		a.starts.WithLabelValues(resultUnavailable).Inc()
+		a.o.Logger.Warn("cannot check a start", "user", req.User, "err", err)
+		w.Header().Set("Retry-After", "5")
+		server.WriteError(w, http.StatusServiceUnavailable, "gpu-profiles cannot tell what is free right now (%v); gpu-quota decides alone", err)
+		return
+	}
+	result := resultOK
+	if answer.Refusal != nil {
+		result = resultRefused
+		a.o.Logger.Info("start refused", "user", req.User, "server", req.Server, "profile", req.Profile, "reason", answer.Refusal.Reason)
+	}
+	a.starts.WithLabelValues(result).Inc()
+	w.Header().Set("Cache-Control", "no-store")
+	server.WriteJSON(w, http.StatusOK, answer)
+}
+
+// glue lets only the Hub glue through (gpu-profiles' own token); otherwise it answers 401 and counts it.
+func (a *api) glue(w http.ResponseWriter, r *http.Request, what string) bool {
+	if a.ownToken(r) {
+		return true
+	}
+	counter := a.renders
+	if what == "start" {
+		counter = a.starts
+	}
+	counter.WithLabelValues(resultUnauthorized).Inc()
+	w.Header().Set("WWW-Authenticate", `token realm="gpu-profiles"`)
+	server.WriteError(w, http.StatusUnauthorized, "%s needs gpu-profiles' own Hub API token (Authorization: token ...), as the Hub glue sends it", what)
+	return false
 }
 
 // ownToken compares the request's token with gpu-profiles' own in constant time (hashes of equal length).

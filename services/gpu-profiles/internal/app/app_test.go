@@ -437,3 +437,59 @@ gpuhub_profiles_quota_assess_total{result="unavailable_open"} 0
 		t.Error(err)
 	}
 }
+
+func TestStartOverHTTP(t *testing.T) {
+	r := start(t)
+	cases := map[string]struct {
+		token, body string
+		wantCode    int
+		want        string
+	}{
+		"one H100 free": {token: "profiles-token", wantCode: 200, want: "{}",
+			body: `{"user":"carol","groups":["researchers"],"profile":"gpu-h100-80gb-hbm3","live":true}`},
+		"two H100s on one node: none free": {token: "profiles-token", wantCode: 200,
+			body: `{"user":"carol","groups":["researchers"],"profile":"gpu-h100-80gb-hbm3-x2","live":true}`,
+			want: `{"refusal":{"reason":"none_free","message":"2x NVIDIA H100 80GB HBM3 (2 whole GPUs) is not available. None free right now: no node has 2 free together. Free now: NVIDIA H100 80GB HBM3 (whole GPU) (1 free); NVIDIA A100 SXM4 40GB, MIG 1g.5gb slice (1/7 GPU, 5 GB) (7 free)."}}`},
+		"a static choice judged by the pod": {token: "profiles-token", wantCode: 200, want: "{}",
+			body: `{"user":"bob","groups":["students"],"profile":"mine","displayName":"Mine","pod":{"containers":[{"name":"notebook","resources":{"limits":{"nvidia.com/mig-1g.5gb":"1"}}}]}}`},
+		"without the token": {body: `{"user":"bob"}`, wantCode: 401},
+		"no user":           {token: "profiles-token", body: `{"profile":"cpu"}`, wantCode: 400},
+		"a bad quantity":    {token: "profiles-token", body: `{"user":"bob","pod":{"containers":[{"name":"n","resources":{"limits":{"nvidia.com/gpu":"x"}}}]}}`, wantCode: 400},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, r.url+prefix+"api/v1/start", strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.token != "" {
+				req.Header.Set("Authorization", "token "+tc.token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = resp.Body.Close() }()
+			data, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tc.wantCode {
+				t.Fatalf("code %d, want %d: %s", resp.StatusCode, tc.wantCode, data)
+			}
+			if tc.want != "" {
+				if diff := cmp.Diff(tc.want, strings.TrimSpace(string(data))); diff != "" {
+					t.Errorf("answer (-want +got):\n%s", diff)
+				}
+			}
+		})
+	}
+	if err := testutil.GatherAndCompare(r.registry, strings.NewReader(`
+# HELP gpuhub_profiles_start_checks_total Starts the Hub glue asked about before creating the pod, by result: ok, refused (the choice is unavailable), unavailable (inventory not ready: gpu-quota decides alone), bad_request, unauthorized.
+# TYPE gpuhub_profiles_start_checks_total counter
+gpuhub_profiles_start_checks_total{result="bad_request"} 2
+gpuhub_profiles_start_checks_total{result="ok"} 2
+gpuhub_profiles_start_checks_total{result="refused"} 1
+gpuhub_profiles_start_checks_total{result="unauthorized"} 1
+gpuhub_profiles_start_checks_total{result="unavailable"} 0
+`), "gpuhub_profiles_start_checks_total"); err != nil {
+		t.Error(err)
+	}
+}
