@@ -7,8 +7,8 @@
 # Two parts, each active only when its service is configured:
 #
 # gpu-quota: before KubeSpawner creates a GPU server's pod, it asks gpu-quota
-# (POST <service prefix>api/v1/admit) with the pod's real GPU request and refuses the spawn with
-# gpu-quota's message when the answer is no. It is thin on purpose: every decision is made in Go by
+# (POST <service prefix>api/v1/admit) with the pod (its containers' resources and node selector: gpu-quota
+# counts its GPUs) and refuses the spawn with gpu-quota's message when the answer is no. It is thin on purpose: every decision is made in Go by
 # gpu-quota; nothing here is cached per user. With the waitlist on (GPUHUB_WAITLIST), a spawn whose
 # user_options ask to join sends that choice and the user_options along, and gpu-quota's refusal says
 # the user's place in line; which choice of a user's was last refused for want of a free unit is
@@ -300,65 +300,17 @@ def _gpuhub_quota_glue(c, kit):
         spawner.log.info("gpuhub quota glue: GPU spawns are checked at %sapi/v1/admit", url)
         return state["target"]
 
-    def field(obj, name, camel=None):
-        """An attribute of a kubernetes_asyncio model, or a key of its dict form."""
-        if obj is None:
-            return None
-        if isinstance(obj, dict):
-            return obj.get(camel or name, obj.get(name))
-        return getattr(obj, name, None)
+    field = kit.field
 
-    suffixes = {"k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
-
-    def count(quantity):
-        """A Kubernetes quantity of an extended resource (a whole number, maybe with a suffix)."""
-        q = str(quantity).strip()
-        for suffix, factor in suffixes.items():
-            if q.endswith(suffix) and q[: -len(suffix)].replace(".", "", 1).isdigit():
-                return int(float(q[: -len(suffix)]) * factor)
-        return int(float(q))
-
-    def container_gpus(container):
-        """nvidia.com/* resources of one container: the limit, else the request."""
-        res = field(container, "resources") or {}
-        limits = field(res, "limits") or {}
-        requests = field(res, "requests") or {}
-        out = {}
-        for source in (requests, limits):  # limits last: they win
-            for name, q in source.items():
-                if name.startswith(gpu_resource_prefix):
-                    out[name] = count(q)
-        return out
-
-    def pod_gpus(pod):
-        """The pod's effective GPU request, summed the way the scheduler (and gpu.PodResources) does:
-        app containers and sidecars add up; an ordinary init container counts with the sidecars
-        started before it; the pod holds the larger of the two."""
-        spec = field(pod, "spec")
-        total = {}
-        for ctr in field(spec, "containers") or []:
-            for name, n in container_gpus(ctr).items():
-                total[name] = total.get(name, 0) + n
-        sidecars, init_max = {}, {}
-        for ctr in field(spec, "init_containers", "initContainers") or []:
-            step = {}
-            if field(ctr, "restart_policy", "restartPolicy") == "Always":
-                for name, n in container_gpus(ctr).items():
-                    sidecars[name] = sidecars.get(name, 0) + n
-            else:
-                step = container_gpus(ctr)
-            for name, n in sidecars.items():
-                step[name] = step.get(name, 0) + n
-            for name, n in step.items():
-                init_max[name] = max(init_max.get(name, 0), n)
-        for name, n in sidecars.items():
-            total[name] = total.get(name, 0) + n
-        out = {}
-        for m in (total, init_max):
-            for name, n in m.items():
-                if n > 0:
-                    out[name] = max(out.get(name, 0), n)
-        return out
+    def asks_for_gpus(spec):
+        """Whether the pod names an nvidia.com/ resource with a count other than 0. Only such a pod asks gpu-quota
+        (a CPU server never depends on it); gpu-quota counts its GPUs the scheduler's way."""
+        return any(
+            name.startswith(gpu_resource_prefix) and str(q).strip() not in ("", "0")
+            for ctr in spec["containers"] + spec["initContainers"]
+            for kind in ("limits", "requests")
+            for name, q in ctr["resources"][kind].items()
+        )
 
     def waitlist_choice(spawner):
         """The spawn's answer to "join the waitlist?" for gpu-quota, or None: only with GPUHUB_WAITLIST on and
@@ -438,8 +390,8 @@ def _gpuhub_quota_glue(c, kit):
         refuse(spawner, closed_message)
 
     async def admit(spawner, pod):
-        gpus = pod_gpus(pod)
-        if not gpus:
+        spec = kit.pod_spec(pod)
+        if not asks_for_gpus(spec):
             return pod  # CPU-only servers never depend on gpu-quota
         target = resolve(spawner)
         if target is None:
@@ -449,8 +401,7 @@ def _gpuhub_quota_glue(c, kit):
             "user": spawner.user.name,
             "server": spawner.name or "",
             "groups": sorted(g.name for g in spawner.user.groups),
-            "resources": gpus,
-            "nodeSelector": dict(field(field(pod, "spec"), "node_selector", "nodeSelector") or {}),
+            "pod": spec,
             "profile": str((spawner.user_options or {}).get("profile") or ""),
         }
         choice = waitlist_choice(spawner)
@@ -534,8 +485,8 @@ def _gpuhub_quota_glue(c, kit):
 
     c.KubeSpawner.modify_pod_hook = gpuhub_modify_pod_hook
 
-    # What the profile part shares with this one: one refusal path (one trap handling), one reading
-    # of a pod's GPU request, one way to register metrics.
+    # What the profile part shares with this one: one refusal path (one trap handling), the waitlist's
+    # state, the checks that run before gpu-quota is asked.
     from types import SimpleNamespace
 
     return SimpleNamespace(
@@ -544,10 +495,6 @@ def _gpuhub_quota_glue(c, kit):
         waitlist_on=waitlist_on,
         joining=joining,
         refused_short_of=refused_short_of,
-        pod_gpus=pod_gpus,
-        field=field,
-        count=count,
-        metric=metric,
         before_admit=before_admit,
     )
 

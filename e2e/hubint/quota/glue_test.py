@@ -128,6 +128,7 @@ class GlueTest(unittest.TestCase):
         (req,) = self.quota.requests
         self.assertEqual(req["path"], "/services/gpu-quota/api/v1/admit")
         self.assertEqual(req["auth"], "token secret-token-123")
+        # The pod cut to what counts its GPUs; gpu-quota sums them the scheduler's way (gpu.PodResources):
         # app 1 (limit beats request) + sidecar 1 = 2; init 3 + the sidecar started before it 1 = 4: max 4.
         self.assertEqual(
             req["body"],
@@ -135,8 +136,15 @@ class GlueTest(unittest.TestCase):
                 "user": "bob",
                 "server": "",
                 "groups": ["students"],
-                "resources": {"nvidia.com/mig-1g.5gb": 4},
-                "nodeSelector": {"nvidia.com/mig.strategy": "mixed"},
+                "pod": {
+                    "containers": [{"name": "nb", "restartPolicy": None, "resources": {
+                        "limits": {"nvidia.com/mig-1g.5gb": "1", "cpu": "2"}, "requests": {"memory": "1Gi", "nvidia.com/mig-1g.5gb": "5"}}}],
+                    "initContainers": [
+                        {"name": "side", "restartPolicy": "Always", "resources": {"limits": {}, "requests": {"nvidia.com/mig-1g.5gb": "1"}}},
+                        {"name": "init", "restartPolicy": None, "resources": {"limits": {"nvidia.com/mig-1g.5gb": "3"}, "requests": {}}},
+                    ],
+                    "nodeSelector": {"nvidia.com/mig.strategy": "mixed"},
+                },
                 "profile": "h100",
             },
         )
@@ -144,10 +152,11 @@ class GlueTest(unittest.TestCase):
 
     def test_cpu_pod_never_asks(self):
         hook = load_glue(self.services)
-        cpu = k8s.V1Container(name="nb", resources=k8s.V1ResourceRequirements(limits={"cpu": "1"}))
-        pod = gpu_pod([cpu])
-        got, _ = self.run_hook(hook, pod)
-        self.assertIs(got, pod)
+        for name, limits in {"CPU": {"cpu": "1"}, "no GPU": {"nvidia.com/gpu": "0"}, "none": None}.items():
+            with self.subTest(name):
+                pod = gpu_pod([k8s.V1Container(name="nb", resources=k8s.V1ResourceRequirements(limits=limits))])
+                got, _ = self.run_hook(hook, pod)
+                self.assertIs(got, pod)
         self.assertEqual(self.quota.requests, [])
 
     def test_base_url_and_env_override(self):
@@ -180,7 +189,7 @@ class GlueTest(unittest.TestCase):
 
         hook = load_glue(self.services, previous_hook=previous)
         self.run_hook(hook, gpu_pod())
-        self.assertEqual(self.quota.requests[0]["body"]["resources"], {"nvidia.com/gpu.shared": 1})
+        self.assertEqual(self.quota.requests[0]["body"]["pod"]["containers"][0]["resources"]["limits"], {"nvidia.com/gpu.shared": "1"})
 
     def test_refusal(self):
         hook = load_glue(self.services)
@@ -277,8 +286,9 @@ class GlueTest(unittest.TestCase):
             "allow": False, "reason": "none_free", "decisionId": "d-9", "waitlist": place,
             "message": "No H100 is free right now. You are number 2 of 3 waiting for a H100. Estimated: around 15:10.",
         }
-        base = {"user": "bob", "server": "", "groups": ["students"], "resources": {"nvidia.com/gpu": 1},
-                "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, "profile": "h100"}
+        base = {"user": "bob", "server": "", "groups": ["students"], "profile": "h100", "pod": {
+            "containers": [{"name": "notebook", "restartPolicy": None, "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {}}}],
+            "initContainers": [], "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}}
         cases = {
             "join and autostart": ("1", {"profile": "h100", "gpuhub_waitlist": True, "gpuhub_autostart": True, "image": "b"},
                                    {"join": True, "autoStart": True}),

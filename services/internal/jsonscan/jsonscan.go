@@ -159,3 +159,31 @@ func (s *Scanner) Array(elem func() bool) bool {
 		}
 	}
 }
+
+// Skip passes over one value after white space: an object, an array, a string (as Str reads it), a number, or
+// true, false or null.
+func (s *Scanner) Skip() bool {
+	s.Space()
+	if s.I >= len(s.B) {
+		return false
+	}
+	switch c := s.B[s.I]; {
+	case c == '{':
+		return s.Object(func([]byte) bool { return s.Skip() })
+	case c == '[':
+		return s.Array(s.Skip)
+	case c == '"':
+		_, ok := s.Str()
+		return ok
+	case c == '-' || c >= '0' && c <= '9':
+		_, _, ok := s.Number()
+		return ok
+	}
+	for _, lit := range [...]string{"true", "false", "null"} {
+		if len(s.B)-s.I >= len(lit) && string(s.B[s.I:s.I+len(lit)]) == lit {
+			s.I += len(lit)
+			return true
+		}
+	}
+	return false
+}

@@ -51,3 +51,34 @@ func TestScannerAgreesWithJSON(t *testing.T) {
 		})
 	}
 }
+
+// Skip passes over exactly one JSON value, never over text that is not one.
+func TestSkip(t *testing.T) {
+	tests := []struct {
+		in   string
+		ok   bool
+		rest string // what is left after the value
+	}{
+		{in: `{"a": [1, -2.5e3, "x", true, false, null, {}], "b": {"c": []}} tail`, ok: true, rest: " tail"},
+		{in: `null,`, ok: true, rest: ","},
+		{in: `"s"`, ok: true},
+		{in: `[1, 2`}, {in: `{"a" 1}`}, {in: `nul`}, {in: `tru`}, {in: `{"a": "\u00e9"}`}, {in: ``}, {in: `]`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			s := Scanner{B: []byte(tc.in)}
+			if ok := s.Skip(); ok != tc.ok {
+				t.Fatalf("Skip ok = %v, want %v", ok, tc.ok)
+			}
+			if !tc.ok {
+				return
+			}
+			if rest := tc.in[s.I:]; rest != tc.rest {
+				t.Errorf("left %q, want %q", rest, tc.rest)
+			}
+			if !json.Valid([]byte(tc.in[:s.I])) {
+				t.Errorf("skipped %q, which is no JSON value", tc.in[:s.I])
+			}
+		})
+	}
+}

@@ -29,11 +29,14 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/admit"
 	"github.com/gpuhub/gpuhub/services/internal/config"
 	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/decision"
+	"github.com/gpuhub/gpuhub/services/internal/gpu"
 	"github.com/gpuhub/gpuhub/services/internal/server"
 	"github.com/gpuhub/gpuhub/services/internal/yield"
 )
@@ -163,9 +166,50 @@ func readAdmit(w http.ResponseWriter, r *http.Request) (admit.Request, error) {
 	if req, ok := decodeAdmit(body); ok {
 		return req, nil
 	}
-	var req admit.Request
-	err := json.NewDecoder(bytes.NewReader(body)).Decode(&req)
-	return req, err
+	return decodeAdmitJSON(body)
+}
+
+// admitBody is the admission request on the wire: the glue sends the pod ("pod": its spec cut to the containers'
+// resources and the node selector), and gpu-quota counts its GPUs the scheduler's way; a client may send
+// "resources" and "nodeSelector" instead, counted already.
+type admitBody struct {
+	admit.Request
+	Pod json.RawMessage `json:"pod"`
+}
+
+// decodeAdmitJSON decodes an admission request with encoding/json's rules and errors (decodeAdmit's fallback).
+func decodeAdmitJSON(body []byte) (admit.Request, error) {
+	var b admitBody
+	if err := json.NewDecoder(bytes.NewReader(body)).Decode(&b); err != nil {
+		return admit.Request{}, err
+	}
+	if len(b.Pod) == 0 || string(b.Pod) == "null" {
+		return b.Request, nil
+	}
+	if b.Resources != nil || b.NodeSelector != nil {
+		return admit.Request{}, errors.New(`give "pod", or "resources" and "nodeSelector", not both`)
+	}
+	p, err := podRequest(b.Pod)
+	if err != nil {
+		return admit.Request{}, err
+	}
+	b.Resources, b.NodeSelector = p.resources, p.nodeSelector
+	return b.Request, nil
+}
+
+// podGPUs is what an admission needs of the pod: its GPU request (gpu.PodResources) and its node selector.
+type podGPUs struct {
+	resources    map[string]int64
+	nodeSelector map[string]string
+}
+
+// podRequest reads the pod's spec (only containers, init containers and the node selector matter).
+func podRequest(raw []byte) (podGPUs, error) {
+	var spec corev1.PodSpec
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		return podGPUs{}, fmt.Errorf(`"pod" is not a pod spec: %w`, err)
+	}
+	return podGPUs{resources: gpu.PodResources(&corev1.Pod{Spec: spec}), nodeSelector: spec.NodeSelector}, nil
 }
 
 var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}

@@ -206,9 +206,21 @@ func TestAdmitBody(t *testing.T) {
 		t.Errorf("foreground busy during the admission (background passes wait) (-want +got):\n%s", diff)
 	}
 
+	// The glue sends the pod: gpu-quota counts its GPUs and takes its node selector.
+	eng.admitted = nil
+	if code, body := do(t, "POST", srv.URL+prefix+"api/v1/admit", "quota-token", gluePod); code != 200 {
+		t.Fatalf("the glue's pod: status %d: %v", code, body)
+	}
+	if len(eng.admitted) != 1 || eng.admitted[0].Resources["nvidia.com/mig-3g.20gb"] != 2 ||
+		eng.admitted[0].NodeSelector["nvidia.com/gpu.product"] != "NVIDIA-A100-SXM4-40GB" {
+		t.Errorf("the glue's pod reached the engine as %+v", eng.admitted)
+	}
+
 	for name, bad := range map[string]string{
 		"not JSON":           `user=bob`,
 		"no user":            `{"resources":{"nvidia.com/gpu":1}}`,
+		"pod and resources":  `{"user":"bob","pod":{},"resources":{"nvidia.com/gpu":1}}`,
+		"a bad quantity":     `{"user":"bob","pod":{"containers":[{"name":"n","resources":{"limits":{"nvidia.com/gpu":"one"}}}]}}`,
 		"negative resources": `{"user":"bob","resources":{"nvidia.com/gpu":-1}}`,
 		"wrong type":         `{"user":"bob","resources":{"nvidia.com/gpu":"one"}}`,
 		"too big":            `{"user":"bob","profile":"` + strings.Repeat("x", maxBody) + `"}`,

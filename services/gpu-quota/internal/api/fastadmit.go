@@ -19,6 +19,7 @@ import (
 func decodeAdmit(body []byte) (admit.Request, bool) {
 	d := scan{jsonscan.Scanner{B: body}}
 	var r admit.Request
+	var pod *podGPUs
 	var seen uint8
 	ok := d.Object(func(key []byte) bool {
 		var bit uint8
@@ -44,6 +45,9 @@ func decodeAdmit(body []byte) (admit.Request, bool) {
 			bit = 32
 			r.NodeSelector, ok = sharedValue(&d, &sharedSelectors, (*scan).skipObject,
 				func(d *scan) (map[string]string, bool) { return object(d, (*scan).text) })
+		case "pod":
+			bit = 64
+			pod, ok = sharedValue(&d, &sharedPods, (*scan).Skip, (*scan).pod)
 		}
 		if !ok || seen&bit != 0 { // another key, or one given twice: json.Decoder's rules
 			return false
@@ -54,7 +58,28 @@ func decodeAdmit(body []byte) (admit.Request, bool) {
 	if !ok {
 		return admit.Request{}, false
 	}
+	if seen&64 != 0 {
+		if seen&(16|32) != 0 || pod == nil { // both ways, or "pod": null: decodeAdmitJSON's rules
+			return admit.Request{}, false
+		}
+		r.Resources, r.NodeSelector = pod.resources, pod.nodeSelector
+	}
 	return r, true
+}
+
+// pod reads the glue's pod through encoding/json, once per distinct text (sharedValue): every spawn of a
+// profile sends the same one.
+func (d *scan) pod() (*podGPUs, bool) {
+	start := d.I
+	if !d.Skip() {
+		return nil, false
+	}
+	raw := d.B[start:d.I]
+	if string(raw) == "null" {
+		return nil, true
+	}
+	p, err := podRequest(raw)
+	return &p, err == nil
 }
 
 // scan is jsonscan's Scanner with the admission request's values.
@@ -106,6 +131,7 @@ var (
 	sharedGroups    sharedValues[[]string]
 	sharedResources sharedValues[map[string]int64]
 	sharedSelectors sharedValues[map[string]string]
+	sharedPods      sharedValues[*podGPUs]
 )
 
 // maxSharedValues bounds each kind's texts kept, and maxSharedText the length of one (a profile's selector

@@ -1,8 +1,6 @@
 package api
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"reflect"
 	"testing"
@@ -12,7 +10,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/admit"
 )
 
-// decodeAdmit takes only what json.Decoder takes, and gives what it gives.
+// decodeAdmit takes only what decodeAdmitJSON (json.Decoder) takes, and gives what it gives.
 func FuzzDecodeAdmit(f *testing.F) {
 	for _, seed := range []string{
 		`{"user": "bob", "server": "", "groups": ["students"], "resources": {"nvidia.com/gpu": 1}, "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, "profile": "h100"}`,
@@ -23,6 +21,8 @@ func FuzzDecodeAdmit(f *testing.F) {
 		`{"user":"bob","user":"carol"}`, `{"USER":"bob"}`, `{"user":"bob","groups":null}`, `{"user":"bob","resources":{"a":1,"a":2}}`,
 		`{"user":"bob","waitlist":{"join":true},"userOptions":{"profile":"mig"}}`, `{"user":"\ud800"}`, `{}`, `{`, ``, `[]`,
 		"{\"user\":\"bob\xff\"}", `{"user":"bob",}`, `{"user":"bob"}{"user":"carol"}`,
+		gluePod, `{"user":"bob","pod":null}`, `{"user":"bob","pod":{"containers":[{"name":"n","resources":{"limits":{"nvidia.com/gpu":"x"}}}]}}`,
+		`{"user":"bob","pod":{},"resources":{}}`, `{"user":"bob","pod":[]}`, `{"user":"bob","pod":{"nodeSelector":{"a":"b"}},"POD":{}}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -31,8 +31,8 @@ func FuzzDecodeAdmit(f *testing.F) {
 		if !ok {
 			return
 		}
-		var want admit.Request
-		if err := json.NewDecoder(bytes.NewReader(body)).Decode(&want); err != nil {
+		want, err := decodeAdmitJSON(body)
+		if err != nil {
 			t.Fatalf("json.Decoder: %v; decodeAdmit accepted it: %+v", err, got)
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
@@ -41,7 +41,41 @@ func FuzzDecodeAdmit(f *testing.F) {
 	})
 }
 
-// The glue's own request (json.dumps's separators) takes the one-pass path.
+// The glue's request: the pod cut to its containers' resources and node selector (kit.pod_spec), with
+// json.dumps's separators.
+const gluePod = `{"user": "bob", "server": "gpu", "groups": ["staff", "students"], "pod": {"containers": [{"name": "notebook", "restartPolicy": null, "resources": {"limits": {"nvidia.com/mig-3g.20gb": "1", "memory": "8G"}, "requests": {}}}], "initContainers": [{"name": "sidecar", "restartPolicy": "Always", "resources": {"limits": {}, "requests": {"nvidia.com/mig-3g.20gb": "1"}}}], "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}}, "profile": "mig"}`
+
+// The glue's request takes the one-pass path, and gpu-quota counts the pod's GPUs the scheduler's way (the app
+// container and the sidecar add up).
+func TestDecodeAdmitTakesTheGluesPod(t *testing.T) {
+	got, ok := decodeAdmit([]byte(gluePod))
+	if !ok {
+		t.Fatalf("decodeAdmit left the glue's request to json.Decoder: %s", gluePod)
+	}
+	want := admit.Request{User: "bob", Server: "gpu", Groups: []string{"staff", "students"}, Profile: "mig",
+		Resources:    map[string]int64{"nvidia.com/mig-3g.20gb": 2},
+		NodeSelector: map[string]string{"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	again, _ := decodeAdmit([]byte(gluePod))
+	if reflect.ValueOf(again.Resources).UnsafePointer() != reflect.ValueOf(got.Resources).UnsafePointer() {
+		t.Error("the same pod decoded twice, want its GPUs counted once and shared")
+	}
+	// e2e/hubint/quota/glue_test.py's pod (test_request_from_the_final_pod): app 1 (limit beats request) +
+	// sidecar 1 = 2; init 3 + the sidecar started before it = 4: the pod holds 4.
+	final := `{"user": "bob", "server": "", "groups": ["students"], "pod": {"containers": [{"name": "nb", "restartPolicy": null, "resources": {"limits": {"nvidia.com/mig-1g.5gb": "1", "cpu": "2"}, "requests": {"memory": "1Gi", "nvidia.com/mig-1g.5gb": "5"}}}], "initContainers": [{"name": "side", "restartPolicy": "Always", "resources": {"limits": {}, "requests": {"nvidia.com/mig-1g.5gb": "1"}}}, {"name": "init", "restartPolicy": null, "resources": {"limits": {"nvidia.com/mig-1g.5gb": "3"}, "requests": {}}}], "nodeSelector": {"nvidia.com/mig.strategy": "mixed"}}, "profile": "h100"}`
+	if got, ok := decodeAdmit([]byte(final)); !ok || got.Resources["nvidia.com/mig-1g.5gb"] != 4 {
+		t.Errorf("the glue test's final pod: %v (one pass %v), want 4 MIG 1g.5gb", got.Resources, ok)
+	}
+	for _, bad := range []string{`{"user":"bob","pod":{},"resources":{}}`, `{"user":"bob","pod":{"containers":[{"resources":{"limits":{"nvidia.com/gpu":"x"}}}]}}`} {
+		if _, err := decodeAdmitJSON([]byte(bad)); err == nil {
+			t.Errorf("decodeAdmitJSON took %s", bad)
+		}
+	}
+}
+
+// A client's request with the GPUs counted already (the benchmarks' and older glues') takes the one-pass path.
 func TestDecodeAdmitTakesTheGluesRequest(t *testing.T) {
 	body := []byte(`{"user": "bob", "server": "gpu", "groups": ["staff", "students"], "resources": {"nvidia.com/mig-3g.20gb": 1}, "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}, "profile": "mig"}`)
 	got, ok := decodeAdmit(body)

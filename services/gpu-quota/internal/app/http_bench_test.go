@@ -3,7 +3,6 @@ package app_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -104,11 +103,7 @@ func startAdmitRig(b *testing.B) *admitRig {
 	}
 	rig := &admitRig{addr: srv.Addr().String(), handler: srv.Handler()}
 	for _, r := range bench.Requests(synth.Users, 4096, 3) {
-		body, err := json.Marshal(r)
-		if err != nil {
-			b.Fatal(err)
-		}
-		rig.bodies = append(rig.bodies, body)
+		rig.bodies = append(rig.bodies, r.Wire())
 	}
 	// Admitted spawns keep their GPUs reserved (5 min): fill the free units first, so that every run measures
 	// the steady state of B2's runs rather than a cluster emptying under the benchmark. In it about half the

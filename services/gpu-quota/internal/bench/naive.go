@@ -2,10 +2,12 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -14,14 +16,40 @@ import (
 	"github.com/gpuhub/gpuhub/services/internal/inventory"
 )
 
-// Request is one spawn to admit, as the Hub glue sends it to gpu-quota.
+// Request is one spawn to admit. On the wire (Wire) it is what the Hub glue sends: the pod cut to its
+// containers' resources and node selector; the receiver counts the GPUs (gpu-quota, the naive enforcer and the
+// floor alike).
 type Request struct {
 	User         string            `json:"user"`
 	Server       string            `json:"server"`
 	Groups       []string          `json:"groups"`
-	Resources    map[string]int64  `json:"resources"`
-	NodeSelector map[string]string `json:"nodeSelector"`
+	Resources    map[string]int64  `json:"resources,omitempty"`
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
 	Profile      string            `json:"profile,omitempty"`
+	Pod          *corev1.PodSpec   `json:"pod,omitempty"`
+}
+
+// Wire is the request's body as the Hub glue writes it (kit.pod_spec in the glue): one notebook container
+// whose limits are the GPUs, and the node selector.
+func (r Request) Wire() []byte {
+	limits := corev1.ResourceList{}
+	for name, n := range r.Resources {
+		limits[corev1.ResourceName(name)] = *resource.NewQuantity(n, resource.DecimalSI)
+	}
+	r.Pod = &corev1.PodSpec{NodeSelector: r.NodeSelector,
+		Containers: []corev1.Container{{Name: "notebook", Resources: corev1.ResourceRequirements{Limits: limits}}}}
+	r.Resources, r.NodeSelector = nil, nil
+	body, _ := json.Marshal(r)
+	return body
+}
+
+// counted fills Resources and NodeSelector from the pod, as gpu-quota does.
+func (r Request) counted() Request {
+	if r.Pod != nil {
+		r.Resources, r.NodeSelector = gpu.PodResources(&corev1.Pod{Spec: *r.Pod}), r.Pod.NodeSelector
+		r.Pod = nil
+	}
+	return r
 }
 
 // Naive is the anchor: the same policy and the same decision as gpu-quota, with the data read from the API

@@ -437,7 +437,7 @@ const AdmitPath = "/services/gpu-quota/api/v1/admit"
 
 // rawAdmit is the admission request for r as the Hub glue sends it, on the wire.
 func rawAdmit(r Request) []byte {
-	body, _ := json.Marshal(r)
+	body := r.Wire()
 	return benchkit.RawRequest(http.MethodPost, "gpu-quota", AdmitPath,
 		[][2]string{{"Authorization", "token " + Token}, {"Content-Type", "application/json"}}, body)
 }

@@ -177,7 +177,7 @@ func admitHandler(answer func(context.Context, Request) (map[string]any, error))
 			server.WriteError(w, http.StatusBadRequest, "bad request: %v", err)
 			return
 		}
-		body, err := answer(r.Context(), req)
+		body, err := answer(r.Context(), req.counted())
 		if err != nil {
 			server.WriteError(w, http.StatusServiceUnavailable, "%v", err)
 			return
