@@ -8,10 +8,10 @@
 #
 # gpu-quota: before KubeSpawner creates a GPU server's pod, it asks gpu-quota
 # (POST <service prefix>api/v1/admit) with the pod (its containers' resources and node selector: gpu-quota
-# counts its GPUs) and refuses the spawn with gpu-quota's message when the answer is no. It is thin on purpose: every decision is made in Go by
-# gpu-quota; nothing here is cached per user. With the waitlist on (GPUHUB_WAITLIST), a spawn whose
-# user_options ask to join sends that choice and the user_options along, and gpu-quota's refusal says
-# the user's place in line; which choice of a user's was last refused for want of a free unit is
+# counts its GPUs) and refuses the spawn with gpu-quota's message when the answer is no. Every decision
+# is made in Go by gpu-quota; nothing here is cached per user. With the waitlist on (GPUHUB_WAITLIST), a
+# spawn's user_options that speak of it go along (gpu-quota reads whether they ask to join), and
+# gpu-quota's refusal says the user's place in line; which choice of a user's was last refused for want of a free unit is
 # remembered for a while, so the form can offer to join for it. See chart/README.md ("Quota (gpu-quota)").
 #
 # gpu-profiles: KubeSpawner's profile_list becomes a callable that asks gpu-profiles
@@ -195,13 +195,7 @@ def _gpuhub_quota_glue(c, kit):
 
     timeout = kit.setting("GPUHUB_QUOTA_TIMEOUT", "2")
 
-    def truthy(value):
-        # user_options from the form hold True; an API spawn's JSON may hold true, "true" or "1".
-        if isinstance(value, str):
-            return value.strip().lower() in ("1", "true", "yes", "on")
-        return value is True or value == 1
-
-    waitlist_on = truthy(os.environ.get("GPUHUB_WAITLIST", ""))
+    waitlist_on = os.environ.get("GPUHUB_WAITLIST", "").strip().lower() in ("1", "true", "yes", "on")
     # (user, server) -> (monotonic time, profile slug): the choice gpu-quota last refused for want of a
     # free unit (none_free, or waitlist: free but held for those in line) while the user did not ask to
     # join. gpu-quota's words then tell them to join from the form; the form offers it on that choice
@@ -274,31 +268,6 @@ def _gpuhub_quota_glue(c, kit):
 
     def resolve(spawner):
         return target(spawner.user, spawner.log)
-        state["resolved"] = True
-        service = {}
-        if "services" in c.JupyterHub:
-            for s in c.JupyterHub.services or []:
-                if isinstance(s, dict) and s.get("name") == service_name:
-                    service = s
-        url = os.environ.get("GPUHUB_QUOTA_URL", "").strip()
-        token = os.environ.get("GPUHUB_QUOTA_TOKEN", "").strip() or service.get("api_token") or ""
-        if not url and service.get("url"):
-            # The Hub routes /<base_url>services/<name>/ to the service's url without stripping the
-            # prefix, so the service serves under it; the Hub asks it directly, not through the proxy.
-            base = spawner.user.settings.get("base_url") or "/"
-            url = service["url"].rstrip("/") + base.rstrip("/") + "/services/" + service_name + "/"
-        if not url or not token:
-            spawner.log.warning(
-                "gpuhub quota glue: no Hub service %r with url and api_token (and no GPUHUB_QUOTA_URL/"
-                "GPUHUB_QUOTA_TOKEN): GPU spawns are not checked against a quota",
-                service_name,
-            )
-            return None
-        if not url.endswith("/"):
-            url += "/"
-        state["target"] = (url + "api/v1/admit", token)
-        spawner.log.info("gpuhub quota glue: GPU spawns are checked at %sapi/v1/admit", url)
-        return state["target"]
 
     field = kit.field
 
@@ -312,21 +281,14 @@ def _gpuhub_quota_glue(c, kit):
             for name, q in ctr["resources"][kind].items()
         )
 
-    def waitlist_choice(spawner):
-        """The spawn's answer to "join the waitlist?" for gpu-quota, or None: only with GPUHUB_WAITLIST on and
-        user_options asking for it (the form's checkboxes, or an API spawn's options). Starting by itself
-        when the turn comes means waiting in line first, so gpuhub_autostart alone joins too."""
-        if not waitlist_on:
-            return None
+    def waitlist_options(spawner):
+        """The spawn's user_options when the waitlist is on and they speak of it (the form's checkboxes, or an
+        API spawn's options), else None: gpu-quota (and gpu-profiles' start check) read whether they ask to
+        join, and gpu-quota keeps them to start the server with when the turn comes."""
         options = spawner.user_options if isinstance(spawner.user_options, dict) else {}
-        autostart = truthy(options.get("gpuhub_autostart"))
-        if not (autostart or truthy(options.get("gpuhub_waitlist"))):
-            return None
-        return {"join": True, "autoStart": autostart}
-
-    def joining(spawner):
-        """Whether this spawn asks to wait in line and gpu-quota is there to keep the line."""
-        return waitlist_choice(spawner) is not None and resolve(spawner) is not None
+        if waitlist_on and ("gpuhub_waitlist" in options or "gpuhub_autostart" in options):
+            return dict(options)
+        return None
 
     def remember_short_of(spawner, slug):
         if len(short_of) >= short_of_max:
@@ -404,12 +366,11 @@ def _gpuhub_quota_glue(c, kit):
             "pod": spec,
             "profile": str((spawner.user_options or {}).get("profile") or ""),
         }
-        choice = waitlist_choice(spawner)
-        if choice is not None:
+        options = waitlist_options(spawner)
+        if options is not None:
             # gpu-quota queues the server when nothing is free and, with autoStart, starts it through the
             # Hub with these options when its turn comes: the same spawn, profile options included.
-            body["waitlist"] = choice
-            body["userOptions"] = dict(spawner.user_options)
+            body["userOptions"] = options
         try:
             code, answer = await kit.call(url, token, timeout, "POST", body, seconds=request_seconds)
         except kit.Unavailable as e:
@@ -447,7 +408,7 @@ def _gpuhub_quota_glue(c, kit):
             )
         else:
             spawner.log.info("gpuhub quota glue: deny %s's server %r (reason %s, decision %s)", *fields)
-        if waitlist_on and choice is None and answer.get("reason") in ("none_free", "waitlist"):
+        if waitlist_on and place is None and answer.get("reason") in ("none_free", "waitlist"):
             slug = (spawner.user_options or {}).get("profile")
             if isinstance(slug, str) and slug:
                 remember_short_of(spawner, slug)
@@ -493,7 +454,7 @@ def _gpuhub_quota_glue(c, kit):
         refuse=refuse,
         quota_configured=lambda spawner: resolve(spawner) is not None,
         waitlist_on=waitlist_on,
-        joining=joining,
+        waitlist_options=waitlist_options,
         refused_short_of=refused_short_of,
         before_admit=before_admit,
     )
@@ -802,9 +763,11 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
             "live": isinstance(p.get("gpuhub"), dict),  # else the admin's static choice, judged by the pod
             "selects": sorted(own) if isinstance(own, dict) else [],  # KubeSpawner allows a callable here
             "pod": kit.pod_spec(pod),
-            "joining": glue.joining(spawner),
             "waitlist": glue.waitlist_on and glue.quota_configured(spawner),
         }
+        options = glue.waitlist_options(spawner)
+        if options is not None:
+            body["userOptions"] = options
         resolved = target(spawner.user, spawner.log)
         if resolved is None:
             return

@@ -440,7 +440,7 @@ class ProfilesGlueTest(unittest.TestCase):
         self.assertEqual(check["auth"], "token profiles-token-123")
         self.assertEqual(check["body"], {
             "user": "bob", "groups": ["students"], "server": "", "profile": "gpu-h100-80gb-hbm3",
-            "displayName": "NVIDIA H100 80GB", "live": True, "selects": ["nvidia.com/gpu.product"], "joining": False, "waitlist": False,
+            "displayName": "NVIDIA H100 80GB", "live": True, "selects": ["nvidia.com/gpu.product"], "waitlist": False,
             "pod": {
                 "containers": [{"name": "notebook", "restartPolicy": None, "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {}}}],
                 "initContainers": [{"name": "sidecar", "restartPolicy": "Always", "resources": {"limits": {}, "requests": {"nvidia.com/gpu": "1"}}}],
@@ -694,7 +694,7 @@ class ProfilesGlueTest(unittest.TestCase):
         self.assertEqual(cm.exception.status_code, 403)
         self.assertEqual(cm.exception.jupyterhub_message, message)
         (req,) = quota.requests
-        self.assertEqual(req["body"]["waitlist"], {"join": True, "autoStart": True})
+        self.assertNotIn("waitlist", req["body"], "gpu-quota reads the choice from the options")
         self.assertEqual(req["body"]["userOptions"], dict(joining, profile="gpu-h100-80gb-hbm3"))
         # The static H100, judged by the live one, joins the same way.
         with self.assertRaises(web.HTTPError):
@@ -702,8 +702,9 @@ class ProfilesGlueTest(unittest.TestCase):
         self.assertEqual(len(quota.requests), 2)
 
         checks = [ch["body"] for ch in self.svc.checks]
-        self.assertEqual([(b["profile"], b["live"], b["joining"], b["waitlist"]) for b in checks],
-                         [("gpu-h100-80gb-hbm3", True, True, True), ("h100", False, True, True)])
+        self.assertEqual([(b["profile"], b["live"], b.get("userOptions"), b["waitlist"]) for b in checks],
+                         [("gpu-h100-80gb-hbm3", True, dict(joining, profile="gpu-h100-80gb-hbm3"), True),
+                          ("h100", False, dict(joining, profile="h100"), True)])
 
         # Not joining: the start check's refusal (with how to join, services/gpu-profiles) and no gpu-quota.
         hint = 'NVIDIA H100 80GB is not available. None free right now. To wait for one, pick it on the spawn form and tick "Join the waitlist".'
@@ -711,14 +712,14 @@ class ProfilesGlueTest(unittest.TestCase):
         with self.assertRaises(web.HTTPError) as cm:
             self.start(c, "gpu-h100-80gb-hbm3", pod)
         self.assertEqual(cm.exception.jupyterhub_message, hint)
-        self.assertEqual(self.svc.checks[-1]["body"]["joining"], False)
+        self.assertNotIn("userOptions", self.svc.checks[-1]["body"])
         self.assertEqual(len(quota.requests), 2)
 
-        # No gpu-quota to keep a line: the check says the Hub offers no waitlist, and the join is not sent.
+        # No gpu-quota to keep a line: the check says the Hub offers no waitlist.
         self.svc.check_answer = (200, {})
         c = load_glue(self.services)
         self.start(c, "gpu-h100-80gb-hbm3", pod, options=joining)
-        self.assertEqual((self.svc.checks[-1]["body"]["joining"], self.svc.checks[-1]["body"]["waitlist"]), (False, False))
+        self.assertEqual(self.svc.checks[-1]["body"]["waitlist"], False)
 
     def test_waitlist_offered_after_refusal_for_lack(self):
         # gpu-profiles counts a MIG slice free, but gpu-quota holds it for the people in line (reason
@@ -786,7 +787,7 @@ class ProfilesGlueTest(unittest.TestCase):
             self.start(c, mig, mig_pod, options={"gpuhub_waitlist": True})
         self.assertEqual(cm.exception.jupyterhub_message, message)
         (req,) = quota.requests
-        self.assertEqual(req["body"]["waitlist"], {"join": True, "autoStart": False})
+        self.assertEqual(req["body"]["userOptions"]["gpuhub_waitlist"], True)
 
     def test_metrics(self):
         from prometheus_client import REGISTRY

@@ -39,12 +39,20 @@ type admitRequest struct {
 	User     string           `json:"user"`
 	Server   string           `json:"server"`
 	Profile  string           `json:"profile"`
-	Res      map[string]int64 `json:"resources"`
-	Waitlist *struct {
-		Join      bool `json:"join"`
-		AutoStart bool `json:"autoStart"`
-	} `json:"waitlist"`
 	UserOptions map[string]any `json:"userOptions"`
+	Waitlist    *waitlistChoice `json:"-"`
+}
+
+type waitlistChoice struct{ Join, AutoStart bool }
+
+// choice is what the spawn asks of the waitlist, read as the form and these tests write it (true); the real
+// gpu-quota's reading of every spelling is services/internal/contract's WaitlistChoiceFrom.
+func (r admitRequest) choice() *waitlistChoice {
+	autoStart := r.UserOptions["gpuhub_autostart"] == true
+	if !autoStart && r.UserOptions["gpuhub_waitlist"] != true {
+		return nil
+	}
+	return &waitlistChoice{Join: true, AutoStart: autoStart}
 }
 
 // fakeQuota queues every request that asks to join (number 2 of 3) and refuses every other one as held for
@@ -83,6 +91,7 @@ func (q *fakeQuota) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"message":"bad body"}`, http.StatusBadRequest)
 		return
 	}
+	req.Waitlist = req.choice()
 	q.mu.Lock()
 	q.reqs = append(q.reqs, req)
 	q.mu.Unlock()

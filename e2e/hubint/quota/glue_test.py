@@ -278,9 +278,10 @@ class GlueTest(unittest.TestCase):
                 self.assertNotIn("secret-token-123", "\n".join(logs.output))
 
     def test_waitlist_join_sends_choice_and_options(self):
-        # With GPUHUB_WAITLIST on, a spawn whose user_options ask to join sends the choice and the options
-        # (gpu-quota starts the server with them when the turn comes); gpu-quota's refusal, which says the
-        # place in line, is what the user sees. Off, or not asked: the body is exactly what it was.
+        # With GPUHUB_WAITLIST on, a spawn whose user_options speak of the waitlist sends them: gpu-quota reads
+        # whether they ask to join (contract.WaitlistChoiceFrom, its cases in Go) and starts the server with
+        # them when the turn comes; its refusal, which says the place in line, is what the user sees. Off, or
+        # not mentioned: the body is exactly what it was.
         place = {"position": 2, "waiting": 3, "estimate": "2026-11-22T15:10:00Z", "message": "You are number 2 of 3 waiting for a H100."}
         refusal = {
             "allow": False, "reason": "none_free", "decisionId": "d-9", "waitlist": place,
@@ -290,14 +291,12 @@ class GlueTest(unittest.TestCase):
             "containers": [{"name": "notebook", "restartPolicy": None, "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {}}}],
             "initContainers": [], "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}}
         cases = {
-            "join and autostart": ("1", {"profile": "h100", "gpuhub_waitlist": True, "gpuhub_autostart": True, "image": "b"},
-                                   {"join": True, "autoStart": True}),
-            "join": ("true", {"profile": "h100", "gpuhub_waitlist": True}, {"join": True, "autoStart": False}),
-            "API strings": ("on", {"profile": "h100", "gpuhub_waitlist": "true"}, {"join": True, "autoStart": False}),
-            "autostart alone joins": ("1", {"profile": "h100", "gpuhub_autostart": 1}, {"join": True, "autoStart": True}),
-            "not asked": ("1", {"profile": "h100"}, None),
-            "asked as false": ("1", {"profile": "h100", "gpuhub_waitlist": False, "gpuhub_autostart": "no"}, None),
-            "waitlist off": ("", {"profile": "h100", "gpuhub_waitlist": True, "gpuhub_autostart": True}, None),
+            "join and autostart": ("1", {"profile": "h100", "gpuhub_waitlist": True, "gpuhub_autostart": True, "image": "b"}, True),
+            "API strings": ("on", {"profile": "h100", "gpuhub_waitlist": "true"}, True),
+            "autostart alone": ("1", {"profile": "h100", "gpuhub_autostart": 1}, True),
+            "asked as false: gpu-quota reads it": ("1", {"profile": "h100", "gpuhub_waitlist": False, "gpuhub_autostart": "no"}, True),
+            "not mentioned": ("1", {"profile": "h100"}, False),
+            "waitlist off": ("", {"profile": "h100", "gpuhub_waitlist": True, "gpuhub_autostart": True}, False),
         }
         for name, (env, options, want) in cases.items():
             with self.subTest(name):
@@ -311,10 +310,7 @@ class GlueTest(unittest.TestCase):
                         self.run_hook(hook, gpu_pod(), s)
                 self.assertEqual(cm.exception.jupyterhub_message, refusal["message"])
                 body = self.quota.requests[-1]["body"]
-                if want is None:
-                    self.assertEqual(body, base)
-                else:
-                    self.assertEqual(body, dict(base, waitlist=want, userOptions=options))
+                self.assertEqual(body, dict(base, userOptions=options) if want else base)
                 self.assertIn("waitlist position 2 of 3", "\n".join(logs.output))
                 self.assertNotIn("secret-token-123", "\n".join(logs.output))
 

@@ -1,6 +1,7 @@
 package contract
 
 import (
+	"strings"
 	"time"
 
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
@@ -13,6 +14,41 @@ const (
 	Open   = "open"   // admit unchecked; offer every choice
 	Closed = "closed" // refuse GPU spawns; disable every GPU choice
 )
+
+// WaitlistChoice is what a spawn says about gpu-quota's waitlist (the admission request's "waitlist").
+type WaitlistChoice struct {
+	// Join queues the server when no unit of what it asks is free for the user.
+	Join bool `json:"join"`
+	// AutoStart starts the server through the Hub when the user's turn comes.
+	AutoStart bool `json:"autoStart"`
+}
+
+// WaitlistChoiceFrom reads the choice from a spawn's user_options, nil when it does not ask to join: the spawn
+// form's checkboxes give gpuhub_waitlist / gpuhub_autostart true, an API spawn's JSON true, 1, "true", "1",
+// "yes" or "on". Starting by itself when the turn comes means waiting in line first, so gpuhub_autostart alone
+// joins too.
+func WaitlistChoiceFrom(options map[string]any) *WaitlistChoice {
+	autoStart := yes(options["gpuhub_autostart"])
+	if !autoStart && !yes(options["gpuhub_waitlist"]) {
+		return nil
+	}
+	return &WaitlistChoice{Join: true, AutoStart: autoStart}
+}
+
+func yes(v any) bool {
+	switch v := v.(type) {
+	case bool:
+		return v
+	case float64:
+		return v == 1
+	case string:
+		switch strings.ToLower(strings.TrimSpace(v)) {
+		case "1", "true", "yes", "on":
+			return true
+		}
+	}
+	return false
+}
 
 // AssessRequest is the body of POST assess: which of several spawn choices the policy would admit for a user
 // now (gpu-profiles, at every render of the spawn form).

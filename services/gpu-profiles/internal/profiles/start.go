@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 )
 
@@ -30,10 +31,16 @@ type StartRequest struct {
 	Selects []string `json:"selects"`
 	// Pod is the pod about to be created, cut to what counts its GPUs: containers' resources and node selector.
 	Pod corev1.PodSpec `json:"pod"`
-	// Joining says the spawn asks to join the waitlist: gpu-quota keeps the line and decides.
-	Joining bool `json:"joining"`
 	// Waitlist says the Hub offers joining the waitlist (the spawn form's checkbox, with gpu-quota deployed).
 	Waitlist bool `json:"waitlist"`
+	// UserOptions are the spawn's user_options when they speak of the waitlist: a spawn asking to join
+	// (contract.WaitlistChoiceFrom) passes to gpu-quota, which keeps the line.
+	UserOptions map[string]any `json:"userOptions,omitempty"`
+}
+
+// joining says the spawn asks to wait in line and the Hub offers the waitlist.
+func (r StartRequest) joining() bool {
+	return r.Waitlist && contract.WaitlistChoiceFrom(r.UserOptions) != nil
 }
 
 // StartAnswer is gpu-profiles' answer: no refusal, or why not and what the user can do.
@@ -89,7 +96,7 @@ func CheckStart(form []Profile, req StartRequest) *Refusal {
 		reason = "other"
 	}
 	waitable := reason == ReasonNoneFree || reason == ReasonWaitlist
-	if waitable && req.Joining {
+	if waitable && req.joining() {
 		return nil
 	}
 	text := info.ReasonText

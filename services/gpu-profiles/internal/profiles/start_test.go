@@ -44,6 +44,8 @@ const (
 	joinHint     = ` To wait for one, pick it on the spawn form and tick "Join the waitlist".`
 )
 
+var join = map[string]any{"profile": "x", "gpuhub_waitlist": true}
+
 func TestCheckStart(t *testing.T) {
 	l4 := formChoice("gpu-l4", "NVIDIA L4", "gpu", 3, oneGPU, l4Selector, "", "")
 	pool := map[string]string{"cloud.example.com/pool": "gpu"}
@@ -68,16 +70,19 @@ func TestCheckStart(t *testing.T) {
 		{name: "none free, waitlist offered: how to join", form: startForm(),
 			req:  StartRequest{Profile: "gpu-h100-80gb-hbm3", Live: true, Waitlist: true},
 			want: &Refusal{Reason: ReasonNoneFree, Message: h100NoneFree + joinHint}},
+		{name: "none free, asking to join without a waitlist offered", form: startForm(),
+			req:  StartRequest{Profile: "gpu-h100-80gb-hbm3", Live: true, UserOptions: join},
+			want: &Refusal{Reason: ReasonNoneFree, Message: h100NoneFree}},
 		{name: "none free, joining: gpu-quota decides", form: startForm(),
-			req: StartRequest{Profile: "gpu-h100-80gb-hbm3", Live: true, Waitlist: true, Joining: true}},
+			req: StartRequest{Profile: "gpu-h100-80gb-hbm3", Live: true, Waitlist: true, UserOptions: join}},
 		{name: "held for others, joining: gpu-quota decides", form: []Profile{startForm()[0], held},
-			req: StartRequest{Profile: held.Slug, Live: true, Waitlist: true, Joining: true}},
+			req: StartRequest{Profile: held.Slug, Live: true, Waitlist: true, UserOptions: join}},
 		{name: "held for others, not joining", form: []Profile{startForm()[0], held},
 			req: StartRequest{Profile: held.Slug, Live: true, Waitlist: true},
 			want: &Refusal{Reason: ReasonWaitlist, Message: "A100 MIG 1g.5gb is not available. " + heldText +
 				" No GPU you may take is free right now; a CPU-only server can start." + joinHint}},
 		{name: "over quota: no line to wait in", form: append(startForm(), quotaOut),
-			req:  StartRequest{Profile: "gpu-t4", Live: true, Waitlist: true, Joining: true},
+			req:  StartRequest{Profile: "gpu-t4", Live: true, Waitlist: true, UserOptions: join},
 			want: &Refusal{Reason: ReasonQuota, Message: "T4 is not available. Over your quota. Free now: A100 MIG 1g.5gb <slice> (7 free)."}},
 		{name: "gone since the form", form: startForm()[:2], req: StartRequest{Profile: "mig-a100-sxm4-40gb-1g-5gb", DisplayName: "A100 MIG", Live: true},
 			want: &Refusal{Reason: ReasonGone, Message: "A100 MIG is not available. This choice is no longer offered. No GPU you may take is free right now; a CPU-only server can start."}},
@@ -101,7 +106,7 @@ func TestCheckStart(t *testing.T) {
 			req: StartRequest{Profile: "pool-gpu", Selects: []string{"cloud.example.com/pool"}, Pod: podAsking(oneGPU, pool)}},
 		{name: "static without a GPU", form: startForm(), req: StartRequest{Profile: "images", Pod: podAsking(nil, nil)}},
 		{name: "static H100 joining", form: startForm(), req: StartRequest{Profile: "h100", Selects: []string{"nvidia.com/gpu.product"}, Pod: h100Pod,
-			Joining: true, Waitlist: true}},
+			Waitlist: true, UserOptions: join}},
 		{name: "gpu-profiles' own static choice with the same GPUs is available", form: append(startForm()[:2], static),
 			req: StartRequest{Profile: "any-gpu", Pod: podAsking(oneGPU, nil)}},
 	}

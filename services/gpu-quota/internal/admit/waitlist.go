@@ -30,12 +30,7 @@ type WaitlistOptions struct {
 }
 
 // WaitlistChoice is what the spawn form says about the waitlist.
-type WaitlistChoice struct {
-	// Join queues the server when no unit of what it asks is free for the user.
-	Join bool `json:"join"`
-	// AutoStart starts the server through the Hub when the user's turn comes.
-	AutoStart bool `json:"autoStart"`
-}
+type WaitlistChoice = contract.WaitlistChoice
 
 // Place and Contention are gpu-quota's wire types (waitlist answers), declared once in
 // services/internal/contract for the usage API's admin view, gpu-culler and the CLI, which read them.

@@ -138,6 +138,10 @@ func (a *api) admit(w http.ResponseWriter, r *http.Request) {
 		server.WriteError(w, http.StatusBadRequest, "%s", msg)
 		return
 	}
+	if req.Waitlist == nil {
+		// The glue sends the spawn's user_options when they speak of the waitlist; what they ask is read here.
+		req.Waitlist = contract.WaitlistChoiceFrom(req.UserOptions)
+	}
 	req.Arrived = arrived
 	res, err := a.o.Engine.Admit(r.Context(), req)
 	if err != nil {

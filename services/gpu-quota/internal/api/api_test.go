@@ -216,6 +216,16 @@ func TestAdmitBody(t *testing.T) {
 		t.Errorf("the glue's pod reached the engine as %+v", eng.admitted)
 	}
 
+	// The spawn's user_options ask to join: gpu-quota reads the choice from them.
+	eng.admitted = nil
+	if code, body := do(t, "POST", srv.URL+prefix+"api/v1/admit", "quota-token",
+		`{"user":"bob","resources":{"nvidia.com/gpu":1},"userOptions":{"profile":"h100","gpuhub_waitlist":"1"}}`); code != 200 {
+		t.Fatalf("a join: status %d: %v", code, body)
+	}
+	if len(eng.admitted) != 1 || eng.admitted[0].Waitlist == nil || !eng.admitted[0].Waitlist.Join || eng.admitted[0].Waitlist.AutoStart {
+		t.Errorf("a join from user_options reached the engine as %+v", eng.admitted)
+	}
+
 	for name, bad := range map[string]string{
 		"not JSON":           `user=bob`,
 		"no user":            `{"resources":{"nvidia.com/gpu":1}}`,
