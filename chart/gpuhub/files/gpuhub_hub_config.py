@@ -1,42 +1,18 @@
-# gpuhub's Hub glue: one file, run by the Hub's config like any z2jh `hub.extraConfig` snippet.
+# gpuhub's Hub glue: one file, run by the Hub's config like any z2jh `hub.extraConfig` snippet
+# (helm ... --set-file hub.extraConfig.gpuhub=chart/gpuhub/files/gpuhub_hub_config.py; make demo does the same).
+# The services decide; the glue asks them and passes their answers on, and keeps the transport, a short cache,
+# timeouts and what to do when a service does not answer. Each part is on only when its service is configured
+# (its Hub service entry, or GPUHUB_<QUOTA|PROFILES|CULLER>_URL and _TOKEN) and says once in the Hub log when not.
 #
-#   z2jh:       helm upgrade ... --set-file hub.extraConfig.gpuhub=chart/gpuhub/files/gpuhub_hub_config.py
-#   make demo:  the local Hub's values (e2e/gpuhubstack writes hub.extraConfig.gpuhub the same way)
-#   tests:      e2e/hubint/quota and e2e/hubint/profiles run it in JupyterHub 5.5 and 6.x unchanged
+#   gpu-quota     modify_pod_hook asks api/v1/admit with the pod (its GPU request and node selector only); a
+#                 refusal is the spawn's message, never counted by the Hub as a failure (THE TRAP, below).
+#   gpu-profiles  profile_list asks api/v1/profiles (cached a few seconds; the admin's static list with a note
+#                 when it does not answer) and api/v1/start before a start's pod exists; the spawn form below.
+#   gpu-culler    the home page says why the culler stopped a server (api/v1/stops/<user>).
 #
-# Two parts, each active only when its service is configured:
-#
-# gpu-quota: before KubeSpawner creates a GPU server's pod, it asks gpu-quota
-# (POST <service prefix>api/v1/admit) with the pod (its containers' resources and node selector: gpu-quota
-# counts its GPUs) and refuses the spawn with gpu-quota's message when the answer is no. Every decision
-# is made in Go by gpu-quota; nothing here is cached per user. With the waitlist on (GPUHUB_WAITLIST), a
-# spawn's user_options that speak of it go along (gpu-quota reads whether they ask to join), and
-# gpu-quota's refusal says the user's place in line; which choice of a user's was last refused for want of a free unit is
-# remembered for a while, so the form can offer to join for it. See chart/README.md ("Quota (gpu-quota)").
-#
-# gpu-profiles: KubeSpawner's profile_list becomes a callable that asks gpu-profiles
-# (POST <service prefix>api/v1/profiles) for the user's choices with their free counts, caches the
-# answer per user and server for a few seconds, and falls back to the admin's static list (singleuser.profileList,
-# whatever c.KubeSpawner.profile_list was when this file ran) with a note on the form when gpu-profiles
-# does not answer. The form (profile_form_template, below) shows free counts and disabled choices with
-# the reason. Before a start's pod is created, gpu-profiles judges the choice (POST api/v1/start, with the
-# pod's GPU request); its refusal, and the glue's for a choice that is not offered, are not counted by the
-# Hub as failures. See chart/README.md ("Spawn form from gpu-profiles").
-#
-# gpu-culler: after the culler stopped a server, the Hub home page (/hub/home) says why. The glue puts a
-# home.html that extends the Hub's own first in c.JupyterHub.template_paths and gives it
-# gpuhub_culler_stop() (c.JupyterHub.template_vars), which asks gpu-culler
-# (GET <service prefix>api/v1/stops/<user>) with gpu-culler's own token; no answer in time, no message. What to
-# say and for how long is gpu-culler's. See chart/README.md ("Culling with gpu-culler").
-#
-# Each part takes its service's URL and token from the Hub service entry, or from GPUHUB_<SERVICE>_URL and
-# GPUHUB_<SERVICE>_TOKEN (QUOTA, PROFILES, CULLER), and its timeouts and GPUHUB_WAITLIST from hub.extraEnv:
-# chart/README.md lists them with their defaults ("Quota (gpu-quota)", "Spawn form from gpu-profiles",
-# "Culling with gpu-culler").
-#
-# Without a "gpu-quota" service entry (and no GPUHUB_QUOTA_URL/TOKEN) the quota part does nothing and
-# says so once in the Hub log; without a "gpu-profiles" one the static profile list and KubeSpawner's
-# own form stay as they are; without a "gpu-culler" one the home page is the Hub's own.
+# Settings and defaults: chart/README.md ("Quota (gpu-quota)", "Spawn form from gpu-profiles", "Joining the
+# waitlist from the form", "Culling with gpu-culler"). Tests: e2e/hubint (glue_test.py against fake services,
+# and the real Hub with the real services), on JupyterHub 5.5 and 6.x.
 
 
 def _gpuhub_kit(c):
