@@ -519,6 +519,7 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
             "user": spawner.user.name,
             "groups": sorted(g.name for g in spawner.user.groups),
             "server": spawner.name or "",
+            "waitlist": glue.waitlist_on and glue.quota_configured(spawner),  # gpu-profiles marks what to join for
         }
         resolved = target(spawner.user, spawner.log)
         if resolved is None:
@@ -593,34 +594,14 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
         g = p.get("gpuhub") if p else None
         return not (isinstance(g, dict) and g.get("available") is False)
 
-    def exhausted(p):
-        """A GPU choice gpu-profiles shows with no unit free for the user (none_free, or waitlist: the free
-        ones are held for people in line): something to wait in line for. Not one the user's quota rules
-        out, nor one nothing could ever place: waiting would not help."""
-        g = p.get("gpuhub")
-        if not isinstance(g, dict) or g.get("kind") in ("cpu", "static"):
-            return False
-        if g.get("available") is False:
-            return g.get("reason") in ("none_free", "waitlist")
-        free = g.get("free")
-        return isinstance(free, int) and not isinstance(free, bool) and free <= 0
-
     def with_waitlist(spawner, profiles):
-        """With the waitlist on, mark the choices the form offers to join for (the template reads
-        gpuhub_waitlist): "exhausted" ones can be picked only to join; "offered" is the available choice
-        gpu-quota last refused for want of a free unit (held for those in line). Copies: the cache and the
-        admin's list stay as they are."""
-        if not glue.waitlist_on or not glue.quota_configured(spawner):
+        """With the waitlist on, mark the available choice gpu-quota last refused for want of a free unit (held
+        for those in line) as "offered" (the template reads gpuhub_waitlist; gpu-profiles marks the exhausted
+        ones). Copies: the cache and the admin's list stay as they are."""
+        refused = glue.refused_short_of(spawner) if glue.waitlist_on and glue.quota_configured(spawner) else None
+        if not refused:
             return profiles
-        refused = glue.refused_short_of(spawner)
-        out = []
-        for p in profiles:
-            if exhausted(p):
-                p = dict(p, gpuhub_waitlist="exhausted")
-            elif refused and p.get("slug") == refused and available(p):
-                p = dict(p, gpuhub_waitlist="offered")
-            out.append(p)
-        return out
+        return [dict(p, gpuhub_waitlist="offered") if p.get("slug") == refused and available(p) else p for p in profiles]
 
     async def render_list(spawner):
         user = spawner.user.name

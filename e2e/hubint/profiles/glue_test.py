@@ -87,6 +87,10 @@ LIVE = [
 ]
 
 
+# LIVE as gpu-profiles answers it when the Hub offers the waitlist: the H100 with none free is one to join for.
+MARKED = [LIVE[0], dict(LIVE[1], gpuhub_waitlist="exhausted"), LIVE[2]]
+
+
 class FakeProfiles(http.server.ThreadingHTTPServer):
     """Answers each POST with `answer` (status, body) after `delay` seconds and records the requests; a start
     check (POST .../start) gets `check_answer` and is recorded in `checks`."""
@@ -263,7 +267,7 @@ class ProfilesGlueTest(unittest.TestCase):
         (req,) = self.svc.requests
         self.assertEqual(req["path"], "/services/gpu-profiles/api/v1/profiles")
         self.assertEqual(req["auth"], "token profiles-token-123")
-        self.assertEqual(req["body"], {"user": "bob", "groups": ["students"], "server": ""})
+        self.assertEqual(req["body"], {"user": "bob", "groups": ["students"], "server": "", "waitlist": False})
         self.call(c)
         self.assertEqual(len(self.svc.requests), 1, "a second render within the cache time asked again")
         self.call(c, user="alice")
@@ -280,7 +284,7 @@ class ProfilesGlueTest(unittest.TestCase):
         self.assertEqual([r["body"]["server"] for r in self.svc.requests], ["", "big"])
         # A start asks for its own server too.
         self.start(c, "mig-a100-sxm4-40gb-1g-5gb", gpu_pod({"nvidia.com/mig-1g.5gb": "1"}, {}), server="big")
-        self.assertEqual(self.svc.requests[-1]["body"], {"user": "bob", "groups": ["students"], "server": "big"})
+        self.assertEqual(self.svc.requests[-1]["body"], {"user": "bob", "groups": ["students"], "server": "big", "waitlist": False})
 
     def test_fallback_with_note(self):
         cases = {
@@ -577,7 +581,9 @@ class ProfilesGlueTest(unittest.TestCase):
         quota, services = self.with_quota()
         os.environ["GPUHUB_WAITLIST"] = "1"
         c = load_glue(services)
+        self.svc.answer = (200, {"profiles": MARKED})
         got, _ = self.call(c)
+        self.assertIs(self.svc.requests[-1]["body"]["waitlist"], True, "gpu-profiles is told the Hub offers the waitlist")
         self.assertEqual([p.get("gpuhub_waitlist") for p in got], [None, "exhausted", None])
         self.assertNotIn("gpuhub_waitlist", LIVE[1], "gpu-profiles' answer was changed")
         got, _ = self.call(c)  # the cached answer is marked as well
@@ -612,8 +618,10 @@ class ProfilesGlueTest(unittest.TestCase):
         self.assertEqual([r["value"] for r in f.radios if "disabled" in r], [])
         self.assertNotIn("<slice>", page)
         # No gpu-quota, no line to wait in: the form is the one without the waitlist.
+        self.svc.answer = (200, {"profiles": LIVE})
         c = load_glue(self.services)
         got, _ = self.call(c, user="carol")
+        self.assertIs(self.svc.requests[-1]["body"]["waitlist"], False)
         self.assertEqual([p.get("gpuhub_waitlist") for p in got], [None, None, None])
         self.assertNotIn("gpuhub-waitlist", render(got))
 
@@ -728,6 +736,7 @@ class ProfilesGlueTest(unittest.TestCase):
         held = "The free MIG 1g.5gb is held for the next person on the waitlist. You would be number 2 in line."
         quota, services = self.with_quota((200, {"allow": False, "reason": "waitlist", "message": held, "decisionId": "d-3"}))
         os.environ["GPUHUB_WAITLIST"] = "1"
+        self.svc.answer = (200, {"profiles": MARKED})
         c = load_glue(services)
         with self.assertRaises(web.HTTPError) as cm:
             self.start(c, mig, pod)
@@ -755,7 +764,7 @@ class ProfilesGlueTest(unittest.TestCase):
                                                  heldForYouUntil="2026-11-23T14:05:00Z"))
         held_mig = live_profile(mig, "A100 MIG 1g.5gb", "mig", 0, 8, False, "waitlist", held_text,
                                 {"nvidia.com/mig-1g.5gb": "1"}, {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"})
-        self.svc.answer = (200, {"profiles": [LIVE[0], holder_h100, held_mig]})
+        self.svc.answer = (200, {"profiles": [LIVE[0], holder_h100, dict(held_mig, gpuhub_waitlist="exhausted")]})
         message = "You joined the waitlist. You are number 1 of 1 waiting for a MIG 1g.5gb slice on an A100."
         quota, services = self.with_quota((200, {"allow": False, "reason": "waitlist", "message": message, "decisionId": "d-5"}))
         os.environ["GPUHUB_WAITLIST"] = "1"

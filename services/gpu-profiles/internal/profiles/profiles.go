@@ -39,13 +39,32 @@ const (
 
 // Profile is one KubeSpawner profile dict, plus the "gpuhub" key KubeSpawner ignores (contract C1).
 type Profile struct {
-	Slug        string     `json:"slug"`
-	DisplayName string     `json:"display_name"`
-	Description string     `json:"description"`
-	Default     bool       `json:"default"`
-	Override    KubeSpawn  `json:"kubespawner_override"`
-	GPUHub      Info       `json:"gpuhub"`
-	static      staticDict // the administrator's dict, written instead of the fields above
+	Slug        string    `json:"slug"`
+	DisplayName string    `json:"display_name"`
+	Description string    `json:"description"`
+	Default     bool      `json:"default"`
+	Override    KubeSpawn `json:"kubespawner_override"`
+	GPUHub      Info      `json:"gpuhub"`
+	// Waitlist is WaitlistExhausted on a choice the form offers only to join gpu-quota's waitlist for (the
+	// Hub glue adds "offered" on an available one gpu-quota refused for want of a free unit).
+	Waitlist string     `json:"gpuhub_waitlist,omitempty"`
+	static   staticDict // the administrator's dict, written instead of the fields above
+}
+
+// WaitlistExhausted marks a GPU choice with no unit free for the user: the form offers it to join the waitlist.
+const WaitlistExhausted = "exhausted"
+
+// exhausted says a GPU choice has no unit free for the user, so waiting in line for one could help: none free,
+// or the free ones held for people already waiting. Not a choice the quota rules out, nor one no node could take:
+// waiting would not help there.
+func (i Info) exhausted() bool {
+	if i.Kind == catalog.KindCPU || i.Kind == KindStatic {
+		return false
+	}
+	if !i.Available {
+		return i.Reason == ReasonNoneFree || i.Reason == ReasonWaitlist
+	}
+	return i.Free <= 0
 }
 
 type staticDict map[string]any

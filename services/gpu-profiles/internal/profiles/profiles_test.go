@@ -426,3 +426,48 @@ func TestWaitlistHolds(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitlistMarks: with the Hub offering the waitlist, each GPU choice with no unit free for the user is marked
+// to join for (none free, or the free ones held for others); a choice over quota is not (waiting would not
+// help), nor one with units free. Without it nothing is marked, and the two forms are encoded apart.
+func TestWaitlistMarks(t *testing.T) {
+	q := &fakeQuota{verdicts: map[string]contract.Verdict{
+		"gpu-h100-80gb-hbm3":         {Allow: true, HeldForOthers: 1},
+		"mig-a100-sxm4-40gb-3g-20gb": {Reason: "max_gpus", Message: "Too much."},
+	}}
+	r := &profiles.Renderer{Catalog: kinds{ks: zoo(t)}, Config: func() *profiles.Config { return &profiles.Config{} }, Quota: q}
+	marks := func(waitlist bool) []string {
+		t.Helper()
+		req := profiles.Request{User: "bob", Groups: []string{"students"}, Waitlist: waitlist}
+		body, err := r.Encoded(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res struct {
+			Profiles []struct {
+				Slug     string `json:"slug"`
+				Waitlist string `json:"gpuhub_waitlist"`
+			} `json:"profiles"`
+		}
+		if err := json.Unmarshal(body, &res); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, p := range res.Profiles {
+			if p.Waitlist != "" {
+				out = append(out, p.Slug+" "+p.Waitlist)
+			}
+		}
+		return out
+	}
+	want := []string{"gpu-h100-80gb-hbm3 exhausted", "mps-a100-sxm4-40gb exhausted"}
+	if diff := cmp.Diff(want, marks(true)); diff != "" {
+		t.Errorf("marks with the waitlist (-want +got):\n%s", diff)
+	}
+	if got := marks(false); got != nil {
+		t.Errorf("marks without the waitlist: %v", got)
+	}
+	if diff := cmp.Diff(want, marks(true)); diff != "" {
+		t.Errorf("marks with the waitlist again (-want +got):\n%s", diff)
+	}
+}

@@ -33,6 +33,9 @@ type Request struct {
 	User   string   `json:"user"`
 	Groups []string `json:"groups"`
 	Server string   `json:"server"`
+	// Waitlist says the Hub offers joining gpu-quota's waitlist from the form: each GPU choice with no unit free
+	// for the user is marked as one to join for (gpuhub_waitlist: exhausted).
+	Waitlist bool `json:"waitlist"`
 }
 
 // Response is the user's form (contract C1).
@@ -94,7 +97,7 @@ func (r *Renderer) Render(ctx context.Context, req Request) (Response, error) {
 	}
 	cfg := r.Config()
 	choices := Visible(r.choices(kinds, cfg), req.Groups)
-	return r.respond(cfg, choices, r.assess(ctx, req, choices)), nil
+	return r.respond(cfg, choices, r.assess(ctx, req, choices), req.Waitlist), nil
 }
 
 // Encoded is Render's answer as the JSON body the API sends. A form depends on nothing of the user but their
@@ -109,7 +112,7 @@ func (r *Renderer) Encoded(ctx context.Context, req Request) ([]byte, error) {
 	all := r.choices(kinds, cfg)
 	choices := Visible(all, req.Groups)
 	verdicts := r.assess(ctx, req, choices)
-	key := formKey(req.Groups, verdicts)
+	key := formKey(req.Groups, verdicts, req.Waitlist)
 	r.mu.Lock()
 	body, ok := r.bodies[key]
 	fresh := r.memo.choices != nil && len(all) > 0 && len(r.memo.choices) > 0 && &r.memo.choices[0] == &all[0]
@@ -117,7 +120,7 @@ func (r *Renderer) Encoded(ctx context.Context, req Request) ([]byte, error) {
 	if ok && fresh {
 		return body, nil
 	}
-	body, err = json.Marshal(r.respond(cfg, choices, verdicts))
+	body, err = json.Marshal(r.respond(cfg, choices, verdicts, req.Waitlist))
 	if err != nil {
 		return nil, err
 	}
@@ -133,10 +136,13 @@ func (r *Renderer) Encoded(ctx context.Context, req Request) ([]byte, error) {
 	return body, nil
 }
 
-// formKey names what a form depends on besides the choices: the user's groups (which choices they see) and
-// gpu-quota's verdicts on them, the waitlist's holds included.
-func formKey(groups []string, verdicts map[string]contract.Verdict) string {
+// formKey names what a form depends on besides the choices: the user's groups (which choices they see),
+// gpu-quota's verdicts on them, the waitlist's holds included, and whether the Hub offers the waitlist.
+func formKey(groups []string, verdicts map[string]contract.Verdict, waitlist bool) string {
 	var b strings.Builder
+	if waitlist {
+		b.WriteByte('w')
+	}
 	gs := slices.Clone(groups)
 	slices.Sort(gs)
 	for _, g := range gs {
@@ -165,7 +171,7 @@ func formKey(groups []string, verdicts map[string]contract.Verdict) string {
 	return b.String()
 }
 
-func (r *Renderer) respond(cfg *Config, choices []Choice, verdicts map[string]contract.Verdict) Response {
+func (r *Renderer) respond(cfg *Config, choices []Choice, verdicts map[string]contract.Verdict, waitlist bool) Response {
 	def := catalog.SlugCPU
 	note := ""
 	if cfg != nil {
@@ -178,7 +184,15 @@ func (r *Renderer) respond(cfg *Config, choices []Choice, verdicts map[string]co
 	if r.Now != nil {
 		now = r.Now
 	}
-	return Response{Profiles: ForUser(choices, verdicts, def), GeneratedAt: now().UTC().Truncate(time.Second), Note: note}
+	profiles := ForUser(choices, verdicts, def)
+	if waitlist {
+		for i := range profiles {
+			if profiles[i].GPUHub.exhausted() {
+				profiles[i].Waitlist = WaitlistExhausted
+			}
+		}
+	}
+	return Response{Profiles: profiles, GeneratedAt: now().UTC().Truncate(time.Second), Note: note}
 }
 
 func (r *Renderer) choices(kinds []catalog.KindStatus, cfg *Config) []Choice {

@@ -95,7 +95,7 @@ func CheckStart(form []Profile, req StartRequest) *Refusal {
 	default:
 		reason = "other"
 	}
-	waitable := reason == ReasonNoneFree || reason == ReasonWaitlist
+	waitable := info.exhausted()
 	if waitable && req.joining() {
 		return nil
 	}
