@@ -384,7 +384,7 @@ def _gpuhub_quota_glue(c, kit):
             )
         else:
             spawner.log.info("gpuhub quota glue: deny %s's server %r (reason %s, decision %s)", *fields)
-        if waitlist_on and place is None and answer.get("reason") in ("none_free", "waitlist"):
+        if waitlist_on and answer.get("joinOffered") is True:
             slug = (spawner.user_options or {}).get("profile")
             if isinstance(slug, str) and slug:
                 remember_short_of(spawner, slug)

@@ -734,7 +734,7 @@ class ProfilesGlueTest(unittest.TestCase):
         # waitlist): its words tell bob to join from the form, so the form now offers it on that choice.
         mig, pod = "mig-a100-sxm4-40gb-1g-5gb", gpu_pod({"nvidia.com/mig-1g.5gb": "1"}, {})
         held = "The free MIG 1g.5gb is held for the next person on the waitlist. You would be number 2 in line."
-        quota, services = self.with_quota((200, {"allow": False, "reason": "waitlist", "message": held, "decisionId": "d-3"}))
+        quota, services = self.with_quota((200, {"allow": False, "reason": "waitlist", "message": held, "decisionId": "d-3", "joinOffered": True}))
         os.environ["GPUHUB_WAITLIST"] = "1"
         self.svc.answer = (200, {"profiles": MARKED})
         c = load_glue(services)

@@ -95,8 +95,10 @@ func (q *fakeQuota) serve(w http.ResponseWriter, r *http.Request) {
 	q.mu.Lock()
 	q.reqs = append(q.reqs, req)
 	q.mu.Unlock()
-	answer := map[string]any{"allow": false, "reason": "waitlist", "message": heldMessage, "decisionId": "fake", "onUnavailable": "open"}
+	answer := map[string]any{"allow": false, "reason": "waitlist", "message": heldMessage, "decisionId": "fake", "onUnavailable": "open",
+		"joinOffered": true}
 	if req.Waitlist != nil && req.Waitlist.Join {
+		delete(answer, "joinOffered")
 		msg := queuedMessage
 		if req.Waitlist.AutoStart {
 			msg += autoStartMessage

@@ -274,6 +274,9 @@ type Result struct {
 	OnUnavailable quota.Mode `json:"onUnavailable"`
 	// Waitlist is the server's place in the waitlist when the request joined it.
 	Waitlist *Place `json:"waitlist,omitempty"`
+	// JoinOffered says the refusal is for want of a free unit (none_free, or waitlist: held for people waiting)
+	// and the request did not join: waiting in line would help, so the spawn form may offer joining on it.
+	JoinOffered bool `json:"joinOffered,omitempty"`
 }
 
 // Admit decides one request from memory and records the decision. An error (wrapping ErrUnavailable) means
@@ -369,6 +372,8 @@ func (e *Engine) decideLocked(ent effEntry, r Request, now time.Time) (Result, d
 				} else {
 					res.Message += " The waitlist could not take you: " + err.Error()
 				}
+			} else {
+				res.JoinOffered = e.wlOn()
 			}
 			rec.Reason = res.Reason
 		} else {

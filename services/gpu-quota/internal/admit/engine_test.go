@@ -265,7 +265,7 @@ func TestReservationLifecycle(t *testing.T) {
 		t.Errorf("a second admit of the same server: %d reservations, want 1 (replaced)", n)
 	}
 	r.admit(t, h100("carol", "two", 1))
-	if res := r.admit(t, h100("dave", "", 1)); res.Reason != "none_free" {
+	if res := r.admit(t, h100("dave", "", 1)); res.Reason != "none_free" || res.JoinOffered { // no waitlist: nothing to join
 		t.Errorf("both H100s reserved: %s", res.Reason)
 	}
 	// carol's default server's pod appears: it now holds the GPU; her reservation is released, not counted twice.

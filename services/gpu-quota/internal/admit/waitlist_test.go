@@ -125,7 +125,7 @@ func TestWaitlistStory(t *testing.T) {
 
 	// alice joins first; bob, who used less, goes before her after the next fair-share refresh.
 	res := r.admit(t, joining(h100("alice", "", 1), false))
-	if res.Allow || res.Waitlist == nil || res.Waitlist.Position != 1 {
+	if res.Allow || res.Waitlist == nil || res.Waitlist.Position != 1 || res.JoinOffered {
 		t.Fatalf("alice: %+v", res)
 	}
 	r.clock.Add(time.Minute)
@@ -143,8 +143,8 @@ func TestWaitlistStory(t *testing.T) {
 
 	// Not queued: dave is told that people wait, and where he would be.
 	res = r.admit(t, h100("dave", "", 1))
-	if res.Allow || res.Reason != "none_free" {
-		t.Errorf("dave while none free: %+v", res)
+	if res.Allow || res.Reason != "none_free" || !res.JoinOffered {
+		t.Errorf("dave while none free (the form may offer him to join): %+v", res)
 	}
 
 	// One H100 frees: held for bob (auto-start), not for alice; dave is refused with the reason.
@@ -159,7 +159,7 @@ func TestWaitlistStory(t *testing.T) {
 	}
 	res = r.admit(t, h100("dave", "", 1))
 	if res.Allow || res.Reason != string(ReasonWaitlist) || !strings.Contains(res.Message, "held for the next person") ||
-		!strings.Contains(res.Message, "number 2 in line") {
+		!strings.Contains(res.Message, "number 2 in line") || !res.JoinOffered {
 		t.Errorf("dave while held for bob: %+v", res)
 	}
 	res = r.admit(t, h100("alice", "", 1))

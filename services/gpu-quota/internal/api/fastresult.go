@@ -17,7 +17,7 @@ import (
 // 64 spawns at once wait on these answers one after the other on a busy core; json.Encoder's reflection was a
 // tenth of the handler's CPU.
 func writeResult(w http.ResponseWriter, res admit.Result) {
-	if res.Waitlist != nil {
+	if res.Waitlist != nil || res.JoinOffered { // refusals with the waitlist on: encoding/json
 		server.WriteJSON(w, http.StatusOK, res)
 		return
 	}
@@ -35,8 +35,8 @@ func writeResult(w http.ResponseWriter, res admit.Result) {
 
 var resultBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
 
-// appendResult appends res as json.Encoder writes it, less the waitlist place (writeResult leaves answers with
-// one to encoding/json): the fields in the struct's order, omitempty's rule for the reservation, a nil list
+// appendResult appends res as json.Encoder writes it, less the waitlist's fields (writeResult leaves answers
+// with them to encoding/json): the fields in the struct's order, omitempty's rule for the reservation, a nil list
 // as null.
 func appendResult(b []byte, res admit.Result) []byte {
 	b = append(b, `{"allow":`...)

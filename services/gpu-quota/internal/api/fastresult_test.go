@@ -38,6 +38,7 @@ func TestWriteResult(t *testing.T) {
 		"no list":      {Reason: "max_gpus", Message: "\x00\x1f\x7f \\ \" é 漢 \xff\xfe end", CanTake: nil},
 		"empty":        {},
 		"waitlist":     {Reason: "waitlist", Waitlist: &admit.Place{User: "bob", Class: "gpu H100", Position: 2, Message: "2nd <in> line"}},
+		"join offered": {Reason: "none_free", Message: "No H100 is free.", JoinOffered: true},
 		"invalid utf8": {Message: "\xe2\x80", Reason: "\xed\xa0\x80"},
 	}
 	for name, res := range tests {
