@@ -659,8 +659,7 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
                     full.append(dict(p, default=False))
             for p in previous[1] if previous else []:
                 if p.get("slug") not in slugs(full):
-                    gone = dict(p.get("gpuhub") or {}, available=False, reason="gone", reasonText="This choice is no longer offered.")
-                    full.append(dict(p, default=False, gpuhub=gone))
+                    full.append(dict(p, default=False))  # gone since: the start check refuses it by name
             if slug and slug not in slugs(full):
                 refuse_unknown(
                     spawner, slug, "unknown",
