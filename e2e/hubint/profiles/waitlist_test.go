@@ -36,10 +36,10 @@ const (
 
 // admitRequest is the body of gpu-quota's POST api/v1/admit as the glue sends it.
 type admitRequest struct {
-	User     string           `json:"user"`
-	Server   string           `json:"server"`
-	Profile  string           `json:"profile"`
-	UserOptions map[string]any `json:"userOptions"`
+	User        string          `json:"user"`
+	Server      string          `json:"server"`
+	Profile     string          `json:"profile"`
+	UserOptions map[string]any  `json:"userOptions"`
 	Waitlist    *waitlistChoice `json:"-"`
 }
 
