@@ -250,8 +250,14 @@ def _gpuhub_quota_glue(c, kit):
     def asks_for_gpus(spec):
         """Whether the pod names an nvidia.com/ resource with a count other than 0. Only such a pod asks gpu-quota
         (a CPU server never depends on it); gpu-quota counts its GPUs the scheduler's way."""
+        def zero(q):
+            try:
+                return float(q) == 0
+            except ValueError:
+                return False  # a suffix ("1k"): gpu-quota reads it
+
         return any(
-            name.startswith(gpu_resource_prefix) and str(q).strip() not in ("", "0")
+            name.startswith(gpu_resource_prefix) and not zero(q)
             for ctr in spec["containers"] + spec["initContainers"]
             for kind in ("limits", "requests")
             for name, q in ctr["resources"][kind].items()
@@ -361,6 +367,11 @@ def _gpuhub_quota_glue(c, kit):
                 msg = "without a decision"
             on_unavailable(spawner, f"gpu-quota answered {code} {msg}".strip())
             return pod
+        if answer.get("countedPod") is not True:
+            # A gpu-quota older than this file ignores the pod and would admit every GPU server as CPU-only.
+            spawner.log.error("gpuhub quota glue: gpu-quota did not count the pod's GPUs: it is older than this glue; upgrade gpuhub's services")
+            on_unavailable(spawner, "gpu-quota did not read the pod")
+            return pod
         if answer.get("onUnavailable") in ("open", "closed"):
             state["reported"] = answer["onUnavailable"]
         fields = (spawner.user.name, spawner.name, answer.get("reason", ""), answer.get("decisionId", ""))
@@ -431,6 +442,7 @@ def _gpuhub_quota_glue(c, kit):
         quota_configured=lambda spawner: resolve(spawner) is not None,
         waitlist_on=waitlist_on,
         waitlist_options=waitlist_options,
+        asks_for_gpus=asks_for_gpus,
         refused_short_of=refused_short_of,
         before_admit=before_admit,
     )
@@ -480,7 +492,7 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
     request_seconds = kit.metric(
         Histogram,
         "gpuhub_profiles_glue_request_duration_seconds",
-        "Time the Hub waited for gpu-profiles' answer.",
+        "Time the Hub waited for gpu-profiles' answers (forms and start checks).",
         [],
         buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5),
     )
@@ -601,7 +613,8 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
         refused = glue.refused_short_of(spawner) if glue.waitlist_on and glue.quota_configured(spawner) else None
         if not refused:
             return profiles
-        return [dict(p, gpuhub_waitlist="offered") if p.get("slug") == refused and available(p) else p for p in profiles]
+        offer = lambda p: p.get("slug") == refused and available(p) and not p.get("gpuhub_waitlist")  # noqa: E731
+        return [dict(p, gpuhub_waitlist="offered") if offer(p) else p for p in profiles]
 
     async def render_list(spawner):
         user = spawner.user.name
@@ -705,8 +718,9 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
         what is free. Not asked when the start's list was the fallback, nor while gpu-profiles cannot answer:
         gpu-quota, when deployed, still decides."""
         entry = at_start.pop(spawner, None)
-        if entry is None or entry[0] is None:
-            return
+        spec = kit.pod_spec(pod)
+        if entry is None or entry[0] is None or not glue.asks_for_gpus(spec):
+            return  # a CPU server is never unavailable
         slug = (spawner.user_options or {}).get("profile") or ""
         p = find(entry[1], slug) or {}
         own = (p.get("kubespawner_override") or {}).get("node_selector")
@@ -718,12 +732,12 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
             "displayName": p.get("display_name") or slug,
             "live": isinstance(p.get("gpuhub"), dict),  # else the admin's static choice, judged by the pod
             "selects": sorted(own) if isinstance(own, dict) else [],  # KubeSpawner allows a callable here
-            "pod": kit.pod_spec(pod),
+            "pod": spec,
             "waitlist": glue.waitlist_on and glue.quota_configured(spawner),
         }
         options = glue.waitlist_options(spawner)
-        if options is not None:
-            body["userOptions"] = options
+        if options is not None:  # whether the spawn joins: what gpu-quota reads too
+            body["userOptions"] = {k: options[k] for k in ("gpuhub_waitlist", "gpuhub_autostart") if k in options}
         resolved = target(spawner.user, spawner.log)
         if resolved is None:
             return
@@ -733,8 +747,10 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
         except Unavailable as e:
             code, answer = str(e), None
         if code != 200:
-            spawner.log.warning("gpuhub profiles glue: gpu-profiles %s to the start check; %s's start goes on unchecked by it",
-                                code if isinstance(code, str) else f"answered {code}", spawner.user.name)
+            why = code if isinstance(code, str) else f"answered {code}"
+            if code == 404:
+                why += " (it is older than this glue: upgrade gpuhub's services)"
+            spawner.log.warning("gpuhub profiles glue: gpu-profiles %s to the start check; %s's start goes on unchecked by it", why, spawner.user.name)
             return
         refusal = (answer or {}).get("refusal")
         if not isinstance(refusal, dict) or not isinstance(refusal.get("message"), str):

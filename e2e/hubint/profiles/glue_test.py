@@ -102,6 +102,7 @@ class FakeProfiles(http.server.ThreadingHTTPServer):
         self.answer = (200, {"profiles": LIVE, "generatedAt": "2026-01-01T00:00:00Z", "note": ""})
         self.checks = []
         self.check_answer = (200, {})
+        self.check_delay = 0
         self.delay = 0
         super().__init__(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
@@ -117,11 +118,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
         record = {"path": self.path, "auth": self.headers["Authorization"], "body": json.loads(body)}
         if self.path.endswith("/start"):
             self.server.checks.append(record)
+            time.sleep(self.server.check_delay)
             status, answer = self.server.check_answer
         else:
             self.server.requests.append(record)
             time.sleep(self.server.delay)
             status, answer = self.server.answer
+            if self.path.endswith("/admit") and status == 200:
+                answer = dict({"countedPod": True}, **answer)  # as gpu-quota answers the glue's pod
         data = json.dumps(answer).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -468,8 +472,24 @@ class ProfilesGlueTest(unittest.TestCase):
                 self.assertIs(got.spec.containers[0].resources.limits["nvidia.com/mig-1g.5gb"], "1")
         # A default start (no profile named): gpu-profiles takes the user's default.
         self.svc.check_answer = (200, {})
-        self.start(c, None, gpu_pod({}, {}))
+        self.start(c, None, gpu_pod({"nvidia.com/gpu": "1"}, {}))
         self.assertEqual((self.svc.checks[-1]["body"]["profile"], self.svc.checks[-1]["body"]["live"]), ("", False))
+        # A CPU server is never unavailable: not asked.
+        checks = len(self.svc.checks)
+        for limits in ({}, {"nvidia.com/gpu": "0.0"}):
+            self.start(c, "cpu", gpu_pod(limits, {}))
+        self.assertEqual(len(self.svc.checks), checks)
+
+    def test_start_check_timeout(self):
+        # gpu-profiles does not answer the check in time: the start goes on (gpu-quota, when deployed, decides),
+        # within the timeout.
+        os.environ["GPUHUB_PROFILES_TIMEOUT"] = "0.2"
+        c = load_glue(self.services)
+        self.svc.check_delay = 1
+        t0 = time.monotonic()
+        self.start(c, "gpu-h100-80gb-hbm3", gpu_pod({"nvidia.com/gpu": "1"}, H100_SELECTOR))
+        self.assertLess(time.monotonic() - t0, 0.9)
+        self.assertEqual(len(self.svc.checks), 1)
 
     def test_start_asks_fresh_without_quota(self):
         c = load_glue(self.services)
@@ -711,8 +731,7 @@ class ProfilesGlueTest(unittest.TestCase):
 
         checks = [ch["body"] for ch in self.svc.checks]
         self.assertEqual([(b["profile"], b["live"], b.get("userOptions"), b["waitlist"]) for b in checks],
-                         [("gpu-h100-80gb-hbm3", True, dict(joining, profile="gpu-h100-80gb-hbm3"), True),
-                          ("h100", False, dict(joining, profile="h100"), True)])
+                         [("gpu-h100-80gb-hbm3", True, joining, True), ("h100", False, joining, True)])
 
         # Not joining: the start check's refusal (with how to join, services/gpu-profiles) and no gpu-quota.
         hint = 'NVIDIA H100 80GB is not available. None free right now. To wait for one, pick it on the spawn form and tick "Join the waitlist".'
@@ -751,6 +770,28 @@ class ProfilesGlueTest(unittest.TestCase):
         # Admitted later: the offer goes.
         quota.answer = (200, {"allow": True, "reason": "ok", "decisionId": "d-4"})
         self.start(c, mig, pod)
+        got, _ = self.call(c)
+        self.assertEqual([p.get("gpuhub_waitlist") for p in got], [None, "exhausted", None])
+
+    def test_waitlist_offer_only_on_joinoffered(self):
+        # The glue remembers a refused choice only when gpu-quota says joining would help (joinOffered), and
+        # "offered" never replaces gpu-profiles' "exhausted" (the form keeps it join-only).
+        mig, pod = "mig-a100-sxm4-40gb-1g-5gb", gpu_pod({"nvidia.com/mig-1g.5gb": "1"}, {})
+        quota, services = self.with_quota((200, {"allow": False, "reason": "max_gpus", "message": "Too many.", "decisionId": "d-6"}))
+        os.environ["GPUHUB_WAITLIST"] = "1"
+        self.svc.answer = (200, {"profiles": MARKED})
+        c = load_glue(services)
+        with self.assertRaises(web.HTTPError):
+            self.start(c, mig, pod)
+        got, _ = self.call(c)
+        self.assertEqual([p.get("gpuhub_waitlist") for p in got], [None, "exhausted", None])
+        # An available choice with none free (a provisionable kind: a node is added) is exhausted too.
+        provisionable = dict(LIVE[1], gpuhub=dict(LIVE[1]["gpuhub"], available=True, reason="", free=0), gpuhub_waitlist="exhausted")
+        self.svc.answer = (200, {"profiles": [LIVE[0], provisionable, LIVE[2]]})
+        c = load_glue(services)
+        quota.answer = (200, {"allow": False, "reason": "none_free", "message": "None.", "decisionId": "d-7", "joinOffered": True})
+        with self.assertRaises(web.HTTPError):
+            self.start(c, "gpu-h100-80gb-hbm3", gpu_pod({"nvidia.com/gpu": "1"}, H100_SELECTOR))
         got, _ = self.call(c)
         self.assertEqual([p.get("gpuhub_waitlist") for p in got], [None, "exhausted", None])
 

@@ -96,7 +96,7 @@ func (q *fakeQuota) serve(w http.ResponseWriter, r *http.Request) {
 	q.reqs = append(q.reqs, req)
 	q.mu.Unlock()
 	answer := map[string]any{"allow": false, "reason": "waitlist", "message": heldMessage, "decisionId": "fake", "onUnavailable": "open",
-		"joinOffered": true}
+		"joinOffered": true, "countedPod": true}
 	if req.Waitlist != nil && req.Waitlist.Join {
 		delete(answer, "joinOffered")
 		msg := queuedMessage

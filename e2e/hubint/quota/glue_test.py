@@ -44,6 +44,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             {"path": self.path, "auth": self.headers["Authorization"], "body": json.loads(body)}
         )
         status, answer = self.server.answers.pop(0) if self.server.answers else (200, {"allow": True})
+        if status == 200 and isinstance(answer, dict):
+            answer = dict({"countedPod": True}, **answer)  # as gpu-quota answers the glue's pod (None: an older one)
         data = json.dumps(answer).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -235,6 +237,9 @@ class GlueTest(unittest.TestCase):
             ),
             "reported closed": (None, [(200, {"allow": True, "onUnavailable": "closed"}), (401, {})], CLOSED),
             "not json": (None, [(200, "<html>proxy error</html>")], None),
+            # A gpu-quota older than the glue ignores the pod (it would admit every GPU server as CPU-only).
+            "older gpu-quota, closed": ("closed", [(200, {"allow": True, "reason": "no_gpu", "countedPod": None})], CLOSED),
+            "older gpu-quota, open": (None, [(200, {"allow": True, "reason": "no_gpu", "countedPod": None})], None),
         }
         for name, (env, answers, refusal) in cases.items():
             with self.subTest(name):

@@ -455,6 +455,7 @@ func TestStartOverHTTP(t *testing.T) {
 		"without the token": {body: `{"user":"bob"}`, wantCode: 401},
 		"no user":           {token: "profiles-token", body: `{"profile":"cpu"}`, wantCode: 400},
 		"a bad quantity":    {token: "profiles-token", body: `{"user":"bob","pod":{"containers":[{"name":"n","resources":{"limits":{"nvidia.com/gpu":"x"}}}]}}`, wantCode: 400},
+		"too big":           {token: "profiles-token", body: `{"user":"bob","displayName":"` + strings.Repeat("x", 64<<10) + `"}`, wantCode: 400},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -484,7 +485,7 @@ func TestStartOverHTTP(t *testing.T) {
 	if err := testutil.GatherAndCompare(r.registry, strings.NewReader(`
 # HELP gpuhub_profiles_start_checks_total Starts the Hub glue asked about before creating the pod, by result: ok, refused (the choice is unavailable), unavailable (inventory not ready: gpu-quota decides alone), bad_request, unauthorized.
 # TYPE gpuhub_profiles_start_checks_total counter
-gpuhub_profiles_start_checks_total{result="bad_request"} 2
+gpuhub_profiles_start_checks_total{result="bad_request"} 3
 gpuhub_profiles_start_checks_total{result="ok"} 2
 gpuhub_profiles_start_checks_total{result="refused"} 1
 gpuhub_profiles_start_checks_total{result="unauthorized"} 1

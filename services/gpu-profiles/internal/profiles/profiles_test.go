@@ -435,7 +435,8 @@ func TestWaitlistMarks(t *testing.T) {
 		"gpu-h100-80gb-hbm3":         {Allow: true, HeldForOthers: 1},
 		"mig-a100-sxm4-40gb-3g-20gb": {Reason: "max_gpus", Message: "Too much."},
 	}}
-	r := &profiles.Renderer{Catalog: kinds{ks: zoo(t)}, Config: func() *profiles.Config { return &profiles.Config{} }, Quota: q}
+	cfg := &profiles.Config{} // one configuration: the renderer keeps its encoded forms
+	r := &profiles.Renderer{Catalog: kinds{ks: zoo(t)}, Config: func() *profiles.Config { return cfg }, Quota: q}
 	marks := func(waitlist bool) []string {
 		t.Helper()
 		req := profiles.Request{User: "bob", Groups: []string{"students"}, Waitlist: waitlist}
@@ -469,5 +470,15 @@ func TestWaitlistMarks(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, marks(true)); diff != "" {
 		t.Errorf("marks with the waitlist again (-want +got):\n%s", diff)
+	}
+	// A group whose name starts like a flag does not share a form with the waitlist's.
+	for _, g := range []string{"1students", "wstudents"} {
+		body, err := r.Encoded(context.Background(), profiles.Request{User: "eve", Groups: []string{g}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(body), "gpuhub_waitlist") {
+			t.Errorf("group %s without the waitlist got the marked form: %s", g, body)
+		}
 	}
 }

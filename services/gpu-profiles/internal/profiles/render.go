@@ -140,9 +140,11 @@ func (r *Renderer) Encoded(ctx context.Context, req Request) ([]byte, error) {
 // gpu-quota's verdicts on them, the waitlist's holds included, and whether the Hub offers the waitlist.
 func formKey(groups []string, verdicts map[string]contract.Verdict, waitlist bool) string {
 	var b strings.Builder
+	flag := byte('0') // one byte, always there: no group name that follows can be read as it
 	if waitlist {
-		b.WriteByte('w')
+		flag = '1'
 	}
+	b.WriteByte(flag)
 	gs := slices.Clone(groups)
 	slices.Sort(gs)
 	for _, g := range gs {

@@ -65,6 +65,11 @@ func TestCheckStart(t *testing.T) {
 	}{
 		{name: "an available choice", form: startForm(), req: StartRequest{Profile: "mig-a100-sxm4-40gb-1g-5gb", Live: true}},
 		{name: "the default (CPU)", form: startForm(), req: StartRequest{}},
+		{name: "a default that is unavailable", form: func() []Profile {
+			f := startForm()
+			f[0].Default, f[1].Default = false, true
+			return f
+		}(), req: StartRequest{Live: true}, want: &Refusal{Reason: ReasonNoneFree, Message: h100NoneFree}},
 		{name: "none free, with what is free instead", form: startForm(), req: StartRequest{Profile: "gpu-h100-80gb-hbm3", Live: true, Pod: h100Pod},
 			want: &Refusal{Reason: ReasonNoneFree, Message: h100NoneFree}},
 		{name: "none free, waitlist offered: how to join", form: startForm(),

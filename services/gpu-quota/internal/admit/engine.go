@@ -245,6 +245,8 @@ type Request struct {
 	Waitlist *WaitlistChoice `json:"waitlist,omitempty"`
 	// UserOptions are the spawn form's answer, kept to start the server when its turn comes (AutoStart).
 	UserOptions map[string]any `json:"userOptions,omitempty"`
+	// FromPod says Resources and NodeSelector were read from the pod the request sent (the glue's way).
+	FromPod bool `json:"-"`
 	// Arrived is when the API received the request (zero: when it is decided). A refusal releases only a
 	// reservation of the server made before then: one made since is a later start's.
 	Arrived time.Time `json:"-"`
@@ -277,6 +279,9 @@ type Result struct {
 	// JoinOffered says the refusal is for want of a free unit (none_free, or waitlist: held for people waiting)
 	// and the request did not join: waiting in line would help, so the spawn form may offer joining on it.
 	JoinOffered bool `json:"joinOffered,omitempty"`
+	// CountedPod says gpu-quota counted the GPUs of the pod the request sent (Request.FromPod): a glue that sends
+	// the pod takes an answer without it for one from a gpu-quota too old to read it, which admits unchecked.
+	CountedPod bool `json:"countedPod,omitempty"`
 }
 
 // Admit decides one request from memory and records the decision. An error (wrapping ErrUnavailable) means

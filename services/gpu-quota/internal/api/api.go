@@ -72,7 +72,8 @@ type Options struct {
 	Foreground *yield.Foreground
 }
 
-// maxBody bounds an admit request: a few resources and labels.
+// maxBody bounds an admit request: the pod's containers' resources and node selector (a few hundred bytes), and
+// the spawn's user_options when it joins the waitlist.
 const maxBody = 64 << 10
 
 // An assess request is a form's choices: far fewer than maxOptions, each of admit's size or less.
@@ -144,6 +145,7 @@ func (a *api) admit(w http.ResponseWriter, r *http.Request) {
 	}
 	req.Arrived = arrived
 	res, err := a.o.Engine.Admit(r.Context(), req)
+	res.CountedPod = req.FromPod
 	if err != nil {
 		if r.Context().Err() != nil {
 			return // the glue is gone (its timeout): there is no one to answer
@@ -197,7 +199,7 @@ func decodeAdmitJSON(body []byte) (admit.Request, error) {
 	if err != nil {
 		return admit.Request{}, err
 	}
-	b.Resources, b.NodeSelector = p.resources, p.nodeSelector
+	b.Resources, b.NodeSelector, b.FromPod = p.resources, p.nodeSelector, true
 	return b.Request, nil
 }
 

@@ -211,7 +211,10 @@ func TestAdmitBody(t *testing.T) {
 	if code, body := do(t, "POST", srv.URL+prefix+"api/v1/admit", "quota-token", gluePod); code != 200 {
 		t.Fatalf("the glue's pod: status %d: %v", code, body)
 	}
-	if len(eng.admitted) != 1 || eng.admitted[0].Resources["nvidia.com/mig-3g.20gb"] != 2 ||
+	if code, body := do(t, "POST", srv.URL+prefix+"api/v1/admit", "quota-token", gluePod); body["countedPod"] != true {
+		t.Errorf("the answer to the glue's pod does not say it was counted (%d): %v", code, body)
+	}
+	if len(eng.admitted) != 2 || eng.admitted[0].Resources["nvidia.com/mig-3g.20gb"] != 2 ||
 		eng.admitted[0].NodeSelector["nvidia.com/gpu.product"] != "NVIDIA-A100-SXM4-40GB" {
 		t.Errorf("the glue's pod reached the engine as %+v", eng.admitted)
 	}

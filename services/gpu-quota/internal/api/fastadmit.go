@@ -8,8 +8,9 @@ import (
 	"github.com/gpuhub/gpuhub/services/internal/jsonscan"
 )
 
-// decodeAdmit decodes an admission request as the Hub glue writes it (user, server, groups, resources,
-// nodeSelector, profile; keys spelled so, once each; strings without escapes; whole GPU counts) in one pass,
+// decodeAdmit decodes an admission request as the Hub glue writes it (user, server, groups, pod, profile, or
+// resources and nodeSelector instead of pod; keys spelled so, once each; strings without escapes; whole GPU
+// counts) in one pass,
 // and reports false for anything else, which json.Decoder then decodes with its rules and errors: a waitlist
 // choice, userOptions, null, another key. Its result is json.Decoder's for the same body; like the decoder, it
 // reads one value and leaves what follows it.
@@ -62,7 +63,7 @@ func decodeAdmit(body []byte) (admit.Request, bool) {
 		if seen&(16|32) != 0 || pod == nil { // both ways, or "pod": null: decodeAdmitJSON's rules
 			return admit.Request{}, false
 		}
-		r.Resources, r.NodeSelector = pod.resources, pod.nodeSelector
+		r.Resources, r.NodeSelector, r.FromPod = pod.resources, pod.nodeSelector, true
 	}
 	return r, true
 }

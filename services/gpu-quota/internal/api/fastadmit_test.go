@@ -54,7 +54,7 @@ func TestDecodeAdmitTakesTheGluesPod(t *testing.T) {
 	}
 	want := admit.Request{User: "bob", Server: "gpu", Groups: []string{"staff", "students"}, Profile: "mig",
 		Resources:    map[string]int64{"nvidia.com/mig-3g.20gb": 2},
-		NodeSelector: map[string]string{"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}}
+		NodeSelector: map[string]string{"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}, FromPod: true}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("(-want +got):\n%s", diff)
 	}

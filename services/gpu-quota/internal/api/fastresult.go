@@ -74,6 +74,9 @@ func appendResult(b []byte, res admit.Result) []byte {
 	}
 	b = append(b, `,"onUnavailable":`...)
 	b = appendJSONString(b, string(res.OnUnavailable))
+	if res.CountedPod {
+		b = append(b, `,"countedPod":true`...)
+	}
 	return append(b, "}\n"...)
 }
 

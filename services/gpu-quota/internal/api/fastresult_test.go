@@ -38,7 +38,8 @@ func TestWriteResult(t *testing.T) {
 		"no list":      {Reason: "max_gpus", Message: "\x00\x1f\x7f \\ \" é 漢 \xff\xfe end", CanTake: nil},
 		"empty":        {},
 		"waitlist":     {Reason: "waitlist", Waitlist: &admit.Place{User: "bob", Class: "gpu H100", Position: 2, Message: "2nd <in> line"}},
-		"join offered": {Reason: "none_free", Message: "No H100 is free.", JoinOffered: true},
+		"join offered": {Reason: "none_free", Message: "No H100 is free.", JoinOffered: true, CountedPod: true},
+		"counted pod":  {Allow: true, Reason: "ok", DecisionID: "d", CanTake: []admit.Option{}, CountedPod: true},
 		"invalid utf8": {Message: "\xe2\x80", Reason: "\xed\xa0\x80"},
 	}
 	for name, res := range tests {
@@ -66,7 +67,7 @@ func FuzzAppendResult(f *testing.F) {
 	f.Add(false, "", "", "", "", uint8(0), "", "", "", int64(0), "")
 	f.Fuzz(func(t *testing.T, allow bool, reason, message, id, reservation string, n uint8, kind, class, description string, free int64, mode string) {
 		res := admit.Result{Allow: allow, Reason: reason, Message: message, DecisionID: id, Reservation: reservation,
-			OnUnavailable: quota.Mode(mode)}
+			OnUnavailable: quota.Mode(mode), CountedPod: n%2 == 1}
 		if n > 0 {
 			res.CanTake = []admit.Option{}
 			for i := range int(n % 4) {
