@@ -1,0 +1,317 @@
+//go:build integration
+
+// This test runs gpu-quota replicas in-process against a real kube-apiserver (e2e/cluster), each as the user
+// the chart's RBAC names (nodes read; pods read and patched; its own Lease and Deployment): what the client-go
+// fake cannot show is the election on a real Lease and each replica's own informers. Run it with
+//
+//	GPUHUB_KUBE_BIN=~/.cache/gpuhub/kube/v1.36.3/bin go test -tags integration -run APIServer ./services/gpu-quota/internal/app/
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gpuhub/gpuhub/e2e/cluster"
+	"github.com/gpuhub/gpuhub/hubapi"
+	"github.com/gpuhub/gpuhub/hubapi/hubapitest"
+	"github.com/gpuhub/gpuhub/hubapi/hubauth"
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/admit"
+	"github.com/gpuhub/gpuhub/services/internal/server"
+)
+
+// The race of B2: 1,000 spawns at once of one racer, each for one H200 on its own server, against the racers'
+// limit of raceLimit whole GPUs, on a node of 8 H200s.
+const (
+	raceRequests = 1000
+	raceLimit    = 7
+	podNS        = "jhub"
+	quotaUser    = "gpu-quota"
+	quotaLease   = "gpuhub-quota"
+)
+
+// racePolicy is B2's for the racers (services/gpu-quota/internal/bench, which imports this package).
+var racePolicy = fmt.Sprintf(`onUnavailable: open
+default:
+  maxGPUs: 1
+  maxServers: 2
+groups:
+  racers:
+    maxGPUs: %d
+    maxServers: unlimited
+    allowedKinds: [gpu]
+    budgets: []
+`, raceLimit)
+
+// apiserverEnv is the control plane, the admin client, and what every replica shares.
+type apiserverEnv struct {
+	t      *testing.T
+	ctx    context.Context
+	admin  kubernetes.Interface
+	asUser *rest.Config
+	hub    *hubapitest.Hub
+	policy string
+}
+
+// quotaReplica is one app.Run.
+type quotaReplica struct {
+	name   string
+	url    string
+	reg    *prometheus.Registry
+	engine *admit.Engine
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// TestAPIServerExactlyNTwoReplicas: two replicas with the chart's RBAC on one Lease admit exactly N of B2's race
+// spread over both; two replicas that each decide on their own (today's per-replica memory, here two Leases in two
+// namespaces) admit 2N, which shows that the race sees the difference.
+func TestAPIServerExactlyNTwoReplicas(t *testing.T) {
+	env := startAPIServer(t)
+
+	t.Run("limit", func(t *testing.T) {
+		env.raceNode("limit")
+		a := env.startReplica(t, "gpu-quota-0", podNS)
+		b := env.startReplica(t, "gpu-quota-1", podNS)
+		env.waitOneLeads(t, a, b)
+		got, perReplica, reasons := env.race(t, "racer-limit", "limit", a, b)
+		t.Logf("%d admitted of %d over two replicas on one Lease (%s); refusals %v", got, raceRequests, perReplica, reasons)
+		if got != raceLimit {
+			t.Errorf("want exactly %d admitted of %d, got %d (%s)", raceLimit, raceRequests, got, perReplica)
+		}
+		if reasons["max_gpus"] != raceRequests-raceLimit {
+			t.Errorf("refusals %v, want %d max_gpus", reasons, raceRequests-raceLimit)
+		}
+	})
+
+	t.Run("per-replica memory (control)", func(t *testing.T) {
+		env.raceNode("control")
+		// Each replica leads its own Lease (one per namespace, each with the chart's RBAC): two deciders.
+		a := env.startReplica(t, "gpu-quota-2", "quota-a")
+		b := env.startReplica(t, "gpu-quota-3", "quota-b")
+		eventually(t, "both lead", func() bool { return leads(t, a) == 1 && leads(t, b) == 1 })
+		got, perReplica, reasons := env.race(t, "racer-control", "control", a, b)
+		t.Logf("%d admitted of %d over two deciders (%s); refusals %v", got, raceRequests, perReplica, reasons)
+		if got != 2*raceLimit {
+			t.Errorf("two deciders: want %d admitted (each its own %d), got %d (%s)", 2*raceLimit, raceLimit, got, perReplica)
+		}
+	})
+}
+
+func startAPIServer(t *testing.T) *apiserverEnv {
+	bin := os.Getenv("GPUHUB_KUBE_BIN")
+	if bin == "" {
+		t.Fatal("GPUHUB_KUBE_BIN is not set: the directory with kube-apiserver, kube-scheduler and kube-controller-manager (make kube-binaries)")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	t.Cleanup(cancel)
+	cp, err := cluster.Start(ctx, cluster.Options{BinDir: bin, Etcd: os.Getenv("GPUHUB_ETCD")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cp.Stop)
+	adminCfg, err := clientcmd.BuildConfigFromFlags("", cp.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &apiserverEnv{t: t, ctx: ctx, admin: kubernetes.NewForConfigOrDie(adminCfg), hub: hubapitest.New(t)}
+	must := func(_ any, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, ns := range []string{podNS, "quota-a", "quota-b"} {
+		must(env.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}))
+	}
+	// The chart's RBAC (chart/gpuhub/templates/quota.yaml), for the user the replicas run as: nodes cluster-wide,
+	// the single-user pods in their namespace, the Lease and the Deployment in the release's namespace.
+	subject := []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: quotaUser}}
+	must(env.admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: quotaUser},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}}},
+		metav1.CreateOptions{}))
+	must(env.admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: quotaUser},
+		RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: quotaUser}, Subjects: subject}, metav1.CreateOptions{}))
+	must(env.admin.RbacV1().Roles(podNS).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: quotaUser},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "patch"}}}},
+		metav1.CreateOptions{}))
+	must(env.admin.RbacV1().RoleBindings(podNS).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: quotaUser},
+		RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: quotaUser}, Subjects: subject}, metav1.CreateOptions{}))
+	for _, ns := range []string{podNS, "quota-a", "quota-b"} {
+		must(env.admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: quotaUser + "-lease"},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
+				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{quotaLease}, Verbs: []string{"get", "update"}},
+				{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, ResourceNames: []string{"gpuhub-quota"}, Verbs: []string{"get"}},
+			}}, metav1.CreateOptions{}))
+		must(env.admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: quotaUser + "-lease"},
+			RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: quotaUser + "-lease"}, Subjects: subject}, metav1.CreateOptions{}))
+	}
+	env.asUser = rest.CopyConfig(adminCfg)
+	env.asUser.Impersonate = rest.ImpersonationConfig{UserName: quotaUser}
+	// Many concurrent watches and the race's decisions: no client-side throttling of the replicas' own calls.
+	env.asUser.QPS, env.asUser.Burst = 100, 200
+
+	env.hub.AddToken("quota-token", "gpu-quota", "list:users", "read:users:name", "read:users:groups", "read:servers", "delete:servers")
+	env.hub.AddUser(hubapi.User{Name: "someone"})
+	env.policy = filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(env.policy, []byte(racePolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+// raceNode adds a node of 8 free H200s that only the race named label asks for: each subtest its own, so that the
+// reservations of one (5 minutes) do not fill the next one's GPUs.
+func (env *apiserverEnv) raceNode(label string) {
+	t := env.t
+	// As bench.RaceNode, with the subtest's label.
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-race-" + label, Labels: map[string]string{"nvidia.com/gpu.present": "true",
+		"nvidia.com/gpu.count": "8", "nvidia.com/gpu.product": "NVIDIA-H200", "bench.gpuhub.io/race": label}}}
+	alloc := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("512Gi"),
+		corev1.ResourcePods: resource.MustParse("110"), "nvidia.com/gpu": resource.MustParse("8")}
+	n.Status.Capacity, n.Status.Allocatable = alloc, alloc
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	created, err := env.admin.CoreV1().Nodes().Create(env.ctx, n, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created.Status = n.Status
+	updated, err := env.admin.CoreV1().Nodes().UpdateStatus(env.ctx, created, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The API server gives a new node the not-ready taint and no node lifecycle controller runs here to lift it
+	// (as benchkit.Create does).
+	updated.Spec.Taints = nil
+	if _, err := env.admin.CoreV1().Nodes().Update(env.ctx, updated, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startReplica runs one replica as the chart's user, electing on the Lease in leaseNS; it returns once the
+// replica is ready (informers synced, the Hub read).
+func (env *apiserverEnv) startReplica(t *testing.T, name, leaseNS string) *quotaReplica {
+	t.Helper()
+	ln, err := (&net.ListenConfig{}).Listen(env.ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithCancel(env.ctx)
+	r := &quotaReplica{name: name, url: "http://" + ln.Addr().String(), reg: prometheus.NewRegistry(), cancel: rcancel, done: make(chan error, 1)}
+	served := make(chan struct{})
+	o := Options{
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registry: r.reg, Listener: ln, Prefix: prefix,
+		PolicyPath: env.policy, Kube: kubernetes.NewForConfigOrDie(env.asUser), Namespace: podNS,
+		Hub: env.hub.Client("quota-token"), HubRefresh: time.Hour, Token: "quota-token",
+		Auth: hubauth.New(hubauth.Options{Hub: env.hub.Client("quota-token")}).Middleware,
+		// The Lease counts whole seconds.
+		LeaseNamespace: leaseNS, LeaseName: quotaLease, Identity: name,
+		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, LeaseRetryPeriod: 200 * time.Millisecond,
+		WhileLeader: func(ctx context.Context, _ Leading) { <-ctx.Done() },
+		OnServing:   func(_ *server.Server, e *admit.Engine) { r.engine = e; close(served) },
+	}
+	go func() { r.done <- Run(rctx, o) }()
+	select {
+	case <-served:
+	case err := <-r.done:
+		t.Fatalf("%s: Run: %v", name, err)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: not serving after 30 s", name)
+	}
+	t.Cleanup(func() {
+		r.cancel()
+		if err := <-r.done; err != nil {
+			t.Errorf("%s: Run returned %v", name, err)
+		}
+	})
+	eventually(t, name+" ready", func() bool {
+		resp, err := http.Get(r.url + "/readyz") //nolint:noctx // a test
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return r
+}
+
+func leads(t *testing.T, r *quotaReplica) float64 {
+	t.Helper()
+	return testutil.ToFloat64(mustCollector(t, r.reg, "gpuhub_quota_leader"))
+}
+
+func (env *apiserverEnv) waitOneLeads(t *testing.T, rs ...*quotaReplica) {
+	t.Helper()
+	eventually(t, "one replica leads", func() bool {
+		var n float64
+		for _, r := range rs {
+			n += leads(t, r)
+		}
+		return n == 1
+	})
+}
+
+// race sends raceRequests spawns of user at once, request i to replica i%len(rs), each for one H200 of the
+// subtest's node on its own server; it returns how many were admitted, per replica asked, and the refusals'
+// reasons.
+func (env *apiserverEnv) race(t *testing.T, user, label string, rs ...*quotaReplica) (int, string, map[string]int) {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 64, MaxIdleConnsPerHost: 64}, Timeout: 30 * time.Second}
+	defer client.CloseIdleConnections()
+	var (
+		mu      sync.Mutex
+		per     = make([]int, len(rs))
+		reasons = map[string]int{}
+		wg      sync.WaitGroup
+	)
+	begin := make(chan struct{})
+	for i := range raceRequests {
+		r := rs[i%len(rs)]
+		wg.Go(func() {
+			<-begin
+			body := fmt.Sprintf(`{"user":%q,"server":"s%d","groups":["racers"],"resources":{"nvidia.com/gpu":1},
+				"nodeSelector":{"nvidia.com/gpu.product":"NVIDIA-H200","bench.gpuhub.io/race":%q}}`, user, i, label)
+			run := &running{url: r.url}
+			code, res := run.admit(t, client, body)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case code != http.StatusOK:
+				reasons[fmt.Sprintf("status %d", code)]++
+			case res.Allow:
+				per[i%len(rs)]++
+			default:
+				reasons[res.Reason]++
+			}
+		})
+	}
+	close(begin)
+	wg.Wait()
+	total := 0
+	var parts []string
+	for i, n := range per {
+		total += n
+		parts = append(parts, fmt.Sprintf("%d asked on %s", n, rs[i].name))
+	}
+	return total, strings.Join(parts, ", "), reasons
+}
