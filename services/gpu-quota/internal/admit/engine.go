@@ -36,6 +36,10 @@ const ReasonNoneFree quota.Reason = "none_free"
 // its onUnavailable.
 var ErrUnavailable = errors.New("gpu-quota cannot decide right now")
 
+// ErrNotLeader is the answer of a replica that does not decide (SetDeciding(false)): with two or more replicas
+// only the Lease holder decides admissions and changes the waitlist, so that one lock orders them all.
+var ErrNotLeader = fmt.Errorf("%w: this replica does not decide (another one holds the Lease)", ErrUnavailable)
+
 // Hours is the cached ledger (*usagecache.Cache).
 type Hours interface {
 	GPUHours(user string, windows []time.Duration, held []usagecache.Held, now time.Time) map[time.Duration]map[string]float64
@@ -98,6 +102,9 @@ type Engine struct {
 	mu  sync.Mutex
 	ix  *index
 	res reservations
+	// notDeciding is set while another replica decides (SetDeciding): checked under mu, so that a step-down
+	// is ordered with every decision.
+	notDeciding bool
 	// wl is the waitlist: holds and queues count in every decision, under the same lock.
 	wl        waitlistState
 	wlMetrics waitlistMetrics
@@ -169,6 +176,23 @@ func New(o Options) (*Engine, error) {
 		}
 	}
 	return e, nil
+}
+
+// SetDeciding turns this replica's decisions on or off. An engine decides from New on; with two or more
+// replicas only the Lease holder's does. Off, Admit, Join and Leave return ErrNotLeader and WaitlistTick does
+// nothing; the informers' handlers and the views go on. Decisions already under way when it is turned off are
+// over when it returns.
+func (e *Engine) SetDeciding(on bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.notDeciding = !on
+}
+
+// Deciding reports whether this replica decides.
+func (e *Engine) Deciding() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return !e.notDeciding
 }
 
 // PodHandler keeps the engine's index of GPU pods; register it on the pod informer.
@@ -319,6 +343,10 @@ func (e *Engine) Admit(ctx context.Context, r Request) (Result, error) {
 	}
 
 	e.mu.Lock()
+	if e.notDeciding {
+		e.mu.Unlock()
+		return Result{}, ErrNotLeader
+	}
 	out, rec := e.decideLocked(ent, r, now)
 	e.mu.Unlock()
 

@@ -307,6 +307,9 @@ func (e *Engine) Join(r Request) (Place, error) {
 	now := e.o.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.notDeciding {
+		return Place{}, ErrNotLeader
+	}
 	e.res.expire(now)
 	asked := e.ix.resolve(r.Resources, r.NodeSelector)
 	u := e.usageLocked(ent.windows, r.User, &r.Server, now)
@@ -327,6 +330,9 @@ func (e *Engine) Leave(user, server string) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.notDeciding {
+		return ErrNotLeader
+	}
 	if !e.wl.ready {
 		return ErrWaitlistNotReady
 	}
@@ -433,7 +439,7 @@ func (e *Engine) WaitlistTick(now time.Time) TickResult {
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.wl.ready {
+	if !e.wl.ready || e.notDeciding {
 		return out
 	}
 	e.res.expire(now)
