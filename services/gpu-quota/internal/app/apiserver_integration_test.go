@@ -101,6 +101,20 @@ func TestAPIServerExactlyNTwoReplicas(t *testing.T) {
 		if reasons["max_gpus"] != raceRequests-raceLimit {
 			t.Errorf("refusals %v, want %d max_gpus", reasons, raceRequests-raceLimit)
 		}
+		// The standby relayed its half to the decider, which decided all of them.
+		decider, standby := a, b
+		if leads(t, b) == 1 {
+			decider, standby = b, a
+		}
+		if n := counter(t, standby.reg, "gpuhub_quota_forwarded_total", "ok"); n != raceRequests/2 {
+			t.Errorf("%s relayed %v requests, want %d", standby.name, n, raceRequests/2)
+		}
+		if n := counter(t, decider.reg, "gpuhub_quota_decisions_total", ""); n != raceRequests {
+			t.Errorf("%s decided %v, want all %d", decider.name, n, raceRequests)
+		}
+		if n := counter(t, standby.reg, "gpuhub_quota_decisions_total", ""); n != 0 {
+			t.Errorf("%s, the standby, decided %v, want 0", standby.name, n)
+		}
 	})
 
 	t.Run("per-replica memory (control)", func(t *testing.T) {
@@ -225,7 +239,7 @@ func (env *apiserverEnv) startReplica(t *testing.T, name, leaseNS string) *quota
 		Hub: env.hub.Client("quota-token"), HubRefresh: time.Hour, Token: "quota-token",
 		Auth: hubauth.New(hubauth.Options{Hub: env.hub.Client("quota-token")}).Middleware,
 		// The Lease counts whole seconds.
-		LeaseNamespace: leaseNS, LeaseName: quotaLease, Identity: name,
+		LeaseNamespace: leaseNS, LeaseName: quotaLease, Identity: name, AdvertiseURL: "http://" + ln.Addr().String(),
 		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, LeaseRetryPeriod: 200 * time.Millisecond,
 		WhileLeader: func(ctx context.Context, _ Leading) { <-ctx.Done() },
 		OnServing:   func(_ *server.Server, e *admit.Engine) { r.engine = e; close(served) },
@@ -253,6 +267,31 @@ func (env *apiserverEnv) startReplica(t *testing.T, name, leaseNS string) *quota
 		return resp.StatusCode == http.StatusOK
 	})
 	return r
+}
+
+// counter sums name's series whose labels include value ("": every series).
+func counter(t *testing.T, reg *prometheus.Registry, name, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			match := value == ""
+			for _, l := range m.GetLabel() {
+				match = match || l.GetValue() == value
+			}
+			if match {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }
 
 func leads(t *testing.T, r *quotaReplica) float64 {
@@ -311,7 +350,7 @@ func (env *apiserverEnv) race(t *testing.T, user, label string, rs ...*quotaRepl
 	var parts []string
 	for i, n := range per {
 		total += n
-		parts = append(parts, fmt.Sprintf("%d asked on %s", n, rs[i].name))
+		parts = append(parts, fmt.Sprintf("%d of those sent to %s", n, rs[i].name))
 	}
 	return total, strings.Join(parts, ", "), reasons
 }

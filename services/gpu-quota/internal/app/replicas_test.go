@@ -1,0 +1,231 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/api"
+)
+
+// oneDecider runs a replica on the shared fake API server kc, with the Lease and its advertise URL.
+func oneDecider(kc *fake.Clientset, name string) func(*Options) {
+	return func(o *Options) {
+		o.Kube = kc
+		o.Identity, o.AdvertiseURL = name, "http://"+o.Listener.Addr().String()
+		o.LeaseDuration, o.RenewDeadline, o.LeaseRetryPeriod = 2*time.Second, 1500*time.Millisecond, 50*time.Millisecond
+		o.WhileLeader = func(ctx context.Context, _ Leading) { <-ctx.Done() }
+	}
+}
+
+func (r *running) deciding(t *testing.T) bool {
+	t.Helper()
+	return counterOrGauge(t, r, "gpuhub_quota_deciding", "") == 1
+}
+
+// counterOrGauge sums name's series whose labels include value ("": all).
+func counterOrGauge(t *testing.T, r *running, name, value string) float64 {
+	t.Helper()
+	mfs, err := r.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			match := value == ""
+			for _, l := range m.GetLabel() {
+				match = match || l.GetValue() == value
+			}
+			if match {
+				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// twoReplicas starts two replicas on one fake API server and returns the deciding one first.
+func twoReplicas(t *testing.T) (decider, standby *running) {
+	t.Helper()
+	kc := fake.NewClientset(objects()...)
+	a := start(t, oneDecider(kc, "gpu-quota-0"))
+	b := start(t, oneDecider(kc, "gpu-quota-1"))
+	eventually(t, "one replica decides", func() bool { return a.deciding(t) != b.deciding(t) })
+	if b.deciding(t) {
+		return b, a
+	}
+	return a, b
+}
+
+// TestTwoReplicasConcurrentAdmitsOverHTTP: 1,000 admissions at once, alternating between two replicas, against a
+// limit of 7 servers admit exactly 7: the standby relays its half to the decider, which decides all of them.
+func TestTwoReplicasConcurrentAdmitsOverHTTP(t *testing.T) {
+	decider, standby := twoReplicas(t)
+	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 64, MaxIdleConnsPerHost: 64}}
+	defer client.CloseIdleConnections()
+	var wg sync.WaitGroup
+	var admitted, refused atomic.Int64
+	begin := make(chan struct{})
+	for i := range 1000 {
+		to := []*running{decider, standby}[i%2]
+		wg.Go(func() {
+			<-begin
+			code, res := to.admit(t, client, fmt.Sprintf(`{"user":"racer","server":"s%d","groups":["racers"],
+				"resources":{"nvidia.com/gpu.shared":1},"nodeSelector":{"nvidia.com/gpu.product":"Tesla-T4-SHARED"}}`, i))
+			switch {
+			case code != 200:
+				t.Errorf("status %d", code)
+			case res.Allow:
+				admitted.Add(1)
+			case res.Reason == "max_servers":
+				refused.Add(1)
+			default:
+				t.Errorf("unexpected %+v", res)
+			}
+		})
+	}
+	close(begin)
+	wg.Wait()
+	if admitted.Load() != 7 || refused.Load() != 993 {
+		t.Errorf("%d admitted and %d refused of 1,000, want exactly 7 and 993", admitted.Load(), refused.Load())
+	}
+	if n := counterOrGauge(t, standby, "gpuhub_quota_forwarded_total", "ok"); n != 500 {
+		t.Errorf("the standby relayed %v, want 500", n)
+	}
+	if n := counterOrGauge(t, standby, "gpuhub_quota_decisions_total", ""); n != 0 {
+		t.Errorf("the standby decided %v, want 0", n)
+	}
+}
+
+// TestStandbyRelaysEveryEndpoint: the decision log and a user's quota read through the standby are the decider's;
+// the answer's status is passed on as it is.
+func TestStandbyRelaysEveryEndpoint(t *testing.T) {
+	decider, standby := twoReplicas(t)
+	code, res := standby.admit(t, http.DefaultClient, `{"user":"bob","resources":{"nvidia.com/mig-1g.5gb":1},
+		"nodeSelector":{"nvidia.com/gpu.product":"NVIDIA-A100-SXM4-40GB","nvidia.com/mig.strategy":"mixed"}}`)
+	if code != 200 || !res.Allow || res.Reservation == "" {
+		t.Fatalf("through the standby: %d %+v", code, res)
+	}
+	get := func(r *running, path, token string) (int, string) {
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, r.url+prefix+path, nil)
+		req.Header.Set("Authorization", "token "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(body)
+	}
+	for _, path := range []string{"api/v1/decisions", "api/v1/users/bob/quota"} {
+		dc, db := get(decider, path, "alice-token")
+		sc, sb := get(standby, path, "alice-token")
+		if dc != 200 || sc != dc || sb != db {
+			t.Errorf("%s: the decider answers %d %s\nthe standby %d %s", path, dc, db, sc, sb)
+		}
+		if path == "api/v1/decisions" && !strings.Contains(db, res.DecisionID) {
+			t.Errorf("the decision %s is not in the decider's log: %s", res.DecisionID, db)
+		}
+	}
+	if code, _ := get(standby, "api/v1/decisions", "bob-token"); code != http.StatusForbidden {
+		t.Errorf("bob's read of the decisions through the standby: %d, want the decider's 403", code)
+	}
+}
+
+// TestForwardNoSecondHop: a relayed request that reaches a replica that does not decide is answered 503 "not
+// the leader" at once, not relayed again.
+func TestForwardNoSecondHop(t *testing.T) {
+	_, standby := twoReplicas(t)
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, standby.url+prefix+"api/v1/admit",
+		strings.NewReader(`{"user":"bob","resources":{}}`))
+	req.Header.Set("Authorization", "token quota-token")
+	req.Header.Set(ForwardedHeader, "gpu-quota-9@http://127.0.0.1:1")
+	begin := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get(api.NotLeaderHeader) == "" {
+		t.Errorf("%d %v, want 503 with %s", resp.StatusCode, resp.Header, api.NotLeaderHeader)
+	}
+	if d := time.Since(begin); d > time.Second {
+		t.Errorf("answered after %v: parked or relayed", d)
+	}
+	if n := counterOrGauge(t, standby, "gpuhub_quota_forwarded_total", ""); n != 0 {
+		t.Errorf("relayed %v", n)
+	}
+}
+
+// TestParkedThenUnavailable: while the Lease's holder cannot be reached, a request waits the park time (1.5 s)
+// for a decider, then gets 503 with Retry-After, which the glue turns into onUnavailable.
+func TestParkedThenUnavailable(t *testing.T) {
+	holder, secs, now := "gpu-quota-gone@http://127.0.0.1:1", int32(3600), metav1.NewMicroTime(time.Now())
+	kc := fake.NewClientset(append(objects(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "jhub", Name: "gpu-quota"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now}})...)
+	r := start(t, oneDecider(kc, "gpu-quota-0"))
+	eventually(t, "the holder is observed", func() bool { return strings.Contains(r.logs.String(), "another replica leads") })
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, r.url+prefix+"api/v1/admit",
+		strings.NewReader(`{"user":"bob","resources":{}}`))
+	req.Header.Set("Authorization", "token quota-token")
+	begin := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	d := time.Since(begin)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" || resp.Header.Get(api.NotLeaderHeader) != "" {
+		t.Errorf("%d %v, want 503 with Retry-After 1", resp.StatusCode, resp.Header)
+	}
+	if d < 1400*time.Millisecond || d > 5*time.Second {
+		t.Errorf("answered after %v, want after the park time of 1.5 s", d)
+	}
+	if n := counterOrGauge(t, r, "gpuhub_quota_forwarded_total", "unavailable"); n != 1 {
+		t.Errorf("forwarded_total{unavailable} %v, want 1", n)
+	}
+}
+
+// TestHandoverOnStop: the decider stops (a drain); the standby takes the Lease and decides, and requests sent to
+// it meanwhile wait for that instead of failing.
+func TestHandoverOnStop(t *testing.T) {
+	decider, standby := twoReplicas(t)
+	done := make(chan struct {
+		code  int
+		allow bool
+	}, 1)
+	decider.cancel()
+	go func() {
+		code, res := standby.admit(t, http.DefaultClient, `{"user":"bob","server":"x","resources":{}}`)
+		done <- struct {
+			code  int
+			allow bool
+		}{code, res.Allow}
+	}()
+	if err := <-decider.done; err != nil {
+		t.Errorf("the old decider's Run: %v", err)
+	}
+	decider.done <- nil // for start's cleanup
+	got := <-done
+	if got.code != 200 || !got.allow {
+		t.Errorf("during the handover: %d allow=%v, want 200 and admitted", got.code, got.allow)
+	}
+	eventually(t, "the standby decides", func() bool { return standby.deciding(t) })
+}
