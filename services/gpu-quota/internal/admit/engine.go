@@ -102,6 +102,8 @@ type Engine struct {
 	mu  sync.Mutex
 	ix  *index
 	res reservations
+	// feed streams the reservations this replica makes and releases to the standbys (replica.go).
+	feed replicaFeed
 	// notDeciding is set while another replica decides (SetDeciding): checked under mu, so that a step-down
 	// is ordered with every decision.
 	notDeciding bool
@@ -401,6 +403,9 @@ func (e *Engine) decideLocked(ent effEntry, r Request, now time.Time) (Result, d
 			rec.Reason = res.Reason
 		} else {
 			res.Reservation = e.res.reserve(r.User, r.Server, askedC, now.Add(e.o.ReservationTTL), ix)
+			if len(e.feed.subs) > 0 {
+				e.publishLocked(ReplicaLine{Reserve: mirrored(e.res.byUser[r.User][r.Server])})
+			}
 			e.servedLocked(r.User, r.Server, now)
 		}
 	} else if !d.Allow {
@@ -413,6 +418,9 @@ func (e *Engine) decideLocked(ent effEntry, r Request, now time.Time) (Result, d
 		// The Hub asks again only once the server's last start is over, and it will not start the server
 		// on this answer: what an earlier admission reserved for it would otherwise stay taken until its TTL.
 		e.res.release(rv)
+		if len(e.feed.subs) > 0 {
+			e.publishLocked(ReplicaLine{Release: &MirroredReservation{ID: rv.id, User: rv.user, Server: rv.server}})
+		}
 	}
 	rec.Message = res.Message
 	return res, rec
@@ -647,6 +655,13 @@ func (rs *reservations) reserve(user, server string, allocs classified, expires 
 			rv.before = append(rv.before, p.pod.UID)
 		}
 	}
+	rs.add(rv)
+	return rv.id
+}
+
+// add counts rv (made here, or mirrored from the deciding replica).
+func (rs *reservations) add(rv *reservation) {
+	user, server, allocs := rv.user, rv.server, rv.classified
 	inner := rs.byUser[user]
 	if inner == nil {
 		inner = map[string]*reservation{}
@@ -658,7 +673,6 @@ func (rs *reservations) reserve(user, server string, allocs classified, expires 
 	}
 	rs.queue = append(rs.queue, rv)
 	rs.live++
-	return rv.id
 }
 
 func (rs *reservations) release(rv *reservation) {
