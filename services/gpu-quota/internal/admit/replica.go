@@ -114,11 +114,16 @@ func (s *Subscription) Close() {
 	delete(s.e.feed.subs, s)
 }
 
-// FinalLine tells every standby that this replica decides no more (after SetDeciding(false)).
-func (e *Engine) FinalLine() {
+// FinalLine tells every standby that this replica decides no more (after SetDeciding(false)); it returns the
+// line's Seq, 0 when no standby follows.
+func (e *Engine) FinalLine() uint64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if len(e.feed.subs) == 0 {
+		return 0
+	}
 	e.publishLocked(ReplicaLine{Final: true})
+	return e.feed.seq
 }
 
 // publishLocked appends l to every subscription; under e.mu, so that lines are in the order of decisions.

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,6 +71,8 @@ type apiserverEnv struct {
 	asUser *rest.Config
 	hub    *hubapitest.Hub
 	policy string
+	// servers numbers the racers' servers: each request its own.
+	servers atomic.Int64
 }
 
 // quotaReplica is one app.Run.
@@ -93,7 +96,7 @@ func TestAPIServerExactlyNTwoReplicas(t *testing.T) {
 		a := env.startReplica(t, "gpu-quota-0", podNS)
 		b := env.startReplica(t, "gpu-quota-1", podNS)
 		env.waitOneLeads(t, a, b)
-		got, perReplica, reasons := env.race(t, "racer-limit", "limit", a, b)
+		got, perReplica, reasons := env.race(t, "racer-limit", "limit", raceRequests, a, b)
 		t.Logf("%d admitted of %d over two replicas on one Lease (%s); refusals %v", got, raceRequests, perReplica, reasons)
 		if got != raceLimit {
 			t.Errorf("want exactly %d admitted of %d, got %d (%s)", raceLimit, raceRequests, got, perReplica)
@@ -117,13 +120,45 @@ func TestAPIServerExactlyNTwoReplicas(t *testing.T) {
 		}
 	})
 
+	t.Run("handover", func(t *testing.T) {
+		env.raceNode("handover")
+		a := env.startReplica(t, "gpu-quota-4", podNS)
+		b := env.startReplica(t, "gpu-quota-5", podNS)
+		env.waitOneLeads(t, a, b)
+		decider, standby := a, b
+		if leads(t, b) == 1 {
+			decider, standby = b, a
+		}
+		eventually(t, "the standby is in sync", func() bool {
+			return testutil.ToFloat64(mustCollector(t, standby.reg, "gpuhub_quota_replica_in_sync")) == 1
+		})
+		// 4 admitted by the first decider, whose pods have not come yet (a KubeSpawner still creating them).
+		if got, _, _ := env.race(t, "racer-handover", "handover", 4, decider); got != 4 {
+			t.Fatalf("the first decider admitted %d of 4", got)
+		}
+		// A drain: the decider stops; the standby takes the Lease with the 4 reservations.
+		begin := time.Now()
+		decider.cancel()
+		if err := <-decider.done; err != nil {
+			t.Errorf("%s: Run returned %v", decider.name, err)
+		}
+		decider.done <- nil // for the cleanup
+		eventually(t, "the standby decides", func() bool { return leads(t, standby) == 1 && standby.engine.Deciding() })
+		t.Logf("%s decides %v after %s began to stop", standby.name, time.Since(begin).Round(time.Millisecond), decider.name)
+		got, perReplica, reasons := env.race(t, "racer-handover", "handover", raceRequests, standby)
+		t.Logf("after the handover: %d admitted of %d (%s); refusals %v", got, raceRequests, perReplica, reasons)
+		if got != raceLimit-4 {
+			t.Errorf("the new decider admitted %d, want exactly %d (the old one's 4 reservations count)", got, raceLimit-4)
+		}
+	})
+
 	t.Run("per-replica memory (control)", func(t *testing.T) {
 		env.raceNode("control")
 		// Each replica leads its own Lease (one per namespace, each with the chart's RBAC): two deciders.
 		a := env.startReplica(t, "gpu-quota-2", "quota-a")
 		b := env.startReplica(t, "gpu-quota-3", "quota-b")
 		eventually(t, "both lead", func() bool { return leads(t, a) == 1 && leads(t, b) == 1 })
-		got, perReplica, reasons := env.race(t, "racer-control", "control", a, b)
+		got, perReplica, reasons := env.race(t, "racer-control", "control", raceRequests, a, b)
 		t.Logf("%d admitted of %d over two deciders (%s); refusals %v", got, raceRequests, perReplica, reasons)
 		if got != 2*raceLimit {
 			t.Errorf("two deciders: want %d admitted (each its own %d), got %d (%s)", 2*raceLimit, raceLimit, got, perReplica)
@@ -310,10 +345,10 @@ func (env *apiserverEnv) waitOneLeads(t *testing.T, rs ...*quotaReplica) {
 	})
 }
 
-// race sends raceRequests spawns of user at once, request i to replica i%len(rs), each for one H200 of the
-// subtest's node on its own server; it returns how many were admitted, per replica asked, and the refusals'
-// reasons.
-func (env *apiserverEnv) race(t *testing.T, user, label string, rs ...*quotaReplica) (int, string, map[string]int) {
+// race sends n spawns of user at once, request i to replica i%len(rs), each for one H200 of the subtest's node
+// on its own server (a new one each call); it returns how many were admitted, per replica asked, and the
+// refusals' reasons.
+func (env *apiserverEnv) race(t *testing.T, user, label string, n int, rs ...*quotaReplica) (int, string, map[string]int) {
 	t.Helper()
 	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 64, MaxIdleConnsPerHost: 64}, Timeout: 30 * time.Second}
 	defer client.CloseIdleConnections()
@@ -324,12 +359,13 @@ func (env *apiserverEnv) race(t *testing.T, user, label string, rs ...*quotaRepl
 		wg      sync.WaitGroup
 	)
 	begin := make(chan struct{})
-	for i := range raceRequests {
+	first := int(env.servers.Add(int64(n))) - n
+	for i := range n {
 		r := rs[i%len(rs)]
 		wg.Go(func() {
 			<-begin
 			body := fmt.Sprintf(`{"user":%q,"server":"s%d","groups":["racers"],"resources":{"nvidia.com/gpu":1},
-				"nodeSelector":{"nvidia.com/gpu.product":"NVIDIA-H200","bench.gpuhub.io/race":%q}}`, user, i, label)
+				"nodeSelector":{"nvidia.com/gpu.product":"NVIDIA-H200","bench.gpuhub.io/race":%q}}`, user, first+i, label)
 			run := &running{url: r.url}
 			code, res := run.admit(t, client, body)
 			mu.Lock()

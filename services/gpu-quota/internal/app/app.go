@@ -301,9 +301,25 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	var el *leader.Elector
+	var (
+		el       *leader.Elector
+		replicas *replicaServer
+		mirror   *replicaClient
+		ready    func() bool
+	)
+	if oneDecider {
+		replicas = newReplicaServer(eng, o.Token, o.Logger)
+		mirror = &replicaClient{self: identity, prefix: server.NormalizePrefix(o.Prefix), token: o.Token, eng: eng,
+			client: &http.Client{Transport: &http.Transport{}}, logger: o.Logger,
+			gauge: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "replica_in_sync",
+				Help: "1 while this replica's copy of the deciding replica's reservations is in sync (it may take the Lease), 0 otherwise."})}
+		if err := o.Registry.Register(mirror.gauge); err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
+		ready = mirror.ready
+	}
 	if o.WhileLeader != nil {
-		el, err = leader.New(leader.Options{Client: o.Kube, Namespace: o.LeaseNamespace, Name: o.LeaseName, Identity: identity,
+		el, err = leader.New(leader.Options{Ready: ready, Client: o.Kube, Namespace: o.LeaseNamespace, Name: o.LeaseName, Identity: identity,
 			LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.LeaseRetryPeriod,
 			Logger: o.Logger, Registerer: o.Registry, Subsystem: "quota",
 			Owner: kube.NewOwner(kube.OwnerOptions{Client: o.Kube, Namespace: o.LeaseNamespace, Deployment: o.OwnerDeployment, Logger: o.Logger}).Ref,
@@ -337,7 +353,15 @@ func Run(ctx context.Context, o Options) error {
 		if err != nil {
 			return fmt.Errorf("register metrics: %w", err)
 		}
-		handler = fw
+		mirror.leader = el.Leader
+		stream := server.NormalizePrefix(o.Prefix) + replicaPath
+		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == stream && r.Method == http.MethodGet {
+				replicas.ServeHTTP(w, r)
+				return
+			}
+			fw.ServeHTTP(w, r)
+		})
 		deciding := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "deciding",
 			Help: "1 on the replica that decides admissions and waitlist changes (the Lease holder), 0 on those that relay to it."},
 			func() float64 {
@@ -402,9 +426,20 @@ func Run(ctx context.Context, o Options) error {
 				o.Logger.Error("leader election stopped", "err", err)
 			}
 		})
+		wg.Go(func() { mirror.run(ctx) })
 		wg.Go(func() {
 			<-ctx.Done() // the caller's, or cancel() below once Serve failed
 			eng.SetDeciding(false)
+			// The standbys get every reservation made, then the last line, before the Lease is free.
+			if seq := eng.FinalLine(); seq > 0 && !replicas.waitFlushed(seq, time.Second) {
+				o.Logger.Warn("a standby did not take the last reservations within 1 s; handing over anyway")
+			}
+			if o.Waitlist && el.IsLeader() {
+				// The next decider reads the queue from the store: it gets this one's last changes.
+				sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				wl.save(sctx)
+				scancel()
+			}
 			elCancel()
 			<-elDone
 			serveCancel()

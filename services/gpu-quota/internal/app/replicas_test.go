@@ -65,10 +65,13 @@ func twoReplicas(t *testing.T) (decider, standby *running) {
 	a := start(t, oneDecider(kc, "gpu-quota-0"))
 	b := start(t, oneDecider(kc, "gpu-quota-1"))
 	eventually(t, "one replica decides", func() bool { return a.deciding(t) != b.deciding(t) })
+	decider, standby = a, b
 	if b.deciding(t) {
-		return b, a
+		decider, standby = b, a
 	}
-	return a, b
+	// Until then the standby would not take over at once (the campaign gate).
+	eventually(t, "the standby is in sync", func() bool { return counterOrGauge(t, standby, "gpuhub_quota_replica_in_sync", "") == 1 })
+	return decider, standby
 }
 
 // TestTwoReplicasConcurrentAdmitsOverHTTP: 1,000 admissions at once, alternating between two replicas, against a
@@ -228,4 +231,61 @@ func TestHandoverOnStop(t *testing.T) {
 		t.Errorf("during the handover: %d allow=%v, want 200 and admitted", got.code, got.allow)
 	}
 	eventually(t, "the standby decides", func() bool { return standby.deciding(t) })
+}
+
+// raceAdmits sends n admissions of racer at once to r (servers from first on) and counts those admitted.
+func raceAdmits(t *testing.T, r *running, first, n int) int {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 64, MaxIdleConnsPerHost: 64}}
+	defer client.CloseIdleConnections()
+	var wg sync.WaitGroup
+	var admitted atomic.Int64
+	begin := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-begin
+			code, res := r.admit(t, client, fmt.Sprintf(`{"user":"racer","server":"s%d","groups":["racers"],
+				"resources":{"nvidia.com/gpu.shared":1},"nodeSelector":{"nvidia.com/gpu.product":"Tesla-T4-SHARED"}}`, first+i))
+			switch {
+			case code != 200:
+				t.Errorf("status %d", code)
+			case res.Allow:
+				admitted.Add(1)
+			case res.Reason != "max_servers":
+				t.Errorf("unexpected %+v", res)
+			}
+		})
+	}
+	close(begin)
+	wg.Wait()
+	return int(admitted.Load())
+}
+
+// TestGracefulHandoverKeepsReservations: the decider admits 4 of the racer's 7 servers (no pod yet) and stops;
+// the standby, which followed its stream, takes the Lease with those 4 reservations and admits exactly 3 more
+// of 1,000.
+func TestGracefulHandoverKeepsReservations(t *testing.T) {
+	decider, standby := twoReplicas(t)
+	if n := raceAdmits(t, decider, 0, 4); n != 4 {
+		t.Fatalf("the first decider admitted %d of 4", n)
+	}
+	begin := time.Now()
+	decider.cancel()
+	if err := <-decider.done; err != nil {
+		t.Errorf("the old decider's Run: %v", err)
+	}
+	decider.done <- nil // for start's cleanup
+	eventually(t, "the standby decides", func() bool { return standby.deciding(t) })
+	t.Logf("the standby decided %v after the stop began", time.Since(begin).Round(time.Millisecond))
+	if n := standby.reservations(t); n != 4 {
+		t.Errorf("the new decider starts with %v reservations, want the old one's 4", n)
+	}
+	if n := raceAdmits(t, standby, 100, 1000); n != 3 {
+		t.Errorf("the new decider admitted %d of 1,000, want exactly 3 (7 servers, 4 reserved by the old one)", n)
+	}
+}
+
+func (r *running) reservations(t *testing.T) float64 {
+	t.Helper()
+	return counterOrGauge(t, r, "gpuhub_quota_reservations", "")
 }
