@@ -13,7 +13,10 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/api"
 )
@@ -288,4 +291,41 @@ func TestGracefulHandoverKeepsReservations(t *testing.T) {
 func (r *running) reservations(t *testing.T) float64 {
 	t.Helper()
 	return counterOrGauge(t, r, "gpuhub_quota_reservations", "")
+}
+
+// TestNoReadsPerDecisionTwoReplicas: decisions through either replica read no pod or node from the API server
+// (the Lease's renewals are the election's, not the decisions').
+func TestNoReadsPerDecisionTwoReplicas(t *testing.T) {
+	kc := fake.NewClientset(objects()...)
+	var reads atomic.Int64
+	kc.PrependReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if r := a.GetResource().Resource; r == "pods" || r == "nodes" {
+			reads.Add(1)
+		}
+		return false, nil, nil
+	})
+	kc.PrependWatchReactor("*", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		if r := a.GetResource().Resource; r == "pods" || r == "nodes" {
+			reads.Add(1)
+		}
+		return false, nil, nil
+	})
+	a := start(t, oneDecider(kc, "gpu-quota-0"))
+	b := start(t, oneDecider(kc, "gpu-quota-1"))
+	eventually(t, "one replica decides", func() bool { return a.deciding(t) != b.deciding(t) })
+	before := reads.Load()
+	if before == 0 {
+		t.Fatal("the informers' lists and watches were not counted: the counter sees nothing")
+	}
+	for i := range 100 {
+		for _, r := range []*running{a, b} {
+			if code, _ := r.admit(t, http.DefaultClient, fmt.Sprintf(`{"user":"bob","server":"s%d","resources":{"nvidia.com/mig-1g.5gb":1},
+				"nodeSelector":{"nvidia.com/gpu.product":"NVIDIA-A100-SXM4-40GB"}}`, i)); code != 200 {
+				t.Fatalf("status %d", code)
+			}
+		}
+	}
+	if n := reads.Load() - before; n != 0 {
+		t.Errorf("%d pod or node requests to the API server during 200 decisions over two replicas, want 0", n)
+	}
 }
