@@ -147,6 +147,7 @@ func New(o Options) (*Engine, error) {
 		o.Tolerations = inventory.DefaultTolerations()
 	}
 	e := &Engine{o: o, ownClock: ownClock, ix: newIndex(), res: newReservations(), told: map[string]*toldGroups{}, wlMetrics: newWaitlistMetrics()}
+	e.res.tag = strconv.FormatInt(time.Now().UnixNano()%(36*36*36*36), 36) + "-"
 	e.ix.tolerations = o.Tolerations
 	e.wl.turn = waitlist.NewTurnover(o.Now(), 0)
 	e.duration = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "admit_duration_seconds",
@@ -627,6 +628,8 @@ type reservations struct {
 	reserved map[string]int64 // class -> units
 	live     int
 	seq      uint64
+	// tag tells this process's ids from another decider's (a standby keeps the old decider's reservations).
+	tag string
 }
 
 type reservation struct {
@@ -648,7 +651,7 @@ func newReservations() reservations {
 func (rs *reservations) reserve(user, server string, allocs classified, expires time.Time, ix *index) string {
 	rs.release(rs.byUser[user][server])
 	rs.seq++
-	rv := &reservation{id: "r" + strconv.FormatInt(expires.UnixMilli(), 36) + "-" + strconv.FormatUint(rs.seq, 36),
+	rv := &reservation{id: "r" + strconv.FormatInt(expires.UnixMilli(), 36) + "-" + rs.tag + strconv.FormatUint(rs.seq, 36),
 		user: user, server: server, classified: allocs, expires: expires, made: time.Now()}
 	for _, p := range ix.byUser[user] {
 		if p.pod.Server == server {
