@@ -329,3 +329,43 @@ func TestNoReadsPerDecisionTwoReplicas(t *testing.T) {
 		t.Errorf("%d pod or node requests to the API server during 200 decisions over two replicas, want 0", n)
 	}
 }
+
+// TestWaitlistJoinThroughStandbyKept: a join sent to the standby is the decider's (one queue), saved, and still
+// queued on the standby once it has taken over from the decider.
+func TestWaitlistJoinThroughStandbyKept(t *testing.T) {
+	kc := fake.NewClientset(append(objects(), gpuPod("jupyter-dave", "dave", "gpu-h100", "nvidia.com/gpu"))...)
+	store := &memStore{}
+	withWaitlist := func(o *Options) {
+		oneDecider(kc, o.Identity)(o)
+		o.Waitlist, o.WaitlistStore, o.WaitlistTick, o.WaitlistHold = true, store, 50*time.Millisecond, time.Hour
+	}
+	a := start(t, func(o *Options) { o.Identity = "gpu-quota-0"; withWaitlist(o) })
+	b := start(t, func(o *Options) { o.Identity = "gpu-quota-1"; withWaitlist(o) })
+	eventually(t, "one replica decides", func() bool { return a.deciding(t) != b.deciding(t) })
+	decider, standby := a, b
+	if b.deciding(t) {
+		decider, standby = b, a
+	}
+	eventually(t, "the standby is in sync", func() bool { return counterOrGauge(t, standby, "gpuhub_quota_replica_in_sync", "") == 1 })
+	body := `{"user":"erin","groups":[],"resources":{"nvidia.com/gpu":1},"nodeSelector":{"nvidia.com/gpu.product":"NVIDIA-H100-80GB-HBM3"},
+		"waitlist":{"join":true}}`
+	code, res := standby.admit(t, http.DefaultClient, body)
+	if code != 200 || res.Allow || res.Waitlist == nil || res.Waitlist.Position != 1 {
+		t.Fatalf("erin through the standby: %d %+v", code, res)
+	}
+	if ps, err := decider.engine.Places("erin"); err != nil || len(ps) != 1 {
+		t.Errorf("the decider's queue: %+v %v, want erin's place", ps, err)
+	}
+	eventually(t, "the queue saved", func() bool { e := store.entries(); return len(e) == 1 && e[0].User == "erin" })
+
+	decider.cancel()
+	if err := <-decider.done; err != nil {
+		t.Errorf("the old decider's Run: %v", err)
+	}
+	decider.done <- nil // for start's cleanup
+	eventually(t, "the standby decides", func() bool { return standby.deciding(t) })
+	eventually(t, "erin still queued on the new decider", func() bool {
+		ps, err := standby.engine.Places("erin")
+		return err == nil && len(ps) == 1 && ps[0].Position == 1
+	})
+}
