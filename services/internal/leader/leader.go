@@ -173,13 +173,44 @@ func (e *Elector) Run(ctx context.Context) error {
 				owned = true
 			}
 		}
-		le.Run(ctx) // returns when leadership is lost or ctx ends
+		cctx, stop := e.campaign(ctx)
+		le.Run(cctx) // returns when leadership is lost, ctx ends, or the campaign is called off
+		stop()
 		select {
 		case <-ctx.Done():
 		case <-time.After(e.o.RetryPeriod):
 		}
 	}
 	return nil
+}
+
+// campaign is the context of one campaign: with Ready set, it ends when this replica stops being ready before it
+// has won, so that it waits at the gate again instead of winning with a stale copy. stop ends it.
+func (e *Elector) campaign(ctx context.Context) (_ context.Context, stop func()) {
+	if e.o.Ready == nil {
+		return ctx, func() {}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	go func() {
+		t := time.NewTicker(e.o.RetryPeriod)
+		defer t.Stop()
+		for {
+			select {
+			case <-cctx.Done():
+				return
+			case <-t.C:
+				if e.leading.Load() {
+					continue
+				}
+				if !e.o.Ready() {
+					e.o.Logger.Info("not ready any more: campaigning no longer", "lease", e.o.Namespace+"/"+e.o.Name, "identity", e.o.Identity)
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	return cctx, cancel
 }
 
 // waitReady returns once Ready allows a campaign, or no replica has held the Lease for 2 × LeaseDuration;

@@ -167,6 +167,28 @@ func TestReadyGate(t *testing.T) {
 	eventually(t, "b leads once ready", b.e.IsLeader)
 }
 
+// TestCampaignCalledOff: a standby that was ready and campaigns stops campaigning when it is no longer ready (a
+// new snapshot), so it does not win the Lease given back meanwhile; ready again, it wins it.
+func TestCampaignCalledOff(t *testing.T) {
+	kc := fake.NewClientset()
+	a := startReplica(t, kc, "gpu-quota-a")
+	eventually(t, "a leads", a.e.IsLeader)
+	var ready atomic.Bool
+	ready.Store(true)
+	b := startReplica(t, kc, "gpu-quota-b", func(o *Options) { o.Ready = ready.Load })
+	eventually(t, "b campaigns", func() bool { return strings.Contains(b.logs.String(), "another replica leads") })
+	ready.Store(false)
+	eventually(t, "b stops campaigning", func() bool { return strings.Contains(b.logs.String(), "campaigning no longer") })
+	a.stop()
+	// The cold-start escape is 2 × LeaseDuration = 4 s away: for a second b must keep out.
+	time.Sleep(time.Second)
+	if b.e.IsLeader() {
+		t.Fatal("b leads although it stopped being ready")
+	}
+	ready.Store(true)
+	eventually(t, "b leads once ready again", b.e.IsLeader)
+}
+
 // TestReadyGateColdStart: when no replica holds the Lease for 2 × LeaseDuration, a replica that cannot become
 // ready (nobody to copy from) campaigns anyway.
 func TestReadyGateColdStart(t *testing.T) {
