@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -209,7 +208,11 @@ func Run(ctx context.Context, o Options) error {
 	oneDecider := o.AdvertiseURL != ""
 	identity := o.Identity
 	if oneDecider {
-		identity += "@" + strings.TrimSuffix(o.AdvertiseURL, "/")
+		u, err := advertised(o.AdvertiseURL)
+		if err != nil {
+			return err
+		}
+		identity += "@" + u
 	}
 	if o.OwnerDeployment != "" && o.LeaseNamespace == "" {
 		return errors.New("gpu-quota: --owner-deployment needs --lease-namespace (or --namespace), the namespace of the Deployment and of its Lease")

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -230,3 +232,20 @@ func (c *notLeaderCatcher) Write(b []byte) (int, error) {
 func (c *notLeaderCatcher) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 var errNoAdvertise = errors.New("gpu-quota: --advertise-url needs the Lease (an identity and a lease namespace)")
+
+// advertised checks --advertise-url and brackets an IPv6 host given bare, as a pod IP substituted into
+// "http://$(POD_IP):8000" is: http://fd00::1:8000 becomes http://[fd00::1]:8000.
+func advertised(raw string) (string, error) {
+	raw = strings.TrimSuffix(raw, "/")
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if ok && strings.Count(rest, ":") > 1 && !strings.HasPrefix(rest, "[") {
+		if i := strings.LastIndexByte(rest, ':'); i > 0 {
+			rest = "[" + rest[:i] + "]" + rest[i:]
+		}
+	}
+	u, err := url.Parse(scheme + "://" + rest)
+	if !ok || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Port() == "" || u.Hostname() == "" || u.Path != "" {
+		return "", fmt.Errorf("gpu-quota: --advertise-url %q is not http://HOST:PORT (where the other replicas reach this one)", raw)
+	}
+	return u.String(), nil
+}

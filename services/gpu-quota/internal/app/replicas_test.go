@@ -369,3 +369,25 @@ func TestWaitlistJoinThroughStandbyKept(t *testing.T) {
 		return err == nil && len(ps) == 1 && ps[0].Position == 1
 	})
 }
+
+func TestAdvertised(t *testing.T) {
+	tests := map[string]struct{ in, want string }{
+		"IPv4":            {"http://10.0.0.7:8000", "http://10.0.0.7:8000"},
+		"a slash":         {"http://10.0.0.7:8000/", "http://10.0.0.7:8000"},
+		"IPv6, bare":      {"http://fd00:10:244::7:8000", "http://[fd00:10:244::7]:8000"},
+		"IPv6, bracketed": {"http://[fd00::7]:8000", "http://[fd00::7]:8000"},
+		"a name":          {"https://gpu-quota-0.example:8443", "https://gpu-quota-0.example:8443"},
+		"no port":         {"http://10.0.0.7", ""},
+		"no scheme":       {"10.0.0.7:8000", ""},
+		"a path":          {"http://10.0.0.7:8000/services/gpu-quota/", ""},
+		"empty POD_IP":    {"http://:8000", ""},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := advertised(tc.in)
+			if (err != nil) != (tc.want == "") || got != tc.want {
+				t.Errorf("advertised(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+			}
+		})
+	}
+}
