@@ -391,3 +391,41 @@ func TestAdvertised(t *testing.T) {
 		})
 	}
 }
+
+// TestReplicaStreamAccess: the stream of reservations is for gpu-quota's own token only, and only the decider
+// serves it.
+func TestReplicaStreamAccess(t *testing.T) {
+	decider, standby := twoReplicas(t)
+	tests := map[string]struct {
+		r          *running
+		token      string
+		wantStatus int
+	}{
+		"no token":         {decider, "", http.StatusUnauthorized},
+		"a user's token":   {decider, "bob-token", http.StatusUnauthorized},
+		"an admin's token": {decider, "alice-token", http.StatusUnauthorized},
+		"the standby's":    {standby, "quota-token", http.StatusServiceUnavailable},
+		"gpu-quota's own":  {decider, "quota-token", http.StatusOK},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, tc.r.url+prefix+replicaPath, nil)
+			if tc.token != "" {
+				req.Header.Set("Authorization", "token "+tc.token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = resp.Body.Close() }()
+			if resp.StatusCode != tc.wantStatus {
+				t.Errorf("status %d, want %d", resp.StatusCode, tc.wantStatus)
+			}
+			if tc.wantStatus == http.StatusServiceUnavailable && resp.Header.Get(api.NotLeaderHeader) == "" {
+				t.Errorf("a 503 without %s", api.NotLeaderHeader)
+			}
+		})
+	}
+}
