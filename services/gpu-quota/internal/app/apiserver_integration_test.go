@@ -73,6 +73,9 @@ type apiserverEnv struct {
 	policy string
 	// servers numbers the racers' servers: each request its own.
 	servers atomic.Int64
+	// products are the race nodes' GPU products by label: gpu-quota counts free units per class (kind and
+	// product), not per node, so a subtest that counts free units has a product of its own.
+	products map[string]string
 }
 
 // quotaReplica is one app.Run.
@@ -90,13 +93,22 @@ type quotaReplica struct {
 // namespaces) admit 2N, which shows that the race sees the difference.
 func TestAPIServerExactlyNTwoReplicas(t *testing.T) {
 	env := startAPIServer(t)
+	// One pair for the races on one Lease (limit, pods appear, capacity); the handover and the control have their
+	// own, on Leases of their own.
+	a := env.startReplica(t, "gpu-quota-0", podNS)
+	b := env.startReplica(t, "gpu-quota-1", podNS)
+	env.waitOneLeads(t, a, b)
+	decider, standby := a, b
+	if leads(t, b) == 1 {
+		decider, standby = b, a
+	}
+	var limitServers []string
 
 	t.Run("limit", func(t *testing.T) {
-		env.raceNode("limit")
-		a := env.startReplica(t, "gpu-quota-0", podNS)
-		b := env.startReplica(t, "gpu-quota-1", podNS)
-		env.waitOneLeads(t, a, b)
-		got, perReplica, reasons := env.race(t, "racer-limit", "limit", raceRequests, a, b)
+		env.raceNode("limit", "NVIDIA-H200")
+		admitted, perReplica, reasons := env.race(t, "racer-limit", "limit", raceRequests, a, b)
+		limitServers = admitted
+		got := len(admitted)
 		t.Logf("%d admitted of %d over two replicas on one Lease (%s); refusals %v", got, raceRequests, perReplica, reasons)
 		if got != raceLimit {
 			t.Errorf("want exactly %d admitted of %d, got %d (%s)", raceLimit, raceRequests, got, perReplica)
@@ -105,10 +117,6 @@ func TestAPIServerExactlyNTwoReplicas(t *testing.T) {
 			t.Errorf("refusals %v, want %d max_gpus", reasons, raceRequests-raceLimit)
 		}
 		// The standby relayed its half to the decider, which decided all of them.
-		decider, standby := a, b
-		if leads(t, b) == 1 {
-			decider, standby = b, a
-		}
 		if n := counter(t, standby.reg, "gpuhub_quota_forwarded_total", "ok"); n != raceRequests/2 {
 			t.Errorf("%s relayed %v requests, want %d", standby.name, n, raceRequests/2)
 		}
@@ -120,10 +128,54 @@ func TestAPIServerExactlyNTwoReplicas(t *testing.T) {
 		}
 	})
 
+	t.Run("pods appear", func(t *testing.T) {
+		if len(limitServers) != raceLimit {
+			t.Skip("the limit race did not admit N")
+		}
+		// KubeSpawner creates the admitted servers' pods: each replica's informer ends its reservation, and the
+		// pods count instead.
+		for _, s := range limitServers {
+			env.createPod(t, "racer-limit", s, "limit")
+		}
+		for _, r := range []*quotaReplica{decider, standby} {
+			eventually(t, r.name+" ends the reservations", func() bool {
+				return testutil.ToFloat64(mustCollector(t, r.reg, "gpuhub_quota_reservations")) == 0
+			})
+		}
+		admitted, perReplica, reasons := env.race(t, "racer-limit", "limit", 200, a, b)
+		t.Logf("with the 7 pods: %d admitted of 200 (%s); refusals %v", len(admitted), perReplica, reasons)
+		if len(admitted) != 0 {
+			t.Errorf("admitted %d over the limit the pods hold", len(admitted))
+		}
+		// Two servers stop: exactly two more.
+		for _, s := range limitServers[:2] {
+			env.deletePod(t, "racer-limit", s)
+		}
+		eventually(t, "the decider sees 2 pods gone", func() bool {
+			q, err := decider.engine.UserQuota("racer-limit")
+			return err == nil && q.Concurrent.HeldGPUs == raceLimit-2
+		})
+		admitted, perReplica, reasons = env.race(t, "racer-limit", "limit", raceRequests, a, b)
+		t.Logf("after 2 pods went: %d admitted of %d (%s); refusals %v", len(admitted), raceRequests, perReplica, reasons)
+		if len(admitted) != 2 {
+			t.Errorf("want exactly 2 admitted after 2 pods went, got %d", len(admitted))
+		}
+	})
+
+	t.Run("capacity", func(t *testing.T) {
+		env.raceNode("capacity", "NVIDIA-B200")
+		// 16 racers, each within their limit, for the only 8 B200s: the class's capacity bounds them.
+		admitted, perReplica, reasons := env.race(t, "racer-%d", "capacity", 16, a, b)
+		t.Logf("16 racers for 8 B200s: %d admitted (%s); refusals %v", len(admitted), perReplica, reasons)
+		if len(admitted) != 8 || reasons["none_free"] != 8 {
+			t.Errorf("want exactly 8 admitted and 8 none_free, got %d and %v", len(admitted), reasons)
+		}
+	})
+
 	t.Run("handover", func(t *testing.T) {
-		env.raceNode("handover")
-		a := env.startReplica(t, "gpu-quota-4", podNS)
-		b := env.startReplica(t, "gpu-quota-5", podNS)
+		env.raceNode("handover", "NVIDIA-H200")
+		a := env.startReplica(t, "gpu-quota-4", "quota-h")
+		b := env.startReplica(t, "gpu-quota-5", "quota-h")
 		env.waitOneLeads(t, a, b)
 		decider, standby := a, b
 		if leads(t, b) == 1 {
@@ -133,8 +185,8 @@ func TestAPIServerExactlyNTwoReplicas(t *testing.T) {
 			return testutil.ToFloat64(mustCollector(t, standby.reg, "gpuhub_quota_replica_in_sync")) == 1
 		})
 		// 4 admitted by the first decider, whose pods have not come yet (a KubeSpawner still creating them).
-		if got, _, _ := env.race(t, "racer-handover", "handover", 4, decider); got != 4 {
-			t.Fatalf("the first decider admitted %d of 4", got)
+		if got, _, _ := env.race(t, "racer-handover", "handover", 4, decider); len(got) != 4 {
+			t.Fatalf("the first decider admitted %d of 4", len(got))
 		}
 		// A drain: the decider stops; the standby takes the Lease with the 4 reservations.
 		begin := time.Now()
@@ -145,7 +197,8 @@ func TestAPIServerExactlyNTwoReplicas(t *testing.T) {
 		decider.done <- nil // for the cleanup
 		eventually(t, "the standby decides", func() bool { return leads(t, standby) == 1 && standby.engine.Deciding() })
 		t.Logf("%s decides %v after %s began to stop", standby.name, time.Since(begin).Round(time.Millisecond), decider.name)
-		got, perReplica, reasons := env.race(t, "racer-handover", "handover", raceRequests, standby)
+		admitted, perReplica, reasons := env.race(t, "racer-handover", "handover", raceRequests, standby)
+		got := len(admitted)
 		t.Logf("after the handover: %d admitted of %d (%s); refusals %v", got, raceRequests, perReplica, reasons)
 		if got != raceLimit-4 {
 			t.Errorf("the new decider admitted %d, want exactly %d (the old one's 4 reservations count)", got, raceLimit-4)
@@ -153,12 +206,13 @@ func TestAPIServerExactlyNTwoReplicas(t *testing.T) {
 	})
 
 	t.Run("per-replica memory (control)", func(t *testing.T) {
-		env.raceNode("control")
+		env.raceNode("control", "NVIDIA-H200")
 		// Each replica leads its own Lease (one per namespace, each with the chart's RBAC): two deciders.
 		a := env.startReplica(t, "gpu-quota-2", "quota-a")
 		b := env.startReplica(t, "gpu-quota-3", "quota-b")
 		eventually(t, "both lead", func() bool { return leads(t, a) == 1 && leads(t, b) == 1 })
-		got, perReplica, reasons := env.race(t, "racer-control", "control", raceRequests, a, b)
+		admitted, perReplica, reasons := env.race(t, "racer-control", "control", raceRequests, a, b)
+		got := len(admitted)
 		t.Logf("%d admitted of %d over two deciders (%s); refusals %v", got, raceRequests, perReplica, reasons)
 		if got != 2*raceLimit {
 			t.Errorf("two deciders: want %d admitted (each its own %d), got %d (%s)", 2*raceLimit, raceLimit, got, perReplica)
@@ -182,14 +236,14 @@ func startAPIServer(t *testing.T) *apiserverEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := &apiserverEnv{t: t, ctx: ctx, admin: kubernetes.NewForConfigOrDie(adminCfg), hub: hubapitest.New(t)}
+	env := &apiserverEnv{t: t, ctx: ctx, admin: kubernetes.NewForConfigOrDie(adminCfg), hub: hubapitest.New(t), products: map[string]string{}}
 	must := func(_ any, err error) {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, ns := range []string{podNS, "quota-a", "quota-b"} {
+	for _, ns := range []string{podNS, "quota-a", "quota-b", "quota-h"} {
 		must(env.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}))
 	}
 	// The chart's RBAC (chart/gpuhub/templates/quota.yaml), for the user the replicas run as: nodes cluster-wide,
@@ -205,7 +259,7 @@ func startAPIServer(t *testing.T) *apiserverEnv {
 		metav1.CreateOptions{}))
 	must(env.admin.RbacV1().RoleBindings(podNS).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: quotaUser},
 		RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: quotaUser}, Subjects: subject}, metav1.CreateOptions{}))
-	for _, ns := range []string{podNS, "quota-a", "quota-b"} {
+	for _, ns := range []string{podNS, "quota-a", "quota-b", "quota-h"} {
 		must(env.admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: quotaUser + "-lease"},
 			Rules: []rbacv1.PolicyRule{
 				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
@@ -229,13 +283,14 @@ func startAPIServer(t *testing.T) *apiserverEnv {
 	return env
 }
 
-// raceNode adds a node of 8 free H200s that only the race named label asks for: each subtest its own, so that the
-// reservations of one (5 minutes) do not fill the next one's GPUs.
-func (env *apiserverEnv) raceNode(label string) {
+// raceNode adds a node of 8 free GPUs of product for the race named label: each subtest its own. Nodes of one
+// product are one class: their free units are counted together.
+func (env *apiserverEnv) raceNode(label, product string) {
 	t := env.t
-	// As bench.RaceNode, with the subtest's label.
+	env.products[label] = product
+	// As bench.RaceNode, with the subtest's label and product.
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-race-" + label, Labels: map[string]string{"nvidia.com/gpu.present": "true",
-		"nvidia.com/gpu.count": "8", "nvidia.com/gpu.product": "NVIDIA-H200", "bench.gpuhub.io/race": label}}}
+		"nvidia.com/gpu.count": "8", "nvidia.com/gpu.product": product, "bench.gpuhub.io/race": label}}}
 	alloc := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("512Gi"),
 		corev1.ResourcePods: resource.MustParse("110"), "nvidia.com/gpu": resource.MustParse("8")}
 	n.Status.Capacity, n.Status.Allocatable = alloc, alloc
@@ -345,18 +400,19 @@ func (env *apiserverEnv) waitOneLeads(t *testing.T, rs ...*quotaReplica) {
 	})
 }
 
-// race sends n spawns of user at once, request i to replica i%len(rs), each for one H200 of the subtest's node
-// on its own server (a new one each call); it returns how many were admitted, per replica asked, and the
-// refusals' reasons.
-func (env *apiserverEnv) race(t *testing.T, user, label string, n int, rs ...*quotaReplica) (int, string, map[string]int) {
+// race sends n spawns of user at once (a user with %d: each request a user of its own), request i to replica
+// i%len(rs), each for one H200 of the subtest's node on its own server (a new one each call); it returns the
+// servers admitted, how many per replica asked, and the refusals' reasons.
+func (env *apiserverEnv) race(t *testing.T, user, label string, n int, rs ...*quotaReplica) ([]string, string, map[string]int) {
 	t.Helper()
 	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 64, MaxIdleConnsPerHost: 64}, Timeout: 30 * time.Second}
 	defer client.CloseIdleConnections()
 	var (
-		mu      sync.Mutex
-		per     = make([]int, len(rs))
-		reasons = map[string]int{}
-		wg      sync.WaitGroup
+		mu       sync.Mutex
+		per      = make([]int, len(rs))
+		reasons  = map[string]int{}
+		admitted []string
+		wg       sync.WaitGroup
 	)
 	begin := make(chan struct{})
 	first := int(env.servers.Add(int64(n))) - n
@@ -364,8 +420,13 @@ func (env *apiserverEnv) race(t *testing.T, user, label string, n int, rs ...*qu
 		r := rs[i%len(rs)]
 		wg.Go(func() {
 			<-begin
-			body := fmt.Sprintf(`{"user":%q,"server":"s%d","groups":["racers"],"resources":{"nvidia.com/gpu":1},
-				"nodeSelector":{"nvidia.com/gpu.product":"NVIDIA-H200","bench.gpuhub.io/race":%q}}`, user, first+i, label)
+			who := user
+			if strings.Contains(user, "%d") {
+				who = fmt.Sprintf(user, i)
+			}
+			server := fmt.Sprintf("s%d", first+i)
+			body := fmt.Sprintf(`{"user":%q,"server":%q,"groups":["racers"],"resources":{"nvidia.com/gpu":1},
+				"nodeSelector":{"nvidia.com/gpu.product":%q,"bench.gpuhub.io/race":%q}}`, who, server, env.products[label], label)
 			run := &running{url: r.url}
 			code, res := run.admit(t, client, body)
 			mu.Lock()
@@ -375,6 +436,7 @@ func (env *apiserverEnv) race(t *testing.T, user, label string, n int, rs ...*qu
 				reasons[fmt.Sprintf("status %d", code)]++
 			case res.Allow:
 				per[i%len(rs)]++
+				admitted = append(admitted, server)
 			default:
 				reasons[res.Reason]++
 			}
@@ -382,11 +444,35 @@ func (env *apiserverEnv) race(t *testing.T, user, label string, n int, rs ...*qu
 	}
 	close(begin)
 	wg.Wait()
-	total := 0
 	var parts []string
 	for i, n := range per {
-		total += n
 		parts = append(parts, fmt.Sprintf("%d of those sent to %s", n, rs[i].name))
 	}
-	return total, strings.Join(parts, ", "), reasons
+	return admitted, strings.Join(parts, ", "), reasons
+}
+
+// createPod creates the pod KubeSpawner would for (user, server) on the subtest's node: Pending (no kubelet
+// here), one H200.
+func (env *apiserverEnv) createPod(t *testing.T, user, server, label string) {
+	t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: podNS, Name: "jupyter-" + user + "-" + server,
+			Annotations: map[string]string{"hub.jupyter.org/username": user, "hub.jupyter.org/servername": server}},
+		Spec: corev1.PodSpec{NodeName: "gpu-race-" + label,
+			NodeSelector: map[string]string{"nvidia.com/gpu.product": env.products[label], "bench.gpuhub.io/race": label},
+			Containers: []corev1.Container{{Name: "notebook", Image: "jupyter",
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}}},
+	}
+	if _, err := env.admin.CoreV1().Pods(podNS).Create(env.ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// deletePod deletes it at once (no kubelet would confirm a graceful deletion).
+func (env *apiserverEnv) deletePod(t *testing.T, user, server string) {
+	t.Helper()
+	zero := int64(0)
+	if err := env.admin.CoreV1().Pods(podNS).Delete(env.ctx, "jupyter-"+user+"-"+server, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
 }
