@@ -1,6 +1,8 @@
 // Package leader runs one replica of an acting gpuhub service as the leader, by client-go's leader election on
 // a coordination.k8s.io Lease: only the leader acts (stops servers, writes notices), so two replicas never act
-// twice. Admission and reading need no lease. RBAC: get, create and update on leases in the lease namespace.
+// twice. Reading needs no lease; gpu-quota with more than one replica also decides admissions on the holder only
+// (Leader tells the others where it is; Ready keeps a replica without a copy of its state from campaigning).
+// RBAC: get, create and update on leases in the lease namespace.
 //
 // With an owner (Options.Owner: the service's Deployment), the Lease carries an ownerReference to it, so that the
 // garbage collector deletes the Lease with the Deployment (helm uninstall deletes only what it rendered, and the
