@@ -265,6 +265,24 @@ func (e *Elector) waitReady(ctx context.Context) bool {
 	}
 }
 
+// Follow keeps Leader current after Run has returned, by reading the Lease every RetryPeriod until ctx ends: a
+// replica that stopped campaigning (it is shutting down) still relays the requests it has to the next holder.
+func (e *Elector) Follow(ctx context.Context) {
+	h := e.Leader()
+	e.seen.Store(&h)
+	e.gated.Store(true)
+	for {
+		if holder, _, err := e.read(ctx); err == nil {
+			e.seen.Store(&holder)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(e.o.RetryPeriod):
+		}
+	}
+}
+
 // read returns the Lease's holder and a string that changes with each renewal; a missing Lease has none.
 func (e *Elector) read(ctx context.Context) (holder, record string, err error) {
 	l, err := e.o.Client.CoordinationV1().Leases(e.o.Namespace).Get(ctx, e.o.Name, metav1.GetOptions{})

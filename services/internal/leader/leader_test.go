@@ -147,6 +147,22 @@ func TestLeaderObserved(t *testing.T) {
 	eventually(t, "b sees itself", func() bool { return b.e.Leader() == "gpu-quota-b@http://10.0.0.2:8080" && b.e.IsLeader() })
 }
 
+// TestFollowAfterStop: a replica that stopped (and gave the Lease back) still learns the next holder while it
+// drains.
+func TestFollowAfterStop(t *testing.T) {
+	kc := fake.NewClientset()
+	a := startReplica(t, kc, "gpu-quota-a")
+	eventually(t, "a leads", a.e.IsLeader)
+	b := startReplica(t, kc, "gpu-quota-b")
+	eventually(t, "b sees a", func() bool { return b.e.Leader() == "gpu-quota-a" })
+	a.stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); a.e.Follow(ctx) }()
+	defer func() { cancel(); <-done }()
+	eventually(t, "the stopped a sees b", func() bool { return a.e.Leader() == "gpu-quota-b" })
+}
+
 // TestReadyGate: a standby that is not ready does not campaign while the holder lives, nor at once when it gives
 // the Lease back; it campaigns once ready. Meanwhile it still knows the holder.
 func TestReadyGate(t *testing.T) {

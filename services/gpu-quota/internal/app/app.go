@@ -416,10 +416,13 @@ func Run(ctx context.Context, o Options) error {
 	// gives the Lease back, and only then drains its HTTP server, so that requests relayed meanwhile find the
 	// next decider instead of a closed port. Otherwise the Lease and the server end with ctx, as before.
 	elCtx, serveCtx := ctx, ctx
+	stopFollowing := func() {}
 	if oneDecider {
 		var elCancel, serveCancel context.CancelFunc
 		elCtx, elCancel = context.WithCancel(context.WithoutCancel(ctx))
 		serveCtx, serveCancel = context.WithCancel(context.WithoutCancel(ctx))
+		followCtx, followCancel := context.WithCancel(context.WithoutCancel(ctx))
+		stopFollowing = followCancel
 		defer elCancel()
 		defer serveCancel()
 		elDone := make(chan struct{})
@@ -445,6 +448,8 @@ func Run(ctx context.Context, o Options) error {
 			}
 			elCancel()
 			<-elDone
+			// Requests still here are relayed to the next holder while the server drains.
+			wg.Go(func() { el.Follow(followCtx) })
 			serveCancel()
 		})
 	} else if el != nil {
@@ -456,6 +461,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	err = srv.Serve(serveCtx, func(srv *server.Server) { o.OnServing(srv, eng) })
 	cancel()
+	stopFollowing() // the server has drained: nothing more to relay
 	wg.Wait()
 	return err
 }
