@@ -110,6 +110,13 @@ func (e *Engine) WaitlistSnapshot() (waitlist.State, uint64, bool) {
 	return e.wl.st.Clone(), e.wl.gen, e.wl.ready
 }
 
+// WaitlistGen is the state's generation: it moves on every change.
+func (e *Engine) WaitlistGen() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.wl.gen
+}
+
 // holdsLocked are the units of class held for entries other than (user, server), and (user, server)'s own.
 func (e *Engine) holdsLocked(class, user, server string, now time.Time) (others, own int64) {
 	for _, en := range e.wl.st.Entries {
