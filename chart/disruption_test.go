@@ -63,6 +63,16 @@ func TestDisruptionBudgets(t *testing.T) {
 				"gpu-culler":   {Kind: "Deployment", Replicas: 1, Spread: true},
 			},
 		},
+		"two gpu-quota replicas: one decides, the other follows": {
+			set: append(slices.Clone(every), "--set", "quota.replicas=2"),
+			want: map[string]disruption{
+				"gpu-agent":    {Kind: "DaemonSet"},
+				"usage-api":    {Kind: "Deployment", Replicas: 1},
+				"gpu-quota":    {Kind: "Deployment", Replicas: 2, Budget: "maxUnavailable 1", Spread: true},
+				"gpu-profiles": {Kind: "Deployment", Replicas: 2, Budget: "maxUnavailable 1", Spread: true},
+				"gpu-culler":   {Kind: "Deployment", Replicas: 2, Budget: "maxUnavailable 1", Spread: true},
+			},
+		},
 		"two usage APIs on PostgreSQL": {
 			set: []string{"--set", "usage.replicas=2", "--set", "usage.databaseURLSecret=ledger-db"},
 			want: map[string]disruption{

@@ -95,6 +95,15 @@ func TestNetworkPolicies(t *testing.T) {
 				"gpuhub-profiles": {Guards: "gpu-profiles", From: []string{hub}, Ports: []string{"8000"}},
 			},
 		},
+		// Two replicas of gpu-quota reach each other: a standby relays to the decider and follows its reservations.
+		"two gpu-quota replicas": {
+			set: []string{"--set", "quota.enabled=true", "--set", "quota.replicas=2"},
+			want: map[string]ingress{
+				"gpuhub-agent": {Guards: "gpu-agent", From: []string{usage}, Ports: []string{"9400"}},
+				"gpuhub-usage": {Guards: "usage-api", From: []string{proxy, hub, quota}, Ports: []string{"8000"}},
+				"gpuhub-quota": {Guards: "gpu-quota", From: []string{proxy, hub, usage, quota}, Ports: []string{"8000"}},
+			},
+		},
 		"networkPolicy.enabled=false": {
 			set:  append(slices.Clone(every), "--set", "networkPolicy.enabled=false"),
 			want: map[string]ingress{},

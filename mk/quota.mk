@@ -13,3 +13,9 @@ bench-quota: etcd kube-binaries ## B2: gpu-quota admission vs a naive LIST-per-d
 	@mkdir -p $(dir $(QUOTA_BENCH_BIN))
 	$(GO) build -o $(QUOTA_BENCH_BIN) ./services/gpu-quota/cmd/quota-bench
 	GPUHUB_KUBE_BIN="$(KUBE_BIN)" taskset -c $(QUOTA_BENCH_LOAD_CPU) $(QUOTA_BENCH_BIN) run --out="$(QUOTA_BENCH_OUT)" $(QUOTA_BENCH_FLAGS)
+
+.PHONY: quota-apiserver-test
+quota-apiserver-test: etcd kube-binaries ## gpu-quota against a real kube-apiserver: B2's race of 1,000 spawns spread over two replicas with the chart's RBAC admits exactly N; two deciders (the control) admit 2N.
+	GPUHUB_KUBE_BIN="$(KUBE_BIN)" $(GO) test $(GO_TEST_FLAGS) -tags integration -run APIServer ./services/gpu-quota/internal/app/
+
+TEST_TARGETS += quota-apiserver-test

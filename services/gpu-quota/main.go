@@ -35,6 +35,7 @@ func run(args []string, stderr io.Writer) int {
 		enforceInterval = fs.Duration("enforce-interval", 30*time.Second, "how often the leader checks running servers against the policy")
 		leaseNamespace  = fs.String("lease-namespace", "", "namespace of the leader-election Lease (default: --namespace)")
 		leaseName       = fs.String("lease-name", "gpu-quota", "name of the leader-election Lease")
+		advertiseURL    = fs.String("advertise-url", "", "where the other replicas reach this one, http://POD_IP:PORT (the chart passes it when quota.replicas > 1): only the Lease holder then decides admissions and waitlist changes, and the others relay the API to it (empty: this replica decides on its own; exact with one replica only)")
 		ownerDeployment = fs.String("owner-deployment", "", "this service's Deployment, in --lease-namespace: the Lease it creates gets an ownerReference to it, so that deleting the Deployment (helm uninstall) deletes it; read at start, retried for up to a minute while the API server does not answer, then run without (empty: no owner)")
 		readerServices  = fs.String("reader-services", "gpu-usage,gpu-profiles,gpu-culler", "comma-separated Hub services that may read every user's quota and the decisions, assess spawn choices (api/v1/assess) and read the waitlist (gpu-culler: the contended classes), besides admins")
 		adminGroups     = fs.String("admin-groups", "", "comma-separated Hub groups whose members are admins here (decisions, explain, every user's quota)")
@@ -48,7 +49,7 @@ func run(args []string, stderr io.Writer) int {
 		"listen": "GPUHUB_LISTEN", "prefix": config.HubEnv.ServicePrefix, "policy": "GPUHUB_POLICY", "policy-poll": "GPUHUB_POLICY_POLL",
 		"namespace": "GPUHUB_NAMESPACE", "tolerations": "GPUHUB_TOLERATIONS", "usage-url": "GPUHUB_USAGE_URL", "usage-refresh": "GPUHUB_USAGE_REFRESH",
 		"reservation-ttl": "GPUHUB_RESERVATION_TTL", "enforce-interval": "GPUHUB_ENFORCE_INTERVAL",
-		"lease-namespace": "GPUHUB_LEASE_NAMESPACE", "lease-name": "GPUHUB_LEASE_NAME", "owner-deployment": "GPUHUB_OWNER_DEPLOYMENT", "reader-services": "GPUHUB_READER_SERVICES",
+		"lease-namespace": "GPUHUB_LEASE_NAMESPACE", "lease-name": "GPUHUB_LEASE_NAME", "advertise-url": "GPUHUB_ADVERTISE_URL", "owner-deployment": "GPUHUB_OWNER_DEPLOYMENT", "reader-services": "GPUHUB_READER_SERVICES",
 		"admin-groups": "GPUHUB_ADMIN_GROUPS", "hub-refresh": "GPUHUB_HUB_REFRESH",
 		"informer-unready-after": "GPUHUB_INFORMER_UNREADY_AFTER", "waitlist": "GPUHUB_WAITLIST", "waitlist-hold": "GPUHUB_WAITLIST_HOLD",
 		"fair-share-half-life": "GPUHUB_FAIR_SHARE_HALF_LIFE",
@@ -79,7 +80,7 @@ func run(args []string, stderr io.Writer) int {
 		Hub: cl.Hub, HubRefresh: *hubRefresh, Token: cl.HubConfig.Token, Auth: cl.Auth.Middleware, ReaderServices: config.List(*readerServices),
 		UsageURL: *usageURL, UsageRefresh: *usageRefresh, ReservationTTL: *reservationTTL,
 		Waitlist: *waitlistOn, WaitlistHold: *waitlistHold, FairShareHalfLife: *halfLife, HubStart: cl.Hub,
-		LeaseNamespace: *leaseNamespace, LeaseName: *leaseName, OwnerDeployment: *ownerDeployment, Identity: identity, EnforceInterval: *enforceInterval,
+		LeaseNamespace: *leaseNamespace, LeaseName: *leaseName, OwnerDeployment: *ownerDeployment, Identity: identity, AdvertiseURL: *advertiseURL, EnforceInterval: *enforceInterval,
 		// The leader warns users over a limit or budget and stops their servers after the grace, through the Hub.
 		WhileLeader: app.Enforce(cl.Hub),
 	})

@@ -1,6 +1,8 @@
 // Package leader runs one replica of an acting gpuhub service as the leader, by client-go's leader election on
 // a coordination.k8s.io Lease: only the leader acts (stops servers, writes notices), so two replicas never act
-// twice. Admission and reading need no lease. RBAC: get, create and update on leases in the lease namespace.
+// twice. Reading needs no lease; gpu-quota with more than one replica also decides admissions on the holder only
+// (Leader tells the others where it is; Ready keeps a replica without a copy of its state from campaigning).
+// RBAC: get, create and update on leases in the lease namespace.
 //
 // With an owner (Options.Owner: the service's Deployment), the Lease carries an ownerReference to it, so that the
 // garbage collector deletes the Lease with the Deployment (helm uninstall deletes only what it rendered, and the
@@ -48,6 +50,10 @@ type Options struct {
 	// Lease, which is created with it when missing, or given it when it lacks it. nil, or a nil reference: the
 	// Lease is left to client-go, without an owner.
 	Owner func(ctx context.Context) *metav1.OwnerReference
+	// Ready, if set, gates each campaign: the replica campaigns only while it returns true (a standby whose copy
+	// of the leader's state is in sync), or once no replica has held the Lease for 2 × LeaseDuration (a cold
+	// start: nobody has a state to copy). Meanwhile the Lease is read every RetryPeriod, for Leader.
+	Ready func() bool
 }
 
 // Elector campaigns for the Lease again and again until its context ends.
@@ -55,6 +61,11 @@ type Elector struct {
 	o       Options
 	leading atomic.Bool
 	gauge   prometheus.Gauge
+	// le is client-go's elector while Run runs: its observed record names the holder.
+	le atomic.Pointer[leaderelection.LeaderElector]
+	// gated is set while Run waits for Ready; seen is then the holder it read from the Lease.
+	gated atomic.Bool
+	seen  atomic.Pointer[string]
 }
 
 // New checks opts and registers the metric.
@@ -90,6 +101,21 @@ func New(o Options) (*Elector, error) {
 
 // IsLeader reports whether this replica leads now.
 func (e *Elector) IsLeader() bool { return e.leading.Load() }
+
+// Leader is the holder's identity as this replica last observed it (this replica's own while it leads); "" when
+// none is known, or the Lease was released. It may name a holder that is gone until another one acquires.
+func (e *Elector) Leader() string {
+	if e.gated.Load() {
+		if p := e.seen.Load(); p != nil {
+			return *p
+		}
+		return ""
+	}
+	if le := e.le.Load(); le != nil {
+		return le.GetLeader()
+	}
+	return ""
+}
 
 // Run campaigns until ctx ends: when leadership is lost it campaigns again, so a replica that lost the Lease
 // (an API-server outage longer than RenewDeadline) acts again once it wins it back. The Lease is released when
@@ -130,8 +156,12 @@ func (e *Elector) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("leader: %w", err)
 	}
+	e.le.Store(le)
 	owned := e.o.Owner == nil
 	for ctx.Err() == nil {
+		if !e.waitReady(ctx) {
+			break
+		}
 		if !owned {
 			// Tried again before each campaign until it succeeds: a failure leaves the Lease as it was, and the
 			// election goes on regardless (the owner matters only at uninstall).
@@ -145,13 +175,131 @@ func (e *Elector) Run(ctx context.Context) error {
 				owned = true
 			}
 		}
-		le.Run(ctx) // returns when leadership is lost or ctx ends
+		cctx, stop := e.campaign(ctx)
+		le.Run(cctx) // returns when leadership is lost, ctx ends, or the campaign is called off
+		stop()
 		select {
 		case <-ctx.Done():
 		case <-time.After(e.o.RetryPeriod):
 		}
 	}
 	return nil
+}
+
+// campaign is the context of one campaign: with Ready set, it ends when this replica stops being ready before it
+// has won, so that it waits at the gate again instead of winning with a stale copy. stop ends it.
+func (e *Elector) campaign(ctx context.Context) (_ context.Context, stop func()) {
+	if e.o.Ready == nil {
+		return ctx, func() {}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	go func() {
+		t := time.NewTicker(e.o.RetryPeriod)
+		defer t.Stop()
+		for {
+			select {
+			case <-cctx.Done():
+				return
+			case <-t.C:
+				if e.leading.Load() {
+					continue
+				}
+				if !e.o.Ready() {
+					e.o.Logger.Info("not ready any more: campaigning no longer", "lease", e.o.Namespace+"/"+e.o.Name, "identity", e.o.Identity)
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	return cctx, cancel
+}
+
+// waitReady returns once Ready allows a campaign, or no replica has held the Lease for 2 × LeaseDuration;
+// false when ctx ends first. A holder counts as live while its record changes (renewals) within LeaseDuration,
+// by this replica's clock, as client-go judges it: no clocks are compared.
+func (e *Elector) waitReady(ctx context.Context) bool {
+	if e.o.Ready == nil || e.o.Ready() {
+		return true
+	}
+	if h := e.Leader(); h != "" {
+		e.seen.Store(&h)
+	}
+	e.gated.Store(true)
+	defer e.gated.Store(false)
+	var (
+		last      string // the holder and renew time last read
+		changed   = time.Now()
+		freeSince time.Time // zero while a holder is live
+	)
+	for {
+		if e.o.Ready() {
+			return true
+		}
+		holder, record, err := e.read(ctx)
+		now := time.Now()
+		if err == nil {
+			e.seen.Store(&holder)
+			if record != last {
+				last, changed = record, now
+			}
+			live := holder != "" && now.Sub(changed) < e.o.LeaseDuration
+			switch {
+			case live:
+				freeSince = time.Time{}
+			case freeSince.IsZero():
+				freeSince = now
+			case now.Sub(freeSince) >= 2*e.o.LeaseDuration:
+				e.o.Logger.Warn("no replica has held the Lease for twice its duration: campaigning without a copy of a leader's state",
+					"lease", e.o.Namespace+"/"+e.o.Name, "identity", e.o.Identity)
+				return true
+			}
+		} else if ctx.Err() == nil {
+			e.o.Logger.Warn("cannot read the Lease while waiting to campaign", "lease", e.o.Namespace+"/"+e.o.Name, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(e.o.RetryPeriod):
+		}
+	}
+}
+
+// Follow keeps Leader current after Run has returned, by reading the Lease every RetryPeriod until ctx ends: a
+// replica that stopped campaigning (it is shutting down) still relays the requests it has to the next holder.
+func (e *Elector) Follow(ctx context.Context) {
+	h := e.Leader()
+	e.seen.Store(&h)
+	e.gated.Store(true)
+	for {
+		if holder, _, err := e.read(ctx); err == nil {
+			e.seen.Store(&holder)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(e.o.RetryPeriod):
+		}
+	}
+}
+
+// read returns the Lease's holder and a string that changes with each renewal; a missing Lease has none.
+func (e *Elector) read(ctx context.Context) (holder, record string, err error) {
+	l, err := e.o.Client.CoordinationV1().Leases(e.o.Namespace).Get(ctx, e.o.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", "", nil
+	}
+	if err != nil {
+		return "", "", err
+	}
+	if l.Spec.HolderIdentity != nil {
+		holder = *l.Spec.HolderIdentity
+	}
+	record = holder
+	if l.Spec.RenewTime != nil {
+		record += "@" + l.Spec.RenewTime.String()
+	}
+	return holder, record, nil
 }
 
 // ownAttempts bounds own's read-modify-write on a conflict (a replica's renewal in between).

@@ -35,11 +35,10 @@ type replica struct {
 	stopped int
 }
 
-func startReplica(t *testing.T, kc *fake.Clientset, id string) *replica {
+func startReplica(t *testing.T, kc *fake.Clientset, id string, opts ...func(*Options)) *replica {
 	t.Helper()
 	r := &replica{reg: prometheus.NewRegistry(), done: make(chan struct{})}
-	var err error
-	r.e, err = New(Options{Client: kc, Namespace: "gpuhub", Name: "gpu-quota", Identity: id,
+	o := Options{Client: kc, Namespace: "gpuhub", Name: "gpu-quota", Identity: id,
 		// The Lease counts whole seconds: a shorter duration would never be valid.
 		LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 50 * time.Millisecond,
 		Registerer: r.reg, Subsystem: "quota", Logger: slog.New(slog.NewTextHandler(&r.logs, nil)),
@@ -54,7 +53,12 @@ func startReplica(t *testing.T, kc *fake.Clientset, id string) *replica {
 			r.stopped++
 			r.mu.Unlock()
 		},
-	})
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	var err error
+	r.e, err = New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,6 +130,94 @@ func TestOneLeaderAndHandover(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(a.e.gauge); v != 0 {
 		t.Errorf("a's gauge %v after stopping, want 0", v)
+	}
+}
+
+// TestLeaderObserved: every replica knows who holds the Lease, the holder itself included; after a handover, the
+// new one.
+func TestLeaderObserved(t *testing.T) {
+	kc := fake.NewClientset()
+	a := startReplica(t, kc, "gpu-quota-a@http://10.0.0.1:8080")
+	eventually(t, "a leads", a.e.IsLeader)
+	b := startReplica(t, kc, "gpu-quota-b@http://10.0.0.2:8080")
+	for name, r := range map[string]*replica{"a": a, "b": b} {
+		eventually(t, name+" sees a", func() bool { return r.e.Leader() == "gpu-quota-a@http://10.0.0.1:8080" })
+	}
+	a.stop()
+	eventually(t, "b sees itself", func() bool { return b.e.Leader() == "gpu-quota-b@http://10.0.0.2:8080" && b.e.IsLeader() })
+}
+
+// TestFollowAfterStop: a replica that stopped (and gave the Lease back) still learns the next holder while it
+// drains.
+func TestFollowAfterStop(t *testing.T) {
+	kc := fake.NewClientset()
+	a := startReplica(t, kc, "gpu-quota-a")
+	eventually(t, "a leads", a.e.IsLeader)
+	b := startReplica(t, kc, "gpu-quota-b")
+	eventually(t, "b sees a", func() bool { return b.e.Leader() == "gpu-quota-a" })
+	a.stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); a.e.Follow(ctx) }()
+	defer func() { cancel(); <-done }()
+	eventually(t, "the stopped a sees b", func() bool { return a.e.Leader() == "gpu-quota-b" })
+}
+
+// TestReadyGate: a standby that is not ready does not campaign while the holder lives, nor at once when it gives
+// the Lease back; it campaigns once ready. Meanwhile it still knows the holder.
+func TestReadyGate(t *testing.T) {
+	kc := fake.NewClientset()
+	a := startReplica(t, kc, "gpu-quota-a")
+	eventually(t, "a leads", a.e.IsLeader)
+	var ready atomic.Bool
+	b := startReplica(t, kc, "gpu-quota-b", func(o *Options) { o.Ready = ready.Load })
+	eventually(t, "b, gated, sees a", func() bool { return b.e.Leader() == "gpu-quota-a" })
+	a.stop()
+	eventually(t, "b sees the Lease given back", func() bool { return b.e.Leader() == "" })
+	// The cold-start escape is 2 × LeaseDuration = 4 s away: for a second b must keep out.
+	time.Sleep(time.Second)
+	if b.e.IsLeader() {
+		t.Fatal("b leads although not ready")
+	}
+	ready.Store(true)
+	eventually(t, "b leads once ready", b.e.IsLeader)
+}
+
+// TestCampaignCalledOff: a standby that was ready and campaigns stops campaigning when it is no longer ready (a
+// new snapshot), so it does not win the Lease given back meanwhile; ready again, it wins it.
+func TestCampaignCalledOff(t *testing.T) {
+	kc := fake.NewClientset()
+	a := startReplica(t, kc, "gpu-quota-a")
+	eventually(t, "a leads", a.e.IsLeader)
+	var ready atomic.Bool
+	ready.Store(true)
+	b := startReplica(t, kc, "gpu-quota-b", func(o *Options) { o.Ready = ready.Load })
+	eventually(t, "b campaigns", func() bool { return strings.Contains(b.logs.String(), "another replica leads") })
+	ready.Store(false)
+	eventually(t, "b stops campaigning", func() bool { return strings.Contains(b.logs.String(), "campaigning no longer") })
+	a.stop()
+	// The cold-start escape is 2 × LeaseDuration = 4 s away: for a second b must keep out.
+	time.Sleep(time.Second)
+	if b.e.IsLeader() {
+		t.Fatal("b leads although it stopped being ready")
+	}
+	ready.Store(true)
+	eventually(t, "b leads once ready again", b.e.IsLeader)
+}
+
+// TestReadyGateColdStart: when no replica holds the Lease for 2 × LeaseDuration, a replica that cannot become
+// ready (nobody to copy from) campaigns anyway.
+func TestReadyGateColdStart(t *testing.T) {
+	kc := fake.NewClientset()
+	began := time.Now()
+	a := startReplica(t, kc, "gpu-quota-a", func(o *Options) { o.Ready = func() bool { return false } })
+	eventually(t, "a leads", a.e.IsLeader)
+	// LeaseDuration is 2 s; a margin for the retry period and a slow machine below.
+	if d := time.Since(began); d < 3500*time.Millisecond {
+		t.Errorf("led after %v, want no earlier than 2 × LeaseDuration (4 s)", d)
+	}
+	if !strings.Contains(a.logs.String(), "campaigning without a copy") {
+		t.Errorf("the cold start was not logged:\n%s", a.logs.String())
 	}
 }
 

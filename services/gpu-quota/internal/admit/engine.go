@@ -36,6 +36,10 @@ const ReasonNoneFree quota.Reason = "none_free"
 // its onUnavailable.
 var ErrUnavailable = errors.New("gpu-quota cannot decide right now")
 
+// ErrNotLeader is the answer of a replica that does not decide (SetDeciding(false)): with two or more replicas
+// only the Lease holder decides admissions and changes the waitlist, so that one lock orders them all.
+var ErrNotLeader = fmt.Errorf("%w: this replica does not decide (another one holds the Lease)", ErrUnavailable)
+
 // Hours is the cached ledger (*usagecache.Cache).
 type Hours interface {
 	GPUHours(user string, windows []time.Duration, held []usagecache.Held, now time.Time) map[time.Duration]map[string]float64
@@ -98,6 +102,11 @@ type Engine struct {
 	mu  sync.Mutex
 	ix  *index
 	res reservations
+	// feed streams the reservations this replica makes and releases to the standbys (replica.go).
+	feed replicaFeed
+	// notDeciding is set while another replica decides (SetDeciding): checked under mu, so that a step-down
+	// is ordered with every decision.
+	notDeciding bool
 	// wl is the waitlist: holds and queues count in every decision, under the same lock.
 	wl        waitlistState
 	wlMetrics waitlistMetrics
@@ -138,6 +147,7 @@ func New(o Options) (*Engine, error) {
 		o.Tolerations = inventory.DefaultTolerations()
 	}
 	e := &Engine{o: o, ownClock: ownClock, ix: newIndex(), res: newReservations(), told: map[string]*toldGroups{}, wlMetrics: newWaitlistMetrics()}
+	e.res.tag = strconv.FormatInt(time.Now().UnixNano()%(36*36*36*36), 36) + "-"
 	e.ix.tolerations = o.Tolerations
 	e.wl.turn = waitlist.NewTurnover(o.Now(), 0)
 	e.duration = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "admit_duration_seconds",
@@ -169,6 +179,23 @@ func New(o Options) (*Engine, error) {
 		}
 	}
 	return e, nil
+}
+
+// SetDeciding turns this replica's decisions on or off. An engine decides from New on; with two or more
+// replicas only the Lease holder's does. Off, Admit, Join and Leave return ErrNotLeader and WaitlistTick does
+// nothing; the informers' handlers and the views go on. Decisions already under way when it is turned off are
+// over when it returns.
+func (e *Engine) SetDeciding(on bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.notDeciding = !on
+}
+
+// Deciding reports whether this replica decides.
+func (e *Engine) Deciding() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return !e.notDeciding
 }
 
 // PodHandler keeps the engine's index of GPU pods; register it on the pod informer.
@@ -327,6 +354,10 @@ func (e *Engine) Admit(ctx context.Context, r Request) (Result, error) {
 	}
 
 	e.mu.Lock()
+	if e.notDeciding {
+		e.mu.Unlock()
+		return Result{}, ErrNotLeader
+	}
 	out, rec := e.decideLocked(ent, r, now)
 	e.mu.Unlock()
 
@@ -383,6 +414,9 @@ func (e *Engine) decideLocked(ent effEntry, r Request, now time.Time) (Result, d
 			rec.Reason = res.Reason
 		} else {
 			res.Reservation = e.res.reserve(r.User, r.Server, askedC, now.Add(e.o.ReservationTTL), ix)
+			if len(e.feed.subs) > 0 {
+				e.publishLocked(ReplicaLine{Reserve: mirrored(e.res.byUser[r.User][r.Server])})
+			}
 			e.servedLocked(r.User, r.Server, now)
 		}
 	} else if !d.Allow {
@@ -395,6 +429,9 @@ func (e *Engine) decideLocked(ent effEntry, r Request, now time.Time) (Result, d
 		// The Hub asks again only once the server's last start is over, and it will not start the server
 		// on this answer: what an earlier admission reserved for it would otherwise stay taken until its TTL.
 		e.res.release(rv)
+		if len(e.feed.subs) > 0 {
+			e.publishLocked(ReplicaLine{Release: &MirroredReservation{ID: rv.id, User: rv.user, Server: rv.server}})
+		}
 	}
 	rec.Message = res.Message
 	return res, rec
@@ -601,6 +638,8 @@ type reservations struct {
 	reserved map[string]int64 // class -> units
 	live     int
 	seq      uint64
+	// tag tells this process's ids from another decider's (a standby keeps the old decider's reservations).
+	tag string
 }
 
 type reservation struct {
@@ -622,13 +661,20 @@ func newReservations() reservations {
 func (rs *reservations) reserve(user, server string, allocs classified, expires time.Time, ix *index) string {
 	rs.release(rs.byUser[user][server])
 	rs.seq++
-	rv := &reservation{id: "r" + strconv.FormatInt(expires.UnixMilli(), 36) + "-" + strconv.FormatUint(rs.seq, 36),
+	rv := &reservation{id: "r" + strconv.FormatInt(expires.UnixMilli(), 36) + "-" + rs.tag + strconv.FormatUint(rs.seq, 36),
 		user: user, server: server, classified: allocs, expires: expires, made: time.Now()}
 	for _, p := range ix.byUser[user] {
 		if p.pod.Server == server {
 			rv.before = append(rv.before, p.pod.UID)
 		}
 	}
+	rs.add(rv)
+	return rv.id
+}
+
+// add counts rv (made here, or mirrored from the deciding replica).
+func (rs *reservations) add(rv *reservation) {
+	user, server, allocs := rv.user, rv.server, rv.classified
 	inner := rs.byUser[user]
 	if inner == nil {
 		inner = map[string]*reservation{}
@@ -640,7 +686,6 @@ func (rs *reservations) reserve(user, server string, allocs classified, expires 
 	}
 	rs.queue = append(rs.queue, rv)
 	rs.live++
-	return rv.id
 }
 
 func (rs *reservations) release(rv *reservation) {

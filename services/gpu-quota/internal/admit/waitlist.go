@@ -105,6 +105,13 @@ func (e *Engine) WaitlistSnapshot() (waitlist.State, uint64, bool) {
 	return e.wl.st.Clone(), e.wl.gen, e.wl.ready
 }
 
+// WaitlistGen is the state's generation: it moves on every change.
+func (e *Engine) WaitlistGen() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.wl.gen
+}
+
 // holdsLocked are the units of class held for entries other than (user, server), and (user, server)'s own.
 func (e *Engine) holdsLocked(class, user, server string, now time.Time) (others, own int64) {
 	for _, en := range e.wl.st.Entries {
@@ -302,6 +309,9 @@ func (e *Engine) Join(r Request) (Place, error) {
 	now := e.o.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.notDeciding {
+		return Place{}, ErrNotLeader
+	}
 	e.res.expire(now)
 	asked := e.ix.resolve(r.Resources, r.NodeSelector)
 	u := e.usageLocked(ent.windows, r.User, &r.Server, now)
@@ -322,6 +332,9 @@ func (e *Engine) Leave(user, server string) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.notDeciding {
+		return ErrNotLeader
+	}
 	if !e.wl.ready {
 		return ErrWaitlistNotReady
 	}
@@ -428,7 +441,7 @@ func (e *Engine) WaitlistTick(now time.Time) TickResult {
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.wl.ready {
+	if !e.wl.ready || e.notDeciding {
 		return out
 	}
 	e.res.expire(now)

@@ -72,6 +72,10 @@ type Options struct {
 	Foreground *yield.Foreground
 }
 
+// NotLeaderHeader is on a 503 of a replica that does not decide (admit.ErrNotLeader): the replica that relayed
+// the request looks for the decider again instead of passing the 503 on.
+const NotLeaderHeader = "X-Gpuhub-Not-Leader"
+
 // maxBody bounds an admit request: the pod's containers' resources and node selector (a few hundred bytes), and
 // the spawn's user_options when it joins the waitlist.
 const maxBody = 64 << 10
@@ -150,7 +154,11 @@ func (a *api) admit(w http.ResponseWriter, r *http.Request) {
 		if r.Context().Err() != nil {
 			return // the glue is gone (its timeout): there is no one to answer
 		}
-		a.o.Logger.Warn("cannot decide an admission", "user", req.User, "server", req.Server, "err", err)
+		if errors.Is(err, admit.ErrNotLeader) {
+			w.Header().Set(NotLeaderHeader, "1")
+		} else {
+			a.o.Logger.Warn("cannot decide an admission", "user", req.User, "server", req.Server, "err", err)
+		}
 		w.Header().Set("Retry-After", "5")
 		server.WriteError(w, http.StatusServiceUnavailable, "%v", err)
 		return
@@ -355,6 +363,9 @@ func (a *api) waitlistError(w http.ResponseWriter, err error) {
 	case errors.Is(err, admit.ErrWaitlistOff), errors.Is(err, admit.ErrNotQueued):
 		server.WriteError(w, http.StatusNotFound, "%v", err)
 	default:
+		if errors.Is(err, admit.ErrNotLeader) {
+			w.Header().Set(NotLeaderHeader, "1")
+		}
 		w.Header().Set("Retry-After", "5")
 		server.WriteError(w, http.StatusServiceUnavailable, "%v", err)
 	}

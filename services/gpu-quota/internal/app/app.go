@@ -119,6 +119,11 @@ type Options struct {
 	WhileLeader               func(ctx context.Context, l Leading)
 	LeaseNamespace, LeaseName string
 	Identity                  string
+	// AdvertiseURL is where the other replicas reach this one (http://POD_IP:PORT, --advertise-url). Set, only the
+	// holder of the Lease decides admissions and waitlist changes, and every other replica relays the API to it:
+	// the Lease's identity becomes "<Identity>@<AdvertiseURL>". Empty: every replica decides on its own (exact
+	// with one replica only). Needs WhileLeader.
+	AdvertiseURL string
 	// OwnerDeployment is gpu-quota's own Deployment in LeaseNamespace (--owner-deployment): the Lease it creates
 	// is owned by it, so the Lease goes when the Deployment goes (helm uninstall); "": no owner.
 	OwnerDeployment              string
@@ -196,6 +201,19 @@ func Run(ctx context.Context, o Options) error {
 	if o.WhileLeader != nil && (o.LeaseNamespace == "" || o.Identity == "") {
 		return errors.New("gpu-quota: enforcement runs under a Lease: set --lease-namespace (or --namespace) and an identity (POD_NAME)")
 	}
+	if o.AdvertiseURL != "" && o.WhileLeader == nil {
+		return errNoAdvertise
+	}
+	// With an advertise URL only the Lease holder decides; its identity tells the others where it is.
+	oneDecider := o.AdvertiseURL != ""
+	identity := o.Identity
+	if oneDecider {
+		u, err := advertised(o.AdvertiseURL)
+		if err != nil {
+			return err
+		}
+		identity += "@" + u
+	}
 	if o.OwnerDeployment != "" && o.LeaseNamespace == "" {
 		return errors.New("gpu-quota: --owner-deployment needs --lease-namespace (or --namespace), the namespace of the Deployment and of its Lease")
 	}
@@ -271,6 +289,9 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	wl.eng = eng
+	if oneDecider {
+		eng.SetDeciding(false) // until this replica holds the Lease
+	}
 	hs, err := inv.AddHandlers(eng.PodHandler(), eng.NodeHandler())
 	if err != nil {
 		return err
@@ -282,6 +303,79 @@ func Run(ctx context.Context, o Options) error {
 		ReaderServices: o.ReaderServices, Logger: o.Logger, Foreground: admissions})
 	if err != nil {
 		return err
+	}
+	var (
+		el       *leader.Elector
+		replicas *replicaServer
+		mirror   *replicaClient
+		ready    func() bool
+	)
+	if oneDecider {
+		replicas = newReplicaServer(eng, o.Token, o.Logger)
+		mirror = &replicaClient{self: identity, prefix: server.NormalizePrefix(o.Prefix), token: o.Token, eng: eng,
+			client: &http.Client{Transport: &http.Transport{}}, logger: o.Logger,
+			gauge: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "replica_in_sync",
+				Help: "1 while this replica's copy of the deciding replica's reservations is in sync (it may take the Lease), 0 otherwise."})}
+		if err := o.Registry.Register(mirror.gauge); err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
+		ready = mirror.ready
+	}
+	if o.WhileLeader != nil {
+		el, err = leader.New(leader.Options{Ready: ready, Client: o.Kube, Namespace: o.LeaseNamespace, Name: o.LeaseName, Identity: identity,
+			LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.LeaseRetryPeriod,
+			Logger: o.Logger, Registerer: o.Registry, Subsystem: "quota",
+			Owner: kube.NewOwner(kube.OwnerOptions{Client: o.Kube, Namespace: o.LeaseNamespace, Deployment: o.OwnerDeployment, Logger: o.Logger}).Ref,
+			OnStartedLeading: func(lctx context.Context) {
+				if oneDecider {
+					eng.SetDeciding(true)
+					defer eng.SetDeciding(false)
+					o.Logger.Info("deciding admissions: this replica holds the Lease", "identity", identity)
+				}
+				var lwg sync.WaitGroup
+				if o.Waitlist {
+					lwg.Go(func() { wl.run(lctx) })
+				}
+				o.WhileLeader(lctx, Leading{Engine: eng, Inventory: inv, Decisions: decisions, Policy: pol, Kube: o.Kube, Hub: o.Hub,
+					Namespace: o.Namespace, Interval: o.EnforceInterval, Logger: o.Logger, Registry: o.Registry, Now: o.Now,
+					Admissions: admissions})
+				lwg.Wait()
+				<-lctx.Done() // decides for as long as it leads, whatever WhileLeader does
+			},
+			OnStoppedLeading: func() {
+				if oneDecider {
+					eng.SetDeciding(false)
+				}
+			}})
+		if err != nil {
+			return err
+		}
+	}
+	if oneDecider {
+		fw, err := newForwarder(identity, o.Prefix, eng, el.Leader, handler, o.Logger, o.Registry)
+		if err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
+		mirror.leader = el.Leader
+		stream := server.NormalizePrefix(o.Prefix) + replicaPath
+		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == stream && r.Method == http.MethodGet {
+				replicas.ServeHTTP(w, r)
+				return
+			}
+			fw.ServeHTTP(w, r)
+		})
+		deciding := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "deciding",
+			Help: "1 on the replica that decides admissions and waitlist changes (the Lease holder), 0 on those that relay to it."},
+			func() float64 {
+				if eng.Deciding() {
+					return 1
+				}
+				return 0
+			})
+		if err := o.Registry.Register(deciding); err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
 	}
 	srv, err := server.New(server.Options{
 		Addr: o.Addr, Listener: o.Listener, Prefix: o.Prefix, Registry: o.Registry, Logger: o.Logger, Subsystem: "quota",
@@ -318,34 +412,56 @@ func Run(ctx context.Context, o Options) error {
 			wg.Go(func() { wl.run(ctx) })
 		}
 	}
-	if o.WhileLeader != nil {
-		el, err := leader.New(leader.Options{Client: o.Kube, Namespace: o.LeaseNamespace, Name: o.LeaseName, Identity: o.Identity,
-			LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.LeaseRetryPeriod,
-			Logger: o.Logger, Registerer: o.Registry, Subsystem: "quota",
-			Owner: kube.NewOwner(kube.OwnerOptions{Client: o.Kube, Namespace: o.LeaseNamespace, Deployment: o.OwnerDeployment, Logger: o.Logger}).Ref,
-			OnStartedLeading: func(lctx context.Context) {
-				var lwg sync.WaitGroup
-				if o.Waitlist {
-					lwg.Go(func() { wl.run(lctx) })
-				}
-				o.WhileLeader(lctx, Leading{Engine: eng, Inventory: inv, Decisions: decisions, Policy: pol, Kube: o.Kube, Hub: o.Hub,
-					Namespace: o.Namespace, Interval: o.EnforceInterval, Logger: o.Logger, Registry: o.Registry, Now: o.Now,
-					Admissions: admissions})
-				lwg.Wait()
-			}})
-		if err != nil {
-			cancel()
-			wg.Wait()
-			return err
-		}
+	// With one decider, a stop hands over in order: this replica stops deciding (decisions under way end first),
+	// gives the Lease back, and only then drains its HTTP server, so that requests relayed meanwhile find the
+	// next decider instead of a closed port. Otherwise the Lease and the server end with ctx, as before.
+	elCtx, serveCtx := ctx, ctx
+	stopFollowing := func() {}
+	if oneDecider {
+		var elCancel, serveCancel context.CancelFunc
+		elCtx, elCancel = context.WithCancel(context.WithoutCancel(ctx))
+		serveCtx, serveCancel = context.WithCancel(context.WithoutCancel(ctx))
+		followCtx, followCancel := context.WithCancel(context.WithoutCancel(ctx))
+		stopFollowing = followCancel
+		defer elCancel()
+		defer serveCancel()
+		elDone := make(chan struct{})
 		wg.Go(func() {
-			if err := el.Run(ctx); err != nil {
+			defer close(elDone)
+			if err := el.Run(elCtx); err != nil {
+				o.Logger.Error("leader election stopped", "err", err)
+			}
+		})
+		wg.Go(func() { mirror.run(ctx) })
+		wg.Go(func() {
+			<-ctx.Done() // the caller's, or cancel() below once Serve failed
+			eng.SetDeciding(false)
+			// The standbys get every reservation made, then the last line, before the Lease is free.
+			if seq := eng.FinalLine(); seq > 0 && !replicas.waitFlushed(seq, time.Second) {
+				o.Logger.Warn("a standby did not take the last reservations within 1 s; handing over anyway")
+			}
+			if o.Waitlist && el.IsLeader() {
+				// The next decider reads the queue from the store: it gets this one's last changes.
+				sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				wl.save(sctx)
+				scancel()
+			}
+			elCancel()
+			<-elDone
+			// Requests still here are relayed to the next holder while the server drains.
+			wg.Go(func() { el.Follow(followCtx) })
+			serveCancel()
+		})
+	} else if el != nil {
+		wg.Go(func() {
+			if err := el.Run(elCtx); err != nil {
 				o.Logger.Error("leader election stopped", "err", err)
 			}
 		})
 	}
-	err = srv.Serve(ctx, func(srv *server.Server) { o.OnServing(srv, eng) })
+	err = srv.Serve(serveCtx, func(srv *server.Server) { o.OnServing(srv, eng) })
 	cancel()
+	stopFollowing() // the server has drained: nothing more to relay
 	wg.Wait()
 	return err
 }

@@ -115,19 +115,40 @@ func (w *waitlister) run(ctx context.Context) {
 		defer t.Stop()
 		ticks = t.C
 	}
+	// Changes between steps (joins, leaves, admissions that serve an entry) are saved within saveAfter, not at the
+	// next step only: what a decider that is killed has not saved is lost to the next one.
+	saves := time.NewTicker(saveAfter)
+	defer saves.Stop()
 	for {
 		w.step(ctx)
-		select {
-		case <-ctx.Done():
+		if !w.untilTick(ctx, ticks, saves.C) {
 			// Save what the last step changed before leadership (or the process) ends.
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			w.save(sctx)
 			cancel()
 			return
-		case <-ticks:
 		}
 	}
 }
+
+// untilTick saves changes every saveAfter until the next tick (true) or the end of ctx (false).
+func (w *waitlister) untilTick(ctx context.Context, ticks <-chan time.Time, saves <-chan time.Time) bool {
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-ticks:
+			return true
+		case <-saves:
+			if w.eng.WaitlistGen() != w.saved.Load() {
+				w.save(ctx)
+			}
+		}
+	}
+}
+
+// saveAfter bounds how long a change of the queue waits for its save.
+const saveAfter = 250 * time.Millisecond
 
 func (w *waitlister) step(ctx context.Context) {
 	now := w.o.Now()

@@ -140,3 +140,27 @@ func TestWaitlistSavedStartedRestored(t *testing.T) {
 		t.Errorf("started again after the restart: %v", hub.got)
 	}
 }
+
+// TestWaitlistSavedBetweenSteps: a join is saved within saveAfter, not at the next step only (here an hour away):
+// a decider killed outright loses at most that much of the queue.
+func TestWaitlistSavedBetweenSteps(t *testing.T) {
+	store := &memStore{}
+	r := start(t, func(o *Options) { o.Waitlist, o.WaitlistStore, o.WaitlistTick = true, store, time.Hour })
+	if _, err := r.kube.CoreV1().Pods("jhub").Create(context.Background(), gpuPod("jupyter-dave", "dave", "gpu-h100", "nvidia.com/gpu"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "dave's pod seen", func() bool {
+		q, err := r.engine.UserQuota("dave")
+		return err == nil && q.Concurrent.HeldGPUs == 1
+	})
+	body := `{"user":"erin","groups":[],"resources":{"nvidia.com/gpu":1},"nodeSelector":{"nvidia.com/gpu.product":"NVIDIA-H100-80GB-HBM3"},
+		"waitlist":{"join":true}}`
+	if c, res := r.admit(t, http.DefaultClient, body); c != 200 || res.Waitlist == nil {
+		t.Fatalf("erin's join: %d %+v", c, res)
+	}
+	joined := time.Now()
+	eventually(t, "the join saved", func() bool { e := store.entries(); return len(e) == 1 && e[0].User == "erin" })
+	if d := time.Since(joined); d > 5*time.Second {
+		t.Errorf("saved %v after the join, want within about %v", d, saveAfter)
+	}
+}
