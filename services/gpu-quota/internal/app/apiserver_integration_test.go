@@ -93,6 +93,12 @@ type quotaReplica struct {
 // namespaces) admit 2N, which shows that the race sees the difference.
 func TestAPIServerExactlyNTwoReplicas(t *testing.T) {
 	env := startAPIServer(t)
+	// Every subtest's node before any replica starts: a replica is ready once its informers have listed them, so no
+	// race begins while a replica's watch has not yet seen its node (under load, that came as none_free refusals).
+	env.raceNode("limit", "NVIDIA-H200")
+	env.raceNode("capacity", "NVIDIA-B200")
+	env.raceNode("handover", "NVIDIA-H200")
+	env.raceNode("control", "NVIDIA-H200")
 	// One pair for the races on one Lease (limit, pods appear, capacity); the handover and the control have their
 	// own, on Leases of their own.
 	a := env.startReplica(t, "gpu-quota-0", podNS)
@@ -105,7 +111,6 @@ func TestAPIServerExactlyNTwoReplicas(t *testing.T) {
 	var limitServers []string
 
 	t.Run("limit", func(t *testing.T) {
-		env.raceNode("limit", "NVIDIA-H200")
 		admitted, perReplica, reasons := env.race(t, "racer-limit", "limit", raceRequests, a, b)
 		limitServers = admitted
 		got := len(admitted)
@@ -163,7 +168,6 @@ func TestAPIServerExactlyNTwoReplicas(t *testing.T) {
 	})
 
 	t.Run("capacity", func(t *testing.T) {
-		env.raceNode("capacity", "NVIDIA-B200")
 		// 16 racers, each within their limit, for the only 8 B200s: the class's capacity bounds them.
 		admitted, perReplica, reasons := env.race(t, "racer-%d", "capacity", 16, a, b)
 		t.Logf("16 racers for 8 B200s: %d admitted (%s); refusals %v", len(admitted), perReplica, reasons)
@@ -173,7 +177,6 @@ func TestAPIServerExactlyNTwoReplicas(t *testing.T) {
 	})
 
 	t.Run("handover", func(t *testing.T) {
-		env.raceNode("handover", "NVIDIA-H200")
 		a := env.startReplica(t, "gpu-quota-4", "quota-h")
 		b := env.startReplica(t, "gpu-quota-5", "quota-h")
 		env.waitOneLeads(t, a, b)
@@ -206,7 +209,6 @@ func TestAPIServerExactlyNTwoReplicas(t *testing.T) {
 	})
 
 	t.Run("per-replica memory (control)", func(t *testing.T) {
-		env.raceNode("control", "NVIDIA-H200")
 		// Each replica leads its own Lease (one per namespace, each with the chart's RBAC): two deciders.
 		a := env.startReplica(t, "gpu-quota-2", "quota-a")
 		b := env.startReplica(t, "gpu-quota-3", "quota-b")
