@@ -349,16 +349,23 @@ func TestNoReadsPerDecision(t *testing.T) {
 // TestConcurrentAdmitsOverHTTP: 1,000 concurrent admissions over HTTP against a limit of 7 servers admit
 // exactly 7.
 func TestConcurrentAdmitsOverHTTP(t *testing.T) {
-	r := start(t)
+	raceSevenOf1000(t, start(t))
+}
+
+// raceSevenOf1000 sends 1,000 admissions at once against the racers' limit of 7 servers, request i to
+// replicas[i%len(replicas)], and wants exactly 7 admitted and 993 refused with max_servers.
+func raceSevenOf1000(t *testing.T, replicas ...*running) {
+	t.Helper()
 	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 64, MaxIdleConnsPerHost: 64}}
 	defer client.CloseIdleConnections()
 	var wg sync.WaitGroup
 	var admitted, refused atomic.Int64
 	begin := make(chan struct{})
 	for i := range 1000 {
+		to := replicas[i%len(replicas)]
 		wg.Go(func() {
 			<-begin
-			code, res := r.admit(t, client, fmt.Sprintf(`{"user":"racer","server":"s%d","groups":["racers"],
+			code, res := to.admit(t, client, fmt.Sprintf(`{"user":"racer","server":"s%d","groups":["racers"],
 				"resources":{"nvidia.com/gpu.shared":1},"nodeSelector":{"nvidia.com/gpu.product":"Tesla-T4-SHARED"}}`, i))
 			switch {
 			case code != 200:

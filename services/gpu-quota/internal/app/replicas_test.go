@@ -81,34 +81,7 @@ func twoReplicas(t *testing.T) (decider, standby *running) {
 // limit of 7 servers admit exactly 7: the standby relays its half to the decider, which decides all of them.
 func TestTwoReplicasConcurrentAdmitsOverHTTP(t *testing.T) {
 	decider, standby := twoReplicas(t)
-	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 64, MaxIdleConnsPerHost: 64}}
-	defer client.CloseIdleConnections()
-	var wg sync.WaitGroup
-	var admitted, refused atomic.Int64
-	begin := make(chan struct{})
-	for i := range 1000 {
-		to := []*running{decider, standby}[i%2]
-		wg.Go(func() {
-			<-begin
-			code, res := to.admit(t, client, fmt.Sprintf(`{"user":"racer","server":"s%d","groups":["racers"],
-				"resources":{"nvidia.com/gpu.shared":1},"nodeSelector":{"nvidia.com/gpu.product":"Tesla-T4-SHARED"}}`, i))
-			switch {
-			case code != 200:
-				t.Errorf("status %d", code)
-			case res.Allow:
-				admitted.Add(1)
-			case res.Reason == "max_servers":
-				refused.Add(1)
-			default:
-				t.Errorf("unexpected %+v", res)
-			}
-		})
-	}
-	close(begin)
-	wg.Wait()
-	if admitted.Load() != 7 || refused.Load() != 993 {
-		t.Errorf("%d admitted and %d refused of 1,000, want exactly 7 and 993", admitted.Load(), refused.Load())
-	}
+	raceSevenOf1000(t, decider, standby)
 	if n := counterOrGauge(t, standby, "gpuhub_quota_forwarded_total", "ok"); n != 500 {
 		t.Errorf("the standby relayed %v, want 500", n)
 	}
