@@ -122,13 +122,13 @@ func TestAPIServerExactlyNTwoReplicas(t *testing.T) {
 			t.Errorf("refusals %v, want %d max_gpus", reasons, raceRequests-raceLimit)
 		}
 		// The standby relayed its half to the decider, which decided all of them.
-		if n := counter(t, standby.reg, "gpuhub_quota_forwarded_total", "ok"); n != raceRequests/2 {
+		if n := metricSum(t, standby.reg, "gpuhub_quota_forwarded_total", "ok"); n != raceRequests/2 {
 			t.Errorf("%s relayed %v requests, want %d", standby.name, n, raceRequests/2)
 		}
-		if n := counter(t, decider.reg, "gpuhub_quota_decisions_total", ""); n != raceRequests {
+		if n := metricSum(t, decider.reg, "gpuhub_quota_decisions_total", ""); n != raceRequests {
 			t.Errorf("%s decided %v, want all %d", decider.name, n, raceRequests)
 		}
-		if n := counter(t, standby.reg, "gpuhub_quota_decisions_total", ""); n != 0 {
+		if n := metricSum(t, standby.reg, "gpuhub_quota_decisions_total", ""); n != 0 {
 			t.Errorf("%s, the standby, decided %v, want 0", standby.name, n)
 		}
 	})
@@ -359,31 +359,6 @@ func (env *apiserverEnv) startReplica(t *testing.T, name, leaseNS string) *quota
 		return resp.StatusCode == http.StatusOK
 	})
 	return r
-}
-
-// counter sums name's series whose labels include value ("": every series).
-func counter(t *testing.T, reg *prometheus.Registry, name, value string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			match := value == ""
-			for _, l := range m.GetLabel() {
-				match = match || l.GetValue() == value
-			}
-			if match {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
 }
 
 func leads(t *testing.T, r *quotaReplica) float64 {

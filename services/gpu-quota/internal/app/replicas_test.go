@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -36,10 +37,16 @@ func (r *running) deciding(t *testing.T) bool {
 	return counterOrGauge(t, r, "gpuhub_quota_deciding", "") == 1
 }
 
-// counterOrGauge sums name's series whose labels include value ("": all).
+// counterOrGauge sums name's series in r's registry whose labels include value ("": all).
 func counterOrGauge(t *testing.T, r *running, name, value string) float64 {
 	t.Helper()
-	mfs, err := r.registry.Gather()
+	return metricSum(t, r.registry, name, value)
+}
+
+// metricSum sums the counters and gauges called name in reg whose labels include value ("": every series).
+func metricSum(t *testing.T, reg prometheus.Gatherer, name, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
