@@ -61,14 +61,26 @@ clean: ## Remove build outputs in the work tree (caches in $(GPUHUB_CACHE) stay)
 
 include $(sort $(wildcard mk/*.mk))
 
+# make test runs TEST_TARGETS in two lanes side by side (mk/lanes.sh): lane 2 holds the local-cluster suites, which
+# spend most of their time waiting on the Hub, timers and the browser; lane 1 everything else, in TEST_TARGETS order.
+# test-deps first installs, once, everything a lane-2 target needs, so that no two lanes ever install or build the
+# same thing at once (mk_test.go checks it). TEST_LANES=1 runs every target in one lane, one after another.
+TEST_LANE2 := e2e e2e-hub6 bench-culler-smoke
+TEST_LANES ?= 2
+TEST_LOGS  ?= $(CURDIR)/out/test-logs
+
+.PHONY: test-deps
+test-deps: cluster-deps chromium browser-deps venv-idleculler promtool postgres-server $(HELM) venv-hub55 etcd kube-binaries ## What make test's lane 2 needs, installed before the lanes start (lane 1 installs only what lane 2 never uses).
+	@$(MAKE) --no-print-directory HUB=6 cluster-deps
+
 .PHONY: test
-test: ## The whole suite: lint, unit, Hub integration, e2e on the local cluster, extension tests.
-	@# Each target's wall time, printed as a table at the end (and after a failure, up to it).
-	@times=(); report() { printf '==> make test: time per target\n'; printf '  %-26s %6s\n' "$${times[@]}"; }; \
-	for t in $(TEST_TARGETS); do \
-	  echo "==> make $$t"; start=$$SECONDS; \
-	  if ! $(MAKE) $$t; then times+=("$$t (FAILED)" "$$((SECONDS - start))s"); report; echo "FAILED: make $$t"; exit 1; fi; \
-	  times+=("$$t" "$$((SECONDS - start))s"); \
-	done; \
-	times+=("total" "$${SECONDS}s"); report
+test: ## The whole suite: lint, unit, Hub integration, e2e on the local cluster, extension tests (two lanes at once; TEST_LANES=1 for one).
+	@[[ "$(TEST_LANES)" == 1 || "$(TEST_LANES)" == 2 ]] || { echo "ERROR: TEST_LANES=$(TEST_LANES): 1 or 2"; exit 1; }
+	@echo "==> make test-deps"; start=$$SECONDS; $(MAKE) --no-print-directory test-deps; \
+	  echo "==> make test-deps: $$((SECONDS - start))s"
+	@if [[ "$(TEST_LANES)" == 1 ]]; then \
+	  MAKE="$(MAKE)" mk/lanes.sh "$(TEST_LOGS)" "$(TEST_TARGETS)"; \
+	else \
+	  MAKE="$(MAKE)" mk/lanes.sh "$(TEST_LOGS)" "$(filter-out $(TEST_LANE2),$(TEST_TARGETS))" "$(filter $(TEST_LANE2),$(TEST_TARGETS))"; \
+	fi
 	@echo "==> make test: all of [$(TEST_TARGETS)] passed"

@@ -11,6 +11,14 @@ EXT_WHEEL_DIR    := $(EXT_DIR)/dist
 EXT_WHEEL_GLOB   := $(EXT_WHEEL_DIR)/gpuhub_jupyterlab_gpu_panel-*.whl
 EXT_ARTIFACTS    ?= $(EXT_DIR)/ui-tests/artifacts
 CHROMIUM         ?= /usr/bin/chromium
+# The panel's build inputs, as a key: every file of notebooks-ext that git tracks or would track (so not
+# node_modules or the build outputs .gitignore names; not the UI tests or docs), node's version and the JupyterLab
+# that builds it (its venv's stamp). A build, wheel or install whose stamp holds this key is skipped: a warm make
+# test builds the panel once, not once per target that needs it, and make test's lanes never rebuild it under each
+# other. Without git the key changes on every run (always rebuilt).
+EXT_INPUTS_KEY    = $$(cd "$(EXT_DIR)" && { git ls-files -co --exclude-standard -- . ':!:ui-tests' ':!:docs' 2>/dev/null | LC_ALL=C sort | xargs -r -d '\n' sha256sum || date +%s%N; node --version; cat "$(VENV_HUB55)/.requirements.sha256"; } | sha256sum | cut -c1-16)
+EXT_BUILD_STAMP  := $(EXT_DIR)/lib/.build-inputs
+EXT_WHEEL_STAMP  := $(EXT_WHEEL_DIR)/.build-inputs
 # Run every npm script with the venv's `jupyter` first on PATH (jupyter labextension build).
 # Recursive (=): VENV_HUB55 comes from mk/hub.mk, which is read after this file.
 EXT_ENV           = PATH="$(VENV_HUB55)/bin:$$PATH"
@@ -31,8 +39,14 @@ ext-deps: ## Install notebooks-ext's npm packages at the locked versions (only w
 
 .PHONY: ext-build
 ext-build: venv-hub55 ext-deps ## Build the GPU panel: TypeScript + prebuilt JupyterLab extension (notebooks-ext/gpuhub_panel/labextension).
-	@echo "==> building the GPU panel with $$("$(VENV_HUB55)/bin/jupyter" lab --version 2>/dev/null | sed 's/^/jupyterlab /')"
-	cd "$(EXT_DIR)" && rm -rf lib tsconfig.tsbuildinfo gpuhub_panel/labextension && $(EXT_ENV) npm run --silent build
+	@key=$(EXT_INPUTS_KEY); \
+	if [[ -d "$(EXT_DIR)/gpuhub_panel/labextension" && "$$(cat "$(EXT_BUILD_STAMP)" 2>/dev/null)" == "$$key" ]]; then \
+	  echo "==> the GPU panel is built (inputs $$key unchanged)"; \
+	else \
+	  echo "==> building the GPU panel with $$("$(VENV_HUB55)/bin/jupyter" lab --version 2>/dev/null | sed 's/^/jupyterlab /') (inputs $$key)"; \
+	  cd "$(EXT_DIR)" && rm -rf lib tsconfig.tsbuildinfo gpuhub_panel/labextension && $(EXT_ENV) npm run --silent build && \
+	  echo "$$key" > "$(EXT_BUILD_STAMP)"; \
+	fi
 
 .PHONY: ext-test
 ext-test: ext-deps ## GPU panel: eslint + prettier + type checks, then the jest unit tests.
@@ -41,20 +55,35 @@ ext-test: ext-deps ## GPU panel: eslint + prettier + type checks, then the jest 
 
 .PHONY: ext-wheel
 ext-wheel: ext-build ## Python wheel of the GPU panel (notebooks-ext/dist), installable into a single-user env.
-	@echo "==> building the wheel (pip fetches hatchling + hatch-jupyter-builder from PyPI into an isolated build env)"
-	rm -rf "$(EXT_WHEEL_DIR)" && mkdir -p "$(EXT_WHEEL_DIR)"
-	cd "$(EXT_DIR)" && "$(VENV_HUB55)/bin/python" -m pip wheel --disable-pip-version-check --quiet --no-deps \
-	  --wheel-dir "$(EXT_WHEEL_DIR)" .
+	@key=$$(cat "$(EXT_BUILD_STAMP)"); \
+	if compgen -G '$(EXT_WHEEL_GLOB)' >/dev/null && [[ "$$(cat "$(EXT_WHEEL_STAMP)" 2>/dev/null)" == "$$key" ]]; then \
+	  echo "==> the panel's wheel is built (inputs $$key unchanged)"; \
+	else \
+	  echo "==> building the wheel (pip fetches hatchling + hatch-jupyter-builder from PyPI into an isolated build env)"; \
+	  rm -rf "$(EXT_WHEEL_DIR)" && mkdir -p "$(EXT_WHEEL_DIR)" && \
+	  (cd "$(EXT_DIR)" && "$(VENV_HUB55)/bin/python" -m pip wheel --disable-pip-version-check --quiet --no-deps \
+	    --wheel-dir "$(EXT_WHEEL_DIR)" .) && \
+	  echo "$$key" > "$(EXT_WHEEL_STAMP)"; \
+	fi
 	@ls -1 $(EXT_WHEEL_GLOB)
 
 .PHONY: ext-install
 ext-install: ext-wheel $(HUB_VENV_TARGET) ## Install the GPU panel wheel into the local cluster's single-user env (the Hub venv: HUB=5.5 or 6).
-	@echo "==> installing $$(basename $(EXT_WHEEL_GLOB)) into $(HUB_VENV)"
-	"$(HUB_VENV)/bin/python" -m pip install --disable-pip-version-check --quiet --no-deps --force-reinstall $(EXT_WHEEL_GLOB)
-	@"$(HUB_VENV)/bin/jupyter" labextension list 2>&1 | grep -E '@gpuhub/jupyterlab-gpu-panel .*enabled' || { \
-	  echo "ERROR: @gpuhub/jupyterlab-gpu-panel is not listed as enabled by jupyter labextension list"; exit 1; }
-	@# JupyterLab's "receive official Jupyter news?" toast would cover the panel: off, as in images/singleuser.Dockerfile.
-	install -D -m 0644 images/jupyterlab-overrides.json "$(HUB_VENV)/share/jupyter/lab/settings/overrides.json"
+	@# The stamp in the venv: this wheel's inputs and the overrides file; a rebuilt venv has none. The overrides turn
+	@# off JupyterLab's "receive official Jupyter news?" toast, which would cover the panel (as images/singleuser.Dockerfile).
+	@key="$$(cat "$(EXT_WHEEL_STAMP)") $$(sha256sum < images/jupyterlab-overrides.json | cut -c1-16)"; \
+	stamp="$(HUB_VENV)/.gpuhub-panel-inputs"; \
+	if [[ "$$(cat "$$stamp" 2>/dev/null)" == "$$key" ]]; then \
+	  echo "==> the panel is installed in $(HUB_VENV) (inputs $$key unchanged)"; \
+	else \
+	  echo "==> installing $$(basename $(EXT_WHEEL_GLOB)) into $(HUB_VENV)"; \
+	  rm -f "$$stamp"; \
+	  "$(HUB_VENV)/bin/python" -m pip install --disable-pip-version-check --quiet --no-deps --force-reinstall $(EXT_WHEEL_GLOB); \
+	  "$(HUB_VENV)/bin/jupyter" labextension list 2>&1 | grep -E '@gpuhub/jupyterlab-gpu-panel .*enabled' || { \
+	    echo "ERROR: @gpuhub/jupyterlab-gpu-panel is not listed as enabled by jupyter labextension list"; exit 1; }; \
+	  install -D -m 0644 images/jupyterlab-overrides.json "$(HUB_VENV)/share/jupyter/lab/settings/overrides.json"; \
+	  echo "$$key" > "$$stamp"; \
+	fi
 
 .PHONY: ui-test
 ui-test: ext-install chromium ## GPU panel in a real JupyterLab + chromium against a usage-API fixture; screenshots in notebooks-ext/ui-tests/artifacts.

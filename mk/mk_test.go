@@ -229,13 +229,24 @@ func readMakefiles(t *testing.T, root string) *makefiles {
 	}
 	slices.Sort(mk)
 	mf := &makefiles{vars: map[string]string{}, defines: map[string][]string{}, rules: map[string]*rule{}}
-	for _, path := range append([]string{filepath.Join(root, "Makefile")}, mk...) {
+	top, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The mk files are read where the Makefile includes them: the rules after the include use their variables.
+	before, after, ok := strings.Cut(string(top), "\ninclude $(sort $(wildcard mk/*.mk))\n")
+	if !ok {
+		t.Fatal("the Makefile does not include mk/*.mk as `include $(sort $(wildcard mk/*.mk))`")
+	}
+	mf.parse(before)
+	for _, path := range mk {
 		src, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		mf.parse(string(src))
 	}
+	mf.parse(after)
 	mf.testTargets = strings.Fields(mf.expand(mf.vars["TEST_TARGETS"]))
 	if !slices.Contains(mf.testTargets, "unit") {
 		t.Fatalf("TEST_TARGETS = %v: no unit; is the Makefile read right?", mf.testTargets)
@@ -330,13 +341,12 @@ func (mf *makefiles) expand(s string) string {
 	return strings.ReplaceAll(s, "$$", "$")
 }
 
-// goTestLines returns the `go test` commands of every target reachable from TEST_TARGETS (through prerequisites,
-// $(MAKE) target and $(call define)). A command inside $(if ...) is left out: it runs only on request.
-func (mf *makefiles) goTestLines(t *testing.T) []goTest {
-	t.Helper()
-	var out []goTest
+// reachable returns every rule reached from roots (roots included, in visit order) through prerequisites,
+// $(MAKE) target in a recipe and $(call define) in a recipe.
+func (mf *makefiles) reachable(roots []string) []string {
+	var out []string
 	seen := map[string]bool{}
-	queue := slices.Clone(mf.testTargets)
+	queue := slices.Clone(roots)
 	for len(queue) > 0 {
 		target := queue[0]
 		queue = queue[1:]
@@ -346,19 +356,11 @@ func (mf *makefiles) goTestLines(t *testing.T) []goTest {
 		seen[target] = true
 		r := mf.rules[target]
 		if r == nil {
-			if slices.Contains(mf.testTargets, target) {
-				t.Errorf("TEST_TARGETS names %q, which no rule defines", target)
-			}
 			continue
 		}
+		out = append(out, target)
 		queue = append(queue, r.prereqs...)
-		recipe := slices.Clone(r.recipe)
-		for i := 0; i < len(recipe); i++ {
-			for _, m := range callRE.FindAllStringSubmatch(recipe[i], -1) {
-				recipe = append(recipe, mf.defines[m[1]]...)
-			}
-		}
-		for _, cmd := range recipe {
+		for _, cmd := range mf.recipe(target) {
 			for _, m := range makeRE.FindAllStringSubmatch(cmd, -1) {
 				for _, arg := range strings.Fields(m[1]) {
 					if _, ok := mf.rules[arg]; ok {
@@ -366,6 +368,34 @@ func (mf *makefiles) goTestLines(t *testing.T) []goTest {
 					}
 				}
 			}
+		}
+	}
+	return out
+}
+
+// recipe is target's recipe with the lines of each $(call define) it uses appended.
+func (mf *makefiles) recipe(target string) []string {
+	recipe := slices.Clone(mf.rules[target].recipe)
+	for i := 0; i < len(recipe); i++ {
+		for _, m := range callRE.FindAllStringSubmatch(recipe[i], -1) {
+			recipe = append(recipe, mf.defines[m[1]]...)
+		}
+	}
+	return recipe
+}
+
+// goTestLines returns the `go test` commands of every target reachable from TEST_TARGETS. A command inside
+// $(if ...) is left out: it runs only on request.
+func (mf *makefiles) goTestLines(t *testing.T) []goTest {
+	t.Helper()
+	for _, target := range mf.testTargets {
+		if mf.rules[target] == nil {
+			t.Errorf("TEST_TARGETS names %q, which no rule defines", target)
+		}
+	}
+	var out []goTest
+	for _, target := range mf.reachable(mf.testTargets) {
+		for _, cmd := range mf.recipe(target) {
 			if strings.Contains(cmd, "$(if ") {
 				continue
 			}

@@ -1,0 +1,156 @@
+package mk
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	gocmp "github.com/google/go-cmp/cmp"
+)
+
+// laneTwoExempt are rules a lane-2 target reaches that test-deps need not run first, and why.
+var laneTwoExempt = map[string]string{
+	"e2e-hub-messages": "the tests make e2e-hub6 runs (HUB=6), not an install: its prerequisites are checked",
+	"build":            "go build only: the go command's cache is safe to share and each binary is replaced whole",
+}
+
+// TestLaneTwoInstallsNothing: make test runs lane 2 beside lane 1, so whatever a lane-2 target installs or builds
+// must be done by test-deps before the lanes start; otherwise both lanes could build it at once (the panel's
+// wheel, a venv, the kube binaries) and one would read it half written.
+func TestLaneTwoInstallsNothing(t *testing.T) {
+	mf := readMakefiles(t, "..")
+	lane2 := strings.Fields(mf.expand(mf.vars["TEST_LANE2"]))
+	if len(lane2) == 0 {
+		t.Fatal("TEST_LANE2 is empty; is the Makefile read right?")
+	}
+	for _, target := range lane2 {
+		if !slices.Contains(mf.testTargets, target) {
+			t.Errorf("TEST_LANE2 names %q, which is not in TEST_TARGETS", target)
+		}
+	}
+	if slices.Contains(mf.testTargets, "test-deps") {
+		t.Error("test-deps is in TEST_TARGETS; make test runs it before the lanes")
+	}
+	done := map[string]bool{}
+	for _, r := range mf.reachable([]string{"test-deps"}) {
+		done[r] = true
+	}
+	for _, r := range mf.reachable(lane2) {
+		if slices.Contains(lane2, r) || done[r] || laneTwoExempt[r] != "" {
+			continue
+		}
+		t.Errorf("lane 2 (%v) reaches %q, which test-deps does not run: add it to test-deps' prerequisites", lane2, r)
+	}
+}
+
+// fakeMake is what lanes.sh runs as $MAKE in TestLanes: a target named ok* passes, slow* passes after a second,
+// fail* fails with exit 3.
+const fakeMake = `#!/usr/bin/env bash
+t="${@: -1}"
+case "$t" in
+ok*) echo "$t says hello" ;;
+slow*) sleep 2; echo "$t done" ;;
+fail*) echo "$t broke"; exit 3 ;;
+esac
+`
+
+type laneRow struct {
+	Target, Lane, Result string
+}
+
+func TestLanes(t *testing.T) {
+	tests := map[string]struct {
+		lanes    []string
+		want     []laneRow
+		wantFail string
+	}{
+		"all pass": {
+			lanes: []string{"ok1 ok2", "slow3 ok4"},
+			want:  []laneRow{{"ok1", "1", "ok"}, {"ok2", "1", "ok"}, {"slow3", "2", "ok"}, {"ok4", "2", "ok"}},
+		},
+		"a failure lets the running target finish and starts no other": {
+			lanes: []string{"fail1 ok2", "slow3 ok4"},
+			want: []laneRow{
+				{"fail1", "1", "FAILED"}, {"ok2", "-", "skipped"}, {"slow3", "2", "ok"}, {"ok4", "-", "skipped"},
+			},
+			wantFail: "FAILED: make fail1",
+		},
+		"one lane": {
+			lanes: []string{"ok1 ok2"},
+			want:  []laneRow{{"ok1", "1", "ok"}, {"ok2", "1", "ok"}},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			mk := filepath.Join(dir, "make")
+			if err := os.WriteFile(mk, []byte(fakeMake), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			logs := filepath.Join(dir, "logs")
+			cmd := exec.CommandContext(t.Context(), "./lanes.sh", append([]string{logs}, tc.lanes...)...)
+			cmd.Env = append(os.Environ(), "MAKE="+mk)
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			err := cmd.Run()
+			var exit *exec.ExitError
+			switch {
+			case tc.wantFail == "" && err != nil:
+				t.Fatalf("lanes.sh: %v\n%s", err, out.String())
+			case tc.wantFail != "" && (!errors.As(err, &exit) || exit.ExitCode() != 1):
+				t.Fatalf("lanes.sh: %v, want exit status 1\n%s", err, out.String())
+			case tc.wantFail != "" && !strings.Contains(out.String(), tc.wantFail):
+				t.Errorf("output lacks %q:\n%s", tc.wantFail, out.String())
+			}
+			if diff := gocmp.Diff(tc.want, laneTable(t, out.String())); diff != "" {
+				t.Errorf("time table (-want +got):\n%s\n%s", diff, out.String())
+			}
+			// Each target's lines reach the terminal with its name and its log whole.
+			for _, row := range tc.want {
+				if row.Result != "ok" {
+					continue
+				}
+				log, err := os.ReadFile(filepath.Join(logs, row.Target+".log"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !strings.HasPrefix(string(log), row.Target+" ") {
+					t.Errorf("%s.log = %q, want its output", row.Target, log)
+				}
+				if line := "[" + row.Target + "] " + strings.TrimSpace(string(log)); !strings.Contains(out.String(), line) {
+					t.Errorf("output lacks %q:\n%s", line, out.String())
+				}
+			}
+		})
+	}
+}
+
+// laneTable reads lanes.sh's time table: target, lane and ok, FAILED or skipped.
+func laneTable(t *testing.T, out string) []laneRow {
+	t.Helper()
+	_, table, ok := strings.Cut(out, "time per target")
+	if !ok {
+		t.Fatalf("no time table in:\n%s", out)
+	}
+	var rows []laneRow
+	for _, line := range strings.Split(table, "\n")[1:] {
+		f := strings.Fields(line)
+		if !strings.HasPrefix(line, "  ") || len(f) < 3 || f[0] == "wall" {
+			break
+		}
+		row := laneRow{Target: f[0], Lane: f[1], Result: "ok"}
+		switch {
+		case f[2] == "skipped":
+			row.Result = "skipped"
+		case len(f) > 3 && f[3] == "FAILED":
+			row.Result = "FAILED"
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
