@@ -20,10 +20,19 @@ const DefaultTimeout = 10 * time.Second
 // DefaultLimit is the largest answer a Caller reads unless told otherwise.
 const DefaultLimit = 16 << 20
 
-// NewHTTPClient is the HTTP client for calls between gpuhub services: a timeout, and no redirects. A service
-// URL that redirects is a wrong URL (the Hub's login page, a proxy), and following it would send the token on.
+// IdleConnsPerService is how many idle connections a client keeps to each service it calls. Calls between
+// services come in bursts (a spawn form per page load, 64 at once in benchmark B7), and net/http's default of 2
+// closes all but two connections after a burst, so the next one dials and handshakes again.
+const IdleConnsPerService = 64
+
+// NewHTTPClient is the HTTP client for calls between gpuhub services: a timeout, no redirects, and idle
+// connections kept for bursts (IdleConnsPerService). A service URL that redirects is a wrong URL (the Hub's login
+// page, a proxy), and following it would send the token on.
 func NewHTTPClient(timeout time.Duration) *http.Client {
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConnsPerHost = IdleConnsPerService
 	return &http.Client{
+		Transport:     transport,
 		Timeout:       cmp.Or(timeout, DefaultTimeout),
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}

@@ -4,11 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 func TestCaller(t *testing.T) {
@@ -84,5 +91,53 @@ func TestCaller(t *testing.T) {
 		if strings.Contains(s, token) {
 			t.Errorf("the token shows: %s", s)
 		}
+	}
+}
+
+// TestNewHTTPClientKeepsConnectionsForBursts: a second burst of calls to a service reuses the first burst's
+// connections. With net/http's default (2 idle per host) 30 of 32 calls dialed again.
+func TestNewHTTPClientKeepsConnectionsForBursts(t *testing.T) {
+	const burst = 32
+	var (
+		dials   atomic.Int64
+		arrived sync.WaitGroup
+	)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		// Every call of a burst waits for the others, so the burst holds 32 connections at once.
+		arrived.Done()
+		arrived.Wait()
+		_, _ = io.WriteString(w, "ok")
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dials.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+
+	client := NewHTTPClient(10 * time.Second)
+	var newPerBurst []int64
+	for range 2 {
+		before := dials.Load()
+		arrived.Add(burst)
+		var calls sync.WaitGroup
+		for range burst {
+			calls.Go(func() {
+				req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL, nil)
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			})
+		}
+		calls.Wait()
+		newPerBurst = append(newPerBurst, dials.Load()-before)
+	}
+	if diff := cmp.Diff([]int64{burst, 0}, newPerBurst); diff != "" {
+		t.Errorf("connections dialed per burst of %d calls (-want +got):\n%s", burst, diff)
 	}
 }
