@@ -61,26 +61,29 @@ clean: ## Remove build outputs in the work tree (caches in $(GPUHUB_CACHE) stay)
 
 include $(sort $(wildcard mk/*.mk))
 
-# make test runs TEST_TARGETS in two lanes side by side (mk/lanes.sh): lane 2 holds the local-cluster suites, which
-# spend most of their time waiting on the Hub, timers and the browser; lane 1 everything else, in TEST_TARGETS order.
-# test-deps first installs, once, everything a lane-2 target needs, so that no two lanes ever install or build the
-# same thing at once (mk_test.go checks it). TEST_LANES=1 runs every target in one lane, one after another.
+# make test runs TEST_TARGETS in three lanes side by side (mk/lanes.sh): lane 2 holds the local-cluster suites,
+# which spend most of their time waiting on the Hub, timers and the browser; lane 3 the images and the real node
+# (building, then waiting on containers); lane 1 everything else, in TEST_TARGETS order. test-deps first installs,
+# once, everything that targets of two lanes need, so that no two lanes ever install or build the same thing at
+# once (mk_test.go checks it). TEST_LANES=1 runs every target in one lane, one after another.
 TEST_LANE2 := e2e e2e-hub6 bench-culler-smoke
-TEST_LANES ?= 2
+TEST_LANE3 := images-test realnode-test
+TEST_LANES ?= 3
 TEST_LOGS  ?= $(CURDIR)/out/test-logs
 
 .PHONY: test-deps
-test-deps: cluster-deps chromium browser-deps venv-idleculler promtool postgres-server $(HELM) venv-hub55 etcd kube-binaries ## What make test's lane 2 needs, installed before the lanes start (lane 1 installs only what lane 2 never uses).
+test-deps: cluster-deps chromium browser-deps venv-idleculler promtool postgres-server $(HELM) venv-hub55 etcd kube-binaries ext-deps ext-ui-tests ## What targets in two of make test's lanes need, installed before the lanes start.
 	@$(MAKE) --no-print-directory HUB=6 cluster-deps
 
 .PHONY: test
-test: ## The whole suite: lint, unit, Hub integration, e2e on the local cluster, extension tests (two lanes at once; TEST_LANES=1 for one).
-	@[[ "$(TEST_LANES)" == 1 || "$(TEST_LANES)" == 2 ]] || { echo "ERROR: TEST_LANES=$(TEST_LANES): 1 or 2"; exit 1; }
+test: ## The whole suite: lint, unit, Hub integration, e2e on the local cluster, extension tests (three lanes at once; TEST_LANES=1 for one).
+	@[[ "$(TEST_LANES)" == 1 || "$(TEST_LANES)" == 3 ]] || { echo "ERROR: TEST_LANES=$(TEST_LANES): 1 or 3"; exit 1; }
 	@echo "==> make test-deps"; start=$$SECONDS; $(MAKE) --no-print-directory test-deps; \
 	  echo "==> make test-deps: $$((SECONDS - start))s"
 	@if [[ "$(TEST_LANES)" == 1 ]]; then \
 	  MAKE="$(MAKE)" mk/lanes.sh "$(TEST_LOGS)" "$(TEST_TARGETS)"; \
 	else \
-	  MAKE="$(MAKE)" mk/lanes.sh "$(TEST_LOGS)" "$(filter-out $(TEST_LANE2),$(TEST_TARGETS))" "$(filter $(TEST_LANE2),$(TEST_TARGETS))"; \
+	  MAKE="$(MAKE)" mk/lanes.sh "$(TEST_LOGS)" "$(filter-out $(TEST_LANE2) $(TEST_LANE3),$(TEST_TARGETS))" \
+	    "$(filter $(TEST_LANE2),$(TEST_TARGETS))" "$(filter $(TEST_LANE3),$(TEST_TARGETS))"; \
 	fi
 	@echo "==> make test: all of [$(TEST_TARGETS)] passed"

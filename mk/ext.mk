@@ -85,18 +85,31 @@ ext-install: ext-wheel $(HUB_VENV_TARGET) ## Install the GPU panel wheel into th
 	  echo "$$key" > "$$stamp"; \
 	fi
 
+# The UI tests' compiled JavaScript (ui-tests/lib), once per change of their inputs (their sources and tsconfig, the
+# locked TypeScript, node): ui-test, e2e-ui and realnode-test run it, in different lanes of make test.
+EXT_UI_STAMP := $(EXT_DIR)/ui-tests/lib/.build-inputs
+
+.PHONY: ext-ui-tests
+ext-ui-tests: ext-deps ## Compile the UI tests (notebooks-ext/ui-tests/lib), only when their inputs changed.
+	@key=$$(cd "$(EXT_DIR)" && { git ls-files -co --exclude-standard -- ui-tests package-lock.json 2>/dev/null | LC_ALL=C sort | xargs -r -d '\n' sha256sum || date +%s%N; node --version; } | sha256sum | cut -c1-16); \
+	if [[ "$$(cat "$(EXT_UI_STAMP)" 2>/dev/null)" == "$$key" ]]; then \
+	  echo "==> the UI tests are compiled (inputs $$key unchanged)"; \
+	else \
+	  echo "==> compiling the UI tests (inputs $$key)"; \
+	  rm -f "$(EXT_UI_STAMP)"; \
+	  (cd "$(EXT_DIR)" && npm run --silent build:ui-tests) && echo "$$key" > "$(EXT_UI_STAMP)"; \
+	fi
+
 .PHONY: ui-test
-ui-test: ext-install chromium ## GPU panel in a real JupyterLab + chromium against a usage-API fixture; screenshots in notebooks-ext/ui-tests/artifacts.
-	cd "$(EXT_DIR)" && npm run --silent build:ui-tests
+ui-test: ext-install ext-ui-tests chromium ## GPU panel in a real JupyterLab + chromium against a usage-API fixture; screenshots in notebooks-ext/ui-tests/artifacts.
 	cd "$(EXT_DIR)" && GPUHUB_UI_VENV="$(HUB_VENV)" GPUHUB_UI_ARTIFACTS="$(EXT_ARTIFACTS)" CHROMIUM="$(CHROMIUM)" \
 	  node --test-reporter=spec ui-tests/lib/standalone.test.js
 	@echo "==> screenshots: $(EXT_ARTIFACTS)"
 
 .PHONY: ui-test-cluster
-ui-test-cluster: ext-deps chromium ## GPU panel on the running local cluster (needs GPUHUB_UI_HUB_URL; see notebooks-ext/README.md).
+ui-test-cluster: ext-deps ext-ui-tests chromium ## GPU panel on the running local cluster (needs GPUHUB_UI_HUB_URL; see notebooks-ext/README.md).
 	@[[ -n "$${GPUHUB_UI_HUB_URL:-}" ]] || { \
 	  echo "ERROR: GPUHUB_UI_HUB_URL is not set; run make e2e-ui (starts and stops a local cluster for the test), or start make demo and set GPUHUB_UI_HUB_URL=http://127.0.0.1:8000/ (passwords default to make demo's)"; exit 1; }
-	cd "$(EXT_DIR)" && npm run --silent build:ui-tests
 	cd "$(EXT_DIR)" && GPUHUB_UI_ARTIFACTS="$(EXT_ARTIFACTS)" CHROMIUM="$(CHROMIUM)" \
 	  node --test-reporter=spec ui-tests/lib/cluster.test.js
 	@echo "==> screenshots: $(EXT_ARTIFACTS)"

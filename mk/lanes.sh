@@ -5,8 +5,8 @@
 # running ones finish. At the end: the time of each target (in the order given), the wall time, the failed targets
 # with the end of their logs, and the exit status (1 if any failed).
 #
-# Why lanes: most of make test's wall time is the local-cluster suites waiting on the Hub, timers and the browser,
-# on 2 cores; the other targets (compiling, unit tests, fuzzing, the real node) use that time.
+# Why lanes: most of make test's wall time is the local-cluster suites and the real node waiting on the Hub, timers,
+# containers and the browser, on 2 cores; the other targets (compiling, unit tests, fuzzing) use that time.
 set -uo pipefail
 
 MAKE=${MAKE:-make}

@@ -3,6 +3,7 @@ package mk
 import (
 	"bytes"
 	"errors"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,24 +14,36 @@ import (
 	gocmp "github.com/google/go-cmp/cmp"
 )
 
-// laneTwoExempt are rules a lane-2 target reaches that test-deps need not run first, and why.
-var laneTwoExempt = map[string]string{
-	"e2e-hub-messages": "the tests make e2e-hub6 runs (HUB=6), not an install: its prerequisites are checked",
-	"build":            "go build only: the go command's cache is safe to share and each binary is replaced whole",
+// sharedExempt are rules that targets of two lanes reach and test-deps need not run first, and why.
+var sharedExempt = map[string]string{
+	"build": "go build only: the go command's cache is safe to share and each binary is replaced whole",
+	"vet":   "go vet only: reads the tree and the go command's cache",
 }
 
-// TestLaneTwoInstallsNothing: make test runs lane 2 beside lane 1, so whatever a lane-2 target installs or builds
-// must be done by test-deps before the lanes start; otherwise both lanes could build it at once (the panel's
-// wheel, a venv, the kube binaries) and one would read it half written.
-func TestLaneTwoInstallsNothing(t *testing.T) {
+// TestLanesShareNothingUnbuilt: make test runs its lanes side by side, so whatever targets of two lanes both
+// install or build must be done by test-deps before the lanes start; otherwise two lanes could build it at once
+// (the panel's wheel, a venv, the kube binaries, the compiled UI tests) and one would read it half written.
+func TestLanesShareNothingUnbuilt(t *testing.T) {
 	mf := readMakefiles(t, "..")
-	lane2 := strings.Fields(mf.expand(mf.vars["TEST_LANE2"]))
-	if len(lane2) == 0 {
-		t.Fatal("TEST_LANE2 is empty; is the Makefile read right?")
+	lanes := map[string][]string{
+		"2": strings.Fields(mf.expand(mf.vars["TEST_LANE2"])),
+		"3": strings.Fields(mf.expand(mf.vars["TEST_LANE3"])),
 	}
-	for _, target := range lane2 {
-		if !slices.Contains(mf.testTargets, target) {
-			t.Errorf("TEST_LANE2 names %q, which is not in TEST_TARGETS", target)
+	inLane := map[string]bool{}
+	for name, targets := range lanes {
+		if len(targets) == 0 {
+			t.Fatalf("TEST_LANE%s is empty; is the Makefile read right?", name)
+		}
+		for _, target := range targets {
+			if !slices.Contains(mf.testTargets, target) {
+				t.Errorf("TEST_LANE%s names %q, which is not in TEST_TARGETS", name, target)
+			}
+			inLane[target] = true
+		}
+	}
+	for _, target := range mf.testTargets {
+		if !inLane[target] {
+			lanes["1"] = append(lanes["1"], target)
 		}
 	}
 	if slices.Contains(mf.testTargets, "test-deps") {
@@ -40,11 +53,18 @@ func TestLaneTwoInstallsNothing(t *testing.T) {
 	for _, r := range mf.reachable([]string{"test-deps"}) {
 		done[r] = true
 	}
-	for _, r := range mf.reachable(lane2) {
-		if slices.Contains(lane2, r) || done[r] || laneTwoExempt[r] != "" {
-			continue
+	reachedBy := map[string][]string{} // rule -> the lanes that reach it
+	for _, name := range slices.Sorted(maps.Keys(lanes)) {
+		for _, r := range mf.reachable(lanes[name]) {
+			if !slices.Contains(mf.testTargets, r) {
+				reachedBy[r] = append(reachedBy[r], name)
+			}
 		}
-		t.Errorf("lane 2 (%v) reaches %q, which test-deps does not run: add it to test-deps' prerequisites", lane2, r)
+	}
+	for _, r := range slices.Sorted(maps.Keys(reachedBy)) {
+		if by := reachedBy[r]; len(by) > 1 && !done[r] && sharedExempt[r] == "" {
+			t.Errorf("lanes %v all reach %q, which test-deps does not run: add it to test-deps' prerequisites", by, r)
+		}
 	}
 }
 

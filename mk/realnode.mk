@@ -32,11 +32,10 @@ kube-router: ## Build kube-router (the real node's NetworkPolicy enforcer, firew
 
 Z2JH_CHART ?= $(CURDIR)/../shared/data/z2jh-4.4.0/chart/jupyterhub
 
-realnode-test: kube-binaries coredns kube-router etcd images containerd cni-plugins conntrack $(HELM) chromium browser-deps ext-deps ## A real node (containerd, kubelet, kube-proxy, CoreDNS, kube-router, emulated GPUs) in a network namespace: the built images as pods, Services, DNS, GPUs, NetworkPolicies; z2jh 4.4.0 and gpuhub installed by helm as the README says; the users' and the admin's story in Chromium; helm upgrade and uninstall.
+realnode-test: kube-binaries coredns kube-router etcd images containerd cni-plugins conntrack $(HELM) chromium browser-deps ext-deps ext-ui-tests ## A real node (containerd, kubelet, kube-proxy, CoreDNS, kube-router, emulated GPUs) in a network namespace: the built images as pods, Services, DNS, GPUs, NetworkPolicies; z2jh 4.4.0 and gpuhub installed by helm as the README says; the users' and the admin's story in Chromium; helm upgrade and uninstall.
 	@mkdir -p $(BIN)
 	$(GO) test -c -race -tags realnode -o $(BIN)/realnode.test ./e2e/realnode/
 	$(GO) build -o $(BIN)/gpuhub ./services/gpuhub
-	cd "$(EXT_DIR)" && npm run --silent build:ui-tests
 	cd e2e/realnode && GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_COREDNS="$(COREDNS)" GPUHUB_KUBE_ROUTER="$(KUBE_ROUTER)" GPUHUB_IMAGES="$(IMAGES_DIR)" \
 	  GPUHUB_HELM="$(HELM)" GPUHUB_Z2JH_CHART="$(Z2JH_CHART)" GPUHUB_CLI="$(BIN)/gpuhub" \
 	  GPUHUB_BROWSER_MODULES="$(BROWSER_MODULES)/node_modules" GPUHUB_CHROMIUM="$(CHROMIUM)" \
