@@ -18,6 +18,7 @@ type Pod struct {
 	Kind                             string  // gpu, mig, shared, cpu
 	Share                            float64 // GPU-equivalents held (0 for CPU)
 	Created, Started, Deleting, Gone time.Time
+	Seen                             time.Time // when the run's watch first saw it: a burst spawn's answer
 }
 
 // Key names a user's server as the Hub and the decisions do ("" is the default server).
