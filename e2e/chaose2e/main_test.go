@@ -111,7 +111,8 @@ func setUp(m *testing.M) int {
 	} else {
 		fmt.Fprintln(os.Stderr, "chaos e2e: the usage API's ledger is SQLite (no GPUHUB_TEST_POSTGRES_URL): the PostgreSQL restart is left out")
 	}
-	// Two replicas of each service, each on its own port, behind a front that stands for the chart's Service.
+	// Two replicas of each service, each on its own port, behind a front that stands for the chart's Service and
+	// spreads requests over them: the standbys relay (gpu-quota) and answer (the others) as much as the holders.
 	ports := cluster.FreePorts(4 * replicas)
 	usageReplicas := 1
 	if g.UsageDatabase != "" {
@@ -133,7 +134,7 @@ func setUp(m *testing.M) int {
 			replicaPorts[sv.service] = []int{*sv.port}
 			continue
 		}
-		front, err := gpuhubstack.NewFront(context.Background(), own)
+		front, err := gpuhubstack.NewBalancedFront(context.Background(), own)
 		if err != nil {
 			return s.Fail(err)
 		}
