@@ -73,12 +73,11 @@ gpu:
 `, cullerEvery, cullerStaleAfter, idlePeriod)
 
 var (
-	st        *stack.Stack
-	kube      kubernetes.Interface
-	hubAdmin  *hubapi.Client
-	quotaURL  string // gpu-quota on loopback, with its prefix
-	usageURL  string // the usage API on loopback, with its prefix
-	cullerURL string
+	st       *stack.Stack
+	kube     kubernetes.Interface
+	hubAdmin *hubapi.Client
+	quotaURL string // gpu-quota on loopback, with its prefix
+	usageURL string // the usage API on loopback, with its prefix
 	// postgresRestart is the script that restarts the ledger's PostgreSQL (scripts/with-postgres.sh); empty: the
 	// ledger is SQLite and the PostgreSQL fault is not injected.
 	postgresRestart string
@@ -147,7 +146,6 @@ func setUp(m *testing.M) int {
 		usageReplicas, replicas, replicas, replicas)
 	quotaURL = gpuhubstack.Quota{Port: g.Quota.Port}.URL()
 	usageURL = gpuhubstack.Usage{Port: g.Port}.BaseURL()
-	cullerURL = gpuhubstack.Culler{Port: g.Culler.Port}.URL()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	stateDir = filepath.Join(s.Dir, "state")
