@@ -118,7 +118,8 @@ e2e: cluster-deps chromium browser-deps venv-idleculler promtool postgres-server
 	$(LOCALCLUSTER_ENV) GPUHUB_CHART="$(CURDIR)/chart/gpuhub" \
 	GPUHUB_BROWSER_MODULES="$(BROWSER_MODULES)/node_modules" GPUHUB_CHROMIUM="$(CHROMIUM)" \
 	  $(GO) test $(E2E_FLAGS) -tags e2e ./e2e/waitliste2e/...
-	@# Chaos, bounded: one seeded run of 200 s with every fault kind once (mk/chaos.mk), the ledger on PostgreSQL.
+	@# Chaos, bounded: one seeded run of 200 s, two replicas of each service, 9 faults with each service's Lease holder killed
+	@# (mk/chaos.mk), the ledger on PostgreSQL.
 	$(LOCALCLUSTER_ENV) GPUHUB_CHART="$(CURDIR)/chart/gpuhub" GPUHUB_CHAOS_SEED=$(firstword $(CHAOS_BOUNDED_SEEDS)) \
 	  services/usage-api/scripts/with-postgres.sh $(GO) test $(E2E_FLAGS) -tags e2e ./e2e/chaose2e/...
 

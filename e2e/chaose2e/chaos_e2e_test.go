@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpuhub/gpuhub/e2e/emulator"
+	"github.com/gpuhub/gpuhub/e2e/gpuhubstack"
 	"github.com/gpuhub/gpuhub/hubapi"
 )
 
@@ -91,14 +92,14 @@ func TestChaos(t *testing.T) {
 	seed := uint64(envInt(t, "GPUHUB_CHAOS_SEED", defaultSeed))
 	duration := time.Duration(envInt(t, "GPUHUB_CHAOS_SECONDS", int64(defaultDuration/time.Second))) * time.Second
 	nFaults := int(envInt(t, "GPUHUB_CHAOS_FAULTS", defaultFaults))
+	// The bounded run (9 faults) kills each service's active replica; a longer one every kind, seeded replicas too.
 	kinds := AllFaults
+	if nFaults <= len(BoundedFaults) {
+		kinds = BoundedFaults
+	}
 	if postgresRestart == "" {
-		kinds = nil
-		for _, k := range AllFaults {
-			if k != FaultPostgres {
-				kinds = append(kinds, k)
-			}
-		}
+		// SQLite: one usage API (one writer on one file), no PostgreSQL to restart.
+		kinds = slices.DeleteFunc(slices.Clone(kinds), func(k Fault) bool { return k == FaultPostgres || k == FaultUsageWriter })
 	}
 	plan, err := Plan(seed, duration, nFaults, kinds)
 	if err != nil {
@@ -114,7 +115,14 @@ func TestChaos(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), duration+6*time.Minute)
 	defer cancel()
-	r := newRun(ctx, t, seed)
+	untilEveryLeaseHeld(ctx, t)
+	bursts := 1 // before the faults
+	for _, p := range plan {
+		if slices.Contains(ActiveReplicaFaults, p.Fault) {
+			bursts++
+		}
+	}
+	r := newRun(ctx, t, seed, bursts)
 	defer r.stopBusy()
 
 	wctx, wcancel := context.WithTimeout(ctx, duration)
@@ -195,6 +203,12 @@ type run struct {
 	refused int                       // the openers' spawns over a limit seen refused (their progress failed)
 	deleted map[string]bool           // pod UIDs seen deleted
 	form    *browser
+	// burstUsers make one burst each (a fresh user: no server yet); bursts are the bursts made so far;
+	// failoverForms the form checks after each active replica's kill.
+	burstUsers    []string
+	bursts        []*Burst
+	failoverForms []FailoverForm
+	ledgerUsers   []string
 }
 
 type decisionRecord struct {
@@ -208,18 +222,26 @@ type decisionRecord struct {
 	Numbers map[string]float64 `json:"numbers"`
 }
 
-func newRun(ctx context.Context, t *testing.T, seed uint64) *run {
+func newRun(ctx context.Context, t *testing.T, seed uint64, bursts int) *run {
 	r := &run{
 		t: t, rng: rand.New(rand.NewPCG(seed, seed+1)), client: &http.Client{Timeout: 10 * time.Second},
 		tokens: map[string]string{}, pods: map[string]*Pod{}, busy: map[string][]Period{}, cells: map[string]*exec.Cmd{},
 		quotaD: map[string]decisionRecord{}, cullerD: map[string]decisionRecord{}, stale: map[string][]Period{},
 		spawns: map[string]int{}, pending: map[string]time.Time{}, counts: map[string]int{}, deleted: map[string]bool{},
-		form: newBrowser(formUser),
+		form: newBrowser(formUser), ledgerUsers: slices.Clone(ledgerUsers),
 	}
 	if err := newBrowser(idleUser).login(ctx); err != nil {
 		t.Fatalf("log in as %s (creates the user): %v", idleUser, err)
 	}
-	for _, u := range ledgerUsers {
+	for i := range bursts {
+		u := fmt.Sprintf("burst%d", i+1)
+		if err := newBrowser(u).login(ctx); err != nil {
+			t.Fatalf("log in as %s (creates the user): %v", u, err)
+		}
+		r.burstUsers = append(r.burstUsers, u)
+		r.ledgerUsers = append(r.ledgerUsers, u)
+	}
+	for _, u := range r.ledgerUsers {
 		tok, err := hubAdmin.CreateToken(ctx, u, hubapi.TokenRequest{Note: "chaos e2e", ExpiresIn: 3600})
 		if err != nil {
 			t.Fatalf("token for %s: %v", u, err)
@@ -287,7 +309,7 @@ func (r *run) observe(obj any, gone bool) {
 	if rec == nil {
 		kind, share := holding(p)
 		rec = &Pod{UID: string(p.UID), User: p.Annotations["hub.jupyter.org/username"], Server: p.Annotations["hub.jupyter.org/servername"],
-			Kind: kind, Share: share, Created: p.CreationTimestamp.Time, Profile: p.Labels["gpuhub.io/profile"]}
+			Kind: kind, Share: share, Created: p.CreationTimestamp.Time, Profile: p.Labels["gpuhub.io/profile"], Seen: now}
 		r.pods[rec.UID] = rec
 		delete(r.pending, Key(rec.User, rec.Server))
 	}
@@ -415,6 +437,7 @@ func (r *run) openers(ctx context.Context) {
 	default:
 		r.t.Errorf("chaos: %s/s2 started although %s's limits allow one server: %+v", idleUser, idleUser, ev)
 	}
+	r.burst(ctx, "") // with every replica up: exactly burstLimit admitted
 }
 
 // progressEvent is one event of a server's progress stream (/hub/api/users/{user}/servers/{name}/progress).
@@ -578,10 +601,16 @@ func (r *run) every(ctx context.Context, d time.Duration, f func(context.Context
 // pollDecisions keeps every decision of gpu-quota and gpu-culler: they keep them in memory, so a kill loses what
 // was not read before it.
 func (r *run) pollDecisions(ctx context.Context) {
-	for _, src := range []struct {
+	type source struct {
 		url  string
 		into map[string]decisionRecord
-	}{{quotaURL, r.quotaD}, {cullerURL, r.cullerD}} {
+	}
+	// gpu-quota's standbys relay to its decider; each gpu-culler replica answers with its own decisions only.
+	sources := []source{{quotaURL, r.quotaD}}
+	for _, port := range replicaPorts[gpuhubstack.CullerServiceName] {
+		sources = append(sources, source{gpuhubstack.Culler{Port: port}.URL(), r.cullerD})
+	}
+	for _, src := range sources {
 		var body struct {
 			Decisions []decisionRecord `json:"decisions"`
 		}
@@ -666,7 +695,7 @@ func (r *run) windDown(ctx context.Context) {
 func (r *run) ledger(ctx context.Context) map[string]float64 {
 	time.Sleep(3 * time.Second)
 	out := map[string]float64{}
-	for _, u := range ledgerUsers {
+	for _, u := range r.ledgerUsers {
 		var me struct {
 			GPUHours map[string]*struct {
 				Allocated float64 `json:"allocated"`
@@ -700,7 +729,9 @@ func (r *run) invariants(ledger map[string]float64) []Row {
 	for _, rec := range r.recs {
 		switch {
 		case rec.Injected.IsZero():
-		case rec.Fault == FaultUsageAPI:
+		case rec.Fault == FaultUsageAPI && len(replicaPorts[gpuhubstack.ServiceName]) == 1:
+			// The only usage API down: its documented restart bound. With replicas another one answers and the
+			// next writer charges from the last checkpoint: nothing is lost.
 			usageDown = append(usageDown, Period{From: rec.Injected, To: rec.Ready})
 		case rec.Fault == FaultAPIServer:
 			apiDown = append(apiDown, Period{From: rec.Injected, To: rec.Ready})
@@ -732,14 +763,29 @@ func (r *run) invariants(ledger map[string]float64) []Row {
 	}
 	recs := append([]Recovery(nil), r.recs...)
 	forms := append([]FormCheck(nil), r.forms...)
+	var bursts []Burst
+	for _, b := range r.bursts {
+		bursts = append(bursts, *b)
+	}
+	failoverForms := append([]FailoverForm(nil), r.failoverForms...)
+	failovers := 0
+	for _, rec := range r.recs {
+		if slices.Contains(ActiveReplicaFaults, rec.Fault) && rec.Err == "" && !rec.Injected.IsZero() {
+			failovers++
+		}
+	}
 	r.mu.Unlock()
 	staleOf := func(node string) []Period { return append(append([]Period(nil), stale[node]...), stale[""]...) }
 	return []Row{
 		LedgerRow(pods, ledger, usageDown, apiDown, usageTick, ledgerTolerance),
 		CullerRow(cullerStops, r.podAt, busy, staleOf, idlePeriod, busyLag, cullerStaleAfter, guaranteed.CullerStops),
+		StoppedOnceRow(cullerStops, r.podAt, guaranteed.CullerStops),
 		AdmissionRow(pods, policyLimits, admits, refusals, guaranteed),
+		BurstRow(bursts, 1),
+		AnswerRow(bursts, answerWithin),
 		RecoveryRow(recs, readyLimit),
 		FormRow(forms),
+		LiveFormRow(failoverForms, failovers),
 	}
 }
 

@@ -19,8 +19,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/gpuhub/gpuhub/e2e/gpuhubstack"
 )
 
 // inject runs the plan: each fault at its time from now (or right after the previous one's recovery, when that
@@ -62,11 +60,6 @@ func gpuNodes(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("no GPU nodes")
 	}
 	return names, nil
-}
-
-// component names of the stack's processes (gpuhubstack's specs).
-var components = map[Fault]string{
-	FaultUsageAPI: "usage-api", FaultQuota: "gpu-quota", FaultCuller: gpuhubstack.CullerServiceName, FaultProfiles: "gpu-profiles",
 }
 
 func (r *run) fault(ctx context.Context, p Planned) Recovery {
@@ -114,21 +107,25 @@ func (r *run) fault(ctx context.Context, p Planned) Recovery {
 		if rec.Ready.IsZero() {
 			rec.Err = "agent not ready again within 90 s"
 		}
-	case FaultUsageAPI, FaultQuota, FaultCuller, FaultProfiles:
-		name := components[p.Fault]
-		rec.Target, rec.By = name, "the harness, as its Deployment would"
-		proc := st.Process(name)
-		if proc == nil {
-			return fail("no component %s", name)
+	case FaultUsageWriter, FaultQuotaDecider, FaultCullerLeader, FaultProfilesLeader:
+		if err := r.activeFault(ctx, p, &rec); err != nil {
+			return fail("%v", err)
 		}
+	case FaultUsageAPI, FaultQuota, FaultCuller, FaultProfiles:
+		// A seeded replica, the Lease holder or not.
+		names := replicaNames(seededService[p.Fault])
+		name := names[p.Target%len(names)]
+		rec.Target, rec.By = name, "the harness, as its Deployment would"
 		r.pollDecisions(ctx) // what it decided so far is in its memory only
 		rec.Injected = time.Now()
-		_ = syscall.Kill(-proc.Pid(), syscall.SIGKILL)
-		<-proc.Done()
+		if err := killReplica(name); err != nil {
+			return fail("%v", err)
+		}
 		rec.Restarted = time.Now()
 		err := st.StartComponent(ctx, name)
 		rec.Ready = time.Now()
-		if p.Fault == FaultUsageAPI {
+		if p.Fault == FaultUsageAPI && len(names) == 1 {
+			// The only usage API down: nobody answers the culler (another replica would).
 			r.addStale("", Period{From: rec.Injected, To: rec.Ready.Add(usageStaleAfter)})
 		}
 		if err != nil {

@@ -18,6 +18,7 @@ type Pod struct {
 	Kind                             string  // gpu, mig, shared, cpu
 	Share                            float64 // GPU-equivalents held (0 for CPU)
 	Created, Started, Deleting, Gone time.Time
+	Seen                             time.Time // when the run's watch first saw it: a burst spawn's answer
 }
 
 // Key names a user's server as the Hub and the decisions do ("" is the default server).
@@ -368,5 +369,190 @@ func FormRow(checks []FormCheck) Row {
 	}
 	row.Numbers = fmt.Sprintf("%d of %d checks rendered (%d from the static fallback), %d skipped while the Hub was down",
 		ok, len(checks)-skipped, fallback, skipped)
+	return row
+}
+
+// StoppedOnceRow checks that gpu-culler stopped no server twice: every stop in its decisions (of every replica,
+// merged) names a pod (podAt), and no pod is named by two stops. A stop is recorded only once the Hub took it,
+// so two stops of one pod are two leaders (or one leader twice) acting on the same server: the Lease handing
+// over without the stopped pod leaving the new leader's list. Fewer than minStops stops fail the row, as for
+// CullerRow.
+func StoppedOnceRow(stops []Stop, podAt func(key string, t time.Time) (Pod, bool), minStops int) Row {
+	row := Row{Invariant: "no server stopped twice", OK: true}
+	first := map[string]Stop{}
+	checked := 0
+	for _, s := range slices.SortedFunc(slices.Values(stops), func(a, b Stop) int { return a.Time.Compare(b.Time) }) {
+		key := Key(s.User, s.Server)
+		p, ok := podAt(key, s.Time)
+		if !ok {
+			row.OK = false
+			row.Problems = append(row.Problems, fmt.Sprintf("stop of %s at %s: no pod of that server was running then (the record missed it)", key, s.Time.Format("15:04:05")))
+			continue
+		}
+		checked++
+		if f, seen := first[p.UID]; seen {
+			row.OK = false
+			row.Problems = append(row.Problems, fmt.Sprintf("gpu-culler stopped %s (pod %s) twice: at %s and at %s",
+				key, p.UID, f.Time.Format("15:04:05.000"), s.Time.Format("15:04:05.000")))
+			continue
+		}
+		first[p.UID] = s
+	}
+	if checked < minStops {
+		row.OK = false
+		row.Problems = append(row.Problems, fmt.Sprintf("gpu-culler stopped %d servers; the workload guarantees at least %d: nothing was checked", checked, minStops))
+	}
+	row.Numbers = fmt.Sprintf("%d culler stops (at least %d) of %d distinct pods", checked, minStops, len(first))
+	return row
+}
+
+// BurstSpawn is one spawn of a burst: when it was asked for, when the first answer came (the pod created:
+// admitted; a refusal with its message), zero when none came.
+type BurstSpawn struct {
+	Server           string
+	Asked, Answered  time.Time
+	Admitted         bool
+	Message          string // the refusal's message, as the user reads it
+	UnansweredDetail string // what was seen instead of an answer
+}
+
+// Burst is a user's servers started at once against a known limit (Limit servers admitted), during a fault or
+// before any (Fault empty).
+type Burst struct {
+	Fault  Fault
+	User   string
+	Limit  int
+	Spawns []BurstSpawn
+}
+
+// RefusalKind sorts a refusal's message: "unavailable" (the glue could not ask gpu-quota: onUnavailable closed),
+// "limit" (a quota limit, from gpu-quota or from gpu-profiles asking it: its messages say "at most"), or
+// "other" (nothing free of the kind, an unknown choice).
+func RefusalKind(message string) string {
+	switch {
+	case strings.Contains(message, "cannot check your GPU quota"):
+		return "unavailable"
+	case strings.Contains(message, "at most"):
+		return "limit"
+	}
+	return "other"
+}
+
+// BurstRow checks that each burst admitted exactly its limit: never more (two replicas deciding on their own
+// memory admit one each), and fewer only when no spawn was refused for the limit (a refusal for the limit while
+// the user was under it counts a reservation that does not exist). Spawns refused because gpu-quota could not be
+// asked (its decider killed, the Lease not yet taken) or because nothing was free may leave a burst short.
+// Fewer than minExact bursts that admitted exactly their limit fail the row: the workload guarantees one, before
+// any fault, and a row that saw no exact burst proved nothing about "exactly".
+func BurstRow(bursts []Burst, minExact int) Row {
+	row := Row{Invariant: "exactly N admitted in each burst", OK: true}
+	exact, short, spawns := 0, 0, 0
+	for _, b := range bursts {
+		admitted, limitRefusals := 0, 0
+		for _, s := range b.Spawns {
+			spawns++
+			switch {
+			case s.Admitted:
+				admitted++
+			case !s.Answered.IsZero() && RefusalKind(s.Message) == "limit":
+				limitRefusals++
+			}
+		}
+		what := "before the faults"
+		if b.Fault != "" {
+			what = "during " + string(b.Fault)
+		}
+		switch {
+		case admitted > b.Limit:
+			row.OK = false
+			row.Problems = append(row.Problems, fmt.Sprintf("%s's burst %s: %d of %d spawns admitted, limit %d", b.User, what, admitted, len(b.Spawns), b.Limit))
+		case admitted == b.Limit:
+			exact++
+		case limitRefusals > 0:
+			row.OK = false
+			row.Problems = append(row.Problems, fmt.Sprintf("%s's burst %s: %d admitted of a limit of %d, yet %d refused for the limit", b.User, what, admitted, b.Limit, limitRefusals))
+		default:
+			short++
+		}
+	}
+	if exact < minExact {
+		row.OK = false
+		row.Problems = append(row.Problems, fmt.Sprintf("%d bursts admitted exactly their limit; the workload guarantees at least %d (its burst before the faults)", exact, minExact))
+	}
+	row.Numbers = fmt.Sprintf("%d bursts of %d spawns: %d exactly at the limit (at least %d), %d short with no refusal for the limit",
+		len(bursts), spawns, exact, minExact, short)
+	return row
+}
+
+// AnswerRow checks that every spawn of the bursts was answered within limit of being asked for: admitted (its
+// pod created) or refused with a message. A spawn never answered, answered late or refused without a message
+// fails the row, and so does a run without a spawn.
+func AnswerRow(bursts []Burst, limit time.Duration) Row {
+	row := Row{Invariant: fmt.Sprintf("every spawn answered within %s", limit), OK: true}
+	total, admitted, refused := 0, 0, 0
+	var slowest time.Duration
+	for _, b := range bursts {
+		for _, s := range b.Spawns {
+			total++
+			key := Key(b.User, s.Server)
+			if s.Answered.IsZero() {
+				row.OK = false
+				row.Problems = append(row.Problems, fmt.Sprintf("%s asked at %s: never answered (%s)", key, s.Asked.Format("15:04:05.000"), s.UnansweredDetail))
+				continue
+			}
+			took := s.Answered.Sub(s.Asked)
+			slowest = max(slowest, took)
+			if took > limit {
+				row.OK = false
+				row.Problems = append(row.Problems, fmt.Sprintf("%s asked at %s: answered after %.1fs", key, s.Asked.Format("15:04:05.000"), took.Seconds()))
+			}
+			switch {
+			case s.Admitted:
+				admitted++
+			case strings.TrimSpace(s.Message) == "":
+				row.OK = false
+				row.Problems = append(row.Problems, fmt.Sprintf("%s asked at %s: refused without a reason", key, s.Asked.Format("15:04:05.000")))
+			default:
+				refused++
+			}
+		}
+	}
+	if admitted+refused == 0 {
+		row.OK = false
+		row.Problems = append(row.Problems, "no spawn of a burst was answered: nothing was checked")
+	}
+	row.Numbers = fmt.Sprintf("%d spawns: %d admitted, %d refused with a reason; slowest answer %.1fs", total, admitted, refused, slowest.Seconds())
+	return row
+}
+
+// FailoverForm is the spawn form checked right after a failover (the fault's part ready again).
+type FailoverForm struct {
+	Fault Fault
+	Check FormCheck
+}
+
+// LiveFormRow checks that after each failover the spawn form rendered with live data: gpu-profiles' generated
+// choices, not the static fallback the glue shows while gpu-profiles cannot answer. Fewer than minChecks checks
+// (the run's failovers) fail the row.
+func LiveFormRow(checks []FailoverForm, minChecks int) Row {
+	row := Row{Invariant: "spawn form live after each failover", OK: true}
+	live := 0
+	for _, c := range checks {
+		switch {
+		case !c.Check.OK:
+			row.OK = false
+			row.Problems = append(row.Problems, fmt.Sprintf("after %s, %s: not rendered: %s", c.Fault, c.Check.Time.Format("15:04:05"), c.Check.Detail))
+		case c.Check.Fallback:
+			row.OK = false
+			row.Problems = append(row.Problems, fmt.Sprintf("after %s, %s: the static fallback, not gpu-profiles' live choices", c.Fault, c.Check.Time.Format("15:04:05")))
+		default:
+			live++
+		}
+	}
+	if len(checks) < minChecks {
+		row.OK = false
+		row.Problems = append(row.Problems, fmt.Sprintf("%d checks after a failover; the run made %d failovers", len(checks), minChecks))
+	}
+	row.Numbers = fmt.Sprintf("%d of %d checks after a failover live (at least %d)", live, len(checks), minChecks)
 	return row
 }

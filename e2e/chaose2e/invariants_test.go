@@ -1,6 +1,7 @@
 package chaose2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -264,5 +265,145 @@ func TestRecoveryAndFormRows(t *testing.T) {
 	want := "invariant  result  numbers\nx          FAIL    1\n  x: p\n"
 	if diff := cmp.Diff(want, b.String()); diff != "" {
 		t.Errorf("table (-want +got):\n%s", diff)
+	}
+}
+
+// verdict is what the tests of the new rows compare: pass or fail, and how many problems were found.
+type verdict struct {
+	OK       bool
+	Problems int
+}
+
+func checkVerdict(t *testing.T, got Row, wantOK bool, wantProblems int) {
+	t.Helper()
+	if diff := cmp.Diff(verdict{wantOK, wantProblems}, verdict{got.OK, len(got.Problems)}); diff != "" {
+		t.Errorf("(-want +got):\n%s\nproblems: %v", diff, got.Problems)
+	}
+}
+
+func TestStoppedOnceRow(t *testing.T) {
+	pods := map[string]Pod{"erin/": {UID: "p1", User: "erin"}, "bob/": {UID: "p2", User: "bob"}}
+	podAt := func(key string, _ time.Time) (Pod, bool) { p, ok := pods[key]; return p, ok }
+	stop := func(user string, s int) Stop { return Stop{Time: at(s), Service: "gpu-culler", User: user} }
+	tests := map[string]struct {
+		stops        []Stop
+		wantOK       bool
+		wantProblems int
+	}{
+		"nothing happened":                {wantProblems: 1},
+		"one stop each":                   {stops: []Stop{stop("erin", 60), stop("bob", 70)}, wantOK: true},
+		"the new leader stops it again":   {stops: []Stop{stop("erin", 60), stop("bob", 70), stop("erin", 75)}, wantProblems: 1},
+		"a stop of a server with no pod":  {stops: []Stop{stop("erin", 60), stop("carol", 70)}, wantProblems: 1},
+		"the same stop twice in one pass": {stops: []Stop{stop("erin", 60), stop("erin", 60)}, wantProblems: 1},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := StoppedOnceRow(tc.stops, podAt, 1)
+			checkVerdict(t, got, tc.wantOK, tc.wantProblems)
+		})
+	}
+}
+
+func TestRefusalKind(t *testing.T) {
+	got := map[string]string{}
+	for _, m := range []string{
+		"The quota service cannot check your GPU quota right now, so GPU servers cannot start. Try again in a few minutes, or pick a CPU-only profile.",
+		"You already run 1 GPU server; each user may run at most 1 GPU server at a time. Stop one of your other GPU servers or pick a CPU-only profile.",
+		"Every T4 share is in use right now.",
+	} {
+		got[m[:12]] = RefusalKind(m)
+	}
+	want := map[string]string{"The quota se": "unavailable", "You already ": "limit", "Every T4 sha": "other"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+const limitMessage = "You already run 1 GPU server; each user may run at most 1 GPU server at a time."
+
+func burstOf(fault Fault, spawns ...BurstSpawn) Burst {
+	return Burst{Fault: fault, User: "burst1", Limit: 1, Spawns: spawns}
+}
+
+func admitted(s int, after time.Duration) BurstSpawn {
+	return BurstSpawn{Server: fmt.Sprintf("b%d", s), Asked: at(s), Answered: at(s).Add(after), Admitted: true}
+}
+
+func refused(s int, after time.Duration, msg string) BurstSpawn {
+	return BurstSpawn{Server: fmt.Sprintf("b%d", s), Asked: at(s), Answered: at(s).Add(after), Message: msg}
+}
+
+func TestBurstRow(t *testing.T) {
+	const unavailable = "The quota service cannot check your GPU quota right now, so GPU servers cannot start."
+	calm := burstOf("", admitted(1, time.Second), refused(2, time.Second, limitMessage), refused(3, time.Second, limitMessage))
+	tests := map[string]struct {
+		bursts       []Burst
+		wantOK       bool
+		wantProblems int
+	}{
+		"nothing happened": {wantProblems: 1},
+		"exactly one admitted, twice": {bursts: []Burst{calm, burstOf(FaultQuotaDecider,
+			admitted(1, time.Second), refused(2, time.Second, limitMessage), refused(3, time.Second, limitMessage))}, wantOK: true},
+		"two admitted: two replicas decided on their own": {bursts: []Burst{calm, burstOf(FaultQuotaDecider,
+			admitted(1, time.Second), admitted(2, time.Second), refused(3, time.Second, limitMessage))}, wantProblems: 1},
+		"none admitted while gpu-quota had no decider": {bursts: []Burst{calm, burstOf(FaultQuotaDecider,
+			refused(1, 2*time.Second, unavailable), refused(2, 2*time.Second, unavailable), refused(3, 2*time.Second, unavailable))}, wantOK: true},
+		"none admitted, yet refused for the limit": {bursts: []Burst{calm, burstOf(FaultQuotaDecider,
+			refused(1, time.Second, unavailable), refused(2, time.Second, limitMessage), refused(3, time.Second, limitMessage))}, wantProblems: 1},
+		"no burst at its limit": {bursts: []Burst{burstOf(FaultQuotaDecider,
+			refused(1, 2*time.Second, unavailable), refused(2, 2*time.Second, unavailable))}, wantProblems: 1},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := BurstRow(tc.bursts, 1)
+			checkVerdict(t, got, tc.wantOK, tc.wantProblems)
+		})
+	}
+}
+
+func TestAnswerRow(t *testing.T) {
+	tests := map[string]struct {
+		bursts       []Burst
+		wantOK       bool
+		wantProblems int
+	}{
+		"nothing happened": {wantProblems: 1},
+		"admitted and refused with a reason in time": {bursts: []Burst{burstOf(FaultUsageWriter,
+			admitted(1, 800*time.Millisecond), refused(2, 4900*time.Millisecond, limitMessage))}, wantOK: true},
+		"answered after 6 s": {bursts: []Burst{burstOf(FaultQuotaDecider,
+			admitted(1, time.Second), refused(2, 6*time.Second, limitMessage))}, wantProblems: 1},
+		"never answered": {bursts: []Burst{burstOf(FaultQuotaDecider,
+			admitted(1, time.Second), BurstSpawn{Server: "b2", Asked: at(2), UnansweredDetail: "no pod, no failed event"})}, wantProblems: 1},
+		"refused without a reason": {bursts: []Burst{burstOf(FaultQuotaDecider,
+			admitted(1, time.Second), refused(2, time.Second, " "))}, wantProblems: 1},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := AnswerRow(tc.bursts, 5*time.Second)
+			checkVerdict(t, got, tc.wantOK, tc.wantProblems)
+		})
+	}
+}
+
+func TestLiveFormRow(t *testing.T) {
+	live := FormCheck{Time: at(30), OK: true}
+	tests := map[string]struct {
+		checks       []FailoverForm
+		failovers    int
+		wantOK       bool
+		wantProblems int
+	}{
+		"nothing happened":          {failovers: 1, wantProblems: 1},
+		"live after every failover": {checks: []FailoverForm{{FaultProfilesLeader, live}, {FaultQuotaDecider, live}}, failovers: 2, wantOK: true},
+		"the static fallback": {checks: []FailoverForm{{FaultProfilesLeader, FormCheck{Time: at(30), OK: true, Fallback: true}}, {FaultQuotaDecider, live}},
+			failovers: 2, wantProblems: 1},
+		"not rendered":           {checks: []FailoverForm{{FaultProfilesLeader, FormCheck{Time: at(30), Detail: "502"}}}, failovers: 1, wantProblems: 1},
+		"a failover not checked": {checks: []FailoverForm{{FaultProfilesLeader, live}}, failovers: 2, wantProblems: 1},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := LiveFormRow(tc.checks, tc.failovers)
+			checkVerdict(t, got, tc.wantOK, tc.wantProblems)
+		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/gpuhub/gpuhub/e2e/cluster"
 	"github.com/gpuhub/gpuhub/e2e/cluster/stack"
 	"github.com/gpuhub/gpuhub/e2e/gpuhubstack"
 	"github.com/gpuhub/gpuhub/e2e/internal/suite"
@@ -72,17 +73,22 @@ gpu:
 `, cullerEvery, cullerStaleAfter, idlePeriod)
 
 var (
-	st        *stack.Stack
-	kube      kubernetes.Interface
-	hubAdmin  *hubapi.Client
-	quotaURL  string // gpu-quota on loopback, with its prefix
-	usageURL  string // the usage API on loopback, with its prefix
-	cullerURL string
+	st       *stack.Stack
+	kube     kubernetes.Interface
+	hubAdmin *hubapi.Client
+	quotaURL string // gpu-quota on loopback, with its prefix
+	usageURL string // the usage API on loopback, with its prefix
 	// postgresRestart is the script that restarts the ledger's PostgreSQL (scripts/with-postgres.sh); empty: the
 	// ledger is SQLite and the PostgreSQL fault is not injected.
 	postgresRestart string
 	stateDir        string
+	// replicaPorts are each service's replicas' ports (its process names: gpuhubstack.ReplicaName), behind the
+	// front its URL above names, as the chart's Service is in front of its pods.
+	replicaPorts = map[string][]int{}
 )
+
+// replicas is how many of each gpuhub service run (the usage API's only on PostgreSQL: SQLite has one writer).
+const replicas = 2
 
 func TestMain(m *testing.M) { os.Exit(setUp(m)) }
 
@@ -104,9 +110,42 @@ func setUp(m *testing.M) int {
 	} else {
 		fmt.Fprintln(os.Stderr, "chaos e2e: the usage API's ledger is SQLite (no GPUHUB_TEST_POSTGRES_URL): the PostgreSQL restart is left out")
 	}
+	// Two replicas of each service, each on its own port, behind a front that stands for the chart's Service and
+	// spreads requests over them: the standbys relay (gpu-quota) and answer (the others) as much as the holders.
+	ports := cluster.FreePorts(4 * replicas)
+	usageReplicas := 1
+	if g.UsageDatabase != "" {
+		usageReplicas = replicas
+	}
+	for i, sv := range []struct {
+		service string
+		n       int
+		port    *int
+		set     func(n int, ports []int)
+	}{
+		{gpuhubstack.ServiceName, usageReplicas, &g.Port, func(n int, p []int) { g.UsageReplicas, g.UsageReplicaPorts = n, p }},
+		{gpuhubstack.QuotaServiceName, replicas, &g.Quota.Port, func(n int, p []int) { g.Quota.Replicas, g.Quota.ReplicaPorts = n, p }},
+		{gpuhubstack.ProfilesServiceName, replicas, &g.Profiles.Port, func(n int, p []int) { g.Profiles.Replicas, g.Profiles.ReplicaPorts = n, p }},
+		{gpuhubstack.CullerServiceName, replicas, &g.Culler.Port, func(n int, p []int) { g.Culler.Replicas, g.Culler.ReplicaPorts = n, p }},
+	} {
+		own := ports[i*replicas : i*replicas+sv.n]
+		if sv.n == 1 {
+			replicaPorts[sv.service] = []int{*sv.port}
+			continue
+		}
+		front, err := gpuhubstack.NewBalancedFront(context.Background(), own)
+		if err != nil {
+			return s.Fail(err)
+		}
+		defer front.Close()
+		*sv.port = front.Port
+		sv.set(sv.n, own)
+		replicaPorts[sv.service] = own
+	}
+	fmt.Fprintf(os.Stderr, "chaos e2e: %d usage API, %d gpu-quota, %d gpu-profiles and %d gpu-culler replicas\n",
+		usageReplicas, replicas, replicas, replicas)
 	quotaURL = gpuhubstack.Quota{Port: g.Quota.Port}.URL()
 	usageURL = gpuhubstack.Usage{Port: g.Port}.BaseURL()
-	cullerURL = gpuhubstack.Culler{Port: g.Culler.Port}.URL()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	stateDir = filepath.Join(s.Dir, "state")

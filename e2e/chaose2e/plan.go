@@ -17,7 +17,7 @@ type Fault string
 // The faults. Each is undone the way its supervisor would undo it (README: "Chaos suite").
 const (
 	FaultAgent        Fault = "kill -9 gpu-agent"      // the emulated kubelet restarts it after its back-off
-	FaultUsageAPI     Fault = "kill -9 usage-api"      // restarted at once, as a Deployment's pod would be
+	FaultUsageAPI     Fault = "kill -9 usage-api"      // a seeded replica; restarted at once, as a Deployment's pod would be
 	FaultQuota        Fault = "kill -9 gpu-quota"      // idem
 	FaultCuller       Fault = "kill -9 gpu-culler"     // idem
 	FaultProfiles     Fault = "kill -9 gpu-profiles"   // idem
@@ -25,11 +25,26 @@ const (
 	FaultAPIServer    Fault = "kill -9 kube-apiserver" // restarted by the harness, as a static pod by the kubelet
 	FaultPostgres     Fault = "restart postgresql"     // pg_ctl restart -m fast under the usage API's writes
 	FaultNodeNotReady Fault = "node NotReady"          // Ready=False on a GPU node; the emulator's heartbeat heals it
+	// The active replica of each service, found from its Lease, killed during a burst of spawns (gpu-culler's
+	// as a pass starts); the other replica takes over, and the harness restarts the killed one.
+	FaultUsageWriter    Fault = "kill -9 usage-api ledger writer" // the Lease holder: it alone writes the ledger
+	FaultQuotaDecider   Fault = "kill -9 gpu-quota decider"       // the Lease holder: it alone decides admissions
+	FaultCullerLeader   Fault = "kill -9 gpu-culler leader"       // the Lease holder: it alone stops servers
+	FaultProfilesLeader Fault = "kill -9 gpu-profiles leader"     // the Lease holder: it alone explains pending spawns
 )
 
-// AllFaults lists every fault in a fixed order (the seed permutes it).
+// BoundedFaults are the kinds of the bounded run (make test): each service's active replica rather than a seeded
+// one, with every other kind, so that 9 faults fit 200 s.
+var BoundedFaults = []Fault{FaultAgent, FaultUsageWriter, FaultQuotaDecider, FaultCullerLeader, FaultProfilesLeader,
+	FaultHub, FaultAPIServer, FaultPostgres, FaultNodeNotReady}
+
+// ActiveReplicaFaults kill a service's Lease holder: each is followed by a burst of spawns and a form check.
+var ActiveReplicaFaults = []Fault{FaultUsageWriter, FaultQuotaDecider, FaultCullerLeader, FaultProfilesLeader}
+
+// AllFaults lists every fault in a fixed order (the seed permutes it): the service kills of a seeded replica
+// (active or standby) as well as of the active one.
 var AllFaults = []Fault{FaultAgent, FaultUsageAPI, FaultQuota, FaultCuller, FaultProfiles, FaultHub, FaultAPIServer,
-	FaultPostgres, FaultNodeNotReady}
+	FaultPostgres, FaultNodeNotReady, FaultUsageWriter, FaultQuotaDecider, FaultCullerLeader, FaultProfilesLeader}
 
 // Planned is one fault of the schedule: what, when (from the start of the workload) and a seeded choice of target
 // (which GPU node, for the agent and NotReady faults).

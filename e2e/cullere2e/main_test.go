@@ -132,12 +132,12 @@ func run(m *testing.M) int {
 		defer t.close()
 		cullerTaps = append(cullerTaps, t)
 	}
-	fr, err := newFront(context.Background(), c.ReplicaPorts)
+	fr, err := gpuhubstack.NewFront(context.Background(), c.ReplicaPorts)
 	if err != nil {
 		return s.Fail(err)
 	}
-	defer fr.close()
-	c.Port = fr.port
+	defer fr.Close()
+	c.Port = fr.Port
 	c.HubAPIURL = func(running *stack.Stack, i int) (string, error) { return cullerTaps[i].to(running.Hub.APIURL()) }
 
 	// The idle-cullers are this test's own Hub services; gpuhub's come from the chart's z2jh values (below).

@@ -3,12 +3,8 @@
 package cullere2e
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"log"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -192,69 +188,4 @@ func callsOf(taps []*tap, match func(call) bool) []call {
 		}
 	}
 	return out
-}
-
-// front stands for the chart's Service in front of gpu-culler's replicas: the Hub's proxy routes
-// /services/gpu-culler/ here, and each request goes to the first replica that takes the connection.
-type front struct {
-	port int
-	srv  *http.Server
-}
-
-func newFront(ctx context.Context, ports []int) (*front, error) {
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("front for gpu-culler: %w", err)
-	}
-	hosts := make([]string, len(ports))
-	for i, p := range ports {
-		hosts[i] = fmt.Sprintf("127.0.0.1:%d", p)
-	}
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", hosts[0]
-		},
-		Transport: failover{hosts: hosts, rt: http.DefaultTransport},
-		// The Hub checks its services at start, before the replicas run: a 502 says enough.
-		ErrorLog: log.New(io.Discard, "", 0),
-	}
-	f := &front{port: ln.Addr().(*net.TCPAddr).Port, srv: &http.Server{Handler: rp, ReadHeaderTimeout: 10 * time.Second}}
-	go func() { _ = f.srv.Serve(ln) }()
-	return f, nil
-}
-
-func (f *front) close() { _ = f.srv.Close() }
-
-// failover sends a request to each host in turn until one takes the connection (a dead replica refuses it).
-type failover struct {
-	hosts []string
-	rt    http.RoundTripper
-}
-
-func (f failover) RoundTrip(r *http.Request) (*http.Response, error) {
-	var body []byte
-	if r.Body != nil {
-		b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-		if err != nil {
-			return nil, err
-		}
-		body = b
-	}
-	var last error
-	for _, h := range f.hosts {
-		out := r.Clone(r.Context())
-		out.URL.Host, out.Host = h, h
-		out.Body, out.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
-		resp, err := f.rt.RoundTrip(out)
-		if err == nil {
-			return resp, nil
-		}
-		last = err
-		var op *net.OpError
-		if !errors.As(err, &op) || op.Op != "dial" {
-			return nil, err
-		}
-	}
-	return nil, last
 }

@@ -39,12 +39,7 @@ type CullerOptions struct {
 
 // CullerComponentName is the stack component name of replica i of n: gpu-culler alone, gpu-culler-<i> among
 // several.
-func CullerComponentName(i, n int) string {
-	if n <= 1 {
-		return CullerServiceName
-	}
-	return fmt.Sprintf("%s-%d", CullerServiceName, i)
-}
+func CullerComponentName(i, n int) string { return ReplicaName(CullerServiceName, i, n) }
 
 func cullerComponents(o Options, installed **Installed, usage Usage) []stack.Component {
 	n := max(o.Culler.Replicas, 1)
@@ -55,12 +50,9 @@ func cullerComponents(o Options, installed **Installed, usage Usage) []stack.Com
 			in := *installed
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			port := o.Culler.Port
-			if n > 1 {
-				if len(o.Culler.ReplicaPorts) != n {
-					return proc.Spec{}, fmt.Errorf("%d gpu-culler replicas need %d ReplicaPorts, have %d", n, n, len(o.Culler.ReplicaPorts))
-				}
-				port = o.Culler.ReplicaPorts[i]
+			port, err := replicaPort(CullerServiceName, o.Culler.Port, o.Culler.ReplicaPorts, i, n)
+			if err != nil {
+				return proc.Spec{}, err
 			}
 			hubURL := s.Hub.APIURL()
 			if o.Culler.HubAPIURL != nil {

@@ -98,7 +98,15 @@ type Chart struct {
 	// (pods in PodNamespace; its Lease and stops ConfigMap in Namespace) are rendered and installed too, so a local
 	// gpu-culler process runs with the chart's rights.
 	NoCuller bool
+	// UsageReplicas, QuotaReplicas, ProfilesReplicas and CullerReplicas are the chart's replicas values (0: the
+	// chart's default, 1). Above 1 the chart renders what the replicas need: the usage API's ledger Lease and its
+	// Role (with a PostgreSQL ledger, usage.databaseURLSecret), gpu-quota's --advertise-url.
+	UsageReplicas, QuotaReplicas, ProfilesReplicas, CullerReplicas int
 }
+
+// ledgerURLSecret is the Secret the chart's usage Deployment reads its PostgreSQL URL from when it runs replicas;
+// the local usage API gets the URL as a flag, so the Secret itself is never made.
+const ledgerURLSecret = "gpuhub-ledger-url"
 
 // ServerVersion asks the API server for its version (e.g. v1.36.3).
 func ServerVersion(c kubernetes.Interface) (string, error) {
@@ -147,6 +155,15 @@ func (c Chart) renderYAML(ctx context.Context) ([]byte, error) {
 	}
 	if !c.NoCuller {
 		args = append(args, "--set", "culler.enabled=true")
+	}
+	for value, n := range map[string]int{"usage.replicas": c.UsageReplicas, "quota.replicas": c.QuotaReplicas,
+		"profiles.replicas": c.ProfilesReplicas, "culler.replicas": c.CullerReplicas} {
+		if n > 1 {
+			args = append(args, "--set", value+"="+strconv.Itoa(n))
+		}
+	}
+	if c.UsageReplicas > 1 {
+		args = append(args, "--set", "usage.databaseURLSecret="+ledgerURLSecret)
 	}
 	for k, v := range GPUNodeSelector {
 		args = append(args, "--set-string", "agent.nodeSelector."+escapeKey(k)+"="+v)
@@ -231,7 +248,10 @@ type Installed struct {
 	AgentAudience string
 	// UsageAgentArgs are the rendered usage Deployment's --agent-* flags (which pods are agents), except
 	// --agent-token-file (the chart's path is inside the container): pass them to the usage process.
-	UsageAgentArgs  []string
+	UsageAgentArgs []string
+	// UsageLeaseArgs are the rendered usage Deployment's --ledger-lease-namespace and --ledger-lease-name (the
+	// Lease its Role names; rendered with more than one replica only).
+	UsageLeaseArgs  []string
 	clusterRoles    []string
 	clusterBindings []string
 	// Roles and bindings outside Namespace (usage.podNamespace), as namespace/name.
@@ -361,6 +381,9 @@ func (in *Installed) readUsageDeployment(d *appsv1.Deployment) {
 		for _, a := range c.Args {
 			if strings.HasPrefix(a, "--agent-") && !strings.HasPrefix(a, "--agent-token-file=") {
 				in.UsageAgentArgs = append(in.UsageAgentArgs, a)
+			}
+			if strings.HasPrefix(a, "--ledger-lease-") {
+				in.UsageLeaseArgs = append(in.UsageLeaseArgs, a)
 			}
 		}
 	}
@@ -493,10 +516,15 @@ type Usage struct {
 	SessionTTL string
 	// Readers are further Hub services whose own token may read every user's data (--reader-services):
 	// gpu-culler reads every GPU server's telemetry (api/v1/servers).
-	Readers         []string
-	Interval        string // default 1s
-	HubRefresh      string // default 10s
-	LogLevel        string // default info
+	Readers    []string
+	Interval   string // default 1s
+	HubRefresh string // default 10s
+	LogLevel   string // default info
+	// LeaseArgs are the chart's --ledger-lease-* flags (Installed.UsageLeaseArgs): with several replicas on one
+	// PostgreSQL ledger, the Lease holder writes it and the others follow. SessionKeyFile is --session-key-file,
+	// the admin view's key that every replica shares (the chart's session Secret).
+	LeaseArgs       []string
+	SessionKeyFile  string
 	ExtraEnvForTest []string
 }
 
@@ -547,6 +575,10 @@ func (u Usage) Spec() proc.Spec {
 	if len(readers) > 0 {
 		args = append(args, "--reader-services="+strings.Join(readers, ","))
 	}
+	if u.SessionKeyFile != "" {
+		args = append(args, "--session-key-file="+u.SessionKeyFile)
+	}
+	args = append(args, u.LeaseArgs...)
 	return proc.Spec{
 		Name: "usage-api",
 		Path: u.Binary,

@@ -49,6 +49,8 @@ type Quota struct {
 	// Waitlist is --waitlist, WaitlistHold --waitlist-hold (empty: the service's default).
 	Waitlist     bool
 	WaitlistHold string
+	// AdvertiseURL is --advertise-url (the chart's http://$(POD_IP):PORT with several replicas); empty: none.
+	AdvertiseURL string
 	HubAPIURL    string
 	Token        string // the service's Hub token
 	// UsageRefresh and EnforceInterval default to 5s and 10s (the demo should move quickly).
@@ -81,6 +83,9 @@ func (q Quota) Spec() proc.Spec {
 	)
 	if q.UsageURL != "" {
 		args = append(args, "--usage-url="+q.UsageURL)
+	}
+	if q.AdvertiseURL != "" {
+		args = append(args, "--advertise-url="+q.AdvertiseURL)
 	}
 	if q.Waitlist {
 		args = append(args, "--waitlist")

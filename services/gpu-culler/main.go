@@ -9,12 +9,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/gpuhub/gpuhub/services/gpu-culler/internal/app"
 	cpolicy "github.com/gpuhub/gpuhub/services/gpu-culler/internal/policy"
 	"github.com/gpuhub/gpuhub/services/internal/config"
+	"github.com/gpuhub/gpuhub/services/internal/leader"
 	"github.com/gpuhub/gpuhub/services/internal/policy"
 	"github.com/gpuhub/gpuhub/services/internal/start"
 )
@@ -78,8 +78,7 @@ func run(args []string, stderr io.Writer) int {
 		cmd.Logger.Error("cannot ask the Hub about the culler's own token; check JUPYTERHUB_API_URL and that the Hub runs", "err", err)
 		return 1
 	}
-	host, _ := os.Hostname()                           // the pod name in a cluster
-	identity := host + "_" + strconv.Itoa(os.Getpid()) // unique also for replicas on one machine (tests)
+	identity := leader.ProcessIdentity() // the pod name and pid: one per replica, also on one machine
 	err = app.Run(ctx, app.Options{
 		Logger: cmd.Logger, Registry: cl.Registry, Addr: *listen, Prefix: *prefix,
 		PolicyPath: *policyPath, PolicyPoll: *policyPoll, Reload: reload,

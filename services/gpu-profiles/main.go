@@ -13,6 +13,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/pending"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/profiles"
 	"github.com/gpuhub/gpuhub/services/internal/config"
+	"github.com/gpuhub/gpuhub/services/internal/leader"
 	"github.com/gpuhub/gpuhub/services/internal/policy"
 	"github.com/gpuhub/gpuhub/services/internal/start"
 )
@@ -70,7 +71,7 @@ func run(args []string, stderr io.Writer) int {
 	if *leaseNamespace == "" {
 		*leaseNamespace = *namespace
 	}
-	identity, _ := os.Hostname() // the pod name: one per replica
+	identity := leader.ProcessIdentity() // the pod name and pid: one per replica, also on one machine
 	err := app.Run(ctx, app.Options{
 		Logger: cmd.Logger, Registry: cl.Registry, Addr: *listen, Prefix: *prefix,
 		ConfigPath: *configPath, ConfigPoll: *configPoll, Reload: reload,

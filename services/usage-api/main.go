@@ -13,6 +13,7 @@ import (
 	"github.com/gpuhub/gpuhub/hubapi/huboauth"
 	"github.com/gpuhub/gpuhub/services/internal/config"
 	"github.com/gpuhub/gpuhub/services/internal/inventory"
+	"github.com/gpuhub/gpuhub/services/internal/leader"
 	"github.com/gpuhub/gpuhub/services/internal/start"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/agentclient"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/app"
@@ -109,7 +110,7 @@ func run(args []string, stderr io.Writer) int {
 	if *databaseURL != "" {
 		db = *databaseURL
 	}
-	identity, _ := os.Hostname() // the pod name: one per replica
+	identity := leader.ProcessIdentity() // the pod name and pid: one per replica, also on one machine
 	ctx, _, stop := start.Signals()
 	defer stop()
 	err = app.Run(ctx, app.Options{

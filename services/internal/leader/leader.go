@@ -14,6 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -356,4 +358,12 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	return e.Run(ctx)
+}
+
+// ProcessIdentity is a replica's Lease identity: its host name (the pod name in a cluster) and its process id, so
+// that replicas that share a host (processes on one machine, as the e2e stacks run them) never hold the Lease
+// as one, and a restarted process is a new holder, as a new pod is.
+func ProcessIdentity() string {
+	host, _ := os.Hostname()
+	return host + "_" + strconv.Itoa(os.Getpid())
 }
