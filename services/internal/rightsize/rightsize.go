@@ -67,6 +67,21 @@ func OfferOf(a gpu.Allocation, cost float64) Offer {
 		MemoryBytes: mem, ComputeGPUs: a.UnitShare(), Cost: cost}
 }
 
+// OffersOf lists each class among units once (the first unit of it), with the project's cost weights by class
+// (nil or a missing class: the unit's GPU-equivalents). Pass every node's units (inventory.Node.Units).
+func OffersOf(units []gpu.Allocation, cost map[string]float64) []Offer {
+	seen := map[string]bool{}
+	var out []Offer
+	for _, a := range units {
+		if seen[a.Class()] || a.Denominator == 0 {
+			continue
+		}
+		seen[a.Class()] = true
+		out = append(out, OfferOf(a, cost[a.Class()]))
+	}
+	return out
+}
+
 func (o Offer) cost() float64 {
 	if o.Cost > 0 {
 		return o.Cost
@@ -104,6 +119,14 @@ type Profile struct {
 // Decide gives the advice for one profile against the offered kinds, as of now.
 func Decide(p Profile, offers []Offer, now time.Time) contract.RightSize {
 	held := p.Held
+	for _, o := range offers {
+		if held.Description == "" && o.Class == held.Class {
+			held.Description = o.Description
+		}
+	}
+	if held.Description == "" {
+		held.Description = held.Class
+	}
 	if held.Cost == 0 {
 		// What was held costs what its class is offered at, per unit held, where the project weighs it.
 		for _, o := range offers {

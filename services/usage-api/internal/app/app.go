@@ -26,6 +26,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/collect"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/metrics"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/profile"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/usage"
 )
 
@@ -167,7 +168,7 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("register informer metrics: %w", err)
 	}
 	inv.Start(ctx)
-	s := &service{o: o, inv: inv, led: led, state: state, mets: mets,
+	s := &service{o: o, inv: inv, led: led, state: state, mets: mets, profiles: profile.NewRecorder(2 * o.Interval),
 		coll: collect.New(collect.Options{Client: o.AgentClient, Port: o.AgentPort, Logger: o.Logger, Now: o.Now})}
 
 	handler := api.New(api.Options{Prefix: o.Prefix, State: state, Ledger: led, Auth: o.Auth, Now: o.Now, Logger: o.Logger,
@@ -224,6 +225,36 @@ type service struct {
 	ticked atomic.Bool
 	// departed tells each tick the pods that went since the last one, and when (started by the first tick).
 	departed departures
+	// profiles records each server's use for right-size advice (issue 38); the ledger's writer alone does.
+	profiles      *profile.Recorder
+	profilesFlush time.Time // when the profiles were last written
+}
+
+// profileFlushEvery is how often the right-size profiles are written: at most this much of a day's profile is
+// lost to a kill -9, and the database sees one small transaction a minute.
+const profileFlushEvery = time.Minute
+
+// recordProfile adds the view to the right-size profiles and writes them when due. Only the ledger's writer
+// records (the others would count every server twice); a write that fails keeps what it had for the next.
+func (s *service) recordProfile(ctx context.Context, v *usage.View, now time.Time) {
+	if s.profiles == nil { // a test's service without one
+		return
+	}
+	if !s.led.writes() {
+		// Another replica records; what this one held would overwrite its rows if it wrote again later.
+		s.profiles.Reset()
+		return
+	}
+	s.profiles.Observe(v)
+	if now.Sub(s.profilesFlush) < profileFlushEvery || s.led.Available() != nil {
+		return
+	}
+	fctx, cancel := context.WithTimeout(ctx, 2*s.o.Interval)
+	defer cancel()
+	if err := s.profiles.Flush(fctx, s.led, now); err != nil {
+		s.o.Logger.Warn("right-size profiles not written; retried in a minute", "err", err)
+	}
+	s.profilesFlush = now
 }
 
 func (s *service) hubReady(context.Context) error {
@@ -367,6 +398,7 @@ func (s *service) tickOnce(ctx context.Context) error {
 			s.o.Logger.Warn("ledger: another writer moved the checkpoint; continued from it")
 		}
 	}
+	s.recordProfile(ctx, v, now)
 	if lerr != nil && !errors.Is(lerr, errNotConnected) { // the connect loop logs its own attempts
 		return fmt.Errorf("ledger: %w", lerr)
 	}
