@@ -86,3 +86,40 @@ type RightSizeEvidence struct {
 	MinBusySeconds    float64 `json:"minBusySeconds"`
 	MinSamples        int64   `json:"minSamples"`
 }
+
+// RightSizeResponse is the body of GET me/right-size and users/{name}/right-size: the advice for each of the
+// user's servers (and GPU class it ran on) measured over the period.
+type RightSizeResponse struct {
+	User string `json:"user"`
+	// Period is 24h, 7d or 30d; From is the start of the first UTC day counted (profiles are kept by UTC day, so
+	// 24h counts yesterday and today).
+	Period  string      `json:"period"`
+	From    time.Time   `json:"from"`
+	AsOf    time.Time   `json:"asOf"`
+	Servers []RightSize `json:"servers"`
+}
+
+// RightSizeSavings is the body of GET right-size (admins and reader services): the GPU-hours that taking every
+// server's advice (its first candidate) would have saved over the period, by user, Hub group or GPU kind.
+type RightSizeSavings struct {
+	Period string    `json:"period"`
+	From   time.Time `json:"from"`
+	AsOf   time.Time `json:"asOf"`
+	// By is user, group or kind; a user in several groups counts in each, one in none under "(no group)".
+	By   string                `json:"by"`
+	Rows []RightSizeSavingsRow `json:"rows"`
+	// SaveableGPUHours and HeldGPUHours are the totals over all servers (not the sum of group rows).
+	SaveableGPUHours float64 `json:"saveableGPUHours"`
+	HeldGPUHours     float64 `json:"heldGPUHours"`
+}
+
+// RightSizeSavingsRow is one user, group or kind.
+type RightSizeSavingsRow struct {
+	Key string `json:"key"`
+	// SaveableGPUHours is what the advice would have saved; HeldGPUHours what the servers held, in GPU-hours.
+	SaveableGPUHours float64 `json:"saveableGPUHours"`
+	HeldGPUHours     float64 `json:"heldGPUHours"`
+	// Servers is how many servers (and classes) were measured; Smaller how many of them were advised smaller.
+	Servers int `json:"servers"`
+	Smaller int `json:"smaller"`
+}

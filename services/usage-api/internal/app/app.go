@@ -172,7 +172,7 @@ func Run(ctx context.Context, o Options) error {
 		coll: collect.New(collect.Options{Client: o.AgentClient, Port: o.AgentPort, Logger: o.Logger, Now: o.Now})}
 
 	handler := api.New(api.Options{Prefix: o.Prefix, State: state, Ledger: led, Auth: o.Auth, Now: o.Now, Logger: o.Logger,
-		Budget: o.Budget, ReaderServices: o.ReaderServices, Waitlist: led, WaitlistServices: o.WaitlistServices})
+		Budget: o.Budget, ReaderServices: o.ReaderServices, Waitlist: led, WaitlistServices: o.WaitlistServices, Profiles: led})
 	if o.Login != nil {
 		// The JSON API keeps its own token auth under api/; everything else under the prefix is a page for people,
 		// behind the login.
@@ -209,6 +209,7 @@ func Run(ctx context.Context, o Options) error {
 	err = srv.Serve(ctx, o.OnServing)
 	cancel()
 	wg.Wait()
+	s.bg.Wait()
 	return err
 }
 
@@ -228,6 +229,36 @@ type service struct {
 	// profiles records each server's use for right-size advice (issue 38); the ledger's writer alone does.
 	profiles      *profile.Recorder
 	profilesFlush time.Time // when the profiles were last written
+	saveableAt    time.Time // when the right-size gauge was last computed
+	saveableBusy  atomic.Bool
+	bg            sync.WaitGroup // work started by ticks; Run waits for it
+}
+
+// saveableEvery is how often the right-size gauge is computed: it reads a week of every server's profile, and
+// what it measures changes over days, not minutes.
+const saveableEvery = 10 * time.Minute
+
+// refreshSaveable computes the right-size gauge (GPU-hours per day that taking every advice would save, over
+// the last 7 days) when due, off the tick, since it reads a week of profiles. Every replica exports it.
+func (s *service) refreshSaveable(ctx context.Context, v *usage.View, now time.Time) {
+	if s.profiles == nil || now.Sub(s.saveableAt) < saveableEvery || s.led.Available() != nil || !s.saveableBusy.CompareAndSwap(false, true) {
+		return
+	}
+	s.saveableAt = now
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		defer s.saveableBusy.Store(false)
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		from := profile.PeriodFrom(profile.Periods["7d"], now)
+		days, err := s.led.Profiles(rctx, from, "")
+		if err != nil {
+			s.o.Logger.Warn("right-size gauge not computed; retried in 10 minutes", "err", err)
+			return
+		}
+		s.mets.ObserveRightSize(profile.SaveablePerDay(profile.Advise(days, v.Offers, now), from, now))
+	}()
 }
 
 // profileFlushEvery is how often the right-size profiles are written: at most this much of a day's profile is
@@ -399,6 +430,7 @@ func (s *service) tickOnce(ctx context.Context) error {
 		}
 	}
 	s.recordProfile(ctx, v, now)
+	s.refreshSaveable(ctx, v, now)
 	if lerr != nil && !errors.Is(lerr, errNotConnected) { // the connect loop logs its own attempts
 		return fmt.Errorf("ledger: %w", lerr)
 	}
