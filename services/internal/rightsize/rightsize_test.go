@@ -215,3 +215,19 @@ func TestOfferOf(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
+
+// TestOffersOf: one offer per class however many nodes offer it, with the project's weight where it has one.
+func TestOffersOf(t *testing.T) {
+	mixed := gpu.Node{Labels: map[string]string{gpu.LabelProduct: "NVIDIA-H100-80GB-HBM3", gpu.LabelMIGStrategy: "mixed",
+		gpu.LabelMIGMemoryMiB("1g.10gb"): "9984", gpu.LabelMIGSlicesGI("1g.10gb"): "1"}}
+	var units []gpu.Allocation
+	for range 2 { // two nodes alike
+		units = append(units, gpu.Allocations(map[string]int64{gpu.MIGResource("1g.10gb"): 7}, mixed)...)
+	}
+	got := OffersOf(units, map[string]float64{"mig H100-80GB-HBM3 1g.10gb": 0.2})
+	want := []Offer{{Kind: gpu.KindMIG, Class: "mig H100-80GB-HBM3 1g.10gb", Product: h100, Description: "MIG 1g.10gb on an H100, 1/7 of a GPU",
+		MemoryBytes: 9984 * mib, ComputeGPUs: 1.0 / 7, Cost: 0.2}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
