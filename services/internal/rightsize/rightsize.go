@@ -35,8 +35,12 @@ const (
 	// StaleAfter is how old the newest sample may be before the advice says so: after a week the user may well
 	// be doing other work on the server.
 	StaleAfter = 7 * 24 * time.Hour
-	// computeSlack absorbs floating-point rounding when a p95 equals a share exactly (3/7 against 3/7).
-	computeSlack = 1e-9
+	// UnknownCaveat is the share of the held time without a known utilization (stale telemetry, MIG without
+	// DCGM) from which the advice says so: a few stale ticks while an agent restarts say nothing, a tenth of the
+	// time means the advice stands on part of the use only.
+	UnknownCaveat = 0.10
+	// slack absorbs floating-point rounding when a p95 or a cost equals a share exactly (3/7 against 3/7).
+	slack = 1e-9
 )
 
 // Offer is one kind of unit the cluster offers (or one a server held), as the advice compares them.
@@ -152,6 +156,10 @@ func Decide(p Profile, offers []Offer, now time.Time) contract.RightSize {
 		a.Stale = true
 		a.Caveats = append(a.Caveats, fmt.Sprintf("the newest sample is %s old: the use may have changed since", days(age)))
 	}
+	if p.HeldSeconds > 0 && p.UnknownSeconds >= UnknownCaveat*p.HeldSeconds {
+		a.Caveats = append(a.Caveats, fmt.Sprintf("for %s of the %s held the utilization was unknown (stale telemetry, or MIG without DCGM): that time is left out",
+			hours(p.UnknownSeconds), hours(p.HeldSeconds)))
+	}
 	switch {
 	case p.BusySeconds < MinBusy.Seconds():
 		a.Verdict = contract.VerdictNotEnoughData
@@ -165,10 +173,10 @@ func Decide(p Profile, offers []Offer, now time.Time) contract.RightSize {
 	}
 	heldCost := held.cost()
 	for _, o := range offers {
-		if o.Product != held.Product || o.MemoryBytes == 0 || o.cost() >= heldCost-computeSlack {
+		if o.Product != held.Product || o.MemoryBytes == 0 || o.cost() >= heldCost-slack {
 			continue
 		}
-		if o.MemoryBytes < ev.NeedMemoryBytes || o.ComputeGPUs+computeSlack < ev.P95UsedGPUs {
+		if o.MemoryBytes < ev.NeedMemoryBytes || o.ComputeGPUs+slack < ev.P95UsedGPUs {
 			continue
 		}
 		a.Candidates = append(a.Candidates, contract.RightSizeCandidate{RightSizeKind: o.wire(), SavedPerHour: heldCost - o.cost()})

@@ -134,6 +134,20 @@ func TestDecide(t *testing.T) {
 			want: want{Verdict: contract.VerdictSmaller, Candidates: []string{shared4.Class},
 				Caveats: []string{"measured on simulated GPUs: the numbers are not a real workload's"}},
 		},
+		"utilization unknown for a tenth of the time: a caveat": {
+			p: func() Profile { p := recorded(4*gib, 10); p.UnknownSeconds = 4 * 3600; return p }(), offers: noMIG,
+			want: want{Verdict: contract.VerdictSmaller, Candidates: []string{shared4.Class},
+				Caveats: []string{"for 4.0 h of the 40.0 h held the utilization was unknown (stale telemetry, or MIG without DCGM): that time is left out"}},
+		},
+		"utilization unknown all along: no advice, and why": {
+			p: func() Profile {
+				p := recorded(4*gib, 0)
+				p.BusySeconds, p.Samples, p.UnknownSeconds = 0, 0, p.HeldSeconds
+				return p
+			}(), offers: allOffers,
+			want: want{Verdict: contract.VerdictNotEnoughData,
+				Caveats: []string{"for 40.0 h of the 40.0 h held the utilization was unknown (stale telemetry, or MIG without DCGM): that time is left out"}},
+		},
 		"stale profile: advice with a caveat": {
 			p: func() Profile { p := recorded(4*gib, 10); p.To = now.Add(-10 * 24 * time.Hour); return p }(), offers: noMIG,
 			want: want{Verdict: contract.VerdictSmaller, Candidates: []string{shared4.Class},
