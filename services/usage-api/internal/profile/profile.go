@@ -99,7 +99,8 @@ func (r *Recorder) Observe(v *usage.View) {
 // observe adds one sample of server s, standing for dt seconds, to d.
 func observe(d *ledger.ProfileDay, s usage.Server, at time.Time, dt float64) {
 	g0 := s.GPUs[0]
-	d.Kind, d.Product, d.HeldGPUs, d.Last = string(g0.Kind), g0.Product, s.AllocatedGPUs, at
+	// The short model name, as the offers name it (rightsize compares compute within one model).
+	d.Kind, d.Product, d.HeldGPUs, d.Last = string(g0.Kind), gpu.ShortProduct(g0.Product), s.AllocatedGPUs, at
 	d.Simulated = d.Simulated || s.Simulated
 	d.HeldS += dt
 	var mem, memTotal uint64

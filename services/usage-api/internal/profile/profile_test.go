@@ -7,10 +7,15 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
+	"github.com/gpuhub/gpuhub/services/internal/inventory"
 	"github.com/gpuhub/gpuhub/services/internal/rightsize"
+	"github.com/gpuhub/gpuhub/services/internal/snapshot"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/collect"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/usage"
 )
@@ -201,4 +206,67 @@ func TestDaysRollAndRetention(t *testing.T) {
 	if len(r.days) != 1 {
 		t.Errorf("%d days in memory after the flush, want today's alone", len(r.days))
 	}
+}
+
+// TestFromBuiltViews runs the whole path on views the usage API builds (usage.Build) from nodes as GFD labels
+// them and an agent's snapshot: alice holds a whole H100 at 10 % with 4 GiB for 90 minutes, another node offers
+// MIG 1g.10gb instances of the same model; the advice read back is the 1g.10gb.
+func TestFromBuiltViews(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t, filepath.Join(t.TempDir(), "ledger.db"))
+	nodes := map[string]inventory.Node{
+		"gpu-h100-0": {Name: "gpu-h100-0", Ready: true, Allocatable: map[string]int64{gpu.ResourceGPU: 8}, Labels: map[string]string{
+			gpu.LabelProduct: "NVIDIA-H100-80GB-HBM3", gpu.LabelMemoryMiB: "81559", gpu.LabelCount: "8",
+			gpu.LabelReplicas: "1", gpu.LabelSharingStrategy: gpu.SharingNone}},
+		"gpu-h100-mig": {Name: "gpu-h100-mig", Ready: true, Allocatable: map[string]int64{gpu.MIGResource("1g.10gb"): 7}, Labels: map[string]string{
+			gpu.LabelProduct: "NVIDIA-H100-80GB-HBM3", gpu.LabelMIGStrategy: "mixed",
+			gpu.LabelMIGMemoryMiB("1g.10gb"): "9984", gpu.LabelMIGSlicesGI("1g.10gb"): "1"}},
+	}
+	pod := inventory.Pod{UID: "uid-alice", Namespace: "jhub", Name: "jupyter-alice", Node: "gpu-h100-0", User: "alice",
+		Phase: corev1.PodRunning, Ready: true, Resources: map[string]int64{gpu.ResourceGPU: 1}}
+	r := NewRecorder(2 * interval)
+	var v *usage.View
+	for at := t0; at.Before(t0.Add(90 * time.Minute)); at = at.Add(interval) {
+		snap := &snapshot.Snapshot{Node: "gpu-h100-0", Backend: snapshot.BackendNVML, SampledAt: at, IntervalSeconds: 5,
+			Health: snapshot.SamplerHealth{OK: true},
+			GPUs:   []snapshot.GPU{{UUID: "GPU-0", Product: "NVIDIA H100 80GB HBM3", MemoryTotalBytes: 81559 << 20}},
+			Pods: []snapshot.Pod{{UID: "uid-alice", Namespace: "jhub", Name: "jupyter-alice", User: "alice", SMUtilPercent: ptr(10),
+				UtilizationSource: snapshot.SourceNVML, MemoryUsedBytes: 4 * gib,
+				Devices: []snapshot.Device{{UUID: "GPU-0", SMUtilPercent: ptr(10), UtilizationSource: snapshot.SourceNVML, MemoryUsedBytes: 4 * gib}}}}}
+		v = usage.Build(usage.Input{Now: at, Interval: interval, Pods: []inventory.Pod{pod}, Nodes: nodes,
+			Agents: map[string]collect.Result{"gpu-h100-0": {FetchedAt: at, SampleSeenAt: at, Snapshot: snap}},
+			Hub:    usage.Directory{Users: map[string]usage.HubUser{"alice": {Name: "alice"}}}})
+		r.Observe(v)
+	}
+	if err := r.Flush(ctx, st, v.SampledAt); err != nil {
+		t.Fatal(err)
+	}
+	days, err := st.Profiles(ctx, t0, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	advice := Advise(days, v.Offers, v.SampledAt)
+	if len(advice) != 1 {
+		t.Fatalf("%d advice, want 1: %+v", len(advice), advice)
+	}
+	a := advice[0]
+	type short struct {
+		Verdict, Held string
+		Candidates    []string
+		BusyHours     float64
+		P95SM         float64
+	}
+	got := short{Verdict: a.Verdict, Held: a.Held.Class, Candidates: classes(a), BusyHours: a.Evidence.BusySeconds / 3600, P95SM: a.Evidence.P95SMUtilPercent}
+	want := short{Verdict: contract.VerdictSmaller, Held: "gpu H100-80GB-HBM3", Candidates: []string{"mig H100-80GB-HBM3 1g.10gb"}, BusyHours: 1.5, P95SM: 11}
+	if diff := cmp.Diff(want, got, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
+		t.Errorf("(-want +got):\n%s\nreason: %s", diff, a.Reason)
+	}
+}
+
+func classes(a contract.RightSize) []string {
+	var out []string
+	for _, c := range a.Candidates {
+		out = append(out, c.Class)
+	}
+	return out
 }
