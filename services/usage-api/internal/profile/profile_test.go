@@ -255,9 +255,12 @@ func TestFromBuiltViews(t *testing.T) {
 		Candidates    []string
 		BusyHours     float64
 		P95SM         float64
+		PeakMemory    uint64
 	}
-	got := short{Verdict: a.Verdict, Held: a.Held.Class, Candidates: classes(a), BusyHours: a.Evidence.BusySeconds / 3600, P95SM: a.Evidence.P95SMUtilPercent}
-	want := short{Verdict: contract.VerdictSmaller, Held: "gpu H100-80GB-HBM3", Candidates: []string{"mig H100-80GB-HBM3 1g.10gb"}, BusyHours: 1.5, P95SM: 11}
+	got := short{Verdict: a.Verdict, Held: a.Held.Class, Candidates: classes(a), BusyHours: a.Evidence.BusySeconds / 3600,
+		P95SM: a.Evidence.P95SMUtilPercent, PeakMemory: a.Evidence.PeakMemoryBytes}
+	want := short{Verdict: contract.VerdictSmaller, Held: "gpu H100-80GB-HBM3", Candidates: []string{"mig H100-80GB-HBM3 1g.10gb"},
+		BusyHours: 1.5, P95SM: 11, PeakMemory: 4 * gib}
 	if diff := cmp.Diff(want, got, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
 		t.Errorf("(-want +got):\n%s\nreason: %s", diff, a.Reason)
 	}
