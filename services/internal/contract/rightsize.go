@@ -72,7 +72,10 @@ type RightSizeEvidence struct {
 	// HeldSeconds is the time the server held its GPU over the period, busy or not.
 	HeldSeconds float64 `json:"heldSeconds"`
 	// UnknownSeconds is held time whose utilization was unknown (stale telemetry, MIG without DCGM): left out.
-	UnknownSeconds   float64 `json:"unknownSeconds"`
+	UnknownSeconds float64 `json:"unknownSeconds"`
+	// ContendedSeconds is the busy time during which another server on the same physical GPU was busy too:
+	// time-sliced and MPS replicas, which the agent measures per pod; 0 for other kinds (not known).
+	ContendedSeconds float64 `json:"contendedSeconds"`
 	Samples          int64   `json:"samples"`
 	PeakMemoryBytes  uint64  `json:"peakMemoryBytes"`
 	P95MemoryBytes   uint64  `json:"p95MemoryBytes"`

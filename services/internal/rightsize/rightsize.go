@@ -39,6 +39,10 @@ const (
 	// DCGM) from which the advice says so: a few stale ticks while an agent restarts say nothing, a tenth of the
 	// time means the advice stands on part of the use only.
 	UnknownCaveat = 0.10
+	// ContentionCaveat is the share of the busy time shared with a busy neighbour on a time-sliced or MPS GPU
+	// from which the advice says so: the p95 leaves out the top 5 % of busy samples, so once more of them than
+	// that were held down by a neighbour, the p95 may be lower than the server's use alone.
+	ContentionCaveat = 0.05
 	// slack absorbs floating-point rounding when a p95 or a cost equals a share exactly (3/7 against 3/7).
 	slack = 1e-9
 )
@@ -107,6 +111,9 @@ type Profile struct {
 	// HeldSeconds is the time held; BusySeconds the part with the GPU busy; UnknownSeconds the part whose
 	// utilization was unknown (left out of every number).
 	HeldSeconds, BusySeconds, UnknownSeconds float64
+	// ContendedSeconds is the busy time during which another server on the same physical GPU was busy too
+	// (time-sliced and MPS replicas, where the agent measures each pod; 0 where that cannot be known).
+	ContendedSeconds float64
 	// Samples is the number of busy samples the percentiles are over.
 	Samples         int64
 	PeakMemoryBytes uint64
@@ -142,7 +149,8 @@ func Decide(p Profile, offers []Offer, now time.Time) contract.RightSize {
 	}
 	ev := contract.RightSizeEvidence{
 		From: p.From, To: p.To, HeldSeconds: p.HeldSeconds, BusySeconds: p.BusySeconds, UnknownSeconds: p.UnknownSeconds,
-		Samples: p.Samples, PeakMemoryBytes: p.PeakMemoryBytes, P95MemoryBytes: p.P95MemoryBytes,
+		ContendedSeconds: p.ContendedSeconds,
+		Samples:          p.Samples, PeakMemoryBytes: p.PeakMemoryBytes, P95MemoryBytes: p.P95MemoryBytes,
 		P95SMUtilPercent: p.P95SMUtilPercent, P95UsedGPUs: p.P95SMUtilPercent / 100 * p.Scale,
 		NeedMemoryBytes:   uint64(math.Ceil(float64(p.PeakMemoryBytes) * (1 + MemoryMargin))),
 		MemoryMarginRatio: MemoryMargin, MinBusySeconds: MinBusy.Seconds(), MinSamples: MinSamples,
@@ -159,6 +167,10 @@ func Decide(p Profile, offers []Offer, now time.Time) contract.RightSize {
 	if p.HeldSeconds > 0 && p.UnknownSeconds >= UnknownCaveat*p.HeldSeconds {
 		a.Caveats = append(a.Caveats, fmt.Sprintf("for %s of the %s held the utilization was unknown (stale telemetry, or MIG without DCGM): that time is left out",
 			hours(p.UnknownSeconds), hours(p.HeldSeconds)))
+	}
+	if p.BusySeconds > 0 && p.ContendedSeconds > ContentionCaveat*p.BusySeconds {
+		a.Caveats = append(a.Caveats, fmt.Sprintf("for %s of the %s busy another server was busy on the same GPU: its p95 may be lower than its use alone",
+			hours(p.ContendedSeconds), hours(p.BusySeconds)))
 	}
 	switch {
 	case p.BusySeconds < MinBusy.Seconds():

@@ -148,6 +148,23 @@ func TestDecide(t *testing.T) {
 			want: want{Verdict: contract.VerdictNotEnoughData,
 				Caveats: []string{"for 40.0 h of the 40.0 h held the utilization was unknown (stale telemetry, or MIG without DCGM): that time is left out"}},
 		},
+		"a busy neighbour on the same time-sliced GPU for a tenth of the busy time: a caveat": {
+			p: func() Profile {
+				p := recorded(4*gib, 10)
+				p.Held, p.ContendedSeconds = shared4, 0.1*p.BusySeconds
+				return p
+			}(), offers: allOffers,
+			want: want{Verdict: contract.VerdictSmaller, Candidates: []string{mig1g.Class},
+				Caveats: []string{"for 36 min of the 6.0 h busy another server was busy on the same GPU: its p95 may be lower than its use alone"}},
+		},
+		"a busy neighbour for 5 % of the busy time: no caveat (the p95 leaves that out)": {
+			p: func() Profile {
+				p := recorded(4*gib, 10)
+				p.Held, p.ContendedSeconds = shared4, 0.05*p.BusySeconds
+				return p
+			}(), offers: allOffers,
+			want: want{Verdict: contract.VerdictSmaller, Candidates: []string{mig1g.Class}},
+		},
 		"stale profile: advice with a caveat": {
 			p: func() Profile { p := recorded(4*gib, 10); p.To = now.Add(-10 * 24 * time.Hour); return p }(), offers: noMIG,
 			want: want{Verdict: contract.VerdictSmaller, Candidates: []string{shared4.Class},

@@ -29,11 +29,14 @@ type ProfileDay struct {
 	First, Last      time.Time
 	// HeldS is the time held; BusyS the part with the GPU busy; UnknownS the part whose utilization was unknown.
 	HeldS, BusyS, UnknownS float64
-	BusySamples            int64
-	PeakMemoryBytes        uint64
-	Simulated              bool
-	MemoryHist             []uint32 // MemoryBins counts, over every sample whose memory was known
-	SMHist                 []uint32 // SMBins counts, over busy samples
+	// ContendedS is the busy time during which another server on the same physical GPU (a time-sliced or MPS
+	// replica's neighbours) was busy too.
+	ContendedS      float64
+	BusySamples     int64
+	PeakMemoryBytes uint64
+	Simulated       bool
+	MemoryHist      []uint32 // MemoryBins counts, over every sample whose memory was known
+	SMHist          []uint32 // SMBins counts, over busy samples
 }
 
 // PutProfiles writes days (replacing the rows of the same server, class and day) and deletes every day before
@@ -49,12 +52,12 @@ func (s *Store) PutProfiles(ctx context.Context, days []ProfileDay, keepFrom tim
 		}
 	}()
 	const cols = `user_name, server, class, day, kind, product, memory_total, held_gpus, scale, first_ns, last_ns,
-		held_s, busy_s, unknown_s, busy_samples, peak_memory, simulated, memory_hist, sm_hist`
-	upsert := s.q(`INSERT INTO rightsize_profile (` + cols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		held_s, busy_s, unknown_s, contended_s, busy_samples, peak_memory, simulated, memory_hist, sm_hist`
+	upsert := s.q(`INSERT INTO rightsize_profile (` + cols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (user_name, server, class, day) DO UPDATE SET kind = excluded.kind, product = excluded.product,
 		memory_total = excluded.memory_total, held_gpus = excluded.held_gpus, scale = excluded.scale,
 		first_ns = excluded.first_ns, last_ns = excluded.last_ns, held_s = excluded.held_s, busy_s = excluded.busy_s,
-		unknown_s = excluded.unknown_s, busy_samples = excluded.busy_samples, peak_memory = excluded.peak_memory,
+		unknown_s = excluded.unknown_s, contended_s = excluded.contended_s, busy_samples = excluded.busy_samples, peak_memory = excluded.peak_memory,
 		simulated = excluded.simulated, memory_hist = excluded.memory_hist, sm_hist = excluded.sm_hist`)
 	for _, d := range days {
 		sim := 0
@@ -63,7 +66,7 @@ func (s *Store) PutProfiles(ctx context.Context, days []ProfileDay, keepFrom tim
 		}
 		if _, err = tx.ExecContext(ctx, upsert, d.User, d.Server, d.Class, d.Day.Unix(), d.Kind, d.Product,
 			int64(d.MemoryTotalBytes), d.HeldGPUs, d.Scale, d.First.UnixNano(), d.Last.UnixNano(), d.HeldS, d.BusyS,
-			d.UnknownS, d.BusySamples, int64(d.PeakMemoryBytes), sim, encodeHist(d.MemoryHist), encodeHist(d.SMHist)); err != nil {
+			d.UnknownS, d.ContendedS, d.BusySamples, int64(d.PeakMemoryBytes), sim, encodeHist(d.MemoryHist), encodeHist(d.SMHist)); err != nil {
 			return fmt.Errorf("write profile: %w", err)
 		}
 	}
@@ -80,7 +83,7 @@ func (s *Store) PutProfiles(ctx context.Context, days []ProfileDay, keepFrom tim
 // class and day.
 func (s *Store) Profiles(ctx context.Context, from time.Time, user string) ([]ProfileDay, error) {
 	query := `SELECT user_name, server, class, day, kind, product, memory_total, held_gpus, scale, first_ns, last_ns,
-		held_s, busy_s, unknown_s, busy_samples, peak_memory, simulated, memory_hist, sm_hist
+		held_s, busy_s, unknown_s, contended_s, busy_samples, peak_memory, simulated, memory_hist, sm_hist
 		FROM rightsize_profile WHERE day >= ?`
 	args := []any{DayOf(from).Unix()}
 	if user != "" {
@@ -100,7 +103,7 @@ func (s *Store) Profiles(ctx context.Context, from time.Time, user string) ([]Pr
 		var sim int
 		var memHist, smHist string
 		if err := rows.Scan(&d.User, &d.Server, &d.Class, &day, &d.Kind, &d.Product, &memTotal, &d.HeldGPUs, &d.Scale,
-			&firstNS, &lastNS, &d.HeldS, &d.BusyS, &d.UnknownS, &d.BusySamples, &peak, &sim, &memHist, &smHist); err != nil {
+			&firstNS, &lastNS, &d.HeldS, &d.BusyS, &d.UnknownS, &d.ContendedS, &d.BusySamples, &peak, &sim, &memHist, &smHist); err != nil {
 			return nil, fmt.Errorf("read profiles: %w", err)
 		}
 		d.Day, d.First, d.Last = time.Unix(day, 0).UTC(), time.Unix(0, firstNS).UTC(), time.Unix(0, lastNS).UTC()

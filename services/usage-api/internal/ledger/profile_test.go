@@ -24,7 +24,7 @@ func TestProfiles(t *testing.T) {
 	}
 	alice := ProfileDay{User: "alice", Server: "", Class: "gpu H100-80GB-HBM3", Day: day, Kind: "gpu", Product: "H100-80GB-HBM3",
 		MemoryTotalBytes: 81559 << 20, HeldGPUs: 1, Scale: 1, First: t0, Last: t0.Add(time.Hour),
-		HeldS: 3600, BusyS: 1200, UnknownS: 5, BusySamples: 240, PeakMemoryBytes: 4 << 30, Simulated: true,
+		HeldS: 3600, BusyS: 1200, UnknownS: 5, ContendedS: 60, BusySamples: 240, PeakMemoryBytes: 4 << 30, Simulated: true,
 		MemoryHist: hist(5, 5, 100), SMHist: hist(0, 10, 100)}
 	old := alice
 	old.Day, old.First, old.Last = day.AddDate(0, 0, -31), t0.AddDate(0, 0, -31), t0.AddDate(0, 0, -31).Add(time.Minute)

@@ -184,6 +184,7 @@ CREATE TABLE IF NOT EXISTS rightsize_profile (
 	held_s        DOUBLE PRECISION NOT NULL,
 	busy_s        DOUBLE PRECISION NOT NULL,
 	unknown_s     DOUBLE PRECISION NOT NULL,
+	contended_s   DOUBLE PRECISION NOT NULL,
 	busy_samples  BIGINT NOT NULL,
 	peak_memory   BIGINT NOT NULL,
 	simulated     INTEGER NOT NULL,

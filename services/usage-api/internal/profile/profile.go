@@ -78,6 +78,7 @@ func (r *Recorder) Observe(v *usage.View) {
 	}
 	dt = min(dt, r.MaxStep)
 	day := ledger.DayOf(v.SampledAt)
+	busy := busyReplicas(v)
 	for _, u := range v.Users {
 		for _, s := range u.Servers {
 			if len(s.GPUs) == 0 {
@@ -90,14 +91,40 @@ func (r *Recorder) Observe(v *usage.View) {
 					MemoryHist: make([]uint32, ledger.MemoryBins), SMHist: make([]uint32, ledger.SMBins)}
 				r.days[k] = d
 			}
-			observe(d, s, v.SampledAt, dt.Seconds())
+			observe(d, s, v.SampledAt, dt.Seconds(), busy)
 			r.dirty[k] = true
 		}
 	}
 }
 
-// observe adds one sample of server s, standing for dt seconds, to d.
-func observe(d *ledger.ProfileDay, s usage.Server, at time.Time, dt float64) {
+// contentionKnown says whether a kind's units are measured per pod, so that a neighbour's use can be told from
+// one's own: time-sliced and MPS replicas of a whole GPU (NVML per process). On a time-sliced MIG instance
+// every pod is shown the instance's number (DCGM), so it is not.
+func contentionKnown(k gpu.Kind) bool { return k == gpu.KindShared || k == gpu.KindMPS }
+
+// unitBusy says whether a unit's own utilization is known and at or above the idle line.
+func unitBusy(g usage.GPU) bool {
+	return g.SMUtilPercent != nil && *g.SMUtilPercent >= usage.IdleBelowPercent
+}
+
+// busyReplicas counts, per physical GPU (UUID), the busy replicas on it in the view.
+func busyReplicas(v *usage.View) map[string]int {
+	n := map[string]int{}
+	for _, u := range v.Users {
+		for _, s := range u.Servers {
+			for _, g := range s.GPUs {
+				if contentionKnown(g.Kind) && g.UUID != "" && !s.Stale && unitBusy(g) {
+					n[g.UUID]++
+				}
+			}
+		}
+	}
+	return n
+}
+
+// observe adds one sample of server s, standing for dt seconds, to d; busy counts the busy replicas per
+// physical GPU (busyReplicas).
+func observe(d *ledger.ProfileDay, s usage.Server, at time.Time, dt float64, busy map[string]int) {
 	g0 := s.GPUs[0]
 	// The short model name, as the offers name it (rightsize compares compute within one model).
 	d.Kind, d.Product, d.HeldGPUs, d.Last = string(g0.Kind), gpu.ShortProduct(g0.Product), s.AllocatedGPUs, at
@@ -133,6 +160,12 @@ func observe(d *ledger.ProfileDay, s usage.Server, at time.Time, dt float64) {
 	d.BusyS += dt
 	d.BusySamples++
 	d.SMHist[min(ledger.SMBins-1, int(util))]++
+	for _, g := range s.GPUs {
+		if contentionKnown(g.Kind) && g.UUID != "" && unitBusy(g) && busy[g.UUID] > 1 {
+			d.ContendedS += dt
+			break
+		}
+	}
 }
 
 // unitScale is what a unit's SM utilization is a fraction of, in GPUs (gpu.Allocation.UtilizationScale): read
@@ -223,6 +256,7 @@ func merge(a, b ledger.ProfileDay) ledger.ProfileDay {
 		m.First = b.First
 	}
 	m.HeldS, m.BusyS, m.UnknownS, m.BusySamples = a.HeldS+b.HeldS, a.BusyS+b.BusyS, a.UnknownS+b.UnknownS, a.BusySamples+b.BusySamples
+	m.ContendedS = a.ContendedS + b.ContendedS
 	m.PeakMemoryBytes, m.Simulated = max(a.PeakMemoryBytes, b.PeakMemoryBytes), a.Simulated || b.Simulated
 	m.MemoryHist, m.SMHist = addHist(a.MemoryHist, b.MemoryHist), addHist(a.SMHist, b.SMHist)
 	return m
@@ -263,7 +297,7 @@ func Profiles(days []ledger.ProfileDay) []rightsize.Profile {
 func toProfile(d ledger.ProfileDay) rightsize.Profile {
 	p := rightsize.Profile{User: d.User, Server: d.Server,
 		Held: rightsize.Offer{Kind: gpu.Kind(d.Kind), Class: d.Class, Product: d.Product, MemoryBytes: d.MemoryTotalBytes, ComputeGPUs: d.HeldGPUs},
-		From: d.First, To: d.Last, HeldSeconds: d.HeldS, BusySeconds: d.BusyS, UnknownSeconds: d.UnknownS,
+		From: d.First, To: d.Last, HeldSeconds: d.HeldS, BusySeconds: d.BusyS, UnknownSeconds: d.UnknownS, ContendedSeconds: d.ContendedS,
 		Samples: d.BusySamples, PeakMemoryBytes: d.PeakMemoryBytes, Scale: d.Scale, Simulated: d.Simulated}
 	// The percentiles are the upper edges of their bins: the safe side, never above the peak or 100 %.
 	if b, ok := percentileBin(d.MemoryHist, 0.95); ok {

@@ -2,6 +2,7 @@ package profile
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -272,4 +273,48 @@ func classes(a contract.RightSize) []string {
 		out = append(out, c.Class)
 	}
 	return out
+}
+
+// TestContention: on a time-sliced GPU a server's busy time counts as contended while another server on the
+// same physical GPU is busy too; an idle neighbour does not count, nor a time-sliced MIG instance, whose pods
+// are all shown the instance's number.
+func TestContention(t *testing.T) {
+	share := func(kind gpu.Kind, uuid string, util float64) usage.GPU {
+		g := unit(kind, string(kind)+" "+h100, 0.25, 1, util, gib)
+		g.UUID = uuid
+		return g
+	}
+	servers := func(gs ...usage.GPU) *usage.View {
+		v := &usage.View{SampledAt: t0, Interval: interval, Users: map[string]*usage.User{}}
+		for i, g := range gs {
+			name := fmt.Sprintf("u%d", i)
+			v.Users[name] = &usage.User{Name: name, Servers: []usage.Server{{AllocatedGPUs: 0.25, GPUs: []usage.GPU{g}}}}
+		}
+		return v
+	}
+	for name, tc := range map[string]struct {
+		v    *usage.View
+		want float64 // u0's contended seconds
+	}{
+		"two busy on one GPU":          {servers(share(gpu.KindShared, "GPU-0", 40), share(gpu.KindShared, "GPU-0", 30)), 5},
+		"a busy and an idle neighbour": {servers(share(gpu.KindShared, "GPU-0", 40), share(gpu.KindShared, "GPU-0", 0)), 0},
+		"busy on two GPUs":             {servers(share(gpu.KindShared, "GPU-0", 40), share(gpu.KindShared, "GPU-1", 30)), 0},
+		"MPS":                          {servers(share(gpu.KindMPS, "GPU-0", 40), share(gpu.KindMPS, "GPU-0", 30)), 5},
+		"time-sliced MIG: not known":   {servers(share(gpu.KindSharedMIG, "MIG-0", 40), share(gpu.KindSharedMIG, "MIG-0", 40)), 0},
+		"no device named: not known":   {servers(share(gpu.KindShared, "", 40), share(gpu.KindShared, "", 30)), 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := NewRecorder(2 * interval)
+			r.Observe(tc.v)
+			var got float64
+			for k, d := range r.days {
+				if k.user == "u0" {
+					got = d.ContendedS
+				}
+			}
+			if got != tc.want {
+				t.Errorf("contended %v s, want %v", got, tc.want)
+			}
+		})
+	}
 }
