@@ -81,7 +81,8 @@ func (h *handler) userRightSize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := r.PathValue("name")
-	if !id.CanReadUser(name) {
+	// The reader services too: gpu-profiles marks the spawn form's recommended choice from any user's advice.
+	if !id.CanReadUser(name) && !h.canReadAll(id) {
 		server.WriteError(w, http.StatusForbidden, "you may read only your own right-size advice; %q is another user's", name)
 		return
 	}

@@ -57,21 +57,23 @@ func TestRightSizeAuthorization(t *testing.T) {
 		path, token string
 		want        int
 	}{
-		"alice reads her advice":              {"api/v1/me/right-size", "alice-token", http.StatusOK},
-		"alice reads herself by name":         {"api/v1/users/alice/right-size", "alice-token", http.StatusOK},
-		"bob cannot read alice's advice":      {"api/v1/users/alice/right-size", "bob-token", http.StatusForbidden},
-		"admin reads alice's advice":          {"api/v1/users/alice/right-size", "root-token", http.StatusOK},
-		"a service has no me":                 {"api/v1/me/right-size", "quota-token", http.StatusForbidden},
-		"no token":                            {"api/v1/me/right-size", "", http.StatusUnauthorized},
-		"alice cannot read everyone's":        {"api/v1/right-size", "alice-token", http.StatusForbidden},
-		"admin reads everyone's":              {"api/v1/right-size", "root-token", http.StatusOK},
-		"a reader service reads everyone's":   {"api/v1/right-size", "quota-token", http.StatusOK},
-		"a service not listed cannot":         {"api/v1/right-size", "culler-token", http.StatusForbidden},
-		"period not offered":                  {"api/v1/me/right-size?period=1y", "alice-token", http.StatusBadRequest},
-		"by not offered":                      {"api/v1/right-size?by=class", "root-token", http.StatusBadRequest},
-		"format not offered":                  {"api/v1/right-size?format=xml", "root-token", http.StatusBadRequest},
-		"every period":                        {"api/v1/right-size?period=30d&by=kind&format=csv", "root-token", http.StatusOK},
-		"another user's advice with a period": {"api/v1/users/bob/right-size?period=24h", "root-token", http.StatusOK},
+		"alice reads her advice":               {"api/v1/me/right-size", "alice-token", http.StatusOK},
+		"alice reads herself by name":          {"api/v1/users/alice/right-size", "alice-token", http.StatusOK},
+		"bob cannot read alice's advice":       {"api/v1/users/alice/right-size", "bob-token", http.StatusForbidden},
+		"admin reads alice's advice":           {"api/v1/users/alice/right-size", "root-token", http.StatusOK},
+		"a service has no me":                  {"api/v1/me/right-size", "quota-token", http.StatusForbidden},
+		"a reader service reads one user's":    {"api/v1/users/alice/right-size", "quota-token", http.StatusOK},
+		"a service not listed cannot read one": {"api/v1/users/alice/right-size", "culler-token", http.StatusForbidden},
+		"no token":                             {"api/v1/me/right-size", "", http.StatusUnauthorized},
+		"alice cannot read everyone's":         {"api/v1/right-size", "alice-token", http.StatusForbidden},
+		"admin reads everyone's":               {"api/v1/right-size", "root-token", http.StatusOK},
+		"a reader service reads everyone's":    {"api/v1/right-size", "quota-token", http.StatusOK},
+		"a service not listed cannot":          {"api/v1/right-size", "culler-token", http.StatusForbidden},
+		"period not offered":                   {"api/v1/me/right-size?period=1y", "alice-token", http.StatusBadRequest},
+		"by not offered":                       {"api/v1/right-size?by=class", "root-token", http.StatusBadRequest},
+		"format not offered":                   {"api/v1/right-size?format=xml", "root-token", http.StatusBadRequest},
+		"every period":                         {"api/v1/right-size?period=30d&by=kind&format=csv", "root-token", http.StatusOK},
+		"another user's advice with a period":  {"api/v1/users/bob/right-size?period=24h", "root-token", http.StatusOK},
 	} {
 		t.Run(name, func(t *testing.T) {
 			status, body := get(t, srv, http.MethodGet, prefix+tc.path, tc.token)
