@@ -2,11 +2,8 @@ package api
 
 import (
 	"context"
-	"encoding/csv"
 	"fmt"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
@@ -15,7 +12,6 @@ import (
 	"github.com/gpuhub/gpuhub/services/internal/server"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/profile"
-	"github.com/gpuhub/gpuhub/services/usage-api/internal/usage"
 )
 
 // Profiles reads the right-size profile days (ledger.Ledger.Profiles).
@@ -117,7 +113,7 @@ func (h *handler) rightSizeSavings(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	pname, d, qerr := period(r)
+	pname, _, qerr := period(r)
 	if qerr != nil {
 		writeQueryError(w, qerr)
 		return
@@ -135,52 +131,21 @@ func (h *handler) rightSizeSavings(w http.ResponseWriter, r *http.Request) {
 		writeQueryError(w, badRequest("format %q is not json or csv", param(format)))
 		return
 	}
-	from, asOf, adv, qerr := h.advice(r.Context(), "", d)
-	if qerr != nil {
-		writeQueryError(w, qerr)
+	if err := h.opts.Ledger.Available(); err != nil {
+		writeQueryError(w, &queryError{status: http.StatusServiceUnavailable, msg: "right-size advice is unavailable: " + err.Error()})
 		return
 	}
-	var dir map[string]usage.HubUser
-	if v := h.opts.State.View(); v != nil {
-		dir = v.Hub.Users
-	}
-	rows, saved, held, err := profile.Savings(adv, by, func(u string) []string { return dir[u].Groups })
+	resp, err := profile.Report(r.Context(), h.opts.Profiles, h.opts.State.View(), pname, by, h.opts.Now().UTC())
 	if err != nil {
-		writeQueryError(w, badRequest("%v", err))
+		h.opts.Logger.Error("ledger profiles query failed", "err", err)
+		writeQueryError(w, &queryError{status: http.StatusServiceUnavailable,
+			msg: fmt.Sprintf("the ledger database could not answer just now; retry in %d s", retryAfterSeconds)})
 		return
 	}
-	resp := contract.RightSizeSavings{Period: pname, From: from, AsOf: asOf, By: by, Rows: rows, SaveableGPUHours: saved, HeldGPUHours: held}
 	if format == "csv" {
-		writeSavingsCSV(w, resp)
+		profile.WriteCSVHeaders(w, resp)
+		_ = profile.WriteCSV(w, resp)
 		return
 	}
 	server.WriteJSON(w, http.StatusOK, resp)
-}
-
-// writeSavingsCSV writes one line per row with the period's bounds; GPU-hours to six decimals, as the admin
-// view's GPU-hours CSV.
-func writeSavingsCSV(w http.ResponseWriter, s contract.RightSizeSavings) {
-	name := fmt.Sprintf("right-size-%s-by-%s-%s.csv", s.Period, s.By, s.AsOf.Format("20060102T1504Z"))
-	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
-	w.Header().Set("Content-Disposition", `attachment; filename="`+name+`"`)
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"period", "from", "to", s.By, "saveable_gpu_hours", "held_gpu_hours", "servers", "advised_smaller"})
-	from, to := s.From.Format(time.RFC3339), s.AsOf.Format(time.RFC3339)
-	for _, r := range s.Rows {
-		_ = cw.Write([]string{s.Period, from, to, csvText(r.Key), gpuHours(r.SaveableGPUHours), gpuHours(r.HeldGPUHours),
-			strconv.Itoa(r.Servers), strconv.Itoa(r.Smaller)})
-	}
-	cw.Flush()
-}
-
-func gpuHours(v float64) string { return strconv.FormatFloat(v, 'f', 6, 64) }
-
-// csvText keeps a spreadsheet from taking a name for a formula.
-func csvText(s string) string {
-	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
-		return "'" + s
-	}
-	return s
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 	"github.com/gpuhub/gpuhub/services/internal/rightsize"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/profile"
 )
 
 const a100 = "A100-SXM4-40GB"
@@ -147,7 +148,7 @@ func TestRightSizeSavingsCSVMatchesJSON(t *testing.T) {
 			want = append(want, []string{"period", "from", "to", by, "saveable_gpu_hours", "held_gpu_hours", "servers", "advised_smaller"})
 			for _, r := range js.Rows {
 				want = append(want, []string{"7d", js.From.Format(time.RFC3339), js.AsOf.Format(time.RFC3339), r.Key,
-					gpuHours(r.SaveableGPUHours), gpuHours(r.HeldGPUHours), itoa(r.Servers), itoa(r.Smaller)})
+					profile.GPUHours(r.SaveableGPUHours), profile.GPUHours(r.HeldGPUHours), itoa(r.Servers), itoa(r.Smaller)})
 			}
 			if diff := cmp.Diff(want, recs); diff != "" {
 				t.Errorf("CSV against JSON (-json +csv):\n%s", diff)
