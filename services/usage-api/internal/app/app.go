@@ -181,7 +181,7 @@ func Run(ctx context.Context, o Options) error {
 		mux.Handle(prefix+"api/", handler)
 		o.Login.Routes(mux)
 		mux.Handle(prefix, o.Login.Require(adminview.New(adminview.Options{Prefix: prefix, State: state, Ledger: led,
-			Culler: o.CullerAPI, Quota: o.QuotaAPI, Now: o.Now, Logger: o.Logger})))
+			Culler: o.CullerAPI, Quota: o.QuotaAPI, Profiles: led, Now: o.Now, Logger: o.Logger})))
 		handler = mux
 	}
 	srv, err := server.New(server.Options{
