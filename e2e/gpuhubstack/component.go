@@ -109,6 +109,9 @@ func profilesComponent(o Options, installed **Installed) stack.Component {
 		if o.Quota.Binary != "" {
 			p.QuotaURL = Quota{Port: o.Quota.Port}.URL()
 		}
+		if o.UsageAPI != "" {
+			p.UsageURL = Usage{Port: o.Port}.BaseURL()
+		}
 		spec := p.Spec()
 		spec.LogFile = filepath.Join(s.Dir, "logs", "gpu-profiles.log")
 		return spec, nil
@@ -188,6 +191,10 @@ func usageSpec(s *stack.Stack, o Options) (*Installed, proc.Spec, error) {
 	}
 	if o.Quota.Binary != "" {
 		u.QuotaURL = Quota{Port: o.Quota.Port}.URL()
+	}
+	if o.Profiles.Binary != "" {
+		// gpu-profiles reads each user's right-size advice (the form's mark), as the chart lets it.
+		u.Readers = append(u.Readers, ProfilesServiceName)
 	}
 	if o.Culler.Binary != "" {
 		u.Readers = append(u.Readers, CullerServiceName)
