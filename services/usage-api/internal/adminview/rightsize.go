@@ -68,12 +68,9 @@ func (h *handler) rightSize(w http.ResponseWriter, r *http.Request) {
 	}
 	c.CSVHref = h.o.Prefix + "right-size?" + url.Values{"period": {period}, "by": {by}, "format": {"csv"}}.Encode()
 
-	var err error
-	switch {
-	case h.o.Profiles == nil:
+	err := h.o.Ledger.Available()
+	if h.o.Profiles == nil {
 		err = errors.New("the usage API keeps no right-size profiles here (no ledger database)")
-	default:
-		err = h.o.Ledger.Available()
 	}
 	if err == nil {
 		c.Report, err = profile.Report(r.Context(), h.o.Profiles, h.o.State.View(), period, by, h.o.Now().UTC())
