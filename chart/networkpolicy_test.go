@@ -63,7 +63,7 @@ func TestNetworkPolicies(t *testing.T) {
 			want: map[string]ingress{
 				"gpuhub-agent": {Guards: "gpu-agent", From: []string{usage, prometheus}, Ports: []string{"9400"}},
 				// The panel and the admin view through the proxy; gpu-quota reads GPU-hours, gpu-culler telemetry.
-				"gpuhub-usage": {Guards: "usage-api", From: []string{proxyZ2JH, hubZ2JH, quota, culler, prometheus}, Ports: []string{"8000"}},
+				"gpuhub-usage": {Guards: "usage-api", From: []string{proxyZ2JH, hubZ2JH, quota, culler, profiles, prometheus}, Ports: []string{"8000"}},
 				// The panel's waitlist through the proxy, admission from the glue; the usage API (the panel's quota),
 				// gpu-profiles (assess) and gpu-culler (contended classes).
 				"gpuhub-quota": {Guards: "gpu-quota", From: []string{proxyZ2JH, hubZ2JH, usage, profiles, culler, prometheus}, Ports: []string{"8000"}},
@@ -79,7 +79,7 @@ func TestNetworkPolicies(t *testing.T) {
 				"--set", "profiles.port=8300", "--set", "culler.port=8400"),
 			want: map[string]ingress{
 				"gpuhub-agent":    {Guards: "gpu-agent", From: []string{usage}, Ports: []string{"9500"}},
-				"gpuhub-usage":    {Guards: "usage-api", From: []string{proxy, hub, quota, culler}, Ports: []string{"8100"}},
+				"gpuhub-usage":    {Guards: "usage-api", From: []string{proxy, hub, quota, culler, profiles}, Ports: []string{"8100"}},
 				"gpuhub-quota":    {Guards: "gpu-quota", From: []string{proxy, hub, usage, profiles, culler}, Ports: []string{"8200"}},
 				"gpuhub-profiles": {Guards: "gpu-profiles", From: []string{hub}, Ports: []string{"8300"}},
 				"gpuhub-culler":   {Guards: "gpu-culler", From: []string{proxy, hub, usage}, Ports: []string{"8400"}},
@@ -90,7 +90,7 @@ func TestNetworkPolicies(t *testing.T) {
 			set: []string{"--set", "quota.enabled=true", "--set", "profiles.enabled=true"},
 			want: map[string]ingress{
 				"gpuhub-agent":    {Guards: "gpu-agent", From: []string{usage}, Ports: []string{"9400"}},
-				"gpuhub-usage":    {Guards: "usage-api", From: []string{proxy, hub, quota}, Ports: []string{"8000"}},
+				"gpuhub-usage":    {Guards: "usage-api", From: []string{proxy, hub, quota, profiles}, Ports: []string{"8000"}},
 				"gpuhub-quota":    {Guards: "gpu-quota", From: []string{proxy, hub, usage, profiles}, Ports: []string{"8000"}},
 				"gpuhub-profiles": {Guards: "gpu-profiles", From: []string{hub}, Ports: []string{"8000"}},
 			},

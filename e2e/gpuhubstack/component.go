@@ -193,6 +193,9 @@ func profilesComponents(o Options, installed **Installed) []stack.Component {
 			if o.Quota.Binary != "" {
 				p.QuotaURL = Quota{Port: o.Quota.Port}.URL()
 			}
+			if o.UsageAPI != "" {
+				p.UsageURL = Usage{Port: o.Port}.BaseURL()
+			}
 			spec := p.Spec()
 			spec.Name = name
 			spec.LogFile = filepath.Join(s.Dir, "logs", name+".log")

@@ -515,7 +515,7 @@ type Usage struct {
 	// SessionTTL is --session-ttl (the admin view's sessions); empty: the usage API's default.
 	SessionTTL string
 	// Readers are further Hub services whose own token may read every user's data (--reader-services):
-	// gpu-culler reads every GPU server's telemetry (api/v1/servers).
+	// gpu-culler reads every GPU server's telemetry (api/v1/servers), gpu-profiles each user's right-size advice.
 	Readers    []string
 	Interval   string // default 1s
 	HubRefresh string // default 10s

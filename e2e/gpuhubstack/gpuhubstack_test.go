@@ -264,11 +264,11 @@ func TestHubValues(t *testing.T) {
 func TestProfilesSpec(t *testing.T) {
 	p := Profiles{Binary: "/bin/gpu-profiles", Port: 8124, Kubeconfig: "/s/kc", Config: "/s/profiles.yaml", Namespace: "jhub",
 		LeaseNamespace: "jhub", LeaseArgs: []string{"--lease-name=gpuhub-profiles"}, QuotaURL: "http://127.0.0.1:8123/services/gpu-quota/",
-		HubAPIURL: "http://127.0.0.1:8081/hub/api", Token: "tok"}
+		UsageURL: "http://127.0.0.1:8181/services/gpu-usage/", HubAPIURL: "http://127.0.0.1:8081/hub/api", Token: "tok"}
 	spec := p.Spec()
 	for _, a := range []string{"--listen=127.0.0.1:8124", "--prefix=/services/gpu-profiles/", "--config=/s/profiles.yaml", "--namespace=jhub",
 		"--kubeconfig=/s/kc", "--lease-namespace=jhub", "--lease-name=gpuhub-profiles", "--reader-services=gpu-usage",
-		"--quota-url=http://127.0.0.1:8123/services/gpu-quota/", "--pending-end-after=30s"} {
+		"--quota-url=http://127.0.0.1:8123/services/gpu-quota/", "--usage-url=http://127.0.0.1:8181/services/gpu-usage/", "--pending-end-after=30s"} {
 		if !contains(spec.Args, a) {
 			t.Errorf("gpu-profiles args %v lack %s", spec.Args, a)
 		}

@@ -25,8 +25,11 @@ type Profiles struct {
 	LeaseNamespace string
 	LeaseArgs      []string
 	QuotaURL       string // gpu-quota base URL with its prefix; empty: none
-	HubAPIURL      string
-	Token          string // the service's Hub token
+	// UsageURL is the usage API's base URL with its prefix (Usage.BaseURL): right-size advice marks the form's
+	// recommended choice, as the chart sets it; empty: none.
+	UsageURL  string
+	HubAPIURL string
+	Token     string // the service's Hub token
 	// PendingEndAfter is --pending-end-after (default 30s: the demo should move quickly).
 	PendingEndAfter string
 	LogLevel        string // default info
@@ -50,6 +53,9 @@ func (p Profiles) Spec() proc.Spec {
 	}
 	if p.QuotaURL != "" {
 		args = append(args, "--quota-url="+p.QuotaURL)
+	}
+	if p.UsageURL != "" {
+		args = append(args, "--usage-url="+p.UsageURL)
 	}
 	args = append(args, p.LeaseArgs...)
 	return proc.Spec{

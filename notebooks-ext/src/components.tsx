@@ -43,6 +43,14 @@ import {
 } from './format';
 import type { UsageState } from './model';
 import {
+  RightSize,
+  adviceHeadline,
+  alsoFits,
+  evidenceText,
+  periodText
+} from './rightsize';
+import type { RightSizeState } from './rightsizeModel';
+import {
   Place,
   estimateText,
   holdCountdown,
@@ -72,6 +80,8 @@ export interface PanelProps {
   culler?: CullerProps;
   /** gpu-quota's waitlist: the user's places; absent without a waitlist model. */
   waitlist?: WaitlistProps;
+  /** The usage API's right-size advice; absent without a right-size model. */
+  rightSize?: RightSizeState;
 }
 
 export interface WaitlistProps {
@@ -281,6 +291,18 @@ function Usage(
           <GpuHours hours={data.gpuHours} />
         )}
       </Section>
+      {props.rightSize && props.rightSize.status !== 'off' && (
+        <Section title="Right size" id="rightsize">
+          <RightSizeAdvice
+            state={props.rightSize}
+            current={
+              data.user === props.currentServer.user
+                ? props.currentServer.name
+                : null
+            }
+          />
+        </Section>
+      )}
       <Section title="Budget" id="budget">
         {budgetLines(data.budget).map(line => (
           <p
@@ -299,6 +321,109 @@ function Usage(
         {data.user} · updated {formatClock(props.fetchedAt)}
         {age !== null && !stale && ` · sample ${formatDuration(age)} old`}
       </footer>
+    </div>
+  );
+}
+
+/**
+ * The usage API's right-size advice per server, this server first: what it
+ * would have taken, the evidence in words, and the service's caveats. Never
+ * made up here: without an answer it says so.
+ */
+function RightSizeAdvice(props: {
+  state: RightSizeState;
+  /** This JupyterLab's server name, when the advice is its owner's. */
+  current: string | null;
+}): JSX.Element {
+  const { state, current } = props;
+  const data = state.data;
+  if (!data) {
+    return (
+      <p className="jp-GpuPanel-muted" data-field="rightsize-status">
+        {state.status === 'loading'
+          ? 'Asking the gpu-usage service for advice…'
+          : 'Right-size advice could not be read just now.'}
+      </p>
+    );
+  }
+  const servers = [...data.servers].sort(
+    (a, b) => Number(b.server === current) - Number(a.server === current)
+  );
+  return (
+    <>
+      {servers.length === 0 && (
+        <p className="jp-GpuPanel-muted" data-field="rightsize-none">
+          No GPU use of yours was measured over the last{' '}
+          {periodText(data.period)}.
+        </p>
+      )}
+      {servers.map(a => (
+        <Advice
+          key={`${a.server}|${a.held.class}`}
+          advice={a}
+          current={a.server === current}
+        />
+      ))}
+      <p className="jp-GpuPanel-footnote" data-field="rightsize-period">
+        Measured over the last {periodText(data.period)} by the gpu-usage
+        service.
+        {state.status === 'unavailable' &&
+          ' It could not be read just now; this is the last known advice.'}
+      </p>
+    </>
+  );
+}
+
+function Advice(props: { advice: RightSize; current: boolean }): JSX.Element {
+  const a = props.advice;
+  const subject = props.current
+    ? 'This server'
+    : a.server
+      ? `Your server “${a.server}”`
+      : 'Your default server';
+  const also = alsoFits(a);
+  return (
+    <div
+      className="jp-GpuPanel-advice"
+      data-field="rightsize-advice"
+      data-server={a.server}
+      data-verdict={a.verdict}
+      data-current={props.current ? 'true' : 'false'}
+    >
+      <p className="jp-GpuPanel-value" data-field="rightsize-headline">
+        {props.current ? '' : `${subject}: `}
+        {adviceHeadline(a)}
+        {a.simulated && ' '}
+        {a.simulated && (
+          <span
+            className="jp-GpuPanel-badge jp-mod-simulated"
+            data-field="rightsize-simulated"
+          >
+            simulated
+          </span>
+        )}
+      </p>
+      {a.verdict === 'not-enough-data' ? (
+        <p className="jp-GpuPanel-muted" data-field="rightsize-evidence">
+          {a.reason}
+        </p>
+      ) : (
+        <p data-field="rightsize-evidence">{evidenceText(a, subject)}</p>
+      )}
+      {also && (
+        <p className="jp-GpuPanel-muted" data-field="rightsize-also">
+          {also}
+        </p>
+      )}
+      {a.caveats.map(c => (
+        <p
+          key={c}
+          className="jp-GpuPanel-footnote"
+          data-field="rightsize-caveat"
+        >
+          {c}
+        </p>
+      ))}
     </div>
   );
 }

@@ -16,6 +16,8 @@ import { HubPageConfig, hubBaseUrl, usageUrl } from './api';
 import { cullerApiUrl } from './culler';
 import { CullerModel } from './cullerModel';
 import { UsageModel } from './model';
+import { rightSizeUrl } from './rightsize';
+import { RightSizeModel } from './rightsizeModel';
 import { readSettings, PanelSettings } from './settings';
 import { quotaApiUrl } from './waitlist';
 import { WaitlistModel } from './waitlistModel';
@@ -58,6 +60,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     let model: UsageModel | null = null;
     let culler: CullerModel | null = null;
     let waitlist: WaitlistModel | null = null;
+    let rightSize: RightSizeModel | null = null;
     let panel: GpuPanelWidget | null = null;
     let status: IDisposable | null = null;
     let applied: PanelSettings | null = null;
@@ -71,6 +74,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       culler = null;
       waitlist?.dispose();
       waitlist = null;
+      rightSize?.dispose();
+      rightSize = null;
       model?.dispose();
       model = null;
     };
@@ -104,11 +109,18 @@ const plugin: JupyterFrontEndPlugin<void> = {
         refreshSeconds: s.refreshInterval
       });
       waitlist = waitlistModel;
+      // The token's owner's advice, from the same usage API as `me`.
+      const rightSizeModel = new RightSizeModel({
+        url: rightSizeUrl(model.url),
+        token: page.token
+      });
+      rightSize = rightSizeModel;
       panel = new GpuPanelWidget(model, {
         currentServer,
         hubBase: hubBaseUrl(page.hubPrefix),
         culler: cullerModel,
-        waitlist: waitlistModel
+        waitlist: waitlistModel,
+        rightSize: rightSizeModel
       });
       app.shell.add(panel, 'right', { rank: 650 });
       restorer?.add(panel, PANEL_ID);
@@ -127,6 +139,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       cullerModel.start().catch(() => undefined);
       // Silent when the waitlist is off: the first 404 ends its poll.
       waitlistModel.start().catch(() => undefined);
+      // Silent when the usage API has no advice route: the first 404 ends its poll.
+      rightSizeModel.start().catch(() => undefined);
     };
 
     const apply = (s: PanelSettings): void => {

@@ -8,6 +8,7 @@ import { CullerProps, GpuPanel, GpuStatus, WaitlistProps } from './components';
 import type { CullerModel } from './cullerModel';
 import { gpuIcon } from './icon';
 import type { UsageModel, UsageState } from './model';
+import type { RightSizeModel } from './rightsizeModel';
 import type { WaitlistModel } from './waitlistModel';
 
 export const PANEL_ID = 'gpuhub-gpu-panel';
@@ -22,12 +23,15 @@ export class GpuPanelWidget extends ReactWidget {
       culler?: CullerModel | null;
       /** gpu-quota's waitlist (the user's places); null without one. */
       waitlist?: WaitlistModel | null;
+      /** The usage API's right-size advice; null without one. */
+      rightSize?: RightSizeModel | null;
     }
   ) {
     super();
     // The culler's and the waitlist's states change apart from the usage polls: render again.
     this._options.culler?.changed.connect(() => this.update(), this);
     this._options.waitlist?.changed.connect(() => this.update(), this);
+    this._options.rightSize?.changed.connect(() => this.update(), this);
     this.id = PANEL_ID;
     this.addClass('jp-GpuPanel');
     this.title.icon = gpuIcon;
@@ -55,6 +59,11 @@ export class GpuPanelWidget extends ReactWidget {
             clock={this._clock}
             culler={this._cullerProps()}
             waitlist={this._waitlistProps()}
+            rightSize={
+              this._options.rightSize?.isDisposed === false
+                ? this._options.rightSize.state
+                : undefined
+            }
           />
         )}
       </UseSignal>

@@ -33,6 +33,8 @@ func run(args []string, stderr io.Writer) int {
 		quotaTimeout       = fs.Duration("quota-timeout", 500*time.Millisecond, "how long a form waits for gpu-quota before its onUnavailable applies")
 		quotaCache         = fs.Duration("quota-cache", 2*time.Second, "how long gpu-quota's answer serves the same user")
 		quotaOnUnavailable = fs.String("quota-on-unavailable", "open", "what to do while gpu-quota cannot answer, until it has said its own onUnavailable: open (offer) or closed (disable GPU choices)")
+		usageURL           = fs.String("usage-url", "", "usage API base URL with its prefix, e.g. http://gpu-usage:8000/services/gpu-usage/: each user's right-size advice marks the recommended choice, fetched in the background (empty: no choice is marked)")
+		adviceCache        = fs.Duration("advice-cache", 10*time.Minute, "how long a user's right-size advice serves before it is fetched again, in the background")
 		readerServices     = fs.String("reader-services", "", "comma-separated Hub services that may read the inventory (admins always may)")
 		adminGroups        = fs.String("admin-groups", "", "comma-separated Hub groups whose members are admins here (the inventory)")
 		pendingEndAfter    = fs.Duration("pending-end-after", pending.DefaultEndAfter, "how long a GPU spawn that nothing can ever place (no schedulable node of its kind, not provisionable) waits before it is ended through the Hub; 0 never ends one")
@@ -45,6 +47,7 @@ func run(args []string, stderr io.Writer) int {
 		"listen": "GPUHUB_LISTEN", "prefix": config.HubEnv.ServicePrefix, "config": "GPUHUB_PROFILES_CONFIG", "config-poll": "GPUHUB_CONFIG_POLL",
 		"namespace": "GPUHUB_NAMESPACE", "quota-url": "GPUHUB_QUOTA_URL", "quota-timeout": "GPUHUB_QUOTA_TIMEOUT",
 		"quota-cache": "GPUHUB_QUOTA_CACHE", "quota-on-unavailable": "GPUHUB_QUOTA_ON_UNAVAILABLE",
+		"usage-url": "GPUHUB_USAGE_URL", "advice-cache": "GPUHUB_ADVICE_CACHE",
 		"reader-services": "GPUHUB_READER_SERVICES", "admin-groups": "GPUHUB_ADMIN_GROUPS",
 		"pending-end-after": "GPUHUB_PENDING_END_AFTER", "lease-namespace": "GPUHUB_LEASE_NAMESPACE", "lease-name": "GPUHUB_LEASE_NAME", "owner-deployment": "GPUHUB_OWNER_DEPLOYMENT",
 		"informer-unready-after": "GPUHUB_INFORMER_UNREADY_AFTER",
@@ -78,6 +81,7 @@ func run(args []string, stderr io.Writer) int {
 		Kube: cl.Kube, Namespace: *namespace, InformerUnreadyAfter: *unreadyAfter,
 		Token: cl.HubConfig.Token, Auth: cl.Auth.Middleware, ReaderServices: config.List(*readerServices),
 		QuotaURL: *quotaURL, QuotaTimeout: *quotaTimeout, QuotaCacheTTL: *quotaCache, QuotaOnUnavailable: *quotaOnUnavailable,
+		UsageURL: *usageURL, AdviceTTL: *adviceCache,
 		Extra: app.PendingExplainer(app.PendingOptions{Hub: cl.Hub, EndAfter: *pendingEndAfter,
 			LeaseNamespace: *leaseNamespace, LeaseName: *leaseName, OwnerDeployment: *ownerDeployment, Identity: identity}),
 	})

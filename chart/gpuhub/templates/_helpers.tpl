@@ -149,6 +149,7 @@ the chart runs. */}}
 {{- $r := list -}}
 {{- if .Values.quota.enabled }}{{ $r = append $r .Values.quota.serviceName }}{{ end -}}
 {{- if .Values.culler.enabled }}{{ $r = append $r .Values.culler.serviceName }}{{ end -}}
+{{- if .Values.profiles.enabled }}{{ $r = append $r .Values.profiles.serviceName }}{{ end -}}
 {{- join "," $r -}}
 {{- end -}}
 

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/adviceclient"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/api"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/catalog"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/profiles"
@@ -76,6 +77,12 @@ type Options struct {
 	QuotaCacheTTL      time.Duration
 	QuotaOnUnavailable string // until gpu-quota says its own: open (default) or closed
 	QuotaClient        *http.Client
+
+	// UsageURL is the usage API's base URL with its prefix; empty: no choice is marked recommended. Advice is
+	// fetched per user in the background and held for AdviceTTL (adviceclient): a form never waits for it.
+	UsageURL    string
+	AdviceTTL   time.Duration
+	UsageClient *http.Client
 
 	// Extra, if set, runs beside the API until ctx ends (the pending-spawn explainer).
 	Extra func(ctx context.Context, h Hooks)
@@ -159,6 +166,14 @@ func Run(ctx context.Context, o Options) error {
 		renderer.Quota = qc
 	} else {
 		o.Logger.Warn("no --quota-url: choices are not checked against gpu-quota; none is disabled for quota")
+	}
+	if o.UsageURL != "" {
+		ac, err := adviceclient.New(ctx, adviceclient.Options{URL: o.UsageURL, Token: o.Token, TTL: o.AdviceTTL,
+			Client: o.UsageClient, Logger: o.Logger, Now: o.Now})
+		if err != nil {
+			return err
+		}
+		renderer.Advice = ac
 	}
 	handler, err := api.New(api.Options{Prefix: o.Prefix, Renderer: renderer, Kinds: cat, Token: o.Token, Auth: o.Auth,
 		ReaderServices: o.ReaderServices, Logger: o.Logger, Registerer: o.Registry, Now: o.Now})

@@ -167,8 +167,16 @@ func Run(ctx context.Context, o RunOptions) error {
 	go func() { _ = hub.Serve(hubLn) }()
 	defer func() { _ = hub.Close() }()
 	hubURL := "http://" + hubLn.Addr().String() + "/hub/api"
+	usageLn, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	usage := &http.Server{Handler: Advice(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = usage.Serve(usageLn) }()
+	defer func() { _ = usage.Close() }()
+	usageURL := "http://" + usageLn.Addr().String() + UsagePrefix
 
-	systems, stop, err := o.start(ctx, cp.Kubeconfig, dir, hubURL)
+	systems, stop, err := o.start(ctx, cp.Kubeconfig, dir, hubURL, usageURL)
 	defer stop()
 	if err != nil {
 		return err
@@ -249,7 +257,7 @@ func quotaResults(ctx context.Context, c *http.Client, metricsURL string) string
 
 // start starts gpu-profiles (pure render), the baseline and, with QuotaBin, gpu-quota and a second gpu-profiles
 // that asks it: each its own process, pinned to the SUT CPU.
-func (o RunOptions) start(ctx context.Context, kubeconfig, dir, hubURL string) ([]*system, func(), error) {
+func (o RunOptions) start(ctx context.Context, kubeconfig, dir, hubURL, usageURL string) ([]*system, func(), error) {
 	var stops []func()
 	stopAll := func() {
 		for i := len(stops) - 1; i >= 0; i-- {
@@ -285,7 +293,7 @@ func (o RunOptions) start(ctx context.Context, kubeconfig, dir, hubURL string) (
 	if o.QuotaBin == "" {
 		return systems, stopAll, nil
 	}
-	o.printf("==> starting gpu-quota (%s, %s as the chart sets it) and a gpu-profiles with --quota-url to it: the chart with %s\n",
+	o.printf("==> starting gpu-quota (%s, %s as the chart sets it) and a gpu-profiles with --quota-url to it and --usage-url to a fake usage API's right-size advice: the chart with %s\n",
 		o.QuotaBin, QuotaGOGC, QuotaEnabled)
 	// The chart's GOGC first: --sut-env, added after it, may override it.
 	quotaEnv := append([]string{"JUPYTERHUB_API_TOKEN=" + QuotaToken, "JUPYTERHUB_API_URL=" + hubURL, QuotaGOGC}, o.SUTEnv...)
@@ -296,7 +304,8 @@ func (o RunOptions) start(ctx context.Context, kubeconfig, dir, hubURL string) (
 		return nil, stopAll, err
 	}
 	stops = append(stops, stop)
-	stop, err = benchkit.StartServer(ctx, profilesArgs(ports[3], "--quota-url", url(2, QuotaPrefix)), profilesEnv, url(3, "/readyz"), o.Log)
+	// The chart sets --usage-url too when usage.enabled: the form's right-size mark, fetched off the render path.
+	stop, err = benchkit.StartServer(ctx, profilesArgs(ports[3], "--quota-url", url(2, QuotaPrefix), "--usage-url", usageURL), profilesEnv, url(3, "/readyz"), o.Log)
 	if err != nil {
 		return nil, stopAll, err
 	}

@@ -96,6 +96,10 @@ type Info struct {
 	Provisionable bool   `json:"provisionable,omitempty"`
 	// HeldForYouUntil is when the unit the waitlist holds for this user's server passes on (their turn).
 	HeldForYouUntil time.Time `json:"heldForYouUntil,omitzero"`
+	// Recommended marks the choice the usage API's right-size advice recommends for the server the form is for
+	// (at most one per form); RecommendedText is the sentence why, also added to the description.
+	Recommended     bool   `json:"recommended,omitempty"`
+	RecommendedText string `json:"recommendedText,omitempty"`
 }
 
 // MarshalJSON writes a static profile as the administrator wrote it, with default and gpuhub set.

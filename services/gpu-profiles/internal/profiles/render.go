@@ -3,6 +3,7 @@ package profiles
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/catalog"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/quotaclient"
 	"github.com/gpuhub/gpuhub/services/internal/contract"
+	"github.com/gpuhub/gpuhub/services/internal/rightsize"
 )
 
 // Kinds is the catalog as the renderer reads it (*catalog.Catalog).
@@ -26,6 +28,12 @@ type Kinds interface {
 type Assessor interface {
 	Assess(ctx context.Context, user, server string, groups []string, opts []contract.AssessOption) (map[string]contract.Verdict, quotaclient.Result, error)
 	OnUnavailable() string
+}
+
+// Advisor holds the usage API's right-size advice per user (*adviceclient.Client). It answers from memory and
+// never waits on the network: ok is false while nothing is held, and the form is then drawn without a mark.
+type Advisor interface {
+	Advice(user string) (advice []contract.RightSize, ok bool)
 }
 
 // Request is the Hub glue's question (contract C1).
@@ -67,6 +75,8 @@ type Renderer struct {
 	Now   func() time.Time
 	// OnQuota, if set, is told how gpu-quota's part of each render went (a Quota* constant).
 	OnQuota func(result string)
+	// Advice is nil when the usage API is not asked (--usage-url empty): no choice is marked recommended.
+	Advice Advisor
 	// Logger, if set, gets a warning when gpu-quota cannot answer (at most once a minute).
 	Logger   *slog.Logger
 	lastWarn atomic.Int64
@@ -97,7 +107,7 @@ func (r *Renderer) Render(ctx context.Context, req Request) (Response, error) {
 	}
 	cfg := r.Config()
 	choices := Visible(r.choices(kinds, cfg), req.Groups)
-	return r.respond(cfg, choices, r.assess(ctx, req, choices), req.Waitlist), nil
+	return r.respond(cfg, choices, r.assess(ctx, req, choices), req.Waitlist, r.advice(req)), nil
 }
 
 // Encoded is Render's answer as the JSON body the API sends. A form depends on nothing of the user but their
@@ -112,7 +122,8 @@ func (r *Renderer) Encoded(ctx context.Context, req Request) ([]byte, error) {
 	all := r.choices(kinds, cfg)
 	choices := Visible(all, req.Groups)
 	verdicts := r.assess(ctx, req, choices)
-	key := formKey(req.Groups, verdicts, req.Waitlist)
+	adv := r.advice(req)
+	key := formKey(req.Groups, verdicts, req.Waitlist) + adviceKey(adv)
 	r.mu.Lock()
 	body, ok := r.bodies[key]
 	fresh := r.memo.choices != nil && len(all) > 0 && len(r.memo.choices) > 0 && &r.memo.choices[0] == &all[0]
@@ -120,7 +131,7 @@ func (r *Renderer) Encoded(ctx context.Context, req Request) ([]byte, error) {
 	if ok && fresh {
 		return body, nil
 	}
-	body, err = json.Marshal(r.respond(cfg, choices, verdicts, req.Waitlist))
+	body, err = json.Marshal(r.respond(cfg, choices, verdicts, req.Waitlist, adv))
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +184,7 @@ func formKey(groups []string, verdicts map[string]contract.Verdict, waitlist boo
 	return b.String()
 }
 
-func (r *Renderer) respond(cfg *Config, choices []Choice, verdicts map[string]contract.Verdict, waitlist bool) Response {
+func (r *Renderer) respond(cfg *Config, choices []Choice, verdicts map[string]contract.Verdict, waitlist bool, adv *contract.RightSize) Response {
 	def := catalog.SlugCPU
 	note := ""
 	if cfg != nil {
@@ -193,6 +204,9 @@ func (r *Renderer) respond(cfg *Config, choices []Choice, verdicts map[string]co
 				profiles[i].Waitlist = WaitlistExhausted
 			}
 		}
+	}
+	if adv != nil {
+		Recommend(profiles, *adv)
 	}
 	return Response{Profiles: profiles, GeneratedAt: now().UTC().Truncate(time.Second), Note: note}
 }
@@ -267,4 +281,97 @@ func (r *Renderer) assess(ctx context.Context, req Request, choices []Choice) ma
 	}
 	r.tell(string(res))
 	return vs
+}
+
+// advice is the advice for the server the form is for, when it says smaller: the one measured most recently
+// when the server ran on several classes. nil: no mark (none held, the usage API not asked, keep, not enough
+// data, or a server never measured).
+func (r *Renderer) advice(req Request) *contract.RightSize {
+	if r.Advice == nil {
+		return nil
+	}
+	all, ok := r.Advice.Advice(req.User)
+	if !ok {
+		return nil
+	}
+	var best *contract.RightSize
+	for i := range all {
+		a := &all[i]
+		if a.Server != req.Server || a.Verdict != contract.VerdictSmaller {
+			continue
+		}
+		if best == nil || a.Evidence.To.After(best.Evidence.To) {
+			best = a
+		}
+	}
+	return best
+}
+
+// adviceKey adds to formKey what the mark depends on: the candidates in order and the evidence's words.
+func adviceKey(a *contract.RightSize) string {
+	if a == nil {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteByte(2)
+	for _, c := range a.Candidates {
+		b.WriteString(c.Class)
+		b.WriteByte(0)
+	}
+	b.WriteByte(2)
+	b.WriteString(recommendedText(*a))
+	return b.String()
+}
+
+// Recommend marks the first of the advice's candidates the user may take in this form (rightsize.First): a GPU
+// choice of its class that is available to them now. Nothing is marked when none is; the advice's other
+// candidates are not shown, since the form already lists what they may choose.
+func Recommend(profiles []Profile, a contract.RightSize) {
+	index := map[string]int{}
+	for i, p := range profiles {
+		// The first choice of a class is its one-unit choice (Choices orders counts up); static choices have
+		// no class of the vocabulary.
+		if p.GPUHub.Class == "" || p.GPUHub.Kind == KindStatic || p.GPUHub.Count > 1 || !p.GPUHub.Available {
+			continue
+		}
+		if _, seen := index[p.GPUHub.Class]; !seen {
+			index[p.GPUHub.Class] = i
+		}
+	}
+	c, ok := rightsize.First(a, func(k contract.RightSizeKind) bool { _, ok := index[k.Class]; return ok })
+	if !ok {
+		return
+	}
+	p := &profiles[index[c.Class]]
+	p.GPUHub.Recommended = true
+	p.GPUHub.RecommendedText = recommendedText(a)
+	p.Description = strings.TrimSpace(p.Description + " " + p.GPUHub.RecommendedText)
+}
+
+// recommendedText says why in the evidence's numbers: "Recommended for you: your server used at most 4.0 GiB of
+// GPU memory and 10 % of its whole H100-80GB-HBM3 (p95 while busy) over 6.0 h busy; this would have done."
+func recommendedText(a contract.RightSize) string {
+	e := a.Evidence
+	server := "your default server"
+	if a.Server != "" {
+		server = "your server " + strconv.Quote(a.Server)
+	}
+	held := a.Held.Description
+	if held == "" {
+		held = a.Held.Class
+	}
+	sim := ""
+	if a.Simulated {
+		sim = " (measured on simulated GPU use)"
+	}
+	return fmt.Sprintf("Recommended for you: %s used at most %.1f GiB of GPU memory and %.0f %% of its %s (p95 while busy) over %.1f h busy%s; this would have done.",
+		server, float64(e.PeakMemoryBytes)/(1<<30), e.P95SMUtilPercent, lowerWhole(held), e.BusySeconds/3600, sim)
+}
+
+// lowerWhole writes "Whole H100" as "whole H100" inside a sentence; other descriptions keep their capitals.
+func lowerWhole(s string) string {
+	if rest, ok := strings.CutPrefix(s, "Whole "); ok {
+		return "whole " + rest
+	}
+	return s
 }

@@ -27,6 +27,8 @@ commands:
                                             live utilization, the waitlist
   report [--window 30d] [--by user|group|kind] [--group G] [--user U] [--format table|csv|json]
                                             allocated and used GPU-hours, like Slurm's sreport
+  report --right-size [--window 7d] [--by user|group|kind] [--user U]
+                                            GPU-hours right-sizing would save; with --user, the advice
 
 Run gpuhub policy help, gpuhub report --help, gpuhub status --help for details.
 `

@@ -36,6 +36,11 @@ const Usage = `usage:
       --usage-url (or $GPUHUB_USAGE_URL) is the usage API's URL with its prefix, e.g.
       https://hub.example.org/services/gpu-usage/. The token: --token-file FILE or $JUPYTERHUB_API_TOKEN, a
       Hub admin's (a user's own token reports only --user THEIR-NAME).
+  gpuhub report --right-size [--window 24h|7d|30d] [--by user|group|kind] [--user U] [--format table|csv|json]
+      GPU-hours that right-sizing would have saved over the window (the UTC days it touches), per user, Hub group
+      or GPU kind: an admin's token (or a --reader-services one). With --user, that user's advice per server
+      (the smallest offered kind that holds its peak memory with a margin and covers its p95 SM use): their own
+      token may read it.
 `
 
 // The ways to break a report down.
@@ -61,6 +66,7 @@ func Run(ctx context.Context, args []string, env policycmd.Env, now func() time.
 		by        = fs.String("by", byUser, "a row per user, group or kind")
 		format    = fs.String("format", "table", "table, csv or json")
 		tokenFile = fs.String("token-file", "", "read the Hub token from this file [$JUPYTERHUB_API_TOKEN]")
+		rightSz   = fs.Bool("right-size", false, "GPU-hours right-sizing would save (with --user: the user's advice)")
 	)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -89,11 +95,22 @@ func Run(ctx context.Context, args []string, env policycmd.Env, now func() time.
 		return usageErr("--format %q: write --format table, csv or json", *format)
 	case *usageURL == "":
 		return usageErr("give --usage-url URL (or set GPUHUB_USAGE_URL): %s", usageapi.URLHint)
+	case *rightSz && !slices.Contains(rightSizePeriods, *windowArg):
+		return usageErr("--right-size --window %q: write 24h, 7d or 30d (the usage API keeps right-size profiles by day, for 30 days)", *windowArg)
+	case *rightSz && *group != "":
+		return usageErr("--right-size has no --group: write --by group for a row per group")
 	}
 	c, err := newClient(env, *usageURL, *tokenFile)
 	if err != nil {
 		_, _ = fmt.Fprintf(env.Stderr, "gpuhub report: %v\n", err)
 		return 1
+	}
+	if *rightSz {
+		if err := rightSize(ctx, c, env.Stdout, *windowArg, *by, *user, *format); err != nil {
+			_, _ = fmt.Fprintf(env.Stderr, "gpuhub report: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	q := query{Window: window, WindowArg: *windowArg, Group: *group, User: *user, By: *by}
 	rep, err := build(ctx, c, q, now, &progress{w: env.Stderr, now: now, start: now()})

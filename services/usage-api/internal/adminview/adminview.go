@@ -22,6 +22,7 @@ import (
 	"github.com/gpuhub/gpuhub/hubapi/huboauth"
 	"github.com/gpuhub/gpuhub/services/internal/server"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/profile"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/usage"
 )
 
@@ -51,9 +52,11 @@ type Options struct {
 	// Culler is gpu-culler's API (decisions); nil: not configured, the section says so.
 	Culler Remote
 	// Quota is gpu-quota's API (decisions, waitlist); nil: not configured.
-	Quota  Remote
-	Now    func() time.Time
-	Logger *slog.Logger
+	Quota Remote
+	// Profiles are the right-size profiles (the ledger's); nil: the Right-size page says there are none.
+	Profiles profile.Source
+	Now      func() time.Time
+	Logger   *slog.Logger
 }
 
 type handler struct {
@@ -81,6 +84,7 @@ func New(o Options) http.Handler {
 	mux.HandleFunc("GET "+p+"gpu-hours", h.admin(h.gpuHours))
 	mux.HandleFunc("GET "+p+"decisions", h.admin(h.decisions))
 	mux.HandleFunc("GET "+p+"waitlist", h.admin(h.waitlist))
+	mux.HandleFunc("GET "+p+"right-size", h.admin(h.rightSize))
 	mux.HandleFunc("GET "+p+"users/{name}", h.userPage)
 	mux.HandleFunc("GET "+p+"static/style.css", h.style)
 	mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
@@ -157,6 +161,7 @@ func (h *handler) newPage(r *http.Request, title, current string, content any) p
 			{Href: h.o.Prefix, Label: "Inventory"},
 			{Href: h.o.Prefix + "holders", Label: "Who holds what"},
 			{Href: h.o.Prefix + "gpu-hours", Label: "GPU-hours"},
+			{Href: h.o.Prefix + "right-size", Label: "Right-size"},
 			{Href: h.o.Prefix + "decisions", Label: "Decisions"},
 			{Href: h.o.Prefix + "waitlist", Label: "Waitlist"},
 			items[0],

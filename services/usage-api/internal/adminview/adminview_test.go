@@ -56,7 +56,7 @@ func testView(at time.Time) *usage.View {
 				Description: "Whole H100-80GB-HBM3", UtilizationSource: "none", Stale: true, StaleReason: stale, UtilizationUnknownReason: stale}}}}}
 	sampled := at.Add(-2 * time.Minute)
 	return &usage.View{
-		SampledAt: at, Interval: 5 * time.Second,
+		SampledAt: at, Interval: 5 * time.Second, Offers: testOffers,
 		Users: map[string]*usage.User{"alice": alice, "bob": bob, "carol": carol},
 		Hub: usage.Directory{Users: map[string]usage.HubUser{
 			"alice": {Name: "alice", Groups: []string{"students"}}, "bob": {Name: "bob", Groups: []string{"students"}},
@@ -180,18 +180,20 @@ func remotes() (culler, quota *fakeRemote) {
 }
 
 type fixture struct {
-	h      http.Handler
-	led    *testLedgerConn
-	state  *usage.State
-	culler *fakeRemote
-	quota  *fakeRemote
+	h        http.Handler
+	led      *testLedgerConn
+	state    *usage.State
+	culler   *fakeRemote
+	quota    *fakeRemote
+	profiles *fakeProfiles
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	fx := &fixture{led: &testLedgerConn{Ledger: testLedger(t)}, state: testState()}
+	fx := &fixture{led: &testLedgerConn{Ledger: testLedger(t)}, state: testState(), profiles: testProfiles()}
 	fx.culler, fx.quota = remotes()
-	fx.h = New(Options{Prefix: prefix, State: fx.state, Ledger: fx.led, Culler: fx.culler, Quota: fx.quota, Now: func() time.Time { return now }})
+	fx.h = New(Options{Prefix: prefix, State: fx.state, Ledger: fx.led, Culler: fx.culler, Quota: fx.quota, Profiles: fx.profiles,
+		Now: func() time.Time { return now }})
 	return fx
 }
 
@@ -231,9 +233,14 @@ func TestPagesGolden(t *testing.T) {
 		"waitlist":                {session: root, target: prefix + "waitlist"},
 		"waitlist-not-configured": {session: root, target: prefix + "waitlist", prepare: servicesDown},
 		"user-carol-by-admin":     {session: root, target: prefix + "users/carol"},
-		"home-alice":              {session: alice, target: prefix},
-		"forbidden-alice":         {session: alice, target: prefix + "holders"},
-		"unauthorized":            {target: prefix},
+		"rightsize-7d-user":       {session: root, target: prefix + "right-size"},
+		"rightsize-30d-group":     {session: root, target: prefix + "right-size?period=30d&by=group"},
+		"rightsize-ledger-down": {session: root, target: prefix + "right-size?by=kind", prepare: func(fx *fixture) {
+			fx.profiles.err = errors.New("database is locked")
+		}},
+		"home-alice":      {session: alice, target: prefix},
+		"forbidden-alice": {session: alice, target: prefix + "holders"},
+		"unauthorized":    {target: prefix},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -73,8 +73,8 @@ func (h *handler) inventory(w http.ResponseWriter, r *http.Request) {
 	h.render(w, r, http.StatusOK, "inventory", h.newPage(r, "GPU inventory", h.o.Prefix, c))
 }
 
-// idleBelow is the utilization under which a GPU counts as idle on the holders page.
-const idleBelow = 1.0
+// idleBelow is the utilization under which a GPU counts as idle on the holders page (the usage API's one rule).
+const idleBelow = usage.IdleBelowPercent
 
 // idleTime is how long a server's GPUs have been idle, from the usage API's in-memory history (the last hour at
 // the sampling interval), which it keeps per user.

@@ -63,6 +63,8 @@ type Options struct {
 	// ReaderServices are the Hub services that may read every user's GPU-hours (gpu-hours, gpu-hours/decayed)
 	// and every server's telemetry (servers), besides admins.
 	ReaderServices []string
+	// Profiles reads right-size profiles; nil leaves the right-size routes out.
+	Profiles Profiles
 	// Waitlist keeps gpu-quota's waitlist state; nil leaves api/v1/waitlist/state out.
 	Waitlist Waitlist
 	// WaitlistServices are the Hub services that may write the waitlist state; they and admins may read it.
@@ -99,6 +101,11 @@ func New(opts Options) http.Handler {
 	mux.HandleFunc("GET "+p+"gpu-hours", h.rolling)
 	mux.HandleFunc("GET "+p+"gpu-hours/decayed", h.decayed)
 	mux.HandleFunc("GET "+p+"servers", h.serverList)
+	if opts.Profiles != nil {
+		mux.HandleFunc("GET "+p+"me/right-size", h.meRightSize)
+		mux.HandleFunc("GET "+p+"users/{name}/right-size", h.userRightSize)
+		mux.HandleFunc("GET "+p+"right-size", h.rightSizeSavings)
+	}
 	statePath := p + "waitlist/state"
 	if opts.Waitlist != nil {
 		mux.HandleFunc("GET "+statePath, h.getWaitlistState)

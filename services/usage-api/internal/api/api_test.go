@@ -125,11 +125,12 @@ func testServerWithLedger(t testing.TB) (*httptest.Server, *testLedger) {
 		Cluster: usage.Cluster{SampledAt: now, CapacityGPUs: 1, AllocatedGPUs: 3.0 / 7,
 			Classes: []usage.ClassStats{{Class: "mig A100-SXM4-40GB 3g.20gb", Kind: "mig", CapacityUnits: 2, AllocatedUnits: 1}}},
 		Notices: map[string][]usage.Notice{"alice": {aliceNotice}},
+		Offers:  a100Offers,
 	}
 	state.Publish(v)
 	led := newTestLedger(t)
 	h := New(Options{Prefix: prefix, State: state, Ledger: led, Auth: auth.Middleware, Now: func() time.Time { return now },
-		Budget: fakeBudget{}, ReaderServices: []string{"gpu-quota"}, Waitlist: led, WaitlistServices: []string{"gpu-quota"}})
+		Budget: fakeBudget{}, ReaderServices: []string{"gpu-quota"}, Waitlist: led, WaitlistServices: []string{"gpu-quota"}, Profiles: led})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv, led

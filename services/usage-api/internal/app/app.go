@@ -26,6 +26,7 @@ import (
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/collect"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/metrics"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/profile"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/usage"
 )
 
@@ -167,11 +168,11 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("register informer metrics: %w", err)
 	}
 	inv.Start(ctx)
-	s := &service{o: o, inv: inv, led: led, state: state, mets: mets,
+	s := &service{o: o, inv: inv, led: led, state: state, mets: mets, profiles: profile.NewRecorder(2 * o.Interval),
 		coll: collect.New(collect.Options{Client: o.AgentClient, Port: o.AgentPort, Logger: o.Logger, Now: o.Now})}
 
 	handler := api.New(api.Options{Prefix: o.Prefix, State: state, Ledger: led, Auth: o.Auth, Now: o.Now, Logger: o.Logger,
-		Budget: o.Budget, ReaderServices: o.ReaderServices, Waitlist: led, WaitlistServices: o.WaitlistServices})
+		Budget: o.Budget, ReaderServices: o.ReaderServices, Waitlist: led, WaitlistServices: o.WaitlistServices, Profiles: led})
 	if o.Login != nil {
 		// The JSON API keeps its own token auth under api/; everything else under the prefix is a page for people,
 		// behind the login.
@@ -180,7 +181,7 @@ func Run(ctx context.Context, o Options) error {
 		mux.Handle(prefix+"api/", handler)
 		o.Login.Routes(mux)
 		mux.Handle(prefix, o.Login.Require(adminview.New(adminview.Options{Prefix: prefix, State: state, Ledger: led,
-			Culler: o.CullerAPI, Quota: o.QuotaAPI, Now: o.Now, Logger: o.Logger})))
+			Culler: o.CullerAPI, Quota: o.QuotaAPI, Profiles: led, Now: o.Now, Logger: o.Logger})))
 		handler = mux
 	}
 	srv, err := server.New(server.Options{
@@ -208,6 +209,7 @@ func Run(ctx context.Context, o Options) error {
 	err = srv.Serve(ctx, o.OnServing)
 	cancel()
 	wg.Wait()
+	s.bg.Wait()
 	return err
 }
 
@@ -224,6 +226,66 @@ type service struct {
 	ticked atomic.Bool
 	// departed tells each tick the pods that went since the last one, and when (started by the first tick).
 	departed departures
+	// profiles records each server's use for right-size advice (issue 38); the ledger's writer alone does.
+	profiles      *profile.Recorder
+	profilesFlush time.Time // when the profiles were last written
+	saveableAt    time.Time // when the right-size gauge was last computed
+	saveableBusy  atomic.Bool
+	bg            sync.WaitGroup // work started by ticks; Run waits for it
+}
+
+// saveableEvery is how often the right-size gauge is computed: it reads a week of every server's profile, and
+// what it measures changes over days, not minutes.
+const saveableEvery = 10 * time.Minute
+
+// refreshSaveable computes the right-size gauge (GPU-hours per day that taking every advice would save, over
+// the last 7 days) when due, off the tick, since it reads a week of profiles. Every replica exports it.
+func (s *service) refreshSaveable(ctx context.Context, v *usage.View, now time.Time) {
+	if s.profiles == nil || now.Sub(s.saveableAt) < saveableEvery || s.led.Available() != nil || !s.saveableBusy.CompareAndSwap(false, true) {
+		return
+	}
+	s.saveableAt = now
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		defer s.saveableBusy.Store(false)
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		from := profile.PeriodFrom(profile.Periods["7d"], now)
+		days, err := s.led.Profiles(rctx, from, "")
+		if err != nil {
+			s.o.Logger.Warn("right-size gauge not computed; retried in 10 minutes", "err", err)
+			return
+		}
+		s.mets.ObserveRightSize(profile.SaveablePerDay(profile.Advise(days, v.Offers, now), from, now))
+	}()
+}
+
+// profileFlushEvery is how often the right-size profiles are written: at most this much of a day's profile is
+// lost to a kill -9, and the database sees one small transaction a minute.
+const profileFlushEvery = time.Minute
+
+// recordProfile adds the view to the right-size profiles and writes them when due. Only the ledger's writer
+// records (the others would count every server twice); a write that fails keeps what it had for the next.
+func (s *service) recordProfile(ctx context.Context, v *usage.View, now time.Time) {
+	if s.profiles == nil { // a test's service without one
+		return
+	}
+	if !s.led.writes() {
+		// Another replica records; what this one held would overwrite its rows if it wrote again later.
+		s.profiles.Reset()
+		return
+	}
+	s.profiles.Observe(v)
+	if now.Sub(s.profilesFlush) < profileFlushEvery || s.led.Available() != nil {
+		return
+	}
+	fctx, cancel := context.WithTimeout(ctx, 2*s.o.Interval)
+	defer cancel()
+	if err := s.profiles.Flush(fctx, s.led, now); err != nil {
+		s.o.Logger.Warn("right-size profiles not written; retried in a minute", "err", err)
+	}
+	s.profilesFlush = now
 }
 
 func (s *service) hubReady(context.Context) error {
@@ -367,6 +429,8 @@ func (s *service) tickOnce(ctx context.Context) error {
 			s.o.Logger.Warn("ledger: another writer moved the checkpoint; continued from it")
 		}
 	}
+	s.recordProfile(ctx, v, now)
+	s.refreshSaveable(ctx, v, now)
 	if lerr != nil && !errors.Is(lerr, errNotConnected) { // the connect loop logs its own attempts
 		return fmt.Errorf("ledger: %w", lerr)
 	}

@@ -31,6 +31,9 @@ type Ledger interface {
 	// The waitlist state lives in the ledger's database (the usage API is its one writer).
 	WaitlistState(ctx context.Context) (ledger.WaitlistState, error)
 	PutWaitlistState(ctx context.Context, ifVersion int64, state json.RawMessage, now time.Time) (ledger.WaitlistState, error)
+	// Right-size profiles (issue 38) live there too.
+	PutProfiles(ctx context.Context, days []ledger.ProfileDay, keepFrom time.Time) error
+	Profiles(ctx context.Context, from time.Time, user string) ([]ledger.ProfileDay, error)
 }
 
 // OpenLedgerFunc opens the ledger as of now; closer releases it when the service stops.
@@ -166,7 +169,7 @@ func (c *ledgerConn) record(ctx context.Context, now time.Time, samples []ledger
 	}
 	var res ledger.Result
 	var err error
-	if c.writer == nil || c.writer() {
+	if c.writes() {
 		res, err = b.Record(ctx, now, samples)
 	} else {
 		err = b.Follow(ctx, now, samples) // its answers follow the writer's commits
@@ -285,6 +288,23 @@ func (c *ledgerConn) PutWaitlistState(ctx context.Context, ifVersion int64, stat
 	}
 	return ledger.WaitlistState{}, errNotConnected
 }
+
+func (c *ledgerConn) PutProfiles(ctx context.Context, days []ledger.ProfileDay, keepFrom time.Time) error {
+	if b := c.led.Load(); b != nil {
+		return b.PutProfiles(ctx, days, keepFrom)
+	}
+	return errNotConnected
+}
+
+func (c *ledgerConn) Profiles(ctx context.Context, from time.Time, user string) ([]ledger.ProfileDay, error) {
+	if b := c.led.Load(); b != nil {
+		return b.Profiles(ctx, from, user)
+	}
+	return nil, errNotConnected
+}
+
+// writes says whether this replica writes the ledger now.
+func (c *ledgerConn) writes() bool { return c.writer == nil || c.writer() }
 
 func (c *ledgerConn) close() {
 	c.mu.Lock()

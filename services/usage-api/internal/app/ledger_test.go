@@ -44,6 +44,10 @@ func (nopLedger) WaitlistState(context.Context) (ledger.WaitlistState, error) {
 func (nopLedger) PutWaitlistState(context.Context, int64, json.RawMessage, time.Time) (ledger.WaitlistState, error) {
 	return ledger.WaitlistState{}, nil
 }
+func (nopLedger) PutProfiles(context.Context, []ledger.ProfileDay, time.Time) error { return nil }
+func (nopLedger) Profiles(context.Context, time.Time, string) ([]ledger.ProfileDay, error) {
+	return nil, nil
+}
 
 // TestLedgerConnRetries: failed opens are counted, explained in the readiness detail and in words for users,
 // retried with a backoff that stays within its bounds, until one works.

@@ -72,6 +72,8 @@ type store interface {
 	decayedSums(ctx context.Context, current, from time.Time, halfLife time.Duration) (map[string]map[string]float64, error)
 	WaitlistState(ctx context.Context) (WaitlistState, error)
 	PutWaitlistState(ctx context.Context, ifVersion int64, state json.RawMessage, now time.Time) (WaitlistState, error)
+	PutProfiles(ctx context.Context, days []ProfileDay, keepFrom time.Time) error
+	Profiles(ctx context.Context, from time.Time, user string) ([]ProfileDay, error)
 }
 
 // Ledger integrates samples into the store and keeps per-user window totals in memory for the fast path.

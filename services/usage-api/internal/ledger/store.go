@@ -169,6 +169,30 @@ CREATE TABLE IF NOT EXISTS ledger_left (
 	pod         TEXT PRIMARY KEY,
 	until_ns    BIGINT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS rightsize_profile (
+	user_name     TEXT NOT NULL,
+	server        TEXT NOT NULL,
+	class         TEXT NOT NULL,
+	day           BIGINT NOT NULL,
+	kind          TEXT NOT NULL,
+	product       TEXT NOT NULL,
+	memory_total  BIGINT NOT NULL,
+	held_gpus     DOUBLE PRECISION NOT NULL,
+	scale         DOUBLE PRECISION NOT NULL,
+	first_ns      BIGINT NOT NULL,
+	last_ns       BIGINT NOT NULL,
+	held_s        DOUBLE PRECISION NOT NULL,
+	busy_s        DOUBLE PRECISION NOT NULL,
+	unknown_s     DOUBLE PRECISION NOT NULL,
+	contended_s   DOUBLE PRECISION NOT NULL,
+	busy_samples  BIGINT NOT NULL,
+	peak_memory   BIGINT NOT NULL,
+	simulated     INTEGER NOT NULL,
+	memory_hist   TEXT NOT NULL,
+	sm_hist       TEXT NOT NULL,
+	PRIMARY KEY (user_name, server, class, day)
+);
+CREATE INDEX IF NOT EXISTS rightsize_profile_day ON rightsize_profile (day);
 CREATE TABLE IF NOT EXISTS waitlist_state (
 	id            INTEGER PRIMARY KEY,
 	version       BIGINT NOT NULL,

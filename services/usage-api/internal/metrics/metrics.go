@@ -35,6 +35,7 @@ var (
 	groupUsedH     = desc("group_used_gpu_seconds_total", "Used GPU-seconds of the group's members since the process started.", "group", "kind", "class")
 	clusterCap     = desc("cluster_capacity_gpus", "GPU-equivalents the nodes offer, by GPU class.", "kind", "class")
 	clusterAlloc   = desc("cluster_allocated_gpus", "GPU-equivalents allocated to running pods, by GPU class.", "kind", "class")
+	saveable       = desc("rightsize_saveable_gpus", "GPU-equivalents that taking every right-size advice would free, on average over the last 7 days: the GPU-hours per day it would save, / 24; absent until first computed.")
 	agentAge       = desc("agent_snapshot_age_seconds", "Age of the node agent's GPU telemetry at the last tick: the longer of now - sampledAt and the time since that sample was first fetched; absent when the agent never answered.", "node")
 )
 
@@ -56,6 +57,8 @@ type Metrics struct {
 	clockSteps   prometheus.Counter
 	conflicts    prometheus.Counter
 	untracked    prometheus.Counter
+	// saveableGPUs is the right-size gauge's value; nil until computed.
+	saveableGPUs *float64
 }
 
 // New registers the metrics on reg.
@@ -126,13 +129,21 @@ func (m *Metrics) ObserveLedger(res ledger.Result, dir usage.Directory) {
 	}
 }
 
+// ObserveRightSize sets the GPU-hours per day that right-sizing would save (the gauge exports it / 24, in GPUs).
+func (m *Metrics) ObserveRightSize(gpuHoursPerDay float64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	g := gpuHoursPerDay / 24
+	m.saveableGPUs = &g
+}
+
 func addTotals(a, b ledger.Totals) ledger.Totals {
 	return ledger.Totals{Allocated: a.Allocated + b.Allocated, Used: a.Used + b.Used, UsedUnknown: a.UsedUnknown + b.UsedUnknown}
 }
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{userAllocated, userUsed, groupAllocated, groupUsed, userAllocH, userUsedH, userUnknownH, groupAllocH, groupUsedH, clusterCap, clusterAlloc, agentAge} {
+	for _, d := range []*prometheus.Desc{userAllocated, userUsed, groupAllocated, groupUsed, userAllocH, userUsedH, userUnknownH, groupAllocH, groupUsedH, clusterCap, clusterAlloc, agentAge, saveable} {
 		ch <- d
 	}
 }
@@ -162,6 +173,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.saveableGPUs != nil {
+		ch <- prometheus.MustNewConstMetric(saveable, prometheus.GaugeValue, *m.saveableGPUs)
+	}
 	for _, k := range sortedKeys(m.userHours) {
 		t := m.userHours[k]
 		ch <- prometheus.MustNewConstMetric(userAllocH, prometheus.CounterValue, t.Allocated, k.who, k.kind, k.class)

@@ -47,6 +47,7 @@ func TestMetricsGolden(t *testing.T) {
 	m.ObserveLedger(ledger.Result{Gap: 30 * time.Second}, dir)
 	m.ObserveRun("collect", 250*time.Millisecond, nil)
 	m.ObserveAgents(1, 2)
+	m.ObserveRightSize(12) // GPU-hours per day: 0.5 GPU
 
 	rec := httptest.NewRecorder()
 	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequestWithContext(context.Background(), "GET", "/metrics", nil))

@@ -14,11 +14,17 @@ import (
 	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 	"github.com/gpuhub/gpuhub/services/internal/inventory"
+	"github.com/gpuhub/gpuhub/services/internal/rightsize"
 	"github.com/gpuhub/gpuhub/services/internal/snapshot"
 	"github.com/gpuhub/gpuhub/services/internal/yield"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/collect"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
 )
+
+// IdleBelowPercent is the utilization under which a server's GPU counts as idle, and at or above which busy: the
+// admin view's idle time and right-size profiles' busy time (issue 38) both read it. 1 % leaves out the
+// background a loaded but idle CUDA context shows.
+const IdleBelowPercent = 1.0
 
 // StaleIntervals is how many sampling intervals telemetry may age, by default, before it is stale.
 const StaleIntervals = 3
@@ -104,6 +110,9 @@ type View struct {
 	Samples []ledger.Sample
 	// Notices are the pending notices on each user's pods, one per service, sorted by service.
 	Notices map[string][]Notice
+	// Offers are the GPU kinds the nodes offer, one per class, sorted by class: what right-size advice compares
+	// a server's use against.
+	Offers []rightsize.Offer
 }
 
 // Build joins one tick's input.
@@ -120,6 +129,7 @@ func Build(in Input) *View {
 		return c
 	}
 	// Capacity from the nodes' allocatable GPU resources.
+	var units []gpu.Allocation
 	for _, n := range in.Nodes {
 		if len(n.Allocatable) == 0 {
 			continue
@@ -129,8 +139,11 @@ func Build(in Input) *View {
 			c := classOf(a)
 			c.CapacityUnits += a.Count
 			c.CapacityGPUs += a.Share()
+			units = append(units, a)
 		}
 	}
+	v.Offers = rightsize.OffersOf(units, nil)
+	slices.SortFunc(v.Offers, func(a, b rightsize.Offer) int { return strings.Compare(a.Class, b.Class) })
 	status := make(map[string]*AgentStatus, len(in.Agents))
 	v.Cluster.AgentStatus = make([]AgentStatus, 0, len(in.Agents))
 	for node, r := range in.Agents {

@@ -1,0 +1,353 @@
+// Package profile records each running server's GPU use, tick by tick, into bounded per-day profiles (fixed
+// histograms of memory and SM utilization, peak memory, held, busy and unknown time) kept in the ledger's
+// database for Retention, and turns the days of a period into the profiles right-size advice is computed from
+// (services/internal/rightsize, issue 38). Only the ledger's writer records: the others would count twice.
+package profile
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpuhub/gpuhub/services/internal/contract"
+	"github.com/gpuhub/gpuhub/services/internal/gpu"
+	"github.com/gpuhub/gpuhub/services/internal/rightsize"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/usage"
+)
+
+// Retention is how long profile days are kept: the longest period advice is asked over (30 d), and the day in
+// progress.
+const Retention = 30 * 24 * time.Hour
+
+// Store is where the days are kept (the ledger).
+type Store interface {
+	PutProfiles(ctx context.Context, days []ledger.ProfileDay, keepFrom time.Time) error
+	Profiles(ctx context.Context, from time.Time, user string) ([]ledger.ProfileDay, error)
+}
+
+type key struct {
+	user, server, class string
+	day                 int64
+}
+
+// Recorder accumulates the days in progress in memory and writes them with Flush.
+type Recorder struct {
+	// MaxStep bounds the time one observation stands for: after a longer pause (the database, or this process,
+	// was down) the missing time is not charged to what was seen after it.
+	MaxStep time.Duration
+
+	mu     sync.Mutex
+	days   map[key]*ledger.ProfileDay
+	dirty  map[key]bool
+	loaded map[int64]bool // days read back from the store (a restart continues them)
+	last   time.Time
+}
+
+// NewRecorder returns a Recorder whose observations stand for at most maxStep each.
+func NewRecorder(maxStep time.Duration) *Recorder {
+	return &Recorder{MaxStep: maxStep, days: map[key]*ledger.ProfileDay{}, dirty: map[key]bool{}, loaded: map[int64]bool{}}
+}
+
+// Reset forgets everything not yet written: the next flush reads the stored days back first.
+func (r *Recorder) Reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	clear(r.days)
+	clear(r.dirty)
+	clear(r.loaded)
+	r.last = time.Time{}
+}
+
+// Observe adds one tick's view: each running server's memory and utilization, for the time since the last
+// tick (the view's interval for the first).
+func (r *Recorder) Observe(v *usage.View) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	dt := v.Interval
+	if !r.last.IsZero() {
+		dt = v.SampledAt.Sub(r.last)
+	}
+	r.last = v.SampledAt
+	if dt <= 0 {
+		return
+	}
+	dt = min(dt, r.MaxStep)
+	day := ledger.DayOf(v.SampledAt)
+	busy := busyReplicas(v)
+	for _, u := range v.Users {
+		for _, s := range u.Servers {
+			if len(s.GPUs) == 0 {
+				continue
+			}
+			k := key{user: u.Name, server: s.Name, class: s.GPUs[0].Class, day: day.Unix()}
+			d := r.days[k]
+			if d == nil {
+				d = &ledger.ProfileDay{User: u.Name, Server: s.Name, Class: k.class, Day: day, First: v.SampledAt,
+					MemoryHist: make([]uint32, ledger.MemoryBins), SMHist: make([]uint32, ledger.SMBins)}
+				r.days[k] = d
+			}
+			observe(d, s, v.SampledAt, dt.Seconds(), busy)
+			r.dirty[k] = true
+		}
+	}
+}
+
+// contentionKnown says whether a kind's units are measured per pod, so that a neighbour's use can be told from
+// one's own: time-sliced and MPS replicas of a whole GPU (NVML per process). On a time-sliced MIG instance
+// every pod is shown the instance's number (DCGM), so it is not.
+func contentionKnown(k gpu.Kind) bool { return k == gpu.KindShared || k == gpu.KindMPS }
+
+// unitBusy says whether a unit's own utilization is known and at or above the idle line.
+func unitBusy(g usage.GPU) bool {
+	return g.SMUtilPercent != nil && *g.SMUtilPercent >= usage.IdleBelowPercent
+}
+
+// busyReplicas counts, per physical GPU (UUID), the busy replicas on it in the view.
+func busyReplicas(v *usage.View) map[string]int {
+	n := map[string]int{}
+	for _, u := range v.Users {
+		for _, s := range u.Servers {
+			for _, g := range s.GPUs {
+				if contentionKnown(g.Kind) && g.UUID != "" && !s.Stale && unitBusy(g) {
+					n[g.UUID]++
+				}
+			}
+		}
+	}
+	return n
+}
+
+// observe adds one sample of server s, standing for dt seconds, to d; busy counts the busy replicas per
+// physical GPU (busyReplicas).
+func observe(d *ledger.ProfileDay, s usage.Server, at time.Time, dt float64, busy map[string]int) {
+	g0 := s.GPUs[0]
+	// The short model name, as the offers name it (rightsize compares compute within one model).
+	d.Kind, d.Product, d.HeldGPUs, d.Last = string(g0.Kind), gpu.ShortProduct(g0.Product), s.AllocatedGPUs, at
+	d.Simulated = d.Simulated || s.Simulated
+	d.HeldS += dt
+	var mem, memTotal uint64
+	var used, scale float64
+	known := !s.Stale
+	for _, g := range s.GPUs {
+		mem += g.MemoryUsedBytes
+		memTotal += g.MemoryTotalBytes
+		if g.SMUtilPercent == nil || g.UsedGPUs == nil {
+			known = false
+			continue
+		}
+		used += *g.UsedGPUs
+		scale += unitScale(g)
+	}
+	d.MemoryTotalBytes = memTotal
+	if !s.Stale { // a stale node's memory is its last sample's, not now's
+		d.PeakMemoryBytes = max(d.PeakMemoryBytes, mem)
+		d.MemoryHist[memoryBin(mem, memTotal)]++
+	}
+	if !known || scale <= 0 {
+		d.UnknownS += dt
+		return
+	}
+	d.Scale = scale
+	util := used / scale * 100
+	if util < usage.IdleBelowPercent {
+		return
+	}
+	d.BusyS += dt
+	d.BusySamples++
+	d.SMHist[min(ledger.SMBins-1, int(util))]++
+	for _, g := range s.GPUs {
+		if contentionKnown(g.Kind) && g.UUID != "" && unitBusy(g) && busy[g.UUID] > 1 {
+			d.ContendedS += dt
+			break
+		}
+	}
+}
+
+// unitScale is what a unit's SM utilization is a fraction of, in GPUs (gpu.Allocation.UtilizationScale): read
+// back from used = utilization / 100 x scale where the unit is busy; otherwise 1 for whole GPUs and
+// time-sliced or MPS replicas, and the instance's share for MIG (exact unless time-sliced, and then only idle
+// samples use it, which count for nothing).
+func unitScale(g usage.GPU) float64 {
+	if g.SMUtilPercent != nil && g.UsedGPUs != nil && *g.SMUtilPercent > 0 {
+		return *g.UsedGPUs / (*g.SMUtilPercent / 100)
+	}
+	if g.Kind.MIG() {
+		return g.Share
+	}
+	return 1
+}
+
+// memoryBin is the hundredth of total that used falls in; the last bin when total is unknown (the percentile
+// is then the peak: the safe side).
+func memoryBin(used, total uint64) int {
+	if total == 0 {
+		return ledger.MemoryBins - 1
+	}
+	return min(ledger.MemoryBins-1, int(float64(used)/float64(total)*100))
+}
+
+// Flush writes the days that changed since the last flush and deletes those older than Retention. The first
+// flush of a day reads that day back from the store and adds to it, so that a restart continues the day rather
+// than starting it over. Days before today are dropped from memory once written.
+func (r *Recorder) Flush(ctx context.Context, st Store, now time.Time) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	today := ledger.DayOf(now)
+	for k := range r.dirty {
+		if r.loaded[k.day] {
+			continue
+		}
+		day := time.Unix(k.day, 0).UTC()
+		stored, err := st.Profiles(ctx, day, "")
+		if err != nil {
+			return fmt.Errorf("read profiles of %s: %w", day.Format(time.DateOnly), err)
+		}
+		for _, s := range stored {
+			if !s.Day.Equal(day) {
+				continue
+			}
+			sk := key{user: s.User, server: s.Server, class: s.Class, day: k.day}
+			if d := r.days[sk]; d != nil {
+				merged := merge(s, *d)
+				*d = merged
+			} else {
+				s := s
+				r.days[sk] = &s
+			}
+		}
+		r.loaded[k.day] = true
+	}
+	var out []ledger.ProfileDay
+	for k := range r.dirty {
+		out = append(out, *r.days[k])
+	}
+	if err := st.PutProfiles(ctx, out, today.Add(-Retention)); err != nil {
+		return err
+	}
+	clear(r.dirty)
+	for k := range r.days {
+		if k.day < today.Unix() {
+			delete(r.days, k)
+		}
+	}
+	for d := range r.loaded {
+		if d < today.Unix() {
+			delete(r.loaded, d)
+		}
+	}
+	return nil
+}
+
+// merge adds b (later) to a.
+func merge(a, b ledger.ProfileDay) ledger.ProfileDay {
+	m := a
+	if b.Last.After(a.Last) || a.Last.IsZero() {
+		m.Kind, m.Product, m.MemoryTotalBytes, m.HeldGPUs, m.Last = b.Kind, b.Product, b.MemoryTotalBytes, b.HeldGPUs, b.Last
+		if b.Scale > 0 {
+			m.Scale = b.Scale
+		}
+	}
+	if m.First.IsZero() || (!b.First.IsZero() && b.First.Before(m.First)) {
+		m.First = b.First
+	}
+	m.HeldS, m.BusyS, m.UnknownS, m.BusySamples = a.HeldS+b.HeldS, a.BusyS+b.BusyS, a.UnknownS+b.UnknownS, a.BusySamples+b.BusySamples
+	m.ContendedS = a.ContendedS + b.ContendedS
+	m.PeakMemoryBytes, m.Simulated = max(a.PeakMemoryBytes, b.PeakMemoryBytes), a.Simulated || b.Simulated
+	m.MemoryHist, m.SMHist = addHist(a.MemoryHist, b.MemoryHist), addHist(a.SMHist, b.SMHist)
+	return m
+}
+
+func addHist(a, b []uint32) []uint32 {
+	out := make([]uint32, max(len(a), len(b)))
+	for i := range out {
+		if i < len(a) {
+			out[i] += a[i]
+		}
+		if i < len(b) {
+			out[i] += b[i]
+		}
+	}
+	return out
+}
+
+// Profiles merges days (ordered by user, server, class, day, as the store answers) into one rightsize.Profile
+// per user, server and class.
+func Profiles(days []ledger.ProfileDay) []rightsize.Profile {
+	var out []rightsize.Profile
+	for i := 0; i < len(days); {
+		j := i + 1
+		for j < len(days) && days[j].User == days[i].User && days[j].Server == days[i].Server && days[j].Class == days[i].Class {
+			j++
+		}
+		m := days[i]
+		for _, d := range days[i+1 : j] {
+			m = merge(m, d)
+		}
+		out = append(out, toProfile(m))
+		i = j
+	}
+	return out
+}
+
+func toProfile(d ledger.ProfileDay) rightsize.Profile {
+	p := rightsize.Profile{User: d.User, Server: d.Server,
+		Held: rightsize.Offer{Kind: gpu.Kind(d.Kind), Class: d.Class, Product: d.Product, MemoryBytes: d.MemoryTotalBytes, ComputeGPUs: d.HeldGPUs},
+		From: d.First, To: d.Last, HeldSeconds: d.HeldS, BusySeconds: d.BusyS, UnknownSeconds: d.UnknownS, ContendedSeconds: d.ContendedS,
+		Samples: d.BusySamples, PeakMemoryBytes: d.PeakMemoryBytes, Scale: d.Scale, Simulated: d.Simulated}
+	// The percentiles are the upper edges of their bins: the safe side, never above the peak or 100 %.
+	if b, ok := percentileBin(d.MemoryHist, 0.95); ok {
+		p.P95MemoryBytes = min(d.PeakMemoryBytes, uint64(math.Ceil(float64(d.MemoryTotalBytes)*float64(b+1)/100)))
+		if b == ledger.MemoryBins-1 {
+			p.P95MemoryBytes = d.PeakMemoryBytes
+		}
+	}
+	if b, ok := percentileBin(d.SMHist, 0.95); ok {
+		p.P95SMUtilPercent = float64(min(100, b+1))
+	}
+	return p
+}
+
+// percentileBin is the bin that holds the q-quantile of the counts.
+func percentileBin(h []uint32, q float64) (int, bool) {
+	var n uint64
+	for _, c := range h {
+		n += uint64(c)
+	}
+	if n == 0 {
+		return 0, false
+	}
+	rank := uint64(math.Ceil(q * float64(n)))
+	var seen uint64
+	for i, c := range h {
+		seen += uint64(c)
+		if seen >= rank {
+			return i, true
+		}
+	}
+	return len(h) - 1, true
+}
+
+// Advise computes the advice for every profile of days against the offered kinds, sorted by user, server and
+// class.
+func Advise(days []ledger.ProfileDay, offers []rightsize.Offer, now time.Time) []contract.RightSize {
+	ps := Profiles(days)
+	out := make([]contract.RightSize, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, rightsize.Decide(p, offers, now))
+	}
+	slices.SortStableFunc(out, func(a, b contract.RightSize) int {
+		if a.User != b.User {
+			return strings.Compare(a.User, b.User)
+		}
+		if a.Server != b.Server {
+			return strings.Compare(a.Server, b.Server)
+		}
+		return strings.Compare(a.Held.Class, b.Held.Class)
+	})
+	return out
+}
