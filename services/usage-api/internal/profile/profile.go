@@ -141,7 +141,7 @@ func observe(d *ledger.ProfileDay, s usage.Server, at time.Time, dt float64, bus
 			continue
 		}
 		used += *g.UsedGPUs
-		scale += unitScale(g)
+		scale += g.UtilizationScale
 	}
 	d.MemoryTotalBytes = memTotal
 	if !s.Stale { // a stale node's memory is its last sample's, not now's
@@ -166,20 +166,6 @@ func observe(d *ledger.ProfileDay, s usage.Server, at time.Time, dt float64, bus
 			break
 		}
 	}
-}
-
-// unitScale is what a unit's SM utilization is a fraction of, in GPUs (gpu.Allocation.UtilizationScale): read
-// back from used = utilization / 100 x scale where the unit is busy; otherwise 1 for whole GPUs and
-// time-sliced or MPS replicas, and the instance's share for MIG (exact unless time-sliced, and then only idle
-// samples use it, which count for nothing).
-func unitScale(g usage.GPU) float64 {
-	if g.SMUtilPercent != nil && g.UsedGPUs != nil && *g.SMUtilPercent > 0 {
-		return *g.UsedGPUs / (*g.SMUtilPercent / 100)
-	}
-	if g.Kind.MIG() {
-		return g.Share
-	}
-	return 1
 }
 
 // memoryBin is the hundredth of total that used falls in; the last bin when total is unknown (the percentile
