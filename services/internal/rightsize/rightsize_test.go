@@ -165,6 +165,11 @@ func TestDecide(t *testing.T) {
 			}(), offers: allOffers,
 			want: want{Verdict: contract.VerdictSmaller, Candidates: []string{mig1g.Class}},
 		},
+		"memory never measured (the agent reports 0): no advice, and why": {
+			p: recorded(0, 10), offers: allOffers,
+			want: want{Verdict: contract.VerdictNotEnoughData,
+				Caveats: []string{"GPU memory was not measured (the agent reported none): the memory a smaller kind needs is unknown"}},
+		},
 		"stale profile: advice with a caveat": {
 			p: func() Profile { p := recorded(4*gib, 10); p.To = now.Add(-10 * 24 * time.Hour); return p }(), offers: noMIG,
 			want: want{Verdict: contract.VerdictSmaller, Candidates: []string{shared4.Class},
