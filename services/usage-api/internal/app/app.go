@@ -169,10 +169,11 @@ func Run(ctx context.Context, o Options) error {
 	}
 	inv.Start(ctx)
 	s := &service{o: o, inv: inv, led: led, state: state, mets: mets, profiles: profile.NewRecorder(2 * o.Interval),
-		coll: collect.New(collect.Options{Client: o.AgentClient, Port: o.AgentPort, Logger: o.Logger, Now: o.Now})}
+		advice: profile.NewReader(led, saveableEvery),
+		coll:   collect.New(collect.Options{Client: o.AgentClient, Port: o.AgentPort, Logger: o.Logger, Now: o.Now})}
 
 	handler := api.New(api.Options{Prefix: o.Prefix, State: state, Ledger: led, Auth: o.Auth, Now: o.Now, Logger: o.Logger,
-		Budget: o.Budget, ReaderServices: o.ReaderServices, Waitlist: led, WaitlistServices: o.WaitlistServices, Profiles: led})
+		Budget: o.Budget, ReaderServices: o.ReaderServices, Waitlist: led, WaitlistServices: o.WaitlistServices, Profiles: s.advice})
 	if o.Login != nil {
 		// The JSON API keeps its own token auth under api/; everything else under the prefix is a page for people,
 		// behind the login.
@@ -229,9 +230,11 @@ type service struct {
 	// profiles records each server's use for right-size advice (issue 38); the ledger's writer alone does.
 	profiles      *profile.Recorder
 	profilesFlush time.Time // when the profiles were last written
-	saveableAt    time.Time // when the right-size gauge was last computed
-	saveableBusy  atomic.Bool
-	bg            sync.WaitGroup // work started by ticks; Run waits for it
+	// advice reads the profiles; everyone's, computed once per saveableEvery, feed the gauge and the admin route.
+	advice       *profile.Reader
+	saveableAt   time.Time // when the right-size gauge was last computed
+	saveableBusy atomic.Bool
+	bg           sync.WaitGroup // work started by ticks; Run waits for it
 }
 
 // saveableEvery is how often the right-size gauge is computed: it reads a week of every server's profile, and
@@ -241,7 +244,7 @@ const saveableEvery = 10 * time.Minute
 // refreshSaveable computes the right-size gauge (GPU-hours per day that taking every advice would save, over
 // the last 7 days) when due, off the tick, since it reads a week of profiles. Every replica exports it.
 func (s *service) refreshSaveable(ctx context.Context, v *usage.View, now time.Time) {
-	if s.profiles == nil || now.Sub(s.saveableAt) < saveableEvery || s.led.Available() != nil || !s.saveableBusy.CompareAndSwap(false, true) {
+	if s.profiles == nil || s.advice == nil || now.Sub(s.saveableAt) < saveableEvery || s.led.Available() != nil || !s.saveableBusy.CompareAndSwap(false, true) {
 		return
 	}
 	s.saveableAt = now
@@ -252,12 +255,12 @@ func (s *service) refreshSaveable(ctx context.Context, v *usage.View, now time.T
 		rctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		from := profile.PeriodFrom(profile.Periods["7d"], now)
-		days, err := s.led.Profiles(rctx, from, "")
+		ps, err := s.advice.Profiles(rctx, from, now, "")
 		if err != nil {
 			s.o.Logger.Warn("right-size gauge not computed; retried in 10 minutes", "err", err)
 			return
 		}
-		s.mets.ObserveRightSize(profile.SaveablePerDay(profile.Advise(days, v.Offers, now), from, now))
+		s.mets.ObserveRightSize(profile.SaveablePerDay(profile.Advise(ps, v.Offers, now), from, now))
 	}()
 }
 

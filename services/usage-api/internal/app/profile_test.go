@@ -27,6 +27,7 @@ func TestTickRecordsProfiles(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			r := newTickRig(t, interval, t0, migPod(t0))
 			r.s.profiles = profile.NewRecorder(2 * interval)
+			r.s.advice = profile.NewReader(r.s.led, saveableEvery)
 			r.s.led.writer = func() bool { return tc.writer }
 			for i := range 62 {
 				r.tick(t, t0.Add(time.Duration(i)*time.Second))

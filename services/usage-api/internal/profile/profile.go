@@ -232,7 +232,14 @@ func (r *Recorder) Flush(ctx context.Context, st Store, now time.Time) error {
 // merge adds b (later) to a.
 func merge(a, b ledger.ProfileDay) ledger.ProfileDay {
 	m := a
-	if b.Last.After(a.Last) || a.Last.IsZero() {
+	m.MemoryHist, m.SMHist = slices.Clone(a.MemoryHist), slices.Clone(a.SMHist)
+	mergeInto(&m, &b)
+	return m
+}
+
+// mergeInto adds b (later) to m in place: m's histograms are added to, so m owns them.
+func mergeInto(m, b *ledger.ProfileDay) {
+	if b.Last.After(m.Last) || m.Last.IsZero() {
 		m.Kind, m.Product, m.MemoryTotalBytes, m.HeldGPUs, m.Last = b.Kind, b.Product, b.MemoryTotalBytes, b.HeldGPUs, b.Last
 		if b.Scale > 0 {
 			m.Scale = b.Scale
@@ -241,43 +248,80 @@ func merge(a, b ledger.ProfileDay) ledger.ProfileDay {
 	if m.First.IsZero() || (!b.First.IsZero() && b.First.Before(m.First)) {
 		m.First = b.First
 	}
-	m.HeldS, m.BusyS, m.UnknownS, m.BusySamples = a.HeldS+b.HeldS, a.BusyS+b.BusyS, a.UnknownS+b.UnknownS, a.BusySamples+b.BusySamples
-	m.ContendedS = a.ContendedS + b.ContendedS
-	m.PeakMemoryBytes, m.Simulated = max(a.PeakMemoryBytes, b.PeakMemoryBytes), a.Simulated || b.Simulated
-	m.MemoryHist, m.SMHist = addHist(a.MemoryHist, b.MemoryHist), addHist(a.SMHist, b.SMHist)
-	return m
+	m.HeldS, m.BusyS, m.UnknownS, m.BusySamples = m.HeldS+b.HeldS, m.BusyS+b.BusyS, m.UnknownS+b.UnknownS, m.BusySamples+b.BusySamples
+	m.ContendedS += b.ContendedS
+	m.PeakMemoryBytes, m.Simulated = max(m.PeakMemoryBytes, b.PeakMemoryBytes), m.Simulated || b.Simulated
+	m.MemoryHist, m.SMHist = addHist(m.MemoryHist, b.MemoryHist), addHist(m.SMHist, b.SMHist)
 }
 
+// addHist adds b to a, in a's array where it is long enough.
 func addHist(a, b []uint32) []uint32 {
-	out := make([]uint32, max(len(a), len(b)))
-	for i := range out {
-		if i < len(a) {
-			out[i] += a[i]
-		}
-		if i < len(b) {
-			out[i] += b[i]
-		}
+	if len(a) < len(b) {
+		a = append(a, make([]uint32, len(b)-len(a))...)
 	}
-	return out
+	for i, c := range b {
+		a[i] += c
+	}
+	return a
 }
 
 // Profiles merges days (ordered by user, server, class, day, as the store answers) into one rightsize.Profile
 // per user, server and class.
 func Profiles(days []ledger.ProfileDay) []rightsize.Profile {
 	var out []rightsize.Profile
-	for i := 0; i < len(days); {
-		j := i + 1
-		for j < len(days) && days[j].User == days[i].User && days[j].Server == days[i].Server && days[j].Class == days[i].Class {
-			j++
-		}
-		m := days[i]
-		for _, d := range days[i+1 : j] {
-			m = merge(m, d)
-		}
-		out = append(out, toProfile(m))
-		i = j
+	var m merger
+	for i := range days {
+		m.add(&days[i], &out)
 	}
+	m.flush(&out)
 	return out
+}
+
+// merger merges a stream of days ordered by user, server, class and day, keeping one day (and its histograms)
+// in progress: the memory it needs does not grow with the days.
+type merger struct {
+	cur     ledger.ProfileDay
+	mem, sm []uint32 // cur's histograms, reused from one profile to the next
+	some    bool
+}
+
+func (m *merger) add(d *ledger.ProfileDay, out *[]rightsize.Profile) {
+	if m.some && d.User == m.cur.User && d.Server == m.cur.Server && d.Class == m.cur.Class {
+		mergeInto(&m.cur, d)
+		return
+	}
+	m.flush(out)
+	m.mem, m.sm = append(m.mem[:0], d.MemoryHist...), append(m.sm[:0], d.SMHist...)
+	m.cur = *d
+	m.cur.MemoryHist, m.cur.SMHist = m.mem, m.sm
+	m.some = true
+}
+
+func (m *merger) flush(out *[]rightsize.Profile) {
+	if m.some {
+		*out = append(*out, toProfile(m.cur))
+		m.some = false
+	}
+}
+
+// Scanner streams the stored days (ledger.Ledger.ScanProfiles).
+type Scanner interface {
+	ScanProfiles(ctx context.Context, from time.Time, user string, fn func(*ledger.ProfileDay) error) error
+}
+
+// Read merges the days from the day of from on, of one user ("" for everyone), into one profile per user,
+// server and class while they are read: a month of every server costs the profiles, not the days.
+func Read(ctx context.Context, src Scanner, from time.Time, user string) ([]rightsize.Profile, error) {
+	var out []rightsize.Profile
+	var m merger
+	if err := src.ScanProfiles(ctx, from, user, func(d *ledger.ProfileDay) error {
+		m.add(d, &out)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	m.flush(&out)
+	return out, nil
 }
 
 func toProfile(d ledger.ProfileDay) rightsize.Profile {
@@ -318,10 +362,8 @@ func percentileBin(h []uint32, q float64) (int, bool) {
 	return len(h) - 1, true
 }
 
-// Advise computes the advice for every profile of days against the offered kinds, sorted by user, server and
-// class.
-func Advise(days []ledger.ProfileDay, offers []rightsize.Offer, now time.Time) []contract.RightSize {
-	ps := Profiles(days)
+// Advise computes the advice for every profile against the offered kinds, sorted by user, server and class.
+func Advise(ps []rightsize.Profile, offers []rightsize.Offer, now time.Time) []contract.RightSize {
 	out := make([]contract.RightSize, 0, len(ps))
 	for _, p := range ps {
 		out = append(out, rightsize.Decide(p, offers, now))

@@ -282,7 +282,7 @@ func TestFromBuiltViews(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	advice := Advise(days, v.Offers, v.SampledAt)
+	advice := Advise(Profiles(days), v.Offers, v.SampledAt)
 	if len(advice) != 1 {
 		t.Fatalf("%d advice, want 1: %+v", len(advice), advice)
 	}
