@@ -229,7 +229,8 @@ type service struct {
 	departed departures
 	// profiles records each server's use for right-size advice (issue 38); the ledger's writer alone does.
 	profiles      *profile.Recorder
-	profilesFlush time.Time // when the profiles were last written
+	profilesFlush time.Time   // when the profiles were last written
+	profilesBusy  atomic.Bool // a write is in flight
 	// advice reads the profiles; everyone's, computed once per saveableEvery, feed the gauge and the admin route.
 	advice       *profile.Reader
 	saveableAt   time.Time // when the right-size gauge was last computed
@@ -268,8 +269,9 @@ func (s *service) refreshSaveable(ctx context.Context, v *usage.View, now time.T
 // lost to a kill -9, and the database sees one small transaction a minute.
 const profileFlushEvery = time.Minute
 
-// recordProfile adds the view to the right-size profiles and writes them when due. Only the ledger's writer
-// records (the others would count every server twice); a write that fails keeps what it had for the next.
+// recordProfile adds the view to the right-size profiles and writes them when due, in the background from a
+// copy (the tick never waits for the database; one write at a time). Only the ledger's writer records (the
+// others would count every server twice); a write that fails keeps what it had for the next.
 func (s *service) recordProfile(ctx context.Context, v *usage.View, now time.Time) {
 	if s.profiles == nil { // a test's service without one
 		return
@@ -280,15 +282,20 @@ func (s *service) recordProfile(ctx context.Context, v *usage.View, now time.Tim
 		return
 	}
 	s.profiles.Observe(v)
-	if now.Sub(s.profilesFlush) < profileFlushEvery || s.led.Available() != nil {
+	if now.Sub(s.profilesFlush) < profileFlushEvery || s.led.Available() != nil || !s.profilesBusy.CompareAndSwap(false, true) {
 		return
 	}
-	fctx, cancel := context.WithTimeout(ctx, 2*s.o.Interval)
-	defer cancel()
-	if err := s.profiles.Flush(fctx, s.led, now); err != nil {
-		s.o.Logger.Warn("right-size profiles not written; retried in a minute", "err", err)
-	}
 	s.profilesFlush = now
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		defer s.profilesBusy.Store(false)
+		fctx, cancel := context.WithTimeout(ctx, profileFlushEvery)
+		defer cancel()
+		if err := s.profiles.Flush(fctx, s.led, now); err != nil && ctx.Err() == nil {
+			s.o.Logger.Warn("right-size profiles not written; retried in a minute", "err", err)
+		}
+	}()
 }
 
 func (s *service) hubReady(context.Context) error {

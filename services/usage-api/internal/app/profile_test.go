@@ -31,6 +31,7 @@ func TestTickRecordsProfiles(t *testing.T) {
 			r.s.led.writer = func() bool { return tc.writer }
 			for i := range 62 {
 				r.tick(t, t0.Add(time.Duration(i)*time.Second))
+				r.s.bg.Wait() // the writes run off the tick
 			}
 			days, err := r.led.Profiles(context.Background(), t0, "")
 			if err != nil {

@@ -41,11 +41,13 @@ type Recorder struct {
 	// was down) the missing time is not charged to what was seen after it.
 	MaxStep time.Duration
 
-	mu     sync.Mutex
-	days   map[key]*ledger.ProfileDay
-	dirty  map[key]bool
-	loaded map[int64]bool // days read back from the store (a restart continues them)
-	last   time.Time
+	flushMu sync.Mutex // one flush at a time
+	mu      sync.Mutex
+	gen     int // counts resets: a flush in flight across one keeps nothing
+	days    map[key]*ledger.ProfileDay
+	dirty   map[key]bool
+	loaded  map[int64]bool // days read back from the store (a restart continues them)
+	last    time.Time
 }
 
 // NewRecorder returns a Recorder whose observations stand for at most maxStep each.
@@ -61,6 +63,7 @@ func (r *Recorder) Reset() {
 	clear(r.dirty)
 	clear(r.loaded)
 	r.last = time.Time{}
+	r.gen++
 }
 
 // Observe adds one tick's view: each running server's memory and utilization, for the time since the last
@@ -179,25 +182,38 @@ func memoryBin(used, total uint64) int {
 
 // Flush writes the days that changed since the last flush and deletes those older than Retention. The first
 // flush of a day reads that day back from the store and adds to it, so that a restart continues the day rather
-// than starting it over. Days before today are dropped from memory once written.
+// than starting it over. Days before today are dropped from memory once written. The store is read and written
+// without the recorder's lock, from a copy taken under it, so that Observe (the tick) never waits for the
+// database; a write that fails leaves its days to the next flush. Flushes run one at a time.
 func (r *Recorder) Flush(ctx context.Context, st Store, now time.Time) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.flushMu.Lock()
+	defer r.flushMu.Unlock()
 	today := ledger.DayOf(now)
+	r.mu.Lock()
+	gen := r.gen
+	var toLoad []int64
 	for k := range r.dirty {
-		if r.loaded[k.day] {
-			continue
+		if !r.loaded[k.day] && !slices.Contains(toLoad, k.day) {
+			toLoad = append(toLoad, k.day)
 		}
-		day := time.Unix(k.day, 0).UTC()
+	}
+	r.mu.Unlock()
+	for _, dk := range toLoad {
+		day := time.Unix(dk, 0).UTC()
 		stored, err := st.Profiles(ctx, day, "")
 		if err != nil {
 			return fmt.Errorf("read profiles of %s: %w", day.Format(time.DateOnly), err)
+		}
+		r.mu.Lock()
+		if r.gen != gen { // reset meanwhile: what was read belongs to another writer's day
+			r.mu.Unlock()
+			return nil
 		}
 		for _, s := range stored {
 			if !s.Day.Equal(day) {
 				continue
 			}
-			sk := key{user: s.User, server: s.Server, class: s.Class, day: k.day}
+			sk := key{user: s.User, server: s.Server, class: s.Class, day: dk}
 			if d := r.days[sk]; d != nil {
 				merged := merge(s, *d)
 				*d = merged
@@ -206,18 +222,37 @@ func (r *Recorder) Flush(ctx context.Context, st Store, now time.Time) error {
 				r.days[sk] = &s
 			}
 		}
-		r.loaded[k.day] = true
+		r.loaded[dk] = true
+		r.mu.Unlock()
 	}
-	var out []ledger.ProfileDay
+	r.mu.Lock()
+	out := make([]ledger.ProfileDay, 0, len(r.dirty))
+	keys := make([]key, 0, len(r.dirty))
 	for k := range r.dirty {
-		out = append(out, *r.days[k])
+		if !r.loaded[k.day] { // a day first seen since the read-back: the next flush reads it
+			continue
+		}
+		d := *r.days[k]
+		d.MemoryHist, d.SMHist = slices.Clone(d.MemoryHist), slices.Clone(d.SMHist)
+		out = append(out, d)
+		keys = append(keys, k)
+		delete(r.dirty, k)
 	}
-	if err := st.PutProfiles(ctx, out, today.Add(-Retention)); err != nil {
+	r.mu.Unlock()
+	err := st.PutProfiles(ctx, out, today.Add(-Retention))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gen != gen {
 		return err
 	}
-	clear(r.dirty)
+	if err != nil {
+		for _, k := range keys {
+			r.dirty[k] = true
+		}
+		return err
+	}
 	for k := range r.days {
-		if k.day < today.Unix() {
+		if k.day < today.Unix() && !r.dirty[k] {
 			delete(r.days, k)
 		}
 	}
