@@ -211,6 +211,7 @@ func Run(ctx context.Context, o Options) error {
 	cancel()
 	wg.Wait()
 	s.bg.Wait()
+	s.flushOnShutdown()
 	return err
 }
 
@@ -263,6 +264,23 @@ func (s *service) refreshSaveable(ctx context.Context, v *usage.View, now time.T
 		}
 		s.mets.ObserveRightSize(profile.SaveablePerDay(profile.Advise(ps, v.Offers, now), from, now))
 	}()
+}
+
+// shutdownFlushTimeout bounds the last write of the profiles on a graceful shutdown: a rolling update waits for
+// it, and a database that does not answer must not hold the pod past its grace period.
+const shutdownFlushTimeout = 5 * time.Second
+
+// flushOnShutdown writes what the profiles gathered since the last write (up to a minute), after the tick and
+// the background work have stopped. Only the ledger's writer writes.
+func (s *service) flushOnShutdown() {
+	if s.profiles == nil || !s.led.writes() || s.led.Available() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownFlushTimeout)
+	defer cancel()
+	if err := s.profiles.Flush(ctx, s.led, s.o.Now()); err != nil {
+		s.o.Logger.Warn("right-size profiles not written at shutdown: up to a minute of them is lost", "err", err)
+	}
 }
 
 // profileFlushEvery is how often the right-size profiles are written: at most this much of a day's profile is
