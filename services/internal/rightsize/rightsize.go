@@ -194,6 +194,11 @@ func Decide(p Profile, offers []Offer, now time.Time) contract.RightSize {
 		return a
 	}
 	heldCost := held.cost()
+	if !slices.ContainsFunc(offers, func(o Offer) bool { return o.Product == held.Product }) {
+		// With no kind of the model to compare with, keep says nothing about the use: say so.
+		a.Caveats = append(a.Caveats, fmt.Sprintf("no node offers a kind of %s now (or its nodes were not read yet): nothing was compared",
+			cmp.Or(held.Product, "this GPU model")))
+	}
 	for _, o := range offers {
 		if o.Product != held.Product || o.MemoryBytes == 0 || o.cost() >= heldCost-slack {
 			continue
