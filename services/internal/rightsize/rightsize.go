@@ -194,13 +194,15 @@ func Decide(p Profile, offers []Offer, now time.Time) contract.RightSize {
 		return a
 	}
 	heldCost := held.cost()
-	if !slices.ContainsFunc(offers, func(o Offer) bool { return o.Product == held.Product }) {
+	// An unknown model ("") is no model: two unknowns need not be the same GPU.
+	sameModel := func(o Offer) bool { return held.Product != "" && o.Product == held.Product }
+	if !slices.ContainsFunc(offers, sameModel) {
 		// With no kind of the model to compare with, keep says nothing about the use: say so.
 		a.Caveats = append(a.Caveats, fmt.Sprintf("no node offers a kind of %s now (or its nodes were not read yet): nothing was compared",
 			cmp.Or(held.Product, "this GPU model")))
 	}
 	for _, o := range offers {
-		if o.Product != held.Product || o.MemoryBytes == 0 || o.cost() >= heldCost-slack {
+		if !sameModel(o) || o.MemoryBytes == 0 || o.cost() >= heldCost-slack {
 			continue
 		}
 		if o.MemoryBytes < ev.NeedMemoryBytes || o.ComputeGPUs+slack < ev.P95UsedGPUs {

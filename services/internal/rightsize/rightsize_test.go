@@ -180,6 +180,20 @@ func TestDecide(t *testing.T) {
 			want: want{Verdict: contract.VerdictKeep,
 				Caveats: []string{"no node offers a kind of H100-80GB-HBM3 now (or its nodes were not read yet): nothing was compared"}},
 		},
+		"model unknown (held and offered): never compared, since two unknown models need not be one": {
+			p: func() Profile {
+				p := recorded(4*gib, 10)
+				p.Held.Product, p.Held.Class = "", "gpu unknown"
+				return p
+			}(),
+			offers: func() []Offer {
+				o := mig1g
+				o.Product, o.Class = "", "mig unknown 1g.10gb"
+				return []Offer{o}
+			}(),
+			want: want{Verdict: contract.VerdictKeep,
+				Caveats: []string{"no node offers a kind of this GPU model now (or its nodes were not read yet): nothing was compared"}},
+		},
 		"stale profile: advice with a caveat": {
 			p: func() Profile { p := recorded(4*gib, 10); p.To = now.Add(-10 * 24 * time.Hour); return p }(), offers: noMIG,
 			want: want{Verdict: contract.VerdictSmaller, Candidates: []string{shared4.Class},
