@@ -92,6 +92,8 @@ func TestRightSizeReport(t *testing.T) {
 		"by kind json":     {admin, []string{"--right-size", "--window", "7d", "--by", "kind", "--format", "json"}, "rightsize-kind.json"},
 		"bob's own advice": {bob, []string{"--right-size", "--window", "7d", "--user", "bob"}, "rightsize-bob.table"},
 		"bob's advice csv": {admin, []string{"--right-size", "--window", "7d", "--user", "bob", "--format", "csv"}, "rightsize-bob.csv"},
+		// Without --window, the usage API's default period (7d), as the help says.
+		"default window": {admin, []string{"--right-size", "--by", "kind", "--format", "csv"}, "rightsize-kind.csv"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			code, out, errOut := run(t, tc.env, 0, tc.args...)
