@@ -126,3 +126,23 @@ func TestRightSizeReportErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestRightSizeCSVFormulas: names that a spreadsheet would take for a formula are quoted, as the usage API's CSV
+// does.
+func TestRightSizeCSVFormulas(t *testing.T) {
+	var b strings.Builder
+	if err := savingsCSV(&b, contract.RightSizeSavings{By: "user", Rows: []contract.RightSizeSavingsRow{{Key: "=HYPERLINK(\"http://x\")"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "'=HYPERLINK") {
+		t.Errorf("savings CSV:\n%s", b.String())
+	}
+	b.Reset()
+	if err := adviceCSV(&b, contract.RightSizeResponse{Servers: []contract.RightSize{{Server: "@evil", Held: contract.RightSizeKind{Class: "gpu T4"},
+		Verdict: contract.VerdictKeep, Caveats: []string{"-x"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "'@evil") || !strings.Contains(b.String(), "'-x") {
+		t.Errorf("advice CSV:\n%s", b.String())
+	}
+}

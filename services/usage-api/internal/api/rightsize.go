@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
 	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/rightsize"
 	"github.com/gpuhub/gpuhub/services/internal/server"
+	"github.com/gpuhub/gpuhub/services/internal/spreadsheet"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/profile"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/usage"
 )
@@ -168,18 +168,10 @@ func writeSavingsCSV(w http.ResponseWriter, s contract.RightSizeSavings) {
 	_ = cw.Write([]string{"period", "from", "to", s.By, "saveable_gpu_hours", "held_gpu_hours", "servers", "advised_smaller"})
 	from, to := s.From.Format(time.RFC3339), s.AsOf.Format(time.RFC3339)
 	for _, r := range s.Rows {
-		_ = cw.Write([]string{s.Period, from, to, csvText(r.Key), gpuHours(r.SaveableGPUHours), gpuHours(r.HeldGPUHours),
+		_ = cw.Write([]string{s.Period, from, to, spreadsheet.Text(r.Key), gpuHours(r.SaveableGPUHours), gpuHours(r.HeldGPUHours),
 			strconv.Itoa(r.Servers), strconv.Itoa(r.Smaller)})
 	}
 	cw.Flush()
 }
 
 func gpuHours(v float64) string { return strconv.FormatFloat(v, 'f', 6, 64) }
-
-// csvText keeps a spreadsheet from taking a name for a formula.
-func csvText(s string) string {
-	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
-		return "'" + s
-	}
-	return s
-}
