@@ -113,6 +113,7 @@ func testServerWithLedger(t testing.TB) (*httptest.Server, *testLedger) {
 	hub.AddToken("root-token", "root")
 	hub.AddToken("quota-token", "gpu-quota")   // a service listed in ReaderServices
 	hub.AddToken("culler-token", "gpu-culler") // a service that is not
+	hub.AddToken("alice-scoped-token", "alice", "read:users!user=alice")
 	auth := hubauth.New(hubauth.Options{Hub: hub.Client("service-token")})
 
 	state := usage.NewState(usage.NewHistory(time.Hour, 5*time.Second))
