@@ -107,10 +107,10 @@ func share(part, whole float64) string {
 
 func savingsCSV(w io.Writer, s contract.RightSizeSavings) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{s.By, "saveable_gpu_hours", "held_gpu_hours", "servers", "advised_smaller"})
+	_ = cw.Write([]string{s.By, "saveable_gpu_hours", "held_gpu_hours", "servers", "advised_smaller", "simulated", "stale"})
 	for _, r := range s.Rows {
 		_ = cw.Write([]string{spreadsheet.Text(r.Key), strconv.FormatFloat(r.SaveableGPUHours, 'f', 4, 64), strconv.FormatFloat(r.HeldGPUHours, 'f', 4, 64),
-			strconv.Itoa(r.Servers), strconv.Itoa(r.Smaller)})
+			strconv.Itoa(r.Servers), strconv.Itoa(r.Smaller), strconv.Itoa(r.Simulated), strconv.Itoa(r.Stale)})
 	}
 	cw.Flush()
 	return cw.Error()

@@ -165,11 +165,11 @@ func writeSavingsCSV(w http.ResponseWriter, s contract.RightSizeSavings) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"period", "from", "to", s.By, "saveable_gpu_hours", "held_gpu_hours", "servers", "advised_smaller"})
+	_ = cw.Write([]string{"period", "from", "to", s.By, "saveable_gpu_hours", "held_gpu_hours", "servers", "advised_smaller", "simulated", "stale"})
 	from, to := s.From.Format(time.RFC3339), s.AsOf.Format(time.RFC3339)
 	for _, r := range s.Rows {
 		_ = cw.Write([]string{s.Period, from, to, spreadsheet.Text(r.Key), gpuHours(r.SaveableGPUHours), gpuHours(r.HeldGPUHours),
-			strconv.Itoa(r.Servers), strconv.Itoa(r.Smaller)})
+			strconv.Itoa(r.Servers), strconv.Itoa(r.Smaller), strconv.Itoa(r.Simulated), strconv.Itoa(r.Stale)})
 	}
 	cw.Flush()
 }
