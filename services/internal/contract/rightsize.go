@@ -125,4 +125,8 @@ type RightSizeSavingsRow struct {
 	// Servers is how many servers (and classes) were measured; Smaller how many of them were advised smaller.
 	Servers int `json:"servers"`
 	Smaller int `json:"smaller"`
+	// Simulated and Stale count the servers whose advice is from simulated GPUs, or whose newest sample is older
+	// than rightsize.StaleAfter: they are in the totals, and these say how much of them they are.
+	Simulated int `json:"simulated"`
+	Stale     int `json:"stale"`
 }

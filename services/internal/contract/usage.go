@@ -83,6 +83,9 @@ type GPU struct {
 	StaleReason string `json:"staleReason,omitempty"`
 	// UtilizationUnknownReason says in plain words why SMUtilPercent is null.
 	UtilizationUnknownReason string `json:"utilizationUnknownReason,omitempty"`
+	// UtilizationScale is what SMUtilPercent is a fraction of, in GPUs (gpu.Allocation.UtilizationScale): the
+	// usage API's own bookkeeping for right-size profiles, not on the wire.
+	UtilizationScale float64 `json:"-"`
 }
 
 // Server is one running single-user server that holds GPUs.

@@ -172,6 +172,12 @@ func Decide(p Profile, offers []Offer, now time.Time) contract.RightSize {
 		a.Caveats = append(a.Caveats, fmt.Sprintf("for %s of the %s busy another server was busy on the same GPU: its p95 may be lower than its use alone",
 			hours(p.ContendedSeconds), hours(p.BusySeconds)))
 	}
+	// The agent reports memory it cannot read as 0: with busy samples and a zero peak the memory is unknown, not
+	// nothing, and every kind would seem to hold it.
+	noMemory := p.Samples > 0 && p.PeakMemoryBytes == 0
+	if noMemory {
+		a.Caveats = append(a.Caveats, "GPU memory was not measured (the agent reported none): the memory a smaller kind needs is unknown")
+	}
 	switch {
 	case p.BusySeconds < MinBusy.Seconds():
 		a.Verdict = contract.VerdictNotEnoughData
@@ -182,10 +188,21 @@ func Decide(p Profile, offers []Offer, now time.Time) contract.RightSize {
 		a.Verdict = contract.VerdictNotEnoughData
 		a.Reason = fmt.Sprintf("Only %d busy samples were taken; advice needs at least %d.", p.Samples, MinSamples)
 		return a
+	case noMemory:
+		a.Verdict = contract.VerdictNotEnoughData
+		a.Reason = "The GPU memory was not measured; advice needs the peak memory to know what fits."
+		return a
 	}
 	heldCost := held.cost()
+	// An unknown model ("") is no model: two unknowns need not be the same GPU.
+	sameModel := func(o Offer) bool { return held.Product != "" && o.Product == held.Product }
+	if !slices.ContainsFunc(offers, sameModel) {
+		// With no kind of the model to compare with, keep says nothing about the use: say so.
+		a.Caveats = append(a.Caveats, fmt.Sprintf("no node offers a kind of %s now (or its nodes were not read yet): nothing was compared",
+			cmp.Or(held.Product, "this GPU model")))
+	}
 	for _, o := range offers {
-		if o.Product != held.Product || o.MemoryBytes == 0 || o.cost() >= heldCost-slack {
+		if !sameModel(o) || o.MemoryBytes == 0 || o.cost() >= heldCost-slack {
 			continue
 		}
 		if o.MemoryBytes < ev.NeedMemoryBytes || o.ComputeGPUs+slack < ev.P95UsedGPUs {

@@ -165,6 +165,35 @@ func TestDecide(t *testing.T) {
 			}(), offers: allOffers,
 			want: want{Verdict: contract.VerdictSmaller, Candidates: []string{mig1g.Class}},
 		},
+		"memory never measured (the agent reports 0): no advice, and why": {
+			p: recorded(0, 10), offers: allOffers,
+			want: want{Verdict: contract.VerdictNotEnoughData,
+				Caveats: []string{"GPU memory was not measured (the agent reported none): the memory a smaller kind needs is unknown"}},
+		},
+		"no kind of the model offered now (no nodes of it, or no view yet): keep, and why": {
+			p: recorded(4*gib, 10), offers: []Offer{t4Shared},
+			want: want{Verdict: contract.VerdictKeep,
+				Caveats: []string{"no node offers a kind of H100-80GB-HBM3 now (or its nodes were not read yet): nothing was compared"}},
+		},
+		"nothing offered at all: keep, and why": {
+			p: recorded(4*gib, 10), offers: nil,
+			want: want{Verdict: contract.VerdictKeep,
+				Caveats: []string{"no node offers a kind of H100-80GB-HBM3 now (or its nodes were not read yet): nothing was compared"}},
+		},
+		"model unknown (held and offered): never compared, since two unknown models need not be one": {
+			p: func() Profile {
+				p := recorded(4*gib, 10)
+				p.Held.Product, p.Held.Class = "", "gpu unknown"
+				return p
+			}(),
+			offers: func() []Offer {
+				o := mig1g
+				o.Product, o.Class = "", "mig unknown 1g.10gb"
+				return []Offer{o}
+			}(),
+			want: want{Verdict: contract.VerdictKeep,
+				Caveats: []string{"no node offers a kind of this GPU model now (or its nodes were not read yet): nothing was compared"}},
+		},
 		"stale profile: advice with a caveat": {
 			p: func() Profile { p := recorded(4*gib, 10); p.To = now.Add(-10 * 24 * time.Hour); return p }(), offers: noMIG,
 			want: want{Verdict: contract.VerdictSmaller, Candidates: []string{shared4.Class},

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/gpuhub/gpuhub/services/internal/spreadsheet"
 )
 
 // kindWords says in the table what each GPU kind is (services/internal/gpu's kinds).
@@ -125,7 +127,7 @@ func writeCSV(w io.Writer, r *Report) error {
 		if row.UsedPercent != nil {
 			pct = strconv.FormatFloat(*row.UsedPercent, 'f', 1, 64)
 		}
-		_ = cw.Write([]string{row.Name, second, strconv.FormatFloat(row.Allocated, 'f', 4, 64),
+		_ = cw.Write([]string{spreadsheet.Text(row.Name), spreadsheet.Text(second), strconv.FormatFloat(row.Allocated, 'f', 4, 64),
 			strconv.FormatFloat(row.Used, 'f', 4, 64), pct, strconv.FormatFloat(row.UsedUnknown, 'f', 4, 64)})
 	}
 	cw.Flush()

@@ -37,11 +37,14 @@ const Usage = `usage:
       https://hub.example.org/services/gpu-usage/. The token: --token-file FILE or $JUPYTERHUB_API_TOKEN, a
       Hub admin's (a user's own token reports only --user THEIR-NAME).
   gpuhub report --right-size [--window 24h|7d|30d] [--by user|group|kind] [--user U] [--format table|csv|json]
-      GPU-hours that right-sizing would have saved over the window (the UTC days it touches), per user, Hub group
-      or GPU kind: an admin's token (or a --reader-services one). With --user, that user's advice per server
+      GPU-hours that right-sizing would have saved over the window (the UTC days it touches; default 7d, as the
+      usage API's), per user, Hub group or GPU kind: an admin's token (or a --reader-services one). With --user, that user's advice per server
       (the smallest offered kind that holds its peak memory with a margin and covers its p95 SM use): their own
       token may read it.
 `
+
+// rightSizeDefaultWindow is --window's default with --right-size: the usage API's default period.
+const rightSizeDefaultWindow = "7d"
 
 // The ways to break a report down.
 const (
@@ -60,7 +63,7 @@ func Run(ctx context.Context, args []string, env policycmd.Env, now func() time.
 	fs.Usage = func() {} // printed below: to stdout when asked for, to stderr after a mistake
 	var (
 		usageURL  = fs.String("usage-url", "", "the usage API's URL, prefix included [$GPUHUB_USAGE_URL]")
-		windowArg = fs.String("window", "30d", "the window, whole hours up to now: 24h, 7d, 30d, 1d12h")
+		windowArg = fs.String("window", "30d", "the window, whole hours up to now: 24h, 7d, 30d, 1d12h (--right-size: 7d)")
 		group     = fs.String("group", "", "only the users of this Hub group")
 		user      = fs.String("user", "", "only this user")
 		by        = fs.String("by", byUser, "a row per user, group or kind")
@@ -75,6 +78,11 @@ func Run(ctx context.Context, args []string, env policycmd.Env, now func() time.
 		}
 		_, _ = fmt.Fprint(env.Stderr, Usage)
 		return 2
+	}
+	windowSet := false
+	fs.Visit(func(f *flag.Flag) { windowSet = windowSet || f.Name == "window" })
+	if *rightSz && !windowSet {
+		*windowArg = rightSizeDefaultWindow
 	}
 	usageErr := func(format string, args ...any) int {
 		_, _ = fmt.Fprintf(env.Stderr, "gpuhub report: "+format+"\n%s", append(args, Usage)...)

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gpuhub/gpuhub/services/internal/contract"
+	"github.com/gpuhub/gpuhub/services/internal/spreadsheet"
 )
 
 // rightSizePeriods are the windows the usage API keeps right-size profiles for.
@@ -106,10 +107,10 @@ func share(part, whole float64) string {
 
 func savingsCSV(w io.Writer, s contract.RightSizeSavings) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{s.By, "saveable_gpu_hours", "held_gpu_hours", "servers", "advised_smaller"})
+	_ = cw.Write([]string{s.By, "saveable_gpu_hours", "held_gpu_hours", "servers", "advised_smaller", "simulated", "stale"})
 	for _, r := range s.Rows {
-		_ = cw.Write([]string{r.Key, strconv.FormatFloat(r.SaveableGPUHours, 'f', 4, 64), strconv.FormatFloat(r.HeldGPUHours, 'f', 4, 64),
-			strconv.Itoa(r.Servers), strconv.Itoa(r.Smaller)})
+		_ = cw.Write([]string{spreadsheet.Text(r.Key), strconv.FormatFloat(r.SaveableGPUHours, 'f', 4, 64), strconv.FormatFloat(r.HeldGPUHours, 'f', 4, 64),
+			strconv.Itoa(r.Servers), strconv.Itoa(r.Smaller), strconv.Itoa(r.Simulated), strconv.Itoa(r.Stale)})
 	}
 	cw.Flush()
 	return cw.Error()
@@ -167,9 +168,9 @@ func adviceCSV(w io.Writer, r contract.RightSizeResponse) error {
 		if len(a.Candidates) > 0 {
 			first, saved = a.Candidates[0].Class, strconv.FormatFloat(a.Candidates[0].SavedPerHour, 'f', 4, 64)
 		}
-		_ = cw.Write([]string{a.Server, a.Held.Class, a.Verdict, first, saved, strconv.FormatUint(a.Evidence.PeakMemoryBytes, 10),
+		_ = cw.Write([]string{spreadsheet.Text(a.Server), spreadsheet.Text(a.Held.Class), a.Verdict, spreadsheet.Text(first), saved, strconv.FormatUint(a.Evidence.PeakMemoryBytes, 10),
 			strconv.FormatFloat(a.Evidence.P95SMUtilPercent, 'f', 0, 64), strconv.FormatFloat(a.Evidence.BusySeconds/3600, 'f', 4, 64),
-			strconv.FormatFloat(a.Evidence.HeldSeconds/3600, 'f', 4, 64), strings.Join(a.Caveats, "; ")})
+			strconv.FormatFloat(a.Evidence.HeldSeconds/3600, 'f', 4, 64), spreadsheet.Text(strings.Join(a.Caveats, "; "))})
 	}
 	cw.Flush()
 	return cw.Error()

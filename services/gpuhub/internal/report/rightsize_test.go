@@ -92,6 +92,8 @@ func TestRightSizeReport(t *testing.T) {
 		"by kind json":     {admin, []string{"--right-size", "--window", "7d", "--by", "kind", "--format", "json"}, "rightsize-kind.json"},
 		"bob's own advice": {bob, []string{"--right-size", "--window", "7d", "--user", "bob"}, "rightsize-bob.table"},
 		"bob's advice csv": {admin, []string{"--right-size", "--window", "7d", "--user", "bob", "--format", "csv"}, "rightsize-bob.csv"},
+		// Without --window, the usage API's default period (7d), as the help says.
+		"default window": {admin, []string{"--right-size", "--by", "kind", "--format", "csv"}, "rightsize-kind.csv"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			code, out, errOut := run(t, tc.env, 0, tc.args...)
@@ -122,5 +124,25 @@ func TestRightSizeReportErrors(t *testing.T) {
 				t.Errorf("exit %d, want %d; stderr %q, want it to say %q", code, tc.wantCode, errOut, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestRightSizeCSVFormulas: names that a spreadsheet would take for a formula are quoted, as the usage API's CSV
+// does.
+func TestRightSizeCSVFormulas(t *testing.T) {
+	var b strings.Builder
+	if err := savingsCSV(&b, contract.RightSizeSavings{By: "user", Rows: []contract.RightSizeSavingsRow{{Key: "=HYPERLINK(\"http://x\")"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "'=HYPERLINK") {
+		t.Errorf("savings CSV:\n%s", b.String())
+	}
+	b.Reset()
+	if err := adviceCSV(&b, contract.RightSizeResponse{Servers: []contract.RightSize{{Server: "@evil", Held: contract.RightSizeKind{Class: "gpu T4"},
+		Verdict: contract.VerdictKeep, Caveats: []string{"-x"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "'@evil") || !strings.Contains(b.String(), "'-x") {
+		t.Errorf("advice CSV:\n%s", b.String())
 	}
 }

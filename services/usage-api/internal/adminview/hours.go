@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpuhub/gpuhub/services/internal/spreadsheet"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/usage"
 )
@@ -327,17 +328,9 @@ func writeCSV(w http.ResponseWriter, win window, by string, rows []hoursRow) {
 	_ = cw.Write([]string{"window", "from", "to", by, "allocated_gpu_hours", "used_gpu_hours", "used_unknown_gpu_hours", "idle_held_gpu_hours"})
 	from, to := win.From.UTC().Format(time.RFC3339), win.To.UTC().Format(time.RFC3339)
 	for _, r := range rows {
-		_ = cw.Write([]string{win.Name, from, to, csvText(r.Name), num(r.Allocated), num(r.Used), num(r.Unknown), num(r.Idle)})
+		_ = cw.Write([]string{win.Name, from, to, spreadsheet.Text(r.Name), num(r.Allocated), num(r.Used), num(r.Unknown), num(r.Idle)})
 	}
 	cw.Flush()
 }
 
 func num(v float64) string { return strconv.FormatFloat(v, 'f', 6, 64) }
-
-// csvText keeps a spreadsheet from taking a name for a formula.
-func csvText(s string) string {
-	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
-		return "'" + s
-	}
-	return s
-}

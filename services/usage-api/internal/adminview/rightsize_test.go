@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,17 +34,31 @@ type fakeProfiles struct {
 	err  error
 }
 
-func (f *fakeProfiles) Profiles(_ context.Context, from time.Time, user string) ([]ledger.ProfileDay, error) {
+// ScanProfiles gives the days in the ledger's order (user, server, class, day), as profile.Read expects.
+func (f *fakeProfiles) ScanProfiles(_ context.Context, from time.Time, user string, fn func(*ledger.ProfileDay) error) error {
 	if f.err != nil {
-		return nil, f.err
+		return f.err
 	}
-	var out []ledger.ProfileDay
-	for _, d := range f.days {
-		if !d.Day.Before(from) && (user == "" || d.User == user) {
-			out = append(out, d)
+	days := slices.Clone(f.days)
+	slices.SortStableFunc(days, func(a, b ledger.ProfileDay) int {
+		if c := strings.Compare(a.User+"\x00"+a.Server+"\x00"+a.Class, b.User+"\x00"+b.Server+"\x00"+b.Class); c != 0 {
+			return c
+		}
+		return a.Day.Compare(b.Day)
+	})
+	for i := range days {
+		if !days[i].Day.Before(ledger.DayOf(from)) && (user == "" || days[i].User == user) {
+			if err := fn(&days[i]); err != nil {
+				return err
+			}
 		}
 	}
-	return out, nil
+	return nil
+}
+
+// Profiles merges them as the usage API's profile.Reader does, without its cache.
+func (f *fakeProfiles) Profiles(ctx context.Context, from, _ time.Time, user string) ([]rightsize.Profile, error) {
+	return profile.Read(ctx, f, from, user)
 }
 
 func testProfiles() *fakeProfiles {

@@ -21,6 +21,7 @@ import (
 	"github.com/gpuhub/gpuhub/hubapi/hubapitest"
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
+	"github.com/gpuhub/gpuhub/services/usage-api/internal/profile"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/usage"
 )
 
@@ -112,6 +113,7 @@ func testServerWithLedger(t testing.TB) (*httptest.Server, *testLedger) {
 	hub.AddToken("root-token", "root")
 	hub.AddToken("quota-token", "gpu-quota")   // a service listed in ReaderServices
 	hub.AddToken("culler-token", "gpu-culler") // a service that is not
+	hub.AddToken("alice-scoped-token", "alice", "read:users!user=alice")
 	auth := hubauth.New(hubauth.Options{Hub: hub.Client("service-token")})
 
 	state := usage.NewState(usage.NewHistory(time.Hour, 5*time.Second))
@@ -130,7 +132,7 @@ func testServerWithLedger(t testing.TB) (*httptest.Server, *testLedger) {
 	state.Publish(v)
 	led := newTestLedger(t)
 	h := New(Options{Prefix: prefix, State: state, Ledger: led, Auth: auth.Middleware, Now: func() time.Time { return now },
-		Budget: fakeBudget{}, ReaderServices: []string{"gpu-quota"}, Waitlist: led, WaitlistServices: []string{"gpu-quota"}, Profiles: led})
+		Budget: fakeBudget{}, ReaderServices: []string{"gpu-quota"}, Waitlist: led, WaitlistServices: []string{"gpu-quota"}, Profiles: profile.NewReader(led, 10*time.Minute)})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv, led

@@ -10,13 +10,13 @@ import (
 	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/rightsize"
 	"github.com/gpuhub/gpuhub/services/internal/server"
-	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/profile"
 )
 
-// Profiles reads the right-size profile days (ledger.Ledger.Profiles).
+// Profiles reads the right-size profiles of one user ("" for everyone) from the day of from on, as of now,
+// merged over the days (profile.Reader).
 type Profiles interface {
-	Profiles(ctx context.Context, from time.Time, user string) ([]ledger.ProfileDay, error)
+	Profiles(ctx context.Context, from, now time.Time, user string) ([]rightsize.Profile, error)
 }
 
 // defaultPeriod is the period advice is computed over unless period= says otherwise: a week covers the working
@@ -48,13 +48,13 @@ func (h *handler) advice(ctx context.Context, user string, d time.Duration) (fro
 		offers = v.Offers
 	}
 	from = profile.PeriodFrom(d, asOf)
-	days, err := h.opts.Profiles.Profiles(ctx, from, user)
+	ps, err := h.opts.Profiles.Profiles(ctx, from, asOf, user)
 	if err != nil {
 		h.opts.Logger.Error("ledger profiles query failed", "user", user, "err", err)
 		return from, asOf, nil, &queryError{status: http.StatusServiceUnavailable,
 			msg: fmt.Sprintf("the ledger database could not answer just now; retry in %d s", retryAfterSeconds)}
 	}
-	return from, asOf, profile.Advise(days, offers, asOf), nil
+	return from, asOf, profile.Advise(ps, offers, asOf), nil
 }
 
 func (h *handler) meRightSize(w http.ResponseWriter, r *http.Request) {

@@ -29,7 +29,7 @@ var a100Offers = []rightsize.Offer{
 }
 
 // putProfiles stores a day of alice on a MIG 3g.20gb at 20 % of the instance with 3 GiB (advice: 1g.5gb, 2/7 GPU
-// saved per hour over her 10 hours held) and a day of bob with 10 busy minutes (not enough data).
+// saved per hour over her 10 hours held) and a day of bob with 10 busy minutes on simulated GPUs (not enough data).
 func putProfiles(t *testing.T, led *testLedger) {
 	t.Helper()
 	day := ledger.DayOf(now)
@@ -44,7 +44,7 @@ func putProfiles(t *testing.T, led *testLedger) {
 			PeakMemoryBytes: 3 << 30, MemoryHist: hist(15, 2000), SMHist: hist(19, 1440)},
 		{User: "bob", Server: "big", Class: "mig " + a100 + " 3g.20gb", Day: day, Kind: "mig", Product: a100, MemoryTotalBytes: 19968 << 20,
 			HeldGPUs: 3.0 / 7, Scale: 3.0 / 7, First: day.Add(time.Minute), Last: now, HeldS: 3600, BusyS: 600, BusySamples: 120,
-			PeakMemoryBytes: 1 << 30, MemoryHist: hist(5, 720), SMHist: hist(50, 120)},
+			PeakMemoryBytes: 1 << 30, MemoryHist: hist(5, 720), SMHist: hist(50, 120), Simulated: true},
 	}
 	if err := led.PutProfiles(t.Context(), days, day.AddDate(0, 0, -30)); err != nil {
 		t.Fatal(err)
@@ -63,6 +63,8 @@ func TestRightSizeAuthorization(t *testing.T) {
 		"bob cannot read alice's advice":       {"api/v1/users/alice/right-size", "bob-token", http.StatusForbidden},
 		"admin reads alice's advice":           {"api/v1/users/alice/right-size", "root-token", http.StatusOK},
 		"a service has no me":                  {"api/v1/me/right-size", "quota-token", http.StatusForbidden},
+		"a token for alice only, on bob's":     {"api/v1/users/bob/right-size", "alice-scoped-token", http.StatusForbidden},
+		"a token for alice only, on alice's":   {"api/v1/users/alice/right-size", "alice-scoped-token", http.StatusOK},
 		"a reader service reads one user's":    {"api/v1/users/alice/right-size", "quota-token", http.StatusOK},
 		"a service not listed cannot read one": {"api/v1/users/alice/right-size", "culler-token", http.StatusForbidden},
 		"no token":                             {"api/v1/me/right-size", "", http.StatusUnauthorized},
@@ -145,10 +147,20 @@ func TestRightSizeSavingsCSVMatchesJSON(t *testing.T) {
 				t.Fatal(err)
 			}
 			var want [][]string
-			want = append(want, []string{"period", "from", "to", by, "saveable_gpu_hours", "held_gpu_hours", "servers", "advised_smaller"})
+			want = append(want, []string{"period", "from", "to", by, "saveable_gpu_hours", "held_gpu_hours", "servers", "advised_smaller",
+				"simulated", "stale"})
 			for _, r := range js.Rows {
 				want = append(want, []string{"7d", js.From.Format(time.RFC3339), js.AsOf.Format(time.RFC3339), r.Key,
-					profile.GPUHours(r.SaveableGPUHours), profile.GPUHours(r.HeldGPUHours), itoa(r.Servers), itoa(r.Smaller)})
+					profile.GPUHours(r.SaveableGPUHours), profile.GPUHours(r.HeldGPUHours), itoa(r.Servers), itoa(r.Smaller), itoa(r.Simulated), itoa(r.Stale)})
+			}
+			// bob's day was measured on simulated GPUs: his row, and every row he is in, says so.
+			wantSim := map[string][]int{"user": {0, 1}, "group": {0, 1}, "kind": {1}}[by]
+			var sims []int
+			for _, r := range js.Rows {
+				sims = append(sims, r.Simulated)
+			}
+			if diff := cmp.Diff(wantSim, sims); diff != "" {
+				t.Errorf("simulated per row (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(want, recs); diff != "" {
 				t.Errorf("CSV against JSON (-json +csv):\n%s", diff)

@@ -169,10 +169,11 @@ func Run(ctx context.Context, o Options) error {
 	}
 	inv.Start(ctx)
 	s := &service{o: o, inv: inv, led: led, state: state, mets: mets, profiles: profile.NewRecorder(2 * o.Interval),
-		coll: collect.New(collect.Options{Client: o.AgentClient, Port: o.AgentPort, Logger: o.Logger, Now: o.Now})}
+		advice: profile.NewReader(led, saveableEvery),
+		coll:   collect.New(collect.Options{Client: o.AgentClient, Port: o.AgentPort, Logger: o.Logger, Now: o.Now})}
 
 	handler := api.New(api.Options{Prefix: o.Prefix, State: state, Ledger: led, Auth: o.Auth, Now: o.Now, Logger: o.Logger,
-		Budget: o.Budget, ReaderServices: o.ReaderServices, Waitlist: led, WaitlistServices: o.WaitlistServices, Profiles: led})
+		Budget: o.Budget, ReaderServices: o.ReaderServices, Waitlist: led, WaitlistServices: o.WaitlistServices, Profiles: s.advice})
 	if o.Login != nil {
 		// The JSON API keeps its own token auth under api/; everything else under the prefix is a page for people,
 		// behind the login.
@@ -181,7 +182,7 @@ func Run(ctx context.Context, o Options) error {
 		mux.Handle(prefix+"api/", handler)
 		o.Login.Routes(mux)
 		mux.Handle(prefix, o.Login.Require(adminview.New(adminview.Options{Prefix: prefix, State: state, Ledger: led,
-			Culler: o.CullerAPI, Quota: o.QuotaAPI, Profiles: led, Now: o.Now, Logger: o.Logger})))
+			Culler: o.CullerAPI, Quota: o.QuotaAPI, Profiles: s.advice, Now: o.Now, Logger: o.Logger})))
 		handler = mux
 	}
 	srv, err := server.New(server.Options{
@@ -210,6 +211,7 @@ func Run(ctx context.Context, o Options) error {
 	cancel()
 	wg.Wait()
 	s.bg.Wait()
+	s.flushOnShutdown()
 	return err
 }
 
@@ -228,10 +230,13 @@ type service struct {
 	departed departures
 	// profiles records each server's use for right-size advice (issue 38); the ledger's writer alone does.
 	profiles      *profile.Recorder
-	profilesFlush time.Time // when the profiles were last written
-	saveableAt    time.Time // when the right-size gauge was last computed
-	saveableBusy  atomic.Bool
-	bg            sync.WaitGroup // work started by ticks; Run waits for it
+	profilesFlush time.Time   // when the profiles were last written
+	profilesBusy  atomic.Bool // a write is in flight
+	// advice reads the profiles; everyone's, computed once per saveableEvery, feed the gauge and the admin route.
+	advice       *profile.Reader
+	saveableAt   time.Time // when the right-size gauge was last computed
+	saveableBusy atomic.Bool
+	bg           sync.WaitGroup // work started by ticks; Run waits for it
 }
 
 // saveableEvery is how often the right-size gauge is computed: it reads a week of every server's profile, and
@@ -241,7 +246,7 @@ const saveableEvery = 10 * time.Minute
 // refreshSaveable computes the right-size gauge (GPU-hours per day that taking every advice would save, over
 // the last 7 days) when due, off the tick, since it reads a week of profiles. Every replica exports it.
 func (s *service) refreshSaveable(ctx context.Context, v *usage.View, now time.Time) {
-	if s.profiles == nil || now.Sub(s.saveableAt) < saveableEvery || s.led.Available() != nil || !s.saveableBusy.CompareAndSwap(false, true) {
+	if s.profiles == nil || s.advice == nil || now.Sub(s.saveableAt) < saveableEvery || s.led.Available() != nil || !s.saveableBusy.CompareAndSwap(false, true) {
 		return
 	}
 	s.saveableAt = now
@@ -252,21 +257,39 @@ func (s *service) refreshSaveable(ctx context.Context, v *usage.View, now time.T
 		rctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		from := profile.PeriodFrom(profile.Periods["7d"], now)
-		days, err := s.led.Profiles(rctx, from, "")
+		ps, err := s.advice.Profiles(rctx, from, now, "")
 		if err != nil {
 			s.o.Logger.Warn("right-size gauge not computed; retried in 10 minutes", "err", err)
 			return
 		}
-		s.mets.ObserveRightSize(profile.SaveablePerDay(profile.Advise(days, v.Offers, now), from, now))
+		s.mets.ObserveRightSize(profile.SaveablePerDay(profile.Advise(ps, v.Offers, now), from, now))
 	}()
+}
+
+// shutdownFlushTimeout bounds the last write of the profiles on a graceful shutdown: a rolling update waits for
+// it, and a database that does not answer must not hold the pod past its grace period.
+const shutdownFlushTimeout = 5 * time.Second
+
+// flushOnShutdown writes what the profiles gathered since the last write (up to a minute), after the tick and
+// the background work have stopped. Only the ledger's writer writes.
+func (s *service) flushOnShutdown() {
+	if s.profiles == nil || !s.led.writes() || s.led.Available() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownFlushTimeout)
+	defer cancel()
+	if err := s.profiles.Flush(ctx, s.led, s.o.Now()); err != nil {
+		s.o.Logger.Warn("right-size profiles not written at shutdown: up to a minute of them is lost", "err", err)
+	}
 }
 
 // profileFlushEvery is how often the right-size profiles are written: at most this much of a day's profile is
 // lost to a kill -9, and the database sees one small transaction a minute.
 const profileFlushEvery = time.Minute
 
-// recordProfile adds the view to the right-size profiles and writes them when due. Only the ledger's writer
-// records (the others would count every server twice); a write that fails keeps what it had for the next.
+// recordProfile adds the view to the right-size profiles and writes them when due, in the background from a
+// copy (the tick never waits for the database; one write at a time). Only the ledger's writer records (the
+// others would count every server twice); a write that fails keeps what it had for the next.
 func (s *service) recordProfile(ctx context.Context, v *usage.View, now time.Time) {
 	if s.profiles == nil { // a test's service without one
 		return
@@ -277,15 +300,20 @@ func (s *service) recordProfile(ctx context.Context, v *usage.View, now time.Tim
 		return
 	}
 	s.profiles.Observe(v)
-	if now.Sub(s.profilesFlush) < profileFlushEvery || s.led.Available() != nil {
+	if now.Sub(s.profilesFlush) < profileFlushEvery || s.led.Available() != nil || !s.profilesBusy.CompareAndSwap(false, true) {
 		return
 	}
-	fctx, cancel := context.WithTimeout(ctx, 2*s.o.Interval)
-	defer cancel()
-	if err := s.profiles.Flush(fctx, s.led, now); err != nil {
-		s.o.Logger.Warn("right-size profiles not written; retried in a minute", "err", err)
-	}
 	s.profilesFlush = now
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		defer s.profilesBusy.Store(false)
+		fctx, cancel := context.WithTimeout(ctx, profileFlushEvery)
+		defer cancel()
+		if err := s.profiles.Flush(fctx, s.led, now); err != nil && ctx.Err() == nil {
+			s.o.Logger.Warn("right-size profiles not written; retried in a minute", "err", err)
+		}
+	}()
 }
 
 func (s *service) hubReady(context.Context) error {

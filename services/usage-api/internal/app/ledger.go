@@ -34,6 +34,7 @@ type Ledger interface {
 	// Right-size profiles (issue 38) live there too.
 	PutProfiles(ctx context.Context, days []ledger.ProfileDay, keepFrom time.Time) error
 	Profiles(ctx context.Context, from time.Time, user string) ([]ledger.ProfileDay, error)
+	ScanProfiles(ctx context.Context, from time.Time, user string, fn func(*ledger.ProfileDay) error) error
 }
 
 // OpenLedgerFunc opens the ledger as of now; closer releases it when the service stops.
@@ -301,6 +302,13 @@ func (c *ledgerConn) Profiles(ctx context.Context, from time.Time, user string) 
 		return b.Profiles(ctx, from, user)
 	}
 	return nil, errNotConnected
+}
+
+func (c *ledgerConn) ScanProfiles(ctx context.Context, from time.Time, user string, fn func(*ledger.ProfileDay) error) error {
+	if b := c.led.Load(); b != nil {
+		return b.ScanProfiles(ctx, from, user, fn)
+	}
+	return errNotConnected
 }
 
 // writes says whether this replica writes the ledger now.

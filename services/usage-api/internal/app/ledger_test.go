@@ -48,6 +48,9 @@ func (nopLedger) PutProfiles(context.Context, []ledger.ProfileDay, time.Time) er
 func (nopLedger) Profiles(context.Context, time.Time, string) ([]ledger.ProfileDay, error) {
 	return nil, nil
 }
+func (nopLedger) ScanProfiles(context.Context, time.Time, string, func(*ledger.ProfileDay) error) error {
+	return nil
+}
 
 // TestLedgerConnRetries: failed opens are counted, explained in the readiness detail and in words for users,
 // retried with a backoff that stays within its bounds, until one works.

@@ -27,9 +27,11 @@ func TestTickRecordsProfiles(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			r := newTickRig(t, interval, t0, migPod(t0))
 			r.s.profiles = profile.NewRecorder(2 * interval)
+			r.s.advice = profile.NewReader(r.s.led, saveableEvery)
 			r.s.led.writer = func() bool { return tc.writer }
 			for i := range 62 {
 				r.tick(t, t0.Add(time.Duration(i)*time.Second))
+				r.s.bg.Wait() // the writes run off the tick
 			}
 			days, err := r.led.Profiles(context.Background(), t0, "")
 			if err != nil {
@@ -50,5 +52,26 @@ func TestTickRecordsProfiles(t *testing.T) {
 				t.Errorf("profile (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestShutdownFlushesProfiles: a graceful shutdown writes what was observed since the last write (a rolling
+// update would lose up to a minute otherwise).
+func TestShutdownFlushesProfiles(t *testing.T) {
+	const interval = time.Second
+	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	r := newTickRig(t, interval, t0, migPod(t0))
+	r.s.profiles = profile.NewRecorder(2 * interval)
+	for i := range 10 {
+		r.tick(t, t0.Add(time.Duration(i)*time.Second))
+		r.s.bg.Wait()
+	}
+	r.s.flushOnShutdown()
+	days, err := r.led.Profiles(context.Background(), t0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(days) != 1 || days[0].HeldS != 10 {
+		t.Fatalf("stored %+v, want one day of 10 s held", days)
 	}
 }

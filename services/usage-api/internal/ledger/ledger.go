@@ -74,6 +74,7 @@ type store interface {
 	PutWaitlistState(ctx context.Context, ifVersion int64, state json.RawMessage, now time.Time) (WaitlistState, error)
 	PutProfiles(ctx context.Context, days []ProfileDay, keepFrom time.Time) error
 	Profiles(ctx context.Context, from time.Time, user string) ([]ProfileDay, error)
+	ScanProfiles(ctx context.Context, from time.Time, user string, fn func(*ProfileDay) error) error
 }
 
 // Ledger integrates samples into the store and keeps per-user window totals in memory for the fast path.

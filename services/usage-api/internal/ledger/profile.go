@@ -2,7 +2,11 @@ package ledger
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -51,23 +55,9 @@ func (s *Store) PutProfiles(ctx context.Context, days []ProfileDay, keepFrom tim
 			_ = tx.Rollback()
 		}
 	}()
-	const cols = `user_name, server, class, day, kind, product, memory_total, held_gpus, scale, first_ns, last_ns,
-		held_s, busy_s, unknown_s, contended_s, busy_samples, peak_memory, simulated, memory_hist, sm_hist`
-	upsert := s.q(`INSERT INTO rightsize_profile (` + cols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (user_name, server, class, day) DO UPDATE SET kind = excluded.kind, product = excluded.product,
-		memory_total = excluded.memory_total, held_gpus = excluded.held_gpus, scale = excluded.scale,
-		first_ns = excluded.first_ns, last_ns = excluded.last_ns, held_s = excluded.held_s, busy_s = excluded.busy_s,
-		unknown_s = excluded.unknown_s, contended_s = excluded.contended_s, busy_samples = excluded.busy_samples, peak_memory = excluded.peak_memory,
-		simulated = excluded.simulated, memory_hist = excluded.memory_hist, sm_hist = excluded.sm_hist`)
-	for _, d := range days {
-		sim := 0
-		if d.Simulated {
-			sim = 1
-		}
-		if _, err = tx.ExecContext(ctx, upsert, d.User, d.Server, d.Class, d.Day.Unix(), d.Kind, d.Product,
-			int64(d.MemoryTotalBytes), d.HeldGPUs, d.Scale, d.First.UnixNano(), d.Last.UnixNano(), d.HeldS, d.BusyS,
-			d.UnknownS, d.ContendedS, d.BusySamples, int64(d.PeakMemoryBytes), sim, encodeHist(d.MemoryHist), encodeHist(d.SMHist)); err != nil {
-			return fmt.Errorf("write profile: %w", err)
+	for b := range slices.Chunk(days, profileBatch) {
+		if _, err = tx.ExecContext(ctx, s.profileUpsert(len(b)), profileArgs(b)...); err != nil {
+			return fmt.Errorf("write profiles: %w", err)
 		}
 	}
 	if _, err = tx.ExecContext(ctx, s.q(`DELETE FROM rightsize_profile WHERE day < ?`), keepFrom.Unix()); err != nil {
@@ -79,9 +69,64 @@ func (s *Store) PutProfiles(ctx context.Context, days []ProfileDay, keepFrom tim
 	return nil
 }
 
+// profileBatch is how many days one statement writes: 2,000 servers are 8 round trips, not 2,000, and its
+// 5,000 parameters stay far under SQLite's (32,766) and PostgreSQL's (65,535) limits.
+const profileBatch = 250
+
+const profileCols = 20
+
+// profileUpsert is the statement that writes n days, replacing the rows of the same key.
+func (s *Store) profileUpsert(n int) string {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO rightsize_profile (user_name, server, class, day, kind, product, memory_total, held_gpus, scale,
+		first_ns, last_ns, held_s, busy_s, unknown_s, contended_s, busy_samples, peak_memory, simulated, memory_hist, sm_hist) VALUES `)
+	row := "(" + strings.Repeat("?, ", profileCols-1) + "?)"
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(row)
+	}
+	b.WriteString(` ON CONFLICT (user_name, server, class, day) DO UPDATE SET kind = excluded.kind, product = excluded.product,
+		memory_total = excluded.memory_total, held_gpus = excluded.held_gpus, scale = excluded.scale,
+		first_ns = excluded.first_ns, last_ns = excluded.last_ns, held_s = excluded.held_s, busy_s = excluded.busy_s,
+		unknown_s = excluded.unknown_s, contended_s = excluded.contended_s, busy_samples = excluded.busy_samples, peak_memory = excluded.peak_memory,
+		simulated = excluded.simulated, memory_hist = excluded.memory_hist, sm_hist = excluded.sm_hist`)
+	return s.q(b.String())
+}
+
+// profileArgs are the parameters of profileUpsert for days, in its column order.
+func profileArgs(days []ProfileDay) []any {
+	args := make([]any, 0, len(days)*profileCols)
+	for _, d := range days {
+		sim := 0
+		if d.Simulated {
+			sim = 1
+		}
+		args = append(args, d.User, d.Server, d.Class, d.Day.Unix(), d.Kind, d.Product,
+			int64(d.MemoryTotalBytes), d.HeldGPUs, d.Scale, d.First.UnixNano(), d.Last.UnixNano(), d.HeldS, d.BusyS,
+			d.UnknownS, d.ContendedS, d.BusySamples, int64(d.PeakMemoryBytes), sim, encodeHist(d.MemoryHist), encodeHist(d.SMHist))
+	}
+	return args
+}
+
 // Profiles reads the days from the day of from on, of one user ("" for everyone), ordered by user, server,
 // class and day.
 func (s *Store) Profiles(ctx context.Context, from time.Time, user string) ([]ProfileDay, error) {
+	var out []ProfileDay
+	err := s.ScanProfiles(ctx, from, user, func(d *ProfileDay) error {
+		c := *d
+		c.MemoryHist, c.SMHist = slices.Clone(d.MemoryHist), slices.Clone(d.SMHist)
+		out = append(out, c)
+		return nil
+	})
+	return out, err
+}
+
+// ScanProfiles calls fn with each day from the day of from on, of one user ("" for everyone), ordered by user,
+// server, class and day, without keeping them: the day passed (and its histograms) is reused for the next row,
+// so fn copies what it keeps. Everyone's month is 30 rows a server; read this way it costs one row's memory.
+func (s *Store) ScanProfiles(ctx context.Context, from time.Time, user string, fn func(*ProfileDay) error) error {
 	query := `SELECT user_name, server, class, day, kind, product, memory_total, held_gpus, scale, first_ns, last_ns,
 		held_s, busy_s, unknown_s, contended_s, busy_samples, peak_memory, simulated, memory_hist, sm_hist
 		FROM rightsize_profile WHERE day >= ?`
@@ -93,33 +138,34 @@ func (s *Store) Profiles(ctx context.Context, from time.Time, user string) ([]Pr
 	query += ` ORDER BY user_name, server, class, day`
 	rows, err := s.db.QueryContext(ctx, s.q(query), args...)
 	if err != nil {
-		return nil, fmt.Errorf("read profiles: %w", err)
+		return fmt.Errorf("read profiles: %w", err)
 	}
 	defer func() { _ = rows.Close() }()
-	var out []ProfileDay
+	d := ProfileDay{MemoryHist: make([]uint32, MemoryBins), SMHist: make([]uint32, SMBins)}
+	var day, firstNS, lastNS, memTotal, peak int64
+	var sim int
+	var memHist, smHist sql.RawBytes
 	for rows.Next() {
-		var d ProfileDay
-		var day, firstNS, lastNS, memTotal, peak int64
-		var sim int
-		var memHist, smHist string
 		if err := rows.Scan(&d.User, &d.Server, &d.Class, &day, &d.Kind, &d.Product, &memTotal, &d.HeldGPUs, &d.Scale,
 			&firstNS, &lastNS, &d.HeldS, &d.BusyS, &d.UnknownS, &d.ContendedS, &d.BusySamples, &peak, &sim, &memHist, &smHist); err != nil {
-			return nil, fmt.Errorf("read profiles: %w", err)
+			return fmt.Errorf("read profiles: %w", err)
 		}
 		d.Day, d.First, d.Last = time.Unix(day, 0).UTC(), time.Unix(0, firstNS).UTC(), time.Unix(0, lastNS).UTC()
 		d.MemoryTotalBytes, d.PeakMemoryBytes, d.Simulated = uint64(max(memTotal, 0)), uint64(max(peak, 0)), sim != 0
-		if d.MemoryHist, err = decodeHist(memHist, MemoryBins); err != nil {
-			return nil, err
+		if err := decodeHist(memHist, d.MemoryHist); err != nil {
+			return err
 		}
-		if d.SMHist, err = decodeHist(smHist, SMBins); err != nil {
-			return nil, err
+		if err := decodeHist(smHist, d.SMHist); err != nil {
+			return err
 		}
-		out = append(out, d)
+		if err := fn(&d); err != nil {
+			return err
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read profiles: %w", err)
+		return fmt.Errorf("read profiles: %w", err)
 	}
-	return out, nil
+	return nil
 }
 
 // DayOf is the UTC day t falls on.
@@ -141,22 +187,34 @@ func encodeHist(h []uint32) string {
 	return strings.Join(parts, ",")
 }
 
-func decodeHist(s string, bins int) ([]uint32, error) {
-	h := make([]uint32, bins)
-	if s == "" {
-		return h, nil
+// decodeHist reads encodeHist's text into h (its length is the number of bins), without allocating.
+func decodeHist(s []byte, h []uint32) error {
+	clear(h)
+	if len(s) == 0 {
+		return nil
 	}
-	for i, p := range strings.Split(s, ",") {
-		if i >= bins {
-			return nil, fmt.Errorf("read profiles: a histogram has more than %d bins", bins)
+	i, c, digits := 0, uint64(0), 0
+	for k := 0; k <= len(s); k++ {
+		if k < len(s) && s[k] != ',' {
+			if s[k] < '0' || s[k] > '9' {
+				return fmt.Errorf("read profiles: histogram: %q is not a count", s[k])
+			}
+			c = c*10 + uint64(s[k]-'0')
+			digits++
+			if c > math.MaxUint32 {
+				return fmt.Errorf("read profiles: histogram: a count is over %d", uint32(math.MaxUint32))
+			}
+			continue
 		}
-		c, err := strconv.ParseUint(p, 10, 32)
-		if err != nil {
-			return nil, fmt.Errorf("read profiles: histogram: %w", err)
+		if digits == 0 {
+			return errors.New("read profiles: histogram: an empty count")
 		}
-		h[i] = uint32(c)
+		if i >= len(h) {
+			return fmt.Errorf("read profiles: a histogram has more than %d bins", len(h))
+		}
+		h[i], i, c, digits = uint32(c), i+1, 0, 0
 	}
-	return h, nil
+	return nil
 }
 
 // PutProfiles writes right-size profile days and applies the retention (Store.PutProfiles).
@@ -167,4 +225,9 @@ func (l *Ledger) PutProfiles(ctx context.Context, days []ProfileDay, keepFrom ti
 // Profiles reads right-size profile days (Store.Profiles).
 func (l *Ledger) Profiles(ctx context.Context, from time.Time, user string) ([]ProfileDay, error) {
 	return l.store.Profiles(ctx, from, user)
+}
+
+// ScanProfiles streams right-size profile days (Store.ScanProfiles).
+func (l *Ledger) ScanProfiles(ctx context.Context, from time.Time, user string, fn func(*ProfileDay) error) error {
+	return l.store.ScanProfiles(ctx, from, user, fn)
 }

@@ -67,15 +67,18 @@ func TestHistEncoding(t *testing.T) {
 		"ends":   append(append([]uint32{7}, make([]uint32, SMBins-2)...), 4294967295),
 		"middle": append(append(make([]uint32, 50), 3), make([]uint32, SMBins-51)...),
 	} {
-		got, err := decodeHist(encodeHist(h), SMBins)
-		if err != nil {
+		got := make([]uint32, SMBins)
+		got[3] = 9 // what the buffer held before: cleared
+		if err := decodeHist([]byte(encodeHist(h)), got); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		if diff := cmp.Diff(h, got); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", name, diff)
 		}
 	}
-	if _, err := decodeHist("1,2,3", 2); err == nil {
-		t.Error("three bins decoded into two")
+	for _, bad := range []string{"1,2,3", "1,,2", "1,x", "4294967296", "1,"} {
+		if err := decodeHist([]byte(bad), make([]uint32, 2)); err == nil {
+			t.Errorf("%q decoded into two bins", bad)
+		}
 	}
 }

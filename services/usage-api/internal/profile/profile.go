@@ -41,11 +41,13 @@ type Recorder struct {
 	// was down) the missing time is not charged to what was seen after it.
 	MaxStep time.Duration
 
-	mu     sync.Mutex
-	days   map[key]*ledger.ProfileDay
-	dirty  map[key]bool
-	loaded map[int64]bool // days read back from the store (a restart continues them)
-	last   time.Time
+	flushMu sync.Mutex // one flush at a time
+	mu      sync.Mutex
+	gen     int // counts resets: a flush in flight across one keeps nothing
+	days    map[key]*ledger.ProfileDay
+	dirty   map[key]bool
+	loaded  map[int64]bool // days read back from the store (a restart continues them)
+	last    time.Time
 }
 
 // NewRecorder returns a Recorder whose observations stand for at most maxStep each.
@@ -61,6 +63,7 @@ func (r *Recorder) Reset() {
 	clear(r.dirty)
 	clear(r.loaded)
 	r.last = time.Time{}
+	r.gen++
 }
 
 // Observe adds one tick's view: each running server's memory and utilization, for the time since the last
@@ -141,7 +144,7 @@ func observe(d *ledger.ProfileDay, s usage.Server, at time.Time, dt float64, bus
 			continue
 		}
 		used += *g.UsedGPUs
-		scale += unitScale(g)
+		scale += g.UtilizationScale
 	}
 	d.MemoryTotalBytes = memTotal
 	if !s.Stale { // a stale node's memory is its last sample's, not now's
@@ -168,20 +171,6 @@ func observe(d *ledger.ProfileDay, s usage.Server, at time.Time, dt float64, bus
 	}
 }
 
-// unitScale is what a unit's SM utilization is a fraction of, in GPUs (gpu.Allocation.UtilizationScale): read
-// back from used = utilization / 100 x scale where the unit is busy; otherwise 1 for whole GPUs and
-// time-sliced or MPS replicas, and the instance's share for MIG (exact unless time-sliced, and then only idle
-// samples use it, which count for nothing).
-func unitScale(g usage.GPU) float64 {
-	if g.SMUtilPercent != nil && g.UsedGPUs != nil && *g.SMUtilPercent > 0 {
-		return *g.UsedGPUs / (*g.SMUtilPercent / 100)
-	}
-	if g.Kind.MIG() {
-		return g.Share
-	}
-	return 1
-}
-
 // memoryBin is the hundredth of total that used falls in; the last bin when total is unknown (the percentile
 // is then the peak: the safe side).
 func memoryBin(used, total uint64) int {
@@ -193,25 +182,38 @@ func memoryBin(used, total uint64) int {
 
 // Flush writes the days that changed since the last flush and deletes those older than Retention. The first
 // flush of a day reads that day back from the store and adds to it, so that a restart continues the day rather
-// than starting it over. Days before today are dropped from memory once written.
+// than starting it over. Days before today are dropped from memory once written. The store is read and written
+// without the recorder's lock, from a copy taken under it, so that Observe (the tick) never waits for the
+// database; a write that fails leaves its days to the next flush. Flushes run one at a time.
 func (r *Recorder) Flush(ctx context.Context, st Store, now time.Time) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.flushMu.Lock()
+	defer r.flushMu.Unlock()
 	today := ledger.DayOf(now)
+	r.mu.Lock()
+	gen := r.gen
+	var toLoad []int64
 	for k := range r.dirty {
-		if r.loaded[k.day] {
-			continue
+		if !r.loaded[k.day] && !slices.Contains(toLoad, k.day) {
+			toLoad = append(toLoad, k.day)
 		}
-		day := time.Unix(k.day, 0).UTC()
+	}
+	r.mu.Unlock()
+	for _, dk := range toLoad {
+		day := time.Unix(dk, 0).UTC()
 		stored, err := st.Profiles(ctx, day, "")
 		if err != nil {
 			return fmt.Errorf("read profiles of %s: %w", day.Format(time.DateOnly), err)
+		}
+		r.mu.Lock()
+		if r.gen != gen { // reset meanwhile: what was read belongs to another writer's day
+			r.mu.Unlock()
+			return nil
 		}
 		for _, s := range stored {
 			if !s.Day.Equal(day) {
 				continue
 			}
-			sk := key{user: s.User, server: s.Server, class: s.Class, day: k.day}
+			sk := key{user: s.User, server: s.Server, class: s.Class, day: dk}
 			if d := r.days[sk]; d != nil {
 				merged := merge(s, *d)
 				*d = merged
@@ -220,18 +222,37 @@ func (r *Recorder) Flush(ctx context.Context, st Store, now time.Time) error {
 				r.days[sk] = &s
 			}
 		}
-		r.loaded[k.day] = true
+		r.loaded[dk] = true
+		r.mu.Unlock()
 	}
-	var out []ledger.ProfileDay
+	r.mu.Lock()
+	out := make([]ledger.ProfileDay, 0, len(r.dirty))
+	keys := make([]key, 0, len(r.dirty))
 	for k := range r.dirty {
-		out = append(out, *r.days[k])
+		if !r.loaded[k.day] { // a day first seen since the read-back: the next flush reads it
+			continue
+		}
+		d := *r.days[k]
+		d.MemoryHist, d.SMHist = slices.Clone(d.MemoryHist), slices.Clone(d.SMHist)
+		out = append(out, d)
+		keys = append(keys, k)
+		delete(r.dirty, k)
 	}
-	if err := st.PutProfiles(ctx, out, today.Add(-Retention)); err != nil {
+	r.mu.Unlock()
+	err := st.PutProfiles(ctx, out, today.Add(-Retention))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gen != gen {
 		return err
 	}
-	clear(r.dirty)
+	if err != nil {
+		for _, k := range keys {
+			r.dirty[k] = true
+		}
+		return err
+	}
 	for k := range r.days {
-		if k.day < today.Unix() {
+		if k.day < today.Unix() && !r.dirty[k] {
 			delete(r.days, k)
 		}
 	}
@@ -246,7 +267,14 @@ func (r *Recorder) Flush(ctx context.Context, st Store, now time.Time) error {
 // merge adds b (later) to a.
 func merge(a, b ledger.ProfileDay) ledger.ProfileDay {
 	m := a
-	if b.Last.After(a.Last) || a.Last.IsZero() {
+	m.MemoryHist, m.SMHist = slices.Clone(a.MemoryHist), slices.Clone(a.SMHist)
+	mergeInto(&m, &b)
+	return m
+}
+
+// mergeInto adds b (later) to m in place: m's histograms are added to, so m owns them.
+func mergeInto(m, b *ledger.ProfileDay) {
+	if b.Last.After(m.Last) || m.Last.IsZero() {
 		m.Kind, m.Product, m.MemoryTotalBytes, m.HeldGPUs, m.Last = b.Kind, b.Product, b.MemoryTotalBytes, b.HeldGPUs, b.Last
 		if b.Scale > 0 {
 			m.Scale = b.Scale
@@ -255,43 +283,80 @@ func merge(a, b ledger.ProfileDay) ledger.ProfileDay {
 	if m.First.IsZero() || (!b.First.IsZero() && b.First.Before(m.First)) {
 		m.First = b.First
 	}
-	m.HeldS, m.BusyS, m.UnknownS, m.BusySamples = a.HeldS+b.HeldS, a.BusyS+b.BusyS, a.UnknownS+b.UnknownS, a.BusySamples+b.BusySamples
-	m.ContendedS = a.ContendedS + b.ContendedS
-	m.PeakMemoryBytes, m.Simulated = max(a.PeakMemoryBytes, b.PeakMemoryBytes), a.Simulated || b.Simulated
-	m.MemoryHist, m.SMHist = addHist(a.MemoryHist, b.MemoryHist), addHist(a.SMHist, b.SMHist)
-	return m
+	m.HeldS, m.BusyS, m.UnknownS, m.BusySamples = m.HeldS+b.HeldS, m.BusyS+b.BusyS, m.UnknownS+b.UnknownS, m.BusySamples+b.BusySamples
+	m.ContendedS += b.ContendedS
+	m.PeakMemoryBytes, m.Simulated = max(m.PeakMemoryBytes, b.PeakMemoryBytes), m.Simulated || b.Simulated
+	m.MemoryHist, m.SMHist = addHist(m.MemoryHist, b.MemoryHist), addHist(m.SMHist, b.SMHist)
 }
 
+// addHist adds b to a, in a's array where it is long enough.
 func addHist(a, b []uint32) []uint32 {
-	out := make([]uint32, max(len(a), len(b)))
-	for i := range out {
-		if i < len(a) {
-			out[i] += a[i]
-		}
-		if i < len(b) {
-			out[i] += b[i]
-		}
+	if len(a) < len(b) {
+		a = append(a, make([]uint32, len(b)-len(a))...)
 	}
-	return out
+	for i, c := range b {
+		a[i] += c
+	}
+	return a
 }
 
 // Profiles merges days (ordered by user, server, class, day, as the store answers) into one rightsize.Profile
 // per user, server and class.
 func Profiles(days []ledger.ProfileDay) []rightsize.Profile {
 	var out []rightsize.Profile
-	for i := 0; i < len(days); {
-		j := i + 1
-		for j < len(days) && days[j].User == days[i].User && days[j].Server == days[i].Server && days[j].Class == days[i].Class {
-			j++
-		}
-		m := days[i]
-		for _, d := range days[i+1 : j] {
-			m = merge(m, d)
-		}
-		out = append(out, toProfile(m))
-		i = j
+	var m merger
+	for i := range days {
+		m.add(&days[i], &out)
 	}
+	m.flush(&out)
 	return out
+}
+
+// merger merges a stream of days ordered by user, server, class and day, keeping one day (and its histograms)
+// in progress: the memory it needs does not grow with the days.
+type merger struct {
+	cur     ledger.ProfileDay
+	mem, sm []uint32 // cur's histograms, reused from one profile to the next
+	some    bool
+}
+
+func (m *merger) add(d *ledger.ProfileDay, out *[]rightsize.Profile) {
+	if m.some && d.User == m.cur.User && d.Server == m.cur.Server && d.Class == m.cur.Class {
+		mergeInto(&m.cur, d)
+		return
+	}
+	m.flush(out)
+	m.mem, m.sm = append(m.mem[:0], d.MemoryHist...), append(m.sm[:0], d.SMHist...)
+	m.cur = *d
+	m.cur.MemoryHist, m.cur.SMHist = m.mem, m.sm
+	m.some = true
+}
+
+func (m *merger) flush(out *[]rightsize.Profile) {
+	if m.some {
+		*out = append(*out, toProfile(m.cur))
+		m.some = false
+	}
+}
+
+// Scanner streams the stored days (ledger.Ledger.ScanProfiles).
+type Scanner interface {
+	ScanProfiles(ctx context.Context, from time.Time, user string, fn func(*ledger.ProfileDay) error) error
+}
+
+// Read merges the days from the day of from on, of one user ("" for everyone), into one profile per user,
+// server and class while they are read: a month of every server costs the profiles, not the days.
+func Read(ctx context.Context, src Scanner, from time.Time, user string) ([]rightsize.Profile, error) {
+	var out []rightsize.Profile
+	var m merger
+	if err := src.ScanProfiles(ctx, from, user, func(d *ledger.ProfileDay) error {
+		m.add(d, &out)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	m.flush(&out)
+	return out, nil
 }
 
 func toProfile(d ledger.ProfileDay) rightsize.Profile {
@@ -332,10 +397,8 @@ func percentileBin(h []uint32, q float64) (int, bool) {
 	return len(h) - 1, true
 }
 
-// Advise computes the advice for every profile of days against the offered kinds, sorted by user, server and
-// class.
-func Advise(days []ledger.ProfileDay, offers []rightsize.Offer, now time.Time) []contract.RightSize {
-	ps := Profiles(days)
+// Advise computes the advice for every profile against the offered kinds, sorted by user, server and class.
+func Advise(ps []rightsize.Profile, offers []rightsize.Offer, now time.Time) []contract.RightSize {
 	out := make([]contract.RightSize, 0, len(ps))
 	for _, p := range ps {
 		out = append(out, rightsize.Decide(p, offers, now))

@@ -3,6 +3,7 @@ package profile
 import (
 	"context"
 	"fmt"
+	"math"
 	"path/filepath"
 	"testing"
 	"time"
@@ -39,7 +40,7 @@ func ptr(x float64) *float64 { return &x }
 
 // unit is one GPU of a server as the view shows it; util < 0: unknown.
 func unit(kind gpu.Kind, class string, share, scale, util float64, mem uint64) usage.GPU {
-	g := usage.GPU{Kind: kind, Class: class, Product: h100, Share: share, MemoryUsedBytes: mem, MemoryTotalBytes: 80 * gib}
+	g := usage.GPU{Kind: kind, Class: class, Product: h100, Share: share, UtilizationScale: scale, MemoryUsedBytes: mem, MemoryTotalBytes: 80 * gib}
 	if kind.MIG() {
 		g.MemoryTotalBytes = 40 * gib
 	}
@@ -149,6 +150,41 @@ func TestMIGScale(t *testing.T) {
 	}
 }
 
+// TestSharedMIGScale: a 2-replica time-sliced 3g.40gb busy at 60 % of the instance (0.26 GPU) does not fit a
+// 1g.10gb (1/7), whether or not the day's last sample was idle: an idle sample's scale is the instance's
+// (3/7), not the replica's share of it (3/14).
+func TestSharedMIGScale(t *testing.T) {
+	const class = "mig-shared " + h100 + " 3g.40gb"
+	for name, idleLast := range map[string]bool{"busy last": false, "idle last": true} {
+		t.Run(name, func(t *testing.T) {
+			r := NewRecorder(2 * interval)
+			at := t0
+			for range 1000 {
+				at = at.Add(interval)
+				r.Observe(view(at, false, unit(gpu.KindSharedMIG, class, 3.0/14, 3.0/7, 60, 3*gib)))
+			}
+			if idleLast {
+				at = at.Add(interval)
+				r.Observe(view(at, false, unit(gpu.KindSharedMIG, class, 3.0/14, 3.0/7, 0, 3*gib)))
+			}
+			var days []ledger.ProfileDay
+			for _, d := range r.days {
+				days = append(days, *d)
+			}
+			ps := Profiles(days)
+			if len(ps) != 1 {
+				t.Fatalf("%d profiles", len(ps))
+			}
+			if got, want := ps[0].Scale, 3.0/7; math.Abs(got-want) > 1e-9 {
+				t.Errorf("scale %v, want %v", got, want)
+			}
+			if a := rightsize.Decide(ps[0], offers, at); a.Verdict != contract.VerdictKeep {
+				t.Errorf("advice %s %v: %s", a.Verdict, a.Candidates, a.Reason)
+			}
+		})
+	}
+}
+
 func TestPercentileBin(t *testing.T) {
 	h := func(counts map[int]uint32) []uint32 {
 		out := make([]uint32, 101)
@@ -246,7 +282,7 @@ func TestFromBuiltViews(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	advice := Advise(days, v.Offers, v.SampledAt)
+	advice := Advise(Profiles(days), v.Offers, v.SampledAt)
 	if len(advice) != 1 {
 		t.Fatalf("%d advice, want 1: %+v", len(advice), advice)
 	}

@@ -7,18 +7,18 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/rightsize"
-	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
+	"github.com/gpuhub/gpuhub/services/internal/spreadsheet"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/usage"
 )
 
-// Source reads the profile days from a UTC day on, of one user or ("") everyone (ledger.Ledger.Profiles).
+// Source reads the profiles of one user ("" for everyone) from the day of from on, as of now, merged over the
+// days (Reader).
 type Source interface {
-	Profiles(ctx context.Context, from time.Time, user string) ([]ledger.ProfileDay, error)
+	Profiles(ctx context.Context, from, now time.Time, user string) ([]rightsize.Profile, error)
 }
 
 // Groupings are the ways savings are added up (GET right-size's by=), in the order a form offers them.
@@ -41,11 +41,11 @@ func Report(ctx context.Context, src Source, view *usage.View, period, by string
 		offers, dir = view.Offers, view.Hub.Users
 	}
 	from := PeriodFrom(d, asOf)
-	days, err := src.Profiles(ctx, from, "")
+	ps, err := src.Profiles(ctx, from, asOf, "")
 	if err != nil {
 		return contract.RightSizeSavings{}, err
 	}
-	rows, saved, held, err := Savings(Advise(days, offers, asOf), by, func(u string) []string { return dir[u].Groups })
+	rows, saved, held, err := Savings(Advise(ps, offers, asOf), by, func(u string) []string { return dir[u].Groups })
 	if err != nil {
 		return contract.RightSizeSavings{}, err
 	}
@@ -69,11 +69,11 @@ func WriteCSVHeaders(w http.ResponseWriter, s contract.RightSizeSavings) {
 // GPU-hours CSV.
 func WriteCSV(w io.Writer, s contract.RightSizeSavings) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"period", "from", "to", s.By, "saveable_gpu_hours", "held_gpu_hours", "servers", "advised_smaller"})
+	_ = cw.Write([]string{"period", "from", "to", s.By, "saveable_gpu_hours", "held_gpu_hours", "servers", "advised_smaller", "simulated", "stale"})
 	from, to := s.From.Format(time.RFC3339), s.AsOf.Format(time.RFC3339)
 	for _, r := range s.Rows {
-		_ = cw.Write([]string{s.Period, from, to, csvText(r.Key), GPUHours(r.SaveableGPUHours), GPUHours(r.HeldGPUHours),
-			strconv.Itoa(r.Servers), strconv.Itoa(r.Smaller)})
+		_ = cw.Write([]string{s.Period, from, to, spreadsheet.Text(r.Key), GPUHours(r.SaveableGPUHours), GPUHours(r.HeldGPUHours),
+			strconv.Itoa(r.Servers), strconv.Itoa(r.Smaller), strconv.Itoa(r.Simulated), strconv.Itoa(r.Stale)})
 	}
 	cw.Flush()
 	return cw.Error()
@@ -81,11 +81,3 @@ func WriteCSV(w io.Writer, s contract.RightSizeSavings) error {
 
 // GPUHours writes GPU-hours as the CSV does (six decimals: 3.6 ms of one GPU).
 func GPUHours(v float64) string { return strconv.FormatFloat(v, 'f', 6, 64) }
-
-// csvText keeps a spreadsheet from taking a name for a formula.
-func csvText(s string) string {
-	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
-		return "'" + s
-	}
-	return s
-}

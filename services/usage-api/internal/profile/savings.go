@@ -38,6 +38,12 @@ func Savings(advice []contract.RightSize, by string, groups func(user string) []
 		if a.Verdict == contract.VerdictSmaller {
 			r.Smaller++
 		}
+		if a.Simulated {
+			r.Simulated++
+		}
+		if a.Stale {
+			r.Stale++
+		}
 	}
 	var totalSaved, totalHeld float64
 	for _, a := range advice {

@@ -426,7 +426,8 @@ func buildServer(p inventory.Pod, allocs []gpu.Allocation, agent collect.Result,
 				Kind: a.Kind, Resource: a.Resource, Product: a.Product, Profile: a.Profile, Class: a.Class(),
 				Share: a.UnitShare(), ShareNumerator: a.Numerator, ShareDenominator: a.Denominator,
 				Description: a.Description(), MemoryTotalBytes: a.MemoryTotalBytes, UtilizationSource: snapshot.SourceNone,
-				Stale: srv.Stale, StaleReason: srv.StaleReason, UtilizationUnknownReason: unknown,
+				UtilizationScale: a.UtilizationScale(),
+				Stale:            srv.Stale, StaleReason: srv.StaleReason, UtilizationUnknownReason: unknown,
 			}
 			var dev *snapshot.Device
 			if ds := devices[a.Resource]; int(i) < len(ds) {

@@ -67,7 +67,7 @@ func TestBuild(t *testing.T) {
 		s := Server{Pod: "jupyter-alice", Namespace: "jhub", Node: "gpu-a100-0", Ready: true, AllocatedGPUs: 3.0 / 7, Stale: stale, Simulated: !stale,
 			GPUs: []GPU{{Kind: "mig", Resource: "nvidia.com/mig-3g.20gb", Product: "NVIDIA A100-SXM4-40GB", Profile: "3g.20gb", Class: "mig A100-SXM4-40GB 3g.20gb",
 				Share: 3.0 / 7, ShareNumerator: 3, ShareDenominator: 7, Description: "MIG 3g.20gb on an A100, 3/7 of a GPU",
-				SMUtilPercent: util, UtilizationSource: src, MemoryTotalBytes: 20096 << 20, Stale: stale}}}
+				SMUtilPercent: util, UtilizationSource: src, MemoryTotalBytes: 20096 << 20, Stale: stale, UtilizationScale: 3.0 / 7}}}
 		if !stale {
 			s.GPUs[0].UUID, s.GPUs[0].MemoryUsedBytes, s.GPUs[0].MemoryTotalBytes = "MIG-1", 1<<20, 20<<30
 		}
@@ -81,7 +81,7 @@ func TestBuild(t *testing.T) {
 	}
 	bob := Server{Pod: "jupyter-bob", Namespace: "jhub", Node: "gpu-t4-0", Ready: true, AllocatedGPUs: 0.25, UsedGPUs: f(0), Simulated: true,
 		GPUs: []GPU{{Kind: "shared", Resource: "nvidia.com/gpu.shared", Product: "Tesla-T4", Class: "shared T4", Share: 0.25, ShareNumerator: 1, ShareDenominator: 4,
-			Description: "1 of 4 time-sliced shares of a T4", UUID: "GPU-T", SMUtilPercent: f(0), UtilizationSource: "simulated", UsedGPUs: f(0), MemoryTotalBytes: 15 << 30}}}
+			Description: "1 of 4 time-sliced shares of a T4", UUID: "GPU-T", SMUtilPercent: f(0), UtilizationSource: "simulated", UsedGPUs: f(0), MemoryTotalBytes: 15 << 30, UtilizationScale: 1}}}
 
 	cases := map[string]struct {
 		agents      map[string]collect.Result
