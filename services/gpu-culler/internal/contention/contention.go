@@ -97,8 +97,11 @@ func (p *Poller) Run(ctx context.Context) {
 	var last []string
 	for {
 		err := p.Poll(ctx)
+		if ctx.Err() != nil {
+			return
+		}
 		switch {
-		case err != nil && !failing && ctx.Err() == nil:
+		case err != nil && !failing:
 			p.o.Logger.Warn("cannot read gpu-quota's waitlist; no GPU class counts as contended (the normal idle periods apply) until it answers",
 				"url", p.o.URL+Path, "err", err)
 			failing = true
@@ -118,9 +121,13 @@ func (p *Poller) Run(ctx context.Context) {
 	}
 }
 
-// Poll asks the waitlist once. On an error nothing counts as contended until an answer comes.
+// Poll asks the waitlist once. On an error nothing counts as contended until an answer comes; a poll cut short
+// by ctx (the culler stopping) says nothing about gpu-quota and changes nothing.
 func (p *Poller) Poll(ctx context.Context) error {
 	a, err := p.fetch(ctx)
+	if err != nil && ctx.Err() != nil {
+		return err
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err != nil {

@@ -155,6 +155,29 @@ func TestStale(t *testing.T) {
 	}
 }
 
+// TestCanceledPollKeepsTheAnswer: a poll cut short because the culler stops says nothing about gpu-quota. Before,
+// it cleared the contended classes and counted a failure, and under load TestMetricsAndLogs saw the gauge drop to
+// 0 and a second "changed" line when its cancel met a poll in flight.
+func TestCanceledPollKeepsTheAnswer(t *testing.T) {
+	srv := httptest.NewServer(&waitlist{status: 200, body: h100Waiting})
+	defer srv.Close()
+	p, err := New(Options{URL: srv.URL + "/", Every: 10 * time.Second, Now: func() time.Time { return t0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Poll(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := p.Poll(ctx); err == nil {
+		t.Fatal("a poll with a canceled context answered")
+	}
+	if c, e, f := p.Contended("gpu H100-80GB-HBM3"), p.Err(), testutil.ToFloat64(p.failures); !c || e != nil || f != 0 {
+		t.Errorf("after a canceled poll: contended %v, Err() %v, failures %v; want true, <nil>, 0", c, e, f)
+	}
+}
+
 // Failures are counted every poll and logged once per change of state; the contended classes are a gauge.
 func TestMetricsAndLogs(t *testing.T) {
 	wl := &waitlist{status: 503, body: `{"status": 503, "message": "starting"}`}
