@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gpuhub/gpuhub/services/internal/spreadsheet"
 )
@@ -76,31 +75,12 @@ func writeTable(w io.Writer, r *Report) error {
 		users += " users"
 	}
 	table = append(table, []string{"TOTAL", users, hoursText(r.Total.Allocated), hoursText(r.Total.Used), percentText(r.Total.UsedPercent), hoursText(r.Total.UsedUnknown)})
-	widths := make([]int, len(header))
-	for _, line := range table {
-		for i, cell := range line {
-			widths[i] = max(widths[i], utf8.RuneCountInString(cell))
-		}
-	}
 	// Names and groups to the left, numbers to the right.
 	leftAligned := 2
 	if r.By != byUser {
 		leftAligned = 1
 	}
-	for _, line := range table {
-		for i, cell := range line {
-			pad := strings.Repeat(" ", widths[i]-utf8.RuneCountInString(cell))
-			if i < leftAligned {
-				b.WriteString(cell + pad)
-			} else {
-				b.WriteString(pad + cell)
-			}
-			if i < len(line)-1 {
-				b.WriteString("  ")
-			}
-		}
-		b.WriteString("\n")
-	}
+	writeAligned(&b, table, leftAligned)
 	b.WriteString("\nAllocated: GPU-hours held (a whole GPU for an hour = 1). Used: GPU time kept busy, over the part whose\n" +
 		"utilization was known (used % of that part). Unknown: allocated GPU-hours without a known utilization.\n")
 	if r.By == byGroup && r.Group == "" {
