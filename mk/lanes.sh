@@ -3,7 +3,9 @@
 # after another by `$MAKE target`; the lanes run at the same time. Every line a target prints goes to the terminal
 # prefixed with its name and, whole, to LOGDIR/<target>.log. After a failure no lane starts another target; the
 # running ones finish. At the end: the time of each target (in the order given), the wall time, the failed targets
-# with the end of their logs, and the exit status (1 if any failed).
+# with the end of their logs and then their Go tests' own lines (the failed tests and the file:line of each message),
+# and the exit status (1 if any failed). Those lines come last because a failed suite's cleanup often dumps logs
+# after its failure message, and a CI summary shows only the end of the output.
 #
 # Why lanes: most of make test's wall time is the local-cluster suites and the real node waiting on the Hub, timers,
 # containers and the browser, on 2 cores; the other targets (compiling, unit tests, fuzzing) use that time.
@@ -73,6 +75,10 @@ if ((${#failed[@]} > 0)); then
   for t in "${failed[@]}"; do
     echo "==> the end of $logdir/$t.log:"
     tail -n 60 "$logdir/$t.log"
+  done
+  for t in "${failed[@]}"; do
+    echo "==> the Go tests' own lines in $logdir/$t.log (failed tests, messages with file:line, panics), the last 40:"
+    grep -E '^\s*--- FAIL|^\s+[A-Za-z0-9_]+\.go:[0-9]+: |^panic: |^FAIL\s' "$logdir/$t.log" | tail -n 40
   done
   echo "FAILED: make ${failed[*]}"
   exit 1

@@ -69,13 +69,13 @@ func TestLanesShareNothingUnbuilt(t *testing.T) {
 }
 
 // fakeMake is what lanes.sh runs as $MAKE in TestLanes: a target named ok* passes, slow* passes after a second,
-// fail* fails with exit 3.
+// fail* fails with exit 3 the way a Go test does, its message followed by a dump of logs.
 const fakeMake = `#!/usr/bin/env bash
 t="${@: -1}"
 case "$t" in
 ok*) echo "$t says hello" ;;
 slow*) sleep 2; echo "$t done" ;;
-fail*) echo "$t broke"; exit 3 ;;
+fail*) echo "--- FAIL: TestBroke (1.00s)"; echo "    broke_test.go:12: $t broke"; for i in $(seq 80); do echo "        dumped log line $i"; done; exit 3 ;;
 esac
 `
 
@@ -98,7 +98,7 @@ func TestLanes(t *testing.T) {
 			want: []laneRow{
 				{"fail1", "1", "FAILED"}, {"ok2", "-", "skipped"}, {"slow3", "2", "ok"}, {"ok4", "-", "skipped"},
 			},
-			wantFail: "FAILED: make fail1",
+			wantFail: "--- FAIL: TestBroke (1.00s)\n    broke_test.go:12: fail1 broke\nFAILED: make fail1",
 		},
 		"one lane": {
 			lanes: []string{"ok1 ok2"},

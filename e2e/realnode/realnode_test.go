@@ -645,7 +645,10 @@ func waitPhase(ctx context.Context, t *testing.T, client kubernetes.Interface, n
 func waitPhaseIn(ctx context.Context, t *testing.T, client kubernetes.Interface, ns, name string, want corev1.PodPhase) *corev1.Pod {
 	t.Helper()
 	var last *corev1.Pod
-	deadline := time.Now().Add(2 * time.Minute)
+	// Three minutes: a pod here waits for the kubelet, containerd and the CNI on 2 cores that make test shares
+	// with two other lanes; a pod that never starts fails with its conditions and events below.
+	start := time.Now()
+	deadline := start.Add(3 * time.Minute)
 	for ctx.Err() == nil && time.Now().Before(deadline) {
 		p, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err == nil {
@@ -666,12 +669,37 @@ func waitPhaseIn(ctx context.Context, t *testing.T, client kubernetes.Interface,
 			msgs = append(msgs, e.Reason+": "+e.Message)
 		}
 	}
-	phase := corev1.PodPhase("unknown")
+	phase, state := corev1.PodPhase("unknown"), ""
 	if last != nil {
 		phase = last.Status.Phase
+		state = podState(last)
 	}
-	t.Fatalf("pod %s: phase %s, want %s; events:\n%s", name, phase, want, strings.Join(msgs, "\n"))
+	t.Fatalf("pod %s: phase %s after %s, want %s; %s\nevents:\n%s", name, phase, time.Since(start).Round(time.Second), want, state, strings.Join(msgs, "\n"))
 	return nil
+}
+
+// podState is what the kubelet last said of a pod: its node, its conditions that are not true and why, and
+// each container's waiting or terminated reason.
+func podState(p *corev1.Pod) string {
+	node := p.Spec.NodeName
+	if node == "" {
+		node = "(none)"
+	}
+	parts := []string{"node " + node}
+	for _, c := range p.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			parts = append(parts, fmt.Sprintf("%s=%s %s %s", c.Type, c.Status, c.Reason, c.Message))
+		}
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		switch {
+		case c.State.Waiting != nil:
+			parts = append(parts, fmt.Sprintf("container %s waiting: %s %s", c.Name, c.State.Waiting.Reason, c.State.Waiting.Message))
+		case c.State.Terminated != nil:
+			parts = append(parts, fmt.Sprintf("container %s terminated: exit %d %s", c.Name, c.State.Terminated.ExitCode, c.State.Terminated.Reason))
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // wantLogs reads the container's log through the API server, which asks the kubelet (its client
