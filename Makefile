@@ -72,7 +72,7 @@ TEST_LANES ?= 3
 TEST_LOGS  ?= $(CURDIR)/out/test-logs
 
 .PHONY: test-deps
-test-deps: cluster-deps chromium browser-deps venv-idleculler promtool postgres-server $(HELM) venv-hub55 etcd kube-binaries ext-deps ext-ui-tests ## What targets in two of make test's lanes need, installed before the lanes start.
+test-deps: controlplane cluster-deps chromium browser-deps venv-idleculler promtool postgres-server $(HELM) venv-hub55 etcd kube-binaries ext-deps ext-ui-tests ## What targets in two of make test's lanes need, installed before the lanes start.
 	@$(MAKE) --no-print-directory HUB=6 cluster-deps
 
 .PHONY: test

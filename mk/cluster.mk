@@ -32,6 +32,15 @@ define apt-install
 	fi
 endef
 
+# The benchmarks start the local control plane through this command (services/internal/benchkit): nothing that
+# ships imports the e2e harness.
+CONTROLPLANE := $(GPUHUB_CACHE)/bin/controlplane
+
+.PHONY: controlplane
+controlplane: ## Build e2e/cmd/controlplane, the benchmarks' local control plane as a process.
+	@mkdir -p $(dir $(CONTROLPLANE))
+	$(GO) build -o $(CONTROLPLANE) ./e2e/cmd/controlplane
+
 .PHONY: etcd
 etcd: ## etcd from Debian (etcd-server) for the local control plane.
 	$(call apt-install,etcd,etcd-server)

@@ -19,16 +19,16 @@ define culler-bench
 	@mkdir -p $(dir $(CULLER_BENCH_BIN)) $(BIN)
 	$(GO) build -o $(CULLER_BENCH_BIN) ./services/gpu-culler/cmd/culler-bench
 	$(if $(CULLER_MAIN),$(GO) build -o $(BIN)/gpu-culler ./services/gpu-culler)
-	GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_HUB_VENV="$(VENV_HUB55)" GPUHUB_CULLER_BIN="$(if $(CULLER_MAIN),$(BIN)/gpu-culler)" \
+	GPUHUB_KUBE_BIN="$(KUBE_BIN)" GPUHUB_CONTROLPLANE="$(CONTROLPLANE)" GPUHUB_HUB_VENV="$(VENV_HUB55)" GPUHUB_CULLER_BIN="$(if $(CULLER_MAIN),$(BIN)/gpu-culler)" \
 	  taskset -c $(CULLER_BENCH_LOAD_CPU) $(CULLER_BENCH_BIN) --hub-cpu $(CULLER_BENCH_HUB_CPU) $(1) $(CULLER_BENCH_FLAGS)
 endef
 
 .PHONY: bench-culler
-bench-culler: venv-hub55 etcd kube-binaries ## B3: gpu-culler pass vs jupyterhub-idle-culler on a real Hub (10k users, 2k servers). Prints a table and writes it to docs/benchmarks/culler.md.
+bench-culler: venv-hub55 etcd kube-binaries controlplane ## B3: gpu-culler pass vs jupyterhub-idle-culler on a real Hub (10k users, 2k servers). Prints a table and writes it to docs/benchmarks/culler.md.
 	$(call culler-bench,--out="$(CULLER_BENCH_OUT)")
 
 .PHONY: bench-culler-smoke
-bench-culler-smoke: venv-hub55 etcd kube-binaries ## B3's harness on a small fleet, one pass each (no timings asserted; < 2 min).
+bench-culler-smoke: venv-hub55 etcd kube-binaries controlplane ## B3's harness on a small fleet, one pass each (no timings asserted; < 2 min).
 	$(call culler-bench,-short)
 
 TEST_TARGETS += bench-culler-smoke

@@ -1,8 +1,8 @@
 // Package benchkit is what the services' benchmarks against a real kube-apiserver share (benchmarks.md B2,
 // B7): a synthetic cluster of GPU nodes and single-user pods and the code that creates it, the load
 // generators (bursts and closed loops, each call timed), the API server's own read counters, the start of the
-// control plane (controlplane.go, the benchmarks' one import of e2e/) and of a system under test as a process
-// of its own. Each benchmark keeps its systems under test and its table.
+// control plane (controlplane.go: e2e/cmd/controlplane run as a process, so nothing here imports e2e/) and of a
+// system under test as a process of its own. Each benchmark keeps its systems under test and its table.
 package benchkit
 
 import (
