@@ -22,6 +22,8 @@ export interface RightSizeKind {
 export interface RightSizeCandidate extends RightSizeKind {
   /** Budget GPU-hours saved per hour held. */
   savedPerHour: number;
+  /** Units of it a new server could get now; null when the service does not say. */
+  freeNow: number | null;
 }
 
 export interface RightSizeEvidence {
@@ -85,6 +87,10 @@ function n(v: unknown): number {
   return typeof v === 'number' && Number.isFinite(v) ? v : 0;
 }
 
+function freeNow(v: unknown): number | null {
+  return typeof v === 'number' && Number.isInteger(v) && v >= 0 ? v : null;
+}
+
 function parseKind(v: unknown): RightSizeKind {
   const k = isObject(v) ? v : {};
   return {
@@ -124,7 +130,8 @@ function parseAdvice(v: unknown): RightSize | null {
     candidates: Array.isArray(v.candidates)
       ? v.candidates.map(c => ({
           ...parseKind(c),
-          savedPerHour: n(isObject(c) ? c.savedPerHour : 0)
+          savedPerHour: n(isObject(c) ? c.savedPerHour : 0),
+          freeNow: freeNow(isObject(c) ? c.freeNow : undefined)
         }))
       : [],
     evidence: {
@@ -181,7 +188,11 @@ export function adviceHeadline(a: RightSize): string {
       if (!c) {
         return 'A smaller GPU would have done.';
       }
-      return `${c.description} would have done: it saves ${formatNumber(c.savedPerHour, 2)} GPU-hours per hour held.`;
+      const free =
+        c.freeNow === null
+          ? ''
+          : `, ${c.freeNow === 0 ? 'none' : c.freeNow} free now`;
+      return `${c.description} would have done${free}: it saves ${formatNumber(c.savedPerHour, 2)} GPU-hours per hour held.`;
     }
     case 'keep':
       return `${a.held.description || 'What it holds'} is the right size for this use.`;

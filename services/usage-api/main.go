@@ -33,6 +33,7 @@ func run(args []string, stderr io.Writer) int {
 		database       = fs.String("database", "/var/lib/gpuhub/ledger.db", "ledger: SQLite file path, or a postgres:// URL")
 		databaseURL    = fs.String("database-url", "", "ledger: PostgreSQL URL; wins over --database when set")
 		namespace      = fs.String("namespace", "", "namespace of the single-user pods (empty: all namespaces)")
+		tolerations    = fs.String("tolerations", "", `the single-user pods' tolerations as a JSON list, as gpu-quota's --tolerations: a GPU on a node tainted NoSchedule/NoExecute against them is not counted free in right-size advice ("N free now"); the chart passes gpu-profiles' (empty: z2jh's user-pod tolerations and nvidia.com/gpu)`)
 		agentNamespace = fs.String("agent-namespace", "", "namespace of the gpu-agent pods, the chart's release namespace (default: --namespace; required)")
 		agentSelector  = fs.String("agent-selector", inventory.DefaultAgentSelector, "label selector of the gpu-agent pods (the chart's release labels)")
 		agentSA        = fs.String("agent-service-account", inventory.DefaultAgentServiceAccount, "ServiceAccount a gpu-agent pod must run as; a pod that only copies the labels is not polled")
@@ -59,7 +60,7 @@ func run(args []string, stderr io.Writer) int {
 	if code, ok := cmd.Parse(args, map[string]string{
 		"listen": "GPUHUB_LISTEN", "prefix": config.HubEnv.ServicePrefix, "interval": "GPUHUB_INTERVAL",
 		"ledger-max-gap": "GPUHUB_LEDGER_MAX_GAP", "stale-after": "GPUHUB_STALE_AFTER", "database": "GPUHUB_DATABASE", "database-url": "GPUHUB_DATABASE_URL",
-		"namespace": "GPUHUB_NAMESPACE", "agent-namespace": "GPUHUB_AGENT_NAMESPACE", "agent-port": "GPUHUB_AGENT_PORT",
+		"namespace": "GPUHUB_NAMESPACE", "tolerations": "GPUHUB_TOLERATIONS", "agent-namespace": "GPUHUB_AGENT_NAMESPACE", "agent-port": "GPUHUB_AGENT_PORT",
 		"agent-selector": "GPUHUB_AGENT_SELECTOR", "agent-service-account": "GPUHUB_AGENT_SERVICE_ACCOUNT", "agent-token-file": "GPUHUB_AGENT_TOKEN_FILE",
 		"hub-refresh": "GPUHUB_HUB_REFRESH", "admin-groups": "GPUHUB_ADMIN_GROUPS",
 		"reader-services": "GPUHUB_READER_SERVICES", "waitlist-services": "GPUHUB_WAITLIST_SERVICES", "quota-url": "GPUHUB_QUOTA_URL", "quota-timeout": "GPUHUB_QUOTA_TIMEOUT", "culler-url": "GPUHUB_CULLER_URL",
@@ -71,6 +72,11 @@ func run(args []string, stderr io.Writer) int {
 		return code
 	}
 	logger := cmd.Logger
+	tol, err := inventory.ParseTolerations(*tolerations)
+	if err != nil {
+		logger.Error("--tolerations", "err", err)
+		return 2
+	}
 	groups := config.List(*adminGroups)
 	cl, ok := cmd.Clients(start.Options{AdminGroups: groups})
 	if !ok {
@@ -115,7 +121,7 @@ func run(args []string, stderr io.Writer) int {
 	defer stop()
 	err = app.Run(ctx, app.Options{
 		Logger: logger, Registry: reg, Addr: *listen, Prefix: *prefix,
-		Kube: cl.Kube, Namespace: *namespace, AgentNamespace: *agentNamespace, AgentPort: *agentPort, InformerUnreadyAfter: *unreadyAfter,
+		Kube: cl.Kube, Namespace: *namespace, Tolerations: tol, AgentNamespace: *agentNamespace, AgentPort: *agentPort, InformerUnreadyAfter: *unreadyAfter,
 		AgentSelector: agentSel, AgentServiceAccount: *agentSA,
 		// Agents admit only a token for their audience (the snapshot names users); never our API-server credential.
 		AgentClient: agentclient.New(agentclient.Options{TokenFile: *agentTokenFile}),

@@ -167,3 +167,13 @@ decisions). */}}
 {{- printf "http://%s.%s:%v%s/services/%s/" (include "gpuhub.usageServiceAccount" .) .Release.Namespace .Values.usage.port (include "gpuhub.basePath" .) .Values.usage.serviceName -}}
 {{- end -}}
 {{- end -}}
+
+{{/* --tolerations for gpu-quota and the usage API: the single-user pods' tolerations are one setting, gpu-profiles'
+overrides (profiles.config), so a GPU on a node tainted against those pods is free for none of the services
+(admission, the form, right-size advice). Empty when profiles.config sets none (each service's default). */}}
+{{- define "gpuhub.tolerationsArg" -}}
+{{- $profilesConfig := fromYaml .Values.profiles.config -}}
+{{- if hasKey $profilesConfig "tolerations" -}}
+- {{ printf "--tolerations=%s" (toJson $profilesConfig.tolerations) | quote }}
+{{- end -}}
+{{- end -}}

@@ -71,6 +71,27 @@ describe('right-size advice in words', () => {
     );
   });
 
+  it('says how many of it are free now, where the service says', () => {
+    const advice = golden('advice.json');
+    const candidates = advice.candidates as Record<string, unknown>[];
+    const withFree = {
+      ...advice,
+      candidates: [{ ...candidates[0], freeNow: 6 }, ...candidates.slice(1)]
+    };
+    const [a] = parseRightSize(body(withFree)).servers;
+    expect(a.candidates.map(c => c.freeNow)).toEqual([6, null, null, null]);
+    expect(adviceHeadline(a)).toBe(
+      'MIG 1g.10gb on an H100, 1/7 of a GPU would have done, 6 free now: it saves 0.86 GPU-hours per hour held.'
+    );
+    const none = {
+      ...advice,
+      candidates: [{ ...candidates[0], freeNow: 0 }]
+    };
+    expect(adviceHeadline(parseRightSize(body(none)).servers[0])).toBe(
+      'MIG 1g.10gb on an H100, 1/7 of a GPU would have done, none free now: it saves 0.86 GPU-hours per hour held.'
+    );
+  });
+
   it('says how much more busy time is needed', () => {
     const [a] = parseRightSize(body(golden('not-enough-data.json'))).servers;
     expect(needText(a)).toBe('needs 40 min more busy time');

@@ -60,6 +60,9 @@ type RightSizeCandidate struct {
 	RightSizeKind
 	// SavedPerHour is Held's CostPerHour minus this kind's: budget GPU-hours saved per hour held.
 	SavedPerHour float64 `json:"savedPerHour"`
+	// FreeNow is how many units of this kind a new server could be given now (free on nodes it can land on);
+	// absent when the usage API has no view of the cluster yet.
+	FreeNow *int64 `json:"freeNow,omitempty"`
 }
 
 // RightSizeEvidence is the measured use the advice stands on, and the thresholds it was judged by.

@@ -172,3 +172,40 @@ func ParseTolerations(text string) ([]corev1.Toleration, error) {
 	}
 	return out, nil
 }
+
+// HoldsUnits reports whether the pod's GPU units are taken on its node as the scheduler counts them: bound and
+// not finished. A bound Pending pod holds its devices while its containers start (Allocated, which the ledger
+// charges, waits for Running).
+func (p Pod) HoldsUnits() bool {
+	return p.Node != "" && p.Phase != corev1.PodSucceeded && p.Phase != corev1.PodFailed
+}
+
+// FreeUnits counts, per class (gpu.Allocation.Class), the units a new single-user pod with tolerations could be
+// given now: on each node it can land on (Blocked is empty), the node's units less those its pods hold. A class
+// that only blocked nodes offer has no entry.
+func FreeUnits(nodes map[string]Node, pods []Pod, tolerations []corev1.Toleration) map[string]int64 {
+	held := map[string]map[string]int64{} // node -> resource -> units
+	for _, p := range pods {
+		if !p.HoldsUnits() {
+			continue
+		}
+		h := held[p.Node]
+		if h == nil {
+			h = map[string]int64{}
+			held[p.Node] = h
+		}
+		for r, n := range p.Resources {
+			h[r] += n
+		}
+	}
+	free := map[string]int64{}
+	for name, n := range nodes {
+		if n.Blocked(tolerations) != "" {
+			continue
+		}
+		for _, a := range n.Units() {
+			free[a.Class()] += max(a.Count-held[name][a.Resource], 0)
+		}
+	}
+	return free
+}

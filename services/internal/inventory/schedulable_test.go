@@ -162,3 +162,59 @@ func TestParseTolerations(t *testing.T) {
 		})
 	}
 }
+
+func TestFreeUnits(t *testing.T) {
+	h100 := map[string]string{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+	gpuNode := func(name string, units int64, change func(*corev1.Node)) Node {
+		n := readyNode(change)
+		n.Name, n.Labels, n.Allocatable = name, h100, map[string]int64{"nvidia.com/gpu": units}
+		return n
+	}
+	whole := gpuNode("x", 1, nil).Units()[0].Class()
+	mig := Node{Labels: h100, Allocatable: map[string]int64{"nvidia.com/mig-1g.10gb": 1}}.Units()[0].Class()
+	pod := func(node string, phase corev1.PodPhase, res string, n int64) Pod {
+		return Pod{Node: node, Phase: phase, Resources: map[string]int64{res: n}}
+	}
+	tests := map[string]struct {
+		nodes map[string]Node
+		pods  []Pod
+		want  map[string]int64
+	}{
+		"units less what running and bound pending pods hold": {
+			nodes: map[string]Node{"a": gpuNode("a", 4, nil), "b": gpuNode("b", 2, nil)},
+			pods: []Pod{pod("a", corev1.PodRunning, "nvidia.com/gpu", 1), pod("a", corev1.PodPending, "nvidia.com/gpu", 1),
+				pod("b", corev1.PodRunning, "nvidia.com/gpu", 2)},
+			want: map[string]int64{whole: 2},
+		},
+		"finished and unbound pods hold nothing": {
+			nodes: map[string]Node{"a": gpuNode("a", 2, nil)},
+			pods: []Pod{pod("a", corev1.PodSucceeded, "nvidia.com/gpu", 1), pod("a", corev1.PodFailed, "nvidia.com/gpu", 1),
+				pod("", corev1.PodPending, "nvidia.com/gpu", 1)},
+			want: map[string]int64{whole: 2},
+		},
+		"cordoned, not ready and untolerated-tainted nodes offer nothing": {
+			nodes: map[string]Node{
+				"cordoned":  gpuNode("cordoned", 1, func(n *corev1.Node) { n.Spec.Unschedulable = true }),
+				"notready":  gpuNode("notready", 1, func(n *corev1.Node) { n.Status.Conditions = nil }),
+				"tainted":   gpuNode("tainted", 1, withTaint("team", "ml", corev1.TaintEffectNoSchedule)),
+				"tolerated": gpuNode("tolerated", 1, withTaint("nvidia.com/gpu", "present", corev1.TaintEffectNoSchedule)),
+			},
+			want: map[string]int64{whole: 1},
+		},
+		"classes apart; a node fuller than its units counts none": {
+			nodes: map[string]Node{
+				"a":   gpuNode("a", 1, nil),
+				"mig": {Name: "mig", Ready: true, Labels: h100, Allocatable: map[string]int64{"nvidia.com/mig-1g.10gb": 7}},
+			},
+			pods: []Pod{pod("a", corev1.PodRunning, "nvidia.com/gpu", 2), pod("mig", corev1.PodRunning, "nvidia.com/mig-1g.10gb", 3)},
+			want: map[string]int64{whole: 0, mig: 4},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, FreeUnits(tc.nodes, tc.pods, DefaultTolerations())); diff != "" {
+				t.Errorf("FreeUnits (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

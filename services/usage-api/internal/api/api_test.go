@@ -128,6 +128,7 @@ func testServerWithLedger(t testing.TB) (*httptest.Server, *testLedger) {
 			Classes: []usage.ClassStats{{Class: "mig A100-SXM4-40GB 3g.20gb", Kind: "mig", CapacityUnits: 2, AllocatedUnits: 1}}},
 		Notices: map[string][]usage.Notice{"alice": {aliceNotice}},
 		Offers:  a100Offers,
+		Free:    a100Free,
 	}
 	state.Publish(v)
 	led := newTestLedger(t)

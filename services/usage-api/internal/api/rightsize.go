@@ -44,8 +44,9 @@ func (h *handler) advice(ctx context.Context, user string, d time.Duration) (fro
 	}
 	asOf = h.opts.Now().UTC()
 	var offers []rightsize.Offer
+	var free map[string]int64
 	if v := h.opts.State.View(); v != nil {
-		offers = v.Offers
+		offers, free = v.Offers, v.Free
 	}
 	from = profile.PeriodFrom(d, asOf)
 	ps, err := h.opts.Profiles.Profiles(ctx, from, asOf, user)
@@ -54,7 +55,22 @@ func (h *handler) advice(ctx context.Context, user string, d time.Duration) (fro
 		return from, asOf, nil, &queryError{status: http.StatusServiceUnavailable,
 			msg: fmt.Sprintf("the ledger database could not answer just now; retry in %d s", retryAfterSeconds)}
 	}
-	return from, asOf, profile.Advise(ps, offers, asOf), nil
+	return from, asOf, withFreeNow(profile.Advise(ps, offers, asOf), free), nil
+}
+
+// withFreeNow says of each candidate how many units are free now (free is nil before the first view).
+func withFreeNow(adv []contract.RightSize, free map[string]int64) []contract.RightSize {
+	if free == nil {
+		return adv
+	}
+	for i := range adv {
+		for j := range adv[i].Candidates {
+			c := &adv[i].Candidates[j]
+			n := free[c.Class]
+			c.FreeNow = &n
+		}
+	}
+	return adv
 }
 
 func (h *handler) meRightSize(w http.ResponseWriter, r *http.Request) {

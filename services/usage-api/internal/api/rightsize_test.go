@@ -28,6 +28,9 @@ var a100Offers = []rightsize.Offer{
 	{Kind: gpu.KindMIG, Class: "mig " + a100 + " 3g.20gb", Product: a100, Description: "MIG 3g.20gb on an A100, 3/7 of a GPU", MemoryBytes: 19968 << 20, ComputeGPUs: 3.0 / 7},
 }
 
+// a100Free is what is free of them now: six 1g.5gb slices, no 3g.20gb.
+var a100Free = map[string]int64{"mig " + a100 + " 1g.5gb": 6, "mig " + a100 + " 3g.20gb": 0}
+
 // putProfiles stores a day of alice on a MIG 3g.20gb at 20 % of the instance with 3 GiB (advice: 1g.5gb, 2/7 GPU
 // saved per hour over her 10 hours held) and a day of bob with 10 busy minutes on simulated GPUs (not enough data).
 func putProfiles(t *testing.T, led *testLedger) {
@@ -103,6 +106,7 @@ func TestRightSizeAdvice(t *testing.T) {
 		User, Period, Verdict string
 		From                  time.Time
 		Candidates            []string
+		FreeNow               []int64
 		P95SMUtilPercent      float64
 	}
 	var gotShort []short
@@ -110,11 +114,16 @@ func TestRightSizeAdvice(t *testing.T) {
 		s := short{User: got.User, Period: got.Period, From: got.From, Verdict: a.Verdict, P95SMUtilPercent: a.Evidence.P95SMUtilPercent}
 		for _, c := range a.Candidates {
 			s.Candidates = append(s.Candidates, c.Class)
+			if c.FreeNow == nil {
+				t.Errorf("candidate %s without freeNow, want what the view counts free", c.Class)
+				continue
+			}
+			s.FreeNow = append(s.FreeNow, *c.FreeNow)
 		}
 		gotShort = append(gotShort, s)
 	}
 	want := []short{{User: "alice", Period: "7d", From: ledger.DayOf(now).AddDate(0, 0, -7), Verdict: contract.VerdictSmaller,
-		Candidates: []string{"mig " + a100 + " 1g.5gb"}, P95SMUtilPercent: 20}}
+		Candidates: []string{"mig " + a100 + " 1g.5gb"}, FreeNow: []int64{6}, P95SMUtilPercent: 20}}
 	if diff := cmp.Diff(want, gotShort); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
@@ -53,6 +54,8 @@ type Options struct {
 	Kube           kubernetes.Interface
 	Namespace      string // singleuser pods; "" = all
 	AgentNamespace string // agent pods; "" = all
+	// Tolerations are the single-user pods' (nil: inventory.DefaultTolerations): what counts as free now.
+	Tolerations []corev1.Toleration
 	// AgentSelector and AgentServiceAccount say which pods are the agents (see inventory.Options).
 	AgentSelector       labels.Selector
 	AgentServiceAccount string
@@ -428,7 +431,7 @@ func (s *service) tickOnce(ctx context.Context) error {
 	}
 	now := s.o.Now()
 	v := usage.Build(usage.Input{Now: now, Interval: s.o.Interval, Pods: pods, Nodes: nodes, Agents: results, Hub: dir, StaleAfter: s.o.StaleAfter,
-		Departed: s.departed.take(pods, now)})
+		Tolerations: s.o.Tolerations, Departed: s.departed.take(pods, now)})
 	failed := 0
 	for _, r := range results {
 		if r.Err != nil {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 	"github.com/gpuhub/gpuhub/services/internal/inventory"
@@ -54,6 +56,9 @@ type Input struct {
 	// StaleAfter is the age past which a node's telemetry is stale; 0: StaleIntervals sampling intervals (the
 	// agent's intervalSeconds or Interval, whichever is longer).
 	StaleAfter time.Duration
+	// Tolerations are the single-user pods' (inventory.DefaultTolerations when nil): a unit on a node tainted
+	// against them is not free (View.Free).
+	Tolerations []corev1.Toleration
 	// Departed are the GPU pods that stopped holding since the last tick (gone from Pods, or no longer Running
 	// there): the ledger charges each up to when it went. One Pods still lists as holding is left out.
 	Departed []Departure
@@ -113,6 +118,9 @@ type View struct {
 	// Offers are the GPU kinds the nodes offer, one per class, sorted by class: what right-size advice compares
 	// a server's use against.
 	Offers []rightsize.Offer
+	// Free are the units a new server could be given now, by class (inventory.FreeUnits: the rule gpu-quota's
+	// admission and gpu-profiles' form count by): the "N free now" of right-size advice.
+	Free map[string]int64
 }
 
 // Build joins one tick's input.
@@ -143,6 +151,11 @@ func Build(in Input) *View {
 		}
 	}
 	v.Offers = rightsize.OffersOf(units, nil)
+	tolerations := in.Tolerations
+	if tolerations == nil {
+		tolerations = inventory.DefaultTolerations()
+	}
+	v.Free = inventory.FreeUnits(in.Nodes, in.Pods, tolerations)
 	slices.SortFunc(v.Offers, func(a, b rightsize.Offer) int { return strings.Compare(a.Class, b.Class) })
 	status := make(map[string]*AgentStatus, len(in.Agents))
 	v.Cluster.AgentStatus = make([]AgentStatus, 0, len(in.Agents))

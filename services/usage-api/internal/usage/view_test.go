@@ -22,10 +22,10 @@ func f(v float64) *float64 { return &v }
 
 func nodes() map[string]inventory.Node {
 	return map[string]inventory.Node{
-		"gpu-a100-0": {Name: "gpu-a100-0", Labels: map[string]string{"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "nvidia.com/mig.strategy": "mixed",
+		"gpu-a100-0": {Name: "gpu-a100-0", Ready: true, Labels: map[string]string{"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "nvidia.com/mig.strategy": "mixed",
 			"nvidia.com/mig-3g.20gb.slices.gi": "3", "nvidia.com/mig-3g.20gb.memory": "20096"},
 			Allocatable: map[string]int64{"nvidia.com/mig-3g.20gb": 2}},
-		"gpu-t4-0": {Name: "gpu-t4-0", Labels: map[string]string{"nvidia.com/gpu.product": "Tesla-T4-SHARED", "nvidia.com/gpu.sharing-strategy": "time-slicing",
+		"gpu-t4-0": {Name: "gpu-t4-0", Ready: true, Labels: map[string]string{"nvidia.com/gpu.product": "Tesla-T4-SHARED", "nvidia.com/gpu.sharing-strategy": "time-slicing",
 			"nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.memory": "15360"},
 			Allocatable: map[string]int64{"nvidia.com/gpu.shared": 4}},
 	}
@@ -126,6 +126,10 @@ func TestBuild(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.wantGroups, v.Groups, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
 				t.Errorf("groups (-want +got):\n%s", diff)
+			}
+			// Free now: the A100's two 3g.20gb less alice's; the T4's four shares less bob's (carol's pod is unbound).
+			if diff := cmp.Diff(map[string]int64{"mig A100-SXM4-40GB 3g.20gb": 1, "shared T4": 3}, v.Free); diff != "" {
+				t.Errorf("free units (-want +got):\n%s", diff)
 			}
 			if v.Cluster.CapacityGPUs != 6.0/7+1 || v.Cluster.Nodes != 2 || v.Cluster.Agents != 2 {
 				t.Errorf("cluster capacity %v nodes %d agents %d", v.Cluster.CapacityGPUs, v.Cluster.Nodes, v.Cluster.Agents)
