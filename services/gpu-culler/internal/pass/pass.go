@@ -102,6 +102,8 @@ type Runner struct {
 	pages int // of the last full list; 0 before one
 	// gone are the pods of servers this replica stopped: the Hub no longer runs them, KubeSpawner is deleting them.
 	gone map[types.UID]bool
+	// stops spaces the stops by the Hub's latency (pace.go).
+	stops *pacer
 }
 
 type serverKey struct{ user, server string }
@@ -133,7 +135,7 @@ func New(o Options) *Runner {
 	if o.Contended == nil {
 		o.Contended = func(string) bool { return false }
 	}
-	return &Runner{o: o, last: map[serverKey]string{}, saved: map[serverKey]*savedGPU{}, gone: map[types.UID]bool{}}
+	return &Runner{o: o, last: map[serverKey]string{}, saved: map[serverKey]*savedGPU{}, gone: map[types.UID]bool{}, stops: newPacer(o.Now)}
 }
 
 // item is one server to decide with the Hub's word on it.
@@ -529,7 +531,9 @@ func (r *Runner) one(ctx context.Context, p *policy.Policy, it item, usage decid
 		r.note(u.Name, name, decision.Record{}, string(d.Action)+"/"+string(d.Reason))
 	case decide.Stop:
 		remove := rule.Action == policy.StopAndRemove && name != ""
-		st, err := r.o.Hub.StopServer(ctx, u.Name, name, remove)
+		var st hubapi.StopResult
+		var err error
+		r.stops.do(ctx, func() { st, err = r.o.Hub.StopServer(ctx, u.Name, name, remove) })
 		if hubapi.IsNotFound(err) || isNotRunning(err) {
 			// The Hub no longer runs it (stopped by the user or the Hub meanwhile): nothing to do.
 			d = decide.Decision{Action: decide.Skip, Reason: decide.ReasonNotReady, Detail: "the Hub does not run this server"}

@@ -27,7 +27,8 @@ type Policy struct {
 	DryRun bool `yaml:"dryRun"`
 	// Every is how often a pass looks at every running server (z2jh cull.every). Default DefaultEvery.
 	Every *ipolicy.Duration `yaml:"every"`
-	// Concurrency is how many Hub requests a pass makes at once (z2jh cull.concurrency). Default 10.
+	// Concurrency is how many Hub reads and pod writes a pass makes at once (z2jh cull.concurrency); stops go one
+	// at a time, paced by the Hub's latency (pass/pace.go). Default 10.
 	Concurrency *int `yaml:"concurrency"`
 	// StaleAfter is how old a server's GPU telemetry may be and still be acted on. Default DefaultStaleAfter.
 	StaleAfter *ipolicy.Duration `yaml:"staleAfter"`
