@@ -78,6 +78,10 @@ test-deps: controlplane cluster-deps chromium browser-deps venv-idleculler promt
 .PHONY: test
 test: ## The whole suite: lint, unit, Hub integration, e2e on the local cluster, extension tests (three lanes at once; TEST_LANES=1 for one).
 	@[[ "$(TEST_LANES)" == 1 || "$(TEST_LANES)" == 3 ]] || { echo "ERROR: TEST_LANES=$(TEST_LANES): 1 or 3"; exit 1; }
+	@# A cold run fills about 25 GiB (the Go build and module caches, the kube binaries, venvs, images, a real
+	@# node's containers); a full disk fails whatever target writes next, with an error that names no cause.
+	@for d in /tmp "$(GPUHUB_CACHE)"; do mkdir -p "$$d"; avail=$$(df -Pk "$$d" | awk 'NR==2 {print int($$4/1048576)}'); \
+	  (( avail >= 25 )) || echo "WARNING: $$d has $$avail GiB free; a cold make test needs about 25 GiB (free some, or point GPUHUB_CACHE/TMPDIR elsewhere)"; done
 	@echo "==> make test-deps"; start=$$SECONDS; $(MAKE) --no-print-directory test-deps; \
 	  echo "==> make test-deps: $$((SECONDS - start))s"
 	@if [[ "$(TEST_LANES)" == 1 ]]; then \

@@ -23,7 +23,11 @@ fuzz: ## Run every fuzz target for FUZZTIME (default 6s) each; FUZZ_MATCH=regexp
 	        echo "==> $$name: a bare 'context deadline exceeded' at the -fuzztime boundary, no input written: Go's fuzz coordinator race (go.dev/issue/75804, fixed in Go 1.27); once more"; \
 	        continue; \
 	      fi; \
-	      echo "FAILED: $$name in $$dir; the failing input is in $$dir/testdata/fuzz/$$name/: fix the code, keep the input"; exit 1; \
+	      if echo "$$log" | grep -q 'Failing input written'; then \
+	        echo "FAILED: $$name in $$dir; the failing input is in $$dir/testdata/fuzz/$$name/: fix the code, keep the input"; \
+	      else \
+	        echo "FAILED: $$name in $$dir did not run to a finding (no failing input written): the error is above (a build failure, a full disk, a crash of go test)"; \
+	      fi; exit 1; \
 	    done; \
 	    n=$$((n+1)); \
 	  done; \
