@@ -297,8 +297,8 @@ func usageSpec(s *stack.Stack, o Options) (*Installed, Usage, error) {
 	if o.Quota.Binary != "" {
 		u.QuotaURL = Quota{Port: o.Quota.Port}.URL()
 	}
+	u.Readers = usageReaders(o)
 	if o.Culler.Binary != "" {
-		u.Readers = append(u.Readers, CullerServiceName)
 		// Any replica answers the admin view's decisions page (the chart's Service picks one too).
 		u.CullerURL = Culler{Port: o.Culler.Port}.URL()
 		if len(o.Culler.ReplicaPorts) > 0 {
@@ -306,4 +306,18 @@ func usageSpec(s *stack.Stack, o Options) (*Installed, Usage, error) {
 		}
 	}
 	return in, u, nil
+}
+
+// usageReaders are the usage API's --reader-services besides gpu-quota (which Usage.Spec adds with --quota-url),
+// in the chart's order (gpuhub.usageReaders): gpu-culler reads every GPU server's telemetry, gpu-profiles each
+// user's right-size advice (the spawn form's mark).
+func usageReaders(o Options) []string {
+	var r []string
+	if o.Culler.Binary != "" {
+		r = append(r, CullerServiceName)
+	}
+	if o.Profiles.Binary != "" {
+		r = append(r, ProfilesServiceName)
+	}
+	return r
 }

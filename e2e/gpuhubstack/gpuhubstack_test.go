@@ -282,3 +282,28 @@ func TestProfilesSpec(t *testing.T) {
 		t.Errorf("gpu-quota next to gpu-profiles: args %v do not let gpu-profiles assess", got)
 	}
 }
+
+// TestUsageReaders: the usage API lets the services the chart lists read every user's data; without gpu-profiles
+// there, its advice fetches are refused (403) and the spawn form marks nothing.
+func TestUsageReaders(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    Options
+		want []string
+	}{
+		{"usage API alone", Options{}, nil},
+		{"gpu-profiles", Options{Profiles: ProfilesOptions{Binary: "p"}}, []string{"gpu-profiles"}},
+		{"gpu-culler and gpu-profiles", Options{Profiles: ProfilesOptions{Binary: "p"}, Culler: CullerOptions{Binary: "c"}},
+			[]string{"gpu-culler", "gpu-profiles"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if d := cmp.Diff(tc.want, usageReaders(tc.o)); d != "" {
+				t.Errorf("usageReaders (-want +got):\n%s", d)
+			}
+		})
+	}
+	args := Usage{QuotaURL: "http://q/", Readers: usageReaders(Options{Profiles: ProfilesOptions{Binary: "p"}})}.Spec().Args
+	if !contains(args, "--reader-services=gpu-quota,gpu-profiles") {
+		t.Errorf("usage args %v lack --reader-services=gpu-quota,gpu-profiles", args)
+	}
+}
