@@ -10,7 +10,8 @@
 // and whether it fits a 1280 px and a 1024 px wide window: "fit: {"path", "width", "scrollWidth"}"
 // (in a second browser context with the same session that bypasses the pages' CSP, which forbids the injected
 // script; the pages themselves run none).
-// Env: HUB_URL, HUB_USER, HUB_PASSWORD, SERVICE (default gpu-usage), PAGES, CSV, DARK (1: also a dark screenshot), A11Y
+// Env: HUB_URL, HUB_USER, HUB_PASSWORD, SERVICE (default gpu-usage), PAGES, CSV, DARK (1: also a dark screenshot), A11Y,
+//      SHOTS (the screenshots' name before -<n>.png; default admin-view-<user>)
 //      GPUHUB_CHROMIUM, GPUHUB_BROWSER_MODULES, GPUHUB_ARTIFACTS   as lib.mjs
 // Screenshots: admin-view-<user>-<n>.png (and -dark.png).
 import { mkdirSync } from 'node:fs';
@@ -24,6 +25,7 @@ const pages = env('PAGES', '').split('|');
 const csv = env('CSV', '');
 const dark = env('DARK', '') === '1';
 const a11y = env('A11Y', '') === '1';
+const shots = env('SHOTS', `admin-view-${user}`);
 if (!hub.startsWith('http://127.')) {
   console.error('HUB_URL must be a loopback URL');
   process.exit(2);
@@ -65,10 +67,10 @@ try {
       })),
     }));
     console.log(`page: ${JSON.stringify({ path: p, status: resp.status(), url: page.url(), ...info })}`);
-    await page.screenshot({ path: path.join(artifacts, `admin-view-${user}-${n}.png`), fullPage: true });
+    await page.screenshot({ path: path.join(artifacts, `${shots}-${n}.png`), fullPage: true });
     if (dark && n === 0) {
       await page.emulateMedia({ colorScheme: 'dark' });
-      await page.screenshot({ path: path.join(artifacts, `admin-view-${user}-${n}-dark.png`), fullPage: true });
+      await page.screenshot({ path: path.join(artifacts, `${shots}-${n}-dark.png`), fullPage: true });
       await page.emulateMedia({ colorScheme: 'light' });
     }
     n++;

@@ -5,7 +5,8 @@
 //   GPUHUB_CHROMIUM, GPUHUB_BROWSER_MODULES, GPUHUB_ARTIFACTS   as in login-spawn.mjs
 //   SCREENSHOT                        file name of the form's screenshot (default spawn-form-<user>.png)
 // What it does, by mode:
-//   (default)        opens the form and prints its choices: slug, name, "N free of M", disabled, reason
+//   (default)        opens the form and prints its choices: slug, name, "N free of M", disabled, reason,
+//                    description (where gpu-profiles appends "Recommended for you: ..." to the marked choice)
 //   FORCE_PROFILE    also submits that choice even though the form disables it (as a stale form or a crafted
 //                    request would) and waits up to WITHIN_MS (default 5000) for EXPECT_TEXT on the re-rendered
 //                    form or the progress page
@@ -45,6 +46,7 @@ try {
     const label = document.querySelector(`label[for="${i.id}"]`);
     const free = label ? label.querySelector('.gpuhub-free') : null;
     const reason = document.getElementById(`${i.id}-reason`);
+    const desc = document.getElementById(`${i.id}-desc`);
     return {
       slug: i.value,
       name: label ? label.childNodes[0].textContent.trim() : '',
@@ -53,6 +55,7 @@ try {
       ariaDisabled: i.getAttribute('aria-disabled') === 'true',
       describedBy: i.getAttribute('aria-describedby') || '',
       reason: reason ? reason.textContent.trim() : '',
+      description: desc ? desc.textContent.trim() : '',
       checked: i.checked,
     };
   }));

@@ -4,13 +4,16 @@
 // and RBAC, the usage API, gpu-quota and gpu-profiles as processes registered with a real JupyterHub 5.5 +
 // KubeSpawner, the chart's Hub glue loaded as hub.extraConfig (the generated spawn form, its fallback, the
 // refusal of an exhausted choice), spawns and forms through headless Chromium, Pending pods explained on the
-// progress page, and a second topology joining the cluster while it runs. Run with `make e2e`.
+// progress page, a second topology joining the cluster while it runs, and right-size advice (issue 38) from
+// history put into the usage API's ledger before it starts: the form's mark, the panel, the admin view. Run with
+// `make e2e`.
 package profilese2e
 
 import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -32,6 +35,7 @@ var (
 	kube        kubernetes.Interface
 	hubAdmin    *hubapi.Client
 	profilesURL string
+	usageURL    string // the usage API's api/v1/ on loopback
 	configPath  string // gpu-profiles' overrides; tests may rewrite it (re-read within 2 s)
 	// readerToken is the usage API's Hub token: one of gpu-profiles' --reader-services (reads the inventory).
 	readerToken string
@@ -69,8 +73,14 @@ func run(m *testing.M) int {
 	g.Profiles.Config, g.Profiles.PendingEndAfter = configPath, pendingEndAfter.String()
 	readerToken, profilesToken = g.Token, g.Profiles.Token
 	profilesURL = gpuhubstack.Profiles{Port: g.Profiles.Port}.URL()
+	usageURL = gpuhubstack.Usage{Port: g.Port}.URL()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
+	// alice's recorded GPU use of the last days, in the ledger before the usage API opens it (TestRightSizeAdvice).
+	g.UsageDatabase = filepath.Join(s.Dir, "ledger.db")
+	if err := seedRightSize(ctx, g.UsageDatabase, time.Now()); err != nil {
+		return s.Fail(err)
+	}
 	// The chart's z2jh values, as an admin installs them, with the usage API, gpu-quota (no waitlist) and
 	// gpu-profiles on loopback.
 	st, hubAdmin, err = s.Start(ctx, g, gpuhubstack.LocalHub{NoWaitlist: true}, stack.Options{Password: password})

@@ -273,10 +273,16 @@ type profile struct {
 	Override    map[string]any `json:"kubespawner_override"`
 }
 
-// askProfiles asks gpu-profiles directly what the glue asks it for user's form.
+// askProfiles asks gpu-profiles directly what the glue asks it for user's form (of the default server).
 func askProfiles(t *testing.T, user string, groups []string) []profile {
 	t.Helper()
-	body, _ := json.Marshal(map[string]any{"user": user, "groups": groups, "server": ""})
+	return askProfilesFor(t, user, "", groups)
+}
+
+// askProfilesFor is askProfiles for the form of user's server (the right-size mark is per server).
+func askProfilesFor(t *testing.T, user, server string, groups []string) []profile {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"user": user, "groups": groups, "server": server})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, profilesURL+"api/v1/profiles", strings.NewReader(string(body)))
@@ -349,6 +355,7 @@ type choice struct {
 	AriaDisabled bool   `json:"ariaDisabled"`
 	DescribedBy  string `json:"describedBy"`
 	Reason       string `json:"reason"`
+	Description  string `json:"description"`
 	Checked      bool   `json:"checked"`
 }
 
