@@ -19,6 +19,14 @@ type Config struct {
 	Requests  Requests  `yaml:"requests"`
 	Idleness  Idleness  `yaml:"idleness"`
 	Behaviour Behaviour `yaml:"behaviour"`
+	RightSize RightSize `yaml:"rightSize"`
+}
+
+// RightSize is the right-size advice setup (advice.go): the share of users whose work fits a time-sliced
+// share, and the share of users who follow the advice.
+type RightSize struct {
+	Fit    float64 `yaml:"fit"`
+	Follow float64 `yaml:"follow"`
 }
 
 // Trace says which part of the trace is replayed.
@@ -151,6 +159,12 @@ func (c *Config) Validate() []error {
 		if p.d.Std() < time.Minute {
 			bad([]string{"behaviour", p.name}, "must be at least 1m (the simulation's step)")
 		}
+	}
+	if c.RightSize.Fit < 0 || c.RightSize.Fit > 1 {
+		bad([]string{"rightSize", "fit"}, "must be in [0, 1]")
+	}
+	if c.RightSize.Follow < 0 || c.RightSize.Follow > 1 {
+		bad([]string{"rightSize", "follow"}, "must be in [0, 1]")
 	}
 	return errs
 }

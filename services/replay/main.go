@@ -75,6 +75,8 @@ type Report struct {
 	W           *Workload
 	Results     []*Result
 	Sensitivity []Variation
+	// RightSize are the right-size advice setup under other follow and fit shares (rightSizeVariations).
+	RightSize []Variation
 	// Capacity is how the main capacity was chosen (nil: capacity.gpus named it).
 	Capacity *CapacityRule
 	// Wall times, in seconds: the trace read, the capacity rule's anchor runs, every other run (main and
@@ -179,6 +181,7 @@ func Replay(cfg *Config, pol Policies, nodes []TraceNode, pods []TracePod) (*Rep
 // scenario is one configuration replayed: the main one or a sensitivity variation.
 type scenario struct {
 	name    string
+	advice  bool // a right-size variation (Report.RightSize)
 	cfg     Config
 	pol     Policies
 	modes   []Mode
@@ -199,6 +202,11 @@ func replay(cfg *Config, pol Policies, nodes []TraceNode, pods []TracePod, sensi
 					return nil, fmt.Errorf("%s: %w", v.name, err)
 				}
 			}
+			scs = append(scs, sc)
+		}
+		for _, v := range rightSizeVariations(cfg) {
+			sc := &scenario{name: v.name, advice: true, cfg: *cfg, pol: pol, modes: []Mode{GPUHubRightSize}}
+			v.change(&sc.cfg)
 			scs = append(scs, sc)
 		}
 	}
@@ -238,6 +246,10 @@ func replay(cfg *Config, pol Policies, nodes []TraceNode, pods []TracePod, sensi
 	}
 	rep := &Report{Cfg: cfg, W: scs[0].env.W, Results: scs[0].results, Runs: len(jobs), Workers: runtime.GOMAXPROCS(0)}
 	for _, sc := range scs[1:] {
+		if sc.advice {
+			rep.RightSize = append(rep.RightSize, Variation{Name: sc.name, Results: sc.results})
+			continue
+		}
 		rep.Sensitivity = append(rep.Sensitivity, Variation{Name: sc.name, Results: sc.results})
 	}
 	return rep, nil

@@ -8,7 +8,7 @@ import (
 )
 
 // plotColors are the runs' line colours, in Modes order (colour-blind safe: Okabe-Ito).
-var plotColors = []string{"#E69F00", "#56B4E9", "#009E73", "#CC79A7", "#D55E00", "#0072B2"}
+var plotColors = []string{"#E69F00", "#56B4E9", "#009E73", "#CC79A7", "#D55E00", "#0072B2", "#000000"}
 
 // plotDash tells the gpuhub setups with a part off from the full ones (dashed lines).
 func plotDash(m Mode) string {
@@ -61,7 +61,7 @@ func Plot(out io.Writer, rs []*Result) {
 		fmt.Fprintf(out, `<polyline fill="none" stroke="%s" stroke-width="1.6"%s points="%s"/>`+"\n", color, dash, strings.Join(pts, " "))
 		lx, ly := left+float64(i%perRow)*270, h-42+float64(i/perRow)*20
 		fmt.Fprintf(out, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="%s" stroke-width="3"%s/><text x="%.1f" y="%.1f">%s</text>`+"\n",
-			lx, lx+24, ly, ly, color, dash, lx+30, ly+4, rs[i].Mode)
+			lx, lx+24, ly, ly, color, dash, lx+30, ly+4, rs[i].Name())
 	}
 	fmt.Fprintln(out, "</svg>")
 }

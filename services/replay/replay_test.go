@@ -276,6 +276,8 @@ func TestValidateIdlenessAndCapacity(t *testing.T) {
 		{name: "no capacity and no rule", change: func(c *Config) { c.Capacity.Choose = Choose{} }, want: "choose"},
 		{name: "rule share out of range", change: func(c *Config) { c.Capacity.Choose.WaitedShare = 1 }, want: "waitedShare"},
 		{name: "negative capacity", change: func(c *Config) { c.Capacity.GPUs = -1 }, want: "gpus"},
+		{name: "fit share above 1", change: func(c *Config) { c.RightSize.Fit = 1.5 }, want: "fit"},
+		{name: "negative follow share", change: func(c *Config) { c.RightSize.Follow = -0.1 }, want: "follow"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := LoadConfig("config/replay.yaml")

@@ -23,7 +23,7 @@ func Table(out io.Writer, rs []*Result) {
 	head := []string{"metric"}
 	sep := []string{"---"}
 	for _, r := range rs {
-		head = append(head, r.Mode.String())
+		head = append(head, r.Name())
 		sep = append(sep, "---:")
 	}
 	row := func(name string, f func(*Result) string) {
@@ -69,6 +69,12 @@ func Table(out io.Writer, rs []*Result) {
 			return "–"
 		}
 		return fmt.Sprintf("%d / %d", c.Warnings, c.Snoozes)
+	})
+	row("right-size advice: smaller / keep / not enough data (sessions on a share by it)", func(r *Result) string {
+		if !r.Mode.rightSize() {
+			return "–"
+		}
+		return fmt.Sprintf("%s (%d)", adviceText(r), r.rightSized)
 	})
 	row("quota refusals / waitlist joins", func(r *Result) string {
 		c := r.Counts()
@@ -128,7 +134,7 @@ func WriteWaitsBySize(out io.Writer, rs []*Result, replicas int64) {
 	}
 	head, sep := []string{"asked for"}, []string{"---"}
 	for _, r := range rs {
-		head, sep = append(head, r.Mode.String()), append(sep, "---:")
+		head, sep = append(head, r.Name()), append(sep, "---:")
 	}
 	fmt.Fprintln(out, "| "+strings.Join(head, " | ")+" |")
 	fmt.Fprintln(out, "|"+strings.Join(sep, "|")+"|")

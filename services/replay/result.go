@@ -13,7 +13,9 @@ const bucket = 60
 // Result is one run's numbers.
 type Result struct {
 	Mode Mode
-	GPUs int64
+	// Label names the setup in the tables (empty: Mode's name).
+	Label string
+	GPUs  int64
 	// Cluster is the capacity and the time-slicing the run had (the same for every setup of a replay).
 	Cluster Layout
 	// Minutes simulated.
@@ -38,6 +40,10 @@ type Result struct {
 	contendedMin                        int
 	groupOf                             map[string]string
 	idleSeries                          []float64 // idle-but-held GPU-minutes per bucket
+	// Right-size advice: verdicts on the servers of users who follow it (until they take it), and sessions that
+	// took a share because of it.
+	advice     map[string]int
+	rightSized int
 
 	// Filled by finish.
 	AllocationRate, BusyUtilization float64
@@ -55,7 +61,7 @@ type Result struct {
 func newResult(mode Mode, w *Workload, cl Layout) *Result {
 	return &Result{Mode: mode, GPUs: cl.GPUs, Cluster: cl, Minutes: w.Minutes, wanted: map[string]float64{}, delivered: map[string]float64{},
 		wantedContended: map[string]float64{}, deliveredContended: map[string]float64{},
-		waitsBySize: map[int64][]int{}, censoredBySize: map[int64]int{}, groupOf: w.GroupOf, idleSeries: make([]float64, (w.Minutes+bucket-1)/bucket)}
+		waitsBySize: map[int64][]int{}, advice: map[string]int{}, censoredBySize: map[int64]int{}, groupOf: w.GroupOf, idleSeries: make([]float64, (w.Minutes+bucket-1)/bucket)}
 }
 
 // waited records one request's time-to-GPU; size is what it asked for (whole GPUs, 0 a share); censored: it was
@@ -103,10 +109,10 @@ func (m *Result) addIdle(t int, idle float64) { m.idleSeries[t/bucket] += idle }
 func (m *Result) finish(r *run) {
 	// Servers still up or waiting at the end: the window closes on them (counted as they stand).
 	for _, sv := range r.waiting {
-		m.waited(r.size(sv.s), m.Minutes-sv.askedAt, true)
+		m.waited(r.size(sv), m.Minutes-sv.askedAt, true)
 	}
 	for _, sv := range r.bound {
-		m.waited(r.size(sv.s), m.Minutes-sv.askedAt, true)
+		m.waited(r.size(sv), m.Minutes-sv.askedAt, true)
 	}
 	for _, sv := range r.culled {
 		m.returned += sv.share * float64(m.Minutes-sv.culledAt) / 60
@@ -214,3 +220,15 @@ func (m *Result) Counts() Counts {
 
 // IdleSeries is the mean idle-but-held GPUs per hour.
 func (m *Result) IdleSeries() []float64 { return m.idleSeries }
+
+// Name is the setup's name in the tables.
+func (m *Result) Name() string {
+	if m.Label != "" {
+		return m.Label
+	}
+	return m.Mode.String()
+}
+
+// Advice is the right-size advice given in the run (by verdict, to users who follow it, until they take it)
+// and the sessions that took a share because of it.
+func (m *Result) Advice() (byVerdict map[string]int, rightSized int) { return m.advice, m.rightSized }

@@ -73,6 +73,26 @@ func variations(cfg *Config) []variation {
 	return vs
 }
 
+// rightSizeVariations change the right-size setup's two shares, one at a time (the share that follows the
+// advice, the share whose work fits a share), then both at 1: the most the advice can do on this cluster.
+func rightSizeVariations(cfg *Config) []variation {
+	rs := cfg.RightSize
+	var vs []variation
+	for _, f := range []float64{0.25, 1} {
+		if f != rs.Follow {
+			vs = append(vs, vary(fmt.Sprintf("rightSize.follow %g", f), func(c *Config) { c.RightSize.Follow = f }))
+		}
+	}
+	for _, f := range []float64{0.1, 0.5} {
+		if f != rs.Fit {
+			vs = append(vs, vary(fmt.Sprintf("rightSize.fit %g", f), func(c *Config) { c.RightSize.Fit = f }))
+		}
+	}
+	vs = append(vs, vary("rightSize.follow 1 and fit 1 (every user follows, every one-GPU user's work fits a share: the bound)",
+		func(c *Config) { c.RightSize.Follow, c.RightSize.Fit = 1, 1 }))
+	return vs
+}
+
 // setCullerGPUIdle sets gpu.idlePeriod in the culler policy file (which the culler's own parser then reads).
 func setCullerGPUIdle(p *Policies, d string) error {
 	var doc yaml.Node

@@ -15,6 +15,7 @@ import (
 	qkit "github.com/gpuhub/gpuhub/services/gpu-quota/quotakit"
 	"github.com/gpuhub/gpuhub/services/internal/decision"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
+	"github.com/gpuhub/gpuhub/services/internal/rightsize"
 )
 
 // Mode is one of the compared setups. Every setup runs on the same cluster: the same nodes and the same
@@ -40,24 +41,35 @@ const (
 	GPUHubNoAdmission
 	// GPUHubNoWaitlist is GPUHub without the waitlist (the chart's default: gpuQuota.waitlist.enabled false).
 	GPUHubNoWaitlist
+	// GPUHubRightSize is GPUHub where a share of the users (rightSize.follow) follow the right-size advice:
+	// after a whole-GPU server stops, the advice on its profile (advice.go); when it names a time-sliced share,
+	// their next one-GPU sessions take one. Last in value so that the others keep theirs; next to GPUHub in Modes.
+	GPUHubRightSize
 )
 
 // Modes are every setup in table order.
-var Modes = []Mode{Kubernetes, HubCuller, GPUHub, GPUHubNoCulling, GPUHubNoAdmission, GPUHubNoWaitlist}
+var Modes = []Mode{Kubernetes, HubCuller, GPUHub, GPUHubRightSize, GPUHubNoCulling, GPUHubNoAdmission, GPUHubNoWaitlist}
 
 func (m Mode) String() string {
 	return [...]string{"Kubernetes", "Kubernetes + idle-culler", "gpuhub", "gpuhub − culling",
-		"gpuhub − quotas/packing", "gpuhub − waitlist"}[m]
+		"gpuhub − quotas/packing", "gpuhub − waitlist", "gpuhub + right-size advice"}[m]
 }
 
 // admission: gpu-quota admits and gpu-profiles' form offers the choices (else the scheduler's pending queue).
-func (m Mode) admission() bool { return m == GPUHub || m == GPUHubNoCulling || m == GPUHubNoWaitlist }
+func (m Mode) admission() bool {
+	return m == GPUHub || m == GPUHubNoCulling || m == GPUHubNoWaitlist || m == GPUHubRightSize
+}
 
 // waitlist: gpu-quota's waitlist runs (and gpu-culler's idleWhenContended with it).
-func (m Mode) waitlist() bool { return m == GPUHub || m == GPUHubNoCulling }
+func (m Mode) waitlist() bool { return m == GPUHub || m == GPUHubNoCulling || m == GPUHubRightSize }
 
 // gpuCuller: gpu-culler's pass runs every minute.
-func (m Mode) gpuCuller() bool { return m == GPUHub || m == GPUHubNoAdmission || m == GPUHubNoWaitlist }
+func (m Mode) gpuCuller() bool {
+	return m == GPUHub || m == GPUHubNoAdmission || m == GPUHubNoWaitlist || m == GPUHubRightSize
+}
+
+// rightSize: a share of the users follow the right-size advice.
+func (m Mode) rightSize() bool { return m == GPUHubRightSize }
 
 // hubCuller: jupyterhub-idle-culler's pass runs.
 func (m Mode) hubCuller() bool { return m == HubCuller }
@@ -141,6 +153,10 @@ type server struct {
 	lastHub  int
 	notice   ckit.Notice
 	culledAt int
+	// small: the user follows right-size advice and this session takes a share instead of a whole GPU.
+	small bool
+	// measured is what the usage API has of the server while it held a whole GPU (right-size mode only).
+	measured Measured
 }
 
 // run is one setup replaying the workload.
@@ -167,6 +183,12 @@ type run struct {
 	decayed   map[string]map[string]float64
 	halfLife  float64 // minutes
 
+	// Right-size advice (GPUHubRightSize): the users who follow it, those who took it, their work's intensity
+	// and the kinds the cluster offers.
+	follows, advised map[string]bool
+	intensity        map[string]Intensity
+	offers           []rightsize.Offer
+
 	m *Result
 }
 
@@ -177,6 +199,10 @@ func Run(env *Env, mode Mode) (*Result, error) {
 		byName: map[string]*server{}, rules: map[ruleKey]ckit.Rule{}, ledger: map[string]map[string]float64{},
 		halfLife: cfg.Behaviour.FairShareHalfLife.Std().Minutes()}
 	r.m = newResult(mode, w, r.cl.layout())
+	if mode.rightSize() {
+		r.m.Label = fmt.Sprintf("%s (%.0f %% follow)", mode, 100*cfg.RightSize.Follow)
+		r.startRightSize()
+	}
 	for _, s := range w.Sessions {
 		sv := &server{s: s}
 		r.servers = append(r.servers, sv)
@@ -249,8 +275,13 @@ func (r *run) startServices() error {
 	return nil
 }
 
-// ask is the user asking for a GPU server now (a new session, or coming back to a culled one).
+// ask is the user asking for a GPU server now (a new session, or coming back to a culled one). A user who took
+// right-size advice asks for a share for a new one-GPU session (a culled one comes back as it was).
 func (r *run) ask(sv *server) {
+	if sv.st == stIdle && r.advised[sv.s.User] && sv.s.GPUs == 1 && !r.takesShare(sv.s) {
+		sv.small = true
+		r.m.rightSized++
+	}
 	sv.st, sv.askedAt, sv.nextTry, sv.joined = stWaiting, r.t, r.t, false
 	r.waiting = append(r.waiting, sv)
 	r.m.requests++
@@ -267,7 +298,7 @@ func (r *run) endSessions() {
 	}
 	for _, sv := range slices.Clone(r.bound) {
 		if sv.s.End <= t {
-			r.m.waited(r.size(sv.s), t-sv.askedAt, true)
+			r.m.waited(r.size(sv), t-sv.askedAt, true)
 			r.unbind(sv)
 			sv.st = stDone
 		}
@@ -278,7 +309,7 @@ func (r *run) endSessions() {
 			kept = append(kept, sv)
 			continue
 		}
-		r.m.waited(r.size(sv.s), t-sv.askedAt, true)
+		r.m.waited(r.size(sv), t-sv.askedAt, true)
 		if sv.joined {
 			_ = r.eng.Leave(sv.s.User, sv.s.Pod)
 		}
@@ -340,7 +371,7 @@ func (r *run) started(sv *server, n *simNode) {
 	sv.node, sv.st, sv.started, sv.lastHub, sv.notice = n, stRunning, r.t, r.t, ckit.Notice{}
 	sv.class, sv.kind, sv.share = classOf(sv.res, n)
 	sv.units = sv.res[n.resource]
-	r.m.waited(r.size(sv.s), r.t-sv.askedAt, false)
+	r.m.waited(r.size(sv), r.t-sv.askedAt, false)
 	r.running = append(r.running, sv)
 	if r.eng != nil {
 		p := bound(sv.pod, n.name, clock(r.t))
@@ -352,6 +383,9 @@ func (r *run) started(sv *server, n *simNode) {
 
 // release gives sv's GPU back (the server stopped).
 func (r *run) release(sv *server) {
+	if r.mode.rightSize() {
+		r.advise(sv)
+	}
 	sv.node.free += sv.units
 	r.running = slices.DeleteFunc(r.running, func(x *server) bool { return x == sv })
 	if r.eng != nil {
@@ -419,17 +453,19 @@ func (r *run) takesShare(s *Session) bool {
 }
 
 // size is what the session asks for, for the report: whole GPUs, or 0 for a time-sliced share.
-func (r *run) size(s *Session) int64 {
-	if r.takesShare(s) {
+func (r *run) size(sv *server) int64 {
+	if sv.small || r.takesShare(sv.s) {
 		return 0
 	}
-	return s.GPUs
+	return sv.s.GPUs
 }
 
 // want is the kind and count of choice a session takes on gpu-profiles' form, and the kind it falls back to
-// when none is free (the form shows what is): a time-sliced share (takesShare), else whole GPUs.
-func (r *run) want(s *Session) (kind string, count int64, fallback string) {
-	if r.takesShare(s) {
+// when none is free (the form shows what is): a time-sliced share (takesShare, or right-size advice taken),
+// else whole GPUs.
+func (r *run) want(sv *server) (kind string, count int64, fallback string) {
+	s := sv.s
+	if sv.small || r.takesShare(s) {
 		return string(gpu.KindShared), 1, string(gpu.KindGPU)
 	}
 	return string(gpu.KindGPU), s.GPUs, ""
@@ -457,7 +493,7 @@ func (r *run) tryForm(sv *server) {
 		verdicts[v.ID] = pkit.Verdict{Allow: v.Allow, Reason: v.Reason, Message: v.Message}
 	}
 	form := pkit.ForUser(choices, verdicts, "")
-	kind, count, fallback := r.want(sv.s)
+	kind, count, fallback := r.want(sv)
 	pick := func(kind string, count int64, available bool) (pkit.Profile, bool) {
 		var best pkit.Profile
 		found := false
@@ -715,6 +751,13 @@ func (r *run) account() {
 			sv.lastHub = t
 		}
 		r.m.heldMin += sv.share
+		if r.mode.rightSize() && sv.kind == gpu.KindGPU {
+			sv.measured.HeldMin++
+			if busy {
+				sv.measured.BusyMin++
+			}
+			sv.measured.To = t
+		}
 		if busy {
 			r.m.busyMin += sv.share
 			r.m.delivered[sv.s.User]++
@@ -751,5 +794,33 @@ func (r *run) account() {
 		if n.free < 0 || n.free > n.units {
 			r.m.overcommitted++
 		}
+	}
+}
+
+// startRightSize draws who follows the advice and every user's intensity (seeded), and reads the offers.
+func (r *run) startRightSize() {
+	cfg := r.env.Cfg
+	seed := strconv.FormatUint(cfg.Seed, 10)
+	r.follows, r.advised, r.intensity = map[string]bool{}, map[string]bool{}, map[string]Intensity{}
+	for _, u := range r.env.W.Users {
+		r.follows[u] = float64(mixed(seed, "follow", u)>>11)/(1<<53) < cfg.RightSize.Follow
+		r.intensity[u] = intensityOf(seed, u, cfg.RightSize.Fit, cfg.Capacity.Replicas)
+	}
+	r.offers = offersOf(r.cl)
+}
+
+// advise: a server of a user who follows the advice stops; the advice on its profile (held a whole GPU, one
+// GPU asked) decides whether their next one-GPU sessions take a share.
+func (r *run) advise(sv *server) {
+	u := sv.s.User
+	if !r.follows[u] || r.advised[u] || sv.kind != gpu.KindGPU || sv.s.GPUs != 1 || sv.measured.HeldMin == 0 {
+		return
+	}
+	m := sv.measured
+	m.From = m.To - m.HeldMin + 1
+	a, take := followAdvice(profileOf(u, sv.s.Pod, heldOffer(sv.res, sv.node), r.intensity[u], m), r.offers, clock(r.t))
+	r.m.advice[a.Verdict]++
+	if take {
+		r.advised[u] = true
 	}
 }

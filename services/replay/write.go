@@ -7,6 +7,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 )
 
 // WriteReport writes the report as markdown, after the results file's header (benchfile): the scenario, the
@@ -63,6 +65,15 @@ func WriteReport(out io.Writer, rep *Report) {
 		fmt.Fprintln(out, "the variation's cluster.")
 		fmt.Fprintln(out)
 		WriteSensitivity(out, rep)
+	}
+	if len(rep.RightSize) > 0 {
+		fmt.Fprintln(out)
+		fmt.Fprintln(out, "## Right-size advice followed: sensitivity")
+		fmt.Fprintln(out)
+		fmt.Fprintln(out, "gpuhub (every part) against gpuhub where a share of the users follow the right-size advice (the model:")
+		fmt.Fprintln(out, "services/replay/README.md, \"Right-size advice\"), on the main cluster; one share changed at a time.")
+		fmt.Fprintln(out)
+		WriteRightSize(out, rep)
 	}
 	fmt.Fprintln(out)
 	fmt.Fprintln(out, "## Wall time")
@@ -215,4 +226,33 @@ func WriteSensitivity(out io.Writer, rep *Report) {
 	fmt.Fprintf(out, "\nOf the %d rows, gpuhub holds fewer allocated-but-idle GPU-hours than the anchor in %d, at least %.0f %% "+
 		"fewer in %d; its time-to-GPU p99 is at least %.0fx lower in %d (a p99 of 0 against the anchor's 0 counts as not lower).\n",
 		n, fewer, 100*TargetIdleReduction, fewer30, TargetP99Ratio, p99)
+}
+
+// WriteRightSize writes gpuhub against gpuhub with the right-size advice followed: the main setting first, then
+// each variation of the follow and fit shares.
+func WriteRightSize(out io.Writer, rep *Report) {
+	by := byMode(rep.Results)
+	base, main := by[GPUHub], by[GPUHubRightSize]
+	if base == nil || main == nil {
+		return
+	}
+	fmt.Fprintln(out, "| setting | allocated-but-idle GPU-h gpuhub → + advice | change | requests that waited | time-to-GPU p99 | advice given: smaller / keep / not enough data | sessions on a share by the advice |")
+	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|")
+	row := func(name string, a *Result) {
+		change := "–"
+		if base.IdleHeldGPUHours > 0 {
+			change = fmt.Sprintf("%+.1f %%", 100*(a.IdleHeldGPUHours/base.IdleHeldGPUHours-1))
+		}
+		fmt.Fprintf(out, "| %s | %.0f → %.0f | %s | %s → %s | %s → %s | %s | %d |\n", name, base.IdleHeldGPUHours, a.IdleHeldGPUHours,
+			change, pct(base.WaitedShare), pct(a.WaitedShare), minutes(base.WaitP99), minutes(a.WaitP99), adviceText(a), a.rightSized)
+	}
+	row(fmt.Sprintf("main (config/replay.yaml: rightSize.follow %g, fit %g)", rep.Cfg.RightSize.Follow, rep.Cfg.RightSize.Fit), main)
+	for _, v := range rep.RightSize {
+		row(v.Name, v.Results[0])
+	}
+}
+
+// adviceText is the advice given in a run, by verdict.
+func adviceText(r *Result) string {
+	return fmt.Sprintf("%d / %d / %d", r.advice[contract.VerdictSmaller], r.advice[contract.VerdictKeep], r.advice[contract.VerdictNotEnoughData])
 }
