@@ -52,6 +52,7 @@ var gpuhubWorkloads = []gpuhubWorkload{
 // form. It returns the helm command (without --kubeconfig) that keeps what it installed, for later upgrades.
 func rollingUpgrade(ctx context.Context, t *testing.T, client kubernetes.Interface, node *realnode.Node, base, helm, kubeconfig string, gpuhubCmd []string, mig, whole string) []string {
 	t.Helper()
+	began := time.Now()
 	alice, bob, admin := signIn(ctx, t, base, "alice"), signIn(ctx, t, base, "bob"), signIn(ctx, t, base, "admin")
 	alice.stop(ctx, t)
 	bob.stop(ctx, t)
@@ -163,7 +164,8 @@ func rollingUpgrade(ctx context.Context, t *testing.T, client kubernetes.Interfa
 		}
 		p := after[w.component][0]
 		st := p.Status.ContainerStatuses[0]
-		t.Logf("%s: pods [%s] -> [%s]; spec image %s, running (containerd reports %s, %s)",
+		// The CRI names a running image by the first of its tags: the same image (digest) under its new one.
+		t.Logf("%s: pods [%s] -> [%s], running %s (the CRI reports %s, %s)",
 			w.component, strings.Join(was, ", "), strings.Join(now, ", "), p.Spec.Containers[0].Image, st.Image, st.ImageID)
 	}
 	metricsAfter := hubMetrics(ctx, t, admin)
@@ -181,8 +183,8 @@ func rollingUpgrade(ctx context.Context, t *testing.T, client kubernetes.Interfa
 			t.Fatalf("the Hub glue's counters over the rolling upgrade: %s %v, want %v (all: %v)", k, got[k], v, got)
 		}
 	}
-	t.Logf("helm upgrade rolled every gpuhub workload to %s and the policy in %.0f s: alice's %d MIG starts (%d while pods were replaced) all admitted by gpu-quota; bob's %d whole-GPU starts all refused by a policy, none for want of a decider; the glue applied onUnavailable 0 times and fell back to the static form 0 times; gpu-quota's Lease: %s; bob now reads %q",
-		rolledTag, took.Seconds(), starts, startsWhileRolling, refusals, strings.Join(holders(), " -> "), refusal)
+	t.Logf("helm upgrade rolled every gpuhub workload to %s and the policy in %.0f s (%.0f s for the two upgrades and their checks): alice's %d MIG starts (%d while pods were replaced) all admitted by gpu-quota; bob's %d whole-GPU starts all refused by a policy, none for want of a decider; the glue applied onUnavailable 0 times and fell back to the static form 0 times; gpu-quota's Lease: %s; bob now reads %q",
+		rolledTag, took.Seconds(), time.Since(began).Seconds(), starts, startsWhileRolling, refusals, strings.Join(holders(), " -> "), refusal)
 	return upgrade
 }
 
@@ -368,20 +370,23 @@ func quotaLeaseHolder(ctx context.Context, t *testing.T, client kubernetes.Inter
 }
 
 // leaseHolders follows gpu-quota's Lease (every 200 ms) until the returned function is called, which returns
-// its holders in turn ("" while nobody holds it).
+// its holders in turn ("(none)" while nobody holds it: a decider gave it back).
 func leaseHolders(ctx context.Context, client kubernetes.Interface) func() []string {
 	lctx, cancel := context.WithCancel(ctx)
 	result := make(chan []string, 1)
+	start := time.Now()
 	go func() {
 		var seen []string
+		last := "?"
 		for lctx.Err() == nil {
 			if l, err := client.CoordinationV1().Leases("jhub").Get(lctx, "gpuhub-quota", metav1.GetOptions{}); err == nil {
-				h := ""
-				if l.Spec.HolderIdentity != nil {
+				h := "(none)"
+				if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
 					h = *l.Spec.HolderIdentity
 				}
-				if len(seen) == 0 || seen[len(seen)-1] != h {
-					seen = append(seen, h)
+				if h != last {
+					seen = append(seen, fmt.Sprintf("%s at %.1f s", h, time.Since(start).Seconds()))
+					last = h
 				}
 			}
 			select {
