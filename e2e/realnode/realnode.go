@@ -368,6 +368,15 @@ func (n *Node) nodeReady(ctx context.Context) error {
 	return fmt.Errorf("node %s not Ready yet", n.opts.Name)
 }
 
+// TagImage gives the imported image ref the further reference tag (ctr images tag), as pushing the same image
+// under a new tag to a registry would: a pod naming tag runs it with no pull (IfNotPresent).
+func (n *Node) TagImage(ctx context.Context, ref, tag string) error {
+	if out, err := n.ctr(ctx, "images", "tag", "--force", ref, tag); err != nil {
+		return fmt.Errorf("tag %s as %s: %w: %s", ref, tag, err, out)
+	}
+	return nil
+}
+
 func (n *Node) ctr(ctx context.Context, args ...string) ([]byte, error) {
 	return exec.CommandContext(ctx, n.opts.Ctr, append([]string{"--address", n.socket, "--namespace", "k8s.io"}, args...)...).CombinedOutput()
 }

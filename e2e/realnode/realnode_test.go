@@ -262,7 +262,7 @@ except OSError as e:
 	}
 
 	localStorage(ctx, t, client, filepath.Join(t.TempDir(), "volumes"), 3)
-	z2jh(ctx, t, cfg, client, cp.Kubeconfig, node.PodResourcesDir())
+	z2jh(ctx, t, cfg, client, cp.Kubeconfig, node)
 
 	// A debugging aid: GPUHUB_REALNODE_KEEP=FILE keeps the cluster running after the checks, with the admin
 	// kubeconfig's path written to FILE, until FILE is removed (reach it with nsenter --net=/var/run/netns/<ns>).
@@ -283,7 +283,7 @@ except OSError as e:
 // z2jh installs z2jh 4.4.0's own chart with helm (the hub image from z2jh's own recipe runs z2jh's own
 // jupyterhub_config.py and z2jh.py), then does what a user does: logs in through the proxy's Service, starts a
 // server (KubeSpawner makes a pod, the kubelet runs it) and opens JupyterLab with the GPU panel in it.
-func z2jh(ctx context.Context, t *testing.T, cfg *rest.Config, client kubernetes.Interface, kubeconfig, podResources string) {
+func z2jh(ctx context.Context, t *testing.T, cfg *rest.Config, client kubernetes.Interface, kubeconfig string, node *realnode.Node) {
 	t.Helper()
 	helm, chart := os.Getenv("GPUHUB_HELM"), os.Getenv("GPUHUB_Z2JH_CHART")
 	if helm == "" || chart == "" {
@@ -363,7 +363,7 @@ func z2jh(ctx context.Context, t *testing.T, cfg *rest.Config, client kubernetes
 		t.Fatal(err)
 	}
 	gpuhubCmd, z2jhCmd := readmeInstall(t, repo, chart)
-	gpuhubCmd = append(gpuhubCmd, "--set", "agent.backend=simulated", "--set", "agent.runtimeClassName=", "--set", "agent.podResourcesDir="+podResources)
+	gpuhubCmd = append(gpuhubCmd, "--set", "agent.backend=simulated", "--set", "agent.runtimeClassName=", "--set", "agent.podResourcesDir="+node.PodResourcesDir())
 	for _, args := range [][]string{gpuhubCmd, z2jhCmd} {
 		t.Logf("helm %s", strings.Join(args, " "))
 		out, err := exec.CommandContext(ctx, helm, append(args, "--kubeconfig", kubeconfig)...).CombinedOutput()
@@ -412,7 +412,8 @@ func z2jh(ctx context.Context, t *testing.T, cfg *rest.Config, client kubernetes
 	formAndPanel(ctx, t, hubURL, admin, client, cfg)
 	mig, whole := upgradePolicy(ctx, t, base, helm, kubeconfig, gpuhubCmd)
 	refusalAdminAndCLI(ctx, t, hubURL, admin, whole)
-	cullerStory(ctx, t, hubURL, base, helm, kubeconfig, append(slices.Clone(gpuhubCmd), "--set-file", "quota.policy=testdata/quota-upgrade.yaml"), mig)
+	rolled := rollingUpgrade(ctx, t, client, node, base, helm, kubeconfig, gpuhubCmd, mig, whole)
+	cullerStory(ctx, t, hubURL, base, helm, kubeconfig, rolled, mig)
 
 	// helm uninstall removes every object of the release, and the services leave none of their own behind.
 	out, err = exec.CommandContext(ctx, helm, "uninstall", "gpuhub", "--namespace", "jhub", "--wait", "--kubeconfig", kubeconfig).CombinedOutput()

@@ -35,6 +35,7 @@ func run(args []string, stderr io.Writer) int {
 		enforceInterval = fs.Duration("enforce-interval", 30*time.Second, "how often the leader checks running servers against the policy")
 		leaseNamespace  = fs.String("lease-namespace", "", "namespace of the leader-election Lease (default: --namespace)")
 		leaseName       = fs.String("lease-name", "gpu-quota", "name of the leader-election Lease")
+		leaseRetry      = fs.Duration("lease-retry", 0, "how often the Lease holder renews it and the others try to take it (0: 2 s, client-go's; 500 ms with --advertise-url, so that a standby takes a Lease given back within the 1.5 s a relayed request waits for a decider)")
 		advertiseURL    = fs.String("advertise-url", "", "where the other replicas reach this one, http://POD_IP:PORT (the chart passes it when quota.replicas > 1): only the Lease holder then decides admissions and waitlist changes, and the others relay the API to it (empty: this replica decides on its own; exact with one replica only)")
 		ownerDeployment = fs.String("owner-deployment", "", "this service's Deployment, in --lease-namespace: the Lease it creates gets an ownerReference to it, so that deleting the Deployment (helm uninstall) deletes it; read at start, retried for up to a minute while the API server does not answer, then run without (empty: no owner)")
 		readerServices  = fs.String("reader-services", "gpu-usage,gpu-profiles,gpu-culler", "comma-separated Hub services that may read every user's quota and the decisions, assess spawn choices (api/v1/assess) and read the waitlist (gpu-culler: the contended classes), besides admins")
@@ -49,7 +50,7 @@ func run(args []string, stderr io.Writer) int {
 		"listen": "GPUHUB_LISTEN", "prefix": config.HubEnv.ServicePrefix, "policy": "GPUHUB_POLICY", "policy-poll": "GPUHUB_POLICY_POLL",
 		"namespace": "GPUHUB_NAMESPACE", "tolerations": "GPUHUB_TOLERATIONS", "usage-url": "GPUHUB_USAGE_URL", "usage-refresh": "GPUHUB_USAGE_REFRESH",
 		"reservation-ttl": "GPUHUB_RESERVATION_TTL", "enforce-interval": "GPUHUB_ENFORCE_INTERVAL",
-		"lease-namespace": "GPUHUB_LEASE_NAMESPACE", "lease-name": "GPUHUB_LEASE_NAME", "advertise-url": "GPUHUB_ADVERTISE_URL", "owner-deployment": "GPUHUB_OWNER_DEPLOYMENT", "reader-services": "GPUHUB_READER_SERVICES",
+		"lease-namespace": "GPUHUB_LEASE_NAMESPACE", "lease-name": "GPUHUB_LEASE_NAME", "lease-retry": "GPUHUB_LEASE_RETRY", "advertise-url": "GPUHUB_ADVERTISE_URL", "owner-deployment": "GPUHUB_OWNER_DEPLOYMENT", "reader-services": "GPUHUB_READER_SERVICES",
 		"admin-groups": "GPUHUB_ADMIN_GROUPS", "hub-refresh": "GPUHUB_HUB_REFRESH",
 		"informer-unready-after": "GPUHUB_INFORMER_UNREADY_AFTER", "waitlist": "GPUHUB_WAITLIST", "waitlist-hold": "GPUHUB_WAITLIST_HOLD",
 		"fair-share-half-life": "GPUHUB_FAIR_SHARE_HALF_LIFE",
@@ -73,6 +74,12 @@ func run(args []string, stderr io.Writer) int {
 	defer stop()
 
 	identity, _ := os.Hostname() // the pod name: one per replica
+	// client-go tries to take the Lease every retry period plus up to 120% of jitter: 2 s to 4.4 s at its default.
+	// A standby would then take a Lease given back by a stopping decider up to 4.4 s later, while requests wait
+	// 1.5 s for a decider (then 503, and the glue applies onUnavailable): 500 ms makes it 0.5 to 1.1 s.
+	if *leaseRetry <= 0 && *advertiseURL != "" {
+		*leaseRetry = 500 * time.Millisecond
+	}
 	err = app.Run(ctx, app.Options{
 		Logger: cmd.Logger, Registry: cl.Registry, Addr: *listen, Prefix: *prefix,
 		PolicyPath: *policyPath, PolicyPoll: *policyPoll, Reload: reload,
@@ -80,7 +87,7 @@ func run(args []string, stderr io.Writer) int {
 		Hub: cl.Hub, HubRefresh: *hubRefresh, Token: cl.HubConfig.Token, Auth: cl.Auth.Middleware, ReaderServices: config.List(*readerServices),
 		UsageURL: *usageURL, UsageRefresh: *usageRefresh, ReservationTTL: *reservationTTL,
 		Waitlist: *waitlistOn, WaitlistHold: *waitlistHold, FairShareHalfLife: *halfLife, HubStart: cl.Hub,
-		LeaseNamespace: *leaseNamespace, LeaseName: *leaseName, OwnerDeployment: *ownerDeployment, Identity: identity, AdvertiseURL: *advertiseURL, EnforceInterval: *enforceInterval,
+		LeaseNamespace: *leaseNamespace, LeaseName: *leaseName, OwnerDeployment: *ownerDeployment, Identity: identity, AdvertiseURL: *advertiseURL, LeaseRetryPeriod: *leaseRetry, EnforceInterval: *enforceInterval,
 		// The leader warns users over a limit or budget and stops their servers after the grace, through the Hub.
 		WhileLeader: app.Enforce(cl.Hub),
 	})
