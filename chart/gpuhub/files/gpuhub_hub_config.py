@@ -50,8 +50,7 @@ def _gpuhub_kit(c):
         except ValueError:
             return REGISTRY._names_to_collectors[name]
 
-    def service(name):
-        """The Hub service entry called name ({} when there is none)."""
+    def service(name):  # the Hub service entry called name, else {}
         for s in (c.JupyterHub.services or []) if "services" in c.JupyterHub else []:
             if isinstance(s, dict) and s.get("name") == name:
                 return s
@@ -62,9 +61,8 @@ def _gpuhub_kit(c):
         return os.environ.get("GPUHUB_" + name.removeprefix("gpu-").upper() + "_" + what, "").strip()
 
     def resolver(name, path, missing, found):
-        """resolve(user, log) -> (URL of path, token), or None when neither the service entry nor the environment
-        give both; worked out once (the config does not change while the Hub runs) and said once in the log:
-        missing (%r: the name) or found (%s: the URL)."""
+        """resolve(user, log) -> (URL of path, token), None without both; worked out once (the config does not change
+        while the Hub runs) and said once in the log: missing (%r: the name) or found (%s: the URL)."""
         state = {}
 
         def resolve(user, log):
@@ -87,10 +85,9 @@ def _gpuhub_kit(c):
         return resolve
 
     async def call(url, token, timeout, method="GET", body=None, seconds=None):
-        """One request with the token: (status, the answer if it is a JSON object else None), or Unavailable when
-        no HTTP answer came in time. Bounded as a whole: the Hub's one AsyncHTTPClient runs 10 requests at a time
-        and queues the rest, and request_timeout does not cover that wait (with pycurl, z2jh's Hub image, it starts
-        when a request leaves the queue), so a burst would wait several timeouts."""
+        """One request with the token: (status, the answer if a JSON object else None), or Unavailable. Bounded as a
+        whole: the Hub's one AsyncHTTPClient runs 10 requests at a time and queues the rest, and request_timeout (with
+        pycurl, z2jh's Hub image) starts when a request leaves the queue, so a burst would wait several timeouts."""
         headers = {"Authorization": "token " + token, "Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = "application/json"
@@ -122,8 +119,7 @@ def _gpuhub_kit(c):
         msg = (answer or {}).get("message")
         return f"answered {code} {msg if isinstance(msg, str) else ''}".strip()
 
-    def who(spawner):
-        """The start's user, groups and server, as every service is asked about them."""
+    def who(spawner):  # the user, groups and server every service is asked about
         return {"user": spawner.user.name, "groups": sorted(g.name for g in spawner.user.groups), "server": spawner.name or ""}
 
     def key(spawner):
@@ -148,9 +144,8 @@ def _gpuhub_kit(c):
         return getattr(obj, name, None)
 
     def pod_spec(pod):
-        """What a service needs of a pod to count its GPUs the scheduler's way (Go's gpu.PodResources): each
-        container's resources and the node selector, spelled as the Kubernetes API spells them. Never more: the
-        pod's env holds the server's API token."""
+        """What a service needs to count the pod's GPUs the scheduler's way (Go's gpu.PodResources), in the Kubernetes
+        API's spelling: containers' resources and the node selector. Never more: the env holds the server's token."""
         spec = field(pod, "spec")
 
         def containers(name, camel):
@@ -234,19 +229,16 @@ def _gpuhub_quota_glue(c, kit):
                    for kind in ("limits", "requests") for name, q in ctr["resources"][kind].items())
 
     def waitlist_options(spawner):
-        """The spawn's user_options when the waitlist is on and they speak of it (the form's checkboxes, or an API
-        spawn's options), else None: gpu-quota (and gpu-profiles' start check) read whether they ask to join, and
-        gpu-quota keeps them to start the server with when the turn comes."""
+        """The spawn's user_options when the waitlist is on and they speak of it, else None: the services read the
+        join from them, and gpu-quota starts the server with them when the turn comes."""
         options = spawner.user_options if isinstance(spawner.user_options, dict) else {}
         if waitlist_on and ("gpuhub_waitlist" in options or "gpuhub_autostart" in options):
             return dict(options)
         return None
 
     def keep_out_of_failure_count(spawner):
-        """JupyterHub 5.x: the handler's _track_failure_count, a done callback of the spawn future, reads the limit
-        from the spawner when it runs (0: no check), so the limit is 0 until our callback, added to the same future
-        after it, takes the one count back and restores the limit. A future's callbacks run together: no other
-        spawn's count or reset lands between. The count is in the handler's settings (the Application's copy)."""
+        """JupyterHub 5.x: limit 0 while the handler's failure-count callback runs, then our callback on the same
+        spawn future takes the count back and restores the limit (THE TRAP)."""
         handler = getattr(spawner, "handler", None)
         future = getattr(spawner, "_spawn_future", None)
         if handler is None or future is None or future.done():
@@ -437,8 +429,8 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
         return profiles, note
 
     async def static_profiles(spawner):
-        """The admin's static list, never empty: without it the form would be empty and the note lost, so then a
-        CPU-only choice with KubeSpawner's own defaults (the server the Hub starts without profiles)."""
+        """The admin's static list, never empty (an empty form loses the note): else a CPU-only choice with
+        KubeSpawner's own defaults."""
         profiles = static
         if callable(profiles):
             try:
@@ -474,8 +466,8 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
         return not (isinstance(g, dict) and g.get("available") is False)
 
     def with_waitlist(spawner, profiles):
-        """With the waitlist on, the available choice gpu-quota last refused for want of a free unit is "offered"
-        (gpu-profiles marks the exhausted ones). Copies: the cache and the admin's list stay as they are."""
+        """The available choice gpu-quota last refused for want of a free unit is "offered" (gpu-profiles marks the
+        exhausted ones); copies, so the cache and the admin's list stay as they are."""
         refused = glue.refused_short_of(spawner) if glue.waitlist_on and glue.quota_configured(spawner) else None
         offer = lambda p: p.get("slug") == refused and available(p) and not p.get("gpuhub_waitlist")  # noqa: E731
         return [dict(p, gpuhub_waitlist="offered") if offer(p) else p for p in profiles] if refused else profiles
@@ -531,9 +523,8 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
         return full
 
     def refuse_unknown(spawner, slug, reason, message):
-        """A choice the start's list cannot resolve (a hand-made API spawn, a page from another deployment).
-        KubeSpawner's "No such profile" is a failure JupyterHub counts toward its consecutive failure limit (five
-        stop the Hub); the glue's refusal is not counted."""
+        """A choice the start's list cannot resolve (a hand-made API spawn, another deployment's page): KubeSpawner's
+        "No such profile" would be a failure the Hub counts (THE TRAP); the glue's refusal is not."""
         refusals_total.labels(reason=reason).inc()
         spawner.log.info("gpuhub profiles glue: refuse %s's server %r: no choice %r (%s)", spawner.user.name, spawner.name, slug, reason)
         glue.refuse(spawner, message, reason=service_name)
@@ -555,10 +546,9 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
             return fixed if starting else with_note(fixed, fallback_note)
 
     async def still_available(spawner, pod):
-        """Before gpu-quota is asked and any pod exists, gpu-profiles (api/v1/start) says whether the chosen profile
-        may start (a race with the form, an API spawn naming an unavailable choice); its refusal says why and what is
-        free. Not asked for a CPU server, when the start's list was the fallback, nor while gpu-profiles cannot
-        answer: gpu-quota, when deployed, still decides."""
+        """gpu-profiles' start check (api/v1/start) before gpu-quota is asked and any pod exists: a race with the form,
+        an API spawn naming an unavailable choice. Not for a CPU server nor after the fallback list; when gpu-profiles
+        cannot answer the start goes on (gpu-quota, when deployed, still decides)."""
         entry = at_start.pop(spawner, None)
         spec = kit.pod_spec(pod)
         if entry is None or entry[0] is None or not glue.asks_for_gpus(spec):
