@@ -404,7 +404,7 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
     # (user, server) -> (monotonic time, profiles, note): the cache, and what the user last saw for that server. By
     # server: gpu-profiles computes a named server's choices for it (gpu-quota's assess leaves that server out).
     answers = {}
-    at_start = weakref.WeakKeyDictionary()  # spawner -> (live profiles or None, full list) of its start
+    at_start = weakref.WeakKeyDictionary()  # spawner -> the chosen profile of its start ({}: none; None: the fallback list)
     target = kit.resolver(service_name, "api/v1/profiles", "gpuhub profiles glue: no Hub service %r with url and api_token",
                           "gpuhub profiles glue: spawn choices come from %s")
 
@@ -413,11 +413,8 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
         return dict(kit.who(spawner), waitlist=glue.waitlist_on and glue.quota_configured(spawner))
 
     async def ask(spawner):
-        body = question(spawner)
-        resolved = target(spawner.user, spawner.log)
-        if resolved is None:
-            raise Unavailable("is not configured")
-        code, answer = await kit.call(*resolved, timeout, "POST", body, seconds=request_seconds)
+        body = question(spawner)  # target() is never None: this part is installed only with a URL and a token
+        code, answer = await kit.call(*target(spawner.user, spawner.log), timeout, "POST", body, seconds=request_seconds)
         if code != 200:
             raise Unavailable(kit.answered(code, answer, "profiles", service_name, spawner.log))
         answer = answer or {}
@@ -519,7 +516,7 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
                            "gpu-profiles service is not answering. Reload the spawn page and pick again.")
         elif slug and slug not in slugs(full):
             refuse_unknown(spawner, slug, "unknown", f"The choice {slug!r} is not offered to you. Reload the spawn page and pick again.")
-        at_start[spawner] = (live, full)
+        at_start[spawner] = None if live is None else find(full, slug) or {}
         return full
 
     def refuse_unknown(spawner, slug, reason, message):
@@ -549,12 +546,11 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
         """gpu-profiles' start check (api/v1/start) before gpu-quota is asked and any pod exists: a race with the form,
         an API spawn naming an unavailable choice. Not for a CPU server nor after the fallback list; when gpu-profiles
         cannot answer the start goes on (gpu-quota, when deployed, still decides)."""
-        entry = at_start.pop(spawner, None)
+        p = at_start.pop(spawner, None)
         spec = kit.pod_spec(pod)
-        if entry is None or entry[0] is None or not glue.asks_for_gpus(spec):
+        if p is None or not glue.asks_for_gpus(spec):
             return
         slug = chosen(spawner)
-        p = find(entry[1], slug) or {}
         own = (p.get("kubespawner_override") or {}).get("node_selector")
         body = dict(
             question(spawner),
@@ -568,8 +564,6 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
         if options is not None:  # whether the spawn joins: what gpu-quota reads too
             body["userOptions"] = {k: options[k] for k in ("gpuhub_waitlist", "gpuhub_autostart") if k in options}
         resolved = target(spawner.user, spawner.log)
-        if resolved is None:
-            return
         try:
             code, answer = await kit.call(resolved[0].rsplit("/", 1)[0] + "/start", resolved[1], timeout, "POST", body, seconds=request_seconds)
             why = f"answered {code}" + (" (it is older than this glue: upgrade gpuhub's services)" if code == 404 else "")
