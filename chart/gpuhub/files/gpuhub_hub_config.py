@@ -16,15 +16,15 @@
 
 
 def _gpuhub_kit(c):
-    """What the three parts share: where each service answers and with which token, one bounded call, settings
-    and metrics. The words of each part's logs and refusals stay in the part."""
+    """What the three parts share: where each service answers and with which token, one bounded call, the per-server
+    memory, settings and metrics. The words of each part's logs and refusals stay in the part."""
     import asyncio
     import json
     import os
     import time
     from types import SimpleNamespace
 
-    from prometheus_client import REGISTRY
+    from prometheus_client import REGISTRY, Histogram
     from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
     queue_margin = 0.25  # beyond the timeout, for a request that waited in the Hub's HTTP client queue
@@ -37,23 +37,23 @@ def _gpuhub_kit(c):
         try:
             value = float(os.environ.get(name, default))
         except ValueError:
-            value = float(default)
+            value = 0
         return value if value > 0 else float(default)
 
-    def metric(kind, name, doc, labels, **kw):
-        # The Hub serves prometheus_client's default registry at /hub/metrics. A second load of this
-        # file in one process (tests) finds the collector already there.
+    def metric(kind, name, doc, labels):
+        # The Hub serves prometheus_client's default registry at /hub/metrics. A second load of this file in one
+        # process (tests) finds the collector already there.
         try:
-            return kind(name, doc, labels, **kw)
+            if kind is Histogram:
+                return kind(name, doc, labels, buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5))
+            return kind(name, doc, labels)
         except ValueError:
             return REGISTRY._names_to_collectors[name]
 
-    def service(name):
-        """The Hub service entry called name ({} when there is none)."""
-        if "services" in c.JupyterHub:
-            for s in c.JupyterHub.services or []:
-                if isinstance(s, dict) and s.get("name") == name:
-                    return s
+    def service(name):  # the Hub service entry called name, else {}
+        for s in (c.JupyterHub.services or []) if "services" in c.JupyterHub else []:
+            if isinstance(s, dict) and s.get("name") == name:
+                return s
         return {}
 
     def env(name, what):
@@ -61,37 +61,33 @@ def _gpuhub_kit(c):
         return os.environ.get("GPUHUB_" + name.removeprefix("gpu-").upper() + "_" + what, "").strip()
 
     def resolver(name, path, missing, found):
-        """resolve(user, log) -> (URL of path, token), or None when neither the service entry nor the
-        environment give both; worked out once (config does not change while the Hub runs), and said once in
-        the log: missing (with %r for the name) or found (with %s for the URL)."""
+        """resolve(user, log) -> (URL of path, token), None without both; worked out once (the config does not change
+        while the Hub runs) and said once in the log: missing (%r: the name) or found (%s: the URL)."""
         state = {}
 
         def resolve(user, log):
-            if "target" in state:
-                return state["target"]
-            entry = service(name)
-            url = env(name, "URL")
-            token = env(name, "TOKEN") or entry.get("api_token") or ""
-            if not url and entry.get("url"):
-                # The Hub routes /<base_url>services/<name>/ to the service's url without stripping the
-                # prefix, so the service serves under it; the Hub asks it directly, not through the proxy.
-                base = user.settings.get("base_url") or "/"
-                url = entry["url"].rstrip("/") + base.rstrip("/") + "/services/" + name + "/"
-            if not url or not token:
-                state["target"] = None
-                log.warning(missing, name)
-                return None
-            state["target"] = (url.rstrip("/") + "/" + path, token)
-            log.info(found, state["target"][0])
+            if "target" not in state:
+                entry = service(name)
+                url = env(name, "URL")
+                token = env(name, "TOKEN") or entry.get("api_token") or ""
+                if not url and entry.get("url"):
+                    # The Hub routes /<base_url>services/<name>/ to the service's url without stripping the
+                    # prefix, so the service serves under it; the Hub asks it directly, not through the proxy.
+                    base = user.settings.get("base_url") or "/"
+                    url = entry["url"].rstrip("/") + base.rstrip("/") + "/services/" + name + "/"
+                state["target"] = (url.rstrip("/") + "/" + path, token) if url and token else None
+                if state["target"] is None:
+                    log.warning(missing, name)
+                else:
+                    log.info(found, state["target"][0])
             return state["target"]
 
         return resolve
 
     async def call(url, token, timeout, method="GET", body=None, seconds=None):
-        """One request with the token: (status, the answer if it is a JSON object else None), or Unavailable
-        when no HTTP answer came in time. Bounded as a whole: the Hub's one AsyncHTTPClient runs 10 requests at
-        a time and queues the rest, and request_timeout does not cover that wait (with pycurl, z2jh's Hub
-        image, it starts when a request leaves the queue), so a burst would wait several timeouts."""
+        """One request with the token: (status, the answer if a JSON object else None), or Unavailable. Bounded as a
+        whole: the Hub's one AsyncHTTPClient runs 10 requests at a time and queues the rest, and request_timeout (with
+        pycurl, z2jh's Hub image) starts when a request leaves the queue, so a burst would wait several timeouts."""
         headers = {"Authorization": "token " + token, "Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = "application/json"
@@ -116,30 +112,48 @@ def _gpuhub_kit(c):
             answer = None
         return resp.code, answer if isinstance(answer, dict) else None
 
+    def answered(code, answer, part, name, log):
+        """Why a status other than 200 is no answer ("answered 503 <its message>"); a 401 is an error in the log."""
+        if code == 401:
+            log.error("gpuhub %s glue: %s refused the Hub's token (401): check the %s service's api_token", part, name, name)
+        msg = (answer or {}).get("message")
+        return f"answered {code} {msg if isinstance(msg, str) else ''}".strip()
+
+    def who(spawner):  # the user, groups and server every service is asked about
+        return {"user": spawner.user.name, "groups": sorted(g.name for g in spawner.user.groups), "server": spawner.name or ""}
+
+    def key(spawner):
+        return (spawner.user.name, spawner.name or "")
+
+    def remember(memory, spawner, *value, limit=10000):
+        """memory[server] = (now, *value); when it is full the oldest tenth goes."""
+        if len(memory) >= limit:
+            for k, _ in sorted(memory.items(), key=lambda kv: kv[1][0])[: limit // 10]:
+                memory.pop(k, None)
+        memory[key(spawner)] = (time.monotonic(), *value)
+
+    def recall(memory, spawner, seconds):
+        """The server's entry in memory if it is younger than seconds, else None."""
+        entry = memory.get(key(spawner))
+        return entry if entry is not None and time.monotonic() - entry[0] < seconds else None
+
     def field(obj, name, camel=None):
         """An attribute of a kubernetes_asyncio model, or a key of its dict form."""
-        if obj is None:
-            return None
         if isinstance(obj, dict):
             return obj.get(camel or name, obj.get(name))
         return getattr(obj, name, None)
 
     def pod_spec(pod):
-        """What a service needs of a pod to count its GPUs the scheduler's way (Go's gpu.PodResources): each
-        container's resources and the node selector, spelled as the Kubernetes API spells them. Never more:
-        the pod's env holds the server's API token."""
+        """What a service needs to count the pod's GPUs the scheduler's way (Go's gpu.PodResources), in the Kubernetes
+        API's spelling: containers' resources and the node selector. Never more: the env holds the server's token."""
         spec = field(pod, "spec")
 
         def containers(name, camel):
-            out = []
-            for ctr in field(spec, name, camel) or []:
-                res = field(ctr, "resources")
-                out.append({
-                    "name": field(ctr, "name") or "",
-                    "restartPolicy": field(ctr, "restart_policy", "restartPolicy"),
-                    "resources": {k: {r: str(q) for r, q in (field(res, k) or {}).items()} for k in ("limits", "requests")},
-                })
-            return out
+            return [{
+                "name": field(ctr, "name") or "",
+                "restartPolicy": field(ctr, "restart_policy", "restartPolicy"),
+                "resources": {k: {r: str(q) for r, q in (field(field(ctr, "resources"), k) or {}).items()} for k in ("limits", "requests")},
+            } for ctr in field(spec, name, camel) or []]
 
         return {
             "containers": containers("containers", None),
@@ -147,95 +161,52 @@ def _gpuhub_kit(c):
             "nodeSelector": dict(field(spec, "node_selector", "nodeSelector") or {}),
         }
 
-    return SimpleNamespace(Unavailable=Unavailable, setting=setting, metric=metric, service=service, env=env,
-                           resolver=resolver, call=call, field=field, pod_spec=pod_spec)
+    return SimpleNamespace(Unavailable=Unavailable, setting=setting, metric=metric, service=service, env=env, resolver=resolver,
+                           call=call, answered=answered, who=who, key=key, remember=remember, recall=recall, field=field,
+                           pod_spec=pod_spec)
 
 
 def _gpuhub_quota_glue(c, kit):
-    """Install the admission hook; everything else stays local to this function."""
+    """Install the admission hook; return what the profile part shares with it."""
     import os
-    import time
+    from types import SimpleNamespace
 
     import jupyterhub
     from jupyterhub.utils import maybe_future
     from prometheus_client import Counter, Histogram
     from tornado import web
 
-    service_name = "gpu-quota"
     closed_message = (
         "The quota service cannot check your GPU quota right now, so GPU servers cannot start. "
         "Try again in a few minutes, or pick a CPU-only profile."
     )
-    gpu_resource_prefix = "nvidia.com/"  # gpu-quota's vocabulary decides what each resource is
     decision_annotation = "gpuhub.io/quota-decision"
-
     timeout = kit.setting("GPUHUB_QUOTA_TIMEOUT", "2")
-
     waitlist_on = os.environ.get("GPUHUB_WAITLIST", "").strip().lower() in ("1", "true", "yes", "on")
-    # (user, server) -> (monotonic time, profile slug): the choice gpu-quota last refused for want of a
-    # free unit (none_free, or waitlist: free but held for those in line) while the user did not ask to
-    # join. gpu-quota's words then tell them to join from the form; the form offers it on that choice
-    # for this long, even where gpu-profiles counts a unit free (it takes off the units held for others,
-    # not those owed to people waiting that gpu-quota has not held yet).
-    short_of_ttl = 15 * 60
-    short_of_max = 10000
+    # (user, server) -> (monotonic time, slug): the choice gpu-quota last refused with joinOffered (none free for
+    # the user, who did not ask to join). Its words tell them to join from the form, which offers it on that
+    # choice for 15 minutes, even where gpu-profiles counts a unit free (units owed to those in line, not yet held).
     short_of = {}
 
-    # THE TRAP, and why refusals here never restart the Hub.
-    #
-    # Every exception out of a spawn (pre_spawn_hook, Spawner.start, this hook) ends in
-    # BaseHandler.spawn_single_user's `_track_failure_count` callback on the spawn future. When the
-    # count of consecutive failures reaches `spawner.consecutive_failure_limit` (z2jh: 5) the Hub raises
-    # SystemExit two seconds later; only a successful spawn resets the count.
-    #
-    # - JupyterHub >= 6 counts only errors: a SpawnException or an HTTPError below 500 is a "handled
-    #   rejection" that neither counts nor resets. We raise SpawnException(status_code=403).
-    # - JupyterHub 5.x counts *every* exception, HTTPError(403) included: five refusals in a row, by any
-    #   users, would stop the Hub. There is no exception type 5.x leaves out, so we undo our own count:
-    #   before raising we set this spawner's consecutive_failure_limit to 0 (the callback reads the limit
-    #   from the spawner when it runs, and 0 means "do not check"), and we add our own done callback to
-    #   the same spawn future (`spawner._spawn_future`, registered by the handler before our hook can
-    #   run, so ours runs right after `_track_failure_count`). It takes the one count back and restores
-    #   the limit. A future's callbacks are queued together when it completes, so no other spawn's
-    #   success (reset) or failure (count) can land between the two: genuine failures around our
-    #   refusals are counted exactly as before, and the limit keeps protecting the Hub from them.
-    #   The tornado settings dict holding the count is the handler's (`spawner.handler.settings`, the
-    #   Application's copy, not `user.settings`); `spawner.handler` is set while the spawn runs.
-    #
-    # Rejected: `c.Spawner.consecutive_failure_limit = 0` (takes away the operator's protection from
-    # real failures); refusing in `options_from_form` (not counted, but API spawns skip it and the pod's
-    # GPU request is not known there); `pre_spawn_hook` (runs before KubeSpawner applies the profile).
-    # e2e/hubint/quota proves it: ten refusals in a row, then two real failures that the Hub counts as
-    # "2 consecutive", on 5.5 and 6.x.
+    # THE TRAP: an exception out of a spawn counts toward the Hub's consecutive_failure_limit (z2jh: 5, then the
+    # Hub exits). JupyterHub >= 6 leaves out a SpawnException below 500: a refusal is SpawnException(403).
+    # JupyterHub 5.x counts every exception, so a refusal is HTTPError(403) and keep_out_of_failure_count takes our
+    # own count back; genuine failures around it count as before. chart/README.md ("Refusals never restart the
+    # Hub") has how, and what was rejected; e2e/hubint/quota proves it on 5.5 and 6.x.
     hub_counts_refusals = jupyterhub.version_info[0] < 6
-    spawn_exception = None
     if not hub_counts_refusals:
-        from jupyterhub.spawner import SpawnException as spawn_exception
+        from jupyterhub.spawner import SpawnException
 
-    metric = kit.metric
-    unavailable_total = metric(
-        Counter,
-        "gpuhub_quota_glue_unavailable_total",
-        "GPU spawns that gpu-quota could not answer, by the onUnavailable mode applied (open admits, closed refuses).",
-        ["mode"],
-    )
-    requests_total = metric(
-        Counter,
-        "gpuhub_quota_glue_requests_total",
-        "GPU spawns checked with gpu-quota, by outcome: admit, deny, unavailable.",
-        ["outcome"],
-    )
-    request_seconds = metric(
-        Histogram,
-        "gpuhub_quota_glue_request_duration_seconds",
-        "Time the Hub waited for gpu-quota's admission answer.",
-        [],
-        buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5),
-    )
+    unavailable_total = kit.metric(Counter, "gpuhub_quota_glue_unavailable_total", "GPU spawns that gpu-quota could not "
+                                   "answer, by the onUnavailable mode applied (open admits, closed refuses).", ["mode"])
+    requests_total = kit.metric(Counter, "gpuhub_quota_glue_requests_total",
+                                "GPU spawns checked with gpu-quota, by outcome: admit, deny, unavailable.", ["outcome"])
+    request_seconds = kit.metric(Histogram, "gpuhub_quota_glue_request_duration_seconds",
+                                 "Time the Hub waited for gpu-quota's admission answer.", [])
 
     state = {"reported": None}  # onUnavailable as gpu-quota last reported it
     target = kit.resolver(
-        service_name,
+        "gpu-quota",
         "api/v1/admit",
         "gpuhub quota glue: no Hub service %r with url and api_token (and no GPUHUB_QUOTA_URL/"
         "GPUHUB_QUOTA_TOKEN): GPU spawns are not checked against a quota",
@@ -245,54 +216,34 @@ def _gpuhub_quota_glue(c, kit):
     def resolve(spawner):
         return target(spawner.user, spawner.log)
 
-    field = kit.field
-
     def asks_for_gpus(spec):
         """Whether the pod names an nvidia.com/ resource with a count other than 0. Only such a pod asks gpu-quota
-        (a CPU server never depends on it); gpu-quota counts its GPUs the scheduler's way."""
+        (a CPU server never depends on it); gpu-quota counts its GPUs."""
         def zero(q):
             try:
                 return float(q) == 0
             except ValueError:
                 return False  # a suffix ("1k"): gpu-quota reads it
 
-        return any(
-            name.startswith(gpu_resource_prefix) and not zero(q)
-            for ctr in spec["containers"] + spec["initContainers"]
-            for kind in ("limits", "requests")
-            for name, q in ctr["resources"][kind].items()
-        )
+        return any(name.startswith("nvidia.com/") and not zero(q) for ctr in spec["containers"] + spec["initContainers"]
+                   for kind in ("limits", "requests") for name, q in ctr["resources"][kind].items())
 
     def waitlist_options(spawner):
-        """The spawn's user_options when the waitlist is on and they speak of it (the form's checkboxes, or an
-        API spawn's options), else None: gpu-quota (and gpu-profiles' start check) read whether they ask to
-        join, and gpu-quota keeps them to start the server with when the turn comes."""
+        """The spawn's user_options when the waitlist is on and they speak of it, else None: the services read the
+        join from them, and gpu-quota starts the server with them when the turn comes."""
         options = spawner.user_options if isinstance(spawner.user_options, dict) else {}
         if waitlist_on and ("gpuhub_waitlist" in options or "gpuhub_autostart" in options):
             return dict(options)
         return None
 
-    def remember_short_of(spawner, slug):
-        if len(short_of) >= short_of_max:
-            for k, _ in sorted(short_of.items(), key=lambda kv: kv[1][0])[: short_of_max // 10]:
-                short_of.pop(k, None)
-        short_of[(spawner.user.name, spawner.name or "")] = (time.monotonic(), slug)
-
-    def refused_short_of(spawner):
-        """The profile slug of this server's last start refused for want of a free unit, if recent."""
-        entry = short_of.get((spawner.user.name, spawner.name or ""))
-        if entry is None or time.monotonic() - entry[0] > short_of_ttl:
-            return None
-        return entry[1]
-
     def keep_out_of_failure_count(spawner):
-        """JupyterHub 5.x only: see THE TRAP above."""
+        """JupyterHub 5.x: limit 0 while the handler's failure-count callback runs, then our callback on the same
+        spawn future takes the count back and restores the limit (THE TRAP)."""
         handler = getattr(spawner, "handler", None)
         future = getattr(spawner, "_spawn_future", None)
         if handler is None or future is None or future.done():
             return  # not a handler's spawn: nothing counts it
-        settings = handler.settings
-        limit = spawner.consecutive_failure_limit
+        settings, limit = handler.settings, spawner.consecutive_failure_limit
         spawner.consecutive_failure_limit = 0
 
         def take_back(f):
@@ -302,17 +253,16 @@ def _gpuhub_quota_glue(c, kit):
 
         future.add_done_callback(take_back)
 
-    def refuse(spawner, message, reason=service_name):
+    def refuse(spawner, message, reason="gpu-quota"):
         if hub_counts_refusals:
             keep_out_of_failure_count(spawner)
             exc = web.HTTPError(403, "%s", message)
         else:
-            exc = spawn_exception(message, reason=reason, status_code=403)
-        # What the spawn form, the progress page and (6.x) the REST API show: plain text.
-        exc.jupyterhub_message = message
+            exc = SpawnException(message, reason=reason, status_code=403)
+        exc.jupyterhub_message = message  # what the form, the progress page and (6.x) the REST API show: plain text
         raise exc
 
-    def on_unavailable(spawner, why):
+    def on_unavailable(spawner, pod, why):
         mode = state["reported"]
         if mode not in ("open", "closed"):
             mode = os.environ.get("GPUHUB_QUOTA_ON_UNAVAILABLE", "open").strip().lower()
@@ -321,96 +271,67 @@ def _gpuhub_quota_glue(c, kit):
                 mode = "open"
         unavailable_total.labels(mode=mode).inc()
         requests_total.labels(outcome="unavailable").inc()
-        if mode == "open":
-            spawner.log.warning(
-                "gpuhub quota glue: %s; admitting %s's GPU server %r unchecked (onUnavailable open)",
-                why, spawner.user.name, spawner.name,
-            )
-            return
-        spawner.log.warning(
-            "gpuhub quota glue: %s; refusing %s's GPU server %r (onUnavailable closed)",
-            why, spawner.user.name, spawner.name,
-        )
-        refuse(spawner, closed_message)
+        done = "admitting %s's GPU server %r unchecked" if mode == "open" else "refusing %s's GPU server %r"
+        spawner.log.warning(f"gpuhub quota glue: %s; {done} (onUnavailable {mode})", why, spawner.user.name, spawner.name)
+        if mode == "closed":
+            refuse(spawner, closed_message)
+        return pod
 
     async def admit(spawner, pod):
         spec = kit.pod_spec(pod)
-        if not asks_for_gpus(spec):
+        if not asks_for_gpus(spec) or resolve(spawner) is None:
             return pod  # CPU-only servers never depend on gpu-quota
-        target = resolve(spawner)
-        if target is None:
-            return pod
-        url, token = target
-        body = {
-            "user": spawner.user.name,
-            "server": spawner.name or "",
-            "groups": sorted(g.name for g in spawner.user.groups),
-            "pod": spec,
-            "profile": str((spawner.user_options or {}).get("profile") or ""),
-        }
+        body = dict(kit.who(spawner), pod=spec, profile=str((spawner.user_options or {}).get("profile") or ""))
         options = waitlist_options(spawner)
         if options is not None:
-            # gpu-quota queues the server when nothing is free and, with autoStart, starts it through the
-            # Hub with these options when its turn comes: the same spawn, profile options included.
+            # gpu-quota queues the server when nothing is free and, with autoStart, starts it through the Hub with
+            # these options when its turn comes: the same spawn, profile options included.
             body["userOptions"] = options
         try:
-            code, answer = await kit.call(url, token, timeout, "POST", body, seconds=request_seconds)
+            code, answer = await kit.call(*resolve(spawner), timeout, "POST", body, seconds=request_seconds)
         except kit.Unavailable as e:
-            on_unavailable(spawner, f"gpu-quota {e}")
-            return pod
+            return on_unavailable(spawner, pod, f"gpu-quota {e}")
         answer = answer or {}
         if code != 200 or not isinstance(answer.get("allow"), bool):
-            if code == 401:
-                spawner.log.error("gpuhub quota glue: gpu-quota refused the Hub's token (401): check the gpu-quota service's api_token")
-            msg = answer.get("message") if isinstance(answer.get("message"), str) else ""
-            if code == 200:
-                msg = "without a decision"
-            on_unavailable(spawner, f"gpu-quota answered {code} {msg}".strip())
-            return pod
+            why = "answered 200 without a decision" if code == 200 else kit.answered(code, answer, "quota", "gpu-quota", spawner.log)
+            return on_unavailable(spawner, pod, "gpu-quota " + why)
         if answer.get("countedPod") is not True:
             # A gpu-quota older than this file ignores the pod and would admit every GPU server as CPU-only.
             spawner.log.error("gpuhub quota glue: gpu-quota did not count the pod's GPUs: it is older than this glue; upgrade gpuhub's services")
-            on_unavailable(spawner, "gpu-quota did not read the pod")
-            return pod
+            return on_unavailable(spawner, pod, "gpu-quota did not read the pod")
         if answer.get("onUnavailable") in ("open", "closed"):
             state["reported"] = answer["onUnavailable"]
-        fields = (spawner.user.name, spawner.name, answer.get("reason", ""), answer.get("decisionId", ""))
+        line, fields = "%s's server %r (reason %s, decision %s)", (spawner.user.name, spawner.name, answer.get("reason", ""), answer.get("decisionId", ""))
         if answer["allow"]:
-            short_of.pop((spawner.user.name, spawner.name or ""), None)
+            short_of.pop(kit.key(spawner), None)
             requests_total.labels(outcome="admit").inc()
-            spawner.log.info("gpuhub quota glue: admit %s's server %r (reason %s, decision %s)", *fields)
+            spawner.log.info("gpuhub quota glue: admit " + line, *fields)
             if answer.get("decisionId"):
-                meta = field(pod, "metadata")
+                meta = kit.field(pod, "metadata")
                 if isinstance(meta, dict):
                     meta.setdefault("annotations", {})[decision_annotation] = answer["decisionId"]
                 elif meta is not None:
                     meta.annotations = dict(meta.annotations or {}, **{decision_annotation: answer["decisionId"]})
             return pod
         requests_total.labels(outcome="deny").inc()
-        place = answer.get("waitlist") if isinstance(answer.get("waitlist"), dict) else None
-        if place is not None:
-            spawner.log.info(
-                "gpuhub quota glue: deny %s's server %r (reason %s, decision %s): waitlist position %s of %s",
-                *fields, place.get("position"), place.get("waiting"),
-            )
-        else:
-            spawner.log.info("gpuhub quota glue: deny %s's server %r (reason %s, decision %s)", *fields)
-        if waitlist_on and answer.get("joinOffered") is True:
-            slug = (spawner.user_options or {}).get("profile")
-            if isinstance(slug, str) and slug:
-                remember_short_of(spawner, slug)
+        place = answer.get("waitlist")
+        if isinstance(place, dict):
+            line, fields = line + ": waitlist position %s of %s", fields + (place.get("position"), place.get("waiting"))
+        spawner.log.info("gpuhub quota glue: deny " + line, *fields)
+        slug = (spawner.user_options or {}).get("profile")
+        if waitlist_on and answer.get("joinOffered") is True and isinstance(slug, str) and slug:
+            kit.remember(short_of, spawner, slug)
         # gpu-quota's words: with a join, they already say the place in line and the estimate.
-        message = answer.get("message") or "Your GPU quota does not allow this server right now."
-        refuse(spawner, message)
+        refuse(spawner, answer.get("message") or "Your GPU quota does not allow this server right now.")
 
     previous = c.KubeSpawner.modify_pod_hook if "modify_pod_hook" in c.KubeSpawner else None
-    # Checks that run before gpu-quota is asked (the profile part's "still available?"): each is
-    # async (spawner, pod) and refuses by raising through refuse(); anything else it raises is logged.
+    # Checks that run before gpu-quota is asked (the profile part's start check): each is async (spawner, pod) and
+    # refuses through refuse(); anything else it raises is logged.
     before_admit = []
 
     async def gpuhub_modify_pod_hook(spawner, pod):
-        # A modify_pod_hook set before this file (an earlier hub.extraConfig key) runs first, so the
-        # quota sees the pod that will really be created.
+        # A modify_pod_hook set before this file (an earlier hub.extraConfig key) runs first, so the quota sees
+        # the pod that will really be created.
         if callable(previous):
             pod = await maybe_future(previous(spawner, pod))
         for check in before_admit:
@@ -425,38 +346,29 @@ def _gpuhub_quota_glue(c, kit):
         except web.HTTPError:
             raise  # a refusal (SpawnException is an HTTPError too)
         except Exception:
-            # A bug here must not turn into failed spawns (which 5.x counts): treat it as gpu-quota
-            # being unavailable, with the traceback in the log.
+            # A bug here must not turn into failed spawns (which 5.x counts): gpu-quota is unavailable, with the
+            # traceback in the log.
             spawner.log.exception("gpuhub quota glue: unexpected error checking %s's GPU server", spawner.user.name)
-            on_unavailable(spawner, "the quota glue failed")
-            return pod
+            return on_unavailable(spawner, pod, "the quota glue failed")
 
     c.KubeSpawner.modify_pod_hook = gpuhub_modify_pod_hook
-
-    # What the profile part shares with this one: one refusal path (one trap handling), the waitlist's
-    # state, the checks that run before gpu-quota is asked.
-    from types import SimpleNamespace
-
     return SimpleNamespace(
         refuse=refuse,
         quota_configured=lambda spawner: resolve(spawner) is not None,
         waitlist_on=waitlist_on,
         waitlist_options=waitlist_options,
         asks_for_gpus=asks_for_gpus,
-        refused_short_of=refused_short_of,
+        refused_short_of=lambda spawner: (kit.recall(short_of, spawner, 15 * 60) or (0, None))[1],
         before_admit=before_admit,
     )
 
 
 def _gpuhub_profiles_glue(c, kit, glue, form):
-    """The spawn form from gpu-profiles: a callable profile_list, its template, and the start-time check.
-
-    Installed only when a Hub service "gpu-profiles" (or GPUHUB_PROFILES_URL/TOKEN) is configured;
-    otherwise the admin's static profile list and KubeSpawner's own form stay as they are.
-    """
+    """The spawn form from gpu-profiles: a callable profile_list, its template, the start check and (with the
+    waitlist) the form's checkboxes. Only when a Hub service "gpu-profiles" (or GPUHUB_PROFILES_URL/TOKEN) is
+    configured; otherwise the admin's static profile list and KubeSpawner's own form stay as they are."""
     import inspect
     import logging
-    import time
     import weakref
     from types import SimpleNamespace
 
@@ -470,104 +382,52 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
         "these are the standard choices and free counts are not shown. A choice that is in use may not "
         "start; if it does not, try again in a few minutes or pick another."
     )
-
     timeout = kit.setting("GPUHUB_PROFILES_TIMEOUT", "1")
     cache_seconds = kit.setting("GPUHUB_PROFILES_CACHE_SECONDS", "5")
-    max_servers = 10000  # answers kept (by user and server); the oldest go first
 
     service = kit.service(service_name)
     if not (kit.env(service_name, "URL") or service.get("url")) or not (kit.env(service_name, "TOKEN") or service.get("api_token")):
         return  # not deployed: z2jh's singleuser.profileList and KubeSpawner's form as usual
-
     # The admin's static list (z2jh singleuser.profileList) as it was when this file ran: the fallback.
     static = c.KubeSpawner.profile_list if "profile_list" in c.KubeSpawner else []
 
-    requests_total = kit.metric(
-        Counter,
-        "gpuhub_profiles_glue_requests_total",
-        "Profile lists the Hub built for the spawn form and for starts, by source: live (gpu-profiles "
-        "answered), cached (a young answer reused), fallback (the admin's static list).",
-        ["result"],
-    )
-    request_seconds = kit.metric(
-        Histogram,
-        "gpuhub_profiles_glue_request_duration_seconds",
-        "Time the Hub waited for gpu-profiles' answers (forms and start checks).",
-        [],
-        buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5),
-    )
-    refusals_total = kit.metric(
-        Counter,
-        "gpuhub_profiles_glue_refusals_total",
-        "Starts refused because gpu-profiles showed the choice as unavailable (none_free, waitlist, quota, unschedulable, "
-        "gone, other) or because the start named no choice it could resolve (unknown, unchecked).",
-        ["reason"],
-    )
+    requests_total = kit.metric(Counter, "gpuhub_profiles_glue_requests_total", "Profile lists the Hub built for the "
+                                "spawn form and for starts, by source: live (gpu-profiles answered), cached (a young "
+                                "answer reused), fallback (the admin's static list).", ["result"])
+    request_seconds = kit.metric(Histogram, "gpuhub_profiles_glue_request_duration_seconds",
+                                 "Time the Hub waited for gpu-profiles' answers (forms and start checks).", [])
+    refusals_total = kit.metric(Counter, "gpuhub_profiles_glue_refusals_total", "Starts refused because gpu-profiles "
+                                "showed the choice as unavailable (none_free, waitlist, quota, unschedulable, gone, "
+                                "other) or because the start named no choice it could resolve (unknown, unchecked).", ["reason"])
 
     Unavailable = kit.Unavailable
-
-    # (user name, server name) -> (monotonic time, profiles, note): the cache, and what the user last saw
-    # for that server. By server, because gpu-profiles computes a named server's choices for that server
-    # (gpu-quota's assess counts the user's other servers, not the one being started).
+    # (user, server) -> (monotonic time, profiles, note): the cache, and what the user last saw for that server. By
+    # server: gpu-profiles computes a named server's choices for it (gpu-quota's assess leaves that server out).
     answers = {}
-    at_start = weakref.WeakKeyDictionary()  # spawner -> (live profiles or None, full list) of its start
+    at_start = weakref.WeakKeyDictionary()  # spawner -> the chosen profile of its start ({}: none; None: the fallback list)
     target = kit.resolver(service_name, "api/v1/profiles", "gpuhub profiles glue: no Hub service %r with url and api_token",
                           "gpuhub profiles glue: spawn choices come from %s")
 
-    def key(spawner):
-        return (spawner.user.name, spawner.name or "")
-
-    def remember(spawner, profiles, note):
-        if len(answers) >= max_servers:
-            for k, _ in sorted(answers.items(), key=lambda kv: kv[1][0])[: max_servers // 10]:
-                answers.pop(k, None)
-        answers[key(spawner)] = (time.monotonic(), profiles, note)
-
-    def young(entry):
-        return entry is not None and time.monotonic() - entry[0] < cache_seconds
+    def question(spawner):
+        # waitlist: gpu-profiles marks the choices to join the waitlist for.
+        return dict(kit.who(spawner), waitlist=glue.waitlist_on and glue.quota_configured(spawner))
 
     async def ask(spawner):
-        body = {
-            "user": spawner.user.name,
-            "groups": sorted(g.name for g in spawner.user.groups),
-            "server": spawner.name or "",
-            "waitlist": glue.waitlist_on and glue.quota_configured(spawner),  # gpu-profiles marks what to join for
-        }
-        resolved = target(spawner.user, spawner.log)
-        if resolved is None:
-            raise Unavailable("is not configured")
-        url, token = resolved
-        code, answer = await kit.call(url, token, timeout, "POST", body, seconds=request_seconds)
-        answer = answer or {}
+        body = question(spawner)  # target() is never None: this part is installed only with a URL and a token
+        code, answer = await kit.call(*target(spawner.user, spawner.log), timeout, "POST", body, seconds=request_seconds)
         if code != 200:
-            if code == 401:
-                spawner.log.error("gpuhub profiles glue: gpu-profiles refused the Hub's token (401): check the gpu-profiles service's api_token")
-            msg = answer.get("message") if isinstance(answer.get("message"), str) else ""
-            raise Unavailable(f"answered {code} {msg}".strip())
+            raise Unavailable(kit.answered(code, answer, "profiles", service_name, spawner.log))
+        answer = answer or {}
         profiles = answer.get("profiles")
-        if (
-            not isinstance(profiles, list)
-            or not profiles
-            or not all(isinstance(p, dict) and isinstance(p.get("slug"), str) and p["slug"] for p in profiles)
-        ):
+        if not isinstance(profiles, list) or not profiles or not all(isinstance(p, dict) and isinstance(p.get("slug"), str) and p["slug"] for p in profiles):
             raise Unavailable("answered without a list of profiles")
         note = answer.get("note") if isinstance(answer.get("note"), str) else ""
-        remember(spawner, profiles, note)
+        kit.remember(answers, spawner, profiles, note)
         return profiles, note
 
-    # The fallback when the admin has no static list (or it fails): without it the form would be empty
-    # and the note lost. No overrides: KubeSpawner's own defaults, the server the Hub starts without
-    # profiles.
-    cpu_only = {
-        "slug": "cpu",
-        "display_name": "CPU only",
-        "description": "A server without a GPU.",
-        "default": True,
-        "kubespawner_override": {},
-    }
-
     async def static_profiles(spawner):
-        """The admin's static list, never empty: the CPU-only choice when it is."""
+        """The admin's static list, never empty (an empty form loses the note): else a CPU-only choice with
+        KubeSpawner's own defaults."""
         profiles = static
         if callable(profiles):
             try:
@@ -577,116 +437,91 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
                 profiles = []
         if isinstance(profiles, dict):  # KubeSpawner accepts a dict too: its values, sorted by key
             profiles = [profiles[k] for k in sorted(profiles)]
-        out = []
-        for p in profiles or []:
-            p = dict(p)
+        out = [dict(p) for p in profiles or []]
+        for p in out:
             if not p.get("slug") and p.get("display_name"):
                 from slugify import slugify  # what KubeSpawner names a profile without a slug
 
                 p["slug"] = slugify(p["display_name"])
-            out.append(p)
-        return out or [dict(cpu_only, kubespawner_override={})]
+        return out or [{"slug": "cpu", "display_name": "CPU only", "description": "A server without a GPU.", "default": True, "kubespawner_override": {}}]
 
     def with_note(profiles, note):
         # The template receives only the profile list: the note rides on the first profile.
-        if not profiles or not note:
-            return profiles
-        return [dict(profiles[0], gpuhub_note=note)] + list(profiles[1:])
+        return [dict(profiles[0], gpuhub_note=note)] + list(profiles[1:]) if profiles and note else profiles
+
+    def chosen(spawner):
+        return (spawner.user_options or {}).get("profile") or ""
 
     def slugs(profiles):
         return {p.get("slug") for p in profiles}
 
     def find(profiles, slug):
-        for p in profiles:
-            if p.get("slug") == slug:
-                return p
-        return None
+        return next((p for p in profiles if p.get("slug") == slug), None)
 
     def available(p):
         g = p.get("gpuhub") if p else None
         return not (isinstance(g, dict) and g.get("available") is False)
 
     def with_waitlist(spawner, profiles):
-        """With the waitlist on, mark the available choice gpu-quota last refused for want of a free unit (held
-        for those in line) as "offered" (the template reads gpuhub_waitlist; gpu-profiles marks the exhausted
-        ones). Copies: the cache and the admin's list stay as they are."""
+        """The available choice gpu-quota last refused for want of a free unit is "offered" (gpu-profiles marks the
+        exhausted ones); copies, so the cache and the admin's list stay as they are."""
         refused = glue.refused_short_of(spawner) if glue.waitlist_on and glue.quota_configured(spawner) else None
-        if not refused:
-            return profiles
         offer = lambda p: p.get("slug") == refused and available(p) and not p.get("gpuhub_waitlist")  # noqa: E731
-        return [dict(p, gpuhub_waitlist="offered") if offer(p) else p for p in profiles]
+        return [dict(p, gpuhub_waitlist="offered") if offer(p) else p for p in profiles] if refused else profiles
 
     async def render_list(spawner):
-        user = spawner.user.name
-        entry = answers.get(key(spawner))
-        if young(entry):
+        entry = kit.recall(answers, spawner, cache_seconds)
+        if entry is not None:
             requests_total.labels(result="cached").inc()
             return with_note(with_waitlist(spawner, entry[1]), entry[2])
         try:
             profiles, note = await ask(spawner)
         except Unavailable as e:
-            spawner.log.warning("gpuhub profiles glue: gpu-profiles %s; %s's spawn form shows the static list", e, user)
+            spawner.log.warning("gpuhub profiles glue: gpu-profiles %s; %s's spawn form shows the static list", e, spawner.user.name)
             requests_total.labels(result="fallback").inc()
             return with_note(with_waitlist(spawner, await static_profiles(spawner)), fallback_note)
         requests_total.labels(result="live").inc()
         return with_note(with_waitlist(spawner, profiles), note)
 
     async def start_list(spawner):
-        """The list KubeSpawner resolves the user's choice in when the server starts. It holds every slug
-        the user may have been shown: the live list, the static one (the form may have been the fallback),
-        and what the user saw last (a choice gone since then is refused by name, not a "No such profile")."""
-        user = spawner.user.name
-        previous = answers.get(key(spawner))
-        slug = (spawner.user_options or {}).get("profile") or ""
+        """The list KubeSpawner resolves the user's choice in at start. It holds every slug the user may have been
+        shown: the live list, the static one (the form may have been the fallback) and what the user saw last (a
+        choice gone since then is refused by name, by the start check, not with KubeSpawner's "No such profile")."""
+        previous = answers.get(kit.key(spawner))
+        slug = chosen(spawner)
         live = None
-        # A young answer is enough when gpu-quota will still be asked (it refuses none_free itself) and
-        # the answer shows the choice available; otherwise the start gets a fresh answer.
-        if young(previous) and available(find(previous[1], slug)) and glue.quota_configured(spawner):
-            live = previous[1]
+        # A young answer is enough when gpu-quota will still be asked (it refuses none_free itself) and it shows the
+        # choice available; otherwise the start gets a fresh answer.
+        young = kit.recall(answers, spawner, cache_seconds)
+        if young is not None and available(find(young[1], slug)) and glue.quota_configured(spawner):
+            live = young[1]
             requests_total.labels(result="cached").inc()
         else:
             try:
                 live, _ = await ask(spawner)
                 requests_total.labels(result="live").inc()
             except Unavailable as e:
-                spawner.log.warning("gpuhub profiles glue: gpu-profiles %s; %s's start uses the static list", e, user)
+                spawner.log.warning("gpuhub profiles glue: gpu-profiles %s; %s's start uses the static list", e, spawner.user.name)
                 requests_total.labels(result="fallback").inc()
         fixed = await static_profiles(spawner)
-        if live is None:
-            full = list(fixed)
-            # A choice from the last live form: start it unchecked (gpu-quota, when deployed, still decides).
-            for p in previous[1] if previous else []:
-                if p.get("slug") not in slugs(full):
-                    p = {k: v for k, v in p.items() if k != "gpuhub"}
-                    full.append(dict(p, default=False))
-            if slug and slug not in slugs(full):
-                refuse_unknown(
-                    spawner, slug, "unchecked",
-                    f"The choice {slug!r} cannot be checked right now because the gpu-profiles service is not "
-                    "answering. Reload the spawn page and pick again.",
-                )
-        else:
-            full = list(live)
-            for p in fixed:
-                if p.get("slug") not in slugs(full):
-                    full.append(dict(p, default=False))
-            for p in previous[1] if previous else []:
-                if p.get("slug") not in slugs(full):
-                    full.append(dict(p, default=False))  # gone since: the start check refuses it by name
-            if slug and slug not in slugs(full):
-                refuse_unknown(
-                    spawner, slug, "unknown",
-                    f"The choice {slug!r} is not offered to you. Reload the spawn page and pick again.",
-                )
-        at_start[spawner] = (live, full)
+        seen = previous[1] if previous else []
+        if live is None:  # a choice from the last live form starts unchecked (gpu-quota, when deployed, decides)
+            seen = [{k: v for k, v in p.items() if k != "gpuhub"} for p in seen]
+        full = list(fixed if live is None else live)
+        for p in fixed + seen:
+            if p.get("slug") not in slugs(full):
+                full.append(dict(p, default=False))
+        if slug and slug not in slugs(full) and live is None:
+            refuse_unknown(spawner, slug, "unchecked", f"The choice {slug!r} cannot be checked right now because the "
+                           "gpu-profiles service is not answering. Reload the spawn page and pick again.")
+        elif slug and slug not in slugs(full):
+            refuse_unknown(spawner, slug, "unknown", f"The choice {slug!r} is not offered to you. Reload the spawn page and pick again.")
+        at_start[spawner] = None if live is None else find(full, slug) or {}
         return full
 
     def refuse_unknown(spawner, slug, reason, message):
-        """A choice the start's list cannot resolve (a hand-made API spawn, a page from another deployment).
-        KubeSpawner would raise "No such profile", a failure JupyterHub counts toward its consecutive
-        failure limit (five stop the Hub); the glue's refusal is not counted. A spawn asking to join the
-        waitlist is refused here too: without the profile there is no pod to ask gpu-quota about (an
-        exhausted choice is in the list, unavailable, and reaches gpu-quota through still_available)."""
+        """A choice the start's list cannot resolve (a hand-made API spawn, another deployment's page): KubeSpawner's
+        "No such profile" would be a failure the Hub counts (THE TRAP); the glue's refusal is not."""
         refusals_total.labels(reason=reason).inc()
         spawner.log.info("gpuhub profiles glue: refuse %s's server %r: no choice %r (%s)", spawner.user.name, spawner.name, slug, reason)
         glue.refuse(spawner, message, reason=service_name)
@@ -694,9 +529,7 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
     async def gpuhub_profile_list(spawner):
         starting = spawner.pending == "spawn"
         try:
-            if starting:
-                return await start_list(spawner)
-            return await render_list(spawner)
+            return await (start_list(spawner) if starting else render_list(spawner))
         except web.HTTPError:
             raise  # a refusal
         except Exception:
@@ -704,52 +537,39 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
             spawner.log.exception("gpuhub profiles glue: building %s's profile list failed; using the static list", spawner.user.name)
             requests_total.labels(result="fallback").inc()
             fixed = await static_profiles(spawner)
-            slug = (spawner.user_options or {}).get("profile") or ""
+            slug = chosen(spawner)
             if starting and slug and slug not in slugs(fixed):
-                refuse_unknown(
-                    spawner, slug, "unchecked",
-                    f"The choice {slug!r} cannot be checked right now. Reload the spawn page and pick again.",
-                )
+                refuse_unknown(spawner, slug, "unchecked", f"The choice {slug!r} cannot be checked right now. Reload the spawn page and pick again.")
             return fixed if starting else with_note(fixed, fallback_note)
 
     async def still_available(spawner, pod):
-        """Before gpu-quota is asked and before any pod exists, ask gpu-profiles whether the chosen profile may
-        start (a race with the form, or an API spawn naming an unavailable choice); its refusal says why and
-        what is free. Not asked when the start's list was the fallback, nor while gpu-profiles cannot answer:
-        gpu-quota, when deployed, still decides."""
-        entry = at_start.pop(spawner, None)
+        """gpu-profiles' start check (api/v1/start) before gpu-quota is asked and any pod exists: a race with the form,
+        an API spawn naming an unavailable choice. Not for a CPU server nor after the fallback list; when gpu-profiles
+        cannot answer the start goes on (gpu-quota, when deployed, still decides)."""
+        p = at_start.pop(spawner, None)
         spec = kit.pod_spec(pod)
-        if entry is None or entry[0] is None or not glue.asks_for_gpus(spec):
-            return  # a CPU server is never unavailable
-        slug = (spawner.user_options or {}).get("profile") or ""
-        p = find(entry[1], slug) or {}
+        if p is None or not glue.asks_for_gpus(spec):
+            return
+        slug = chosen(spawner)
         own = (p.get("kubespawner_override") or {}).get("node_selector")
-        body = {
-            "user": spawner.user.name,
-            "groups": sorted(g.name for g in spawner.user.groups),
-            "server": spawner.name or "",
-            "profile": slug,
-            "displayName": p.get("display_name") or slug,
-            "live": isinstance(p.get("gpuhub"), dict),  # else the admin's static choice, judged by the pod
-            "selects": sorted(own) if isinstance(own, dict) else [],  # KubeSpawner allows a callable here
-            "pod": spec,
-            "waitlist": glue.waitlist_on and glue.quota_configured(spawner),
-        }
+        body = dict(
+            question(spawner),
+            profile=slug,
+            displayName=p.get("display_name") or slug,
+            live=isinstance(p.get("gpuhub"), dict),  # else the admin's static choice, judged by the pod
+            selects=sorted(own) if isinstance(own, dict) else [],  # KubeSpawner allows a callable here
+            pod=spec,
+        )
         options = glue.waitlist_options(spawner)
         if options is not None:  # whether the spawn joins: what gpu-quota reads too
             body["userOptions"] = {k: options[k] for k in ("gpuhub_waitlist", "gpuhub_autostart") if k in options}
         resolved = target(spawner.user, spawner.log)
-        if resolved is None:
-            return
-        url, token = resolved
         try:
-            code, answer = await kit.call(url.rsplit("/", 1)[0] + "/start", token, timeout, "POST", body, seconds=request_seconds)
+            code, answer = await kit.call(resolved[0].rsplit("/", 1)[0] + "/start", resolved[1], timeout, "POST", body, seconds=request_seconds)
+            why = f"answered {code}" + (" (it is older than this glue: upgrade gpuhub's services)" if code == 404 else "")
         except Unavailable as e:
-            code, answer = str(e), None
+            code, why = None, str(e)
         if code != 200:
-            why = code if isinstance(code, str) else f"answered {code}"
-            if code == 404:
-                why += " (it is older than this glue: upgrade gpuhub's services)"
             spawner.log.warning("gpuhub profiles glue: gpu-profiles %s to the start check; %s's start goes on unchecked by it", why, spawner.user.name)
             return
         refusal = (answer or {}).get("refusal")
@@ -772,8 +592,8 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
             return own_options_from_form(formdata)
         if spawner is not None:
             return spawner._options_from_form(formdata)
-        # GET /hub/spawn?profile=... calls options_from_form without the spawner; KubeSpawner's own
-        # reading of the form uses nothing of it but its logger.
+        # GET /hub/spawn?profile=... calls options_from_form without the spawner; KubeSpawner's own reading of the
+        # form uses nothing of it but its logger.
         from kubespawner import KubeSpawner
 
         return KubeSpawner._options_from_form(SimpleNamespace(log=logging.getLogger("JupyterHub")), formdata)
@@ -784,10 +604,8 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
             return options
         join, autostart = slug in formdata.get(join_field, []), slug in formdata.get(autostart_field, [])
         if join or autostart:
-            options = dict(options, gpuhub_waitlist=True)
-            if autostart:
-                options["gpuhub_autostart"] = True
-        elif slug in formdata.get(join_only_field, []):
+            return dict(options, gpuhub_waitlist=True, **({"gpuhub_autostart": True} if autostart else {}))
+        if slug in formdata.get(join_only_field, []):
             # An error here re-renders the form with the message and never counts as a failed spawn.
             message = (
                 'The choice you picked has none free right now: you can pick it only to join the waitlist. '
@@ -799,10 +617,9 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
         return options
 
     def gpuhub_options_from_form(formdata, spawner=None):
-        """KubeSpawner keeps only the profile's keys of the form: the waitlist choice for the picked
-        profile is added to user_options as gpuhub_waitlist / gpuhub_autostart (what an API spawn sends)."""
-        rest = {k: v for k, v in formdata.items() if k not in (join_field, autostart_field, join_only_field)}
-        options = base_options(rest, spawner)
+        """KubeSpawner keeps only the profile's keys of the form: the waitlist choice for the picked profile is added
+        to user_options as gpuhub_waitlist / gpuhub_autostart (what an API spawn sends)."""
+        options = base_options({k: v for k, v in formdata.items() if k not in (join_field, autostart_field, join_only_field)}, spawner)
         if inspect.isawaitable(options):  # an admin's async options_from_form
 
             async def later():
@@ -815,23 +632,18 @@ def _gpuhub_profiles_glue(c, kit, glue, form):
     c.KubeSpawner.profile_list = gpuhub_profile_list
     if glue.waitlist_on:
         c.KubeSpawner.options_from_form = gpuhub_options_from_form
-    if "profile_form_template" in c.KubeSpawner or "additional_profile_form_template_paths" in c.KubeSpawner:
-        return  # the admin's own form wins; the start-time check above still refuses unavailable choices
-    c.KubeSpawner.profile_form_template = form
+    if "profile_form_template" not in c.KubeSpawner and "additional_profile_form_template_paths" not in c.KubeSpawner:
+        c.KubeSpawner.profile_form_template = form  # else the admin's own form wins; the start check still refuses
 
 
-# The spawn form (KubeSpawner's profile_form_template). KubeSpawner renders it with Jinja WITHOUT
-# autoescape and the Hub inserts the result unescaped, so every value is escaped here with |e: names,
-# descriptions and reasons come from gpu-profiles or the admin's list. It gets `profile_list` (the dicts
-# the callable returned, initialised by KubeSpawner: one has default true) and `user_options` (the last
-# choice). Plain HTML, no script: a fieldset of native radios (arrow keys move between enabled ones,
-# disabled ones are skipped), each with its label; a disabled choice says why, linked by aria-describedby, and
-# an available one with a note from gpu-profiles shows it the same way (its waitlist turn: "held for you until
-# 14:05 UTC"; a provisionable kind's "a node is added").
-# With the waitlist on, a choice marked gpuhub_waitlist (by with_waitlist) gets a group of two checkboxes,
-# "Join the waitlist" and "Start my server automatically when my turn comes", valued with its slug; an
-# exhausted one keeps its "none free" reason and is enabled, but only for joining (a hidden field says so;
-# options_from_form refuses it without the checkbox). Without the mark the form is what it was.
+# The spawn form (KubeSpawner's profile_form_template). KubeSpawner renders it with Jinja WITHOUT autoescape and the
+# Hub inserts the result unescaped, so every value is escaped here with |e: names, descriptions and reasons come
+# from gpu-profiles or the admin's list. It gets `profile_list` (initialised by KubeSpawner: one has default true)
+# and `user_options` (the last choice). Native radios (arrow keys skip disabled ones), each with its label; why a
+# choice is disabled, or an available one's note ("held for you until 14:05 UTC"), is linked by aria-describedby.
+# A choice marked gpuhub_waitlist gets "Join the waitlist" and "Start my server automatically when my turn comes",
+# valued with its slug; an exhausted one is enabled only for joining (gpuhub-join-only: options_from_form refuses it
+# without the checkbox). Without the mark the form is what it was.
 PROFILE_FORM = """
 <style>
   #gpuhub-profiles fieldset { border: 0; margin: 0; padding: 0; }
@@ -948,11 +760,8 @@ PROFILE_FORM = """
 
 
 def _gpuhub_culler_glue(c, kit, home):
-    """The home page's "why": a home.html extending the Hub's and the gpuhub_culler_stop() it calls.
-
-    Installed only when a Hub service "gpu-culler" (or GPUHUB_CULLER_URL) is configured when this file runs;
-    otherwise the Hub's templates stay as they are.
-    """
+    """The home page's "why": a home.html extending the Hub's and the gpuhub_culler_stop() it calls. Only when a Hub
+    service "gpu-culler" (or GPUHUB_CULLER_URL) is configured; otherwise the Hub's templates stay as they are."""
     import logging
     import os
     import tempfile
@@ -960,7 +769,6 @@ def _gpuhub_culler_glue(c, kit, home):
 
     service_name = "gpu-culler"
     log = logging.getLogger("JupyterHub")  # the Hub application's logger
-
     if not kit.service(service_name) and not kit.env(service_name, "URL"):
         return
     timeout = kit.setting("GPUHUB_CULLER_TIMEOUT", "1")
@@ -983,26 +791,21 @@ def _gpuhub_culler_glue(c, kit, home):
         resolved = target(user, log)
         if resolved is None:
             return None
-        url, token = resolved
         try:
-            code, answer = await kit.call(url + quote(user.name, safe=""), token, timeout)
+            code, answer = await kit.call(resolved[0] + quote(user.name, safe=""), resolved[1], timeout)
         except kit.Unavailable as e:
-            failed(f"gpu-culler {e}")
-            return None
+            return failed(f"gpu-culler {e}")
         if code != 200:
-            failed(f"gpu-culler answered {code}" + (" (check the gpu-culler service's api_token)" if code in (401, 403) else ""))
-            return None
+            return failed(f"gpu-culler answered {code}" + (" (check the gpu-culler service's api_token)" if code in (401, 403) else ""))
         if answer is None:
-            failed("gpu-culler's answer is not the JSON of api/v1/stops")
-            return None
-        stop = answer.get("lastStop")
+            return failed("gpu-culler's answer is not the JSON of api/v1/stops")
         if state["failing"]:
             state["failing"] = False
             log.info("gpuhub culler glue: gpu-culler answers again")
+        stop = answer.get("lastStop")
         if not isinstance(stop, dict) or not isinstance(stop.get("message"), str) or not stop["message"]:
             return None
-        server = stop.get("server")
-        return {"message": stop["message"], "server": server if isinstance(server, str) else ""}
+        return {"message": stop["message"], "server": stop["server"] if isinstance(stop.get("server"), str) else ""}
 
     async def stop_of(user):
         try:
@@ -1011,15 +814,10 @@ def _gpuhub_culler_glue(c, kit, home):
             log.exception("gpuhub culler glue: unexpected error asking gpu-culler about %s", user.name)
             return None
 
-    def none():
-        return None
-
     def gpuhub_culler_stop(user):
-        # The Hub calls every callable template var with the current user for every page it renders; only
-        # home.html calls what this returns, so only the home page asks gpu-culler.
-        if user is None:
-            return none
-        return lambda: stop_of(user)
+        # The Hub calls every callable template var with the current user for every page it renders; only home.html
+        # calls what this returns, so only the home page asks gpu-culler.
+        return (lambda: None) if user is None else (lambda: stop_of(user))
 
     paths = list(c.JupyterHub.template_paths) if "template_paths" in c.JupyterHub else []
     own = [p for p in paths if os.path.isfile(os.path.join(p, "home.html"))]
@@ -1035,14 +833,12 @@ def _gpuhub_culler_glue(c, kit, home):
             log.warning("gpuhub culler glue: cannot write the home page template (%s); it will not say why a server was stopped", e)
             return
         c.JupyterHub.template_paths = [d] + paths
-    template_vars = dict(c.JupyterHub.template_vars) if "template_vars" in c.JupyterHub else {}
-    template_vars["gpuhub_culler_stop"] = gpuhub_culler_stop
-    c.JupyterHub.template_vars = template_vars
+    c.JupyterHub.template_vars = dict(c.JupyterHub.template_vars if "template_vars" in c.JupyterHub else {}, gpuhub_culler_stop=gpuhub_culler_stop)
 
 
-# The home page with gpu-culler's "why" above the Hub's own content. "templates/home.html" is the Hub's own
-# template (its loader serves the built-in ones under that prefix), in JupyterHub 5.5 and 6.x alike. Jinja runs in
-# async mode there, so the call below is awaited; the Hub's environment escapes the message and the server name.
+# The home page with gpu-culler's "why" above the Hub's own content. "templates/home.html" is the Hub's own template
+# (its loader serves the built-in ones under that prefix) in JupyterHub 5.5 and 6.x. Jinja runs in async mode there,
+# so the call below is awaited; the Hub's environment escapes the message and the server name.
 CULLER_HOME = """{% extends "templates/home.html" %}
 {% block main %}
 {%- set gpuhub_stop = gpuhub_culler_stop() if gpuhub_culler_stop is defined else none %}

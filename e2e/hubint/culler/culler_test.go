@@ -322,3 +322,9 @@ func waitLog(t *testing.T, want string, n int) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestGlueUnit runs the culler part's Python unit tests (glue_test.py) with the Hub's own Python: where it asks, the
+// answer it passes on, one log line per outage, and the templates it installs or leaves to the admin.
+func TestGlueUnit(t *testing.T) {
+	hubtest.GlueUnit(t, chartDir)
+}

@@ -410,7 +410,7 @@ class ProfilesGlueTest(unittest.TestCase):
                 return profiles, await c.KubeSpawner.modify_pod_hook(s, pod), s
             except web.HTTPError as e:
                 if jupyterhub.version_info[0] < 6:
-                    # The refusal undoes its own failure count (see THE TRAP in the glue).
+                    # The refusal undoes its own failure count (THE TRAP: the glue, chart/README.md).
                     self.assertEqual(s.consecutive_failure_limit, 0)
                     s.handler.settings["failure_count"] += 1
                     s._spawn_future.set_exception(e)
