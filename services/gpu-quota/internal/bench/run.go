@@ -269,10 +269,7 @@ type raceResult struct {
 
 // relayed is what the standby of the two replicas relayed to the decider over the measured runs (warm-up and
 // race left out): ok, unavailable (no decider within 1.5 s), of calls sent to both.
-type relayed struct {
-	ok, unavailable, calls int
-	decider                string
-}
+type relayed struct{ ok, unavailable, calls int }
 
 // httpRig is the HTTP phase's three systems under test (gpu-quota, the naive enforcer, the floor), each in a
 // process of its own on the SUT CPU, and the load generator's client.
@@ -366,7 +363,6 @@ func (h *httpRig) startTwo(ctx context.Context, kubeconfig, policyPath, usageURL
 		decider, err := h.twoState(ctx)
 		if err == nil {
 			o.printf("    two replicas: %s decides, the other is in sync (%.0fs)\n", decider, time.Since(t0).Seconds())
-			h.relayed.decider = decider
 			return nil
 		}
 		if time.Since(t0) > 2*time.Minute || ctx.Err() != nil {
