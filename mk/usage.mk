@@ -7,6 +7,9 @@ USAGE_BENCH_FLAGS ?=
 # Where the table goes, with the date, machine, commit and flags (services/internal/benchfile); empty: stdout only.
 USAGE_BENCH_OUT   ?= docs/benchmarks/usage.md
 PG_BIN_CANDIDATES := $(wildcard /usr/local/bin/initdb /usr/lib/postgresql/*/bin/initdb)
+# B1's two-replica leg: two usage-API replicas sharing a ledger on a throw-away PostgreSQL (with-postgres.sh),
+# measured in the same run as the single replica (SQLite, the chart's default); 0: the single replica only.
+USAGE_BENCH_TWO_REPLICAS ?= 1
 
 .PHONY: test-usage
 test-usage: ## Usage API unit tests with -race (share model, ledger incl. kill -9, API, metrics golden).
@@ -40,8 +43,14 @@ usage-apiserver-test: etcd kube-binaries ## Usage API against a real kube-apiser
 TEST_TARGETS += usage-apiserver-test
 
 .PHONY: bench-usage
-bench-usage: venv-hub55 chp ## B1/B5: usage API me vs the Hub's GET /users/{name} at 2,000 req/s, 10k users; history RSS. Prints a table and writes it to docs/benchmarks/usage.md.
+bench-usage: venv-hub55 chp $(if $(filter 1,$(USAGE_BENCH_TWO_REPLICAS)),postgres-server) ## B1/B5: usage API me vs the Hub's GET /users/{name} at 2,000 req/s, 10k users, with one replica and with two on PostgreSQL; history RSS. Prints a table and writes it to docs/benchmarks/usage.md.
 	@command -v taskset >/dev/null || { echo "ERROR: taskset not found; install it: apt-get install -y util-linux"; exit 1; }
 	@mkdir -p $(dir $(USAGE_BENCH_BIN))
 	$(GO) build -o $(USAGE_BENCH_BIN) ./services/usage-api/cmd/usage-bench
+ifeq ($(USAGE_BENCH_TWO_REPLICAS),1)
+	@# with-postgres.sh exports the server's URL to the command it runs.
+	services/usage-api/scripts/with-postgres.sh sh -c 'exec "$$0" "$$@" --postgres-url="$$GPUHUB_TEST_POSTGRES_URL"' \
+	  $(USAGE_BENCH_BIN) run --hub-venv $(VENV_HUB55) --chp $(CHP) --out="$(USAGE_BENCH_OUT)" $(USAGE_BENCH_FLAGS)
+else
 	$(USAGE_BENCH_BIN) run --hub-venv $(VENV_HUB55) --chp $(CHP) --out="$(USAGE_BENCH_OUT)" $(USAGE_BENCH_FLAGS)
+endif

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -52,7 +53,11 @@ type RunOptions struct {
 	SUTProfile string
 	// SUTHeapProfile, when set, is where the system under test writes its live heap (pprof) once ready.
 	SUTHeapProfile string
-	Out            io.Writer
+	// TwoReplicas also measures gpu-quota as two replicas (--advertise-url: the Lease holder decides, the other
+	// relays to it), the spawns alternating between them as a Service spreads them: over HTTP in the same
+	// seconds as the single replica, and in a race of its own.
+	TwoReplicas bool
+	Out         io.Writer
 	// Report, if set, also gets the final table (what Out gets after the runs' progress): the result file's.
 	Report io.Writer
 }
@@ -148,6 +153,7 @@ func Run(ctx context.Context, o RunOptions) error {
 	httpRes := rig.ours(ctx)
 	inproc.naive = o.inProcessNaive(ctx, kc, &pol)
 	race := rig.naive(ctx, httpRes)
+	race.relayed = rig.relayed
 	o.report(inproc, httpRes, race)
 	return nil
 }
@@ -166,10 +172,13 @@ func Requests(users, n int, seed uint64) []Request {
 }
 
 // pair is one run of both; floor is the same run's Floor (HTTP runs only), and oursCPU and floorCPU the CPU
-// time their processes used per call in it (0 where /proc could not tell).
+// time their processes used per call in it (0 where /proc could not tell). two and twoSat are gpu-quota as two
+// replicas in the same run (RunOptions.TwoReplicas), twoCPU both processes' CPU per call.
 type pair struct {
 	ours, naive, oursSat, naiveSat, floor benchkit.Latencies
 	oursCPU, floorCPU                     time.Duration
+	two, twoSat                           benchkit.Latencies
+	twoCPU                                time.Duration
 }
 
 // TargetP99 is B2's target for the HTTP p99 at 64 at once.
@@ -249,7 +258,18 @@ func measure(ctx context.Context, kc kubernetes.Interface, concurrency, n int, f
 	return benchkit.Measured(ctx, kc, func() benchkit.Latencies { return benchkit.Closed(ctx, concurrency, 0, n, fn) })
 }
 
-type raceResult struct{ oursAdmitted, naiveAdmitted, requests, limit int }
+type raceResult struct {
+	oursAdmitted, naiveAdmitted, requests, limit int
+	// two says the two replicas were measured: twoAdmitted is the same race over them, relayed what their standby
+	// relayed in the HTTP runs.
+	two         bool
+	twoAdmitted int
+	relayed     relayed
+}
+
+// relayed is what the standby of the two replicas relayed to the decider over the measured runs (warm-up and
+// race left out): ok, unavailable (no decider within 1.5 s), of calls sent to both.
+type relayed struct{ ok, unavailable, calls int }
 
 // httpRig is the HTTP phase's three systems under test (gpu-quota, the naive enforcer, the floor), each in a
 // process of its own on the SUT CPU, and the load generator's client.
@@ -260,16 +280,22 @@ type httpRig struct {
 	// minimal parser (benchkit.RawPool), so that its own CPU, on the core it shares with the control plane,
 	// delays the answers as little as it can.
 	oursConns, naiveConns, floorConns *benchkit.RawPool
-	requests                          [][]byte
-	// procs are the three processes: gpu-quota, the naive enforcer, the floor.
-	procs []*benchkit.Proc
+	// twoConns reach the two replicas (TwoReplicas), twoAddrs their addresses.
+	twoConns []*benchkit.RawPool
+	twoAddrs []string
+	requests [][]byte
+	// procs are the processes: gpu-quota, the naive enforcer, the floor, then the two replicas (TwoReplicas).
+	procs   []*benchkit.Proc
+	relayed relayed
+	// twoAdmitted is the two replicas' race, run before anything of the naive enforcer's.
+	twoAdmitted int
 }
 
 func (o RunOptions) startHTTP(ctx context.Context, kc kubernetes.Interface, kubeconfig, policyPath, usageURL string) (*httpRig, error) {
 	o.printf("==> over HTTP: %d concurrent spawns, %s per run, %d runs; gpu-quota, the naive enforcer and the floor in a process each on CPU %q\n",
 		o.Concurrency, o.Duration, o.Runs, o.SUTCPU)
 	rig := &httpRig{o: o, kc: kc}
-	ports := benchkit.FreePorts(3)
+	ports := benchkit.FreePorts(5)
 	// One process each, all pinned to the SUT CPU; only one is measured at a time (gpu-quota and the floor in
 	// turns), the others idle.
 	for i, listen := range []string{"--listen", "--naive-listen", "--floor-listen"} {
@@ -292,12 +318,21 @@ func (o RunOptions) startHTTP(ctx context.Context, kc kubernetes.Interface, kube
 		}
 		rig.procs = append(rig.procs, proc)
 	}
+	if o.TwoReplicas {
+		if err := rig.startTwo(ctx, kubeconfig, policyPath, usageURL, ports[3:5]); err != nil {
+			rig.stop()
+			return nil, err
+		}
+	}
 	// At most twice the bursts' size in flight: the race's 1,000 at once wait for a connection, as they did
 	// with net/http's client (MaxConnsPerHost), instead of opening 1,000 LISTs of 10,000 pods at the naive.
 	pool := func(i int) *benchkit.RawPool {
 		return &benchkit.RawPool{Addr: "127.0.0.1:" + strconv.Itoa(ports[i]), MaxConns: 2 * o.Concurrency}
 	}
 	rig.oursConns, rig.naiveConns, rig.floorConns = pool(0), pool(1), pool(2)
+	if o.TwoReplicas {
+		rig.twoConns = []*benchkit.RawPool{pool(3), pool(4)}
+	}
 	// Requests are prepared before the runs: the load generator's own work must not be what is measured.
 	reqs := Requests(o.Synth.Users, 50_000, 3)
 	rig.requests = make([][]byte, len(reqs))
@@ -307,8 +342,89 @@ func (o RunOptions) startHTTP(ctx context.Context, kc kubernetes.Interface, kube
 	return rig, nil
 }
 
+// startTwo starts the two replicas on the SUT CPU, beside the single one (only one system is measured at a
+// time), and waits until one decides and the other holds a copy of its reservations.
+func (h *httpRig) startTwo(ctx context.Context, kubeconfig, policyPath, usageURL string, ports []int) error {
+	o := h.o
+	for i, port := range ports {
+		addr := "127.0.0.1:" + strconv.Itoa(port)
+		args := []string{o.Self, "sut", "--kubeconfig", kubeconfig, "--policy", policyPath, "--usage-url", usageURL,
+			"--users", strconv.Itoa(o.Synth.Users), "--listen", addr, "--advertise-url", "http://" + addr,
+			"--identity", fmt.Sprintf("quota-bench-%d", i)}
+		proc, err := benchkit.StartProc(ctx, benchkit.Pinned(o.SUTCPU, args), o.SUTEnv)
+		if err != nil {
+			return err
+		}
+		h.procs = append(h.procs, proc)
+		h.twoAddrs = append(h.twoAddrs, addr)
+	}
+	// A replica without a copy campaigns once nobody has held the Lease for twice its duration (a cold start:
+	// about 30 s with the chart's 15 s).
+	t0 := time.Now()
+	for {
+		decider, err := h.twoState(ctx)
+		if err == nil {
+			o.printf("    two replicas: %s decides, the other is in sync (%.0fs)\n", decider, time.Since(t0).Seconds())
+			return nil
+		}
+		if time.Since(t0) > 2*time.Minute || ctx.Err() != nil {
+			return fmt.Errorf("two replicas: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// twoState is the deciding replica's address once exactly one of the two decides and the other is in sync.
+func (h *httpRig) twoState(ctx context.Context) (string, error) {
+	decider, inSync := "", 0
+	for _, addr := range h.twoAddrs {
+		m, err := benchkit.Metrics(ctx, "http://"+addr+"/metrics")
+		if err != nil {
+			return "", err
+		}
+		switch {
+		case m["gpuhub_quota_deciding"] == 1 && decider != "":
+			return "", errors.New("both replicas decide")
+		case m["gpuhub_quota_deciding"] == 1:
+			decider = addr
+		case m["gpuhub_quota_replica_in_sync"] == 1:
+			inSync++
+		}
+	}
+	if decider == "" || inSync != 1 {
+		return "", fmt.Errorf("no decider with a standby in sync yet (decider %q)", decider)
+	}
+	return decider, nil
+}
+
+// forwarded is what the two replicas have relayed to the decider so far, by result.
+func (h *httpRig) forwarded(ctx context.Context) (ok, unavailable float64) {
+	for _, addr := range h.twoAddrs {
+		m, err := benchkit.Metrics(ctx, "http://"+addr+"/metrics")
+		if err != nil {
+			h.o.printf("    %s: %v\n", addr, err)
+			continue
+		}
+		ok += m[`gpuhub_quota_forwarded_total{result="ok"}`]
+		unavailable += m[`gpuhub_quota_forwarded_total{result="unavailable"}`]
+	}
+	return ok, unavailable
+}
+
+// postTwo sends spawn i to one of the two replicas, in turns: a Service spreads the Hub's connections over
+// both.
+func (h *httpRig) postTwo() func(context.Context, int) error {
+	return func(ctx context.Context, i int) error {
+		_, err := sendAdmit(ctx, h.twoConns[i%len(h.twoConns)], h.requests[i%len(h.requests)])
+		return err
+	}
+}
+
 func (h *httpRig) stop() {
-	for _, p := range []*benchkit.RawPool{h.oursConns, h.naiveConns, h.floorConns} {
+	for _, p := range append([]*benchkit.RawPool{h.oursConns, h.naiveConns, h.floorConns}, h.twoConns...) {
 		if p != nil {
 			p.Close()
 		}
@@ -335,24 +451,51 @@ func (h *httpRig) ours(ctx context.Context) []pair {
 	// Warm-up (connections, caches), not measured.
 	benchkit.Closed(ctx, o.Concurrency, 2*time.Second, 0, h.post(h.oursConns))
 	benchkit.Closed(ctx, o.Concurrency, 2*time.Second, 0, h.post(h.floorConns))
+	fns := []func(context.Context, int) error{h.post(h.oursConns), h.post(h.floorConns)}
+	var relayedOK0, relayedUnavailable0 float64
+	if o.TwoReplicas {
+		benchkit.Closed(ctx, o.Concurrency, 2*time.Second, 0, h.postTwo())
+		fns = append(fns, h.postTwo())
+		relayedOK0, relayedUnavailable0 = h.forwarded(ctx)
+	}
+	twoCPU := func() time.Duration {
+		if !o.TwoReplicas {
+			return 0
+		}
+		return h.procs[3].CPU() + h.procs[4].CPU()
+	}
 	runs := make([]pair, o.Runs)
 	for r := range runs {
 		p := &runs[r]
-		// gpu-quota and the floor in turns, in the same seconds: the machine's slow moments land on both.
-		// Each process's CPU over the run, per call: a burst of 64 on one core is served one request after the
-		// other, so its last answer comes after about 64 times this.
-		var oursCPU, floorCPU time.Duration
-		both := benchkit.MeasuredAll(ctx, h.kc, func() []benchkit.Latencies {
-			oursCPU, floorCPU = h.procs[0].CPU(), h.procs[2].CPU()
-			return benchkit.Interleaved(ctx, o.Concurrency, o.BurstGap, o.Duration, h.post(h.oursConns), h.post(h.floorConns))
+		// gpu-quota and the floor (and the two replicas) in turns, in the same seconds: the machine's slow
+		// moments land on all of them. Each process's CPU over the run, per call: a burst of 64 on one core is
+		// served one request after the other, so its last answer comes after about 64 times this.
+		var oursCPU, floorCPU, bothCPU time.Duration
+		all := benchkit.MeasuredAll(ctx, h.kc, func() []benchkit.Latencies {
+			oursCPU, floorCPU, bothCPU = h.procs[0].CPU(), h.procs[2].CPU(), twoCPU()
+			return benchkit.Interleaved(ctx, o.Concurrency, o.BurstGap, o.Duration, fns...)
 		})
-		p.ours, p.floor = both[0], both[1]
+		p.ours, p.floor = all[0], all[1]
 		p.oursCPU, p.floorCPU = perCall(h.procs[0].CPU()-oursCPU, p.ours.N), perCall(h.procs[2].CPU()-floorCPU, p.floor.N)
+		if o.TwoReplicas {
+			p.two, p.twoCPU = all[2], perCall(twoCPU()-bothCPU, all[2].N)
+		}
 		benchkit.Settle(ctx)
 		p.oursSat = benchkit.Closed(ctx, o.Concurrency, o.Duration/2, 0, h.post(h.oursConns))
 		o.printf("    run %d: bursts of %d, in turns: ours p99 %s (%d decisions, %s CPU each; %s), floor p99 %s (%s CPU each; %s; machine %.0f%% busy); saturated: ours %.0f/s\n",
 			r+1, o.Concurrency, ms(p.ours.P99), p.ours.N, us(p.oursCPU), burstSummary(p.ours), ms(p.floor.P99), us(p.floorCPU), burstSummary(p.floor),
 			100*p.ours.MachineBusy, p.oursSat.Throughput)
+		if o.TwoReplicas {
+			benchkit.Settle(ctx)
+			p.twoSat = benchkit.Closed(ctx, o.Concurrency, o.Duration/2, 0, h.postTwo())
+			o.printf("           two replicas: p99 %s (%d decisions, %d errors, %s CPU each, both; %s); saturated: %.0f/s\n",
+				ms(p.two.P99), p.two.N, p.two.Errors, us(p.twoCPU), burstSummary(p.two), p.twoSat.Throughput)
+			h.relayed.calls += p.two.N + p.twoSat.N
+		}
+	}
+	if o.TwoReplicas {
+		okN, unavailable := h.forwarded(ctx)
+		h.relayed.ok, h.relayed.unavailable = int(okN-relayedOK0), int(unavailable-relayedUnavailable0)
 	}
 	// What each process spends while no call comes (informers, the usage cache's refresh, the enforcer's
 	// pass, the runtime): it lands on the calls of a run as well. Measured after the runs, not between the
@@ -369,6 +512,14 @@ func (h *httpRig) ours(ctx context.Context) []pair {
 	idle := time.Since(idleStart)
 	o.printf("    idle for %s: ours %s CPU per second, floor %s\n", idle.Round(time.Millisecond),
 		ms(perSecond(h.procs[0].CPU()-oursIdle, idle)), ms(perSecond(h.procs[2].CPU()-floorIdle, idle)))
+	if o.TwoReplicas {
+		// The two replicas race here, before the naive enforcer's phase: after its race (2026-11-30, 04:50),
+		// the naive process still worked through its 1,000 LISTs on the SUT CPU and the overloaded API server
+		// failed the Lease's renewals, and none of the replicas' racers got an answer within a minute.
+		// Alternating between the replicas: half of the racers reach the standby and are relayed.
+		benchkit.Settle(ctx)
+		h.twoAdmitted = o.race(ctx, func(i int) *benchkit.RawPool { return h.twoConns[i%2] }, "racer-two")
+	}
 	return runs
 }
 
@@ -387,21 +538,22 @@ func (h *httpRig) naive(ctx context.Context, runs []pair) raceResult {
 		o.printf("    run %d: bursts of %d: naive p99 %s (%d decisions); saturated: naive %.1f/s\n",
 			r+1, o.Concurrency, ms(p.naive.P99), p.naive.N, p.naiveSat.Throughput)
 	}
-	race := raceResult{requests: o.RaceRequests, limit: o.RaceLimit}
-	race.oursAdmitted = o.race(ctx, h.oursConns, "racer-ours")
-	race.naiveAdmitted = o.race(ctx, h.naiveConns, "racer-naive")
+	race := raceResult{requests: o.RaceRequests, limit: o.RaceLimit, two: o.TwoReplicas}
+	race.oursAdmitted = o.race(ctx, one(h.oursConns), "racer-ours")
+	race.naiveAdmitted = o.race(ctx, one(h.naiveConns), "racer-naive")
+	race.twoAdmitted = h.twoAdmitted
 	return race
 }
 
 // race sends RaceRequests spawns of one user at once, each for one H200 on its own server; the racers'
 // limit is RaceLimit whole GPUs, so exactly that many may be admitted.
-func (o RunOptions) race(ctx context.Context, p *benchkit.RawPool, user string) int {
+func (o RunOptions) race(ctx context.Context, pick func(i int) *benchkit.RawPool, user string) int {
 	start := make(chan struct{})
 	results := make(chan admitResult, o.RaceRequests)
 	for i := range o.RaceRequests {
 		go func() {
 			<-start
-			res, err := postAdmit(ctx, p, rawAdmit(Request{User: user, Groups: []string{"racers"}, Server: "s" + strconv.Itoa(i),
+			res, err := postAdmit(ctx, pick(i), rawAdmit(Request{User: user, Groups: []string{"racers"}, Server: "s" + strconv.Itoa(i),
 				Resources: map[string]int64{"nvidia.com/gpu": 1}, NodeSelector: RaceSelector}))
 			if err != nil {
 				// Counted by kind: each connection's own address would make every error one of its own.
@@ -422,6 +574,11 @@ func (o RunOptions) race(ctx context.Context, p *benchkit.RawPool, user string) 
 	}
 	o.printf("    race %s: %v\n", user, reasons)
 	return n
+}
+
+// one is every racer's pool p.
+func one(p *benchkit.RawPool) func(int) *benchkit.RawPool {
+	return func(int) *benchkit.RawPool { return p }
 }
 
 // addrs are the host:port addresses in an error's text.
@@ -475,17 +632,26 @@ const TargetInProcessP99 = 100 * time.Microsecond
 // measurement and the race are one run each).
 type verdicts struct {
 	inProcessP99, inProcessReads, httpP99, httpReads, race benchkit.Verdict
+	// The same for two replicas (zero when they were not measured).
+	twoHTTPP99, twoHTTPReads, twoRace benchkit.Verdict
 }
 
 func judge(in pair, runs []pair, race raceResult) verdicts {
 	one := func(ok bool) benchkit.Verdict { return benchkit.PerRun(1, func(int) bool { return ok }) }
-	return verdicts{
+	v := verdicts{
 		inProcessP99:   one(in.ours.P99 <= TargetInProcessP99),
 		inProcessReads: one(in.ours.ReadsPerCall == 0),
 		httpP99:        benchkit.PerRun(len(runs), func(i int) bool { return runs[i].ours.P99 <= TargetP99 }),
 		httpReads:      benchkit.PerRun(len(runs), func(i int) bool { return runs[i].ours.ReadsPerCall == 0 }),
 		race:           one(race.oursAdmitted == race.limit),
 	}
+	if race.two {
+		// Errors count against the two replicas: a relay that found no decider answers 503, fast.
+		v.twoHTTPP99 = benchkit.PerRun(len(runs), func(i int) bool { return runs[i].two.P99 <= TargetP99 && runs[i].two.Errors == 0 })
+		v.twoHTTPReads = benchkit.PerRun(len(runs), func(i int) bool { return runs[i].two.ReadsPerCall == 0 })
+		v.twoRace = one(race.twoAdmitted == race.limit)
+	}
+	return v
 }
 
 func (o RunOptions) report(in pair, runs []pair, race raceResult) {
@@ -536,7 +702,51 @@ func (o RunOptions) report(in pair, runs []pair, race raceResult) {
 	o.printf("%-34s %14s %14s %10s %s\n", fmt.Sprintf("race: %d at once, limit %d", race.requests, race.limit),
 		fmt.Sprintf("%d admitted", race.oursAdmitted), fmt.Sprintf("%d admitted", race.naiveAdmitted), "", fmt.Sprintf("exactly %d: %s", race.limit, v.race))
 	o.printf("(the naive enforcer admits every racer it answers: it has no reservations; the rest of its race timed out)\n")
+	if race.two {
+		o.reportTwo(runs, race, v)
+	}
 	o.printf("Targets are judged on each run (the in-process timing and the race are one run each) and met only if every run met them.\n")
+}
+
+// reportTwo is the two replicas' part of the table, beside the single replica's numbers of the same runs.
+func (o RunOptions) reportTwo(runs []pair, race raceResult, v verdicts) {
+	o.printf("\ngpu-quota as 2 replicas (one holds the Lease and decides, the other relays to it), spawns alternating\n")
+	o.printf("between them; in turns with the single replica above, in the same runs; both replicas on CPU %q\n", o.SUTCPU)
+	o.printf("%-34s %14s %14s %10s %s\n", "", "2 replicas", "1 replica", "2 / 1", "target")
+	var p50t, p50o, p99t, p99o, cput, cpuo, satt, sato, rdt, errs []float64
+	for _, r := range runs {
+		p50t, p50o = append(p50t, float64(r.two.P50)), append(p50o, float64(r.ours.P50))
+		p99t, p99o = append(p99t, float64(r.two.P99)), append(p99o, float64(r.ours.P99))
+		cput, cpuo = append(cput, float64(r.twoCPU)), append(cpuo, float64(r.oursCPU))
+		satt, sato = append(satt, r.twoSat.Throughput), append(sato, r.oursSat.Throughput)
+		rdt, errs = append(rdt, r.two.ReadsPerCall), append(errs, float64(r.two.Errors))
+	}
+	med := benchkit.Median
+	dms := func(x float64) string { return ms(time.Duration(x)) }
+	times := func(a, b float64) string {
+		if b == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2fx", a/b)
+	}
+	o.printf("%-34s %14s %14s %10s %s\n", fmt.Sprintf("HTTP p50, %d at once (median)", o.Concurrency), dms(med(p50t)), dms(med(p50o)), times(med(p50t), med(p50o)), "")
+	o.printf("%-34s %14s %14s %10s %s\n", fmt.Sprintf("HTTP p99, %d at once (median)", o.Concurrency), dms(med(p99t)), dms(med(p99o)), times(med(p99t), med(p99o)),
+		"<= "+ms(TargetP99)+", no errors, in every run: "+v.twoHTTPP99.String())
+	o.printf("%-34s %s\n", "  2 replicas' p99 in each run", perRun(p99t, dms))
+	o.printf("%-34s %s\n", "  errors in each run", perRun(errs, func(x float64) string { return fmt.Sprintf("%.0f", x) }))
+	dus := func(x float64) string { return us(time.Duration(x)) }
+	o.printf("%-34s %14s %14s %10s %s\n", "  CPU per call (median)", dus(med(cput)), dus(med(cpuo)), times(med(cput), med(cpuo)), "2 replicas: both processes'")
+	o.printf("%-34s %14.0f %14.0f %10s\n", "HTTP saturated decisions/s", med(satt), med(sato), times(med(satt), med(sato)))
+	o.printf("%-34s %14.3f %14s %10s %s\n", "HTTP API-server reads per decision", med(rdt), "", "", "0 in every run: "+v.twoHTTPReads.String())
+	rl := race.relayed
+	share := 0.0
+	if rl.calls > 0 {
+		share = 100 * float64(rl.ok+rl.unavailable) / float64(rl.calls)
+	}
+	o.printf("%-34s %14s %14s %10s %s\n", "relayed by the standby", fmt.Sprintf("%.1f %%", share), "", "",
+		fmt.Sprintf("%d of %d measured calls; %d found no decider (503)", rl.ok+rl.unavailable, rl.calls, rl.unavailable))
+	o.printf("%-34s %14s %14s %10s %s\n", fmt.Sprintf("race: %d at once, limit %d", race.requests, race.limit),
+		fmt.Sprintf("%d admitted", race.twoAdmitted), fmt.Sprintf("%d admitted", race.oursAdmitted), "", fmt.Sprintf("exactly %d: %s", race.limit, v.twoRace))
 }
 
 // perRun is each run's value, in run order: "3.26 / 4.88 / 4.94 ms" (the unit once, from f's text).

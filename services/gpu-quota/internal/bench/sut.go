@@ -54,6 +54,10 @@ type SUTOptions struct {
 	Listener, NaiveListener, FloorListener net.Listener
 	// Ready gets the engine once gpu-quota is ready (informers synced, usage read).
 	Ready func(*admit.Engine)
+	// AdvertiseURL, when set, runs gpu-quota as one of several replicas (--advertise-url): it campaigns for the
+	// Lease as Identity, decides while it holds it and relays to the holder otherwise. The leader's enforcer is
+	// left out, as it is of the single replica measured beside it: no admission waits on it.
+	AdvertiseURL, Identity string
 }
 
 // ServeSUT runs the real gpu-quota service (app.Run: informers, engine, API, server) on Listener, or the naive
@@ -120,14 +124,18 @@ func ServeSUT(ctx context.Context, o SUTOptions) error {
 	var eng *admit.Engine
 	serving := make(chan struct{})
 	errc := make(chan error, 1)
-	go func() {
-		errc <- app.Run(ctx, app.Options{
-			Logger: logger, Registry: prometheus.NewRegistry(), Listener: o.Listener, Prefix: "/services/gpu-quota/",
-			PolicyPath: o.PolicyPath, Kube: o.Kube, Namespace: o.Namespace, Hub: Directory(o.Users),
-			Token: Token, Auth: func(h http.Handler) http.Handler { return h }, UsageURL: o.UsageURL,
-			OnServing: func(s *server.Server, e *admit.Engine) { srv, eng = s, e; close(serving) },
-		})
-	}()
+	opts := app.Options{
+		Logger: logger, Registry: prometheus.NewRegistry(), Listener: o.Listener, Prefix: "/services/gpu-quota/",
+		PolicyPath: o.PolicyPath, Kube: o.Kube, Namespace: o.Namespace, Hub: Directory(o.Users),
+		Token: Token, Auth: func(h http.Handler) http.Handler { return h }, UsageURL: o.UsageURL,
+		OnServing: func(s *server.Server, e *admit.Engine) { srv, eng = s, e; close(serving) },
+	}
+	if o.AdvertiseURL != "" {
+		// The chart's Lease settings (client-go's defaults); the holder decides, the other relays to it.
+		opts.AdvertiseURL, opts.Identity = o.AdvertiseURL, o.Identity
+		opts.WhileLeader = func(ctx context.Context, _ app.Leading) { <-ctx.Done() }
+	}
+	go func() { errc <- app.Run(ctx, opts) }()
 	select {
 	case err := <-errc:
 		return err

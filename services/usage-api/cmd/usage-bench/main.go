@@ -45,7 +45,7 @@ func run(ctx context.Context, cmd string, args []string) error {
 	warmup := fs.Duration("warmup", 3*time.Second, "warm-up per run")
 	runs := fs.Int("runs", 3, "runs per target")
 	saturation := fs.String("saturation", "4000,8000", "extra rates to offer the usage API once each")
-	target := fs.String("target", "", "load: usage=<base URL> or hub=<API URL>|<token>")
+	target := fs.String("target", "", "load: usage=<base URL>[,<base URL>...] (in turns) or hub=<API URL>|<token>")
 	sutCPU := fs.String("sut-cpu", "0", "CPU list for the servers (taskset); empty: no pinning")
 	loadCPU := fs.String("load-cpu", "1", "CPU list for the load generator")
 	hubVenv := fs.String("hub-venv", "", "JupyterHub virtualenv for the anchor; empty: no anchor")
@@ -54,6 +54,9 @@ func run(ctx context.Context, cmd string, args []string) error {
 	floorBytes := fs.Int("floor-bytes", 4096, "floor: size of the fixed answer")
 	profileDir := fs.String("profile-dir", "", "run: write the SUT's CPU profile (during the first run) and heap profile here")
 	anchorRate := fs.Float64("anchor-rate", 200, "also compare with the Hub at this rate, which it can sustain (0: no)")
+	postgresURL := fs.String("postgres-url", "", "run: also measure two usage-API replicas sharing a ledger on this PostgreSQL (postgres://...; make bench-usage starts one), the load spread over both; empty: one replica only")
+	ledgerDSN := fs.String("ledger", "", "sut: the ledger's postgres:// URL (empty: SQLite in a temporary directory)")
+	follow := fs.Bool("follow", false, "sut: follow the ledger's writer instead of writing it (a replica without the Lease)")
 	out := fs.String("out", "", "run: also write the table, with the date, machine, commit and flags, to this markdown file (make bench-usage: docs/benchmarks/usage.md)")
 	_ = fs.Parse(args)
 
@@ -74,7 +77,7 @@ func run(ctx context.Context, cmd string, args []string) error {
 		if err := bench.Run(ctx, bench.RunOptions{Self: self, Users: *users, GPUs: *gpus, Pods: *pods, Rate: *rate,
 			Duration: *duration, Warmup: *warmup, Runs: *runs, SaturationRates: sat, SUTCPU: *sutCPU, LoadCPU: *loadCPU,
 			HubVenv: *hubVenv, CHP: *chp, Out: os.Stdout, FootprintGPUs: *fpGPUs, AnchorRate: *anchorRate,
-			ProfileDir: *profileDir, Report: &table}); err != nil {
+			ProfileDir: *profileDir, PostgresURL: *postgresURL, Report: &table}); err != nil {
 			return err
 		}
 		return benchfile.WriteTable(os.Stdout, *out, header, table.String())
@@ -93,7 +96,7 @@ func run(ctx context.Context, cmd string, args []string) error {
 			return err
 		}
 		return bench.ServeSUT(ctx, bench.SUTOptions{Users: *users, GPUs: *gpus, Pods: *pods, Replicas: 10, Interval: 5 * time.Second,
-			Dir: dir, Listener: ln, Probe: &bench.Probe{}, DebugListener: dln, Ready: func(n int) {
+			Dir: dir, Ledger: *ledgerDSN, Follow: *follow, Listener: ln, Probe: &bench.Probe{}, DebugListener: dln, Ready: func(n int) {
 				b, _ := json.Marshal(map[string]any{"addr": ln.Addr().String(), "debugAddr": dln.Addr().String(), "historyUsers": n})
 				fmt.Println(string(b))
 			}})
@@ -109,8 +112,11 @@ func run(ctx context.Context, cmd string, args []string) error {
 		var build func(ctx context.Context, i int) (*http.Request, error)
 		switch kind {
 		case "usage", "usage-since":
+			// Several base URLs (replicas), comma-separated, are asked in turns, as a Service spreads a panel's
+			// polls over them.
+			bases := strings.Split(url, ",")
 			build = func(ctx context.Context, i int) (*http.Request, error) {
-				u := url + "/services/gpu-usage/api/v1/me"
+				u := bases[i%len(bases)] + "/services/gpu-usage/api/v1/me"
 				if kind == "usage-since" {
 					// A panel that already holds the history asks only for what is new since its last poll.
 					u += "?since=" + time.Now().Add(-5*time.Second).UTC().Format(time.RFC3339)

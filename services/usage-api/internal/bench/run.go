@@ -36,6 +36,9 @@ type RunOptions struct {
 	AnchorRate float64
 	// ProfileDir, if set, receives the SUT's CPU profile of the first measured run and a heap profile at the end.
 	ProfileDir string
+	// PostgresURL, if set, adds two replicas sharing a ledger on this PostgreSQL (one writes, one follows), the
+	// load spread over both, measured in the same rounds as the single replica (SQLite, the chart's default).
+	PostgresURL string
 	// Report, if set, also gets the final table (what Out gets after the runs' progress): the result file's.
 	Report io.Writer
 }
@@ -104,19 +107,26 @@ func pinned(cpus string, args ...string) []string {
 	return append([]string{"taskset", "-c", cpus}, args...)
 }
 
-func (o RunOptions) load(ctx context.Context, target string, pid int, rate float64) (measured, error) {
+// load runs the load generator against target and measures the CPU of pids (the processes serving it) meanwhile.
+func (o RunOptions) load(ctx context.Context, target string, pids []int, rate float64) (measured, error) {
 	args := pinned(o.LoadCPU, o.Self, "load", "--target", target, "--rate", fmt.Sprint(rate),
 		"--duration", o.Duration.String(), "--warmup", o.Warmup.String(), "--users", strconv.Itoa(o.Users))
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 	cmd.Stderr = os.Stderr
-	t0 := benchkit.ProcessCPU(pid)
+	cpu := func() (t time.Duration) {
+		for _, pid := range pids {
+			t += benchkit.ProcessCPU(pid)
+		}
+		return t
+	}
+	t0 := cpu()
 	w0 := time.Now()
 	out, err := cmd.Output()
 	if err != nil {
 		return measured{}, fmt.Errorf("load generator: %w", err)
 	}
-	t1 := benchkit.ProcessCPU(pid)
+	t1 := cpu()
 	var m measured
 	if err := json.Unmarshal(out, &m.LoadResult); err != nil {
 		return measured{}, fmt.Errorf("load generator output %q: %w", out, err)
@@ -131,30 +141,11 @@ func Run(ctx context.Context, o RunOptions) error {
 		o.Users, o.GPUs, o.Pods, o.Rate, o.Runs, o.Duration, o.Warmup, o.SUTCPU, o.LoadCPU, runtime.Version())
 
 	// The SUT.
-	args := pinned(o.SUTCPU, o.Self, "sut", "--users", strconv.Itoa(o.Users), "--gpus", strconv.Itoa(o.GPUs), "--pods", strconv.Itoa(o.Pods))
-	sut := exec.CommandContext(ctx, args[0], args[1:]...)
-	sut.Env = append(os.Environ(), "GOMAXPROCS=1")
-	sut.Stderr = os.Stderr
-	stdout, err := sut.StdoutPipe()
+	sut, ready, err := o.startSUT(ctx)
 	if err != nil {
-		return err
-	}
-	if err := sut.Start(); err != nil {
 		return err
 	}
 	defer func() { _ = sut.Process.Kill(); _ = sut.Wait() }()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		return fmt.Errorf("sut did not start: %w", err)
-	}
-	var ready struct {
-		Addr         string
-		DebugAddr    string
-		HistoryUsers int
-	}
-	if err := json.Unmarshal([]byte(line), &ready); err != nil {
-		return fmt.Errorf("sut said %q: %w", line, err)
-	}
 	usageTarget := "usage=http://" + ready.Addr
 	fmt.Fprintf(o.Out, "usage API SUT ready at %s: RSS %s with %d users' 1 h history\n", ready.Addr, mib(rssBytes(sut.Process.Pid)), ready.HistoryUsers)
 
@@ -165,6 +156,24 @@ func Run(ctx context.Context, o RunOptions) error {
 		return err
 	}
 	defer stopFloor()
+
+	// Two replicas on one PostgreSQL ledger: the writer first (it creates the schema), then the follower.
+	var two []*sutReplica
+	if o.PostgresURL != "" {
+		for _, role := range []string{"writer", "follower"} {
+			extra := []string{"--ledger", o.PostgresURL}
+			if role == "follower" {
+				extra = append(extra, "--follow")
+			}
+			cmd, r, err := o.startSUT(ctx, extra...)
+			if err != nil {
+				return fmt.Errorf("replica (%s): %w", role, err)
+			}
+			defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+			two = append(two, &sutReplica{cmd: cmd, ready: r, role: role})
+			fmt.Fprintf(o.Out, "usage API replica (%s, PostgreSQL ledger) ready at %s: RSS %s\n", role, r.Addr, mib(rssBytes(cmd.Process.Pid)))
+		}
+	}
 
 	var hub *Hub
 	if o.HubVenv != "" {
@@ -180,30 +189,54 @@ func Run(ctx context.Context, o RunOptions) error {
 
 	type series struct {
 		name, target string
-		pid          int
+		pids         []int
 		rate         float64
 		hub          bool
-		floor        bool
-		runs         []measured
+		// stopped are the usage-API processes paused (SIGSTOP) while this series runs: those not measured, so
+		// that their ticks do not land on it.
+		stopped []*os.Process
+		runs    []measured
 	}
+	var twoProcs []*os.Process
+	var twoPids []int
+	var twoBases []string
+	for _, r := range two {
+		twoProcs, twoPids = append(twoProcs, r.cmd.Process), append(twoPids, r.cmd.Process.Pid)
+		twoBases = append(twoBases, "http://"+r.ready.Addr)
+	}
+	one := []int{sut.Process.Pid}
 	all := []*series{
-		{name: "usage-api me (1 h history)", target: usageTarget, pid: sut.Process.Pid, rate: o.Rate},
-		{name: "usage-api me?since", target: "usage-since=http://" + ready.Addr, pid: sut.Process.Pid, rate: o.Rate},
-		{name: "Go floor (trivial handler, same size)", target: "usage=http://" + floorAddr.addr, pid: floorAddr.pid, rate: o.Rate, floor: true},
+		{name: "usage-api me (1 h history)", target: usageTarget, pids: one, rate: o.Rate, stopped: twoProcs},
+		{name: "usage-api me?since", target: "usage-since=http://" + ready.Addr, pids: one, rate: o.Rate, stopped: twoProcs},
+		// The floor is measured while the SUT is paused too, so the two differ only in what the usage API does.
+		{name: "Go floor (trivial handler, same size)", target: "usage=http://" + floorAddr.addr, pids: []int{floorAddr.pid}, rate: o.Rate,
+			stopped: append([]*os.Process{sut.Process}, twoProcs...)},
 	}
 	if hub != nil {
-		all = append(all, &series{name: "JupyterHub GET /users/{name}", target: "hub=" + hub.APIURL + "|" + hub.Token, pid: hub.Pid, rate: o.Rate, hub: true})
+		all = append(all, &series{name: "JupyterHub GET /users/{name}", target: "hub=" + hub.APIURL + "|" + hub.Token, pids: []int{hub.Pid}, rate: o.Rate, hub: true, stopped: twoProcs})
 	}
 	if o.AnchorRate > 0 && hub != nil {
 		all = append(all,
-			&series{name: fmt.Sprintf("usage-api me (1 h history) @%.0f/s", o.AnchorRate), target: usageTarget, pid: sut.Process.Pid, rate: o.AnchorRate},
-			&series{name: fmt.Sprintf("JupyterHub GET /users/{name} @%.0f/s", o.AnchorRate), target: "hub=" + hub.APIURL + "|" + hub.Token, pid: hub.Pid, rate: o.AnchorRate, hub: true})
+			&series{name: fmt.Sprintf("usage-api me (1 h history) @%.0f/s", o.AnchorRate), target: usageTarget, pids: one, rate: o.AnchorRate, stopped: twoProcs},
+			&series{name: fmt.Sprintf("JupyterHub GET /users/{name} @%.0f/s", o.AnchorRate), target: "hub=" + hub.APIURL + "|" + hub.Token, pids: []int{hub.Pid}, rate: o.AnchorRate, hub: true, stopped: twoProcs})
+	}
+	// The two replicas' series come last, so the single replica's rows keep their places; the single replica is
+	// paused meanwhile, as they are during its series.
+	twoAt := len(all)
+	if len(two) > 0 {
+		bases := strings.Join(twoBases, ",")
+		all = append(all,
+			&series{name: "usage-api me (1 h history), 2 replicas (PostgreSQL)", target: "usage=" + bases, pids: twoPids, rate: o.Rate, stopped: []*os.Process{sut.Process}},
+			&series{name: "usage-api me?since, 2 replicas (PostgreSQL)", target: "usage-since=" + bases, pids: twoPids, rate: o.Rate, stopped: []*os.Process{sut.Process}})
+	}
+	pause := func(ps []*os.Process, sig syscall.Signal) {
+		for _, p := range ps {
+			_ = p.Signal(sig)
+		}
 	}
 	for run := range o.Runs {
 		for _, s := range all {
-			if s.floor {
-				_ = sut.Process.Signal(syscall.SIGSTOP)
-			}
+			pause(s.stopped, syscall.SIGSTOP)
 			var prof chan error
 			if run == 0 && s == all[0] && o.ProfileDir != "" {
 				prof = make(chan error, 1)
@@ -211,10 +244,8 @@ func Run(ctx context.Context, o RunOptions) error {
 					prof <- fetchTo(ctx, "http://"+ready.DebugAddr+"/debug/pprof/profile?seconds="+strconv.Itoa(int((o.Warmup+o.Duration).Seconds())), filepath.Join(o.ProfileDir, "sut-cpu.pprof"))
 				}()
 			}
-			m, err := o.load(ctx, s.target, s.pid, s.rate)
-			if s.floor {
-				_ = sut.Process.Signal(syscall.SIGCONT)
-			}
+			m, err := o.load(ctx, s.target, s.pids, s.rate)
+			pause(s.stopped, syscall.SIGCONT)
 			if prof != nil {
 				if perr := <-prof; perr != nil {
 					fmt.Fprintf(o.Out, "  cpu profile: %v\n", perr)
@@ -228,7 +259,7 @@ func Run(ctx context.Context, o RunOptions) error {
 			if s.hub {
 				// The Hub keeps working through requests its clients gave up on; let it finish before the next
 				// measurement shares its CPU.
-				drain(ctx, s.pid, 2*time.Minute)
+				drain(ctx, s.pids[0], 2*time.Minute)
 			}
 		}
 	}
@@ -242,17 +273,42 @@ func Run(ctx context.Context, o RunOptions) error {
 			fmt.Fprintf(o.Out, "heap profile: %v\n", err)
 		}
 	}
-	var sat []string
+	var sat, twoSat []string
+	pause(twoProcs, syscall.SIGSTOP)
 	for _, r := range o.SaturationRates {
-		m, err := o.load(ctx, usageTarget, sut.Process.Pid, r)
+		m, err := o.load(ctx, usageTarget, one, r)
 		if err != nil {
 			return err
 		}
 		sat = append(sat, fmt.Sprintf("%6.0f req/s offered (1 h history): %s", r, m))
-		if m, err = o.load(ctx, "usage-since=http://"+ready.Addr, sut.Process.Pid, r); err != nil {
+		if m, err = o.load(ctx, "usage-since=http://"+ready.Addr, one, r); err != nil {
 			return err
 		}
 		sat = append(sat, fmt.Sprintf("%6.0f req/s offered (since):       %s", r, m))
+	}
+	pause(twoProcs, syscall.SIGCONT)
+	if len(two) > 0 {
+		pause([]*os.Process{sut.Process}, syscall.SIGSTOP)
+		for _, r := range o.SaturationRates {
+			m, err := o.load(ctx, all[twoAt].target, twoPids, r)
+			if err != nil {
+				return err
+			}
+			twoSat = append(twoSat, fmt.Sprintf("%6.0f req/s offered (1 h history): %s", r, m))
+			if m, err = o.load(ctx, all[twoAt+1].target, twoPids, r); err != nil {
+				return err
+			}
+			twoSat = append(twoSat, fmt.Sprintf("%6.0f req/s offered (since):       %s", r, m))
+		}
+		pause([]*os.Process{sut.Process}, syscall.SIGCONT)
+	}
+	twoStats := make([]Stats, len(two))
+	twoRSS := make([]int64, len(two))
+	for i, r := range two {
+		twoRSS[i] = rssBytes(r.cmd.Process.Pid)
+		if err := getJSON(ctx, "http://"+r.ready.DebugAddr+"/debug/stats", &twoStats[i]); err != nil {
+			fmt.Fprintf(o.Out, "replica (%s) stats: %v\n", r.role, err)
+		}
 	}
 
 	fp, err := o.footprint(ctx)
@@ -314,20 +370,95 @@ func Run(ctx context.Context, o RunOptions) error {
 				stats(all[0].runs, p50).med/f50, stats(all[0].runs, p99).med/f99, stats(all[1].runs, p50).med/f50, stats(all[1].runs, p99).med/f99)
 		}
 		fmt.Fprintf(o.Out, "SUT over the whole benchmark: %s\n", sutStats)
+		if len(two) > 0 {
+			// The replicas against the single one, series for series, measured in the same rounds.
+			cpu := func(m measured) float64 { return m.CPUPercent }
+			r := func(a, b *series, get func(measured) float64) float64 {
+				x := stats(b.runs, get).med
+				if x == 0 {
+					return 0
+				}
+				return stats(a.runs, get).med / x
+			}
+			fmt.Fprintf(o.Out, "\nratios 2 replicas (PostgreSQL) / 1 replica (SQLite) (medians, same rounds, same CPU): me p50 %.2fx p99 %.2fx CPU %.2fx; me?since p50 %.2fx p99 %.2fx CPU %.2fx\n",
+				r(all[twoAt], all[0], p50), r(all[twoAt], all[0], p99), r(all[twoAt], all[0], cpu),
+				r(all[twoAt+1], all[1], p50), r(all[twoAt+1], all[1], p99), r(all[twoAt+1], all[1], cpu))
+			fmt.Fprintf(o.Out, "2 replicas: the load alternates between them (%.0f req/s each at %.0f/s); both on CPU %s, each ticking (sampling) every 5 s; the writer records the ledger, the follower follows it at each tick (no Lease: B1 has no API server); PostgreSQL (with-postgres.sh, fsync off) is not pinned and its CPU is not in the column\n",
+				o.Rate/2, o.Rate, o.SUTCPU)
+			for i, r := range two {
+				fmt.Fprintf(o.Out, "replica (%s) over the whole benchmark: %s\n", r.role, twoStats[i])
+			}
+		}
 	}
-	writeB1Verdicts(o.Out, o.Rate, []string{all[0].name, all[1].name},
-		[]b1Verdict{judgeB1(all[0].runs, all[2].runs), judgeB1(all[1].runs, all[2].runs)})
+	names := []string{all[0].name, all[1].name}
+	verdicts := []b1Verdict{judgeB1(all[0].runs, all[2].runs), judgeB1(all[1].runs, all[2].runs)}
+	if len(two) > 0 {
+		names = append(names, all[twoAt].name, all[twoAt+1].name)
+		verdicts = append(verdicts, judgeB1(all[twoAt].runs, all[2].runs), judgeB1(all[twoAt+1].runs, all[2].runs))
+	}
+	writeB1Verdicts(o.Out, o.Rate, names, verdicts)
 	fmt.Fprintf(o.Out, "saturation target: >= 8,000 req/s (below, one run each)\n")
 	fmt.Fprintf(o.Out, "\nusage-api saturation (one run each):\n")
 	for _, s := range sat {
 		fmt.Fprintf(o.Out, "  %s\n", s)
+	}
+	if len(twoSat) > 0 {
+		fmt.Fprintf(o.Out, "usage-api saturation, 2 replicas (PostgreSQL), the load spread over both (one run each):\n")
+		for _, s := range twoSat {
+			fmt.Fprintf(o.Out, "  %s\n", s)
+		}
 	}
 	fmt.Fprintf(o.Out, "\nB5 footprint:\n")
 	fmt.Fprintf(o.Out, "  history, %d users each holding 1 GPU, 1 h at 5 s: %s heap, %s RSS  => %s per 1,000 GPUs (target <= 16 MiB)\n",
 		o.FootprintGPUs, mib(fp.Heap), mib(fp.RSS), mib(fp.Heap*1000/int64(o.FootprintGPUs)))
 	fmt.Fprintf(o.Out, "  usage-api SUT (%d users, %d GPUs, %d pods, 1 h history of %d users, after load): RSS %s (target <= 256 MiB)\n",
 		o.Users, o.GPUs, o.Pods, ready.HistoryUsers, mib(sutRSS))
+	for i, r := range two {
+		fmt.Fprintf(o.Out, "  2 replicas (PostgreSQL), the %s, after load: RSS %s\n", r.role, mib(twoRSS[i]))
+	}
 	return nil
+}
+
+// sutReady is what a usage-API SUT says once it serves.
+type sutReady struct {
+	Addr         string
+	DebugAddr    string
+	HistoryUsers int
+}
+
+// sutReplica is one of the two replicas on PostgreSQL.
+type sutReplica struct {
+	cmd   *exec.Cmd
+	ready sutReady
+	role  string // writer or follower
+}
+
+// startSUT starts a usage-API SUT pinned to the SUT CPU with extra flags, and waits until it serves.
+func (o RunOptions) startSUT(ctx context.Context, extra ...string) (*exec.Cmd, sutReady, error) {
+	args := pinned(o.SUTCPU, append([]string{o.Self, "sut", "--users", strconv.Itoa(o.Users), "--gpus", strconv.Itoa(o.GPUs), "--pods", strconv.Itoa(o.Pods)}, extra...)...)
+	sut := exec.CommandContext(ctx, args[0], args[1:]...)
+	sut.Env = append(os.Environ(), "GOMAXPROCS=1")
+	sut.Stderr = os.Stderr
+	stdout, err := sut.StdoutPipe()
+	if err != nil {
+		return nil, sutReady{}, err
+	}
+	if err := sut.Start(); err != nil {
+		return nil, sutReady{}, err
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		_ = sut.Process.Kill()
+		_ = sut.Wait()
+		return nil, sutReady{}, fmt.Errorf("sut did not start: %w", err)
+	}
+	var ready sutReady
+	if err := json.Unmarshal([]byte(line), &ready); err != nil {
+		_ = sut.Process.Kill()
+		_ = sut.Wait()
+		return nil, sutReady{}, fmt.Errorf("sut said %q: %w", line, err)
+	}
+	return sut, ready, nil
 }
 
 // drain waits until pid stops using CPU (under 5% over a second) or max passes.

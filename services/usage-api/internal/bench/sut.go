@@ -25,7 +25,14 @@ type SUTOptions struct {
 	Users, GPUs, Pods, Replicas int
 	Interval                    time.Duration
 	Dir                         string // for the SQLite ledger
-	Listener                    net.Listener
+	// Ledger is a postgres:// URL for a ledger shared by several replicas; empty: SQLite in Dir (the chart's
+	// default, one replica).
+	Ledger string
+	// Follow makes this replica one that does not write the ledger (another holds the Lease): each tick follows
+	// the writer's checkpoint (ledger.Ledger.Follow) instead of recording. B1 has no API server, so no Lease:
+	// which replica writes is fixed when it starts.
+	Follow   bool
+	Listener net.Listener
 	// Ready gets the number of history users once the history is filled and the server listens.
 	Ready func(historyUsers int)
 	// Probe, if set, records tick durations and is served with pprof on DebugListener.
@@ -45,12 +52,17 @@ func (tokenChecker) WhoAmIWithToken(_ context.Context, tok string) (*hubapi.User
 	return &hubapi.User{Kind: "user", Name: name}, nil
 }
 
-// ServeSUT serves the usage API over a synthetic cluster: the real handler, server, auth cache, ledger (SQLite)
-// and metrics, with an hour of history pre-filled and a tick every Interval while it serves.
+// ServeSUT serves the usage API over a synthetic cluster: the real handler, server, auth cache, ledger (SQLite,
+// or PostgreSQL shared by replicas) and metrics, with an hour of history pre-filled and a tick every Interval
+// while it serves.
 func ServeSUT(ctx context.Context, o SUTOptions) error {
 	now := time.Now()
 	c := Synthesize(o.Users, o.GPUs, o.Pods, o.Replicas, now)
-	store, err := ledger.OpenSQLite(ctx, filepath.Join(o.Dir, "ledger.db"))
+	dsn := o.Ledger
+	if dsn == "" {
+		dsn = filepath.Join(o.Dir, "ledger.db")
+	}
+	store, err := ledger.Open(ctx, dsn)
 	if err != nil {
 		return err
 	}
@@ -77,11 +89,17 @@ func ServeSUT(ctx context.Context, o SUTOptions) error {
 			defer func(start time.Time) { o.Probe.ObserveTick(time.Since(start)) }(time.Now())
 		}
 		v := usage.Build(c.Input(at, o.Interval))
-		res, err := led.Record(ctx, at, v.Samples)
-		if err != nil {
-			return err
+		if o.Follow {
+			if err := led.Follow(ctx, at, v.Samples); err != nil {
+				return err
+			}
+		} else {
+			res, err := led.Record(ctx, at, v.Samples)
+			if err != nil {
+				return err
+			}
+			mets.ObserveLedger(res, c.Hub)
 		}
-		mets.ObserveLedger(res, c.Hub)
 		state.Publish(v)
 		return nil
 	}
