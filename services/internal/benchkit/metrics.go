@@ -10,14 +10,17 @@ import (
 	"strings"
 )
 
-// Metrics reads a Prometheus text exposition at url (a system under test's /metrics) into each series' value,
-// keyed by the series as written: `name` or `name{label="value",...}`.
-func Metrics(ctx context.Context, url string) (map[string]float64, error) {
+// Metrics reads a Prometheus text exposition at url (a system under test's /metrics) with c (nil: the default
+// client) into each series' value, keyed by the series as written: `name` or `name{label="value",...}`.
+func Metrics(ctx context.Context, c *http.Client, url string) (map[string]float64, error) {
+	if c == nil {
+		c = http.DefaultClient
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return nil, err
 	}

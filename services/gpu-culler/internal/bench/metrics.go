@@ -1,15 +1,14 @@
 package bench
 
 import (
-	"bufio"
 	"context"
-	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gpuhub/gpuhub/services/internal/benchkit"
 )
 
 // Metrics are the culler's own counters that the benchmark reads (contract C5).
@@ -20,25 +19,17 @@ type Metrics struct {
 	Decisions          map[string]float64 // gpuhub_culler_decisions_total by "action/reason"
 }
 
-// ParseMetrics reads the Prometheus text exposition.
+// ParseMetrics reads the Prometheus text exposition (benchkit.ParseMetrics) into the culler's counters.
 func ParseMetrics(r io.Reader) (Metrics, error) {
+	series, err := benchkit.ParseMetrics(r)
+	return fold(series), err
+}
+
+// fold sums the series the benchmark reads by the labels it reads.
+func fold(series map[string]float64) Metrics {
 	m := Metrics{Passes: map[string]float64{}, HubRequests: map[string]float64{}, Decisions: map[string]float64{}}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "gpuhub_culler_") {
-			continue
-		}
-		sp := strings.LastIndexByte(line, ' ')
-		if sp < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[sp+1:], 64)
-		if err != nil {
-			continue
-		}
-		name, labels := line[:sp], ""
+	for s, v := range series {
+		name, labels := s, ""
 		if i := strings.IndexByte(name, '{'); i >= 0 {
 			name, labels = name[:i], name[i:]
 		}
@@ -55,7 +46,7 @@ func ParseMetrics(r io.Reader) (Metrics, error) {
 			m.Decisions[label(labels, "action")+"/"+label(labels, "reason")] += v
 		}
 	}
-	return m, sc.Err()
+	return m
 }
 
 // label is the value of key in a {k="v",...} label set.
@@ -71,21 +62,13 @@ func label(set, key string) string {
 	return ""
 }
 
-// ScrapeMetrics reads url (the culler's /metrics).
+// ScrapeMetrics reads url (the culler's /metrics) with c.
 func ScrapeMetrics(ctx context.Context, c *http.Client, url string) (Metrics, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	series, err := benchkit.Metrics(ctx, c, url)
 	if err != nil {
 		return Metrics{}, err
 	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return Metrics{}, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return Metrics{}, fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	return ParseMetrics(resp.Body)
+	return fold(series), nil
 }
 
 // Pass is one culler pass as its metrics tell it.

@@ -381,7 +381,7 @@ func (h *httpRig) startTwo(ctx context.Context, kubeconfig, policyPath, usageURL
 func (h *httpRig) twoState(ctx context.Context) (string, error) {
 	decider, inSync := "", 0
 	for _, addr := range h.twoAddrs {
-		m, err := benchkit.Metrics(ctx, "http://"+addr+"/metrics")
+		m, err := benchkit.Metrics(ctx, nil, "http://"+addr+"/metrics")
 		if err != nil {
 			return "", err
 		}
@@ -403,7 +403,7 @@ func (h *httpRig) twoState(ctx context.Context) (string, error) {
 // forwarded is what the two replicas have relayed to the decider so far, by result.
 func (h *httpRig) forwarded(ctx context.Context) (ok, unavailable float64) {
 	for _, addr := range h.twoAddrs {
-		m, err := benchkit.Metrics(ctx, "http://"+addr+"/metrics")
+		m, err := benchkit.Metrics(ctx, nil, "http://"+addr+"/metrics")
 		if err != nil {
 			h.o.printf("    %s: %v\n", addr, err)
 			continue
