@@ -142,8 +142,17 @@ func idleGPUTabOpen(t *testing.T) {
 			Server, Reason, Message string
 		} `json:"lastStop"`
 	}
-	if code := getJSON(ctx, st.HubURL()+"services/gpu-culler/api/v1/me", tok, &me); code != http.StatusOK || me.LastStop == nil ||
-		me.LastStop.Server != server || me.LastStop.Reason != "idle" {
+	// The pass records its stops in one write when it ends (after its other stops), and every replica reads them
+	// from its informer: the answer may lag the DELETE by a moment.
+	code := 0
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		me.LastStop = nil
+		code = getJSON(ctx, st.HubURL()+"services/gpu-culler/api/v1/me", tok, &me)
+		if (code == http.StatusOK && me.LastStop != nil) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if code != http.StatusOK || me.LastStop == nil || me.LastStop.Server != server || me.LastStop.Reason != "idle" {
 		t.Errorf("gpu-culler's me for alice: %d %+v, want the last stop of %q for idle", code, me.LastStop, server)
 	} else {
 		t.Logf("alice reads: %s", me.LastStop.Message)

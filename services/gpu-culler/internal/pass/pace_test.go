@@ -15,9 +15,10 @@ func TestPacerPausesAsLongAsTheStopTook(t *testing.T) {
 		took []time.Duration
 		want []time.Duration
 	}{
-		"each pause is the stop's latency":     {took: []time.Duration{20 * time.Millisecond, 80 * time.Millisecond}, want: []time.Duration{20 * time.Millisecond, 80 * time.Millisecond}},
-		"a slow Hub is not waited on for long": {took: []time.Duration{5 * time.Second}, want: []time.Duration{maxStopPause}},
-		"an instant answer needs no pause":     {took: []time.Duration{0}, want: []time.Duration{0}},
+		"each stop waits as long as the one before took": {took: []time.Duration{20 * time.Millisecond, 80 * time.Millisecond, 0}, want: []time.Duration{20 * time.Millisecond, 80 * time.Millisecond}},
+		"a slow Hub is not waited on for long":           {took: []time.Duration{5 * time.Second, 0}, want: []time.Duration{maxStopPause}},
+		"an instant answer needs no pause":               {took: []time.Duration{0, 0}},
+		"no pause after the last stop of a pass":         {took: []time.Duration{time.Second}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -79,13 +80,13 @@ func TestPacerPauseEndsWithTheContext(t *testing.T) {
 	clock := time.Now()
 	p := newPacer(func() time.Time { return clock })
 	p.maxPause = time.Hour
+	p.do(t.Context(), func() { clock = clock.Add(30 * time.Minute) }) // a stop that took half an hour
 	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
 	start := time.Now()
-	p.do(ctx, func() {
-		clock = clock.Add(30 * time.Minute) // a stop that took half an hour: a pause as long
-		cancel()
-	})
-	if took := time.Since(start); took > 10*time.Second {
-		t.Errorf("do took %v after its context ended, want the pause cut short", took)
+	ran := false
+	p.do(ctx, func() { ran = true })
+	if took := time.Since(start); took > 10*time.Second || !ran {
+		t.Errorf("the next stop ran %v after %v with its context ended, want at once (the pause cut short)", ran, took)
 	}
 }
