@@ -293,11 +293,24 @@ func cullerStory(ctx context.Context, t *testing.T, hubURL, base, helm, kubeconf
 	if !alice.waitNoServer(ctx, 3*time.Minute) {
 		t.Fatalf("gpu-culler did not stop alice's idle server within 3 minutes of the notice")
 	}
-	status, body := getWithToken(ctx, t, hubURL+"services/gpu-culler/api/v1/me", alice.token(ctx, t, "culler story"))
+	// The pass records its stops in one write when it ends, and each replica reads them from its informer: the
+	// answer may lag the Hub's stop by a moment.
 	var me struct {
 		LastStop *struct{ Server, Reason, Message string } `json:"lastStop"`
 	}
-	if err := json.Unmarshal([]byte(body), &me); err != nil || status != http.StatusOK || me.LastStop == nil || me.LastStop.Reason != "idle" {
+	token := alice.token(ctx, t, "culler story")
+	var status int
+	var err error
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		var body string
+		status, body = getWithToken(ctx, t, hubURL+"services/gpu-culler/api/v1/me", token)
+		me.LastStop = nil
+		err = json.Unmarshal([]byte(body), &me)
+		if (err == nil && status == http.StatusOK && me.LastStop != nil) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil || status != http.StatusOK || me.LastStop == nil || me.LastStop.Reason != "idle" {
 		t.Fatalf("gpu-culler's me for alice: %d %v %+v, want her last stop, for idle", status, err, me.LastStop)
 	}
 	t.Logf("gpu-culler stopped alice's idle server %.0f s after it started; she reads: %s", time.Since(started).Seconds(), me.LastStop.Message)
