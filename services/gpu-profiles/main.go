@@ -23,6 +23,7 @@ func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
 func run(args []string, stderr io.Writer) int {
 	cmd := start.NewCommand("gpu-profiles", stderr)
 	fs := cmd.Flags
+	shutdownDelay := cmd.ShutdownDelayFlag()
 	var (
 		listen             = fs.String("listen", ":8000", "address to serve the API, probes and metrics on")
 		prefix             = fs.String("prefix", "/services/gpu-profiles/", "URL prefix of the API (the Hub service prefix)")
@@ -78,7 +79,7 @@ func run(args []string, stderr io.Writer) int {
 	err := app.Run(ctx, app.Options{
 		Logger: cmd.Logger, Registry: cl.Registry, Addr: *listen, Prefix: *prefix,
 		ConfigPath: *configPath, ConfigPoll: *configPoll, Reload: reload,
-		Kube: cl.Kube, Namespace: *namespace, InformerUnreadyAfter: *unreadyAfter,
+		Kube: cl.Kube, Namespace: *namespace, InformerUnreadyAfter: *unreadyAfter, ShutdownDelay: *shutdownDelay,
 		Token: cl.HubConfig.Token, Auth: cl.Auth.Middleware, ReaderServices: config.List(*readerServices),
 		QuotaURL: *quotaURL, QuotaTimeout: *quotaTimeout, QuotaCacheTTL: *quotaCache, QuotaOnUnavailable: *quotaOnUnavailable,
 		UsageURL: *usageURL, AdviceTTL: *adviceCache,

@@ -22,6 +22,7 @@ func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
 func run(args []string, stderr io.Writer) int {
 	cmd := start.NewCommand("gpu-quota", stderr)
 	fs := cmd.Flags
+	shutdownDelay := cmd.ShutdownDelayFlag()
 	var (
 		listen          = fs.String("listen", ":8000", "address to serve the API, probes and metrics on")
 		prefix          = fs.String("prefix", "/services/gpu-quota/", "URL prefix of the API (the Hub service prefix)")
@@ -83,7 +84,7 @@ func run(args []string, stderr io.Writer) int {
 	err = app.Run(ctx, app.Options{
 		Logger: cmd.Logger, Registry: cl.Registry, Addr: *listen, Prefix: *prefix,
 		PolicyPath: *policyPath, PolicyPoll: *policyPoll, Reload: reload,
-		Kube: cl.Kube, Namespace: *namespace, Tolerations: tol, InformerUnreadyAfter: *unreadyAfter,
+		Kube: cl.Kube, Namespace: *namespace, Tolerations: tol, InformerUnreadyAfter: *unreadyAfter, ShutdownDelay: *shutdownDelay,
 		Hub: cl.Hub, HubRefresh: *hubRefresh, Token: cl.HubConfig.Token, Auth: cl.Auth.Middleware, ReaderServices: config.List(*readerServices),
 		UsageURL: *usageURL, UsageRefresh: *usageRefresh, ReservationTTL: *reservationTTL,
 		Waitlist: *waitlistOn, WaitlistHold: *waitlistHold, FairShareHalfLife: *halfLife, HubStart: cl.Hub,

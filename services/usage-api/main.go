@@ -24,6 +24,7 @@ func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
 func run(args []string, stderr io.Writer) int {
 	cmd := start.NewCommand("usage-api", stderr)
 	fs := cmd.Flags
+	shutdownDelay := cmd.ShutdownDelayFlag()
 	var (
 		listen         = fs.String("listen", ":8000", "address to serve the API, probes and metrics on")
 		prefix         = fs.String("prefix", "/services/gpu-usage/", "URL prefix of the API (the Hub service prefix)")
@@ -121,7 +122,7 @@ func run(args []string, stderr io.Writer) int {
 	defer stop()
 	err = app.Run(ctx, app.Options{
 		Logger: logger, Registry: reg, Addr: *listen, Prefix: *prefix,
-		Kube: cl.Kube, Namespace: *namespace, Tolerations: tol, AgentNamespace: *agentNamespace, AgentPort: *agentPort, InformerUnreadyAfter: *unreadyAfter,
+		Kube: cl.Kube, Namespace: *namespace, Tolerations: tol, AgentNamespace: *agentNamespace, AgentPort: *agentPort, InformerUnreadyAfter: *unreadyAfter, ShutdownDelay: *shutdownDelay,
 		AgentSelector: agentSel, AgentServiceAccount: *agentSA,
 		// Agents admit only a token for their audience (the snapshot names users); never our API-server credential.
 		AgentClient: agentclient.New(agentclient.Options{TokenFile: *agentTokenFile}),

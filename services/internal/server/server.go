@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -56,14 +57,20 @@ type Options struct {
 	ReadyChecks []Check
 	// ShutdownTimeout bounds graceful shutdown; default 15 s.
 	ShutdownTimeout time.Duration
+	// ShutdownDelay is how long the server keeps accepting new connections once ctx ends, /readyz answering 503,
+	// before the graceful shutdown: behind a Service, kube-proxy and the endpoints go on sending new connections
+	// to a terminating pod for a moment (a second or more), and a closed port refuses them. 0: shut down at once.
+	ShutdownDelay time.Duration
 }
 
 // Server is an HTTP server for one gpuhub service.
 type Server struct {
 	opts    Options
 	handler http.Handler
-	mu      sync.Mutex
-	addr    net.Addr
+	// draining is set once ctx ended, while ShutdownDelay runs: /readyz answers 503.
+	draining atomic.Bool
+	mu       sync.Mutex
+	addr     net.Addr
 	// listening is closed once Run listens (addr is set).
 	listening chan struct{}
 }
@@ -161,6 +168,9 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	rep := readyReport{Ready: true, Checks: map[string]string{}}
+	if s.draining.Load() {
+		rep.Ready, rep.Checks["shutdown"] = false, "shutting down"
+	}
 	for _, c := range s.opts.ReadyChecks {
 		if err := c.Fn(ctx); err != nil {
 			rep.Ready = rep.Ready && c.Optional
@@ -208,6 +218,15 @@ func (s *Server) Run(ctx context.Context) error {
 	case err := <-errc:
 		return fmt.Errorf("server: %w", err)
 	case <-ctx.Done():
+	}
+	if d := s.opts.ShutdownDelay; d > 0 {
+		s.draining.Store(true)
+		s.opts.Logger.Info("still accepting while the endpoints stop sending here", "shutdown_delay", d)
+		select {
+		case err := <-errc:
+			return fmt.Errorf("server: %w", err)
+		case <-time.After(d):
+		}
 	}
 	s.opts.Logger.Info("shutting down", "timeout", s.opts.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)

@@ -219,3 +219,63 @@ func TestServe(t *testing.T) {
 		})
 	}
 }
+
+// TestShutdownDelay: once ctx ends, the server keeps taking new connections for ShutdownDelay with /readyz at 503
+// (kube-proxy still sends new connections to a terminating pod for a moment), then closes its port.
+func TestShutdownDelay(t *testing.T) {
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { WriteJSON(w, http.StatusOK, "served") })
+	const delay = 700 * time.Millisecond
+	srv, err := New(Options{Listener: ln, Prefix: "/p/", Handler: app, Registry: prometheus.NewRegistry(), Logger: logging.Discard(),
+		ShutdownDelay: delay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	<-srv.listening
+	base := "http://" + ln.Addr().String()
+	get := func(path string) (int, string, error) {
+		// A new connection each time: what kube-proxy sends is a new connection.
+		client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, base+path, nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), nil
+	}
+	if code, _, err := get("/readyz"); err != nil || code != http.StatusOK {
+		t.Fatalf("/readyz before the stop: %d %v", code, err)
+	}
+	begin := time.Now()
+	cancel()
+	time.Sleep(delay / 4)
+	code, body, err := get("/readyz")
+	if err != nil || code != http.StatusServiceUnavailable || !strings.Contains(body, `"shutdown":"shutting down"`) {
+		t.Errorf("/readyz during the delay: %d %s %v, want 503 saying it shuts down", code, body, err)
+	}
+	if code, body, err := get("/p/x"); err != nil || code != http.StatusOK {
+		t.Errorf("a new connection during the delay: %d %s %v, want served", code, body, err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("server did not shut down")
+	}
+	if d := time.Since(begin); d < delay {
+		t.Errorf("Run returned %v after ctx ended, before the delay of %v", d, delay)
+	}
+	if _, _, err := get("/p/x"); err == nil {
+		t.Error("still served after the delay")
+	}
+}

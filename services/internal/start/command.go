@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"time"
 
 	"github.com/gpuhub/gpuhub/services/internal/config"
 	"github.com/gpuhub/gpuhub/services/internal/logging"
@@ -25,6 +26,8 @@ type Command struct {
 
 	stderr                          io.Writer
 	kubeconfig, logFormat, logLevel *string
+	// env are the environment variables of flags declared by the methods below.
+	env map[string]string
 }
 
 // sharedEnv are the environment variables of the flags NewCommand declares.
@@ -41,7 +44,16 @@ func NewCommand(service string, stderr io.Writer) *Command {
 		kubeconfig: fs.String("kubeconfig", "", "kubeconfig path (empty: in-cluster, then $KUBECONFIG)"),
 		logFormat:  fs.String("log-format", "text", "log format: text or json"),
 		logLevel:   fs.String("log-level", "info", "log level: debug, info, warn or error"),
+		env:        map[string]string{},
 	}
+}
+
+// ShutdownDelayFlag declares --shutdown-delay (GPUHUB_SHUTDOWN_DELAY), server.Options.ShutdownDelay, for a service
+// whose pods serve behind a Service while another replica takes over (a rolling update).
+func (c *Command) ShutdownDelayFlag() *time.Duration {
+	c.env["shutdown-delay"] = "GPUHUB_SHUTDOWN_DELAY"
+	return c.Flags.Duration("shutdown-delay", 0, "once asked to stop, keep taking new connections this long, /readyz failing, "+
+		"before closing the port: kube-proxy still sends new connections to a terminating pod for a moment (the chart sets 3 s; 0: close at once)")
 }
 
 // Parse parses args with the environment fallbacks envs (flag name → variable, as config.Parse; the shared
@@ -49,6 +61,7 @@ func NewCommand(service string, stderr io.Writer) *Command {
 // when a flag, an environment value or the log settings are wrong (said on stderr).
 func (c *Command) Parse(args []string, envs map[string]string) (code int, ok bool) {
 	all := maps.Clone(sharedEnv)
+	maps.Copy(all, c.env)
 	maps.Copy(all, envs)
 	err := config.Parse(c.Flags, args, all, nil)
 	if errors.Is(err, flag.ErrHelp) {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -113,5 +114,32 @@ func TestClients(t *testing.T) {
 	}
 	if cl.Kube == nil || cl.Registry == nil || cl.Hub != nil || cl.Auth != nil {
 		t.Errorf("Clients(WithoutHub) = kube %v, registry %v, hub %v, auth %v; want kube and registry only", cl.Kube != nil, cl.Registry != nil, cl.Hub != nil, cl.Auth != nil)
+	}
+}
+
+func TestShutdownDelayFlag(t *testing.T) {
+	tests := map[string]struct {
+		args []string
+		env  string
+		want time.Duration
+	}{
+		"default: close at once": {},
+		"flag":                   {args: []string{"--shutdown-delay=3s"}, want: 3 * time.Second},
+		"environment":            {env: "1500ms", want: 1500 * time.Millisecond},
+		"flag over environment":  {args: []string{"--shutdown-delay=2s"}, env: "9s", want: 2 * time.Second},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("GPUHUB_SHUTDOWN_DELAY", tc.env)
+			var stderr bytes.Buffer
+			cmd := NewCommand("gpu-test", &stderr)
+			delay := cmd.ShutdownDelayFlag()
+			if code, ok := cmd.Parse(tc.args, nil); !ok {
+				t.Fatalf("Parse = %d; stderr:\n%s", code, stderr.String())
+			}
+			if diff := cmp.Diff(tc.want, *delay); diff != "" {
+				t.Errorf("--shutdown-delay (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -64,6 +64,8 @@ type Options struct {
 	Namespace string // pods counted; "" = all (recommended: other namespaces' pods hold GPUs too)
 	// InformerUnreadyAfter is how long an informer's list/watch may keep failing before /readyz fails.
 	InformerUnreadyAfter time.Duration
+	// ShutdownDelay is server.Options.ShutdownDelay (--shutdown-delay).
+	ShutdownDelay time.Duration
 
 	// Token is gpu-profiles' own Hub API token: the profiles endpoint accepts only it; gpu-quota is asked with it.
 	Token string
@@ -182,7 +184,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	srv, err := server.New(server.Options{
 		Addr: o.Addr, Listener: o.Listener, Prefix: o.Prefix, Registry: o.Registry, Logger: o.Logger, Subsystem: "profiles",
-		Handler: handler,
+		Handler: handler, ShutdownDelay: o.ShutdownDelay,
 		ReadyChecks: []server.Check{
 			{Name: "config", Fn: s.configLoaded},
 			{Name: "informers", Fn: func(context.Context) error { return synced() }},

@@ -83,6 +83,8 @@ type Options struct {
 	Tolerations []corev1.Toleration
 	// InformerUnreadyAfter is how long an informer's list/watch may keep failing before /readyz fails.
 	InformerUnreadyAfter time.Duration
+	// ShutdownDelay is server.Options.ShutdownDelay (--shutdown-delay).
+	ShutdownDelay time.Duration
 
 	Hub        HubUsers
 	HubRefresh time.Duration // default 2 min
@@ -379,7 +381,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	srv, err := server.New(server.Options{
 		Addr: o.Addr, Listener: o.Listener, Prefix: o.Prefix, Registry: o.Registry, Logger: o.Logger, Subsystem: "quota",
-		Handler: handler,
+		Handler: handler, ShutdownDelay: o.ShutdownDelay,
 		ReadyChecks: []server.Check{
 			{Name: "policy", Fn: s.policyLoaded},
 			{Name: "informers", Fn: func(context.Context) error { return synced() }},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -43,16 +44,27 @@ type forwarder struct {
 	local  http.Handler
 	client *http.Client
 	// park is how long a request waits for a decider while none is known (a handover): within the glue's 2 s.
-	park   time.Duration
-	poll   time.Duration
-	logger *slog.Logger
-	counts *prometheus.CounterVec
+	park time.Duration
+	poll time.Duration
+	// dialTimeout bounds one connection attempt to the holder: a holder whose pod is gone leaves an address that
+	// answers nothing, and a connect left to the caller's deadline would spend the whole park time on it while
+	// the Lease already names the next decider. dial is how connections are made (net.Dialer's; tests replace it).
+	dialTimeout time.Duration
+	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
+	logger      *slog.Logger
+	counts      *prometheus.CounterVec
 }
 
 func newForwarder(self, prefix string, engine Deciding, leader func() string, local http.Handler, logger *slog.Logger, reg prometheus.Registerer) (*forwarder, error) {
 	f := &forwarder{self: self, prefix: server.NormalizePrefix(prefix) + "api/", engine: engine, leader: leader, local: local,
-		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}},
-		park:   1500 * time.Millisecond, poll: 10 * time.Millisecond, logger: logger}
+		park: 1500 * time.Millisecond, poll: 10 * time.Millisecond, dialTimeout: 250 * time.Millisecond,
+		dial: (&net.Dialer{}).DialContext, logger: logger}
+	f.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			ctx, cancel := context.WithTimeout(ctx, f.dialTimeout)
+			defer cancel()
+			return f.dial(ctx, network, addr)
+		}}}
 	f.counts = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "forwarded_total",
 		Help: "API requests this replica relayed to the deciding one (the Lease holder), by result: ok (its answer, whatever the status), " +
 			"unavailable (no decider reachable within the park time: 503)."}, []string{"result"})

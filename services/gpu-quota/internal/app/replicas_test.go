@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +22,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/api"
+	"github.com/gpuhub/gpuhub/services/internal/logging"
 )
 
 // oneDecider runs a replica on the shared fake API server kc, with the Lease and its advertise URL.
@@ -407,5 +410,59 @@ func TestReplicaStreamAccess(t *testing.T) {
 				t.Errorf("a 503 without %s", api.NotLeaderHeader)
 			}
 		})
+	}
+}
+
+type notDeciding struct{}
+
+func (notDeciding) Deciding() bool { return false }
+
+// TestRelayLeavesAGoneHolder: the Lease still names a holder whose pod is gone (its address answers nothing: a
+// connect would wait for the caller's deadline) while the next holder decides. The relay gives up on the gone
+// one after the dial timeout and looks again, so the request is answered by the next decider within the park
+// time, not timed out by the caller (the glue waits 2 s).
+func TestRelayLeavesAGoneHolder(t *testing.T) {
+	next := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(ForwardedHeader) == "" {
+			t.Errorf("relayed without %s", ForwardedHeader)
+		}
+		_, _ = io.WriteString(w, `{"allow":true}`)
+	}))
+	defer next.Close()
+	const gone = "127.0.0.2:8000" // the test's dial hangs for it, as for a pod that is gone
+	began := time.Now()
+	holder := func() string {
+		if time.Since(began) < 400*time.Millisecond { // the standby's view of the Lease lags the handover
+			return "gpu-quota-old@http://" + gone
+		}
+		return "gpu-quota-new@" + next.URL
+	}
+	f, err := newForwarder("gpu-quota-1@http://127.0.0.1:1", prefix, notDeciding{}, holder, http.NotFoundHandler(), logging.Discard(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hung atomic.Int64
+	dialer := f.dial
+	f.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if addr == gone {
+			hung.Add(1)
+			<-ctx.Done() // SYNs to an address nobody has: no answer
+			return nil, ctx.Err()
+		}
+		return dialer(ctx, network, addr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second) // the glue's
+	defer cancel()
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, prefix+"api/v1/admit", strings.NewReader(`{"user":"bob","resources":{}}`))
+	rec := httptest.NewRecorder()
+	f.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"allow":true`) {
+		t.Errorf("%d %s, want the next decider's answer", rec.Code, rec.Body)
+	}
+	if d := time.Since(began); d > f.park {
+		t.Errorf("answered after %v, want within the park time %v", d, f.park)
+	}
+	if hung.Load() == 0 {
+		t.Error("the gone holder was never tried: the test shows nothing")
 	}
 }

@@ -64,6 +64,8 @@ type Options struct {
 	// InformerUnreadyAfter is how long an informer's list/watch may keep failing before /readyz fails
 	// (default 1 min).
 	InformerUnreadyAfter time.Duration
+	// ShutdownDelay is server.Options.ShutdownDelay (--shutdown-delay).
+	ShutdownDelay time.Duration
 
 	Hub        HubUsers
 	HubRefresh time.Duration // default 2 min
@@ -190,7 +192,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	srv, err := server.New(server.Options{
 		Addr: o.Addr, Listener: o.Listener, Prefix: o.Prefix, Registry: o.Registry, Logger: o.Logger, Subsystem: "usage",
-		Handler: handler,
+		Handler: handler, ShutdownDelay: o.ShutdownDelay,
 		ReadyChecks: []server.Check{
 			{Name: "informers", Fn: inv.Synced},
 			// A broken watch leaves the caches (and every answer) silently frozen: not ready once it lasts.
