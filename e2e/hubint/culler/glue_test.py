@@ -3,59 +3,40 @@ Hub's own Python: the glue is executed as the Hub's config executes it, against 
 The real Hub rendering the home page is in culler_test.go (TestHomePage)."""
 
 import asyncio
-import http.server
-import json
 import os
 import tempfile
-import threading
 import unittest
 from types import SimpleNamespace
 
-from traitlets.config import Config
+from gluekit import FakeService, exec_glue
 
-GLUE = os.environ.get("GPUHUB_GLUE", "../../../chart/gpuhub/files/gpuhub_hub_config.py")
 TOKEN = "culler-token-not-in-logs"
 
 
-class FakeCuller(http.server.ThreadingHTTPServer):
+class FakeCuller(FakeService):
     """Answers GET .../api/v1/stops/<user> with answers[<user as sent>] (status, body: a str is sent as is)."""
 
     def __init__(self):
         self.answers = {}
         self.paths = []
-        super().__init__(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
+        super().__init__(self._answer)
 
-    @property
-    def url(self):
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.server.paths.append(self.path)
-        ok = self.headers["Authorization"] == "token " + TOKEN
-        status, body = self.server.answers.get(self.path.rsplit("/", 1)[1], (404, {})) if ok else (401, {})
-        data = (body if isinstance(body, str) else json.dumps(body)).encode()
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+    def _answer(self, handler, method, body):
+        self.paths.append(handler.path)
+        if handler.headers["Authorization"] != "token " + TOKEN:
+            return 401, {}
+        return self.answers.get(handler.path.rsplit("/", 1)[1], (404, {}))
 
 
 def load_glue(services=None, template_paths=None):
-    c = Config()
-    if services is not None:
-        c.JupyterHub.services = services
-    if template_paths is not None:
-        c.JupyterHub.template_paths = template_paths
-    c.JupyterHub.template_vars = {"admin_vars": 1}
-    with open(GLUE) as f:
-        exec(compile(f.read(), GLUE, "exec"), {"c": c})
-    return c
+    def configure(c):
+        if services is not None:
+            c.JupyterHub.services = services
+        if template_paths is not None:
+            c.JupyterHub.template_paths = template_paths
+        c.JupyterHub.template_vars = {"admin_vars": 1}
+
+    return exec_glue(configure)
 
 
 def user(name):

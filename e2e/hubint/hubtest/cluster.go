@@ -217,7 +217,12 @@ func (s *Service) LogTail(n int) string {
 func GlueUnit(t *testing.T, chartDir string) {
 	t.Helper()
 	cmd := exec.CommandContext(CtxT(t, time.Minute), hubproc.OptionsFromEnv().Venv+"/bin/python", "-m", "unittest", "-v", "glue_test")
-	cmd.Env = append(cmd.Environ(), "GPUHUB_GLUE="+chartDir+"/files/gpuhub_hub_config.py")
+	// gluekit.py, in this package, is what the glue_test.py of e2e/hubint's packages (the tests' directories) share.
+	kit, err := filepath.Abs("../hubtest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Env = append(cmd.Environ(), "GPUHUB_GLUE="+chartDir+"/files/gpuhub_hub_config.py", "PYTHONPATH="+kit)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("python -m unittest glue_test: %v\n%s", err, out)

@@ -5,11 +5,9 @@ The real Hub, KubeSpawner and gpu-profiles are in profiles_test.go."""
 
 import asyncio
 import html.parser
-import http.server
 import json
 import logging
 import os
-import threading
 import time
 import unittest
 import weakref
@@ -19,9 +17,9 @@ import jupyterhub
 from kubernetes_asyncio.client import models as k8s
 from kubespawner import KubeSpawner
 from tornado import web
-from traitlets.config import Config
 
-GLUE = os.environ.get("GPUHUB_GLUE", "../../../chart/gpuhub/files/gpuhub_hub_config.py")
+from gluekit import FakeService, exec_glue
+
 
 STATIC = [
     {"display_name": "CPU only", "slug": "cpu", "default": True, "description": "No GPU."},
@@ -91,11 +89,9 @@ LIVE = [
 MARKED = [LIVE[0], dict(LIVE[1], gpuhub_waitlist="exhausted"), LIVE[2]]
 
 
-class FakeProfiles(http.server.ThreadingHTTPServer):
+class FakeProfiles(FakeService):
     """Answers each POST with `answer` (status, body) after `delay` seconds and records the requests; a start
     check (POST .../start) gets `check_answer` and is recorded in `checks`."""
-
-    request_queue_size = 64  # a burst of forms connects at once; the default 5 drops SYNs (1 s retries)
 
     def __init__(self):
         self.requests = []
@@ -104,52 +100,31 @@ class FakeProfiles(http.server.ThreadingHTTPServer):
         self.check_answer = (200, {})
         self.check_delay = 0
         self.delay = 0
-        super().__init__(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
+        super().__init__(self._answer)
 
-    @property
-    def url(self):
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class Handler(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        record = {"path": self.path, "auth": self.headers["Authorization"], "body": json.loads(body)}
-        if self.path.endswith("/start"):
-            self.server.checks.append(record)
-            time.sleep(self.server.check_delay)
-            status, answer = self.server.check_answer
-        else:
-            self.server.requests.append(record)
-            time.sleep(self.server.delay)
-            status, answer = self.server.answer
-            if self.path.endswith("/admit") and status == 200:
-                answer = dict({"countedPod": True}, **answer)  # as gpu-quota answers the glue's pod
-        data = json.dumps(answer).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        try:
-            self.wfile.write(data)
-        except OSError:
-            pass
-
-    def log_message(self, *args):
-        pass
+    def _answer(self, handler, method, body):
+        record = {"path": handler.path, "auth": handler.headers["Authorization"], "body": body}
+        if handler.path.endswith("/start"):
+            self.checks.append(record)
+            time.sleep(self.check_delay)
+            return self.check_answer
+        self.requests.append(record)
+        time.sleep(self.delay)
+        status, answer = self.answer
+        if handler.path.endswith("/admit") and status == 200:
+            answer = dict({"countedPod": True}, **answer)  # as gpu-quota answers the glue's pod
+        return status, answer
 
 
 def load_glue(services, static=STATIC, extra=None):
-    c = Config()
-    c.JupyterHub.services = services
-    if static is not None:
-        c.KubeSpawner.profile_list = static
-    for k, v in (extra or {}).items():
-        setattr(c.KubeSpawner, k, v)
-    with open(GLUE) as f:
-        exec(compile(f.read(), GLUE, "exec"), {"c": c})
-    return c
+    def configure(c):
+        c.JupyterHub.services = services
+        if static is not None:
+            c.KubeSpawner.profile_list = static
+        for k, v in (extra or {}).items():
+            setattr(c.KubeSpawner, k, v)
+
+    return exec_glue(configure)
 
 
 log = logging.getLogger("glue-test")

@@ -3,69 +3,47 @@ Python (the venv of the Hub line under test): the glue is executed as the Hub's 
 fake gpu-quota on 127.0.0.1 and fake spawners. The real Hub, KubeSpawner and gpu-quota are in quota_test.go."""
 
 import asyncio
-import http.server
-import json
 import logging
 import os
-import threading
 import unittest
 from types import SimpleNamespace
 
 import jupyterhub
 from kubernetes_asyncio.client import models as k8s
 from tornado import web
-from traitlets.config import Config
 
-GLUE = os.environ.get("GPUHUB_GLUE", "../../../chart/gpuhub/files/gpuhub_hub_config.py")
+from gluekit import FakeService, exec_glue
+
 CLOSED = (
     "The quota service cannot check your GPU quota right now, so GPU servers cannot start. "
     "Try again in a few minutes, or pick a CPU-only profile."
 )
 
 
-class FakeQuota(http.server.ThreadingHTTPServer):
+class FakeQuota(FakeService):
     """Answers each POST with the next (status, body) of `answers` and records the requests."""
 
     def __init__(self):
         self.requests = []
         self.answers = []
-        super().__init__(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
+        super().__init__(self._answer)
 
-    @property
-    def url(self):
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class Handler(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        self.server.requests.append(
-            {"path": self.path, "auth": self.headers["Authorization"], "body": json.loads(body)}
-        )
-        status, answer = self.server.answers.pop(0) if self.server.answers else (200, {"allow": True})
+    def _answer(self, handler, method, body):
+        self.requests.append({"path": handler.path, "auth": handler.headers["Authorization"], "body": body})
+        status, answer = self.answers.pop(0) if self.answers else (200, {"allow": True})
         if status == 200 and isinstance(answer, dict):
             answer = dict({"countedPod": True}, **answer)  # as gpu-quota answers the glue's pod (None: an older one)
-        data = json.dumps(answer).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+        return status, answer
 
 
 def load_glue(services=None, previous_hook=None):
-    c = Config()
-    if services is not None:
-        c.JupyterHub.services = services
-    if previous_hook is not None:
-        c.KubeSpawner.modify_pod_hook = previous_hook
-    with open(GLUE) as f:
-        exec(compile(f.read(), GLUE, "exec"), {"c": c})
-    return c.KubeSpawner.modify_pod_hook
+    def configure(c):
+        if services is not None:
+            c.JupyterHub.services = services
+        if previous_hook is not None:
+            c.KubeSpawner.modify_pod_hook = previous_hook
+
+    return exec_glue(configure).KubeSpawner.modify_pod_hook
 
 
 def gpu_pod(containers=None, init_containers=None, node_selector=None):
