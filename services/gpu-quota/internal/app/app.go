@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -239,9 +241,13 @@ func Run(ctx context.Context, o Options) error {
 	defer decisions.Flush() // after the goroutines below, which record, have ended
 	// Admissions are what the Hub waits on; long passes (the usage refresh, the enforcer's, Views) step aside.
 	admissions := &yield.Foreground{}
+	// changed tells the engine (made below, before anything calls this) that a verdict may have changed.
+	var eng *admit.Engine
+	changed := func() { eng.Changed() }
+	s.changed = changed
 	s.usage, err = usagecache.New(usagecache.Options{URL: o.UsageURL, Token: o.Token, Client: o.UsageClient, Refresh: o.UsageRefresh,
 		Now: o.Now, Logger: o.Logger, Registerer: o.Registry, Windows: func() []time.Duration { return policyWindows(pol.Current()) },
-		Behind: admissions})
+		Behind: admissions, OnChange: changed})
 	if err != nil {
 		return err
 	}
@@ -272,7 +278,7 @@ func Run(ctx context.Context, o Options) error {
 		return nil
 	}
 	wl := &waitlister{o: o, store: o.WaitlistStore, log: decisions}
-	eng, err := admit.New(admit.Options{
+	eng, err = admit.New(admit.Options{
 		Waitlist: admit.WaitlistOptions{Enabled: o.Waitlist, Hold: o.WaitlistHold, Decayed: wl.decayedNow},
 		Policy:   pol.Current, Hours: s.usage, Directory: s.directory, Log: decisions,
 		DirectoryReadAt: func() time.Time {
@@ -404,7 +410,8 @@ func Run(ctx context.Context, o Options) error {
 	wg.Go(func() {
 		policy.Watch(ctx, s.pol, policy.WatchOptions{Poll: o.PolicyPoll, Ticks: o.PolicyTicks, Signal: o.Reload, What: "policy", Logger: o.Logger,
 			Now: o.Now, Metrics: s.reloadMetrics,
-			OnChange: s.usage.Kick}) // the usage cache asks for the windows the new policy needs
+			// The usage cache asks for the windows the new policy needs; verdicts follow the new policy.
+			OnChange: func() { s.usage.Kick(); changed() }})
 	})
 	if o.Waitlist {
 		// Every replica answers from the stored queue; the leader moves it on and saves it.
@@ -472,6 +479,8 @@ type service struct {
 	o     Options
 	pol   *policy.Reloader[quota.Policy]
 	usage *usagecache.Cache
+	// changed tells the engine that something a verdict depends on changed (admit.Engine.Changed).
+	changed func()
 
 	dir    atomic.Pointer[map[string][]string]
 	dirAt  atomic.Pointer[time.Time] // when dir was read
@@ -555,7 +564,9 @@ func (s *service) hubLoop(ctx context.Context) {
 			backoff = min(2*backoff, s.o.HubRefresh)
 		} else {
 			s.hubSuccess.Set(1)
-			s.dir.Store(&dir)
+			if old := s.dir.Swap(&dir); old == nil || !maps.EqualFunc(*old, dir, slices.Equal) {
+				s.changed()
+			}
 			at := s.o.Now()
 			s.dirAt.Store(&at)
 			backoff = time.Second
