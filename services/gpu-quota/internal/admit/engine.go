@@ -107,6 +107,8 @@ type Engine struct {
 	// notDeciding is set while another replica decides (SetDeciding): checked under mu, so that a step-down
 	// is ordered with every decision.
 	notDeciding bool
+	// steppedDown is closed when this replica stops deciding (DecidingUntil); a new one when it decides again.
+	steppedDown chan struct{}
 	// changes counts what may change a verdict besides reservations and the waitlist, which count their own:
 	// index events and what Changed announces (Generation).
 	changes uint64
@@ -152,7 +154,7 @@ func New(o Options) (*Engine, error) {
 	if o.Tolerations == nil {
 		o.Tolerations = inventory.DefaultTolerations()
 	}
-	e := &Engine{o: o, ownClock: ownClock, ix: newIndex(), res: newReservations(), told: map[string]*toldGroups{}, wlMetrics: newWaitlistMetrics(),
+	e := &Engine{o: o, ownClock: ownClock, ix: newIndex(), res: newReservations(), steppedDown: make(chan struct{}), told: map[string]*toldGroups{}, wlMetrics: newWaitlistMetrics(),
 		verdicts: newVerdictMetrics()}
 	e.res.tag = strconv.FormatInt(time.Now().UnixNano()%(36*36*36*36), 36) + "-"
 	e.ix.tolerations = o.Tolerations
@@ -195,8 +197,28 @@ func New(o Options) (*Engine, error) {
 func (e *Engine) SetDeciding(on bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	switch {
+	case on && e.notDeciding:
+		e.steppedDown = make(chan struct{})
+	case !on && !e.notDeciding && e.steppedDown != nil:
+		close(e.steppedDown)
+	}
 	e.notDeciding = !on
 }
+
+// DecidingUntil returns a channel closed once this replica stops deciding: already closed when it does not
+// decide now. A stream served only by the decider (assess/watch) ends with it.
+func (e *Engine) DecidingUntil() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.notDeciding {
+		return closed
+	}
+	return e.steppedDown
+}
+
+// closed is a channel closed from the start.
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Deciding reports whether this replica decides.
 func (e *Engine) Deciding() bool {

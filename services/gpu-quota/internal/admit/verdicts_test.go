@@ -95,7 +95,9 @@ func TestVerdictWatchChanges(t *testing.T) {
 		"a change no verdict depends on: a full pass, no line": {
 			change: func(_ *testing.T, r *rig) { r.eng.Changed() }, wantPass: PassFull},
 		"bob's other server's pod": {
-			change: func(t *testing.T, r *rig) { r.create(t, pod("jupyter-bob-lab", "bob", "lab", "gpu-a100", "nvidia.com/mig-1g.5gb")) },
+			change: func(t *testing.T, r *rig) {
+				r.create(t, pod("jupyter-bob-lab", "bob", "lab", "gpu-a100", "nvidia.com/mig-1g.5gb"))
+			},
 			wantPass: PassFull, want: []string{"bob [students] h100=-/kind_not_allowed mig-1g=-/max_servers t4=-/max_servers"}},
 		"erin's other server admitted: its reservation counts": {
 			change:   func(t *testing.T, r *rig) { r.admit(t, t4("erin", "other")) },

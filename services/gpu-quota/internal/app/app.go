@@ -102,6 +102,8 @@ type Options struct {
 	UsageClient  *http.Client
 
 	ReservationTTL time.Duration // default 5 min
+	// VerdictInterval is how often a watch of verdicts (assess/watch) looks for changes (default 2 s).
+	VerdictInterval time.Duration
 
 	// Waitlist turns the waitlist on (services/gpu-quota/README.md, "When no GPU is free").
 	Waitlist bool
@@ -308,7 +310,11 @@ func Run(ctx context.Context, o Options) error {
 	inv.Start(ctx)
 
 	handler, err := api.New(api.Options{Prefix: o.Prefix, Engine: eng, Log: decisions, Token: o.Token, Auth: o.Auth,
-		ReaderServices: o.ReaderServices, Logger: o.Logger, Foreground: admissions})
+		ReaderServices: o.ReaderServices, Logger: o.Logger, Foreground: admissions,
+		Verdicts: func(opts []admit.AssessOption) api.VerdictWatch { return eng.WatchVerdicts(opts) },
+		// A watch is the decider's, and it ends when this replica stops deciding or stops: the HTTP server's
+		// graceful shutdown would otherwise wait for it.
+		Deciding: eng.DecidingUntil, Stopping: ctx.Done(), VerdictInterval: o.VerdictInterval})
 	if err != nil {
 		return err
 	}
@@ -360,7 +366,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	if oneDecider {
-		fw, err := newForwarder(identity, o.Prefix, eng, el.Leader, handler, o.Logger, o.Registry)
+		fw, err := newForwarder(identity, o.Prefix, eng, el.Leader, handler, o.Logger, o.Registry, ctx.Done())
 		if err != nil {
 			return fmt.Errorf("register metrics: %w", err)
 		}

@@ -67,7 +67,7 @@ type Cache struct {
 	err  atomic.Pointer[error]
 	// staleTold is set once OnChange was told that the answer in use is stale.
 	staleTold atomic.Bool
-	kick chan struct{}
+	kick      chan struct{}
 
 	age      prometheus.GaugeFunc
 	failures prometheus.Counter
@@ -235,7 +235,7 @@ func (c *Cache) store(a *answer, now time.Time) {
 // since is added at each decision).
 func sameHours(a, b map[time.Duration]map[string]map[string]float64) bool {
 	return maps.EqualFunc(a, b, func(x, y map[string]map[string]float64) bool {
-		return maps.EqualFunc(x, y, func(p, q map[string]float64) bool { return maps.Equal(p, q) })
+		return maps.EqualFunc(x, y, maps.Equal)
 	})
 }
 
