@@ -168,6 +168,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 		renderer.Quota = qc
 		quota = qc
+		s.quota.Store(qc)
 	} else {
 		o.Logger.Warn("no --quota-url: choices are not checked against gpu-quota; none is disabled for quota")
 	}
@@ -231,6 +232,8 @@ type service struct {
 
 	reloadMetrics *policy.ReloadMetrics
 	assessed      *prometheus.CounterVec
+	// quota is gpu-quota's client; nil without --quota-url.
+	quota atomic.Pointer[quotaclient.Client]
 }
 
 // empty is the configuration without a file.
@@ -251,8 +254,18 @@ func (s *service) metrics() error {
 	s.assessed = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpuhub", Subsystem: "profiles", Name: "quota_assess_total",
 		Help: "How gpu-quota's part of each form went: pushed (from the verdicts gpu-quota pushes, held in memory), ok (asked), cached (asked within --quota-cache), unavailable_open, unavailable_closed (gpu-quota could not answer; its onUnavailable applied), not_configured, nothing_to_ask."},
 		[]string{"result"})
-	if err := s.o.Registry.Register(s.assessed); err != nil {
-		return fmt.Errorf("register metrics: %w", err)
+	watching := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "gpuhub", Subsystem: "profiles", Name: "quota_watch_in_sync",
+		Help: "1 while the verdicts gpu-quota pushes are in sync and its watch is alive: forms are answered from memory (pushed); 0 otherwise (forms ask gpu-quota)."},
+		func() float64 {
+			if qc := s.quota.Load(); qc != nil && qc.Watching() {
+				return 1
+			}
+			return 0
+		})
+	for _, c := range []prometheus.Collector{s.assessed, watching} {
+		if err := s.o.Registry.Register(c); err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
 	}
 	for _, r := range []string{profiles.QuotaPushed, profiles.QuotaOK, profiles.QuotaCached, profiles.QuotaUnavailableOpen, profiles.QuotaUnavailableClosed,
 		profiles.QuotaNotConfigured, profiles.QuotaNothingToAsk} {

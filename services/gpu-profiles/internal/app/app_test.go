@@ -520,6 +520,13 @@ func TestQuotaPushedOverHTTP(t *testing.T) {
 	if n := asked.Load() - before; n != 0 {
 		t.Errorf("gpu-quota asked %d times for 5 forms the table answers", n)
 	}
+	if err := testutil.GatherAndCompare(r.registry, strings.NewReader(`
+# HELP gpuhub_profiles_quota_watch_in_sync 1 while the verdicts gpu-quota pushes are in sync and its watch is alive: forms are answered from memory (pushed); 0 otherwise (forms ask gpu-quota).
+# TYPE gpuhub_profiles_quota_watch_in_sync gauge
+gpuhub_profiles_quota_watch_in_sync 1
+`), "gpuhub_profiles_quota_watch_in_sync"); err != nil {
+		t.Error(err)
+	}
 	// Groups the directory does not have yet (the Hub's are fresher): asked.
 	r.profiles(t, "profiles-token", `{"user":"carol","groups":["researchers","students"]}`)
 	if n := asked.Load() - before; n != 1 {

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,10 +55,40 @@ type table struct {
 	last    atomic.Int64 // when the stream last sent a line (unix ns, the client's clock)
 }
 
-// entry is one user's line; never changed once stored.
+// entry is one user's line; never changed once stored. Users with the same line share one entry (most users of a
+// group without a GPU server have the same verdicts): 10,000 users hold a few hundred entries, not 10,000 maps.
 type entry struct {
+	key      string // what makes it the same (entryKey)
 	groups   []string
 	verdicts map[string]contract.Verdict
+}
+
+// entryKey names what an entry holds of a user line: groups and verdicts.
+func entryKey(b *strings.Builder, l contract.VerdictLine) string {
+	b.Reset()
+	for _, g := range l.Groups {
+		b.WriteString(g)
+		b.WriteByte(0)
+	}
+	b.WriteByte(1)
+	for _, v := range l.Options {
+		b.WriteString(v.ID)
+		b.WriteByte(0)
+		if v.Allow {
+			b.WriteByte('y')
+		}
+		b.WriteString(v.Reason)
+		b.WriteByte(0)
+		b.WriteString(v.Message)
+		b.WriteByte(0)
+		b.WriteString(strconv.FormatInt(v.HeldForOthers, 10))
+		b.WriteByte(0)
+		if !v.HeldForYouUntil.IsZero() {
+			b.WriteString(v.HeldForYouUntil.UTC().Format(time.RFC3339Nano))
+		}
+		b.WriteByte(0)
+	}
+	return b.String()
 }
 
 func newTable(opts []contract.AssessOption) *table {
@@ -71,6 +102,12 @@ func newTable(opts []contract.AssessOption) *table {
 // alive reports whether the table answers at now: complete, its stream open and heard from within stale.
 func (t *table) alive(now time.Time, stale time.Duration) bool {
 	return t.synced.Load() && !t.ended.Load() && now.Sub(time.Unix(0, t.last.Load())) < stale
+}
+
+// Watching reports whether a watched table answers renders now: in sync, its stream open and heard from.
+func (c *Client) Watching() bool {
+	t := c.table.Load()
+	return t != nil && t.alive(c.o.Now(), c.o.Stale)
 }
 
 // pushed answers Assess from the watched table when it can say exactly what assess would: the default server,
@@ -256,6 +293,8 @@ func (c *Client) stream(ctx context.Context, body []byte, opts []contract.Assess
 		}
 	}()
 	defer t.ended.Store(true)
+	shared := map[string]*entry{} // entries by key, for users with the same line
+	var kb strings.Builder
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
 	for sc.Scan() {
@@ -266,12 +305,23 @@ func (c *Client) stream(ctx context.Context, body []byte, opts []contract.Assess
 		t.last.Store(c.o.Now().UnixNano())
 		switch l.Kind {
 		case contract.WatchUser:
-			e := &entry{groups: l.Groups, verdicts: make(map[string]contract.Verdict, len(l.Options))}
-			for _, v := range l.Options {
-				e.verdicts[v.ID] = v
+			key := entryKey(&kb, l)
+			e := shared[key]
+			if e == nil {
+				e = &entry{key: key, groups: l.Groups, verdicts: make(map[string]contract.Verdict, len(l.Options))}
+				for _, v := range l.Options {
+					e.verdicts[v.ID] = v
+				}
+				shared[key] = e
 			}
 			t.mu.Lock()
 			t.users[l.User] = e
+			if len(shared) > 2*len(t.users)+1024 { // entries no user holds any more (verdicts that moved on)
+				shared = make(map[string]*entry, len(shared)/2)
+				for _, e := range t.users {
+					shared[e.key] = e
+				}
+			}
 			t.mu.Unlock()
 			c.remember(l.OnUnavailable)
 		case contract.WatchLeft:

@@ -145,11 +145,6 @@ func eventually(t *testing.T, what string, ok func() bool) {
 	}
 }
 
-func (c *Client) inSync() bool {
-	t := c.table.Load()
-	return t != nil && t.alive(c.o.Now(), c.o.Stale)
-}
-
 // TestPushedOrAsked: a render is answered from the watched table only when the table says exactly what assess
 // would; everything else makes the round trip, as before the watch.
 func TestPushedOrAsked(t *testing.T) {
@@ -183,7 +178,7 @@ func TestPushedOrAsked(t *testing.T) {
 		}, want: "ok", reason: "asked"},
 		"the stream ended": {ask: bob, before: func(t *testing.T, c *Client, _ *fakeClock, s *stream) {
 			close(s.lines)
-			eventually(t, "the table ended", func() bool { return !c.inSync() })
+			eventually(t, "the table ended", func() bool { return !c.Watching() })
 		}, want: "ok", reason: "asked"},
 	}
 	for name, tc := range tests {
@@ -201,7 +196,7 @@ func TestPushedOrAsked(t *testing.T) {
 				t.Errorf("watched (-want +got):\n%s", diff)
 			}
 			s.table(map[string][]string{"bob": {"students", "night"}, "carol": {}})
-			eventually(t, "in sync", c.inSync)
+			eventually(t, "in sync", c.Watching)
 			if tc.before != nil {
 				tc.before(t, c, clk, s)
 			}
@@ -242,17 +237,17 @@ func TestWatchReconnects(t *testing.T) {
 	watching(t, c, fixed(h100))
 	s := f.next(t)
 	s.table(map[string][]string{"bob": {}})
-	eventually(t, "in sync", c.inSync)
+	eventually(t, "in sync", c.Watching)
 	close(s.lines)
 	again := f.next(t)
-	if c.inSync() {
+	if c.Watching() {
 		t.Error("the ended stream's table still answers")
 	}
 	if _, res, _ := c.Assess(context.Background(), "bob", "", nil, []contract.AssessOption{h100}); res != "ok" {
 		t.Errorf("between the streams: %s, want asked", res)
 	}
 	again.table(map[string][]string{"bob": {}})
-	eventually(t, "in sync again", c.inSync)
+	eventually(t, "in sync again", c.Watching)
 	if _, res, _ := c.Assess(context.Background(), "bob", "", nil, []contract.AssessOption{h100}); res != Pushed {
 		t.Errorf("after the new table: %s, want pushed", res)
 	}
@@ -294,7 +289,7 @@ func TestWatchNewOptions(t *testing.T) {
 	watching(t, c, func() ([]contract.AssessOption, bool) { mu.Lock(); defer mu.Unlock(); return opts, true })
 	old := f.next(t)
 	old.table(map[string][]string{"bob": {}})
-	eventually(t, "in sync", c.inSync)
+	eventually(t, "in sync", c.Watching)
 
 	mu.Lock()
 	opts = []contract.AssessOption{h100, t4, mig} // a MIG kind appeared
@@ -322,5 +317,39 @@ func TestWatchNewOptions(t *testing.T) {
 	}
 	if got := ask(h100, t4, mig); got != Pushed {
 		t.Errorf("after: %s", got)
+	}
+}
+
+// TestSharedEntries: users with the same line share one entry in memory; a new line for one of them changes
+// only theirs.
+func TestSharedEntries(t *testing.T) {
+	f, url := newFakeQuota2(t)
+	c, err := New(Options{URL: url, Token: "profiles-token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	watching(t, c, fixed(h100))
+	s := f.next(t)
+	line := func(user, reason string) contract.VerdictLine {
+		return contract.VerdictLine{Kind: contract.WatchUser, User: user, Groups: []string{"students"},
+			Options: []contract.Verdict{{ID: h100.ID, Reason: reason}}}
+	}
+	s.lines <- line("bob", "kind_not_allowed")
+	s.lines <- line("erin", "kind_not_allowed")
+	s.lines <- contract.VerdictLine{Kind: contract.WatchSynced}
+	eventually(t, "in sync", c.Watching)
+	entries := func() (bob, erin *entry) {
+		tb := c.table.Load()
+		tb.mu.RLock()
+		defer tb.mu.RUnlock()
+		return tb.users["bob"], tb.users["erin"]
+	}
+	if bob, erin := entries(); bob != erin {
+		t.Errorf("bob's and erin's lines are alike, their entries are not one: %p %p", bob, erin)
+	}
+	s.lines <- line("bob", "max_gpus")
+	eventually(t, "bob's new line", func() bool { bob, _ := entries(); return bob.verdicts[h100.ID].Reason == "max_gpus" })
+	if _, erin := entries(); erin.verdicts[h100.ID].Reason != "kind_not_allowed" {
+		t.Errorf("erin's verdict changed with bob's: %+v", erin.verdicts)
 	}
 }
