@@ -246,3 +246,41 @@ func TestGeneration(t *testing.T) {
 		})
 	}
 }
+
+// TestVerdictWatchHoldEnds: a waitlist hold that ends by the clock moves the generation before the waitlist's
+// tick removes it: the users it was held against get their line.
+func TestVerdictWatchHoldEnds(t *testing.T) {
+	r := newWaitRig(t, &decayedTable{m: map[string]map[string]float64{}})
+	r.create(t, h100Pod("carol-1", "carol", "", t0.Add(-time.Hour)))
+	r.create(t, h100Pod("carol-2", "carol", "two", t0.Add(-time.Hour)))
+	if res := r.admit(t, joining(h100("bob", "", 1), false)); res.Waitlist == nil {
+		t.Fatalf("bob did not join: %+v", res)
+	}
+	r.clock.Add(time.Minute)
+	r.remove(t, "carol-2")
+	if tick := r.eng.WaitlistTick(r.clock.Now()); len(tick.Held) != 1 {
+		t.Fatalf("no hold for bob: %+v", tick)
+	}
+	w := r.eng.WatchVerdicts(watchOptions()[:1]) // the H100
+	defer w.Close()
+	held := func(lines []VerdictLine) map[string]int64 {
+		out := map[string]int64{}
+		for _, l := range lines {
+			out[l.User] = l.Options[0].HeldForOthers
+		}
+		return out
+	}
+	_, lines := pass(t, w)
+	if got := held(lines); got["dave"] != 1 || got["bob"] != 0 {
+		t.Fatalf("held for others in the first table: %v", got)
+	}
+	if kind, lines := pass(t, w); kind != PassSkipped || len(lines) != 0 {
+		t.Fatalf("before the hold ends: %s %v", kind, summaries(lines))
+	}
+	r.clock.Add(10 * time.Minute) // the hold ends; no tick yet
+	kind, lines := pass(t, w)
+	// Every user's line changes: bob's own hold is gone, and so is the unit held against the others.
+	if got := held(lines); kind != PassFull || got["dave"] != 0 || len(got) != 9 || !lines[1].Options[0].HeldForYouUntil.IsZero() {
+		t.Errorf("after the hold ended: pass %s, held for others %v, want a full pass with all 9 users' lines, none held", kind, got)
+	}
+}
