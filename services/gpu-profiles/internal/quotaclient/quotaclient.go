@@ -49,8 +49,10 @@ type Client struct {
 	mu    sync.Mutex
 	cache map[string]cached
 
-	// table is the watched verdicts renders are answered from; nil until a watch is in sync.
+	// table is the watched verdicts renders are answered from; nil until a watch is in sync. installMu orders
+	// putting a table in use with a later watcher taking over (watcher.served, watcher.prev).
 	table         atomic.Pointer[table]
+	installMu     sync.Mutex
 	watchEndpoint string
 	watchHTTP     *http.Client
 }

@@ -162,20 +162,18 @@ func sameSet(a, b []string) bool {
 // new one is in sync. A watch that ends or fails is made again, at once after one that was in sync, else
 // after a backoff from 500 ms to 30 s; each failure is logged (never the token).
 func (c *Client) Watch(ctx context.Context, options func() ([]contract.AssessOption, bool)) {
-	var cur *watcher
-	defer func() {
-		if cur != nil {
-			cur.stop()
-		}
-	}()
+	var (
+		cur *watcher
+		wg  sync.WaitGroup // every watcher's goroutine: none outlives Watch
+	)
+	defer wg.Wait() // ctx ended: every watcher's context with it
 	t := time.NewTicker(optionsPoll)
 	defer t.Stop()
 	for {
 		if opts, ok := options(); ok && len(opts) > 0 {
 			opts = normalized(opts)
 			if key := optionsKey(opts); cur == nil || cur.key != key {
-				prev := cur
-				cur = c.startWatcher(ctx, key, opts, prev)
+				cur = c.startWatcher(ctx, &wg, key, opts, cur)
 			}
 		}
 		select {
@@ -202,32 +200,35 @@ func optionsKey(opts []contract.AssessOption) string {
 // watcher is the watch of one set of options, made again when it ends.
 type watcher struct {
 	key    string
+	ctx    context.Context
 	cancel context.CancelFunc
-	done   chan struct{}
+	// Under Client.installMu: served is set once its table was put in use; prev is the watcher whose table
+	// renders use until then (stopped when this one's table takes over).
+	served bool
+	prev   *watcher
 }
 
-func (w *watcher) stop() {
-	w.cancel()
-	<-w.done
-}
-
-// startWatcher watches opts until stopped; once its first table is in sync it takes over from prev (nil: none),
-// which it stops.
-func (c *Client) startWatcher(ctx context.Context, key string, opts []contract.AssessOption, prev *watcher) *watcher {
+// startWatcher watches opts until ctx ends or a later watcher's table takes over. It takes over from last: at
+// once when last never served (nothing is lost), else once its own table is in sync.
+func (c *Client) startWatcher(ctx context.Context, wg *sync.WaitGroup, key string, opts []contract.AssessOption, last *watcher) *watcher {
 	ctx, cancel := context.WithCancel(ctx)
-	w := &watcher{key: key, cancel: cancel, done: make(chan struct{})}
+	w := &watcher{key: key, ctx: ctx, cancel: cancel}
+	c.installMu.Lock()
+	switch {
+	case last == nil:
+	case last.served:
+		w.prev = last
+	default:
+		w.prev, last.prev = last.prev, nil
+		last.cancel()
+	}
+	c.installMu.Unlock()
 	body, _ := json.Marshal(contract.VerdictWatchRequest{Options: opts})
-	go func() {
-		defer close(w.done)
-		takeOver := func() {
-			if prev != nil {
-				go prev.stop() // not waited for here: its stream may be slow to notice
-				prev = nil
-			}
-		}
+	wg.Go(func() {
+		defer cancel()
 		backoff := time.Duration(0)
 		for ctx.Err() == nil {
-			synced, err := c.stream(ctx, body, opts, takeOver)
+			synced, err := c.stream(ctx, body, opts, func(t *table) bool { return c.install(w, t) })
 			if ctx.Err() != nil {
 				return
 			}
@@ -248,13 +249,29 @@ func (c *Client) startWatcher(ctx context.Context, key string, opts []contract.A
 				}
 			}
 		}
-	}()
+	})
 	return w
 }
 
-// stream reads one watch until it ends; synced says it was complete at some point (then it was installed for
-// the renders, and onSynced called).
-func (c *Client) stream(ctx context.Context, body []byte, opts []contract.AssessOption, onSynced func()) (synced bool, err error) {
+// install puts w's table t in use, unless a later watcher took over from w; it stops w's predecessor.
+func (c *Client) install(w *watcher, t *table) bool {
+	c.installMu.Lock()
+	defer c.installMu.Unlock()
+	if w.ctx.Err() != nil {
+		return false
+	}
+	c.table.Store(t)
+	w.served = true
+	if w.prev != nil {
+		w.prev.cancel()
+		w.prev = nil
+	}
+	return true
+}
+
+// stream reads one watch until it ends; synced says it was complete at some point (then install was asked to
+// put it in use).
+func (c *Client) stream(ctx context.Context, body []byte, opts []contract.AssessOption, install func(*table) bool) (synced bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.watchEndpoint, bytes.NewReader(body))
@@ -332,8 +349,9 @@ func (c *Client) stream(ctx context.Context, body []byte, opts []contract.Assess
 			if !synced {
 				synced = true
 				t.synced.Store(true)
-				c.table.Store(t)
-				onSynced()
+				if !install(t) {
+					return synced, errors.New("superseded by a watch of other choices")
+				}
 				t.mu.RLock()
 				n := len(t.users)
 				t.mu.RUnlock()

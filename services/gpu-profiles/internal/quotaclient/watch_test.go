@@ -353,3 +353,63 @@ func TestSharedEntries(t *testing.T) {
 		t.Errorf("erin's verdict changed with bob's: %+v", erin.verdicts)
 	}
 }
+
+// TestWatchOptionsChangeTwice: the choices change again before the second watch is in sync: that watch is
+// closed at once, the first one answers until the third is in sync, and then it is closed too; only the third's
+// table answers after, whatever the others do.
+func TestWatchOptionsChangeTwice(t *testing.T) {
+	f, url := newFakeQuota2(t)
+	c, err := New(Options{URL: url, Token: "profiles-token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	opts := []contract.AssessOption{h100}
+	set := func(o ...contract.AssessOption) { mu.Lock(); opts = o; mu.Unlock() }
+	watching(t, c, func() ([]contract.AssessOption, bool) { mu.Lock(); defer mu.Unlock(); return opts, true })
+	first := f.next(t)
+	first.table(map[string][]string{"bob": {}})
+	eventually(t, "in sync", c.Watching)
+
+	set(h100, t4)
+	second := f.next(t)
+	set(h100, t4, mig)
+	third := f.next(t)
+	select {
+	case <-second.done:
+	case <-time.After(5 * time.Second):
+		t.Error("the second watch, never in sync, is still open")
+	}
+	if _, ok := c.pushed("bob", "", nil, []contract.AssessOption{h100}); !ok {
+		t.Error("the first table stopped answering before the third is in sync")
+	}
+	third.table(map[string][]string{"bob": {}})
+	eventually(t, "the third table answers", func() bool { _, ok := c.pushed("bob", "", nil, []contract.AssessOption{mig}); return ok })
+	select {
+	case <-first.done:
+	case <-time.After(5 * time.Second):
+		t.Error("the first watch is still open")
+	}
+}
+
+// TestInstallSuperseded: a watcher that a later one took over from never puts its table in use again, even when
+// its stream comes to sync after the takeover (a race between the two).
+func TestInstallSuperseded(t *testing.T) {
+	c, err := New(Options{URL: "http://gpu-quota/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	old := &watcher{ctx: ctx, cancel: func() {}}
+	superseded, stop := context.WithCancel(ctx)
+	stop()
+	late := &watcher{ctx: superseded, cancel: func() {}}
+	current := newTable([]contract.AssessOption{h100})
+	if !c.install(old, current) || c.table.Load() != current {
+		t.Fatal("a live watcher's table is not in use")
+	}
+	if c.install(late, newTable(nil)) || c.table.Load() != current {
+		t.Error("a superseded watcher's table was put in use")
+	}
+}
