@@ -45,6 +45,7 @@ func run(args []string, stderr io.Writer) int {
 		waitlistHold    = fs.Duration("waitlist-hold", 10*time.Minute, "how long a freed GPU is held for the next in line before it passes on")
 		halfLife        = fs.Duration("fair-share-half-life", 7*24*time.Hour, "half-life of GPU-hours in the waitlist's fair-share order (whole hours)")
 		hubRefresh      = fs.Duration("hub-refresh", 2*time.Minute, "how often the Hub's users and groups are re-read")
+		verdictInterval = fs.Duration("verdict-interval", 2*time.Second, "how often a watch of verdicts (api/v1/assess/watch: gpu-profiles' spawn forms) looks for changed verdicts and sends them; a look when nothing they depend on changed is skipped")
 		unreadyAfter    = fs.Duration("informer-unready-after", time.Minute, "how long a pod or node watch may keep failing before /readyz fails")
 	)
 	if code, ok := cmd.Parse(args, map[string]string{
@@ -54,7 +55,7 @@ func run(args []string, stderr io.Writer) int {
 		"lease-namespace": "GPUHUB_LEASE_NAMESPACE", "lease-name": "GPUHUB_LEASE_NAME", "lease-retry": "GPUHUB_LEASE_RETRY", "advertise-url": "GPUHUB_ADVERTISE_URL", "owner-deployment": "GPUHUB_OWNER_DEPLOYMENT", "reader-services": "GPUHUB_READER_SERVICES",
 		"admin-groups": "GPUHUB_ADMIN_GROUPS", "hub-refresh": "GPUHUB_HUB_REFRESH",
 		"informer-unready-after": "GPUHUB_INFORMER_UNREADY_AFTER", "waitlist": "GPUHUB_WAITLIST", "waitlist-hold": "GPUHUB_WAITLIST_HOLD",
-		"fair-share-half-life": "GPUHUB_FAIR_SHARE_HALF_LIFE",
+		"fair-share-half-life": "GPUHUB_FAIR_SHARE_HALF_LIFE", "verdict-interval": "GPUHUB_VERDICT_INTERVAL",
 	}); !ok {
 		return code
 	}
@@ -86,7 +87,7 @@ func run(args []string, stderr io.Writer) int {
 		PolicyPath: *policyPath, PolicyPoll: *policyPoll, Reload: reload,
 		Kube: cl.Kube, Namespace: *namespace, Tolerations: tol, InformerUnreadyAfter: *unreadyAfter, ShutdownDelay: *shutdownDelay,
 		Hub: cl.Hub, HubRefresh: *hubRefresh, Token: cl.HubConfig.Token, Auth: cl.Auth.Middleware, ReaderServices: config.List(*readerServices),
-		UsageURL: *usageURL, UsageRefresh: *usageRefresh, ReservationTTL: *reservationTTL,
+		UsageURL: *usageURL, UsageRefresh: *usageRefresh, ReservationTTL: *reservationTTL, VerdictInterval: *verdictInterval,
 		Waitlist: *waitlistOn, WaitlistHold: *waitlistHold, FairShareHalfLife: *halfLife, HubStart: cl.Hub,
 		LeaseNamespace: *leaseNamespace, LeaseName: *leaseName, OwnerDeployment: *ownerDeployment, Identity: identity, AdvertiseURL: *advertiseURL, LeaseRetryPeriod: *leaseRetry, EnforceInterval: *enforceInterval,
 		// The leader warns users over a limit or budget and stops their servers after the grace, through the Hub.

@@ -1,6 +1,7 @@
 package apicheck
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -109,6 +110,11 @@ func (tg *Target) send(t *testing.T, rq request, cred func(*http.Request)) answe
 		t.Fatalf("%s %s: no answer (a panic in the handler?): %v", rq.method, rq.path, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/x-ndjson" {
+		// A stream lasts as long as the service serves it: its first line is the answer judged.
+		line, _ := bufio.NewReaderSize(io.LimitReader(resp.Body, 1<<20), 64<<10).ReadBytes('\n')
+		return answer{status: resp.StatusCode, header: resp.Header, body: line}
+	}
 	b, _ := io.ReadAll(resp.Body)
 	return answer{status: resp.StatusCode, header: resp.Header, body: b}
 }

@@ -47,6 +47,9 @@ func TestOpenAPIMatchesTypes(t *testing.T) {
 		{"gpu-quota", "AssessRequest", AssessRequest{}},
 		{"gpu-quota", "Assessment", Assessment{}},
 		{"gpu-quota", "Verdict", Verdict{}},
+		{"gpu-quota", "AssessOption", AssessOption{}},
+		{"gpu-quota", "VerdictWatchRequest", VerdictWatchRequest{}},
+		{"gpu-quota", "VerdictLine", VerdictLine{}},
 		{"gpu-quota", "Place", Place{}},
 		{"gpu-quota", "Places", Places{}},
 	} {

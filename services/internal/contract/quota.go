@@ -94,6 +94,38 @@ type Assessment struct {
 	OnUnavailable string `json:"onUnavailable"`
 }
 
+// VerdictWatchRequest is the body of POST assess/watch: every spawn choice the forms may show (gpu-profiles
+// watches the union of its catalog's GPU choices once, for all its forms).
+type VerdictWatchRequest struct {
+	Options []AssessOption `json:"options"`
+}
+
+// Kinds of VerdictLine.
+const (
+	// WatchUser is one user's verdicts: the line replaces whatever the reader held for the user.
+	WatchUser = "user"
+	// WatchLeft is a user who left the Hub's directory: forget their verdicts.
+	WatchLeft = "left"
+	// WatchSynced follows the first line of every user of the directory: the table is complete from here on.
+	WatchSynced = "synced"
+	// WatchKeepalive says the stream is alive while nothing changed.
+	WatchKeepalive = "keepalive"
+)
+
+// VerdictLine is one line of assess/watch's answer (NDJSON). A user line is what assess would answer for the
+// user's default server (server ""), with the groups of gpu-quota's copy of the Hub directory.
+type VerdictLine struct {
+	Kind string `json:"kind"`
+	User string `json:"user,omitempty"`
+	// Groups are the groups the verdicts were decided with (gpu-quota's directory); left out: none. A form for
+	// other groups is not answered by this line.
+	Groups []string `json:"groups,omitempty"`
+	// Options are the verdicts, one per watched option, in the request's order.
+	Options []Verdict `json:"options,omitempty"`
+	// OnUnavailable is Open or Closed, as in Assessment.
+	OnUnavailable string `json:"onUnavailable,omitempty"`
+}
+
 // Place is one server's place in a queue, as its user and the admins see it.
 type Place struct {
 	User        string   `json:"user"`

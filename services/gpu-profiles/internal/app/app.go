@@ -157,15 +157,18 @@ func Run(ctx context.Context, o Options) error {
 	handlersSynced.Store(&hs)
 	inv.Start(ctx)
 
+	var quota *quotaclient.Client
 	renderer := &profiles.Renderer{Catalog: cat, Config: s.config, Now: o.Now, Logger: o.Logger,
 		OnQuota: func(r string) { s.assessed.WithLabelValues(r).Inc() }}
 	if o.QuotaURL != "" {
 		qc, err := quotaclient.New(quotaclient.Options{URL: o.QuotaURL, Token: o.Token, Timeout: o.QuotaTimeout, TTL: o.QuotaCacheTTL,
-			OnUnavailable: o.QuotaOnUnavailable, Client: o.QuotaClient, Now: o.Now})
+			OnUnavailable: o.QuotaOnUnavailable, Client: o.QuotaClient, Now: o.Now, Logger: o.Logger})
 		if err != nil {
 			return err
 		}
 		renderer.Quota = qc
+		quota = qc
+		s.quota.Store(qc)
 	} else {
 		o.Logger.Warn("no --quota-url: choices are not checked against gpu-quota; none is disabled for quota")
 	}
@@ -199,6 +202,10 @@ func Run(ctx context.Context, o Options) error {
 	}
 
 	var wg sync.WaitGroup
+	if quota != nil {
+		// gpu-quota pushes every user's verdicts on the choices the forms may show: renders answer from memory.
+		wg.Go(func() { quota.Watch(ctx, renderer.WatchOptions) })
+	}
 	if s.cfg != nil {
 		wg.Go(func() {
 			policy.Watch(ctx, s.cfg, policy.WatchOptions{Poll: o.ConfigPoll, Signal: o.Reload, What: "configuration", Logger: o.Logger,
@@ -225,6 +232,8 @@ type service struct {
 
 	reloadMetrics *policy.ReloadMetrics
 	assessed      *prometheus.CounterVec
+	// quota is gpu-quota's client; nil without --quota-url.
+	quota atomic.Pointer[quotaclient.Client]
 }
 
 // empty is the configuration without a file.
@@ -243,12 +252,22 @@ func (s *service) metrics() error {
 		return fmt.Errorf("register metrics: %w", err)
 	}
 	s.assessed = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpuhub", Subsystem: "profiles", Name: "quota_assess_total",
-		Help: "How gpu-quota's part of each form went: ok, cached, unavailable_open, unavailable_closed (gpu-quota could not answer; its onUnavailable applied), not_configured, nothing_to_ask."},
+		Help: "How gpu-quota's part of each form went: pushed (from the verdicts gpu-quota pushes, held in memory), ok (asked), cached (asked within --quota-cache), unavailable_open, unavailable_closed (gpu-quota could not answer; its onUnavailable applied), not_configured, nothing_to_ask."},
 		[]string{"result"})
-	if err := s.o.Registry.Register(s.assessed); err != nil {
-		return fmt.Errorf("register metrics: %w", err)
+	watching := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "gpuhub", Subsystem: "profiles", Name: "quota_watch_in_sync",
+		Help: "1 while the verdicts gpu-quota pushes are in sync and its watch is alive: forms are answered from memory (pushed); 0 otherwise (forms ask gpu-quota)."},
+		func() float64 {
+			if qc := s.quota.Load(); qc != nil && qc.Watching() {
+				return 1
+			}
+			return 0
+		})
+	for _, c := range []prometheus.Collector{s.assessed, watching} {
+		if err := s.o.Registry.Register(c); err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
 	}
-	for _, r := range []string{profiles.QuotaOK, profiles.QuotaCached, profiles.QuotaUnavailableOpen, profiles.QuotaUnavailableClosed,
+	for _, r := range []string{profiles.QuotaPushed, profiles.QuotaOK, profiles.QuotaCached, profiles.QuotaUnavailableOpen, profiles.QuotaUnavailableClosed,
 		profiles.QuotaNotConfigured, profiles.QuotaNothingToAsk} {
 		s.assessed.WithLabelValues(r)
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/gpuhub/gpuhub/hubapi/hubapitest"
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
 	"github.com/gpuhub/gpuhub/services/gpu-profiles/internal/catalog"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/logging/logtest"
 	"github.com/gpuhub/gpuhub/services/internal/server"
 )
@@ -389,10 +390,15 @@ gpuhub_profiles_config_last_reload_success 0
 	}
 }
 
-// TestQuotaOverHTTP: gpu-quota's verdicts shape the form; kind_not_allowed leaves the kind out.
+// TestQuotaOverHTTP: gpu-quota's verdicts shape the form; kind_not_allowed leaves the kind out. This gpu-quota
+// has no watch of verdicts (an older one): every form asks, as before it.
 func TestQuotaOverHTTP(t *testing.T) {
 	var asked atomic.Int64
 	quota := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/watch") {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
 		asked.Add(1)
 		if r.Header.Get("Authorization") != "token profiles-token" {
 			w.WriteHeader(http.StatusForbidden)
@@ -425,16 +431,106 @@ func TestQuotaOverHTTP(t *testing.T) {
 		t.Error("Extra did not get the catalog and the configuration")
 	}
 	if err := testutil.GatherAndCompare(r.registry, strings.NewReader(`
-# HELP gpuhub_profiles_quota_assess_total How gpu-quota's part of each form went: ok, cached, unavailable_open, unavailable_closed (gpu-quota could not answer; its onUnavailable applied), not_configured, nothing_to_ask.
+# HELP gpuhub_profiles_quota_assess_total How gpu-quota's part of each form went: pushed (from the verdicts gpu-quota pushes, held in memory), ok (asked), cached (asked within --quota-cache), unavailable_open, unavailable_closed (gpu-quota could not answer; its onUnavailable applied), not_configured, nothing_to_ask.
 # TYPE gpuhub_profiles_quota_assess_total counter
 gpuhub_profiles_quota_assess_total{result="cached"} 1
 gpuhub_profiles_quota_assess_total{result="not_configured"} 0
 gpuhub_profiles_quota_assess_total{result="nothing_to_ask"} 0
 gpuhub_profiles_quota_assess_total{result="ok"} 1
+gpuhub_profiles_quota_assess_total{result="pushed"} 0
 gpuhub_profiles_quota_assess_total{result="unavailable_closed"} 0
 gpuhub_profiles_quota_assess_total{result="unavailable_open"} 0
 `), "gpuhub_profiles_quota_assess_total"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestQuotaPushedOverHTTP: gpu-profiles watches gpu-quota's verdicts on every GPU choice of its catalog, and a
+// form that the table answers makes no round trip ("pushed"); a form for other groups than gpu-quota's
+// directory has asks, as before.
+func TestQuotaPushedOverHTTP(t *testing.T) {
+	var asked atomic.Int64
+	watched := make(chan contract.VerdictWatchRequest, 4)
+	quota := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "token profiles-token" {
+			w.WriteHeader(http.StatusForbidden)
+			return
+		}
+		if !strings.HasSuffix(r.URL.Path, "/watch") {
+			asked.Add(1)
+			_, _ = io.WriteString(w, `{"options":[{"id":"gpu-h100-80gb-hbm3","allow":true},{"id":"gpu-h100-80gb-hbm3-x2","allow":true},
+				{"id":"mig-a100-sxm4-40gb-1g-5gb","allow":true}],"onUnavailable":"open"}`)
+			return
+		}
+		var req contract.VerdictWatchRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		watched <- req
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		_, _ = io.WriteString(w, `{"kind":"user","user":"carol","groups":["researchers"],"options":[`+
+			`{"id":"gpu-h100-80gb-hbm3","allow":false,"reason":"budget_exhausted","message":"You are over your daily GPU budget."},`+
+			`{"id":"gpu-h100-80gb-hbm3-x2","allow":false,"reason":"kind_not_allowed"},{"id":"mig-a100-sxm4-40gb-1g-5gb","allow":true}],"onUnavailable":"open"}`+"\n")
+		_, _ = io.WriteString(w, `{"kind":"synced"}`+"\n")
+		_ = http.NewResponseController(w).Flush()
+		<-r.Context().Done()
+	}))
+	t.Cleanup(quota.Close) // after gpu-profiles' stop (cleanups run last first): its watch holds a handler
+	r := start(t, func(o *Options) { o.QuotaURL = quota.URL + "/services/gpu-quota/" })
+	var req contract.VerdictWatchRequest
+	select {
+	case req = <-watched:
+	case <-time.After(10 * time.Second):
+		t.Fatal("gpu-profiles did not watch within 10 s")
+	}
+	var ids []string
+	for _, o := range req.Options {
+		ids = append(ids, o.ID)
+	}
+	// Every GPU choice, whoever may see it (the whole GPUs are the researchers' only).
+	if diff := cmp.Diff([]string{"gpu-h100-80gb-hbm3", "gpu-h100-80gb-hbm3-x2", "mig-a100-sxm4-40gb-1g-5gb"}, ids); diff != "" {
+		t.Errorf("watched (-want +got):\n%s", diff)
+	}
+	pushed := func() float64 {
+		mfs, err := r.registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				if mf.GetName() == "gpuhub_profiles_quota_assess_total" && m.GetLabel()[0].GetValue() == "pushed" {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+		return 0
+	}
+	// The first form may come before the table: wait for one answered from it.
+	var f form
+	eventually(t, func() bool {
+		_, f = r.profiles(t, "profiles-token", `{"user":"carol","groups":["researchers"]}`)
+		return pushed() > 0
+	})
+	want := []string{"cpu*", "gpu-h100-80gb-hbm3 1/2 quota", "mig-a100-sxm4-40gb-1g-5gb 7/7"}
+	if diff := cmp.Diff(want, f.summary()); diff != "" {
+		t.Errorf("form (-want +got):\n%s", diff)
+	}
+	before := asked.Load()
+	for range 5 {
+		r.profiles(t, "profiles-token", `{"user":"carol","groups":["researchers"]}`)
+	}
+	if n := asked.Load() - before; n != 0 {
+		t.Errorf("gpu-quota asked %d times for 5 forms the table answers", n)
+	}
+	if err := testutil.GatherAndCompare(r.registry, strings.NewReader(`
+# HELP gpuhub_profiles_quota_watch_in_sync 1 while the verdicts gpu-quota pushes are in sync and its watch is alive: forms are answered from memory (pushed); 0 otherwise (forms ask gpu-quota).
+# TYPE gpuhub_profiles_quota_watch_in_sync gauge
+gpuhub_profiles_quota_watch_in_sync 1
+`), "gpuhub_profiles_quota_watch_in_sync"); err != nil {
+		t.Error(err)
+	}
+	// Groups the directory does not have yet (the Hub's are fresher): asked.
+	r.profiles(t, "profiles-token", `{"user":"carol","groups":["researchers","students"]}`)
+	if n := asked.Load() - before; n != 1 {
+		t.Errorf("gpu-quota asked %d times for a form of other groups, want 1", n)
 	}
 }
 

@@ -2,7 +2,11 @@ package bench
 
 import (
 	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -108,5 +112,42 @@ func TestReportGoesToReport(t *testing.T) {
 	}
 	if !strings.HasSuffix(out.String(), table.String()) {
 		t.Error("stdout does not end with the table")
+	}
+}
+
+// TestLabelled: the report's lines of counters by label read every series of the family from /metrics, the new
+// label pushed among them; waitWatching waits for gpu-profiles' watch to be in sync.
+func TestLabelled(t *testing.T) {
+	var exposition atomic.Pointer[string]
+	text := `# HELP gpuhub_profiles_quota_assess_total x
+# TYPE gpuhub_profiles_quota_assess_total counter
+gpuhub_profiles_quota_assess_total{result="cached"} 3
+gpuhub_profiles_quota_assess_total{result="ok"} 2
+gpuhub_profiles_quota_assess_total{result="pushed"} 40725
+gpuhub_profiles_quota_watch_in_sync 1
+gpuhub_quota_verdict_passes_total{pass="full"} 1
+gpuhub_quota_verdict_passes_total{pass="skipped"} 99
+`
+	exposition.Store(&text)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, *exposition.Load()) }))
+	defer srv.Close()
+	tests := map[string]struct{ prefix, want string }{
+		"gpu-profiles' renders": {`gpuhub_profiles_quota_assess_total{result="`, "cached 3, ok 2, pushed 40725"},
+		"gpu-quota's passes":    {`gpuhub_quota_verdict_passes_total{pass="`, "full 1, skipped 99"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, labelled(t.Context(), srv.Client(), srv.URL, tc.prefix)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+	if err := waitWatching(t.Context(), srv.URL, time.Second); err != nil {
+		t.Errorf("waitWatching: %v", err)
+	}
+	out := strings.Replace(text, "in_sync 1", "in_sync 0", 1)
+	exposition.Store(&out)
+	if err := waitWatching(t.Context(), srv.URL, 300*time.Millisecond); err == nil || !strings.Contains(err.Error(), "did not hold") {
+		t.Errorf("waitWatching out of sync: %v", err)
 	}
 }

@@ -119,10 +119,11 @@ type system struct {
 	name, url string
 	// chart is the chart's configuration this system runs as (QuotaDisabled, QuotaEnabled; "" for the baseline).
 	chart string
-	// metrics is the service's /metrics ("" for the baseline, which has none).
-	metrics   string
-	bursts    []benchkit.Latencies
-	saturated []benchkit.Latencies
+	// metrics is the service's /metrics ("" for the baseline, which has none); quotaMetrics is gpu-quota's, for
+	// the system that asks it.
+	metrics, quotaMetrics string
+	bursts                []benchkit.Latencies
+	saturated             []benchkit.Latencies
 }
 
 // Run starts a control plane, fills it, starts the systems under test, checks that they give the same answers,
@@ -223,13 +224,17 @@ func Run(ctx context.Context, o RunOptions) error {
 	o.report(systems, same)
 	if len(systems) > 2 {
 		o.printf("gpu-quota's part of the renders with gpu-quota (gpuhub_profiles_quota_assess_total): %s\n",
-			quotaResults(ctx, client, systems[2].metrics))
+			labelled(ctx, client, systems[2].metrics, `gpuhub_profiles_quota_assess_total{result="`))
+		// Passes over every user for the watch share the systems' CPU: a full one only when something changed.
+		o.printf("gpu-quota's passes for gpu-profiles' watch of verdicts over the whole run (gpuhub_quota_verdict_passes_total): %s\n",
+			labelled(ctx, client, systems[2].quotaMetrics, `gpuhub_quota_verdict_passes_total{pass="`))
 	}
 	return nil
 }
 
-// quotaResults reads how gpu-profiles' renders went with gpu-quota: "ok 1234, cached 56, unavailable_open 0".
-func quotaResults(ctx context.Context, c *http.Client, metricsURL string) string {
+// labelled reads the series of one counter at metricsURL whose name and first label start with prefix
+// (`name{label="`): "ok 1234, cached 56, unavailable_open 0".
+func labelled(ctx context.Context, c *http.Client, metricsURL, prefix string) string {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL, nil)
 	if err != nil {
 		return err.Error()
@@ -245,7 +250,7 @@ func quotaResults(ctx context.Context, c *http.Client, metricsURL string) string
 	}
 	var out []string
 	for line := range strings.Lines(string(raw)) {
-		rest, ok := strings.CutPrefix(line, `gpuhub_profiles_quota_assess_total{result="`)
+		rest, ok := strings.CutPrefix(line, prefix)
 		if !ok {
 			continue
 		}
@@ -310,8 +315,40 @@ func (o RunOptions) start(ctx context.Context, kubeconfig, dir, hubURL, usageURL
 		return nil, stopAll, err
 	}
 	stops = append(stops, stop)
-	systems = append(systems, &system{name: "with gpu-quota", chart: QuotaEnabled, url: url(3, ProfilesPrefix+"api/v1/profiles"), metrics: url(3, "/metrics")})
+	// As shipped, gpu-profiles watches gpu-quota's verdicts (every user of the Hub directory, Hub.Users) and
+	// answers forms from memory: measured once its table is in sync, not while it is sent.
+	t0 := time.Now()
+	if err := waitWatching(ctx, url(3, "/metrics"), time.Minute); err != nil {
+		return nil, stopAll, err
+	}
+	o.printf("    gpu-profiles holds gpu-quota's verdicts of %d users after %.1fs (gpuhub_profiles_quota_watch_in_sync 1)\n",
+		o.Synth.Users, time.Since(t0).Seconds())
+	systems = append(systems, &system{name: "with gpu-quota", chart: QuotaEnabled, url: url(3, ProfilesPrefix+"api/v1/profiles"), metrics: url(3, "/metrics"),
+		quotaMetrics: url(2, "/metrics")})
 	return systems, stopAll, nil
+}
+
+// waitWatching waits until the gpu-profiles whose /metrics is metricsURL holds gpu-quota's pushed verdicts in sync.
+func waitWatching(ctx context.Context, metricsURL string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		m, err := benchkit.Metrics(ctx, nil, metricsURL)
+		if err == nil && m["gpuhub_profiles_quota_watch_in_sync"] == 1 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				return fmt.Errorf("gpu-profiles did not hold gpu-quota's verdicts within %s: reading its metrics: %w", timeout, err)
+			}
+			return fmt.Errorf("gpu-profiles did not hold gpu-quota's verdicts within %s (gpuhub_profiles_quota_watch_in_sync %v): see --log",
+				timeout, m["gpuhub_profiles_quota_watch_in_sync"])
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // requests are form renders of random users of the synthetic cluster, with their groups, as the callable sends.

@@ -55,6 +55,8 @@ type Response struct {
 
 // Quota results of a render, for the metrics.
 const (
+	// QuotaPushed: the verdicts came from gpu-quota's watch, held in memory (no round trip).
+	QuotaPushed            = "pushed"
 	QuotaOK                = "ok"
 	QuotaCached            = "cached"
 	QuotaUnavailableOpen   = "unavailable_open"
@@ -248,18 +250,35 @@ func (r *Renderer) tell(result string) {
 	}
 }
 
-// assess asks gpu-quota about the GPU choices; while it cannot answer, its onUnavailable decides.
-func (r *Renderer) assess(ctx context.Context, req Request, choices []Choice) map[string]contract.Verdict {
-	if r.Quota == nil {
-		r.tell(QuotaNotConfigured)
-		return nil
+// WatchOptions are the GPU choices any form may show, as gpu-quota is asked about them: what gpu-quota's watch
+// of verdicts covers (a render filters them per user and group, and its verdicts are by option ID). ok is false
+// while the catalog cannot say (not synced).
+func (r *Renderer) WatchOptions() ([]contract.AssessOption, bool) {
+	kinds, err := r.Catalog.Kinds()
+	if err != nil {
+		return nil, false
 	}
+	return assessOptions(r.choices(kinds, r.Config())), true
+}
+
+// assessOptions are the choices that ask for GPUs, as gpu-quota is asked about them.
+func assessOptions(choices []Choice) []contract.AssessOption {
 	var opts []contract.AssessOption
 	for _, c := range choices {
 		if c.Resources != nil {
 			opts = append(opts, contract.AssessOption{ID: c.Slug, Resources: c.Resources, NodeSelector: c.Override.NodeSelector})
 		}
 	}
+	return opts
+}
+
+// assess asks gpu-quota about the GPU choices; while it cannot answer, its onUnavailable decides.
+func (r *Renderer) assess(ctx context.Context, req Request, choices []Choice) map[string]contract.Verdict {
+	if r.Quota == nil {
+		r.tell(QuotaNotConfigured)
+		return nil
+	}
+	opts := assessOptions(choices)
 	if len(opts) == 0 {
 		r.tell(QuotaNothingToAsk)
 		return nil

@@ -1,12 +1,15 @@
-// Package quotaclient asks gpu-quota which of a user's choices their quota allows (contract C2, POST
-// {quota prefix}api/v1/assess), with a short timeout and a per-user cache of a few seconds: a form render
-// never waits long on gpu-quota, and a user reloading the form does not ask twice.
+// Package quotaclient asks gpu-quota which of a user's choices their quota allows. With a watch running
+// (Watch), gpu-quota pushes every user's verdicts for the default server (POST {quota prefix}api/v1/assess/watch)
+// and a render is answered from memory; any other question goes to POST {quota prefix}api/v1/assess (contract
+// C2), with a short timeout and a per-user cache of a few seconds: a form render never waits long on gpu-quota,
+// and a user reloading the form does not ask twice.
 package quotaclient
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -27,9 +30,13 @@ type Options struct {
 	Timeout, TTL time.Duration
 	// OnUnavailable applies until gpu-quota has said its own setting (default Open).
 	OnUnavailable string
-	// Client sends the calls (nil: contract.NewHTTPClient).
+	// Client sends the calls (nil: contract.NewHTTPClient); the watch uses it without its timeout.
 	Client *http.Client
 	Now    func() time.Time
+	// Stale is how long a watch may stay silent before its table stops answering (default DefaultStale).
+	Stale time.Duration
+	// Logger gets the watch's connections and failures (nil: discarded); never the token.
+	Logger *slog.Logger
 }
 
 // Client asks gpu-quota. Safe for concurrent use.
@@ -41,6 +48,13 @@ type Client struct {
 
 	mu    sync.Mutex
 	cache map[string]cached
+
+	// table is the watched verdicts renders are answered from; nil until a watch is in sync. installMu orders
+	// putting a table in use with a later watcher taking over (watcher.served, watcher.prev).
+	table         atomic.Pointer[table]
+	installMu     sync.Mutex
+	watchEndpoint string
+	watchHTTP     *http.Client
 }
 
 type cached struct {
@@ -72,7 +86,21 @@ func New(o Options) (*Client, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Client{o: o, endpoint: strings.TrimSuffix(o.URL, "/") + "/api/v1/assess", cache: map[string]cached{}}, nil
+	if o.Stale <= 0 {
+		o.Stale = DefaultStale
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	// The watch's client: the calls' transport (its idle connections, no redirects), no timeout on a stream.
+	wc := contract.NewHTTPClient(0)
+	if o.Client != nil {
+		c := *o.Client
+		wc = &c
+	}
+	wc.Timeout = 0
+	endpoint := strings.TrimSuffix(o.URL, "/") + "/api/v1/assess"
+	return &Client{o: o, endpoint: endpoint, cache: map[string]cached{}, watchEndpoint: endpoint + "/watch", watchHTTP: wc}, nil
 }
 
 // OnUnavailable is what to do while gpu-quota cannot answer: its own setting as it last said it, else the
@@ -84,12 +112,16 @@ func (c *Client) OnUnavailable() string {
 	return c.o.OnUnavailable
 }
 
-// Result says where an answer came from, for the metrics: "ok", "cached".
+// Result says where an answer came from, for the metrics: "pushed" (the watched table), "ok" (asked),
+// "cached" (asked within the TTL).
 type Result string
 
-// Assess returns gpu-quota's verdicts by option ID. On an error (gpu-quota down, slow, 503) the caller applies
-// OnUnavailable.
+// Assess returns gpu-quota's verdicts by option ID: from the watched table when it answers the question
+// exactly, else asked (or cached). On an error (gpu-quota down, slow, 503) the caller applies OnUnavailable.
 func (c *Client) Assess(ctx context.Context, user, server string, groups []string, opts []contract.AssessOption) (map[string]contract.Verdict, Result, error) {
+	if v, ok := c.pushed(user, server, groups, opts); ok {
+		return v, Pushed, nil
+	}
 	key := cacheKey(user, server, groups, opts)
 	now := c.o.Now()
 	c.mu.Lock()

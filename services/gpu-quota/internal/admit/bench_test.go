@@ -3,7 +3,9 @@ package admit
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -153,4 +155,39 @@ func BenchmarkViews(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkVerdictPass is one pass of a watch of verdicts over the same 10,000 users and the six choices of the
+// test cluster: the first table (every line, encoded as the stream sends it), and a full pass after a change
+// that moves no verdict (every user assessed, no line).
+func BenchmarkVerdictPass(b *testing.B) {
+	e, _ := benchRig(b, 10_000)
+	ctx := context.Background()
+	b.Run("first table", func(b *testing.B) {
+		enc := json.NewEncoder(io.Discard)
+		emit := func(l VerdictLine) error { return enc.Encode(l) }
+		b.ReportAllocs()
+		for b.Loop() {
+			w := e.WatchVerdicts(formOptions())
+			if _, err := w.Pass(ctx, emit); err != nil {
+				b.Fatal(err)
+			}
+			w.Close()
+		}
+	})
+	b.Run("nothing moved", func(b *testing.B) {
+		w := e.WatchVerdicts(formOptions())
+		defer w.Close()
+		emit := func(VerdictLine) error { return nil }
+		if _, err := w.Pass(ctx, emit); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			e.Changed()
+			if kind, err := w.Pass(ctx, func(VerdictLine) error { return errors.New("a line") }); err != nil || kind != PassFull {
+				b.Fatal(kind, err)
+			}
+		}
+	})
 }

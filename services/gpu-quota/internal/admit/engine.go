@@ -81,7 +81,7 @@ type Options struct {
 	// Waitlist configures the waitlist (off unless Enabled).
 	Waitlist WaitlistOptions
 	// Registerer gets gpuhub_quota_admit_duration_seconds, gpuhub_quota_unavailable_total,
-	// gpuhub_quota_reservations and gpuhub_quota_waitlist_*; nil registers nothing.
+	// gpuhub_quota_reservations, gpuhub_quota_verdict_* and gpuhub_quota_waitlist_*; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Behind is the work Views' pass over the users steps aside for (admissions; yield.Foreground).
 	Behind *yield.Foreground
@@ -107,6 +107,13 @@ type Engine struct {
 	// notDeciding is set while another replica decides (SetDeciding): checked under mu, so that a step-down
 	// is ordered with every decision.
 	notDeciding bool
+	// steppedDown is closed when this replica stops deciding (DecidingUntil); a new one when it decides again.
+	steppedDown chan struct{}
+	// changes counts what may change a verdict besides reservations and the waitlist, which count their own:
+	// index events and what Changed announces (Generation).
+	changes uint64
+	// holdsSeen is when Generation last looked for waitlist holds that ended by the clock.
+	holdsSeen time.Time
 	// wl is the waitlist: holds and queues count in every decision, under the same lock.
 	wl        waitlistState
 	wlMetrics waitlistMetrics
@@ -120,6 +127,7 @@ type Engine struct {
 
 	duration    prometheus.Histogram
 	unavailable *prometheus.CounterVec
+	verdicts    verdictMetrics
 }
 
 // New returns an engine; register its handlers on the inventory (PodHandler, NodeHandler).
@@ -146,7 +154,8 @@ func New(o Options) (*Engine, error) {
 	if o.Tolerations == nil {
 		o.Tolerations = inventory.DefaultTolerations()
 	}
-	e := &Engine{o: o, ownClock: ownClock, ix: newIndex(), res: newReservations(), told: map[string]*toldGroups{}, wlMetrics: newWaitlistMetrics()}
+	e := &Engine{o: o, ownClock: ownClock, ix: newIndex(), res: newReservations(), steppedDown: make(chan struct{}), told: map[string]*toldGroups{}, wlMetrics: newWaitlistMetrics(),
+		verdicts: newVerdictMetrics()}
 	e.res.tag = strconv.FormatInt(time.Now().UnixNano()%(36*36*36*36), 36) + "-"
 	e.ix.tolerations = o.Tolerations
 	e.wl.turn = waitlist.NewTurnover(o.Now(), 0)
@@ -168,7 +177,7 @@ func New(o Options) (*Engine, error) {
 			return float64(e.res.live)
 		})
 	if o.Registerer != nil {
-		cs := []prometheus.Collector{e.duration, e.unavailable, reservationsGauge}
+		cs := append([]prometheus.Collector{e.duration, e.unavailable, reservationsGauge}, e.verdicts.collectors()...)
 		if o.Waitlist.Enabled {
 			cs = append(cs, e.wlMetrics.collectors()...)
 		}
@@ -188,8 +197,28 @@ func New(o Options) (*Engine, error) {
 func (e *Engine) SetDeciding(on bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	switch {
+	case on && e.notDeciding:
+		e.steppedDown = make(chan struct{})
+	case !on && !e.notDeciding && e.steppedDown != nil:
+		close(e.steppedDown)
+	}
 	e.notDeciding = !on
 }
+
+// DecidingUntil returns a channel closed once this replica stops deciding: already closed when it does not
+// decide now. A stream served only by the decider (assess/watch) ends with it.
+func (e *Engine) DecidingUntil() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.notDeciding {
+		return closed
+	}
+	return e.steppedDown
+}
+
+// closed is a channel closed from the start.
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Deciding reports whether this replica decides.
 func (e *Engine) Deciding() bool {
@@ -228,6 +257,7 @@ func (e *Engine) onPod(obj any, deleted bool) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.changes++
 	if old := e.ix.pods[key]; old != nil && old.active && (!ok || !active(gp)) {
 		e.freedLocked(old.classified, e.o.Now())
 	}
@@ -253,6 +283,7 @@ func (e *Engine) onNode(obj any, deleted bool) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.changes++
 	e.ix.setNode(name, gn)
 }
 
@@ -638,6 +669,8 @@ type reservations struct {
 	reserved map[string]int64 // class -> units
 	live     int
 	seq      uint64
+	// changes counts reservations added and released (Engine.Generation).
+	changes uint64
 	// tag tells this process's ids from another decider's (a standby keeps the old decider's reservations).
 	tag string
 }
@@ -686,6 +719,7 @@ func (rs *reservations) add(rv *reservation) {
 	}
 	rs.queue = append(rs.queue, rv)
 	rs.live++
+	rs.changes++
 }
 
 func (rs *reservations) release(rv *reservation) {
@@ -707,6 +741,7 @@ func (rs *reservations) release(rv *reservation) {
 		}
 	}
 	rs.live--
+	rs.changes++
 }
 
 // match releases (user, server)'s reservation when a pod of it that was not there when it was made appears.

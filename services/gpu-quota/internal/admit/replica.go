@@ -164,9 +164,9 @@ func (e *Engine) ApplyReplica(l ReplicaLine) {
 	}
 	switch {
 	case l.Reset:
-		seq, tag := e.res.seq, e.res.tag
+		seq, tag, changes := e.res.seq, e.res.tag, e.res.changes
 		e.res = newReservations()
-		e.res.seq, e.res.tag = seq, tag
+		e.res.seq, e.res.tag, e.res.changes = seq, tag, changes+1
 	case l.Reserve != nil:
 		m := l.Reserve
 		e.res.release(e.res.byUser[m.User][m.Server])

@@ -2,6 +2,7 @@
 //
 //	POST api/v1/admit              the Hub glue asks before creating a pod (gpu-quota's own token)
 //	POST api/v1/assess             which spawn choices the policy admits for a user (admins, reader services)
+//	POST api/v1/assess/watch       every user's verdicts, then their changes, as a stream (admins, reader services)
 //	GET  api/v1/users/{name}/quota the user's limits, budgets and pending notice (the user, admins, reader services)
 //	GET  api/v1/decisions          the decision log, newest first (admins, reader services)
 //	GET  api/v1/explain?user=NAME  the user's effective policy and why (admins)
@@ -11,10 +12,12 @@
 //	POST api/v1/users/{name}/waitlist           join (the user, Hub admins)
 //	DELETE api/v1/users/{name}/waitlist?server= leave (the user, Hub admins)
 //
-// Every answer is JSON; errors are {"status", "message"} with a message that says what to do next.
+// Every answer is JSON (assess/watch: NDJSON); errors are {"status", "message"} with a message that says what to
+// do next.
 package api
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -53,6 +56,12 @@ type Engine interface {
 	Leave(user, server string) error
 }
 
+// VerdictWatch is one stream's table of verdicts (*admit.VerdictWatch).
+type VerdictWatch interface {
+	Pass(ctx context.Context, emit func(admit.VerdictLine) error) (string, error)
+	Close()
+}
+
 // Options configure the API handler.
 type Options struct {
 	Prefix string
@@ -70,6 +79,19 @@ type Options struct {
 	// Foreground is marked busy while an admission is served: long background passes (the usage refresh,
 	// the enforcer's pass, Views) step aside for it (yield.Foreground). Nil: not marked.
 	Foreground *yield.Foreground
+
+	// Verdicts opens a watch of verdicts (admit.Engine.WatchVerdicts); nil: assess/watch answers 404.
+	Verdicts func(options []admit.AssessOption) VerdictWatch
+	// Deciding returns a channel closed once this replica stops deciding (admit.Engine.DecidingUntil): a
+	// watch is served by the decider only, and ends when it steps down. Nil: it always decides.
+	Deciding func() <-chan struct{}
+	// Stopping is closed when the service stops: open watches end, so that the HTTP server's graceful
+	// shutdown does not wait for them, and new ones are refused. Nil: never.
+	Stopping <-chan struct{}
+	// VerdictInterval is how often a watch looks for changes (--verdict-interval; default 2 s).
+	VerdictInterval time.Duration
+	// Keepalive is the longest a watch stays silent (default 10 s: within the 15 s readers are promised).
+	Keepalive time.Duration
 }
 
 // NotLeaderHeader is on a 503 of a replica that does not decide (admit.ErrNotLeader): the replica that relayed
@@ -94,6 +116,12 @@ func New(o Options) (http.Handler, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.VerdictInterval <= 0 {
+		o.VerdictInterval = 2 * time.Second
+	}
+	if o.Keepalive <= 0 {
+		o.Keepalive = 10 * time.Second
+	}
 	a := &api{o: o, prefix: server.NormalizePrefix(o.Prefix)}
 	if o.Token != "" {
 		sum := sha256.Sum256([]byte(o.Token))
@@ -103,6 +131,7 @@ func New(o Options) (http.Handler, error) {
 	p := a.prefix + "api/v1/"
 	mux.HandleFunc("POST "+p+"admit", a.admit)
 	mux.Handle("POST "+p+"assess", o.Auth(a.readers(http.HandlerFunc(a.assess))))
+	mux.Handle("POST "+p+"assess/watch", o.Auth(a.readers(http.HandlerFunc(a.watch))))
 	mux.Handle("GET "+p+"users/{name}/quota", o.Auth(http.HandlerFunc(a.quota)))
 	mux.Handle("GET "+p+"decisions", o.Auth(a.readers(o.Log.Handler())))
 	mux.Handle("GET "+p+"explain", o.Auth(http.HandlerFunc(a.explain)))
@@ -255,10 +284,14 @@ func checkAssess(req admit.AssessRequest) string {
 	if strings.TrimSpace(req.User) == "" {
 		return `"user" is required: the Hub user whose spawn form is rendered`
 	}
-	if len(req.Options) > maxOptions {
-		return fmt.Sprintf("%d options: at most %d per request", len(req.Options), maxOptions)
+	return checkOptions(req.Options)
+}
+
+func checkOptions(opts []admit.AssessOption) string {
+	if len(opts) > maxOptions {
+		return fmt.Sprintf("%d options: at most %d per request", len(opts), maxOptions)
 	}
-	for i, o := range req.Options {
+	for i, o := range opts {
 		if o.ID == "" {
 			return fmt.Sprintf(`options[%d] has no "id": name each option (the profile's slug)`, i)
 		}
@@ -269,6 +302,141 @@ func checkAssess(req admit.AssessRequest) string {
 		}
 	}
 	return ""
+}
+
+// checkWatch is checkOptions, with at least one option and each ID once: the reader keeps verdicts by ID.
+func checkWatch(req admit.VerdictWatchRequest) string {
+	if len(req.Options) == 0 {
+		return `"options" is empty: list every GPU choice the spawn forms may show ({"id", "resources", "nodeSelector"})`
+	}
+	if msg := checkOptions(req.Options); msg != "" {
+		return msg
+	}
+	seen := make(map[string]bool, len(req.Options))
+	for i, o := range req.Options {
+		if seen[o.ID] {
+			return fmt.Sprintf("options[%d]: the id %q is given twice: one option per id", i, o.ID)
+		}
+		seen[o.ID] = true
+	}
+	return ""
+}
+
+// watch streams every user's verdicts for their default server (NDJSON, one admit.VerdictLine a line): a
+// line per user of the directory, a synced line, then at each VerdictInterval the lines of users whose
+// verdicts or groups changed and of users who left, with a keepalive when nothing was sent for Keepalive. 400
+// for a bad body, 503 while no verdict can be made or on a replica that does not decide (with NotLeaderHeader:
+// the relay looks for the decider). The stream ends when this replica stops deciding or stops: the reader
+// connects again and gets the next decider's whole table.
+func (a *api) watch(w http.ResponseWriter, r *http.Request) {
+	var req admit.VerdictWatchRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAssessBody)).Decode(&req); err != nil {
+		server.WriteError(w, http.StatusBadRequest, "the body is not a watch request ({\"options\": [{\"id\", \"resources\", \"nodeSelector\"}]}): %v", err)
+		return
+	}
+	if msg := checkWatch(req); msg != "" {
+		server.WriteError(w, http.StatusBadRequest, "%s", msg)
+		return
+	}
+	if a.o.Verdicts == nil {
+		server.WriteError(w, http.StatusNotFound, "this gpu-quota does not serve watches of verdicts: ask api/v1/assess")
+		return
+	}
+	var until <-chan struct{} // nil: decides for good
+	if a.o.Deciding != nil {
+		until = a.o.Deciding()
+	}
+	select {
+	case <-until:
+		w.Header().Set(NotLeaderHeader, "1")
+		w.Header().Set("Retry-After", "1")
+		server.WriteError(w, http.StatusServiceUnavailable, "%v", admit.ErrNotLeader)
+		return
+	case <-a.o.Stopping:
+		w.Header().Set("Retry-After", "1")
+		server.WriteError(w, http.StatusServiceUnavailable, "this gpu-quota replica is stopping; connect again")
+		return
+	default:
+	}
+	// The stream's work ends with the reader, the step-down or the stop, a pass in progress included.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-until:
+		case <-a.o.Stopping:
+		}
+		cancel()
+	}()
+	vw := a.o.Verdicts(req.Options)
+	defer vw.Close()
+
+	rc := http.NewResponseController(w)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	enc := json.NewEncoder(bw)
+	started, wrote := false, false
+	emit := func(l admit.VerdictLine) error {
+		if !started {
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			w.Header().Set("Cache-Control", "no-store")
+			w.WriteHeader(http.StatusOK)
+			started = true
+		}
+		wrote = true
+		return enc.Encode(l)
+	}
+	flush := func() error {
+		if err := bw.Flush(); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	who := "?"
+	if id, ok := hubauth.FromContext(r.Context()); ok {
+		who = id.Name
+	}
+	if _, err := vw.Pass(ctx, emit); err != nil {
+		if !started && ctx.Err() == nil {
+			a.o.Logger.Warn("cannot start a watch of verdicts", "caller", who, "err", err)
+			w.Header().Set("Retry-After", "5")
+			server.WriteError(w, http.StatusServiceUnavailable, "%v", err)
+		}
+		return // the reader saw no synced line: it connects again
+	}
+	if emit(admit.VerdictLine{Kind: contract.WatchSynced}) != nil || flush() != nil {
+		return
+	}
+	a.o.Logger.Info("watch of verdicts open", "caller", who, "options", len(req.Options))
+	defer a.o.Logger.Info("watch of verdicts closed", "caller", who)
+	tick := time.NewTicker(a.o.VerdictInterval)
+	defer tick.Stop()
+	keep := time.NewTimer(a.o.Keepalive)
+	defer keep.Stop()
+	for {
+		wrote = false
+		select {
+		case <-ctx.Done():
+			return
+		case <-keep.C:
+			if emit(admit.VerdictLine{Kind: contract.WatchKeepalive}) != nil {
+				return
+			}
+		case <-tick.C:
+			if _, err := vw.Pass(ctx, emit); err != nil {
+				if ctx.Err() == nil {
+					a.o.Logger.Warn("a watch of verdicts ends: no pass could be made", "caller", who, "err", err)
+				}
+				return
+			}
+		}
+		if wrote {
+			if flush() != nil {
+				return
+			}
+			keep.Reset(a.o.Keepalive)
+		}
+	}
 }
 
 func check(req admit.Request) string {

@@ -85,6 +85,12 @@ const prefix = "/services/gpu-quota/"
 
 func newAPI(t testing.TB) (*httptest.Server, *stubEngine) {
 	t.Helper()
+	return newAPIWith(t, nil)
+}
+
+// newAPIWith is newAPI with its options changed by mod (nil: none).
+func newAPIWith(t testing.TB, mod func(*Options)) (*httptest.Server, *stubEngine) {
+	t.Helper()
 	hub := hubapitest.New(t)
 	hub.AddUser(hubapi.User{Name: "bob", Groups: []string{"students"}})
 	hub.AddUser(hubapi.User{Name: "alice", Admin: true})
@@ -101,8 +107,12 @@ func newAPI(t testing.TB) (*httptest.Server, *stubEngine) {
 	}
 	log.Record(decision.Record{User: "bob", Action: decision.ActionDeny, Reason: "max_servers"})
 	eng := &stubEngine{fg: &yield.Foreground{}}
-	h, err := New(Options{Prefix: prefix, Engine: eng, Log: log, Token: "quota-token", ReaderServices: []string{"gpu-usage", "gpu-profiles"}, Foreground: eng.fg,
-		Auth: hubauth.New(hubauth.Options{Hub: hub.Client("quota-token"), AdminGroups: []string{"teachers"}}).Middleware})
+	o := Options{Prefix: prefix, Engine: eng, Log: log, Token: "quota-token", ReaderServices: []string{"gpu-usage", "gpu-profiles"}, Foreground: eng.fg,
+		Auth: hubauth.New(hubauth.Options{Hub: hub.Client("quota-token"), AdminGroups: []string{"teachers"}}).Middleware}
+	if mod != nil {
+		mod(&o)
+	}
+	h, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

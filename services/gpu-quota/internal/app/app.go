@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,6 +102,8 @@ type Options struct {
 	UsageClient  *http.Client
 
 	ReservationTTL time.Duration // default 5 min
+	// VerdictInterval is how often a watch of verdicts (assess/watch) looks for changes (default 2 s).
+	VerdictInterval time.Duration
 
 	// Waitlist turns the waitlist on (services/gpu-quota/README.md, "When no GPU is free").
 	Waitlist bool
@@ -239,9 +243,13 @@ func Run(ctx context.Context, o Options) error {
 	defer decisions.Flush() // after the goroutines below, which record, have ended
 	// Admissions are what the Hub waits on; long passes (the usage refresh, the enforcer's, Views) step aside.
 	admissions := &yield.Foreground{}
+	// changed tells the engine (made below, before anything calls this) that a verdict may have changed.
+	var eng *admit.Engine
+	changed := func() { eng.Changed() }
+	s.changed = changed
 	s.usage, err = usagecache.New(usagecache.Options{URL: o.UsageURL, Token: o.Token, Client: o.UsageClient, Refresh: o.UsageRefresh,
 		Now: o.Now, Logger: o.Logger, Registerer: o.Registry, Windows: func() []time.Duration { return policyWindows(pol.Current()) },
-		Behind: admissions})
+		Behind: admissions, OnChange: changed})
 	if err != nil {
 		return err
 	}
@@ -272,7 +280,7 @@ func Run(ctx context.Context, o Options) error {
 		return nil
 	}
 	wl := &waitlister{o: o, store: o.WaitlistStore, log: decisions}
-	eng, err := admit.New(admit.Options{
+	eng, err = admit.New(admit.Options{
 		Waitlist: admit.WaitlistOptions{Enabled: o.Waitlist, Hold: o.WaitlistHold, Decayed: wl.decayedNow},
 		Policy:   pol.Current, Hours: s.usage, Directory: s.directory, Log: decisions,
 		DirectoryReadAt: func() time.Time {
@@ -302,7 +310,11 @@ func Run(ctx context.Context, o Options) error {
 	inv.Start(ctx)
 
 	handler, err := api.New(api.Options{Prefix: o.Prefix, Engine: eng, Log: decisions, Token: o.Token, Auth: o.Auth,
-		ReaderServices: o.ReaderServices, Logger: o.Logger, Foreground: admissions})
+		ReaderServices: o.ReaderServices, Logger: o.Logger, Foreground: admissions,
+		Verdicts: func(opts []admit.AssessOption) api.VerdictWatch { return eng.WatchVerdicts(opts) },
+		// A watch is the decider's, and it ends when this replica stops deciding or stops: the HTTP server's
+		// graceful shutdown would otherwise wait for it.
+		Deciding: eng.DecidingUntil, Stopping: ctx.Done(), VerdictInterval: o.VerdictInterval})
 	if err != nil {
 		return err
 	}
@@ -354,7 +366,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	if oneDecider {
-		fw, err := newForwarder(identity, o.Prefix, eng, el.Leader, handler, o.Logger, o.Registry)
+		fw, err := newForwarder(identity, o.Prefix, eng, el.Leader, handler, o.Logger, o.Registry, ctx.Done())
 		if err != nil {
 			return fmt.Errorf("register metrics: %w", err)
 		}
@@ -404,7 +416,8 @@ func Run(ctx context.Context, o Options) error {
 	wg.Go(func() {
 		policy.Watch(ctx, s.pol, policy.WatchOptions{Poll: o.PolicyPoll, Ticks: o.PolicyTicks, Signal: o.Reload, What: "policy", Logger: o.Logger,
 			Now: o.Now, Metrics: s.reloadMetrics,
-			OnChange: s.usage.Kick}) // the usage cache asks for the windows the new policy needs
+			// The usage cache asks for the windows the new policy needs; verdicts follow the new policy.
+			OnChange: func() { s.usage.Kick(); changed() }})
 	})
 	if o.Waitlist {
 		// Every replica answers from the stored queue; the leader moves it on and saves it.
@@ -472,6 +485,8 @@ type service struct {
 	o     Options
 	pol   *policy.Reloader[quota.Policy]
 	usage *usagecache.Cache
+	// changed tells the engine that something a verdict depends on changed (admit.Engine.Changed).
+	changed func()
 
 	dir    atomic.Pointer[map[string][]string]
 	dirAt  atomic.Pointer[time.Time] // when dir was read
@@ -555,7 +570,9 @@ func (s *service) hubLoop(ctx context.Context) {
 			backoff = min(2*backoff, s.o.HubRefresh)
 		} else {
 			s.hubSuccess.Set(1)
-			s.dir.Store(&dir)
+			if old := s.dir.Swap(&dir); old == nil || !maps.EqualFunc(*old, dir, slices.Equal) {
+				s.changed()
+			}
 			at := s.o.Now()
 			s.dirAt.Store(&at)
 			backoff = time.Second

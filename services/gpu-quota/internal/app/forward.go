@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -53,12 +54,19 @@ type forwarder struct {
 	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
 	logger      *slog.Logger
 	counts      *prometheus.CounterVec
+	// stopping is closed when this replica stops: a stream it relays ends then, so that its HTTP server's
+	// graceful shutdown does not wait for it (the reader connects again, to another replica).
+	stopping <-chan struct{}
 }
 
-func newForwarder(self, prefix string, engine Deciding, leader func() string, local http.Handler, logger *slog.Logger, reg prometheus.Registerer) (*forwarder, error) {
+// streamPaths, under the API prefix, answer streams (NDJSON) that last until the decider or this replica stops.
+var streamPaths = []string{"v1/assess/watch"}
+
+func newForwarder(self, prefix string, engine Deciding, leader func() string, local http.Handler, logger *slog.Logger,
+	reg prometheus.Registerer, stopping <-chan struct{}) (*forwarder, error) {
 	f := &forwarder{self: self, prefix: server.NormalizePrefix(prefix) + "api/", engine: engine, leader: leader, local: local,
 		park: 1500 * time.Millisecond, poll: 10 * time.Millisecond, dialTimeout: 250 * time.Millisecond,
-		dial: (&net.Dialer{}).DialContext, logger: logger}
+		dial: (&net.Dialer{}).DialContext, logger: logger, stopping: stopping}
 	f.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			ctx, cancel := context.WithTimeout(ctx, f.dialTimeout)
@@ -128,8 +136,22 @@ func (f *forwarder) serveLocal(w http.ResponseWriter, r *http.Request) {
 }
 
 // relay sends r to the decider and copies its answer; while none is known, or it cannot be reached, or it no
-// longer decides, it waits and looks again until deadline, then answers 503.
+// longer decides, it waits and looks again until deadline, then answers 503. A stream is copied as it comes,
+// and ends when this replica stops.
 func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, body []byte, deadline time.Time) {
+	ctx, stream := r.Context(), f.stream(r)
+	if stream {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-ctx.Done():
+			case <-f.stopping:
+				cancel()
+			}
+		}()
+	}
 	for {
 		if f.engine.Deciding() {
 			// Became the decider while the request waited.
@@ -138,11 +160,11 @@ func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, body []byte, d
 			return
 		}
 		if url := holderURL(f.leader(), f.self); url != "" {
-			resp, err := f.send(r.Context(), url, r, body)
+			resp, err := f.send(ctx, url, r, body)
 			switch {
 			case err != nil:
-				if r.Context().Err() != nil {
-					return // the caller is gone
+				if ctx.Err() != nil {
+					return // the caller is gone, or this replica stops
 				}
 				f.logger.Debug("the deciding replica did not answer; looking again", "leader", url, "err", err)
 			case resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get(api.NotLeaderHeader) != "":
@@ -150,7 +172,7 @@ func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, body []byte, d
 				_ = resp.Body.Close()
 			default:
 				f.counts.WithLabelValues("ok").Inc()
-				copyResponse(w, resp)
+				copyResponse(w, resp, stream)
 				return
 			}
 		}
@@ -161,11 +183,17 @@ func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, body []byte, d
 			return
 		}
 		select {
-		case <-r.Context().Done():
+		case <-ctx.Done():
 			return
 		case <-time.After(f.poll):
 		}
 	}
+}
+
+// stream reports whether r asks for a stream (streamPaths).
+func (f *forwarder) stream(r *http.Request) bool {
+	rest, ok := strings.CutPrefix(r.URL.Path, f.prefix)
+	return ok && slices.Contains(streamPaths, rest)
 }
 
 func (f *forwarder) send(ctx context.Context, base string, r *http.Request, body []byte) (*http.Response, error) {
@@ -182,13 +210,30 @@ func (f *forwarder) send(ctx context.Context, base string, r *http.Request, body
 	return f.client.Do(req)
 }
 
-func copyResponse(w http.ResponseWriter, resp *http.Response) {
+// copyResponse passes resp on; a stream's lines are flushed as they come, not when a buffer fills.
+func copyResponse(w http.ResponseWriter, resp *http.Response, stream bool) {
 	defer func() { _ = resp.Body.Close() }()
 	for k, v := range resp.Header {
 		w.Header()[k] = v
 	}
 	w.WriteHeader(resp.StatusCode)
-	_, _ = io.Copy(w, resp.Body)
+	if !stream {
+		_, _ = io.Copy(w, resp.Body)
+		return
+	}
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil || rc.Flush() != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // holderURL is the advertise URL in the holder's identity "<pod>@<url>"; "" when there is none, or the holder is

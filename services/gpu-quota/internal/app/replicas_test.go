@@ -71,12 +71,12 @@ func metricSum(t *testing.T, reg prometheus.Gatherer, name, value string) float6
 	return sum
 }
 
-// twoReplicas starts two replicas on one fake API server and returns the deciding one first.
-func twoReplicas(t *testing.T) (decider, standby *running) {
+// twoReplicas starts two replicas on one fake API server (with opts) and returns the deciding one first.
+func twoReplicas(t *testing.T, opts ...func(*Options)) (decider, standby *running) {
 	t.Helper()
 	kc := fake.NewClientset(objects()...)
-	a := start(t, oneDecider(kc, "gpu-quota-0"))
-	b := start(t, oneDecider(kc, "gpu-quota-1"))
+	a := start(t, append([]func(*Options){oneDecider(kc, "gpu-quota-0")}, opts...)...)
+	b := start(t, append([]func(*Options){oneDecider(kc, "gpu-quota-1")}, opts...)...)
 	eventually(t, "one replica decides", func() bool { return a.deciding(t) != b.deciding(t) })
 	decider, standby = a, b
 	if b.deciding(t) {
@@ -437,7 +437,7 @@ func TestRelayLeavesAGoneHolder(t *testing.T) {
 		}
 		return "gpu-quota-new@" + next.URL
 	}
-	f, err := newForwarder("gpu-quota-1@http://127.0.0.1:1", prefix, notDeciding{}, holder, http.NotFoundHandler(), logging.Discard(), prometheus.NewRegistry())
+	f, err := newForwarder("gpu-quota-1@http://127.0.0.1:1", prefix, notDeciding{}, holder, http.NotFoundHandler(), logging.Discard(), prometheus.NewRegistry(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,6 +55,9 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Behind is the work a refresh steps aside for (admissions; see yield.Foreground); nil: none.
 	Behind *yield.Foreground
+	// OnChange, if set, is called after a poll whose GPU-hours differ from the last answer's, and once when the
+	// answer in use turns stale (unavailable): what GPUHours gives may have changed (the watches of verdicts).
+	OnChange func()
 }
 
 // Cache holds the last answer of the usage API.
@@ -62,7 +65,9 @@ type Cache struct {
 	o    Options
 	last atomic.Pointer[answer]
 	err  atomic.Pointer[error]
-	kick chan struct{}
+	// staleTold is set once OnChange was told that the answer in use is stale.
+	staleTold atomic.Bool
+	kick      chan struct{}
 
 	age      prometheus.GaugeFunc
 	failures prometheus.Counter
@@ -189,7 +194,7 @@ func (c *Cache) Refresh(ctx context.Context) {
 	if len(windows) == 0 {
 		// Nothing to ask: every window the policy needs is present (none), and the answer is fresh.
 		now := c.o.Now()
-		c.last.Store(newAnswer(now, now, map[time.Duration]map[string]map[string]float64{}, nil))
+		c.store(newAnswer(now, now, map[time.Duration]map[string]map[string]float64{}, nil), now)
 		c.err.Store(nil)
 		c.success.Set(1)
 		return
@@ -206,11 +211,32 @@ func (c *Cache) Refresh(ctx context.Context) {
 		c.err.Store(&err)
 		c.o.Logger.Warn("reading GPU-hours from the usage API failed; keeping the last answer until it is 3 refreshes old",
 			"err", err, "url", c.o.URL)
+		if c.last.Load() != nil && c.fresh(c.o.Now()) == nil && !c.staleTold.Swap(true) && c.o.OnChange != nil {
+			c.o.OnChange()
+		}
 		return
 	}
 	c.success.Set(1)
 	c.err.Store(nil)
-	c.last.Store(a)
+	c.store(a, c.o.Now())
+}
+
+// store puts a in use and tells OnChange when what GPUHours answers may differ from the last answer's: other
+// numbers, or an answer that was stale.
+func (c *Cache) store(a *answer, now time.Time) {
+	prev := c.last.Swap(a)
+	wasStale := c.staleTold.Swap(false) || prev == nil || now.Sub(prev.fetched) > 3*c.o.Refresh
+	if c.o.OnChange != nil && (wasStale || !sameHours(prev.hours, a.hours)) {
+		c.o.OnChange()
+	}
+}
+
+// sameHours reports whether two answers hold the same GPU-hours (their asOf aside: what running pods accrue
+// since is added at each decision).
+func sameHours(a, b map[time.Duration]map[string]map[string]float64) bool {
+	return maps.EqualFunc(a, b, func(x, y map[string]map[string]float64) bool {
+		return maps.EqualFunc(x, y, maps.Equal)
+	})
 }
 
 // Param writes a window as the usage API's windows parameter takes it: days when whole days above one ("7d"),

@@ -3,6 +3,7 @@ package usagecache
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -205,5 +206,54 @@ func TestParam(t *testing.T) {
 		if got := Param(w); got != want {
 			t.Errorf("Param(%v) = %q, want %q", w, got, want)
 		}
+	}
+}
+
+// TestOnChange: the cache tells OnChange when what GPUHours gives may differ: a first answer, other numbers, an
+// answer that turned stale (once), a fresh one after it; not a poll with the same numbers.
+func TestOnChange(t *testing.T) {
+	clk := &clock{now: t0}
+	api := &usageAPI{asOf: t0, hours: map[string]map[string]map[string]float64{"24h": {"bob": {"shared T4": 1}}}}
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	told := 0
+	c, err := New(Options{URL: srv.URL + "/services/gpu-usage", Refresh: 15 * time.Second, Now: clk.Now,
+		Windows: func() []time.Duration { return []time.Duration{day} }, OnChange: func() { told++ }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := func(status int, bobT4 float64) func() {
+		return func() {
+			api.mu.Lock()
+			defer api.mu.Unlock()
+			api.status, api.asOf = status, clk.Now()
+			api.hours["24h"]["bob"]["shared T4"] = bobT4
+		}
+	}
+	steps := []struct {
+		name   string
+		change func()
+		want   int
+	}{
+		{"the first answer", set(0, 1), 1},
+		{"the same numbers, a later asOf", set(0, 1), 0},
+		{"other numbers", set(0, 2), 1},
+		{"a failed poll, the answer still fresh", set(http.StatusServiceUnavailable, 2), 0},
+		{"another", set(http.StatusServiceUnavailable, 2), 0},
+		{"a failed poll, the answer now stale", set(http.StatusServiceUnavailable, 2), 1},
+		{"still stale", set(http.StatusServiceUnavailable, 2), 0},
+		{"fresh again, the same numbers", set(0, 2), 1},
+	}
+	var got, want []string
+	for _, s := range steps {
+		told = 0
+		s.change()
+		c.Refresh(context.Background())
+		clk.Add(16 * time.Second)
+		got = append(got, fmt.Sprintf("%s: %d", s.name, told))
+		want = append(want, fmt.Sprintf("%s: %d", s.name, s.want))
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("OnChange calls per poll (-want +got):\n%s", diff)
 	}
 }
