@@ -72,6 +72,7 @@ func runBench(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.BurstGap, "burst-gap", 100*time.Millisecond, "time between the starts of two bursts")
 	fs.IntVar(&o.Runs, "runs", 3, "measured runs of each system, interleaved")
 	fs.IntVar(&o.Compare, "compare", 20, "requests whose answers are compared between gpu-profiles and the baseline")
+	fs.DurationVar(&o.Churn, "churn", time.Second, "during the measured runs, delete or create again one GPU pod this often, as a hub's pods change all day (each change makes gpu-quota's next verdict pass a full one); 0: the cluster stands still")
 	fs.StringVar(&o.SUTCPU, "sut-cpu", "0", "CPU list the systems under test are pinned to (taskset; empty: not pinned)")
 	sutEnv := fs.String("sut-env", "", "comma-separated KEY=VALUE added to the systems' environment (e.g. GOGC=200)")
 	verbose := fs.Bool("v", false, "show the services' own logs")

@@ -81,6 +81,10 @@ type RunOptions struct {
 	Duration                    time.Duration // per measured run (bursts); then half as long saturated
 	Runs                        int
 	Compare                     int // requests whose answers are compared between gpu-profiles and the baseline
+	// Churn is how often, during the measured runs, one GPU pod is deleted or created again (0: never): a hub's
+	// pods change all day, and each change makes gpu-quota's next verdict pass a full one (every user assessed,
+	// on the CPU the renders need), which a cluster that stands still would leave out of the numbers.
+	Churn time.Duration
 	// SUTCPU pins the systems under test (taskset); the load generator and the control plane run where this
 	// process runs (make bench-profiles: the other CPU).
 	SUTCPU string
@@ -203,6 +207,18 @@ func Run(ctx context.Context, o RunOptions) error {
 	for _, sys := range systems { // warm-up: connections, caches, the Go runtime
 		benchkit.Closed(ctx, o.Concurrency, time.Second, o.Concurrency, post(sys.url))
 	}
+	stopChurn := func() {}
+	if o.Churn > 0 {
+		cctx, cancel := context.WithCancel(ctx)
+		churned := make(chan churnCount, 1)
+		go func() { churned <- churn(cctx, kc, s, o.Churn) }()
+		stopChurn = func() {
+			cancel()
+			n := <-churned
+			o.printf("    pod changes during the runs: %d (one every %s), %d failed\n", n.done, o.Churn, n.failed)
+		}
+		defer func() { stopChurn() }()
+	}
 	for r := range o.Runs {
 		line := fmt.Sprintf("    run %d:", r+1)
 		for _, sys := range systems {
@@ -220,6 +236,8 @@ func Run(ctx context.Context, o RunOptions) error {
 		}
 		o.printf("%s\n", strings.TrimSuffix(line, ";"))
 	}
+	stopChurn()
+	stopChurn = func() {}
 	o = o.reporting()
 	o.report(systems, same)
 	if len(systems) > 2 {
