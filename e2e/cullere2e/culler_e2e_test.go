@@ -115,7 +115,7 @@ func idleGPUTabOpen(t *testing.T) {
 
 	stopped := waitStopped(ctx, t, user, server, time.Until(n.Deadline)+every+leaseDuration+leaseRetry+20*time.Second)
 	closeTab()
-	stops := callsOf(cullerTaps, func(c call) bool { return c.isDelete(user, server) })
+	stops := stopsRecorded(ctx, user, server)
 	if len(stops) != 1 {
 		t.Fatalf("gpu-culler's stops of %s/%s: %v, want one", user, server, stops)
 	}
@@ -341,7 +341,7 @@ func snoozeInPanel(t *testing.T) {
 	t.Logf("snoozed in the panel (%q): deadline %s -> %s", res.Result, n0.Deadline.Format(time.TimeOnly), n1.Deadline.Format(time.TimeOnly))
 
 	waitStopped(ctx, t, user, server, time.Until(n1.Deadline)+every+leaseDuration+leaseRetry+20*time.Second)
-	stops := callsOf(cullerTaps, func(c call) bool { return c.isDelete(user, server) })
+	stops := stopsRecorded(ctx, user, server)
 	if len(stops) != 1 {
 		t.Fatalf("gpu-culler's stops of %s/%s: %v, want one", user, server, stops)
 	}
@@ -648,6 +648,17 @@ func runningNow(ctx context.Context, t *testing.T, user, server string) bool {
 }
 
 // waitStopped waits until the Hub has user's server stopped and returns when it saw that.
+// stopsRecorded is gpu-culler's DELETEs of user/server through its taps, once there is one (or after 10 s): the
+// Hub may show the server stopped a moment before its answer to the DELETE passes the tap, which records it.
+func stopsRecorded(ctx context.Context, user, server string) []call {
+	var stops []call
+	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		stops = callsOf(cullerTaps, func(c call) bool { return c.isDelete(user, server) })
+		return len(stops) > 0, nil
+	})
+	return stops
+}
+
 func waitStopped(ctx context.Context, t *testing.T, user, server string, within time.Duration) time.Time {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
