@@ -167,21 +167,8 @@ func formKey(groups []string, verdicts map[string]contract.Verdict, waitlist boo
 	b.WriteByte(1)
 	for _, id := range slices.Sorted(maps.Keys(verdicts)) {
 		v := verdicts[id]
-		b.WriteString(id)
-		b.WriteByte(0)
-		if v.Allow {
-			b.WriteByte('y')
-		}
-		b.WriteString(v.Reason)
-		b.WriteByte(0)
-		b.WriteString(v.Message)
-		b.WriteByte(0)
-		b.WriteString(strconv.FormatInt(v.HeldForOthers, 10))
-		b.WriteByte(0)
-		if !v.HeldForYouUntil.IsZero() {
-			b.WriteString(strconv.FormatInt(v.HeldForYouUntil.Unix(), 10))
-		}
-		b.WriteByte(0)
+		v.ID = id // the map's key names it
+		quotaclient.WriteVerdictKey(&b, v)
 	}
 	return b.String()
 }

@@ -72,23 +72,29 @@ func entryKey(b *strings.Builder, l contract.VerdictLine) string {
 	}
 	b.WriteByte(1)
 	for _, v := range l.Options {
-		b.WriteString(v.ID)
-		b.WriteByte(0)
-		if v.Allow {
-			b.WriteByte('y')
-		}
-		b.WriteString(v.Reason)
-		b.WriteByte(0)
-		b.WriteString(v.Message)
-		b.WriteByte(0)
-		b.WriteString(strconv.FormatInt(v.HeldForOthers, 10))
-		b.WriteByte(0)
-		if !v.HeldForYouUntil.IsZero() {
-			b.WriteString(v.HeldForYouUntil.UTC().Format(time.RFC3339Nano))
-		}
-		b.WriteByte(0)
+		WriteVerdictKey(b, v)
 	}
 	return b.String()
+}
+
+// WriteVerdictKey writes to b what tells verdict v apart from another (every field, NUL-separated): the watch's
+// shared entries and the form cache (profiles.formKey) name verdicts the same way.
+func WriteVerdictKey(b *strings.Builder, v contract.Verdict) {
+	b.WriteString(v.ID)
+	b.WriteByte(0)
+	if v.Allow {
+		b.WriteByte('y')
+	}
+	b.WriteString(v.Reason)
+	b.WriteByte(0)
+	b.WriteString(v.Message)
+	b.WriteByte(0)
+	b.WriteString(strconv.FormatInt(v.HeldForOthers, 10))
+	b.WriteByte(0)
+	if !v.HeldForYouUntil.IsZero() {
+		b.WriteString(v.HeldForYouUntil.UTC().Format(time.RFC3339Nano))
+	}
+	b.WriteByte(0)
 }
 
 func newTable(opts []contract.AssessOption) *table {
