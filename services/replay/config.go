@@ -3,6 +3,7 @@ package replay
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -201,4 +202,19 @@ func LoadPolicies(dir string) (Policies, error) {
 	read("culler.yaml", &p.Culler, &p.CullerName)
 	read("profiles.yaml", &p.Profiles, &p.ProfilesName)
 	return p, errors.Join(errs...)
+}
+
+// returnFloor is, under heavy-tailed (Pareto) absences, the idle time in minutes from which a user away that
+// long comes back within the false-cull window with probability below p: P = 1 - ((s+t)/(s+t+w))^a with s =
+// awayMean (a - 1), so t = w / ((1-p)^(-1/a) - 1) - s. ok is false for exponential absences (memoryless:
+// the chance does not fall with t).
+func (c *Config) returnFloor(p float64) (t float64, ok bool) {
+	i := c.Idleness
+	if i.AwayShape != AwayPareto || i.AwayTailIndex <= 1 || p <= 0 || p >= 1 {
+		return 0, false
+	}
+	a := i.AwayTailIndex
+	s := i.AwayMean.Std().Minutes() * (a - 1)
+	w := c.Behaviour.FalseCullWindow.Std().Minutes()
+	return max(0, w/(math.Pow(1-p, -1/a)-1)-s), true
 }

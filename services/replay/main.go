@@ -87,6 +87,8 @@ type Report struct {
 	// TraceNodes and TraceGPUs are the trace's GPU nodes and their GPUs, all of them.
 	TraceNodes int
 	TraceGPUs  int64
+	// MainIdlePeriods are gpu-culler's GPU idle periods in the main policy, as its file writes them.
+	MainIdlePeriods string
 	// Load is the machine's load average (1, 5, 15 min) when the command started; empty where unknown.
 	Load string
 }
@@ -244,7 +246,8 @@ func replay(cfg *Config, pol Policies, nodes []TraceNode, pods []TracePod, sensi
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Cfg: cfg, W: scs[0].env.W, Results: scs[0].results, Runs: len(jobs), Workers: runtime.GOMAXPROCS(0)}
+	rep := &Report{Cfg: cfg, W: scs[0].env.W, Results: scs[0].results, Runs: len(jobs), Workers: runtime.GOMAXPROCS(0),
+		MainIdlePeriods: cullerIdlePeriods(pol)}
 	for _, sc := range scs[1:] {
 		if sc.advice {
 			rep.RightSize = append(rep.RightSize, Variation{Name: sc.name, Results: sc.results})

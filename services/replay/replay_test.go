@@ -296,33 +296,73 @@ func TestValidateIdlenessAndCapacity(t *testing.T) {
 	}
 }
 
-// TestSetCullerGPUIdle: the policy variation changes gpu.idlePeriod and nothing else, and gpu-culler's own parser
-// reads the result; a file without gpu.idlePeriod is an error, not a silent no-op.
-func TestSetCullerGPUIdle(t *testing.T) {
+// TestScaleCullerIdle: the policy variation multiplies gpu.idlePeriod and each kind's idlePeriod and nothing
+// else, and gpu-culler's own parser reads the result; a file without gpu.idlePeriod is an error, not a silent
+// no-op.
+func TestScaleCullerIdle(t *testing.T) {
 	pol, err := LoadPolicies("config")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got, want := cullerIdlePeriods(pol), "1h, shared 30m"; got != want {
+		t.Errorf("cullerIdlePeriods = %q, want %q", got, want)
 	}
 	before, err := ckit.ParsePolicy(pol.CullerName, pol.Culler)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := setCullerGPUIdle(&pol, "2h"); err != nil {
+	if err := scaleCullerIdle(&pol, 4); err != nil {
 		t.Fatal(err)
 	}
 	after, err := ckit.ParsePolicy(pol.CullerName, pol.Culler)
 	if err != nil {
 		t.Fatalf("gpu-culler refuses the changed policy: %v\n%s", err, pol.Culler)
 	}
-	if got := after.GPU.IdlePeriod; got == nil || time.Duration(*got) != 2*time.Hour {
-		t.Errorf("gpu.idlePeriod = %v, want 2h", got)
+	if got := after.GPU.IdlePeriod; got == nil || time.Duration(*got) != 4*time.Hour {
+		t.Errorf("gpu.idlePeriod = %v, want 4h", got)
+	}
+	shared := after.Kinds["shared"]
+	if got := shared.IdlePeriod; got == nil || time.Duration(*got) != 2*time.Hour {
+		t.Errorf("kinds.shared.idlePeriod = %v, want 2h", got)
 	}
 	after.GPU.IdlePeriod = before.GPU.IdlePeriod
+	shared.IdlePeriod = before.Kinds["shared"].IdlePeriod
+	after.Kinds["shared"] = shared
 	if diff := cmp.Diff(before, after); diff != "" {
-		t.Errorf("more than gpu.idlePeriod changed (-before +after):\n%s", diff)
+		t.Errorf("more than the idle periods changed (-before +after):\n%s", diff)
+	}
+	if got, want := cullerIdlePeriods(pol), "4h, shared 2h"; got != want {
+		t.Errorf("cullerIdlePeriods after x4 = %q, want %q", got, want)
 	}
 	bad := Policies{Culler: []byte("every: 1m\n"), CullerName: "culler.yaml"}
-	if err := setCullerGPUIdle(&bad, "2h"); err == nil {
+	if err := scaleCullerIdle(&bad, 2); err == nil {
 		t.Error("a policy without gpu.idlePeriod was accepted")
+	}
+}
+
+// TestReturnFloor: the idle time from which a Pareto-away user's return within the false-cull window is rarer
+// than p, against the survival function it inverts; none for memoryless absences.
+func TestReturnFloor(t *testing.T) {
+	cfg, err := LoadConfig("config/replay.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := cfg.returnFloor(0.02)
+	if !ok {
+		t.Fatal("no floor for the main (Pareto) model")
+	}
+	a := cfg.Idleness.AwayTailIndex
+	s := cfg.Idleness.AwayMean.Std().Minutes() * (a - 1)
+	w := cfg.Behaviour.FalseCullWindow.Std().Minutes()
+	back := func(t float64) float64 { return 1 - math.Pow((s+t)/(s+t+w), a) }
+	if p := back(got); math.Abs(p-0.02) > 1e-9 {
+		t.Errorf("return chance at the floor %.1f min = %.6f, want 0.02", got, p)
+	}
+	if back(got-60) <= 0.02 {
+		t.Errorf("an hour before the floor (%.1f min) the chance is already <= 2 %%", got)
+	}
+	cfg.Idleness.AwayShape = AwayExponential
+	if _, ok := cfg.returnFloor(0.02); ok {
+		t.Error("a floor for memoryless absences")
 	}
 }

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -63,14 +64,25 @@ func variations(cfg *Config) []variation {
 		vary(fmt.Sprintf("awayProbability %.2f", i.AwayProbability/2), func(c *Config) { c.Idleness.AwayProbability = i.AwayProbability / 2 }),
 	)
 	// gpuhub's own knob against false culls: a longer GPU idle period, at the price of idle GPU-hours (the model
-	// and the anchor unchanged).
-	vs = append(vs, variation{name: "gpu-culler gpu.idlePeriod 2h (policy, not model: fewer false culls, more idle)",
-		change: func(*Config) {}, policy: func(p *Policies) error { return setCullerGPUIdle(p, "2h") }})
+	// and the anchor unchanged). Three steps show the trade-off (WriteIdleFrontier).
+	for _, f := range IdleFrontier {
+		vs = append(vs, variation{name: idleVariationName(f), change: func(*Config) {},
+			policy: func(p *Policies) error { return scaleCullerIdle(p, f) }})
+	}
 	if a := cfg.Capacity.Ample; a > 0 && a != cfg.Capacity.GPUs {
 		vs = append(vs, vary(fmt.Sprintf("capacity.ample: %d GPUs asked (the anchor hardly queues)", a),
 			func(c *Config) { c.Capacity.GPUs = a }))
 	}
 	return vs
+}
+
+// IdleFrontier are the factors by which the sensitivity table multiplies every GPU idle period of gpu-culler's
+// policy (gpu.idlePeriod and each kind's), besides the main policy's.
+var IdleFrontier = []int{2, 4, 8}
+
+// idleVariationName names the sensitivity row of gpu-culler's idle periods times factor.
+func idleVariationName(factor int) string {
+	return fmt.Sprintf("gpu-culler idle periods x%d (policy, not model: fewer false culls, more idle)", factor)
 }
 
 // rightSizeVariations change the right-size setup's two shares, one at a time (the share that follows the
@@ -93,29 +105,23 @@ func rightSizeVariations(cfg *Config) []variation {
 	return vs
 }
 
-// setCullerGPUIdle sets gpu.idlePeriod in the culler policy file (which the culler's own parser then reads).
-func setCullerGPUIdle(p *Policies, d string) error {
+// scaleCullerIdle multiplies every GPU idle period of the culler policy file by factor: gpu.idlePeriod and each
+// kind's and profile's idlePeriod (not idleWhenContended, not the Hub's), which the culler's own parser then reads.
+func scaleCullerIdle(p *Policies, factor int) error {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(p.Culler, &doc); err != nil {
 		return fmt.Errorf("%s: %w", p.CullerName, err)
 	}
-	set := false
-	if len(doc.Content) == 1 && doc.Content[0].Kind == yaml.MappingNode {
-		top := doc.Content[0].Content
-		for i := 0; i+1 < len(top); i += 2 {
-			if top[i].Value != "gpu" || top[i+1].Kind != yaml.MappingNode {
-				continue
-			}
-			gpu := top[i+1].Content
-			for j := 0; j+1 < len(gpu); j += 2 {
-				if gpu[j].Value == "idlePeriod" {
-					gpu[j+1].Value, set = d, true
-				}
-			}
-		}
-	}
-	if !set {
+	nodes := gpuIdleNodes(&doc)
+	if len(nodes) == 0 {
 		return fmt.Errorf("%s has no gpu.idlePeriod to change", p.CullerName)
+	}
+	for _, v := range nodes {
+		d, err := ipolicy.ParseDuration(v.Value)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p.CullerName, err)
+		}
+		v.Value = ipolicy.Duration(d * time.Duration(factor)).String()
 	}
 	out, err := yaml.Marshal(&doc)
 	if err != nil {
@@ -123,4 +129,59 @@ func setCullerGPUIdle(p *Policies, d string) error {
 	}
 	p.Culler = out
 	return nil
+}
+
+// cullerIdlePeriods are the GPU idle periods of the culler policy file as it writes them: gpu.idlePeriod, then
+// each kind's and profile's ("1h, shared 30m").
+func cullerIdlePeriods(p Policies) string {
+	var doc yaml.Node
+	if yaml.Unmarshal(p.Culler, &doc) != nil {
+		return ""
+	}
+	var parts []string
+	for i, v := range gpuIdleNodes(&doc) {
+		if i == 0 {
+			parts = append(parts, v.Value)
+			continue
+		}
+		parts = append(parts, v.Tag+" "+v.Value)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// gpuIdleNodes are the value nodes of gpu.idlePeriod and of each kinds.<kind>.idlePeriod and
+// profiles.<slug>.idlePeriod of a culler policy document, gpu's first (none without gpu.idlePeriod); each
+// override's Tag is set to its kind or slug, for naming it (cullerIdlePeriods).
+func gpuIdleNodes(doc *yaml.Node) []*yaml.Node {
+	if len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil
+	}
+	idle := func(m *yaml.Node) *yaml.Node {
+		for j := 0; m.Kind == yaml.MappingNode && j+1 < len(m.Content); j += 2 {
+			if m.Content[j].Value == "idlePeriod" && m.Content[j+1].Kind == yaml.ScalarNode {
+				return m.Content[j+1]
+			}
+		}
+		return nil
+	}
+	var base *yaml.Node
+	var overrides []*yaml.Node
+	top := doc.Content[0].Content
+	for i := 0; i+1 < len(top); i += 2 {
+		switch k, v := top[i].Value, top[i+1]; {
+		case k == "gpu":
+			base = idle(v)
+		case (k == "kinds" || k == "profiles") && v.Kind == yaml.MappingNode:
+			for j := 0; j+1 < len(v.Content); j += 2 {
+				if n := idle(v.Content[j+1]); n != nil {
+					n.Tag = v.Content[j].Value
+					overrides = append(overrides, n)
+				}
+			}
+		}
+	}
+	if base == nil {
+		return nil
+	}
+	return append([]*yaml.Node{base}, overrides...)
 }

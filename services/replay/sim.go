@@ -153,6 +153,9 @@ type server struct {
 	lastHub  int
 	notice   ckit.Notice
 	culledAt int
+	// idleFrom is the first minute of the idle stretch the server was in at minute idleSeen (telemetry's memo:
+	// a stretch's start does not move while it lasts).
+	idleFrom, idleSeen int
 	// small: the user follows right-size advice and this session takes a share instead of a whole GPU.
 	small bool
 	// measured is what the usage API has of the server while it held a whole GPU (right-size mode only).
@@ -608,8 +611,18 @@ func (r *run) hubCullerPass() {
 	}
 }
 
-// lookback bounds the telemetry handed to Decide: longer than any idle period plus its warning.
-const lookback = 4 * 60
+// minLookback bounds the telemetry handed to Decide (minutes); a rule whose idle period, warning and snoozes
+// add up to more gets that much (lookbackFor).
+const minLookback = 4 * 60
+
+// maxLookback bounds the walk back to an idle stretch's start (minutes): beyond any lookbackFor.
+const maxLookback = 7 * 24 * 60
+
+// lookbackFor is how far back the telemetry handed to Decide under rule goes (minutes): longer than its idle
+// period plus its warning and every snooze, so that a stretch is never cut shorter than what Decide judges.
+func lookbackFor(rule ckit.Rule) int {
+	return max(minLookback, minutesOf(rule.IdlePeriod+rule.Warn+time.Duration(rule.MaxSnoozes)*rule.Snooze)+60)
+}
 
 // cullerPass is gpu-culler's pass: Decide for every running server on its own GPU telemetry, the notice
 // kept as the pod would keep it, snoozes by users who have the tab open, and stops.
@@ -676,7 +689,7 @@ type ruleKey struct {
 }
 
 // telemetry is the server's GPU samples as the usage API would serve them: the newest alone while busy; while
-// idle, back to the start of the idle stretch (at most lookback), memory unchanged. The usage API samples every
+// idle, back to the start of the idle stretch (at most lookbackFor the rule), memory unchanged. The usage API samples every
 // minute; handed to Decide are the newest, the oldest of the stretch and one every staleAfter between them: the
 // same idle stretch for Decide (no gap above staleAfter, utilization and memory unchanged), fewer to sort.
 func (r *run) telemetry(sv *server, rule ckit.Rule) ckit.Telemetry {
@@ -686,10 +699,14 @@ func (r *run) telemetry(sv *server, rule ckit.Rule) ckit.Telemetry {
 		r.samples = append(r.samples[:0], ckit.Sample{At: clock(t), Utilization: r.env.Cfg.Idleness.BusyUtilization, MemoryBytes: memory})
 		return ckit.Telemetry{Present: true, Samples: r.samples}
 	}
-	from := t
-	for from > sv.started && from > t-lookback && !sv.s.Busy(from-1) {
-		from--
+	if sv.idleSeen != t-1 || sv.idleSeen == 0 {
+		sv.idleFrom = t
+		for sv.idleFrom > sv.started && !sv.s.Busy(sv.idleFrom-1) && sv.idleFrom > t-maxLookback {
+			sv.idleFrom--
+		}
 	}
+	sv.idleSeen = t
+	from := max(sv.idleFrom, t-lookbackFor(rule), sv.started)
 	step := max(1, int(rule.StaleAfter/time.Minute))
 	r.samples = r.samples[:0]
 	if (t-from)%step != 0 {

@@ -65,6 +65,10 @@ func WriteReport(out io.Writer, rep *Report) {
 		fmt.Fprintln(out, "the variation's cluster.")
 		fmt.Fprintln(out)
 		WriteSensitivity(out, rep)
+		fmt.Fprintln(out)
+		fmt.Fprintln(out, "### False culls against idle GPU-hours: gpu-culler's idle period")
+		fmt.Fprintln(out)
+		WriteIdleFrontier(out, rep)
 	}
 	if len(rep.RightSize) > 0 {
 		fmt.Fprintln(out)
@@ -226,6 +230,59 @@ func WriteSensitivity(out io.Writer, rep *Report) {
 	fmt.Fprintf(out, "\nOf the %d rows, gpuhub holds fewer allocated-but-idle GPU-hours than the anchor in %d, at least %.0f %% "+
 		"fewer in %d; its time-to-GPU p99 is at least %.0fx lower in %d (a p99 of 0 against the anchor's 0 counts as not lower).\n",
 		n, fewer, 100*TargetIdleReduction, fewer30, TargetP99Ratio, p99)
+}
+
+// WriteIdleFrontier writes gpuhub's rows of the sensitivity table that change only gpu-culler's gpu.idlePeriod
+// (the main policy first), against the main anchor, and says which of them meets both the false-cull and the
+// idle GPU-hours target; under heavy-tailed absences it also says from which idle time on a user's return
+// within the false-cull window is rarer than the target (the model's floor, no culler's).
+func WriteIdleFrontier(out io.Writer, rep *Report) {
+	by := byMode(rep.Results)
+	anchor, main := by[HubCuller], by[GPUHub]
+	if anchor == nil || main == nil {
+		return
+	}
+	type point struct {
+		name string
+		g    *Result
+	}
+	points := []point{{"x1: " + rep.MainIdlePeriods + " (the main policy)", main}}
+	for _, f := range IdleFrontier {
+		for _, v := range rep.Sensitivity {
+			if v.Name == idleVariationName(f) {
+				for _, r := range v.Results {
+					if r.Mode == GPUHub {
+						points = append(points, point{fmt.Sprintf("x%d", f), r})
+					}
+				}
+			}
+		}
+	}
+	fmt.Fprintf(out, "gpuhub (every part) with every GPU idle period of gpu-culler's policy multiplied (`gpu.idlePeriod` and each kind's; "+
+		"not `idleWhenContended`), the rest of the policy and the model as in the main "+
+		"run; the anchor (Kubernetes + idle-culler) holds %.0f idle GPU-hours with %s false culls.\n\n", anchor.IdleHeldGPUHours, pct(anchor.FalseCullRate))
+	fmt.Fprintln(out, "| idle periods | allocated-but-idle GPU-hours | fewer than the anchor | false culls | time-to-GPU p99 | both targets |")
+	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---|")
+	both := 0
+	for _, p := range points {
+		red := 0.0
+		if anchor.IdleHeldGPUHours > 0 {
+			red = 1 - p.g.IdleHeldGPUHours/anchor.IdleHeldGPUHours
+		}
+		ok := red >= TargetIdleReduction && p.g.FalseCullRate <= TargetFalseCulls
+		if ok {
+			both++
+		}
+		fmt.Fprintf(out, "| %s | %.0f | %.0f %% | %s | %s | %s |\n", p.name, p.g.IdleHeldGPUHours, 100*red, pct(p.g.FalseCullRate), minutes(p.g.WaitP99), map[bool]string{true: "met", false: "no"}[ok])
+	}
+	fmt.Fprintf(out, "\n%d of the %d settings meet both >= %.0f %% fewer idle GPU-hours and <= %.0f %% false culls.", both, len(points), 100*TargetIdleReduction, 100*TargetFalseCulls)
+	if t, ok := rep.Cfg.returnFloor(TargetFalseCulls); ok {
+		fmt.Fprintf(out, " Under this model a user away for t returns within the false-cull window (%s) with probability "+
+			"1 - ((s + t) / (s + t + window))^a (Lomax, s = awayMean (a - 1)): below %.0f %% only once t exceeds %s, so a stop "+
+			"decided by idle time alone is a false cull more often than the target at any shorter idle period.",
+			minutes(rep.Cfg.Behaviour.FalseCullWindow.Std().Minutes()), 100*TargetFalseCulls, minutes(t))
+	}
+	fmt.Fprintln(out)
 }
 
 // WriteRightSize writes gpuhub against gpuhub with the right-size advice followed: the main setting first, then
