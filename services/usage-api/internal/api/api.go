@@ -204,23 +204,19 @@ func (h *handler) writeUser(w http.ResponseWriter, r *http.Request, name string,
 	if resp.Groups == nil {
 		resp.Groups = []string{}
 	}
-	points := usage.Points{}
 	history := q.Get("history")
 	if history != "" && history != "true" && history != "false" {
 		server.WriteError(w, http.StatusBadRequest, "history %q is not true or false (false leaves the history out)", param(history))
 		return
 	}
-	if history != "false" {
-		var since time.Time
-		if s := q.Get("since"); s != "" {
-			t, err := time.Parse(time.RFC3339Nano, s)
-			if err != nil {
-				server.WriteError(w, http.StatusBadRequest, "since must be an RFC 3339 time, e.g. 2026-11-22T10:00:00Z")
-				return
-			}
-			since = t
+	var since time.Time
+	if s := q.Get("since"); s != "" && history != "false" {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			server.WriteError(w, http.StatusBadRequest, "since must be an RFC 3339 time, e.g. 2026-11-22T10:00:00Z")
+			return
 		}
-		points = h.opts.State.History.User(name, since)
+		since = t
 	}
 	resp.GPUHours, resp.GPUHoursStatus, resp.GPUHoursReason, qerr = h.gpuHours(r, name, loc, asOf)
 	if qerr != nil {
@@ -230,7 +226,7 @@ func (h *handler) writeUser(w http.ResponseWriter, r *http.Request, name string,
 	if h.opts.Budget != nil {
 		resp.Budget = h.opts.Budget.Get(r.Context(), name)
 	}
-	writeUserJSON(w, resp, points)
+	h.writeUserJSON(w, resp, history != "false", since)
 }
 
 // gpuHours are a user's GPU-hours windows (custom when from or to is given) with their status: "ok", or
@@ -380,24 +376,41 @@ func (c *tzCache) reset() {
 	c.mu.Unlock()
 }
 
-// writeUserJSON writes resp with the history spliced in as the last member: encoding/json would re-validate the
-// history's pre-encoded text (up to 720 points), which costs more than encoding it.
-func writeUserJSON(w http.ResponseWriter, resp contract.UserResponse, points usage.Points) {
-	resp.History = nil // written from points
+// answerBuffers are the buffers me answers are written in: up to an hour of points is ~100 KB, which would
+// otherwise be garbage at every panel poll (2,000 a second at 10,000 users) and make the collector run often.
+var answerBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledAnswer bounds the buffers kept for reuse (an answer that grew past it is left to the collector).
+const maxPooledAnswer = 1 << 20
+
+// writeUserJSON writes resp with the user's history after since (zero: the whole window; withHistory false:
+// none) spliced in as the last member, encoded straight from the history: encoding/json would re-validate
+// pre-encoded text, which costs more than encoding it.
+func (h *handler) writeUserJSON(w http.ResponseWriter, resp contract.UserResponse, withHistory bool, since time.Time) {
+	resp.History = nil // written from the history
 	body, err := json.Marshal(resp)
 	if err != nil {
 		server.WriteError(w, http.StatusInternalServerError, "encode answer: %v", err)
 		return
 	}
-	hist, _ := points.MarshalJSON()
+	buf := answerBuffers.Get().(*[]byte)
+	b := append((*buf)[:0], body[:len(body)-1]...)
+	b = append(b, `,"history":`...)
+	if withHistory {
+		b = h.opts.State.History.AppendUserJSON(b, resp.User, since)
+	} else {
+		b = append(b, "[]"...)
+	}
+	b = append(b, "}\n"...)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)-1+len(`,"history":`)+len(hist)+2))
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(body[:len(body)-1])
-	_, _ = w.Write([]byte(`,"history":`))
-	_, _ = w.Write(hist)
-	_, _ = w.Write([]byte("}\n"))
+	_, _ = w.Write(b)
+	if cap(b) <= maxPooledAnswer {
+		*buf = b
+		answerBuffers.Put(buf)
+	}
 }
 
 // queryError is an answer other than 200 for a query: 400 for the caller's mistakes, 503 when the ledger cannot

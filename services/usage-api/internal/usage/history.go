@@ -9,35 +9,40 @@ import (
 	"github.com/gpuhub/gpuhub/services/internal/yield"
 )
 
-// History keeps each user's last hour at sampling resolution in compact fixed-size samples (12 bytes): the
+// History keeps each user's last hour at sampling resolution in compact fixed-size samples (10 bytes): the
 // tick's time is stored once for all users, a user's ring grows only while they hold GPUs and is dropped an
-// hour after their last sample.
+// hour after their last sample. A ring's samples are consecutive ticks up to its newest (a tick the user was
+// not in is an absent sample), so a sample needs no time or sequence number of its own.
 type History struct {
 	mu     sync.RWMutex
 	size   int      // ticks per window
 	times  []int64  // unix ms of tick seq, at seq % size
 	stamps [][]byte // the same times formatted for JSON; each slice is immutable once stored
-	seq    uint64   // last tick's sequence number; samples keep its low 16 bits
+	seq    uint64   // last tick's sequence number (the first tick's is 1)
 	users  map[string]*ring
 }
 
 // sample keeps used as utilization x scale (used = util / 100 x scale) so that both the user's utilization and
-// their used GPUs come back in 12 bytes: on a time-sliced GPU used is not allocated x utilization.
+// their used GPUs come back from 10 bytes: on a time-sliced GPU used is not allocated x utilization. Only
+// 2-byte fields, so that a ring of them has no padding.
 type sample struct {
-	allocated float32
-	util      uint16 // hundredths of a percent; utilUnknown when used is unknown
-	scale     uint16 // the GPU time the user's units can reach, in 1/scaleUnits GPUs, saturating at ~390 GPUs
-	seq       uint16
-	mem16MiB  uint16 // memory used in 16 MiB units, saturating at 1 TiB
+	allocated [2]uint16 // the float32 bits of the allocated GPUs, high half first
+	util      uint16    // hundredths of a percent; utilUnknown when used is unknown; utilAbsent: no sample
+	scale     uint16    // the GPU time the user's units can reach, in 1/scaleUnits GPUs, saturating at ~390 GPUs
+	mem16MiB  uint16    // memory used in 16 MiB units, saturating at 1 TiB
 }
 
 const (
 	memUnit     = 16 << 20
 	utilUnknown = math.MaxUint16
+	utilAbsent  = math.MaxUint16 - 1
 	// scaleUnits is divisible by the slice counts of MIG GPUs (7, 4) and by 1, 2, 3, 6 and 8, so that MIG
 	// scales (g/slices) are stored exactly.
 	scaleUnits = 168
 )
+
+// absent stands for a tick at which the user held no GPU, between two that they did.
+var absent = sample{util: utilAbsent}
 
 // known reports whether used and utilization are known.
 func (s sample) known() bool { return s.util != utilUnknown }
@@ -46,9 +51,20 @@ func (s sample) utilPercent() float64 { return float64(s.util) / 100 }
 
 func (s sample) used() float64 { return s.utilPercent() / 100 * float64(s.scale) / scaleUnits }
 
+func (s sample) allocatedGPUs() float32 {
+	return math.Float32frombits(uint32(s.allocated[0])<<16 | uint32(s.allocated[1]))
+}
+
+func packAllocated(v float32) [2]uint16 {
+	b := math.Float32bits(v)
+	return [2]uint16{uint16(b >> 16), uint16(b)}
+}
+
+// ring is one user's samples of consecutive ticks, the newest at tick last.
 type ring struct {
 	buf  []sample
-	head int // next write position once len(buf) == cap
+	head int // next write position once len(buf) == the window's size
+	last uint64
 }
 
 // Point is one history sample as the API returns it (JSON through Points.MarshalJSON).
@@ -99,17 +115,17 @@ func (h *History) Add(v *View) {
 			r = &ring{}
 			h.users[name] = r
 		}
-		s := sample{seq: uint16(seq), allocated: float32(u.Share.AllocatedGPUs), util: utilUnknown,
+		s := sample{allocated: packAllocated(float32(u.Share.AllocatedGPUs)), util: utilUnknown,
 			mem16MiB: uint16(min(u.Share.MemoryUsedBytes/memUnit, math.MaxUint16))}
 		if u.Share.UsedGPUs != nil {
 			s.util, s.scale = encodeUse(*u.Share.UsedGPUs, u.SMUtilPercent, u.Share.AllocatedGPUs)
 		}
-		r.push(s, h.size, h.inWindow)
+		r.push(s, seq, h.size)
 	}
 	// Forget users whose newest sample left the window.
 	if seq%uint64(h.size) == 0 {
 		for name, r := range h.users {
-			if !h.inWindow(r.newest().seq) {
+			if !h.inWindow(r.last) {
 				delete(h.users, name)
 			}
 		}
@@ -135,24 +151,23 @@ func encodeUse(used float64, utilPercent *float64, allocated float64) (util, sca
 	return util, uint16(min(math.Round(used/(float64(util)/10000)*scaleUnits), math.MaxUint16))
 }
 
-func (r *ring) push(s sample, size int, inWindow func(uint16) bool) {
-	// In a full ring this push overwrites the oldest sample, which is the one that just left the window in the
-	// steady state: only an older sample behind it means a gap.
-	keepFrom := 0
-	if len(r.buf) == size {
-		keepFrom = 1
-	}
-	if len(r.buf) > keepFrom && !inWindow(r.at(keepFrom).seq) {
-		// A user with gaps: drop what left the window, so that a ring never spans more ticks than its 16-bit
-		// sequence numbers can tell apart.
-		kept := make([]sample, 0, cap(r.buf))
-		for i := range len(r.buf) {
-			if o := r.at(i); inWindow(o.seq) {
-				kept = append(kept, o)
+// push records s as the sample of tick seq. The ticks since the newest sample that the user missed become
+// absent samples; after a whole window of them the ring starts again.
+func (r *ring) push(s sample, seq uint64, size int) {
+	if r.last != 0 && seq > r.last+1 {
+		if gap := seq - r.last - 1; gap >= uint64(size) {
+			r.buf, r.head = r.buf[:0], 0
+		} else {
+			for range gap {
+				r.append(absent, size)
 			}
 		}
-		r.buf, r.head = kept, 0
 	}
+	r.append(s, size)
+	r.last = seq
+}
+
+func (r *ring) append(s sample, size int) {
 	if len(r.buf) < size {
 		if len(r.buf) == cap(r.buf) {
 			// Grow by doubling but never past the window: a full ring is exactly size samples.
@@ -163,42 +178,21 @@ func (r *ring) push(s sample, size int, inWindow func(uint16) bool) {
 		r.buf = append(r.buf, s)
 		return
 	}
+	// A full ring: overwrite the oldest sample, which has just left the window.
 	r.buf[r.head] = s
 	r.head = (r.head + 1) % size
 }
 
-// at returns the i-th oldest sample.
-func (r *ring) at(i int) sample {
-	if len(r.buf) == cap(r.buf) {
-		return r.buf[(r.head+i)%len(r.buf)]
-	}
-	return r.buf[i]
-}
+func (h *History) inWindow(seq uint64) bool { return h.seq-seq < uint64(h.size) }
 
-func (r *ring) newest() sample {
-	if len(r.buf) < cap(r.buf) || r.head == 0 {
-		return r.buf[len(r.buf)-1]
-	}
-	return r.buf[r.head-1]
-}
-
-// age is how many ticks ago a sample was taken (its low 16 bits suffice: a ring never holds a sample older than
-// two windows, far below 2^16 ticks).
-func (h *History) age(seq uint16) uint64 { return uint64(uint16(h.seq) - seq) }
-
-func (h *History) inWindow(seq uint16) bool { return h.age(seq) < uint64(h.size) }
-
-// User returns a user's samples of the last window, oldest first, those after since only (zero: all).
-func (h *History) User(name string, since time.Time) Points {
+// visit calls f with a user's points of the last window, oldest first, those after since only (zero: all),
+// under the read lock.
+func (h *History) visit(name string, since time.Time, f func(Point)) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	r := h.users[name]
 	if r == nil {
-		return Points{}
-	}
-	var out Points
-	if since.IsZero() {
-		out = make(Points, 0, len(r.buf))
+		return
 	}
 	n := len(r.buf)
 	start := 0
@@ -207,26 +201,46 @@ func (h *History) User(name string, since time.Time) Points {
 	}
 	sinceMS := since.UnixMilli()
 	for i := range n {
+		seq := r.last - uint64(n-1-i)
 		s := r.buf[(start+i)%n]
-		if !h.inWindow(s.seq) {
+		if s.util == utilAbsent || !h.inWindow(seq) {
 			continue
 		}
-		slot := (h.seq - h.age(s.seq)) % uint64(h.size)
+		slot := seq % uint64(h.size)
 		t := h.times[slot]
 		if !since.IsZero() && t <= sinceMS {
 			continue
 		}
-		p := Point{T: time.UnixMilli(t).UTC(), AllocatedGPUs: float64(s.allocated), MemoryUsedBytes: uint64(s.mem16MiB) * memUnit,
+		p := Point{T: time.UnixMilli(t).UTC(), AllocatedGPUs: float64(s.allocatedGPUs()), MemoryUsedBytes: uint64(s.mem16MiB) * memUnit,
 			stamp: h.stamps[slot]}
 		if s.known() {
 			p.UsedKnown, p.UsedGPUs, p.SMUtilPercent = true, s.used(), s.utilPercent()
 		}
-		out = append(out, p)
+		f(p)
 	}
-	if out == nil {
-		out = Points{}
-	}
+}
+
+// User returns a user's samples of the last window, oldest first, those after since only (zero: all).
+func (h *History) User(name string, since time.Time) Points {
+	out := Points{}
+	h.visit(name, since, func(p Point) { out = append(out, p) })
 	return out
+}
+
+// AppendUserJSON appends what User(name, since).MarshalJSON writes, without building the points: the panel's
+// poll encodes up to an hour of points straight from the ring into the caller's (reused) buffer.
+func (h *History) AppendUserJSON(b []byte, name string, since time.Time) []byte {
+	b = append(b, '[')
+	var e pointEncoder
+	first := true
+	h.visit(name, since, func(p Point) {
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = e.append(b, p)
+	})
+	return append(b, ']')
 }
 
 const stampLayout = "2006-01-02T15:04:05.999Z07:00"
@@ -243,40 +257,50 @@ func (h *History) Len() int {
 type Points []Point
 
 // MarshalJSON writes [{"t", "allocatedGPUs", "usedGPUs", "smUtilPercent", "memoryUsedBytes"}], with float32
-// precision. Consecutive points mostly repeat their numbers, so each number's text is reused while it repeats.
+// precision (History.AppendUserJSON writes the same from the ring).
 func (ps Points) MarshalJSON() ([]byte, error) {
 	b := make([]byte, 0, 16+len(ps)*128)
 	b = append(b, '[')
-	var alloc, used, util cachedFloat
+	var e pointEncoder
 	for i, p := range ps {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, `{"t":"`...)
-		if p.stamp != nil {
-			b = append(b, p.stamp...)
-		} else {
-			b = p.T.UTC().AppendFormat(b, stampLayout)
-		}
-		b = append(b, `","allocatedGPUs":`...)
-		b = alloc.append(b, p.AllocatedGPUs, 32)
-		b = append(b, `,"usedGPUs":`...)
-		if p.UsedKnown {
-			b = used.append(b, p.UsedGPUs, 32)
-		} else {
-			b = append(b, "null"...)
-		}
-		b = append(b, `,"smUtilPercent":`...)
-		if p.UsedKnown && p.AllocatedGPUs > 0 {
-			b = util.append(b, p.SMUtilPercent, 64)
-		} else {
-			b = append(b, "null"...)
-		}
-		b = append(b, `,"memoryUsedBytes":`...)
-		b = strconv.AppendUint(b, p.MemoryUsedBytes, 10)
-		b = append(b, '}')
+		b = e.append(b, p)
 	}
 	return append(b, ']'), nil
+}
+
+// pointEncoder writes points one after another. Consecutive points mostly repeat their numbers, so each
+// number's text is reused while it repeats.
+type pointEncoder struct {
+	alloc, used, util cachedFloat
+}
+
+func (e *pointEncoder) append(b []byte, p Point) []byte {
+	b = append(b, `{"t":"`...)
+	if p.stamp != nil {
+		b = append(b, p.stamp...)
+	} else {
+		b = p.T.UTC().AppendFormat(b, stampLayout)
+	}
+	b = append(b, `","allocatedGPUs":`...)
+	b = e.alloc.append(b, p.AllocatedGPUs, 32)
+	b = append(b, `,"usedGPUs":`...)
+	if p.UsedKnown {
+		b = e.used.append(b, p.UsedGPUs, 32)
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"smUtilPercent":`...)
+	if p.UsedKnown && p.AllocatedGPUs > 0 {
+		b = e.util.append(b, p.SMUtilPercent, 64)
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"memoryUsedBytes":`...)
+	b = strconv.AppendUint(b, p.MemoryUsedBytes, 10)
+	return append(b, '}')
 }
 
 type cachedFloat struct {

@@ -492,7 +492,7 @@ func TestUsedIsAFractionOfThePhysicalGPU(t *testing.T) {
 	}
 }
 
-// TestHistoryKeepsUsedAndUtilization: the 12-byte samples give back the user's used GPUs and utilization.
+// TestHistoryKeepsUsedAndUtilization: the 10-byte samples give back the user's used GPUs and utilization.
 func TestHistoryKeepsUsedAndUtilization(t *testing.T) {
 	type point struct{ Used, Util float64 }
 	cases := map[string]struct {

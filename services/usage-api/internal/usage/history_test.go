@@ -1,0 +1,88 @@
+package usage
+
+import (
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestSampleSize: a sample is 10 bytes (an hour at 5 s is 7.2 KB per user holding GPUs; B5).
+func TestSampleSize(t *testing.T) {
+	if got := unsafe.Sizeof(sample{}); got != 10 {
+		t.Errorf("sample is %d bytes, want 10", got)
+	}
+}
+
+// TestHistoryGapsAndJSON: ticks a user missed between two of theirs are absent (no point), the points after the
+// gap keep their own times, and AppendUserJSON writes exactly what User's points marshal to, with and without
+// since, for users with and without gaps, a user back after more than a window away, and an unknown user.
+func TestHistoryGapsAndJSON(t *testing.T) {
+	h := NewHistory(time.Minute, 5*time.Second) // 12 slots
+	tick := func(i int) time.Time { return now.Add(time.Duration(i) * 5 * time.Second) }
+	at := map[string]func(i int) bool{
+		"steady":   func(int) bool { return true },
+		"gappy":    func(i int) bool { return i%3 == 0 },
+		"returner": func(i int) bool { return i < 5 || i > 22 },
+	}
+	for i := range 30 {
+		v := &View{SampledAt: tick(i), Users: map[string]*User{}}
+		for name, on := range at {
+			if on(i) {
+				v.Users[name] = &User{Name: name, Share: Share{AllocatedGPUs: float64(i%4) / 7, UsedGPUs: f(float64(i%4) / 14)},
+					SMUtilPercent: f(50)}
+			}
+		}
+		h.Add(v)
+	}
+	times := func(ps Points) []time.Time {
+		var out []time.Time
+		for _, p := range ps {
+			out = append(out, p.T)
+		}
+		return out
+	}
+	want := map[string][]time.Time{ // the window holds ticks 18..29
+		"steady":   {tick(18), tick(19), tick(20), tick(21), tick(22), tick(23), tick(24), tick(25), tick(26), tick(27), tick(28), tick(29)},
+		"gappy":    {tick(18), tick(21), tick(24), tick(27)},
+		"returner": {tick(23), tick(24), tick(25), tick(26), tick(27), tick(28), tick(29)},
+	}
+	for name, w := range want {
+		if diff := cmp.Diff(w, times(h.User(name, time.Time{}))); diff != "" {
+			t.Errorf("%s's points (-want +got):\n%s", name, diff)
+		}
+	}
+	for _, name := range []string{"steady", "gappy", "returner", "nobody"} {
+		for _, since := range []time.Time{{}, tick(20), tick(29)} {
+			ps := h.User(name, since)
+			wantJSON, _ := ps.MarshalJSON()
+			got := h.AppendUserJSON([]byte("x"), name, since)
+			if diff := cmp.Diff("x"+string(wantJSON), string(got)); diff != "" {
+				t.Errorf("%s since %v: AppendUserJSON (-Points.MarshalJSON +got):\n%s", name, since, diff)
+			}
+		}
+	}
+	if got := h.User("gappy", time.Time{})[1]; got.AllocatedGPUs != float64(float32(21%4)/7) || !got.UsedKnown {
+		t.Errorf("gappy at tick 21 = %+v, want allocated %v", got, float32(21%4)/7)
+	}
+}
+
+// TestAppendUserJSONAllocatesNoPoints: with a buffer large enough, a full hour is encoded without building its
+// points (720 Points are ~63 KB): what allocates is only the visiting closure's few captured variables.
+func TestAppendUserJSONAllocatesNoPoints(t *testing.T) {
+	h := NewHistory(time.Hour, 5*time.Second)
+	v := &View{SampledAt: now, Users: map[string]*User{"u": {Name: "u", Share: Share{AllocatedGPUs: 1, UsedGPUs: f(0.5)}, SMUtilPercent: f(50)}}}
+	for i := range 800 {
+		v.SampledAt = now.Add(time.Duration(i) * 5 * time.Second)
+		h.Add(v)
+	}
+	buf := make([]byte, 0, 256<<10)
+	allocs := testing.AllocsPerRun(20, func() { buf = h.AppendUserJSON(buf[:0], "u", time.Time{}) })
+	if allocs > 3 {
+		t.Errorf("AppendUserJSON of 720 points: %.0f allocations, want at most 3", allocs)
+	}
+	if n := len(h.User("u", time.Time{})); n != 720 {
+		t.Errorf("%d points, want 720", n)
+	}
+}
