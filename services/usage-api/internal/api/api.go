@@ -394,7 +394,8 @@ func (h *handler) writeUserJSON(w http.ResponseWriter, resp contract.UserRespons
 		return
 	}
 	buf := answerBuffers.Get().(*[]byte)
-	b := append((*buf)[:0], body[:len(body)-1]...)
+	b := (*buf)[:0]
+	b = append(b, body[:len(body)-1]...)
 	b = append(b, `,"history":`...)
 	if withHistory {
 		b = h.opts.State.History.AppendUserJSON(b, resp.User, since)

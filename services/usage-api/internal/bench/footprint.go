@@ -9,8 +9,8 @@ import (
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/usage"
 )
 
-// MeasureFootprint fills one hour of 5 s history for gpus users holding one GPU each and returns the heap and
-// RSS it added.
+// MeasureFootprint fills one hour of 5 s history for gpus users holding one GPU each and returns the heap, the
+// memory mapped outside it and the RSS it added.
 func MeasureFootprint(gpus int) Footprint {
 	debug.SetGCPercent(10)
 	views := make([]*usage.View, 0, 2)
@@ -30,7 +30,7 @@ func MeasureFootprint(gpus int) Footprint {
 		h.Add(&v)
 	}
 	after := heap()
-	fp := Footprint{Heap: int64(after - before), RSS: rssBytes(os.Getpid()) - rss0}
+	fp := Footprint{Heap: int64(after) - int64(before), Mapped: h.MappedBytes(), RSS: rssBytes(os.Getpid()) - rss0}
 	runtime.KeepAlive(h)
 	runtime.KeepAlive(views)
 	return fp

@@ -22,6 +22,8 @@ import (
 type Probe struct {
 	mu    sync.Mutex
 	ticks []time.Duration
+	// Mapped, when set, reports the memory the SUT holds outside the Go heap (the history's full rings).
+	Mapped func() int64
 }
 
 // ObserveTick records the duration of one tick.
@@ -44,6 +46,7 @@ type Stats struct {
 	HeapLiveBytes, HeapGoalBytes uint64
 	HeapObjects                  uint64
 	TotalAllocBytes              uint64
+	MappedBytes                  int64 // outside the Go heap: the history's full rings
 }
 
 // Stats reads the probe and the runtime's histograms (cumulative since the process started).
@@ -79,6 +82,9 @@ func (p *Probe) Stats() Stats {
 	}
 	s.HeapLiveBytes, s.HeapGoalBytes = samples[5].Value.Uint64(), samples[6].Value.Uint64()
 	s.HeapObjects, s.TotalAllocBytes = samples[7].Value.Uint64(), samples[8].Value.Uint64()
+	if p.Mapped != nil {
+		s.MappedBytes = p.Mapped()
+	}
 	return s
 }
 
@@ -125,9 +131,9 @@ func (p *Probe) Serve(ctx context.Context, ln net.Listener) error {
 
 func (s Stats) String() string {
 	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 2, 64) }
-	return fmt.Sprintf("ticks %d (p50 %s ms, max %s ms); scheduler latency p50 %s / p99 %s / p99.9 %s ms; GC %d cycles, pause p99 %s ms max %s ms, %.1f%% of CPU; heap live %.1f MiB, %d objects",
+	return fmt.Sprintf("ticks %d (p50 %s ms, max %s ms); scheduler latency p50 %s / p99 %s / p99.9 %s ms; GC %d cycles, pause p99 %s ms max %s ms, %.1f%% of CPU; heap live %.1f MiB, %d objects; history outside the heap %.1f MiB",
 		s.Ticks, ms(s.TickP50), ms(s.TickMax), ms(s.SchedLatencyP50), ms(s.SchedLatencyP99), ms(s.SchedLatencyP999),
-		s.GCCycles, ms(s.GCPauseP99), ms(s.GCPauseMax), 100*s.GCCPUFraction, float64(s.HeapLiveBytes)/(1<<20), s.HeapObjects)
+		s.GCCycles, ms(s.GCPauseP99), ms(s.GCPauseMax), 100*s.GCCPUFraction, float64(s.HeapLiveBytes)/(1<<20), s.HeapObjects, float64(s.MappedBytes)/(1<<20))
 }
 
 // ServeFloor serves the same path as the usage API with a fixed body of size bytes and nothing else: the

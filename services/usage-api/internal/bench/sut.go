@@ -72,6 +72,9 @@ func ServeSUT(ctx context.Context, o SUTOptions) error {
 		return err
 	}
 	state := usage.NewState(usage.NewHistory(time.Hour, o.Interval))
+	if o.Probe != nil {
+		o.Probe.Mapped = state.History.MappedBytes
+	}
 	// An hour of history: the same cluster at every tick of the past hour.
 	v := usage.Build(c.Input(now, o.Interval))
 	for i := int(time.Hour/o.Interval) - 1; i > 0; i-- {

@@ -20,6 +20,7 @@ type History struct {
 	stamps [][]byte // the same times formatted for JSON; each slice is immutable once stored
 	seq    uint64   // last tick's sequence number (the first tick's is 1)
 	users  map[string]*ring
+	pool   samplePool // full-window buffers, outside the Go heap
 }
 
 // sample keeps used as utilization x scale (used = util / 100 x scale) so that both the user's utilization and
@@ -83,7 +84,7 @@ type Point struct {
 // NewHistory keeps window at interval resolution.
 func NewHistory(window, interval time.Duration) *History {
 	size := max(1, int(window/interval))
-	return &History{size: size, times: make([]int64, size), stamps: make([][]byte, size), users: map[string]*ring{}}
+	return &History{size: size, times: make([]int64, size), stamps: make([][]byte, size), users: map[string]*ring{}, pool: samplePool{size: size}}
 }
 
 // addChunk is how many users Add records under one hold of the lock. Readers (every API answer) wait for the
@@ -120,12 +121,13 @@ func (h *History) Add(v *View) {
 		if u.Share.UsedGPUs != nil {
 			s.util, s.scale = encodeUse(*u.Share.UsedGPUs, u.SMUtilPercent, u.Share.AllocatedGPUs)
 		}
-		r.push(s, seq, h.size)
+		r.push(s, seq, &h.pool)
 	}
 	// Forget users whose newest sample left the window.
 	if seq%uint64(h.size) == 0 {
 		for name, r := range h.users {
 			if !h.inWindow(r.last) {
+				h.pool.put(r.buf)
 				delete(h.users, name)
 			}
 		}
@@ -153,25 +155,33 @@ func encodeUse(used float64, utilPercent *float64, allocated float64) (util, sca
 
 // push records s as the sample of tick seq. The ticks since the newest sample that the user missed become
 // absent samples; after a whole window of them the ring starts again.
-func (r *ring) push(s sample, seq uint64, size int) {
+func (r *ring) push(s sample, seq uint64, pool *samplePool) {
+	size := pool.size
 	if r.last != 0 && seq > r.last+1 {
 		if gap := seq - r.last - 1; gap >= uint64(size) {
 			r.buf, r.head = r.buf[:0], 0
 		} else {
 			for range gap {
-				r.append(absent, size)
+				r.append(absent, pool)
 			}
 		}
 	}
-	r.append(s, size)
+	r.append(s, pool)
 	r.last = seq
 }
 
-func (r *ring) append(s sample, size int) {
+func (r *ring) append(s sample, pool *samplePool) {
+	size := pool.size
 	if len(r.buf) < size {
 		if len(r.buf) == cap(r.buf) {
-			// Grow by doubling but never past the window: a full ring is exactly size samples.
-			nb := make([]sample, len(r.buf), min(size, max(16, 2*cap(r.buf))))
+			// Grow by doubling in the heap while the ring is small, then to the window's size from the pool: a
+			// full ring is exactly size samples, outside the heap.
+			var nb []sample
+			if c := min(size, max(16, 2*cap(r.buf))); c < size {
+				nb = make([]sample, len(r.buf), c)
+			} else {
+				nb = pool.get()[:len(r.buf)]
+			}
 			copy(nb, r.buf)
 			r.buf = nb
 		}
@@ -244,6 +254,13 @@ func (h *History) AppendUserJSON(b []byte, name string, since time.Time) []byte 
 }
 
 const stampLayout = "2006-01-02T15:04:05.999Z07:00"
+
+// MappedBytes is the memory the history holds outside the Go heap (the footprint benchmark adds it to the heap's).
+func (h *History) MappedBytes() int64 {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.pool.mapped
+}
 
 // Len is the number of users with history (for tests and the footprint benchmark).
 func (h *History) Len() int {

@@ -1,6 +1,8 @@
 package usage
 
 import (
+	"fmt"
+	"runtime"
 	"testing"
 	"time"
 	"unsafe"
@@ -85,4 +87,52 @@ func TestAppendUserJSONAllocatesNoPoints(t *testing.T) {
 	if n := len(h.User("u", time.Time{})); n != 720 {
 		t.Errorf("%d points, want 720", n)
 	}
+}
+
+// TestHistoryOutsideTheHeap: full rings live in mapped memory (the collector neither scans them nor doubles
+// them), and the buffers of users the history forgets go to the next users instead of new mappings.
+func TestHistoryOutsideTheHeap(t *testing.T) {
+	const users = 500
+	h := NewHistory(time.Hour, 5*time.Second) // 720 slots
+	fill := func(prefix string, from int) {
+		v := &View{Users: map[string]*User{}}
+		for i := range users {
+			name := fmt.Sprintf("%s%03d", prefix, i)
+			v.Users[name] = &User{Name: name, Share: Share{AllocatedGPUs: 1, UsedGPUs: f(0.5)}, SMUtilPercent: f(50)}
+		}
+		for i := range 720 {
+			v.SampledAt = now.Add(time.Duration(from+i) * 5 * time.Second)
+			h.Add(v)
+		}
+	}
+	before := liveHeap()
+	fill("a", 0)
+	heapGrew := int64(liveHeap()) - int64(before)
+	mapped := h.MappedBytes()
+	if want := int64(users * 720 * 10); mapped < want {
+		t.Errorf("mapped %d bytes, want at least the %d of %d full rings", mapped, want, users)
+	}
+	if heapGrew > mapped/4 {
+		t.Errorf("the heap grew by %d bytes for %d bytes of history: the rings are not outside it", heapGrew, mapped)
+	}
+	// Another hour of other users: the first ones are forgotten at the window's sweep and their buffers reused.
+	fill("b", 720)
+	fill("c", 1440)
+	if got := h.MappedBytes(); got > 2*mapped {
+		t.Errorf("mapped %d bytes after two more hours of %d new users, want at most %d (buffers reused)", got, users, 2*mapped)
+	}
+	if n := len(h.User("c042", time.Time{})); n != 720 {
+		t.Errorf("c042: %d points, want 720", n)
+	}
+	if n := len(h.User("a042", time.Time{})); n != 0 {
+		t.Errorf("a042, two hours gone: %d points, want 0", n)
+	}
+	runtime.KeepAlive(h)
+}
+
+func liveHeap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }
