@@ -195,9 +195,9 @@ func (r *ring) append(s sample, pool *samplePool) {
 
 func (h *History) inWindow(seq uint64) bool { return h.seq-seq < uint64(h.size) }
 
-// visit calls f with a user's points of the last window, oldest first, those after since only (zero: all),
-// under the read lock.
-func (h *History) visit(name string, since time.Time, f func(Point)) {
+// visit calls f with the tick slot and the sample of each of a user's points of the last window, oldest first,
+// those after since only (zero: all), under the read lock.
+func (h *History) visit(name string, since time.Time, f func(slot uint64, s sample)) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	r := h.users[name]
@@ -217,40 +217,63 @@ func (h *History) visit(name string, since time.Time, f func(Point)) {
 			continue
 		}
 		slot := seq % uint64(h.size)
-		t := h.times[slot]
-		if !since.IsZero() && t <= sinceMS {
+		if !since.IsZero() && h.times[slot] <= sinceMS {
 			continue
 		}
-		p := Point{T: time.UnixMilli(t).UTC(), AllocatedGPUs: float64(s.allocatedGPUs()), MemoryUsedBytes: uint64(s.mem16MiB) * memUnit,
-			stamp: h.stamps[slot]}
-		if s.known() {
-			p.UsedKnown, p.UsedGPUs, p.SMUtilPercent = true, s.used(), s.utilPercent()
-		}
-		f(p)
+		f(slot, s)
 	}
+}
+
+// point is the Point of sample s taken at the tick in slot (under the read lock).
+func (h *History) point(slot uint64, s sample) Point {
+	p := Point{T: time.UnixMilli(h.times[slot]).UTC(), AllocatedGPUs: float64(s.allocatedGPUs()), MemoryUsedBytes: uint64(s.mem16MiB) * memUnit,
+		stamp: h.stamps[slot]}
+	if s.known() {
+		p.UsedKnown, p.UsedGPUs, p.SMUtilPercent = true, s.used(), s.utilPercent()
+	}
+	return p
 }
 
 // User returns a user's samples of the last window, oldest first, those after since only (zero: all).
 func (h *History) User(name string, since time.Time) Points {
 	out := Points{}
-	h.visit(name, since, func(p Point) { out = append(out, p) })
+	h.visit(name, since, func(slot uint64, s sample) { out = append(out, h.point(slot, s)) })
 	return out
 }
 
 // AppendUserJSON appends what User(name, since).MarshalJSON writes, without building the points: the panel's
-// poll encodes up to an hour of points straight from the ring into the caller's (reused) buffer.
+// poll encodes up to an hour of points straight from the ring into the caller's (reused) buffer. A point's
+// numbers are encoded again only when its sample differs from the one before (mostly they repeat); its time
+// was formatted once for everyone at the tick.
 func (h *History) AppendUserJSON(b []byte, name string, since time.Time) []byte {
-	b = append(b, '[')
-	var e pointEncoder
-	first := true
-	h.visit(name, since, func(p Point) {
-		if !first {
-			b = append(b, ',')
-		}
-		first = false
-		b = e.append(b, p)
-	})
-	return append(b, ']')
+	w := &historyWriter{b: append(b, '[')}
+	w.values = w.scratch[:0]
+	h.visit(name, since, func(slot uint64, s sample) { w.add(h, slot, s) })
+	return append(w.b, ']')
+}
+
+// historyWriter is AppendUserJSON's state.
+type historyWriter struct {
+	b       []byte
+	n       int
+	prev    sample
+	values  []byte // the previous sample's numbers as JSON members, after "t"
+	scratch [160]byte
+	e       pointEncoder
+}
+
+func (w *historyWriter) add(h *History, slot uint64, s sample) {
+	if w.n > 0 {
+		w.b = append(w.b, ',')
+	}
+	w.b = append(w.b, `{"t":"`...)
+	w.b = append(w.b, h.stamps[slot]...)
+	w.b = append(w.b, '"')
+	if w.n == 0 || s != w.prev {
+		w.values, w.prev = w.e.appendValues(w.values[:0], h.point(slot, s)), s
+	}
+	w.b = append(w.b, w.values...)
+	w.n++
 }
 
 const stampLayout = "2006-01-02T15:04:05.999Z07:00"
@@ -301,7 +324,13 @@ func (e *pointEncoder) append(b []byte, p Point) []byte {
 	} else {
 		b = p.T.UTC().AppendFormat(b, stampLayout)
 	}
-	b = append(b, `","allocatedGPUs":`...)
+	b = append(b, '"')
+	return e.appendValues(b, p)
+}
+
+// appendValues writes a point's members after "t", and the closing brace.
+func (e *pointEncoder) appendValues(b []byte, p Point) []byte {
+	b = append(b, `,"allocatedGPUs":`...)
 	b = e.alloc.append(b, p.AllocatedGPUs, 32)
 	b = append(b, `,"usedGPUs":`...)
 	if p.UsedKnown {
