@@ -13,7 +13,7 @@ type samplePool struct {
 	size   int        // samples per buffer: the window
 	free   [][]sample // returned buffers, length 0
 	rest   []sample   // the part of the newest mapping not handed out yet
-	mapped int64      // bytes mapped so far
+	mapped int64      // bytes mapped so far (not counting heap memory taken where a mapping was refused)
 }
 
 // poolChunkBytes is how much one mapping holds (or one buffer, when a buffer is larger).
@@ -29,10 +29,12 @@ func (p *samplePool) get() []sample {
 		return b
 	}
 	if len(p.rest) < p.size {
-		n := max(p.size, poolChunkBytes/sampleBytes)
-		mem := mapSamples(n * sampleBytes)
-		p.mapped += int64(len(mem))
-		p.rest = unsafe.Slice((*sample)(unsafe.Pointer(unsafe.SliceData(mem))), len(mem)/sampleBytes)
+		n := max(1, poolChunkBytes/sampleBytes/p.size) * p.size // whole buffers only
+		mem, mapped := mapSamples(n * sampleBytes)
+		if mapped {
+			p.mapped += int64(len(mem))
+		}
+		p.rest = unsafe.Slice((*sample)(unsafe.Pointer(unsafe.SliceData(mem))), n)
 	}
 	b := p.rest[:0:p.size]
 	p.rest = p.rest[p.size:]

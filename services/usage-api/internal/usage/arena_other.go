@@ -2,5 +2,5 @@
 
 package usage
 
-// mapSamples returns n bytes from the Go heap: this platform's history stays in it.
-func mapSamples(n int) []byte { return make([]byte, n) }
+// mapSamples returns n bytes from the Go heap (mapped false): this platform's history stays in it.
+func mapSamples(n int) (mem []byte, mapped bool) { return make([]byte, n), false }

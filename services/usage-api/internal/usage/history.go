@@ -10,9 +10,10 @@ import (
 )
 
 // History keeps each user's last hour at sampling resolution in compact fixed-size samples (10 bytes): the
-// tick's time is stored once for all users, a user's ring grows only while they hold GPUs and is dropped an
+// tick's time is stored once for all users, a user's ring is made when they first hold GPUs and is dropped an
 // hour after their last sample. A ring's samples are consecutive ticks up to its newest (a tick the user was
-// not in is an absent sample), so a sample needs no time or sequence number of its own.
+// not in is an absent sample), so a sample needs no time or sequence number of its own; the price is that a
+// user who holds GPUs now and then within the hour has a ring as long as one who holds them throughout.
 type History struct {
 	mu     sync.RWMutex
 	size   int      // ticks per window
@@ -226,8 +227,14 @@ func (h *History) visit(name string, since time.Time, f func(slot uint64, s samp
 
 // point is the Point of sample s taken at the tick in slot (under the read lock).
 func (h *History) point(slot uint64, s sample) Point {
-	p := Point{T: time.UnixMilli(h.times[slot]).UTC(), AllocatedGPUs: float64(s.allocatedGPUs()), MemoryUsedBytes: uint64(s.mem16MiB) * memUnit,
-		stamp: h.stamps[slot]}
+	p := pointOf(s)
+	p.T, p.stamp = time.UnixMilli(h.times[slot]).UTC(), h.stamps[slot]
+	return p
+}
+
+// pointOf is the Point of sample s without its time.
+func pointOf(s sample) Point {
+	p := Point{AllocatedGPUs: float64(s.allocatedGPUs()), MemoryUsedBytes: uint64(s.mem16MiB) * memUnit}
 	if s.known() {
 		p.UsedKnown, p.UsedGPUs, p.SMUtilPercent = true, s.used(), s.utilPercent()
 	}
@@ -242,39 +249,44 @@ func (h *History) User(name string, since time.Time) Points {
 }
 
 // AppendUserJSON appends what User(name, since).MarshalJSON writes, without building the points: the panel's
-// poll encodes up to an hour of points straight from the ring into the caller's (reused) buffer. A point's
-// numbers are encoded again only when its sample differs from the one before (mostly they repeat); its time
-// was formatted once for everyone at the tick.
+// poll encodes up to an hour of points from the ring into the caller's (reused) buffer. Under the read lock it
+// only copies the visible samples and their tick times (formatted once for everyone at the tick, and never
+// changed once stored); it encodes after, so a tick's Add never waits for an encoding. A point's numbers are
+// encoded again only when its sample differs from the one before (mostly they repeat).
 func (h *History) AppendUserJSON(b []byte, name string, since time.Time) []byte {
-	w := &historyWriter{b: append(b, '[')}
-	w.values = w.scratch[:0]
-	h.visit(name, since, func(slot uint64, s sample) { w.add(h, slot, s) })
-	return append(w.b, ']')
+	seen := visibleBuffers.Get().(*[]visibleSample)
+	vs := (*seen)[:0]
+	h.visit(name, since, func(slot uint64, s sample) { vs = append(vs, visibleSample{stamp: h.stamps[slot], s: s}) })
+	b = append(b, '[')
+	var e pointEncoder
+	var scratch [160]byte
+	values := scratch[:0]
+	for i, v := range vs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"t":"`...)
+		b = append(b, v.stamp...)
+		b = append(b, '"')
+		if i == 0 || v.s != vs[i-1].s {
+			values = e.appendValues(values[:0], pointOf(v.s))
+		}
+		b = append(b, values...)
+	}
+	clear(vs) // drop the stamps' references before the buffer waits in the pool
+	*seen = vs[:0]
+	visibleBuffers.Put(seen)
+	return append(b, ']')
 }
 
-// historyWriter is AppendUserJSON's state.
-type historyWriter struct {
-	b       []byte
-	n       int
-	prev    sample
-	values  []byte // the previous sample's numbers as JSON members, after "t"
-	scratch [160]byte
-	e       pointEncoder
+// visibleSample is a sample AppendUserJSON copied out of a ring, with its tick's formatted time.
+type visibleSample struct {
+	stamp []byte
+	s     sample
 }
 
-func (w *historyWriter) add(h *History, slot uint64, s sample) {
-	if w.n > 0 {
-		w.b = append(w.b, ',')
-	}
-	w.b = append(w.b, `{"t":"`...)
-	w.b = append(w.b, h.stamps[slot]...)
-	w.b = append(w.b, '"')
-	if w.n == 0 || s != w.prev {
-		w.values, w.prev = w.e.appendValues(w.values[:0], h.point(slot, s)), s
-	}
-	w.b = append(w.b, w.values...)
-	w.n++
-}
+// visibleBuffers hold AppendUserJSON's copies between requests (an hour is 720 of them, ~29 KB).
+var visibleBuffers = sync.Pool{New: func() any { return new([]visibleSample) }}
 
 const stampLayout = "2006-01-02T15:04:05.999Z07:00"
 

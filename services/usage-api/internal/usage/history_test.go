@@ -102,11 +102,13 @@ func TestAppendUserJSONAllocatesNoPoints(t *testing.T) {
 func TestHistoryOutsideTheHeap(t *testing.T) {
 	const users = 500
 	h := NewHistory(time.Hour, 5*time.Second) // 720 slots
+	// Each user's own allocation, so that two rings sharing a buffer would show another user's numbers.
+	alloc := func(prefix string, i int) float64 { return float64(int(prefix[0])*1000 + i) }
 	fill := func(prefix string, from int) {
 		v := &View{Users: map[string]*User{}}
 		for i := range users {
 			name := fmt.Sprintf("%s%03d", prefix, i)
-			v.Users[name] = &User{Name: name, Share: Share{AllocatedGPUs: 1, UsedGPUs: f(0.5)}, SMUtilPercent: f(50)}
+			v.Users[name] = &User{Name: name, Share: Share{AllocatedGPUs: alloc(prefix, i), UsedGPUs: f(0.5)}, SMUtilPercent: f(50)}
 		}
 		for i := range 720 {
 			v.SampledAt = now.Add(time.Duration(from+i) * 5 * time.Second)
@@ -129,8 +131,17 @@ func TestHistoryOutsideTheHeap(t *testing.T) {
 	if got := h.MappedBytes(); got > 2*mapped {
 		t.Errorf("mapped %d bytes after two more hours of %d new users, want at most %d (buffers reused)", got, users, 2*mapped)
 	}
-	if n := len(h.User("c042", time.Time{})); n != 720 {
-		t.Errorf("c042: %d points, want 720", n)
+	for i := range users {
+		name := fmt.Sprintf("c%03d", i)
+		ps := h.User(name, time.Time{})
+		if len(ps) != 720 {
+			t.Fatalf("%s: %d points, want 720", name, len(ps))
+		}
+		for _, p := range ps {
+			if p.AllocatedGPUs != alloc("c", i) {
+				t.Fatalf("%s: a point holds %v allocated GPUs, want its own %v (a buffer shared by two rings?)", name, p.AllocatedGPUs, alloc("c", i))
+			}
+		}
 	}
 	if n := len(h.User("a042", time.Time{})); n != 0 {
 		t.Errorf("a042, two hours gone: %d points, want 0", n)
@@ -143,4 +154,111 @@ func liveHeap() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
+}
+
+// TestAppendUserJSONRepeatsAndGaps: the writer reuses a point's numbers only while the sample is the same in every
+// field: runs of equal samples, neighbours that differ in one field (utilization, memory, known or not, the
+// allocation), and an absent tick between two equal samples all give exactly Points.MarshalJSON's text.
+func TestAppendUserJSONRepeatsAndGaps(t *testing.T) {
+	h := NewHistory(time.Minute, 5*time.Second) // 12 slots
+	shares := []func() *User{
+		func() *User { return &User{Share: Share{AllocatedGPUs: 1, UsedGPUs: f(0.5)}, SMUtilPercent: f(50)} },
+		func() *User { return &User{Share: Share{AllocatedGPUs: 1, UsedGPUs: f(0.5)}, SMUtilPercent: f(50)} },
+		func() *User {
+			return &User{Share: Share{AllocatedGPUs: 1, UsedGPUs: f(0.5), MemoryUsedBytes: 1 << 30}, SMUtilPercent: f(50)}
+		},
+		func() *User { return &User{Share: Share{AllocatedGPUs: 1, MemoryUsedBytes: 1 << 30}} }, // used unknown
+		nil, // absent
+		func() *User { return &User{Share: Share{AllocatedGPUs: 1, MemoryUsedBytes: 1 << 30}} },
+		func() *User {
+			return &User{Share: Share{AllocatedGPUs: 1, UsedGPUs: f(0.25), MemoryUsedBytes: 1 << 30}, SMUtilPercent: f(25)}
+		},
+		func() *User {
+			return &User{Share: Share{AllocatedGPUs: 0.5, UsedGPUs: f(0.25), MemoryUsedBytes: 1 << 30}, SMUtilPercent: f(25)}
+		},
+		func() *User {
+			return &User{Share: Share{AllocatedGPUs: 0.5, UsedGPUs: f(0.25), MemoryUsedBytes: 1 << 30}, SMUtilPercent: f(25)}
+		},
+	}
+	for i, share := range shares {
+		v := &View{SampledAt: now.Add(time.Duration(i) * 5 * time.Second), Users: map[string]*User{}}
+		if share != nil {
+			u := share()
+			u.Name = "u"
+			v.Users["u"] = u
+		}
+		h.Add(v)
+	}
+	ps := h.User("u", time.Time{})
+	if len(ps) != len(shares)-1 {
+		t.Fatalf("%d points, want %d (one tick absent)", len(ps), len(shares)-1)
+	}
+	want, _ := ps.MarshalJSON()
+	if diff := cmp.Diff(string(want), string(h.AppendUserJSON(nil, "u", time.Time{}))); diff != "" {
+		t.Errorf("AppendUserJSON (-Points.MarshalJSON +got):\n%s", diff)
+	}
+}
+
+// TestHistoryRingEdges: a full ring that wrapped (head not 0) and then misses a whole window starts again from
+// its next sample, and wraps right when it fills again; a gap of one window less a tick is filled with absent
+// ticks (no restart) and shows only the new sample (the old one has just left the window); every point has its
+// own tick's time and value.
+func TestHistoryRingEdges(t *testing.T) {
+	tick := func(i int) time.Time { return now.Add(time.Duration(i) * 5 * time.Second) }
+	run := func(at []int, last int) []time.Time {
+		h := NewHistory(time.Minute, 5*time.Second)
+		on := map[int]bool{}
+		for _, i := range at {
+			on[i] = true
+		}
+		for i := range last + 1 {
+			v := &View{SampledAt: tick(i), Users: map[string]*User{}}
+			if on[i] {
+				v.Users["u"] = &User{Name: "u", Share: Share{AllocatedGPUs: float64(i)}}
+			}
+			h.Add(v)
+		}
+		var out []time.Time
+		for _, p := range h.User("u", time.Time{}) {
+			if p.AllocatedGPUs != float64(float32(p.T.Sub(now)/(5*time.Second))) {
+				t.Errorf("point at %v holds the allocation of another tick (%v)", p.T, p.AllocatedGPUs)
+			}
+			out = append(out, p.T)
+		}
+		return out
+	}
+	span := func(from, to int) []int {
+		var out []int
+		for i := from; i <= to; i++ {
+			out = append(out, i)
+		}
+		return out
+	}
+	times := func(is ...int) []time.Time {
+		var out []time.Time
+		for _, i := range is {
+			out = append(out, tick(i))
+		}
+		return out
+	}
+	cases := map[string]struct {
+		at   []int
+		last int
+		want []time.Time
+	}{
+		// ticks 0..16 fill and wrap the ring (head 5); nothing for a whole window (17..28); back at 29..31.
+		"wrapped, then a whole window away": {at: append(span(0, 16), 29, 30, 31), last: 31, want: times(29, 30, 31)},
+		"wrapped, away a window, back for more than a window": {at: append(span(0, 16), span(29, 45)...), last: 45,
+			want: times(34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45)},
+		"away a window less a tick": {at: append(span(0, 16), 28), last: 28, want: times(28)},
+		"away exactly a window":     {at: append(span(0, 16), 29), last: 29, want: times(29)},
+		"gap inside the window":     {at: append(span(0, 16), 20), last: 20, want: times(9, 10, 11, 12, 13, 14, 15, 16, 20)},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, run(tc.at, tc.last)); diff != "" {
+				t.Errorf("points' times (-want +got):\n%s", diff)
+			}
+		})
+	}
 }
