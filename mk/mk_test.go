@@ -25,6 +25,8 @@ var notSelection = map[string]string{
 	"cgo": "set by the go command from CGO_ENABLED, never by -tags: make unit's -race needs cgo, so its cgo files run there; " +
 		"the !cgo stub is what a CGO_ENABLED=0 build gets",
 	"tools": "tools.go in the e2e/*build modules pins the modules their build.sh compiles; it is never built",
+	"unix": "set by the go command from GOOS, never by -tags: make test runs on Linux, so its unix files run in make unit; " +
+		"the !unix fallback is what a build for another system gets",
 }
 
 // TestBuildTagsRunByMakeTest: every test behind a build tag is run by `make test`. A file behind a tag compiles
