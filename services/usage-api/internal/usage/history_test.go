@@ -70,8 +70,9 @@ func TestHistoryGapsAndJSON(t *testing.T) {
 	}
 }
 
-// TestAppendUserJSONAllocatesNoPoints: with a buffer large enough, encoding an hour allocates no more than
-// encoding two points (720 Points would be ~63 KB): only the writer's state, never per point.
+// TestAppendUserJSONAllocatesNoPoints: encoding an hour allocates a few objects, never one per point (720 Points
+// would be ~63 KB): the copies of the visible samples come from a pool (which -race empties at random, so the
+// count is bounded, not compared with a shorter history's).
 func TestAppendUserJSONAllocatesNoPoints(t *testing.T) {
 	h := NewHistory(time.Hour, 5*time.Second)
 	for i := range 800 {
@@ -85,8 +86,8 @@ func TestAppendUserJSONAllocatesNoPoints(t *testing.T) {
 	buf := make([]byte, 0, 256<<10)
 	full := testing.AllocsPerRun(20, func() { buf = h.AppendUserJSON(buf[:0], "full", time.Time{}) })
 	two := testing.AllocsPerRun(20, func() { buf = h.AppendUserJSON(buf[:0], "two", time.Time{}) })
-	if full > two || full > 8 {
-		t.Errorf("AppendUserJSON: %.0f allocations for 720 points, %.0f for 2: want no more for 720 (and at most 8)", full, two)
+	if full > 10 {
+		t.Errorf("AppendUserJSON: %.0f allocations for 720 points (%.0f for 2), want at most 10", full, two)
 	}
 	if n := len(h.User("full", time.Time{})); n != 720 {
 		t.Errorf("%d points, want 720", n)
