@@ -413,7 +413,7 @@ func Run(ctx context.Context, o RunOptions) error {
 		o.FootprintGPUs, mib(fp.Heap), mib(fp.Mapped), mib(fp.RSS), mib((fp.Heap+fp.Mapped)*1000/int64(o.FootprintGPUs)))
 	target := B5TargetMiB(o.Users)
 	fmt.Fprintf(o.Out, "  usage-api SUT (%d users, %d GPUs, %d pods, 1 h history of %d users, after load): RSS %s (target <= %d MiB: %s)\n",
-		o.Users, o.GPUs, o.Pods, ready.HistoryUsers, mib(sutRSS), target, map[bool]string{true: "met", false: "NOT met"}[sutRSS <= int64(target)<<20])
+		o.Users, o.GPUs, o.Pods, ready.HistoryUsers, mib(sutRSS), target, benchkit.AtMost([]float64{float64(sutRSS)}, float64(target)*(1<<20)))
 	for i, r := range two {
 		fmt.Fprintf(o.Out, "  2 replicas (PostgreSQL), the %s, after load: RSS %s\n", r.role, mib(twoRSS[i]))
 	}
