@@ -225,9 +225,27 @@ func GlueUnit(t *testing.T, chartDir string) {
 	cmd.Env = append(cmd.Environ(), "GPUHUB_GLUE="+chartDir+"/files/gpuhub_hub_config.py", "PYTHONPATH="+kit)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("python -m unittest glue_test: %v\n%s", err, out)
+		// The failed tests and their errors come first: CI's summary keeps a failure's first line.
+		t.Fatalf("python -m unittest glue_test: %v: %s\n%s", err, unittestFailures(out), out)
 	}
 	t.Logf("%s", out)
+}
+
+// unittestFailures picks from Python unittest's verbose output the failed or erroring tests and the
+// exception lines ("AssertionError: 4.02 not less than 3.2 : ..."), joined on one line.
+func unittestFailures(out []byte) string {
+	var picked []string
+	for _, line := range strings.Split(string(out), "\n") {
+		name, _, _ := strings.Cut(line, ":")
+		if strings.HasPrefix(line, "FAIL: ") || strings.HasPrefix(line, "ERROR: ") ||
+			(strings.HasSuffix(name, "Error") || strings.HasSuffix(name, "Exception")) && !strings.ContainsAny(name, " \t") {
+			picked = append(picked, strings.TrimSpace(line))
+		}
+	}
+	if len(picked) == 0 {
+		return "no failed test named in its output"
+	}
+	return strings.Join(picked, "; ")
 }
 
 // Pods lists user's single-user pods in the Hub's namespace.

@@ -6,7 +6,12 @@ import json
 import os
 import threading
 
+from tornado.httpclient import AsyncHTTPClient
 from traitlets.config import Config
+
+# z2jh's jupyterhub_config.py selects the curl client, whose request_timeout starts only when a request leaves
+# the client's queue (the glue's timeouts are written for it); the tests call the glue with the same client.
+AsyncHTTPClient.configure("tornado.curl_httpclient.CurlAsyncHTTPClient")
 
 GLUE = os.environ.get("GPUHUB_GLUE", "../../../chart/gpuhub/files/gpuhub_hub_config.py")
 

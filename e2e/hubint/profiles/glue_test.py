@@ -8,6 +8,7 @@ import html.parser
 import json
 import logging
 import os
+import threading
 import time
 import unittest
 import weakref
@@ -90,26 +91,43 @@ MARKED = [LIVE[0], dict(LIVE[1], gpuhub_waitlist="exhausted"), LIVE[2]]
 
 
 class FakeProfiles(FakeService):
-    """Answers each POST with `answer` (status, body) after `delay` seconds and records the requests; a start
-    check (POST .../start) gets `check_answer` and is recorded in `checks`."""
+    """Answers each POST with `answer` (status, body) and records the requests; a start check (POST .../start)
+    gets `check_answer` and is recorded in `checks`. hold() makes it keep requests unanswered until release is
+    set (at the latest when the test ends): the timeout tests need a service that does not answer, and a held
+    request shows that without racing a sleep against the glue's timeout on a loaded machine."""
 
     def __init__(self):
         self.requests = []
         self.answer = (200, {"profiles": LIVE, "generatedAt": "2026-01-01T00:00:00Z", "note": ""})
         self.checks = []
         self.check_answer = (200, {})
-        self.check_delay = 0
-        self.delay = 0
+        self.release = threading.Event()
+        self.release.set()
+        self.held_from = None  # the form requests from this one (0-based) on are held
+        self.hold_checks = False
+        self._lock = threading.Lock()
         super().__init__(self._answer)
+
+    def shutdown(self):
+        self.release.set()  # server_close joins the handlers' threads
+        super().shutdown()
+
+    def hold(self, forms_from=None, checks=False):
+        self.held_from, self.hold_checks = forms_from, checks
+        self.release.clear()
 
     def _answer(self, handler, method, body):
         record = {"path": handler.path, "auth": handler.headers["Authorization"], "body": body}
         if handler.path.endswith("/start"):
             self.checks.append(record)
-            time.sleep(self.check_delay)
+            if self.hold_checks:
+                self.release.wait(30)
             return self.check_answer
-        self.requests.append(record)
-        time.sleep(self.delay)
+        with self._lock:
+            n = len(self.requests)
+            self.requests.append(record)
+        if self.held_from is not None and n >= self.held_from:
+            self.release.wait(30)
         status, answer = self.answer
         if handler.path.endswith("/admit") and status == 200:
             answer = dict({"countedPod": True}, **answer)  # as gpu-quota answers the glue's pod
@@ -270,7 +288,7 @@ class ProfilesGlueTest(unittest.TestCase):
             "503": lambda: setattr(self.svc, "answer", (503, {"message": "inventory not synced"})),
             "401": lambda: setattr(self.svc, "answer", (401, {"message": "no"})),
             "not a list": lambda: setattr(self.svc, "answer", (200, {"profiles": "x"})),
-            "slow": lambda: setattr(self.svc, "delay", 1.5),
+            "no answer": lambda: self.svc.hold(forms_from=0),
         }
         os.environ["GPUHUB_PROFILES_TIMEOUT"] = "0.3"
         for name, breakit in cases.items():
@@ -279,20 +297,25 @@ class ProfilesGlueTest(unittest.TestCase):
                 c = load_glue(self.services)
                 t0 = time.monotonic()
                 got, _ = self.call(c)
-                self.assertLess(time.monotonic() - t0, 1.2)
+                # The held request is answered only after the form: a form that waited for it would take
+                # the 30 s of the hold, not the 0.55 s of the timeout and the queue margin.
+                self.assertLess(time.monotonic() - t0, 5)
                 self.assertEqual([p["slug"] for p in got], ["cpu", "h100", "images"])
                 self.assertIn("gpu-profiles service did not answer", got[0]["gpuhub_note"])
                 self.assertNotIn("gpuhub_note", STATIC[0], "the admin's list was changed")
                 page = render(got)
                 self.assertIn('id="gpuhub-note"', page)
-                self.svc.delay = 0
+                self.svc.release.set()
 
     def test_timeout_bounds_a_burst(self):
-        # 30 forms at once: the Hub's HTTP client runs 10 requests at a time, gpu-profiles takes 0.9 s
-        # for each. Every form renders within the timeout plus the glue's margin (0.25 s), the queued
-        # ones from the static list with the note, instead of waiting for their turn.
-        os.environ["GPUHUB_PROFILES_TIMEOUT"] = "1"
-        self.svc.delay = 0.9
+        # 30 forms at once: the Hub's HTTP client runs 10 requests at a time and queues the rest. gpu-profiles
+        # answers the first ten and holds the next ones. Every form renders within the timeout plus the
+        # glue's queue margin, the queued ones from the static list with the note, instead of waiting for
+        # their turn: with request_timeout alone (with pycurl, z2jh's Hub image, it starts when a request leaves the queue) the third ten
+        # would wait for the second ten's timeout and then their own, twice the timeout.
+        timeout = 2
+        os.environ["GPUHUB_PROFILES_TIMEOUT"] = str(timeout)
+        self.svc.hold(forms_from=10)
         c = load_glue(self.services)
 
         async def one(user):
@@ -305,9 +328,10 @@ class ProfilesGlueTest(unittest.TestCase):
 
         results = asyncio.run(burst())
         slowest = max(took for took, _ in results)
-        self.assertLess(slowest, 1.5, f"a form waited {slowest:.2f} s with GPUHUB_PROFILES_TIMEOUT=1")
+        # Timeout and margin: 2.25 s; waiting for a turn: 4 s and more.
+        self.assertLess(slowest, 1.6 * timeout, f"a form waited {slowest:.2f} s with GPUHUB_PROFILES_TIMEOUT={timeout}")
         live = [got for _, got in results if "gpuhub_note" not in got[0]]
-        self.assertGreaterEqual(len(live), 10, "the first ten forms did not get gpu-profiles' answer")
+        self.assertEqual(len(live), 10, "the first ten forms did not get gpu-profiles' answer, or a held one did")
         for _, got in results:
             if "gpuhub_note" in got[0]:
                 self.assertEqual([p["slug"] for p in got], ["cpu", "h100", "images"])
@@ -457,13 +481,13 @@ class ProfilesGlueTest(unittest.TestCase):
 
     def test_start_check_timeout(self):
         # gpu-profiles does not answer the check in time: the start goes on (gpu-quota, when deployed, decides),
-        # within the timeout.
+        # within the timeout (0.45 s with the queue margin; the check is held for 30 s).
         os.environ["GPUHUB_PROFILES_TIMEOUT"] = "0.2"
         c = load_glue(self.services)
-        self.svc.check_delay = 1
+        self.svc.hold(checks=True)
         t0 = time.monotonic()
         self.start(c, "gpu-h100-80gb-hbm3", gpu_pod({"nvidia.com/gpu": "1"}, H100_SELECTOR))
-        self.assertLess(time.monotonic() - t0, 0.9)
+        self.assertLess(time.monotonic() - t0, 5)
         self.assertEqual(len(self.svc.checks), 1)
 
     def test_start_asks_fresh_without_quota(self):
