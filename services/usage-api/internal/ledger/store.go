@@ -448,30 +448,55 @@ func (s *Store) Commit(ctx context.Context, prev *Checkpoint, next Checkpoint, i
 	if err = s.writeLeft(ctx, tx, prev == nil, prevLeft, next.Left); err != nil {
 		return err
 	}
-	var pace yield.Pass // let the API's requests run between two batches
-	for start := 0; start < len(incs); start += rowsPerInsert {
-		pace.Item()
-		chunk := incs[start:min(start+rowsPerInsert, len(incs))]
-		var b strings.Builder
-		b.WriteString(`INSERT INTO gpu_usage (user_name, kind, class, bucket, allocated_s, used_s, unknown_s) VALUES `)
-		args := make([]any, 0, 7*len(chunk))
-		for i, inc := range chunk {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString("(?,?,?,?,?,?,?)")
-			args = append(args, inc.User, string(inc.Kind), inc.Class, inc.Bucket.Unix(), inc.Allocated, inc.Used, inc.UsedUnknown)
-		}
-		b.WriteString(` ON CONFLICT (user_name, kind, class, bucket) DO UPDATE SET
-			allocated_s = gpu_usage.allocated_s + excluded.allocated_s,
-			used_s = gpu_usage.used_s + excluded.used_s,
-			unknown_s = gpu_usage.unknown_s + excluded.unknown_s`)
-		if _, err = tx.ExecContext(ctx, s.q(b.String()), args...); err != nil {
-			return fmt.Errorf("write ledger increments: %w", err)
-		}
+	if err = s.writeIncrements(ctx, tx, incs); err != nil {
+		return fmt.Errorf("write ledger increments: %w", err)
 	}
 	if err = tx.Commit(); err != nil {
 		return fmt.Errorf("commit ledger transaction: %w", err)
+	}
+	return nil
+}
+
+// incrementsPerStatement is how many increments one INSERT adds: one prepared statement for all the full
+// batches of a commit (SQLite parsed a 400-row statement for 3 ms, a quarter of a 10,000-user commit), and short
+// enough (about 0.1 ms) that the API's requests, let in between two, never wait long for one.
+const incrementsPerStatement = 64
+
+// writeIncrements adds incs to gpu_usage.
+func (s *Store) writeIncrements(ctx context.Context, tx *sql.Tx, incs []Increment) error {
+	statement := func(rows int) string {
+		return `INSERT INTO gpu_usage (user_name, kind, class, bucket, allocated_s, used_s, unknown_s) VALUES (?,?,?,?,?,?,?)` +
+			strings.Repeat(",(?,?,?,?,?,?,?)", rows-1) + ` ON CONFLICT (user_name, kind, class, bucket) DO UPDATE SET
+			allocated_s = gpu_usage.allocated_s + excluded.allocated_s,
+			used_s = gpu_usage.used_s + excluded.used_s,
+			unknown_s = gpu_usage.unknown_s + excluded.unknown_s`
+	}
+	var full *sql.Stmt
+	if len(incs) >= incrementsPerStatement {
+		var err error
+		if full, err = tx.PrepareContext(ctx, s.q(statement(incrementsPerStatement))); err != nil {
+			return err
+		}
+		defer func() { _ = full.Close() }()
+	}
+	args := make([]any, 0, 7*incrementsPerStatement)
+	var pace yield.Pass // let the API's requests run between two statements
+	for start := 0; start < len(incs); start += incrementsPerStatement {
+		pace.Item()
+		chunk := incs[start:min(start+incrementsPerStatement, len(incs))]
+		args = args[:0]
+		for _, inc := range chunk {
+			args = append(args, inc.User, string(inc.Kind), inc.Class, inc.Bucket.Unix(), inc.Allocated, inc.Used, inc.UsedUnknown)
+		}
+		var err error
+		if len(chunk) == incrementsPerStatement {
+			_, err = full.ExecContext(ctx, args...)
+		} else {
+			_, err = tx.ExecContext(ctx, s.q(statement(len(chunk))), args...)
+		}
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpuhub/gpuhub/services/internal/yield"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/ledger"
 	"github.com/gpuhub/gpuhub/services/usage-api/internal/usage"
 )
@@ -118,7 +119,9 @@ func (m *Metrics) ObserveLedger(res ledger.Result, dir usage.Directory) {
 	m.untracked.Add(float64(res.Untracked))
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	var pace yield.Pass // on one CPU the API's requests wait for this loop otherwise (a scrape waits for the lock)
 	for k, t := range res.PerKey {
+		pace.Item()
 		h := t // GPU-seconds: Prometheus base unit
 		uk := seriesKey{k.User, string(k.Kind), k.Class}
 		m.userHours[uk] = addTotals(m.userHours[uk], h)

@@ -232,6 +232,7 @@ func Build(in Input) *View {
 		}
 	}
 	for _, u := range v.Users {
+		pace.Item()
 		sort.Slice(u.Servers, func(i, j int) bool { return u.Servers[i].Name < u.Servers[j].Name })
 		var reasons []string
 		for _, srv := range u.Servers {
