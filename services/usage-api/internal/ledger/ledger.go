@@ -303,7 +303,9 @@ func (l *Ledger) remember(at sighting, held []Holding, ended []ending) {
 	}
 	l.seenSeq++
 	dropped := 0
+	var pace yield.Pass // a follower remembers every tick: on one CPU the API's requests wait for these loops otherwise
 	for _, h := range held {
+		pace.Item()
 		k := seenKey{h.Pod, h.Key}
 		e := l.seen[k]
 		if e == nil {
@@ -338,6 +340,7 @@ func (l *Ledger) remember(at sighting, held []Holding, ended []ending) {
 		e.gone, e.seq = e.last, l.seenSeq
 	}
 	for _, e := range l.seen {
+		pace.Item()
 		if e.seq != l.seenSeq && e.gone.wall.IsZero() {
 			e.gone = at
 		}
@@ -599,8 +602,10 @@ func stepTolerance(elapsed time.Duration) time.Duration { return time.Second + e
 // sortHoldings orders holdings by byte order of (pod, user, kind, class), the order the held-rows diff and the
 // binary search by pod rely on. It is applied in Go, not by ORDER BY: PostgreSQL sorts text by the database's
 // collation, which need not be byte order.
+// Paced: 10,000 holdings take several milliseconds, which the API's requests would wait for on one CPU.
 func sortHoldings(hs []Holding) {
-	slices.SortFunc(hs, func(a, b Holding) int {
+	var pace yield.Pass
+	yield.SortFunc(&pace, hs, func(a, b Holding) int {
 		return cmp.Or(strings.Compare(a.Pod, b.Pod), strings.Compare(a.User, b.User), cmp.Compare(a.Kind, b.Kind),
 			strings.Compare(a.Class, b.Class))
 	})

@@ -364,7 +364,9 @@ func (s *Store) Checkpoint(ctx context.Context) (cp Checkpoint, ok bool, err err
 		return Checkpoint{}, false, fmt.Errorf("read ledger holdings: %w", err)
 	}
 	defer func() { _ = rows.Close() }()
+	var pace yield.Pass // a follower reads the checkpoint every tick: let the API's requests run between rows
 	for rows.Next() {
+		pace.Item()
 		var h Holding
 		var sinceNS int64
 		if err := rows.Scan(&h.Pod, &h.User, (*string)(&h.Kind), &h.Class, &h.Allocated, &sinceNS); err != nil {
@@ -671,7 +673,9 @@ func (s *Store) sum(ctx context.Context, qr Query, idle bool, row func(Usage)) e
 		return fmt.Errorf("query ledger: %w", err)
 	}
 	defer func() { _ = rows.Close() }()
+	var pace yield.Pass // sums of 10,000 users (a follower's every tick): let other requests run between rows
 	for rows.Next() {
+		pace.Item()
 		var u Usage
 		dest := []any{&u.User, (*string)(&u.Kind), &u.Class, &u.Allocated, &u.Used, &u.UsedUnknown}
 		if idle {
