@@ -4,6 +4,8 @@ import (
 	"context"
 	"math"
 	"time"
+
+	"github.com/gpuhub/gpuhub/services/internal/yield"
 )
 
 // Follow is what a replica that does not write the ledger (another replica holds the writer's Lease) does at
@@ -45,7 +47,9 @@ func (l *Ledger) Follow(ctx context.Context, now time.Time, samples []Sample) er
 // forgetCovered drops what seen holds of pods gone at or before at, a writer's checkpoint: the writer saw them
 // go (every replica watches the same pods), so its commits charged them; a follower's seen stays bounded.
 func (l *Ledger) forgetCovered(at time.Time) {
+	var pace yield.Pass // 10,000 entries at every tick of a follower
 	for k, e := range l.seen {
+		pace.Item()
 		if !e.gone.wall.IsZero() && !e.gone.wall.After(at) {
 			delete(l.seen, k)
 		}

@@ -321,6 +321,7 @@ func (l *Ledger) remember(at sighting, held []Holding, ended []ending) {
 		e.last, e.gone, e.seq = at, sighting{}, l.seenSeq
 	}
 	for _, d := range ended {
+		pace.Item()
 		k := seenKey{d.Pod, d.Key}
 		end := at.back(d.until)
 		e := l.seen[k]
@@ -664,9 +665,8 @@ func merge(out []Holding) []Holding {
 	return slices.Clip(merged)
 }
 
-// charger accumulates per-second rates over time pieces, then cuts them into hour-bucket increments.
-// charger sums what a tick charges; pace lets the API's requests run between its items (on one CPU they wait
-// for a tick of 10,000 users' samples otherwise).
+// charger accumulates per-second rates over time pieces, then cuts them into hour-bucket increments; pace lets
+// the API's requests run between its items (on one CPU they wait for a tick of 10,000 users' samples otherwise).
 type charger struct {
 	rates map[piece]map[Key]Totals
 	pace  yield.Pass
@@ -855,8 +855,9 @@ func (l *Ledger) applyToCache(ctx context.Context, now time.Time, incs []Increme
 		}
 	}
 	// A chunk of users at a time, with the lock let go and the processor given up in between: the API's requests
-	// read the cache. A user's increments (incs is sorted by user) go in together, so a reader sees each user's
-	// sums before or after this tick, never half of it.
+	// read the cache. A user's increments (incs is sorted by user: charger.increments) go in together, so a reader
+	// sees each user's sums before or after this tick, never half of it; a reader of several users (the admin
+	// list, Rolling) may see this tick applied to some of them and not yet to others for those few milliseconds.
 	var pace yield.Pass
 	for len(incs) > 0 {
 		n := min(cacheChunk, len(incs))

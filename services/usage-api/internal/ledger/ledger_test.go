@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"path/filepath"
 	"testing"
@@ -330,5 +331,35 @@ func TestUserWindows(t *testing.T) {
 	}
 	if diff := cmp.Diff([]Row{{Key: aliceMIG, Totals: Totals{Allocated: 2, Used: 1}}}, rows, approx); diff != "" {
 		t.Errorf("Hours custom window (-want +got):\n%s", diff)
+	}
+}
+
+// TestCacheInChunks: a tick of more increments than one hold of the cache's lock adds (cacheChunk), with users
+// whose two classes straddle a chunk's end, leaves every user's windows and the rolling sums as the store has them.
+func TestCacheInChunks(t *testing.T) {
+	ctx := context.Background()
+	l, err := New(ctx, openTestStore(t), Options{Interval: interval}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := cacheChunk + 100 // two increments each: every chunk's end falls between a user's two
+	var tick []Sample
+	for i := range users {
+		user := fmt.Sprintf("user%04d", i)
+		tick = append(tick,
+			Sample{Key: Key{User: user, Kind: "gpu", Class: "gpu A100"}, Pod: user + "-a", Since: t0, Allocated: 1, Used: 0.5, UsedKnown: true},
+			Sample{Key: Key{User: user, Kind: "mig", Class: "mig 1g.10gb"}, Pod: user + "-b", Since: t0, Allocated: float64(i%3+1) / 7})
+	}
+	for i := range 3 {
+		if _, err := l.Record(ctx, t0.Add(time.Duration(i)*interval), tick); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range users {
+		user := fmt.Sprintf("user%04d", i)
+		want := 2 * interval.Seconds() / 3600 * (1 + float64(i%3+1)/7) // two intervals charged, both classes
+		if got := l.UserWindows(user).Today.Allocated; math.Abs(got-want) > 1e-12 {
+			t.Fatalf("%s's today = %v GPU-h, want %v", user, got, want)
+		}
 	}
 }

@@ -117,11 +117,18 @@ func (m *Metrics) ObserveLedger(res ledger.Result, dir usage.Directory) {
 		m.conflicts.Inc()
 	}
 	m.untracked.Add(float64(res.Untracked))
+	// A chunk of keys per hold of the lock, the processor given up in between: on one CPU the API's requests
+	// wait for a loop over 10,000 users otherwise, and a scrape (Collect takes the lock) need not wait for the
+	// yields. A scrape may count part of a tick's GPU-seconds; the rest comes with the next.
+	var pace yield.Pass
+	n := 0
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	var pace yield.Pass // on one CPU the API's requests wait for this loop otherwise (a scrape waits for the lock)
 	for k, t := range res.PerKey {
-		pace.Item()
+		if n++; n%observeChunk == 0 {
+			m.mu.Unlock()
+			pace.Item()
+			m.mu.Lock()
+		}
 		h := t // GPU-seconds: Prometheus base unit
 		uk := seriesKey{k.User, string(k.Kind), k.Class}
 		m.userHours[uk] = addTotals(m.userHours[uk], h)
@@ -130,7 +137,11 @@ func (m *Metrics) ObserveLedger(res ledger.Result, dir usage.Directory) {
 			m.groupHours[gk] = addTotals(m.groupHours[gk], h)
 		}
 	}
+	m.mu.Unlock()
 }
+
+// observeChunk is how many keys ObserveLedger adds under one hold of the lock.
+const observeChunk = 256
 
 // ObserveRightSize sets the GPU-hours per day that right-sizing would save (the gauge exports it / 24, in GPUs).
 func (m *Metrics) ObserveRightSize(gpuHoursPerDay float64) {
