@@ -224,7 +224,7 @@ func silentBusyCell(t *testing.T) {
 		if d := callsOf(cullerTaps, func(c call) bool { return c.isDelete(user, server) }); len(d) > 0 {
 			t.Fatalf("gpu-culler stopped %s/%s while its GPU is busy: %v", user, server, d)
 		}
-		if s, ok := gpuServer(ctx, t, user, server); ok && s.SMUtilPercent != nil && *s.SMUtilPercent >= 20 {
+		if s, ok := gpuServer(ctx, t, user, server); ok && s.SMUtilPercent != nil && *s.SMUtilPercent >= busyPercent {
 			sawBusy = true
 		}
 		time.Sleep(time.Second)
@@ -233,7 +233,7 @@ func silentBusyCell(t *testing.T) {
 		t.Fatalf("%s/%s is not running %.0fs after its busy cell started", user, server, time.Since(busy).Seconds())
 	}
 	if !sawBusy {
-		t.Errorf("the usage API never showed %s/%s's GPU at 20 %% or more: the busy cell did not count as GPU use", user, server)
+		t.Errorf("the usage API never showed %s/%s's GPU at %d %% or more: the busy cell did not count as GPU use", user, server, busyPercent)
 	}
 	t.Logf("gpu-culler kept it %.0fs (idle period %s + warning %s + 2 passes)", time.Since(busy).Seconds(), idlePeriod, warn)
 }

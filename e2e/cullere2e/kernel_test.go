@@ -17,7 +17,8 @@ import (
 )
 
 // busyCell keeps the simulated GPU busy without a word: six tenths of every second in a loop, the rest asleep (the
-// agent reads about 60 % of one CPU, far above the policy's 20 %, and the machine keeps a core for the others).
+// agent reads about 60 % of one CPU, far above the policy's busyPercent even when the kernel gets a third of that,
+// and the machine keeps a core for the others).
 const busyCell = `import time
 while True:
     t = time.time()
