@@ -258,10 +258,14 @@ func (r *Runner) Pass(ctx context.Context) (sum Summary, err error) {
 	results := make([]result, len(items))
 	work := make(chan int)
 	var wg sync.WaitGroup
+	kept := &stopLog{store: r.o.Stops}
 	for range max(p.Workers(), 1) {
 		wg.Go(func() {
 			for i := range work {
 				results[i] = r.one(ctx, p, items[i], usage)
+				if st := results[i].stop; st != nil {
+					kept.add(ctx, *st)
+				}
 			}
 		})
 	}
@@ -270,21 +274,19 @@ func (r *Runner) Pass(ctx context.Context) (sum Summary, err error) {
 	}
 	close(work)
 	wg.Wait()
-	var stopped []stops.Stop
 	for _, res := range results {
 		sum.Decisions[string(res.action)+"/"+string(res.reason)]++
 		if res.stopped {
 			sum.Stopped++
 		}
-		if res.stop != nil {
-			stopped = append(stopped, *res.stop)
-		}
 		if res.err {
 			sum.Errors++
 		}
 	}
-	if err := r.o.Stops.Record(ctx, stopped...); err != nil {
-		r.o.Logger.Warn("the stops are done but their reasons could not be kept for the users' next visit", "stops", len(stopped), "err", err)
+	if failed := kept.failed; len(failed) > 0 { // once more, all together
+		if err := r.o.Stops.Record(ctx, failed...); err != nil {
+			r.o.Logger.Warn("the stops are done but their reasons could not be kept for the users' next visit", "stops", len(failed), "err", err)
+		}
 	}
 	r.countSaved(running)
 	r.forget(running)
@@ -569,7 +571,7 @@ func (r *Runner) one(ctx context.Context, p *policy.Policy, it item, usage decid
 				r.o.Metrics.reclaimed.WithLabelValues(kindLabel).Add(info.AllocatedGPUs * early.Seconds())
 			}
 		}
-		// Kept for the user's next visit in one write at the end of the pass: the stops go to the Hub back to back.
+		// Kept for the user's next visit as soon as the worker is done with it (stopLog).
 		res.stop = &stops.Stop{User: u.Name, Server: name, At: now, Reason: string(d.Reason), Message: d.Message}
 		if kind != "" && info.AllocatedGPUs > 0 {
 			r.mu.Lock()
@@ -698,4 +700,40 @@ func firstOf(ss ...string) string {
 		}
 	}
 	return ""
+}
+
+// stopLog keeps a pass's stops for the users' next visit as they are made. A stop is written at once when no
+// write is in flight; one made during a write goes in the next, with every other made meanwhile (the worker
+// that started writing goes on until none is left). So a leader killed mid-pass loses at most the stops of the
+// write in flight (one write at the pass's end lost every stop of the pass: the side-by-side e2e's "leader
+// killed mid-pass" once lost alice's reason), and a burst of stops costs a few writes, not one each.
+type stopLog struct {
+	store   Stops
+	mu      sync.Mutex
+	pending []stops.Stop
+	writing bool
+	// failed are the stops whose write failed, for one more try at the pass's end (read after the workers end).
+	failed []stops.Stop
+}
+
+func (l *stopLog) add(ctx context.Context, st stops.Stop) {
+	l.mu.Lock()
+	l.pending = append(l.pending, st)
+	if l.writing {
+		l.mu.Unlock()
+		return
+	}
+	l.writing = true
+	for len(l.pending) > 0 {
+		batch := l.pending
+		l.pending = nil
+		l.mu.Unlock()
+		err := l.store.Record(ctx, batch...)
+		l.mu.Lock()
+		if err != nil {
+			l.failed = append(l.failed, batch...)
+		}
+	}
+	l.writing = false
+	l.mu.Unlock()
 }
