@@ -120,8 +120,8 @@ func activeReplica(ctx context.Context, service string, wait time.Duration) (nam
 
 // untilEveryLeaseHeld waits until a replica of each service that runs several holds its Lease. At a cold start
 // gpu-quota's replicas have no copy of a decider's reservations and campaign only once nobody held the Lease for
-// twice its duration (services/gpu-quota/README.md, "Replicas"): meanwhile nobody decides, and the glue, which
-// has not yet heard the policy's onUnavailable from gpu-quota, admits unchecked (its default, open).
+// twice its duration (services/gpu-quota/README.md, "Replicas"): meanwhile nobody decides, and spawns get the
+// policy's onUnavailable (closed here), which every replica's 503 carries.
 func untilEveryLeaseHeld(ctx context.Context, t *testing.T) {
 	start := time.Now()
 	for service, ports := range replicaPorts {

@@ -292,6 +292,8 @@ def _gpuhub_quota_glue(c, kit):
         except kit.Unavailable as e:
             return on_unavailable(spawner, pod, f"gpu-quota {e}")
         answer = answer or {}
+        if answer.get("onUnavailable") in ("open", "closed"):  # a decision's, or a 503's (every replica knows it)
+            state["reported"] = answer["onUnavailable"]
         if code != 200 or not isinstance(answer.get("allow"), bool):
             why = "answered 200 without a decision" if code == 200 else kit.answered(code, answer, "quota", "gpu-quota", spawner.log)
             return on_unavailable(spawner, pod, "gpu-quota " + why)
@@ -299,8 +301,6 @@ def _gpuhub_quota_glue(c, kit):
             # A gpu-quota older than this file ignores the pod and would admit every GPU server as CPU-only.
             spawner.log.error("gpuhub quota glue: gpu-quota did not count the pod's GPUs: it is older than this glue; upgrade gpuhub's services")
             return on_unavailable(spawner, pod, "gpu-quota did not read the pod")
-        if answer.get("onUnavailable") in ("open", "closed"):
-            state["reported"] = answer["onUnavailable"]
         line, fields = "%s's server %r (reason %s, decision %s)", (spawner.user.name, spawner.name, answer.get("reason", ""), answer.get("decisionId", ""))
         if answer["allow"]:
             short_of.pop(kit.key(spawner), None)

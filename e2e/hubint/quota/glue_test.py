@@ -214,6 +214,11 @@ class GlueTest(unittest.TestCase):
                 None,
             ),
             "reported closed": (None, [(200, {"allow": True, "onUnavailable": "closed"}), (401, {})], CLOSED),
+            # A glue that has heard no decision (a Hub restarted while gpu-quota hands over) takes the policy's
+            # mode from the 503 of any replica, over its environment's default.
+            "503 says closed, env default open": (None, [(503, {"message": "no gpu-quota replica decides", "onUnavailable": "closed"})], CLOSED),
+            "503 says open, env closed": ("closed", [(503, {"message": "no gpu-quota replica decides", "onUnavailable": "open"})], None),
+            "503 bogus mode, env closed": ("closed", [(503, {"onUnavailable": "maybe"})], CLOSED),
             "not json": (None, [(200, "<html>proxy error</html>")], None),
             # A gpu-quota older than the glue ignores the pod (it would admit every GPU server as CPU-only).
             "older gpu-quota, closed": ("closed", [(200, {"allow": True, "reason": "no_gpu", "countedPod": None})], CLOSED),

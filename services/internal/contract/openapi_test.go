@@ -44,6 +44,7 @@ func TestOpenAPIMatchesTypes(t *testing.T) {
 		{"usage-api", "RightSizeSavings", RightSizeSavings{}},
 		{"usage-api", "RightSizeSavingsRow", RightSizeSavingsRow{}},
 		{"gpu-quota", "Error", Error{}},
+		{"gpu-quota", "Unavailable", Unavailable{}},
 		{"gpu-quota", "AssessRequest", AssessRequest{}},
 		{"gpu-quota", "Assessment", Assessment{}},
 		{"gpu-quota", "Verdict", Verdict{}},

@@ -87,6 +87,16 @@ type Verdict struct {
 	HeldForYouUntil time.Time `json:"heldForYouUntil,omitzero"`
 }
 
+// Unavailable is the body of gpu-quota's 503 for admit and assess (and of a standby's while no replica decides):
+// an Error, with the policy's onUnavailable once the replica has loaded a policy. A reader that has not heard
+// the mode from an answer yet (a restarted Hub or gpu-profiles, during a handover) applies this one instead of
+// its own default.
+type Unavailable struct {
+	Status        int    `json:"status"`
+	Message       string `json:"message"`
+	OnUnavailable string `json:"onUnavailable,omitempty"`
+}
+
 // Assessment is the body of assess's answer, option by option in the request's order.
 type Assessment struct {
 	Options []Verdict `json:"options"`

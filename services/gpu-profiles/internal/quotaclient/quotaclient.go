@@ -181,6 +181,10 @@ func (c *Client) call(ctx context.Context, user, server string, groups []string,
 		return nil, fmt.Errorf("gpu-quota assess: %w", err)
 	}
 	if err := a.Err(http.MethodPost, c.endpoint); err != nil {
+		var u contract.Unavailable // a 503 says the policy's mode too: a restarted gpu-profiles need not wait for a decision
+		if a.Status == http.StatusServiceUnavailable && a.Decode(&u) == nil {
+			c.remember(u.OnUnavailable)
+		}
 		return nil, fmt.Errorf("gpu-quota assess: %w", err)
 	}
 	var r contract.Assessment

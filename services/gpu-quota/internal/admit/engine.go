@@ -342,6 +342,16 @@ type Result struct {
 	CountedPod bool `json:"countedPod,omitempty"`
 }
 
+// OnUnavailable is the loaded policy's onUnavailable ("" before a policy loads). Every replica knows it, deciding
+// or not: a 503 carries it, so that a glue that never heard it (a restarted Hub during a handover) applies the
+// policy's mode instead of its own default.
+func (e *Engine) OnUnavailable() string {
+	if pol := e.o.Policy(); pol != nil {
+		return string(pol.Unavailable())
+	}
+	return ""
+}
+
 // Admit decides one request from memory and records the decision. An error (wrapping ErrUnavailable) means
 // no decision could be made: no policy, the informers not synced, or the user's groups unknown.
 func (e *Engine) Admit(ctx context.Context, r Request) (Result, error) {

@@ -54,6 +54,8 @@ type Engine interface {
 	Contended() ([]admit.Contention, error)
 	Join(r admit.Request) (admit.Place, error)
 	Leave(user, server string) error
+	// OnUnavailable is the policy's onUnavailable, "" before a policy loads (admit.Engine.OnUnavailable).
+	OnUnavailable() string
 }
 
 // VerdictWatch is one stream's table of verdicts (*admit.VerdictWatch).
@@ -92,6 +94,12 @@ type Options struct {
 	VerdictInterval time.Duration
 	// Keepalive is the longest a watch stays silent (default 10 s: within the 15 s readers are promised).
 	Keepalive time.Duration
+}
+
+// WriteUnavailable answers 503 with the policy's onUnavailable (contract.Unavailable; "" leaves it out).
+func WriteUnavailable(w http.ResponseWriter, onUnavailable, format string, args ...any) {
+	server.WriteJSON(w, http.StatusServiceUnavailable, contract.Unavailable{Status: http.StatusServiceUnavailable,
+		Message: fmt.Sprintf(format, args...), OnUnavailable: onUnavailable})
 }
 
 // NotLeaderHeader is on a 503 of a replica that does not decide (admit.ErrNotLeader): the replica that relayed
@@ -189,7 +197,7 @@ func (a *api) admit(w http.ResponseWriter, r *http.Request) {
 			a.o.Logger.Warn("cannot decide an admission", "user", req.User, "server", req.Server, "err", err)
 		}
 		w.Header().Set("Retry-After", "5")
-		server.WriteError(w, http.StatusServiceUnavailable, "%v", err)
+		WriteUnavailable(w, a.o.Engine.OnUnavailable(), "%v", err)
 		return
 	}
 	writeResult(w, res)
@@ -274,7 +282,7 @@ func (a *api) assess(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		a.o.Logger.Warn("cannot assess spawn choices", "user", req.User, "err", err)
 		w.Header().Set("Retry-After", "5")
-		server.WriteError(w, http.StatusServiceUnavailable, "%v", err)
+		WriteUnavailable(w, a.o.Engine.OnUnavailable(), "%v", err)
 		return
 	}
 	server.WriteJSON(w, http.StatusOK, res)

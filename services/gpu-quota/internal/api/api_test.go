@@ -255,8 +255,8 @@ func TestAdmitBody(t *testing.T) {
 
 	eng.err = fmt.Errorf("%w: informer caches not synced yet", admit.ErrUnavailable)
 	code, body = do(t, "POST", srv.URL+prefix+"api/v1/admit", "quota-token", `{"user":"bob"}`)
-	if code != 503 || !strings.Contains(body["message"].(string), "not synced") {
-		t.Errorf("engine unavailable: %d %v, want 503 with the reason", code, body)
+	if code != 503 || !strings.Contains(body["message"].(string), "not synced") || body["onUnavailable"] != "closed" {
+		t.Errorf("engine unavailable: %d %v, want 503 with the reason and the policy's onUnavailable", code, body)
 	}
 }
 

@@ -30,6 +30,8 @@ func (s *stubEngine) Join(r admit.Request) (admit.Place, error) {
 	return admit.Place{User: r.User, Server: r.Server, Position: 1, Waiting: 1}, nil
 }
 
+func (s *stubEngine) OnUnavailable() string { return "closed" }
+
 func (s *stubEngine) Leave(user, server string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -28,9 +28,10 @@ const ForwardedHeader = "X-Gpuhub-Forwarded"
 // forwardBody bounds what is read before forwarding: the largest body the API takes (assess).
 const forwardBody = 1<<20 + 1
 
-// Deciding is the engine's gate (*admit.Engine).
+// Deciding is the engine's gate and the policy's onUnavailable (*admit.Engine).
 type Deciding interface {
 	Deciding() bool
+	OnUnavailable() string
 }
 
 // forwarder serves the API on the deciding replica and relays it to the decider from every other one: with two or
@@ -179,7 +180,8 @@ func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, body []byte, d
 		if !time.Now().Before(deadline) {
 			f.counts.WithLabelValues("unavailable").Inc()
 			w.Header().Set("Retry-After", "1")
-			server.WriteError(w, http.StatusServiceUnavailable, "no gpu-quota replica decides right now (a handover); try again")
+			// With the policy's onUnavailable: a glue that has not heard it yet applies it, not its own default.
+			api.WriteUnavailable(w, f.engine.OnUnavailable(), "no gpu-quota replica decides right now (a handover); try again")
 			return
 		}
 		select {

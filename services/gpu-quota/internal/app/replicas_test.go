@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -22,6 +23,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/api"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
 	"github.com/gpuhub/gpuhub/services/internal/logging"
 )
 
@@ -164,12 +166,18 @@ func TestForwardNoSecondHop(t *testing.T) {
 }
 
 // TestParkedThenUnavailable: while the Lease's holder cannot be reached, a request waits the park time (1.5 s)
-// for a decider, then gets 503 with Retry-After, which the glue turns into onUnavailable.
+// for a decider, then gets 503 with Retry-After and the policy's onUnavailable, which the glue applies (also a
+// glue that has not heard the mode from a decision: a Hub restarted during the handover).
 func TestParkedThenUnavailable(t *testing.T) {
 	holder, secs, now := "gpu-quota-gone@http://127.0.0.1:1", int32(3600), metav1.NewMicroTime(time.Now())
 	kc := fake.NewClientset(append(objects(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "jhub", Name: "gpu-quota"},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now}})...)
-	r := start(t, oneDecider(kc, "gpu-quota-0"))
+	closed := func(o *Options) {
+		if err := replaceFile(o.PolicyPath, []byte(goodPolicy+"onUnavailable: closed\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := start(t, oneDecider(kc, "gpu-quota-0"), closed)
 	eventually(t, "the holder is observed", func() bool { return strings.Contains(r.logs.String(), "another replica leads") })
 	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, r.url+prefix+"api/v1/admit",
 		strings.NewReader(`{"user":"bob","resources":{}}`))
@@ -179,10 +187,15 @@ func TestParkedThenUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var body contract.Unavailable
+	err = json.NewDecoder(resp.Body).Decode(&body)
 	_ = resp.Body.Close()
 	d := time.Since(begin)
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" || resp.Header.Get(api.NotLeaderHeader) != "" {
 		t.Errorf("%d %v, want 503 with Retry-After 1", resp.StatusCode, resp.Header)
+	}
+	if err != nil || body.OnUnavailable != "closed" || !strings.Contains(body.Message, "no gpu-quota replica decides") {
+		t.Errorf("body %+v (%v), want the handover's message and the policy's onUnavailable closed", body, err)
 	}
 	if d < 1400*time.Millisecond || d > 5*time.Second {
 		t.Errorf("answered after %v, want after the park time of 1.5 s", d)
@@ -416,6 +429,8 @@ func TestReplicaStreamAccess(t *testing.T) {
 type notDeciding struct{}
 
 func (notDeciding) Deciding() bool { return false }
+
+func (notDeciding) OnUnavailable() string { return "closed" }
 
 // TestRelayLeavesAGoneHolder: the Lease still names a holder whose pod is gone (its address answers nothing: a
 // connect would wait for the caller's deadline) while the next holder decides. The relay gives up on the gone
