@@ -293,6 +293,47 @@ func TestRenderer(t *testing.T) {
 	}
 }
 
+// TestStartWithoutQuotaAnswer: gpu-quota unreachable under onUnavailable closed marks the form's GPU choices
+// "cannot be checked", but a start of one goes on (gpu-quota, which the glue asks next, decides); a refusal that
+// gpu-quota gave is still the start's.
+func TestStartWithoutQuotaAnswer(t *testing.T) {
+	ks := zoo(t)
+	cfg := &profiles.Config{}
+	const slug = "mig-a100-sxm4-40gb-1g-5gb"
+	cases := map[string]struct {
+		quota      *fakeQuota
+		wantReason string // of the start's refusal; "" none
+	}{
+		"gpu-quota down, closed": {quota: &fakeQuota{err: errors.New("timeout"), onUnavailable: "closed"}},
+		"gpu-quota refuses":      {quota: &fakeQuota{verdicts: map[string]contract.Verdict{slug: {Reason: "max_gpus", Message: "You may use at most 1/7."}}}, wantReason: profiles.ReasonQuota},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := &profiles.Renderer{Catalog: kinds{ks: ks}, Config: func() *profiles.Config { return cfg }, Quota: tc.quota}
+			form, err := r.Render(context.Background(), profiles.Request{User: "bob", Groups: []string{"students"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range form.Profiles {
+				if p.Slug == slug && p.GPUHub.Reason != profiles.ReasonQuota {
+					t.Errorf("the form's %s: reason %q, want %q", slug, p.GPUHub.Reason, profiles.ReasonQuota)
+				}
+			}
+			ans, err := r.Start(context.Background(), profiles.StartRequest{User: "bob", Groups: []string{"students"}, Profile: slug, Live: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := ""
+			if ans.Refusal != nil {
+				got = ans.Refusal.Reason
+			}
+			if got != tc.wantReason {
+				t.Errorf("start's refusal %+v, want reason %q", ans.Refusal, tc.wantReason)
+			}
+		})
+	}
+}
+
 func TestUnknownProduct(t *testing.T) {
 	n := fixture.Node("odd").Res("nvidia.com/gpu", 2).Obj()
 	ks, _ := catalog.FromObjects([]*corev1.Node{n}, nil, catalog.Options{}).Kinds()

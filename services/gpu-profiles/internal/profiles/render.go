@@ -44,6 +44,8 @@ type Request struct {
 	// Waitlist says the Hub offers joining gpu-quota's waitlist from the form: each GPU choice with no unit free
 	// for the user is marked as one to join for (gpuhub_waitlist: exhausted).
 	Waitlist bool `json:"waitlist"`
+	// start: the choices are judged for a start (Start), not shown on a form.
+	start bool
 }
 
 // Response is the user's form (contract C1).
@@ -273,7 +275,10 @@ func (r *Renderer) assess(ctx context.Context, req Request, choices []Choice) ma
 	vs, res, err := r.Quota.Assess(ctx, req.User, req.Server, req.Groups, opts)
 	if err != nil {
 		r.warnQuota(err)
-		if r.Quota.OnUnavailable() != contract.Closed {
+		// A start is never refused here for want of gpu-quota's answer: the glue asks gpu-quota itself next, and
+		// gpu-quota decides, closed or not (a refusal on missing data otherwise: gpu-profiles cut off from
+		// gpu-quota during a rolling upgrade refused starts that gpu-quota, answering through its Service, admitted).
+		if r.Quota.OnUnavailable() != contract.Closed || req.start {
 			r.tell(QuotaUnavailableOpen)
 			return nil
 		}

@@ -60,7 +60,7 @@ const ReasonGone = "gone"
 
 // Start renders the user's choices as the form would and judges the start against them (CheckStart).
 func (r *Renderer) Start(ctx context.Context, req StartRequest) (StartAnswer, error) {
-	resp, err := r.Render(ctx, Request{User: req.User, Groups: req.Groups, Server: req.Server})
+	resp, err := r.Render(ctx, Request{User: req.User, Groups: req.Groups, Server: req.Server, start: true})
 	if err != nil {
 		return StartAnswer{}, err
 	}
