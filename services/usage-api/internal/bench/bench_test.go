@@ -86,3 +86,14 @@ func BenchmarkMeFullHistory(b *testing.B) { benchmarkMe(b, "") }
 func BenchmarkMeSince(b *testing.B) {
 	benchmarkMe(b, "?since="+time.Now().Add(-5*time.Second).UTC().Format(time.RFC3339))
 }
+
+// BenchmarkBuild is one tick's view of B1's 20,000-user cluster (2,000 GPUs, 20,000 pods): what each tick of the
+// usage API allocates for garbage collection to clear, under the requests it serves.
+func BenchmarkBuild(b *testing.B) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	c := Synthesize(20000, 2000, 20000, 4, now)
+	b.ReportAllocs()
+	for b.Loop() {
+		usage.Build(usage.Input{Now: now, Interval: 5 * time.Second, Pods: c.Pods, Nodes: c.Nodes, Agents: c.Agents, Hub: c.Hub})
+	}
+}
