@@ -1,7 +1,9 @@
 package gpu
 
 import (
+	"fmt"
 	"testing"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -327,4 +329,28 @@ func FuzzAllocations(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestNamesKept: a class's name is built once and shared (the usage API names every unit at each tick), and no
+// more than maxNames are kept, whatever labels come and go.
+func TestNamesKept(t *testing.T) {
+	a := Allocation{Kind: KindMIG, Product: "NVIDIA A100-SXM4-40GB", Profile: "3g.20gb", Numerator: 3, Denominator: 7, Replicas: 1}
+	if c1, c2 := a.Class(), a.Class(); c1 != "mig A100-SXM4-40GB 3g.20gb" || unsafe.StringData(c1) != unsafe.StringData(c2) {
+		t.Errorf("Class %q then %q: want one kept string", c1, c2)
+	}
+	if d1, d2 := a.Description(), a.Description(); unsafe.StringData(d1) != unsafe.StringData(d2) {
+		t.Errorf("Description %q then %q: want one kept string", d1, d2)
+	}
+	for i := range maxNames + 10 {
+		b := Allocation{Kind: KindGPU, Product: fmt.Sprintf("NVIDIA Model-%d", i)}
+		if got, want := b.Class(), fmt.Sprintf("gpu Model-%d", i); got != want {
+			t.Fatalf("Class %q, want %q", got, want)
+		}
+	}
+	classNames.mu.RLock()
+	n := len(classNames.m)
+	classNames.mu.RUnlock()
+	if n != maxNames {
+		t.Errorf("%d class names kept, want the bound %d", n, maxNames)
+	}
 }
