@@ -137,8 +137,7 @@ func (a Allocation) UtilizationScale() float64 {
 }
 
 // Class names the GPU kind for accounting: kind, short product and profile ("mig A100-SXM4-40GB 3g.20gb").
-// The ledger and the metrics aggregate by Class.
-// Names are kept (names).
+// The ledger and the metrics aggregate by Class. Each name is built once and kept (names).
 func (a Allocation) Class() string {
 	k := nameKey{kind: a.Kind, product: a.Product, profile: a.Profile}
 	if name, ok := classNames.lookup(k); ok {
@@ -148,9 +147,11 @@ func (a Allocation) Class() string {
 	if p == "" {
 		p = "unknown"
 	}
-	name := fmt.Sprintf("%s %s", a.Kind, p)
+	var name string
 	if a.Kind.MIG() {
 		name = fmt.Sprintf("%s %s %s", a.Kind, p, a.Profile)
+	} else {
+		name = fmt.Sprintf("%s %s", a.Kind, p)
 	}
 	classNames.store(k, name)
 	return name
@@ -195,7 +196,7 @@ func (n *names) store(k nameKey, s string) {
 	}
 }
 
-// Description is a one-line human explanation of one unit of the allocation.
+// Description is a one-line human explanation of one unit of the allocation, built once and kept (names).
 func (a Allocation) Description() string {
 	k := nameKey{kind: a.Kind, product: a.Product, profile: a.Profile, assumed: a.Assumed,
 		numerator: a.Numerator, denominator: a.Denominator, replicas: a.Replicas}

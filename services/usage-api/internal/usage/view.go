@@ -125,7 +125,7 @@ type View struct {
 
 // Build joins one tick's input.
 func Build(in Input) *View {
-	v := &View{SampledAt: in.Now, Interval: in.Interval, Users: map[string]*User{}, Groups: map[string]GroupShare{}, Hub: in.Hub,
+	v := &View{SampledAt: in.Now, Interval: in.Interval, Groups: map[string]GroupShare{}, Hub: in.Hub,
 		Notices: notices(in.Pods)}
 	classes := map[string]*ClassStats{}
 	classOf := func(a gpu.Allocation) *ClassStats {
@@ -175,11 +175,19 @@ func Build(in Input) *View {
 		status[v.Cluster.AgentStatus[i].Node] = &v.Cluster.AgentStatus[i]
 	}
 
-	// Sized for this tick's pods: grown by appending, the samples were the largest garbage of a tick at 20,000
-	// pods (the heap profile of B1), and garbage collection slows the requests.
-	v.Samples = make([]ledger.Sample, 0, len(in.Pods)+len(in.Departed))
-	scales := make(map[string]float64, len(in.Hub.Users)) // by user: the GPU time their units can reach
-	var pace yield.Pass                                   // on one CPU the API's requests wait for this loop otherwise
+	// The samples (one per unit: most pods hold one), the users and their scales are sized for the pods that hold
+	// units now: grown by appending, the samples were the largest garbage of a tick at 20,000 pods (the heap profile
+	// of B1), and garbage collection slows the requests. Not for every pod or Hub user: most may hold no GPU.
+	holding := 0
+	for _, p := range in.Pods {
+		if p.Allocated() {
+			holding++
+		}
+	}
+	v.Samples = make([]ledger.Sample, 0, holding+len(in.Departed))
+	v.Users = make(map[string]*User, holding)
+	scales := make(map[string]float64, holding) // by user: the GPU time their units can reach
+	var pace yield.Pass                         // on one CPU the API's requests wait for this loop otherwise
 	for _, p := range in.Pods {
 		pace.Item()
 		if !p.Allocated() {
