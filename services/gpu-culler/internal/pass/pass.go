@@ -284,7 +284,7 @@ func (r *Runner) Pass(ctx context.Context) (sum Summary, err error) {
 		}
 	}
 	if failed := kept.failed; len(failed) > 0 { // once more, all together
-		if err := r.o.Stops.Record(ctx, failed...); err != nil {
+		if err := record(ctx, r.o.Stops, failed); err != nil {
 			r.o.Logger.Warn("the stops are done but their reasons could not be kept for the users' next visit", "stops", len(failed), "err", err)
 		}
 	}
@@ -716,6 +716,16 @@ type stopLog struct {
 	failed []stops.Stop
 }
 
+// recordTimeout bounds one write of stops. The write has a context of its own: a stop already made is kept even
+// when the pass is cancelled meanwhile (a leader losing its Lease mid-pass), or the user is never told why.
+const recordTimeout = 10 * time.Second
+
+func record(ctx context.Context, store Stops, sts []stops.Stop) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	return store.Record(ctx, sts...)
+}
+
 func (l *stopLog) add(ctx context.Context, st stops.Stop) {
 	l.mu.Lock()
 	l.pending = append(l.pending, st)
@@ -728,7 +738,7 @@ func (l *stopLog) add(ctx context.Context, st stops.Stop) {
 		batch := l.pending
 		l.pending = nil
 		l.mu.Unlock()
-		err := l.store.Record(ctx, batch...)
+		err := record(ctx, l.store, batch)
 		l.mu.Lock()
 		if err != nil {
 			l.failed = append(l.failed, batch...)

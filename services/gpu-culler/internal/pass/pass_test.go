@@ -148,6 +148,8 @@ type fakeStops struct {
 	recorded []stops.Stop
 	last     map[string]stops.Stop
 	cleared  []string
+	// honourCtx fails a Record whose context is done, as the Kubernetes client does.
+	honourCtx bool
 }
 
 func (s *fakeStops) Last(user string) (stops.Stop, bool) {
@@ -156,9 +158,12 @@ func (s *fakeStops) Last(user string) (stops.Stop, bool) {
 	st, ok := s.last[user]
 	return st, ok
 }
-func (s *fakeStops) Record(_ context.Context, sts ...stops.Stop) error {
+func (s *fakeStops) Record(ctx context.Context, sts ...stops.Stop) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.honourCtx && ctx.Err() != nil {
+		return ctx.Err()
+	}
 	s.recorded = append(s.recorded, sts...)
 	if len(sts) > 0 {
 		s.writes++
@@ -752,5 +757,55 @@ func TestStopsKeptAsTheyAreMade(t *testing.T) {
 	slices.Sort(kept)
 	if sum.Stopped != len(users) || st.writes < 1 || st.writes > len(users) || !slices.Equal(kept, users) {
 		t.Errorf("stopped %d, %d writes keeping %v; want %d stops kept in 1 to %d writes", sum.Stopped, st.writes, kept, len(users), len(users))
+	}
+}
+
+// TestStopsKeptWhenThePassIsCancelled: a leader that loses its Lease mid-pass (the pass's context cancelled) still
+// keeps the reasons of the stops it already made; they were lost when the write used the pass's context.
+func TestStopsKeptWhenThePassIsCancelled(t *testing.T) {
+	var pol policy.Policy
+	if err := ipolicy.Decode("test.yaml", []byte(policyYAML), &pol); err != nil {
+		t.Fatal(err)
+	}
+	rule := pol.Rule(gpu.KindGPU, "")
+	started := now.Add(-3 * time.Hour)
+	hub := &fakeHub{}
+	fp := fakePods{pods: map[string]*corev1.Pod{}}
+	tel := fakeTelemetry{usage: decide.Usage{Reachable: true, At: now}, servers: map[string]decide.Telemetry{}, info: map[string]telemetry.Info{}}
+	var objs []runtime.Object
+	for _, user := range []string{"alice", "bob", "carol"} {
+		hub.users = append(hub.users, ready(user, map[string]hubapi.Server{"": {Name: "", Ready: true, Started: &started, LastActivity: &now}}))
+		p := pod(user, "", true, &decide.Notice{Reason: decide.ReasonIdle, Since: now.Add(-11 * time.Minute), Deadline: now.Add(-time.Minute)}, rule)
+		fp.pods[user+"/"] = p
+		objs = append(objs, p)
+		tel.servers[user+"/"] = idleFor(50 * time.Minute)
+		tel.info[user+"/"] = telemetry.Info{Known: true, Kind: gpu.KindGPU, AllocatedGPUs: 1}
+	}
+	log, err := decision.NewLog(decision.Options{Service: "gpu-culler", Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := NewMetrics(nil)
+	st := &fakeStops{honourCtx: true}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hub.beforeStop = func(int) { cancel() } // the Lease is lost while the Hub stops the first server
+	r := New(Options{Hub: hub, Pods: fp, Telemetry: tel, Stops: st, Kube: fake.NewClientset(objs...), Policy: func() *policy.Policy { return &pol },
+		Decisions: log, Metrics: m, Now: func() time.Time { return now }})
+	_, _ = r.Pass(ctx)
+	hub.mu.Lock()
+	stopped := slices.Clone(hub.stopped)
+	hub.mu.Unlock()
+	var kept []string
+	for _, s := range st.recorded {
+		kept = append(kept, s.User+"/"+s.Server)
+	}
+	slices.Sort(stopped)
+	slices.Sort(kept)
+	if len(stopped) == 0 {
+		t.Fatal("no server stopped: the test needs at least one stop made before the cancel is seen")
+	}
+	if diff := cmp.Diff(stopped, kept); diff != "" {
+		t.Errorf("stops made vs reasons kept (-made +kept):\n%s", diff)
 	}
 }
