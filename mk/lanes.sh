@@ -1,28 +1,72 @@
 #!/usr/bin/env bash
-# lanes.sh LOGDIR LANE... runs make targets in lanes side by side: each LANE is a quoted list of targets, run one
-# after another by `$MAKE target`; the lanes run at the same time. Every line a target prints goes to the terminal
-# prefixed with its name and, whole, to LOGDIR/<target>.log. After a failure no lane starts another target; the
-# running ones finish. At the end: the time of each target (in the order given), the wall time, the failed targets
-# with the end of their logs and then their Go tests' own lines (the failed tests and the file:line of each message),
-# and the exit status (1 if any failed). Those lines come last because a failed suite's cleanup often dumps logs
-# after its failure message, and a CI summary shows only the end of the output.
+# lanes.sh LOGDIR [--shared TARGETS] LANE... runs make targets in lanes side by side: each LANE is a quoted list of
+# targets, run one after another by `$MAKE target`; the lanes run at the same time. A lane done with its own list
+# takes the next of the --shared targets not yet taken (in the order given: put the longest first), so a tail of
+# targets goes to whichever lane is free first, not to one fixed in advance. Every line a target prints goes to the
+# terminal prefixed with its name and, whole, to LOGDIR/<target>.log. After a failure no lane starts another target;
+# the running ones finish. At the end: the time of each target (in the order given, with the lane that ran it), the
+# wall time and how busy the machine's CPUs were, the failed targets with the end of their logs and then their Go
+# tests' own lines (the failed tests and the file:line of each message), and the exit status (1 if any failed).
+# Those lines come last because a failed suite's cleanup often dumps logs after its failure message, and a CI
+# summary shows only the end of the output.
 #
 # Why lanes: most of make test's wall time is the local-cluster suites and the real node waiting on the Hub, timers,
-# containers and the browser, on 2 cores; the other targets (compiling, unit tests, fuzzing) use that time.
+# containers and the browser, on 2 cores; the other targets (compiling, unit tests, fuzzing) use that time. Why a
+# shared tail: which lane ends first depends on the caches (the images and the real node take 43 minutes on a fresh
+# machine, 19 with warm caches), so a fixed split is right for one of the two only.
 set -uo pipefail
 
 MAKE=${MAKE:-make}
-logdir=${1:?usage: lanes.sh LOGDIR LANE...}
+logdir=${1:?usage: lanes.sh LOGDIR [--shared TARGETS] LANE...}
 shift
+shared=()
+if [[ ${1:-} == --shared ]]; then
+  read -ra shared <<<"${2:-}"
+  shift 2
+fi
 (($# > 0)) || { echo "lanes.sh: no lanes given" >&2; exit 2; }
 mkdir -p "$logdir"
 stop="$logdir/.stop"
-rm -f "$stop" "$logdir"/.time-*
+queue="$logdir/.shared"
+rm -f "$stop" "$logdir"/.time-* "$queue" "$queue.lock"
+printf '%s\n' "${shared[@]}" >"$queue"
+
+# cpu_ticks prints the machine's busy and total CPU ticks so far (/proc/stat's first line; nothing elsewhere).
+cpu_ticks() {
+  local _ user nice system idle iowait rest
+  [[ -r /proc/stat ]] || return 0
+  read -r _ user nice system idle iowait rest </proc/stat
+  local steal=0 irq softirq
+  read -r irq softirq steal _ <<<"$rest"
+  echo "$((user + nice + system + irq + softirq + steal)) $((user + nice + system + idle + iowait + irq + softirq + steal))"
+}
+ticks_at_start=$(cpu_ticks)
+
+# next_shared prints the next shared target not yet taken (nothing when none is left), taking it.
+next_shared() {
+  local t=""
+  {
+    flock 9
+    if [[ -s $queue ]]; then
+      t=$(head -n 1 "$queue")
+      tail -n +2 "$queue" >"$queue.next" && mv "$queue.next" "$queue"
+    fi
+  } 9>"$queue.lock"
+  printf '%s' "$t"
+}
 
 run_lane() {
   local lane=$1 t start rc
   shift
-  for t in "$@"; do
+  local own=("$@")
+  while :; do
+    if ((${#own[@]} > 0)); then
+      t=${own[0]}
+      own=("${own[@]:1}")
+    else
+      t=$(next_shared)
+      [[ -n $t ]] || break
+    fi
     if [[ -e $stop ]]; then
       echo "==> [lane $lane] not starting make $t: an earlier target failed"
       continue
@@ -51,6 +95,7 @@ for targets in "$@"; do
   run_lane "$lane" "${list[@]}" &
   pids+=($!)
 done
+order+=("${shared[@]}")
 for pid in "${pids[@]}"; do
   wait "$pid"
 done
@@ -71,6 +116,13 @@ for t in "${order[@]}"; do
   fi
 done
 printf '  %-26s %4s %6ss\n' "wall time" "" "$SECONDS"
+if [[ -n $ticks_at_start ]]; then
+  read -r busy0 total0 <<<"$ticks_at_start"
+  read -r busy1 total1 <<<"$(cpu_ticks)"
+  if ((total1 > total0)); then
+    echo "  CPUs busy over the wall time: $((100 * (busy1 - busy0) / (total1 - total0))) % of $(nproc) (the whole machine's, not only make test's)"
+  fi
+fi
 if ((${#failed[@]} > 0)); then
   for t in "${failed[@]}"; do
     echo "==> the end of $logdir/$t.log:"

@@ -22,21 +22,26 @@ var sharedExempt = map[string]string{
 
 // TestLanesShareNothingUnbuilt: make test runs its lanes side by side, so whatever targets of two lanes both
 // install or build must be done by test-deps before the lanes start; otherwise two lanes could build it at once
-// (the panel's wheel, a venv, the kube binaries, the compiled UI tests) and one would read it half written.
+// (the panel's wheel, a venv, the kube binaries, the compiled UI tests) and one would read it half written. The
+// shared targets (TEST_SHARED) may run in any lane, beside any other: they count as a lane of their own.
 func TestLanesShareNothingUnbuilt(t *testing.T) {
 	mf := readMakefiles(t, "..")
 	lanes := map[string][]string{
-		"2": strings.Fields(mf.expand(mf.vars["TEST_LANE2"])),
-		"3": strings.Fields(mf.expand(mf.vars["TEST_LANE3"])),
+		"2":      strings.Fields(mf.expand(mf.vars["TEST_LANE2"])),
+		"3":      strings.Fields(mf.expand(mf.vars["TEST_LANE3"])),
+		"shared": strings.Fields(mf.expand(mf.vars["TEST_SHARED"])),
 	}
 	inLane := map[string]bool{}
 	for name, targets := range lanes {
 		if len(targets) == 0 {
-			t.Fatalf("TEST_LANE%s is empty; is the Makefile read right?", name)
+			t.Fatalf("lane %s is empty; is the Makefile read right?", name)
 		}
 		for _, target := range targets {
 			if !slices.Contains(mf.testTargets, target) {
-				t.Errorf("TEST_LANE%s names %q, which is not in TEST_TARGETS", name, target)
+				t.Errorf("lane %s names %q, which is not in TEST_TARGETS", name, target)
+			}
+			if inLane[target] {
+				t.Errorf("%q is in two of TEST_LANE2, TEST_LANE3 and TEST_SHARED", target)
 			}
 			inLane[target] = true
 		}
@@ -75,6 +80,7 @@ t="${@: -1}"
 case "$t" in
 ok*) echo "$t says hello" ;;
 slow*) sleep 2; echo "$t done" ;;
+long*) sleep 4; echo "$t done" ;;
 fail*) echo "--- FAIL: TestBroke (1.00s)"; echo "    broke_test.go:12: $t broke"; for i in $(seq 80); do echo "        dumped log line $i"; done; exit 3 ;;
 esac
 `
@@ -83,12 +89,34 @@ type laneRow struct {
 	Target, Lane, Result string
 }
 
+// fakeMake's targets: ok* passes at once, slow* after 2 s, long* after 4 s, fail* fails.
+
 func TestLanes(t *testing.T) {
 	tests := map[string]struct {
+		shared   string // --shared
 		lanes    []string
 		want     []laneRow
 		wantFail string
 	}{
+		"the shared targets go to the lane done first": {
+			shared: "slow5 ok6",
+			lanes:  []string{"long1", "ok2 ok3"},
+			// lane 2 is done at once and takes slow5; lane 1, still busy, leaves ok6 to lane 2 too.
+			want: []laneRow{{"long1", "1", "ok"}, {"ok2", "2", "ok"}, {"ok3", "2", "ok"}, {"slow5", "2", "ok"}, {"ok6", "2", "ok"}},
+		},
+		"each shared target runs once, in the lane that took it": {
+			shared: "slow3 slow4",
+			lanes:  []string{"ok1", "ok2"},
+			want:   []laneRow{{"ok1", "1", "ok"}, {"ok2", "2", "ok"}, {"slow3", "?", "ok"}, {"slow4", "?", "ok"}},
+		},
+		"no shared target starts after a failure": {
+			shared: "ok3 ok4",
+			lanes:  []string{"fail1", "slow2"},
+			want: []laneRow{
+				{"fail1", "1", "FAILED"}, {"slow2", "2", "ok"}, {"ok3", "-", "skipped"}, {"ok4", "-", "skipped"},
+			},
+			wantFail: "FAILED: make fail1",
+		},
 		"all pass": {
 			lanes: []string{"ok1 ok2", "slow3 ok4"},
 			want:  []laneRow{{"ok1", "1", "ok"}, {"ok2", "1", "ok"}, {"slow3", "2", "ok"}, {"ok4", "2", "ok"}},
@@ -113,7 +141,11 @@ func TestLanes(t *testing.T) {
 				t.Fatal(err)
 			}
 			logs := filepath.Join(dir, "logs")
-			cmd := exec.CommandContext(t.Context(), "./lanes.sh", append([]string{logs}, tc.lanes...)...)
+			args := []string{logs}
+			if tc.shared != "" {
+				args = append(args, "--shared", tc.shared)
+			}
+			cmd := exec.CommandContext(t.Context(), "./lanes.sh", append(args, tc.lanes...)...)
 			cmd.Env = append(os.Environ(), "MAKE="+mk)
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
@@ -127,7 +159,18 @@ func TestLanes(t *testing.T) {
 			case tc.wantFail != "" && !strings.Contains(out.String(), tc.wantFail):
 				t.Errorf("output lacks %q:\n%s", tc.wantFail, out.String())
 			}
-			if diff := gocmp.Diff(tc.want, laneTable(t, out.String())); diff != "" {
+			got := laneTable(t, out.String())
+			lanesOf := map[string]bool{}
+			for i, row := range tc.want {
+				if row.Lane == "?" && i < len(got) { // either lane may take it: only that some lane ran it
+					lanesOf[got[i].Lane] = true
+					got[i].Lane = "?"
+				}
+			}
+			if len(lanesOf) > 0 && !lanesOf["1"] && !lanesOf["2"] {
+				t.Errorf("the shared targets ran in lanes %v, want lane 1 or 2", lanesOf)
+			}
+			if diff := gocmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("time table (-want +got):\n%s\n%s", diff, out.String())
 			}
 			// Each target's lines reach the terminal with its name and its log whole.
