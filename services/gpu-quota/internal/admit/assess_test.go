@@ -183,7 +183,7 @@ func TestAssess(t *testing.T) {
 }
 
 // TestAssessMatchesAdmit: for every option, Assess says what Admit's policy decision says (Admit's none_free
-// aside, which is about free GPUs, not quota).
+// aside, which is about free GPUs, not quota), less what Admit's refusal adds about what is free instead.
 func TestAssessMatchesAdmit(t *testing.T) {
 	for _, user := range []string{"bob", "carol", "dave", "nobody", "admin"} {
 		r := newRig(t, append(cluster(), pod("jupyter-carol", "carol", "", "gpu-h100", "nvidia.com/gpu"))...)
@@ -200,6 +200,13 @@ func TestAssessMatchesAdmit(t *testing.T) {
 				continue
 			}
 			v := got.Options[i]
+			if len(res.CanTake) > 0 && !res.Allow {
+				msg, ok := strings.CutSuffix(res.Message, freeWithinQuota(res.CanTake))
+				if !ok {
+					t.Errorf("%s %s: admit's refusal %q does not end with what is free instead", user, o.ID, res.Message)
+				}
+				res.Message = msg
+			}
 			if v.Allow != res.Allow || v.Reason != res.Reason || v.Message != res.Message {
 				t.Errorf("%s %s: assess %+v, admit %v %s %q", user, o.ID, v, res.Allow, res.Reason, res.Message)
 			}

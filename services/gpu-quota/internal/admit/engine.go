@@ -462,6 +462,9 @@ func (e *Engine) decideLocked(ent effEntry, r Request, now time.Time) (Result, d
 		}
 	} else if !d.Allow {
 		res.CanTake = e.canTakeLocked(eff, u, r, d, now)
+		if len(res.CanTake) > 0 {
+			res.Message += freeWithinQuota(res.CanTake)
+		}
 	}
 	rec.Action = decision.ActionDeny
 	if res.Allow {

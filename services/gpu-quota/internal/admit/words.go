@@ -131,6 +131,13 @@ func joinedMessage(p Place, canTake []Option) string {
 	return b.String()
 }
 
+// freeWithinQuota ends a policy refusal with what the user could start instead ("Free now and within your quota:
+// two MIG 3g.20gb slices on an A100."). Only at spawn: assess's verdicts, shown on the form beside the free
+// counts, leave it out.
+func freeWithinQuota(canTake []Option) string {
+	return " Free now and within your quota: " + freeUnits(canTake) + "."
+}
+
 // freeUnits names what canTake offers with its free counts: "two MIG 3g.20gb slices on an A100 and ...".
 func freeUnits(canTake []Option) string {
 	units := make([]gpu.Allocation, len(canTake))
