@@ -287,10 +287,15 @@ def _gpuhub_quota_glue(c, kit):
             # gpu-quota queues the server when nothing is free and, with autoStart, starts it through the Hub with
             # these options when its turn comes: the same spawn, profile options included.
             body["userOptions"] = options
-        try:
-            code, answer = await kit.call(*resolve(spawner), timeout, "POST", body, seconds=request_seconds)
-        except kit.Unavailable as e:
-            return on_unavailable(spawner, pod, f"gpu-quota {e}")
+        for attempt in (1, 2):
+            try:
+                code, answer = await kit.call(*resolve(spawner), timeout, "POST", body, seconds=request_seconds)
+                break
+            except kit.Unavailable as e:
+                # No answer since the Hub started, so no policy's mode either: once more (a request cut by the
+                # decider's death reaches the next, or a replica's 503 with the mode) before the env default applies.
+                if attempt == 2 or state["reported"] is not None:
+                    return on_unavailable(spawner, pod, f"gpu-quota {e}")
         answer = answer or {}
         if answer.get("onUnavailable") in ("open", "closed"):  # a decision's, or a 503's (every replica knows it)
             state["reported"] = answer["onUnavailable"]

@@ -4,6 +4,7 @@ executes it, and a fake gpuhub service on 127.0.0.1. hubtest.GlueUnit puts this 
 import http.server
 import json
 import os
+import socket
 import threading
 
 from tornado.httpclient import AsyncHTTPClient
@@ -28,7 +29,8 @@ def exec_glue(configure=None):
 
 class FakeService(http.server.ThreadingHTTPServer):
     """A gpuhub service the glue calls: each request goes to answer(handler, method, body), which returns the
-    (status, answer) to send; a str answer is sent as is, anything else as JSON."""
+    (status, answer) to send; a str answer is sent as is, anything else as JSON. Status None closes the connection
+    with no answer (a service killed mid-request)."""
 
     request_queue_size = 64  # a burst of forms connects at once; the default 5 drops SYNs (1 s retries)
 
@@ -47,6 +49,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(n)) if n else None
         status, answer = self.server._respond(self, method, body)
+        if status is None:
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
         data = (answer if isinstance(answer, str) else json.dumps(answer)).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")

@@ -242,6 +242,26 @@ class GlueTest(unittest.TestCase):
                         self.run_hook(hook, gpu_pod())
                     self.assertEqual(cm.exception.jupyterhub_message, refusal)
 
+    def test_lost_answer_asked_again_until_a_mode_is_heard(self):
+        # A restarted Hub knows no onUnavailable until gpu-quota answers once. A first request cut with no answer
+        # (the decider killed during it) is sent once more, and the standby's 503 with the policy's closed
+        # refuses, not the environment's default open. Once a mode was heard, a lost answer applies it at once.
+        hook = load_glue(self.services)
+        self.quota.answers = [(None, None), (503, {"message": "no gpu-quota replica decides", "onUnavailable": "closed"})]
+        with self.assertRaises(web.HTTPError) as cm:
+            self.run_hook(hook, gpu_pod())
+        self.assertEqual(cm.exception.jupyterhub_message, CLOSED)
+        self.assertEqual(len(self.quota.requests), 2)
+
+        hook = load_glue(self.services)
+        self.quota.requests.clear()
+        self.quota.answers = [(200, {"allow": True, "onUnavailable": "open"}), (None, None), (503, {"onUnavailable": "closed"})]
+        self.run_hook(hook, gpu_pod())
+        pod = gpu_pod()
+        got, _ = self.run_hook(hook, pod)
+        self.assertIs(got, pod, "admitted unchecked by the mode heard (open)")
+        self.assertEqual(len(self.quota.requests), 2, "not asked again")
+
     def test_unreachable_and_timeout(self):
         # Nothing listens: refused at once. A server that never answers: the glue's timeout.
         os.environ["GPUHUB_QUOTA_ON_UNAVAILABLE"] = "closed"
