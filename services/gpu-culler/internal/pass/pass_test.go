@@ -705,31 +705,9 @@ gpu:
 // stop, the ones before it are kept (a leader killed mid-pass lost them all). Stops made during a write share
 // the next one, so there are never more writes than stops.
 func TestStopsKeptAsTheyAreMade(t *testing.T) {
-	var pol policy.Policy
-	if err := ipolicy.Decode("test.yaml", []byte(policyYAML), &pol); err != nil {
-		t.Fatal(err)
-	}
-	rule := pol.Rule(gpu.KindGPU, "")
-	started := now.Add(-3 * time.Hour)
-	hub := &fakeHub{}
-	fp := fakePods{pods: map[string]*corev1.Pod{}}
-	tel := fakeTelemetry{usage: decide.Usage{Reachable: true, At: now}, servers: map[string]decide.Telemetry{}, info: map[string]telemetry.Info{}}
-	var objs []runtime.Object
 	users := []string{"alice", "bob", "carol", "dave"}
-	for _, user := range users {
-		hub.users = append(hub.users, ready(user, map[string]hubapi.Server{"": {Name: "", Ready: true, Started: &started, LastActivity: &now}}))
-		p := pod(user, "", true, &decide.Notice{Reason: decide.ReasonIdle, Since: now.Add(-11 * time.Minute), Deadline: now.Add(-time.Minute)}, rule)
-		fp.pods[user+"/"] = p
-		objs = append(objs, p)
-		tel.servers[user+"/"] = idleFor(50 * time.Minute)
-		tel.info[user+"/"] = telemetry.Info{Known: true, Kind: gpu.KindGPU, AllocatedGPUs: 1}
-	}
-	log, err := decision.NewLog(decision.Options{Service: "gpu-culler", Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, _ := NewMetrics(nil)
-	st := &fakeStops{}
+	hub, st := &fakeHub{}, &fakeStops{}
+	r := dueForStop(t, hub, st, users)
 	hub.beforeStop = func(n int) {
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 			st.mu.Lock()
@@ -744,8 +722,6 @@ func TestStopsKeptAsTheyAreMade(t *testing.T) {
 			}
 		}
 	}
-	r := New(Options{Hub: hub, Pods: fp, Telemetry: tel, Stops: st, Kube: fake.NewClientset(objs...), Policy: func() *policy.Policy { return &pol },
-		Decisions: log, Metrics: m, Now: func() time.Time { return now }})
 	sum, err := r.Pass(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -763,35 +739,11 @@ func TestStopsKeptAsTheyAreMade(t *testing.T) {
 // TestStopsKeptWhenThePassIsCancelled: a leader that loses its Lease mid-pass (the pass's context cancelled) still
 // keeps the reasons of the stops it already made; they were lost when the write used the pass's context.
 func TestStopsKeptWhenThePassIsCancelled(t *testing.T) {
-	var pol policy.Policy
-	if err := ipolicy.Decode("test.yaml", []byte(policyYAML), &pol); err != nil {
-		t.Fatal(err)
-	}
-	rule := pol.Rule(gpu.KindGPU, "")
-	started := now.Add(-3 * time.Hour)
-	hub := &fakeHub{}
-	fp := fakePods{pods: map[string]*corev1.Pod{}}
-	tel := fakeTelemetry{usage: decide.Usage{Reachable: true, At: now}, servers: map[string]decide.Telemetry{}, info: map[string]telemetry.Info{}}
-	var objs []runtime.Object
-	for _, user := range []string{"alice", "bob", "carol"} {
-		hub.users = append(hub.users, ready(user, map[string]hubapi.Server{"": {Name: "", Ready: true, Started: &started, LastActivity: &now}}))
-		p := pod(user, "", true, &decide.Notice{Reason: decide.ReasonIdle, Since: now.Add(-11 * time.Minute), Deadline: now.Add(-time.Minute)}, rule)
-		fp.pods[user+"/"] = p
-		objs = append(objs, p)
-		tel.servers[user+"/"] = idleFor(50 * time.Minute)
-		tel.info[user+"/"] = telemetry.Info{Known: true, Kind: gpu.KindGPU, AllocatedGPUs: 1}
-	}
-	log, err := decision.NewLog(decision.Options{Service: "gpu-culler", Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, _ := NewMetrics(nil)
-	st := &fakeStops{honourCtx: true}
+	hub, st := &fakeHub{}, &fakeStops{honourCtx: true}
+	r := dueForStop(t, hub, st, []string{"alice", "bob", "carol"})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	hub.beforeStop = func(int) { cancel() } // the Lease is lost while the Hub stops the first server
-	r := New(Options{Hub: hub, Pods: fp, Telemetry: tel, Stops: st, Kube: fake.NewClientset(objs...), Policy: func() *policy.Policy { return &pol },
-		Decisions: log, Metrics: m, Now: func() time.Time { return now }})
 	_, _ = r.Pass(ctx)
 	hub.mu.Lock()
 	stopped := slices.Clone(hub.stopped)
@@ -808,4 +760,34 @@ func TestStopsKeptWhenThePassIsCancelled(t *testing.T) {
 	if diff := cmp.Diff(stopped, kept); diff != "" {
 		t.Errorf("stops made vs reasons kept (-made +kept):\n%s", diff)
 	}
+}
+
+// dueForStop is a runner whose next pass stops each user's default server: idle for 50 minutes, its notice's
+// deadline passed a minute ago.
+func dueForStop(t *testing.T, hub *fakeHub, st *fakeStops, users []string) *Runner {
+	t.Helper()
+	var pol policy.Policy
+	if err := ipolicy.Decode("test.yaml", []byte(policyYAML), &pol); err != nil {
+		t.Fatal(err)
+	}
+	rule := pol.Rule(gpu.KindGPU, "")
+	started := now.Add(-3 * time.Hour)
+	fp := fakePods{pods: map[string]*corev1.Pod{}}
+	tel := fakeTelemetry{usage: decide.Usage{Reachable: true, At: now}, servers: map[string]decide.Telemetry{}, info: map[string]telemetry.Info{}}
+	var objs []runtime.Object
+	for _, user := range users {
+		hub.users = append(hub.users, ready(user, map[string]hubapi.Server{"": {Name: "", Ready: true, Started: &started, LastActivity: &now}}))
+		p := pod(user, "", true, &decide.Notice{Reason: decide.ReasonIdle, Since: now.Add(-11 * time.Minute), Deadline: now.Add(-time.Minute)}, rule)
+		fp.pods[user+"/"] = p
+		objs = append(objs, p)
+		tel.servers[user+"/"] = idleFor(50 * time.Minute)
+		tel.info[user+"/"] = telemetry.Info{Known: true, Kind: gpu.KindGPU, AllocatedGPUs: 1}
+	}
+	log, err := decision.NewLog(decision.Options{Service: "gpu-culler", Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := NewMetrics(nil)
+	return New(Options{Hub: hub, Pods: fp, Telemetry: tel, Stops: st, Kube: fake.NewClientset(objs...), Policy: func() *policy.Policy { return &pol },
+		Decisions: log, Metrics: m, Now: func() time.Time { return now }})
 }
