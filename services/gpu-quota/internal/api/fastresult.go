@@ -4,9 +4,9 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/admit"
+	"github.com/gpuhub/gpuhub/services/internal/jsonappend"
 	"github.com/gpuhub/gpuhub/services/internal/server"
 )
 
@@ -42,14 +42,14 @@ func appendResult(b []byte, res admit.Result) []byte {
 	b = append(b, `{"allow":`...)
 	b = strconv.AppendBool(b, res.Allow)
 	b = append(b, `,"reason":`...)
-	b = appendJSONString(b, res.Reason)
+	b = jsonappend.String(b, res.Reason)
 	b = append(b, `,"message":`...)
-	b = appendJSONString(b, res.Message)
+	b = jsonappend.String(b, res.Message)
 	b = append(b, `,"decisionId":`...)
-	b = appendJSONString(b, res.DecisionID)
+	b = jsonappend.String(b, res.DecisionID)
 	if res.Reservation != "" {
 		b = append(b, `,"reservation":`...)
-		b = appendJSONString(b, res.Reservation)
+		b = jsonappend.String(b, res.Reservation)
 	}
 	b = append(b, `,"canTake":`...)
 	if res.CanTake == nil {
@@ -61,11 +61,11 @@ func appendResult(b []byte, res admit.Result) []byte {
 				b = append(b, ',')
 			}
 			b = append(b, `{"kind":`...)
-			b = appendJSONString(b, string(o.Kind))
+			b = jsonappend.String(b, string(o.Kind))
 			b = append(b, `,"class":`...)
-			b = appendJSONString(b, o.Class)
+			b = jsonappend.String(b, o.Class)
 			b = append(b, `,"description":`...)
-			b = appendJSONString(b, o.Description)
+			b = jsonappend.String(b, o.Description)
 			b = append(b, `,"free":`...)
 			b = strconv.AppendInt(b, o.Free, 10)
 			b = append(b, '}')
@@ -73,63 +73,9 @@ func appendResult(b []byte, res admit.Result) []byte {
 		b = append(b, ']')
 	}
 	b = append(b, `,"onUnavailable":`...)
-	b = appendJSONString(b, string(res.OnUnavailable))
+	b = jsonappend.String(b, string(res.OnUnavailable))
 	if res.CountedPod {
 		b = append(b, `,"countedPod":true`...)
 	}
 	return append(b, "}\n"...)
-}
-
-// appendJSONString appends s as a JSON string with encoding/json's escapes (HTML-safe, as json.Encoder's
-// default): ", \ and control characters; <, > and & as \u003c, \u003e, \u0026; U+2028 and U+2029; invalid
-// UTF-8 as \ufffd.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xF])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }
