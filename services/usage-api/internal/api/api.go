@@ -177,32 +177,31 @@ func (h *handler) user(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) writeUser(w http.ResponseWriter, r *http.Request, name string, groups []string) {
-	q := r.URL.Query()
+	q := newQueryParams(r.URL.RawQuery)
 	loc, qerr := h.zone(q.Get("tz"))
 	if qerr != nil {
 		writeQueryError(w, qerr)
 		return
 	}
-	resp := contract.UserResponse{User: name, Groups: groups, Servers: []usage.Server{}, Notices: []usage.Notice{}}
+	a := userAnswer{UserResponse: contract.UserResponse{User: name, Groups: groups, Servers: []usage.Server{}, Notices: []usage.Notice{}}}
 	asOf := h.opts.Now()
 	if v := h.opts.State.View(); v != nil {
 		if ns := v.Notices[name]; ns != nil {
-			resp.Notices = ns
+			a.Notices = ns
 		}
 		asOf = v.SampledAt
-		t := v.SampledAt
-		resp.SampledAt, resp.IntervalSeconds = &t, v.Interval.Seconds()
+		a.SampledAt, a.IntervalSeconds = &v.SampledAt, v.Interval.Seconds() // a view is immutable
 		if hu, ok := v.Hub.Users[name]; ok {
-			resp.Groups = hu.Groups
+			a.Groups = hu.Groups
 		}
 		if u := v.Users[name]; u != nil {
-			resp.Simulated, resp.Stale, resp.StaleReason, resp.Share, resp.Servers = u.Simulated, u.Stale, u.StaleReason, u.Share, u.Servers
+			a.Simulated, a.Stale, a.StaleReason, a.Share, a.Servers = u.Simulated, u.Stale, u.StaleReason, u.Share, u.Servers
 		} else {
-			resp.Share.UsedGPUs = new(float64)
+			a.Share.UsedGPUs = &noGPUs
 		}
 	}
-	if resp.Groups == nil {
-		resp.Groups = []string{}
+	if a.Groups == nil {
+		a.Groups = []string{}
 	}
 	history := q.Get("history")
 	if history != "" && history != "true" && history != "false" {
@@ -218,58 +217,51 @@ func (h *handler) writeUser(w http.ResponseWriter, r *http.Request, name string,
 		}
 		since = t
 	}
-	resp.GPUHours, resp.GPUHoursStatus, resp.GPUHoursReason, qerr = h.gpuHours(r, name, loc, asOf)
+	a.Hours, a.GPUHoursStatus, a.GPUHoursReason, qerr = h.gpuHours(r.Context(), q, name, loc, asOf)
 	if qerr != nil {
 		writeQueryError(w, qerr)
 		return
 	}
 	if h.opts.Budget != nil {
-		resp.Budget = h.opts.Budget.Get(r.Context(), name)
+		a.Budget = h.opts.Budget.Get(r.Context(), name)
 	}
-	h.writeUserJSON(w, resp, history != "false", since)
+	h.writeUserJSON(w, &a, history != "false", since)
 }
 
 // gpuHours are a user's GPU-hours windows (custom when from or to is given) with their status: "ok", or
 // "unavailable" with null windows and a reason while the ledger cannot answer; the live share is served either
 // way. A custom window the ledger fails to answer while it is up is a 503 (qerr).
-func (h *handler) gpuHours(r *http.Request, name string, loc *time.Location, asOf time.Time) (wins map[string]*contract.Window, status, reason string, qerr *queryError) {
-	q := r.URL.Query()
-	custom := q.Has("from") || q.Has("to")
+func (h *handler) gpuHours(ctx context.Context, q queryParams, name string, loc *time.Location, asOf time.Time) (hours hoursAnswer, status, reason string, qerr *queryError) {
+	hours.Custom = q.Has("from") || q.Has("to")
 	var from, to time.Time
-	if custom {
-		if from, to, qerr = h.window(r); qerr != nil {
-			return nil, "", "", qerr
+	if hours.Custom {
+		if from, to, qerr = h.window(q); qerr != nil {
+			return hoursAnswer{}, "", "", qerr
 		}
 	}
-	unavailable := func(why string) (map[string]*contract.Window, string, string, *queryError) {
+	unavailable := func(why string) (hoursAnswer, string, string, *queryError) {
 		h.tz.reset() // what the store said before the outage may have changed after it
-		wins := map[string]*contract.Window{"today": nil, "7d": nil, "30d": nil}
-		if custom {
-			wins["custom"] = nil
-		}
-		return wins, "unavailable", "GPU-hours are unavailable: " + why + "; live numbers are current.", nil
+		return hoursAnswer{Custom: hours.Custom}, "unavailable", "GPU-hours are unavailable: " + why + "; live numbers are current.", nil
 	}
 	if err := h.opts.Ledger.Available(); err != nil {
 		return unavailable(err.Error())
 	}
 	win := h.opts.Ledger.UserWindows(name)
 	if loc != time.UTC {
-		today, err := h.todayIn(r.Context(), name, loc, win.Today, asOf)
+		today, err := h.todayIn(ctx, name, loc, win.Today, asOf)
 		if err != nil {
 			h.opts.Logger.Error("ledger query failed", "user", name, "tz", loc.String(), "err", err)
 			return unavailable(fmt.Sprintf("the ledger database did not answer just now (retry in %d s)", retryAfterSeconds))
 		}
 		win.Today = today
 	}
-	wins = map[string]*contract.Window{"today": fromTotals(win.Today), "7d": fromTotals(win.Days7), "30d": fromTotals(win.Days30)}
-	if custom {
-		cw, qerr := h.custom(r.Context(), name, from, to)
-		if qerr != nil {
-			return nil, "", "", qerr
+	hours.Available, hours.Windows = true, win
+	if hours.Custom {
+		if hours.CustomWindow, qerr = h.custom(ctx, name, from, to); qerr != nil {
+			return hoursAnswer{}, "", "", qerr
 		}
-		wins["custom"] = cw
 	}
-	return wins, "ok", "", nil
+	return hours, "ok", "", nil
 }
 
 // zone resolves the tz parameter: an IANA name ("" and "UTC" are UTC). The server's own zone ("Local") means
@@ -383,22 +375,27 @@ var answerBuffers = sync.Pool{New: func() any { return new([]byte) }}
 // maxPooledAnswer bounds the buffers kept for reuse (an answer that grew past it is left to the collector).
 const maxPooledAnswer = 1 << 20
 
-// writeUserJSON writes resp with the user's history after since (zero: the whole window; withHistory false:
+// writeUserJSON writes a with the user's history after since (zero: the whole window; withHistory false:
 // none) spliced in as the last member, encoded straight from the history: encoding/json would re-validate
 // pre-encoded text, which costs more than encoding it.
-func (h *handler) writeUserJSON(w http.ResponseWriter, resp contract.UserResponse, withHistory bool, since time.Time) {
-	resp.History = nil // written from the history
-	body, err := json.Marshal(resp)
-	if err != nil {
-		server.WriteError(w, http.StatusInternalServerError, "encode answer: %v", err)
-		return
-	}
+func (h *handler) writeUserJSON(w http.ResponseWriter, a *userAnswer, withHistory bool, since time.Time) {
+	a.History = nil // written from the history
 	buf := answerBuffers.Get().(*[]byte)
-	b := (*buf)[:0]
-	b = append(b, body[:len(body)-1]...)
-	b = append(b, `,"history":`...)
+	b, ok := appendUserJSON((*buf)[:0], a)
+	if !ok {
+		// Something appendUserJSON leaves to json.Marshal (or json.Marshal refuses, such as NaN): its
+		// answer, or its error, as it always was.
+		body, err := json.Marshal(a.contract())
+		if err != nil {
+			answerBuffers.Put(buf)
+			server.WriteError(w, http.StatusInternalServerError, "encode answer: %v", err)
+			return
+		}
+		b = append(b[:0], body...)
+	}
+	b = append(b[:len(b)-1], `,"history":`...) // reopen the object
 	if withHistory {
-		b = h.opts.State.History.AppendUserJSON(b, resp.User, since)
+		b = h.opts.State.History.AppendUserJSON(b, a.User, since)
 	} else {
 		b = append(b, "[]"...)
 	}
@@ -440,8 +437,7 @@ func writeQueryError(w http.ResponseWriter, err *queryError) {
 // window parses a custom window. Buckets are whole UTC hours, so the window covers [hour(from),
 // ceil-hour(to)); these effective bounds are returned, with to never past now (the current bucket holds what was
 // recorded so far).
-func (h *handler) window(r *http.Request) (from, to time.Time, qerr *queryError) {
-	q := r.URL.Query()
+func (h *handler) window(q queryParams) (from, to time.Time, qerr *queryError) {
 	now := h.opts.Now().UTC()
 	to = now
 	var err error
