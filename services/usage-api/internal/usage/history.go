@@ -361,14 +361,17 @@ func (e *pointEncoder) appendValues(b []byte, p Point) []byte {
 	return append(b, '}')
 }
 
+// cachedFloat is the text of the last value written, in a buffer of its own: a float's shortest 'g' text is
+// at most 24 bytes, so the cache allocates nothing, at every poll (it lives in the encoder, per request).
 type cachedFloat struct {
-	v    float64
-	text []byte
+	v   float64
+	n   int // len of text in buf; 0: none yet
+	buf [32]byte
 }
 
 func (c *cachedFloat) append(b []byte, v float64, bits int) []byte {
-	if c.text == nil || v != c.v {
-		c.v, c.text = v, strconv.AppendFloat(c.text[:0], v, 'g', -1, bits)
+	if c.n == 0 || v != c.v {
+		c.v, c.n = v, len(strconv.AppendFloat(c.buf[:0], v, 'g', -1, bits))
 	}
-	return append(b, c.text...)
+	return append(b, c.buf[:c.n]...)
 }
