@@ -34,7 +34,8 @@ type RunOptions struct {
 	FootprintGPUs     int
 	// AnchorRate adds a run of both at a rate the Hub can sustain, for latency ratios; 0: none.
 	AnchorRate float64
-	// ProfileDir, if set, receives the SUT's CPU profile of the first measured run and a heap profile at the end.
+	// ProfileDir, if set, receives the SUT's CPU profile of the first measured run and its heap, mutex and block
+	// profiles at the end.
 	ProfileDir string
 	// PostgresURL, if set, adds two replicas sharing a ledger on this PostgreSQL (one writes, one follows), the
 	// load spread over both, measured in the same rounds as the single replica (SQLite, the chart's default).
@@ -269,8 +270,10 @@ func Run(ctx context.Context, o RunOptions) error {
 		fmt.Fprintf(o.Out, "SUT stats: %v\n", err)
 	}
 	if o.ProfileDir != "" {
-		if err := fetchTo(ctx, "http://"+ready.DebugAddr+"/debug/pprof/heap", filepath.Join(o.ProfileDir, "sut-heap.pprof")); err != nil {
-			fmt.Fprintf(o.Out, "heap profile: %v\n", err)
+		for _, name := range []string{"heap", "mutex", "block"} {
+			if err := fetchTo(ctx, "http://"+ready.DebugAddr+"/debug/pprof/"+name, filepath.Join(o.ProfileDir, "sut-"+name+".pprof")); err != nil {
+				fmt.Fprintf(o.Out, "%s profile: %v\n", name, err)
+			}
 		}
 	}
 	var sat, twoSat []string
@@ -448,6 +451,9 @@ func (o RunOptions) startSUT(ctx context.Context, extra ...string) (*exec.Cmd, s
 	args := pinned(o.SUTCPU, append([]string{o.Self, "sut", "--users", strconv.Itoa(o.Users), "--gpus", strconv.Itoa(o.GPUs), "--pods", strconv.Itoa(o.Pods)}, extra...)...)
 	sut := exec.CommandContext(ctx, args[0], args[1:]...)
 	sut.Env = append(os.Environ(), "GOMAXPROCS=1")
+	if o.ProfileDir != "" {
+		sut.Env = append(sut.Env, profileLocksEnv+"=1")
+	}
 	sut.Stderr = os.Stderr
 	stdout, err := sut.StdoutPipe()
 	if err != nil {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -52,10 +54,19 @@ func (tokenChecker) WhoAmIWithToken(_ context.Context, tok string) (*hubapi.User
 	return &hubapi.User{Kind: "user", Name: name}, nil
 }
 
+// profileLocksEnv, set by run --profile-dir, turns on the SUT's mutex and block profiles.
+const profileLocksEnv = "GPUHUB_BENCH_PROFILE_LOCKS"
+
 // ServeSUT serves the usage API over a synthetic cluster: the real handler, server, auth cache, ledger (SQLite,
 // or PostgreSQL shared by replicas) and metrics, with an hour of history pre-filled and a tick every Interval
 // while it serves.
 func ServeSUT(ctx context.Context, o SUTOptions) error {
+	if os.Getenv(profileLocksEnv) != "" {
+		// run --profile-dir: contended locks and waits for the mutex and block profiles (each wait of 10 µs or
+		// more sampled); left off otherwise, as they cost every lock a little.
+		runtime.SetMutexProfileFraction(1)
+		runtime.SetBlockProfileRate(10_000)
+	}
 	now := time.Now()
 	c := Synthesize(o.Users, o.GPUs, o.Pods, o.Replicas, now)
 	dsn := o.Ledger
