@@ -315,7 +315,8 @@ type Option struct {
 	Kind        gpu.Kind `json:"kind"`
 	Class       string   `json:"class"`
 	Description string   `json:"description"`
-	Free        int64    `json:"free"`
+	// Free is how many units of the class the user could take now: free, and within their limits at once.
+	Free int64 `json:"free"`
 
 	unit gpu.Allocation // one unit of Class, for the message
 }
@@ -608,12 +609,36 @@ func (e *Engine) canTakeLocked(eff quota.Effective, u quota.Usage, r Request, d 
 		if free <= 0 {
 			continue
 		}
+		free = mostThatFit(&fits, one, free)
 		if out == nil {
 			out = make([]Option, 0, len(e.ix.classes))
 		}
 		out = append(out, Option{Kind: one.Kind, Class: class, Description: e.ix.described[class], Free: free, unit: one})
 	}
 	return out
+}
+
+// mostThatFit is how many units like one, up to free, the policy admits at once (one fits): what the user could
+// take is also bounded by their limits, or "two whole H100s free within your quota" would follow "you may use at
+// most 1 GPU". Fits is monotonic in the count: one check when free fit, else a binary search.
+func mostThatFit(fits *quota.Fitter, one gpu.Allocation, free int64) int64 {
+	ask := [1]gpu.Allocation{one}
+	fit := func(n int64) bool {
+		ask[0].Count = n
+		return fits.Fits(quota.Request{Allocations: ask[:]})
+	}
+	if free <= 1 || fit(free) {
+		return free
+	}
+	lo, hi := int64(1), free // fit(lo), !fit(hi)
+	for hi-lo > 1 {
+		if mid := lo + (hi-lo)/2; fit(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
 }
 
 // refusesAnyGPU reports whether d refuses for a reason quota.Decide finds whatever GPUs are asked for: a

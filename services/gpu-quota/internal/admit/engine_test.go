@@ -87,8 +87,13 @@ func TestAdmit(t *testing.T) {
 			want: want{allow: true, reason: "ok", reservation: true},
 		},
 		"student asks for an H100": {
-			req:  h100("bob", "", 1),
-			want: want{reason: "kind_not_allowed", canTake: []string{classMIG1 + "=3", classMIG3 + "=2", classT4 + "=4"}},
+			req: h100("bob", "", 1),
+			// What fits students' 3/7 of a GPU at once: three 1/7 slices, one 3/7 slice, one 1/4 share.
+			want: want{reason: "kind_not_allowed", canTake: []string{classMIG1 + "=3", classMIG3 + "=1", classT4 + "=1"}},
+		},
+		"two H100s over a limit of one GPU: only what fits the limit is offered": {
+			req:  h100("nobody", "", 2),
+			want: want{reason: "max_gpus", canTake: []string{classH100 + "=1", classMIG1 + "=3", classMIG3 + "=2", classT4 + "=4"}},
 		},
 		"no H100 free: carol holds both": {
 			pods: carolH100s, req: h100("dave", "", 1),
