@@ -169,6 +169,7 @@ def _gpuhub_kit(c):
 def _gpuhub_quota_glue(c, kit):
     """Install the admission hook; return what the profile part shares with it."""
     import os
+    import time
     from types import SimpleNamespace
 
     import jupyterhub
@@ -288,13 +289,15 @@ def _gpuhub_quota_glue(c, kit):
             # these options when its turn comes: the same spawn, profile options included.
             body["userOptions"] = options
         for attempt in (1, 2):
+            started = time.monotonic()
             try:
                 code, answer = await kit.call(*resolve(spawner), timeout, "POST", body, seconds=request_seconds)
                 break
             except kit.Unavailable as e:
-                # No answer since the Hub started, so no policy's mode either: once more (a request cut by the
-                # decider's death reaches the next, or a replica's 503 with the mode) before the env default applies.
-                if attempt == 2 or state["reported"] is not None:
+                # No answer since the Hub started, so no policy's mode either: a request cut at once (the decider
+                # killed during it) goes once more, to the next decider or a replica whose 503 carries the mode,
+                # before the env default applies. Not after a timeout: the spawn already waited that long.
+                if attempt == 2 or state["reported"] is not None or time.monotonic() - started > timeout / 2:
                     return on_unavailable(spawner, pod, f"gpu-quota {e}")
         answer = answer or {}
         if answer.get("onUnavailable") in ("open", "closed"):  # a decision's, or a 503's (every replica knows it)

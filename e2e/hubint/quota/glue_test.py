@@ -262,8 +262,29 @@ class GlueTest(unittest.TestCase):
         self.assertIs(got, pod, "admitted unchecked by the mode heard (open)")
         self.assertEqual(len(self.quota.requests), 2, "not asked again")
 
+        # An answer that does not come within the timeout is not asked again: the spawn already waited that long.
+        os.environ["GPUHUB_QUOTA_TIMEOUT"] = "0.3"
+        import time
+
+        asked = []
+
+        def slow(handler, method, body):
+            asked.append(body)
+            time.sleep(1)
+            return 200, {"allow": True, "countedPod": True, "onUnavailable": "open"}
+
+        late = FakeService(slow)
+        self.addCleanup(late.server_close)
+        self.addCleanup(late.shutdown)
+        hook = load_glue([{"name": "gpu-quota", "url": late.url, "api_token": "secret-token-123"}])
+        pod = gpu_pod()
+        got, _ = self.run_hook(hook, pod)
+        self.assertIs(got, pod, "the env default (open)")
+        self.assertEqual(len(asked), 1, "asked once")
+
     def test_unreachable_and_timeout(self):
-        # Nothing listens: refused at once. A server that never answers: the glue's timeout.
+        # Nothing listens: refused at once (asked twice: no mode heard yet). A server that never answers: the glue's
+        # timeout, once (the spawn already waited that long).
         os.environ["GPUHUB_QUOTA_ON_UNAVAILABLE"] = "closed"
         os.environ["GPUHUB_QUOTA_TIMEOUT"] = "0.5"
         import socket
