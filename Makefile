@@ -64,9 +64,10 @@ include $(sort $(wildcard mk/*.mk))
 # make test runs TEST_TARGETS in three lanes side by side (mk/lanes.sh): lane 2 holds the local-cluster suites,
 # which spend most of their time waiting on the Hub, timers and the browser; lane 3 the images and the real node
 # (building, then waiting on containers); lane 1 everything else, in TEST_TARGETS order. TEST_SHARED go to
-# whichever lane is done with its own first (lane 3 with warm caches, lane 2 on a fresh machine). test-deps first
-# installs, once, everything that targets of two lanes need, so that no two lanes ever install or build the same
-# thing at once (mk_test.go checks it). TEST_LANES=1 runs every target in one lane, one after another.
+# whichever lane is done with its own first, in the order listed (longest first; lane 3 with warm caches, lane 2
+# on a fresh machine). test-deps first installs, once, everything that targets of two lanes need, so that no two
+# lanes ever install or build the same thing at once (lanes_test.go checks it). TEST_LANES=1 runs every target in
+# one lane, one after another.
 TEST_LANE2 := e2e
 TEST_LANE3 := images-test realnode-test
 TEST_SHARED := e2e-hub6 bench-culler-smoke
@@ -89,7 +90,7 @@ test: ## The whole suite: lint, unit, Hub integration, e2e on the local cluster,
 	@if [[ "$(TEST_LANES)" == 1 ]]; then \
 	  MAKE="$(MAKE)" mk/lanes.sh "$(TEST_LOGS)" "$(TEST_TARGETS)"; \
 	else \
-	  MAKE="$(MAKE)" mk/lanes.sh "$(TEST_LOGS)" --shared "$(filter $(TEST_SHARED),$(TEST_TARGETS))" \
+	  MAKE="$(MAKE)" mk/lanes.sh "$(TEST_LOGS)" --shared "$(filter $(TEST_TARGETS),$(TEST_SHARED))" \
 	    "$(filter-out $(TEST_LANE2) $(TEST_LANE3) $(TEST_SHARED),$(TEST_TARGETS))" \
 	    "$(filter $(TEST_LANE2),$(TEST_TARGETS))" "$(filter $(TEST_LANE3),$(TEST_TARGETS))"; \
 	fi

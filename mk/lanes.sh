@@ -21,7 +21,8 @@ logdir=${1:?usage: lanes.sh LOGDIR [--shared TARGETS] LANE...}
 shift
 shared=()
 if [[ ${1:-} == --shared ]]; then
-  read -ra shared <<<"${2:-}"
+  (($# >= 2)) || { echo "lanes.sh: --shared needs a list of targets" >&2; exit 2; }
+  read -ra shared <<<"$2"
   shift 2
 fi
 (($# > 0)) || { echo "lanes.sh: no lanes given" >&2; exit 2; }
@@ -46,7 +47,7 @@ ticks_at_start=$(cpu_ticks)
 next_shared() {
   local t=""
   {
-    flock 9
+    flock 9 || { echo "lanes.sh: flock failed: cannot hand out the shared targets safely" >&2; exit 2; }
     if [[ -s $queue ]]; then
       t=$(head -n 1 "$queue")
       tail -n +2 "$queue" >"$queue.next" && mv "$queue.next" "$queue"
