@@ -184,7 +184,9 @@ func (s *Store) Last(user string) (Stop, bool) {
 	return st, true
 }
 
-// Record keeps each of sts as its user's last stop (the leader, after the Hub accepted the stops), in one write.
+// Record keeps each of sts as its user's last stop (the leader, after the Hub accepted the stops), in one write;
+// never over a later stop of the same user (a leader that lost its Lease mid-pass still writes the stops it
+// made, after the new leader may have written a newer one).
 func (s *Store) Record(ctx context.Context, sts ...Stop) error {
 	for i := range sts {
 		if sts[i].User == "" {
@@ -196,10 +198,14 @@ func (s *Store) Record(ctx context.Context, sts ...Stop) error {
 		return nil
 	}
 	return s.update(ctx, func(m map[string]Stop) bool {
+		changed := false
 		for _, st := range sts {
-			m[st.User] = st
+			if old, ok := m[st.User]; ok && old.At.After(st.At) {
+				continue
+			}
+			m[st.User], changed = st, true
 		}
-		return true
+		return changed
 	})
 }
 

@@ -102,6 +102,36 @@ func TestRecordLastClear(t *testing.T) {
 	}
 }
 
+// TestRecordKeepsTheLaterStop: a leader that lost its Lease mid-pass writes the stops it made after the new leader
+// wrote a later one of the same user: the later one stays.
+func TestRecordKeepsTheLaterStop(t *testing.T) {
+	ctx := context.Background()
+	s, c, _ := newStore()
+	later := stop("alice", "gpu", t0.Add(time.Minute))
+	if err := s.Record(ctx, later); err != nil {
+		t.Fatal(err)
+	}
+	c.ClearActions()
+	if err := s.Record(ctx, stop("alice", "", t0), stop("bob", "", t0)); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := s.Last("alice"); !ok || !got.At.Equal(later.At) || got.Server != "gpu" {
+		t.Errorf("Last(alice) = %+v, %v; want the later stop of server gpu", got, ok)
+	}
+	if _, ok := s.Last("bob"); !ok {
+		t.Error("bob's stop, written with alice's older one, was not kept")
+	}
+	c.ClearActions()
+	if err := s.Record(ctx, stop("alice", "", t0)); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range c.Actions() {
+		if a.GetVerb() == "update" || a.GetVerb() == "create" {
+			t.Errorf("an older stop alone was written: %s", a.GetVerb())
+		}
+	}
+}
+
 func TestWritePrunes(t *testing.T) {
 	d := map[string]string{}
 	for i := range MaxEntries + 5 {
