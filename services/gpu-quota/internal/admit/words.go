@@ -33,7 +33,8 @@ func noneFreeMessage(asked gpu.Allocation, free int64, blocked string, canTake [
 		b.WriteString(" No other GPU is free within your quota either: try again later, or pick a CPU-only profile.")
 		return b.String()
 	}
-	fmt.Fprintf(&b, " Free now and within your quota: %s. Pick one of those profiles, or try again later.", freeUnits(canTake))
+	b.WriteString(freeWithinQuota(canTake))
+	b.WriteString(" Pick one of those profiles, or try again later.")
 	return b.String()
 }
 
@@ -131,9 +132,9 @@ func joinedMessage(p Place, canTake []Option) string {
 	return b.String()
 }
 
-// freeWithinQuota ends a policy refusal with what the user could start instead ("Free now and within your quota:
-// two MIG 3g.20gb slices on an A100."). Only at spawn: assess's verdicts, shown on the form beside the free
-// counts, leave it out.
+// freeWithinQuota is what the user could start instead ("Free now and within your quota: two MIG 3g.20gb slices
+// on an A100."), at the end of a none_free refusal and of a policy refusal. Only at spawn: assess's verdicts,
+// shown on the form beside the free counts, leave it out.
 func freeWithinQuota(canTake []Option) string {
 	return " Free now and within your quota: " + freeUnits(canTake) + "."
 }
