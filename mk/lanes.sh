@@ -4,9 +4,10 @@
 # takes the next of the --shared targets not yet taken (in the order given: put the longest first), so a tail of
 # targets goes to whichever lane is free first, not to one fixed in advance. Every line a target prints goes to the
 # terminal prefixed with its name and, whole, to LOGDIR/<target>.log. After a failure no lane starts another target;
-# the running ones finish. At the end: the time of each target (in the order given, with the lane that ran it), the
-# wall time and how busy the machine's CPUs were, the failed targets with the end of their logs and then their Go
-# tests' own lines (the failed tests and the file:line of each message), and the exit status (1 if any failed).
+# the running ones finish. At the end: the time of each target (in the order given, with the lane that ran it) and
+# the CPU time its processes used, the wall time and how busy the machine's CPUs were, the failed targets with the
+# end of their logs and then their Go tests' own lines (the failed tests and the file:line of each message), and the
+# exit status (1 if any failed).
 # Those lines come last because a failed suite's cleanup often dumps logs after its failure message, and a CI
 # summary shows only the end of the output.
 #
@@ -29,7 +30,7 @@ fi
 mkdir -p "$logdir"
 stop="$logdir/.stop"
 queue="$logdir/.shared"
-rm -f "$stop" "$logdir"/.time-* "$queue" "$queue.lock"
+rm -f "$stop" "$logdir"/.time-* "$logdir"/.cpu-* "$queue" "$queue.lock"
 printf '%s\n' "${shared[@]}" >"$queue"
 
 # cpu_ticks prints the machine's busy and total CPU ticks so far (/proc/stat's first line; nothing elsewhere).
@@ -42,6 +43,13 @@ cpu_ticks() {
   echo "$((user + nice + system + irq + softirq + steal)) $((user + nice + system + idle + iowait + irq + softirq + steal))"
 }
 ticks_at_start=$(cpu_ticks)
+
+# cpu_seconds prints the user + system seconds of the children's line of a `times` output file ("-" without one).
+cpu_seconds() {
+  local u s
+  { read -r _ _ && read -r u s; } <"$1" 2>/dev/null || { echo -; return; }
+  awk -v u="$u" -v s="$s" 'function sec(x, m) { split(x, m, /[ms]/); return m[1] * 60 + m[2] } BEGIN { printf "%d", sec(u) + sec(s) + 0.5 }'
+}
 
 # next_shared prints the next shared target not yet taken (nothing when none is left), taking it.
 next_shared() {
@@ -74,9 +82,10 @@ run_lane() {
     fi
     echo "==> [lane $lane] make $t"
     start=$SECONDS
-    "$MAKE" --no-print-directory "$t" 2>&1 | tee "$logdir/$t.log" | sed -u "s/^/[$t] /"
+    # The subshell's `times` (its second line) is the CPU time of make and every process it waited for.
+    ("$MAKE" --no-print-directory "$t"; rc=$?; times >"$logdir/.cpu-$t"; exit $rc) 2>&1 | tee "$logdir/$t.log" | sed -u "s/^/[$t] /"
     rc=${PIPESTATUS[0]}
-    echo "$lane $((SECONDS - start)) $rc" >"$logdir/.time-$t"
+    echo "$lane $((SECONDS - start)) $rc $(cpu_seconds "$logdir/.cpu-$t")" >"$logdir/.time-$t"
     if ((rc != 0)); then
       echo "==> [lane $lane] make $t FAILED (exit $rc); log: $logdir/$t.log"
       touch "$stop"
@@ -102,21 +111,29 @@ for pid in "${pids[@]}"; do
 done
 
 failed=()
-echo "==> make test: time per target (lane, seconds; the lanes ran side by side)"
+cpu_total=0
+echo "==> make test: time per target (lane, seconds; the lanes ran side by side; CPU: seconds of CPU its processes used)"
+printf '  %-26s %4s %7s %7s\n' "target" "lane" "time" "CPU"
 for t in "${order[@]}"; do
   if [[ -f "$logdir/.time-$t" ]]; then
-    read -r l secs rc <"$logdir/.time-$t"
+    read -r l secs rc cpu <"$logdir/.time-$t"
     status=""
     if ((rc != 0)); then
       status=" FAILED"
       failed+=("$t")
     fi
-    printf '  %-26s %4s %6ss%s\n' "$t" "$l" "$secs" "$status"
+    if [[ $cpu =~ ^[0-9]+$ ]]; then
+      cpu_total=$((cpu_total + cpu))
+      cpu="${cpu}s"
+    else
+      cpu=-
+    fi
+    printf '  %-26s %4s %6ss %7s%s\n' "$t" "$l" "$secs" "$cpu" "$status"
   else
     printf '  %-26s %4s %7s\n' "$t" "-" "skipped"
   fi
 done
-printf '  %-26s %4s %6ss\n' "wall time" "" "$SECONDS"
+printf '  %-26s %4s %6ss %6ss\n' "wall time" "" "$SECONDS" "$cpu_total"
 if [[ -n $ticks_at_start ]]; then
   read -r busy0 total0 <<<"$ticks_at_start"
   read -r busy1 total1 <<<"$(cpu_ticks)"

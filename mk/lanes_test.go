@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -80,7 +81,8 @@ func TestLanesShareNothingUnbuilt(t *testing.T) {
 	}
 }
 
-// fakeMake is what lanes.sh runs as $MAKE in TestLanes: a target named ok* passes, slow* passes after a second,
+// fakeMake is what lanes.sh runs as $MAKE in TestLanes: a target named ok* passes, slow* passes after 2 s, busy*
+// after 2 s of work on a CPU,
 // fail* fails with exit 3 the way a Go test does, its message followed by a dump of logs.
 const fakeMake = `#!/usr/bin/env bash
 t="${@: -1}"
@@ -88,6 +90,7 @@ case "$t" in
 ok*) echo "$t says hello" ;;
 slow*) sleep 2; echo "$t done" ;;
 long*) sleep 4; echo "$t done" ;;
+busy*) end=$((SECONDS + 2)); while ((SECONDS < end)); do :; done; echo "$t done" ;;
 fail*) echo "--- FAIL: TestBroke (1.00s)"; echo "    broke_test.go:12: $t broke"; for i in $(seq 80); do echo "        dumped log line $i"; done; exit 3 ;;
 esac
 `
@@ -213,14 +216,50 @@ func laneTable(t *testing.T, out string) []laneRow {
 		if !strings.HasPrefix(line, "  ") || len(f) < 3 || f[0] == "wall" {
 			break
 		}
+		if f[0] == "target" { // the columns' names
+			continue
+		}
 		row := laneRow{Target: f[0], Lane: f[1], Result: "ok"}
 		switch {
 		case f[2] == "skipped":
 			row.Result = "skipped"
-		case len(f) > 3 && f[3] == "FAILED":
+		case len(f) > 4 && f[4] == "FAILED":
 			row.Result = "FAILED"
 		}
 		rows = append(rows, row)
 	}
 	return rows
+}
+
+// TestLanesCPUTime: the time table says how much CPU each target's processes used (what makes make test slow on
+// two cores is the work, not the waiting), and their sum beside the wall time.
+func TestLanesCPUTime(t *testing.T) {
+	dir := t.TempDir()
+	mk := filepath.Join(dir, "make")
+	if err := os.WriteFile(mk, []byte(fakeMake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), "./lanes.sh", filepath.Join(dir, "logs"), "busy1", "slow2")
+	cmd.Env = append(os.Environ(), "MAKE="+mk)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("lanes.sh: %v\n%s", err, out)
+	}
+	cpu := map[string]int{}
+	_, table, _ := strings.Cut(string(out), "time per target")
+	for _, line := range strings.Split(table, "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) >= 4 && f[0] != "target" && f[0] != "CPUs" {
+			f = append(f[:1], f[len(f)-2:]...) // "wall time" is two words
+			n, err := strconv.Atoi(strings.TrimSuffix(f[2], "s"))
+			if err != nil {
+				t.Fatalf("CPU column %q: %v\n%s", f[2], err, out)
+			}
+			cpu[f[0]] = n
+		}
+	}
+	// busy1 works 1 to 2 s (until bash's whole-second clock has moved twice); slow2 sleeps 2 s.
+	if cpu["busy1"] < 1 || cpu["busy1"] > 3 || cpu["slow2"] != 0 || cpu["wall"] != cpu["busy1"] {
+		t.Errorf("CPU seconds = %v, want busy1 about 2, slow2 0 and their sum on the wall time's line\n%s", cpu, out)
+	}
 }
