@@ -233,6 +233,8 @@ type service struct {
 	ticked atomic.Bool
 	// departed tells each tick the pods that went since the last one, and when (started by the first tick).
 	departed departures
+	// views builds each tick's view, keeping its scratch memory from one tick to the next (ticks run one at a time).
+	views usage.Builder
 	// profiles records each server's use for right-size advice (issue 38); the ledger's writer alone does.
 	profiles      *profile.Recorder
 	profilesFlush time.Time   // when the profiles were last written
@@ -432,7 +434,7 @@ func (s *service) tickOnce(ctx context.Context) error {
 		dir = *d
 	}
 	now := s.o.Now()
-	v := usage.Build(usage.Input{Now: now, Interval: s.o.Interval, Pods: pods, Nodes: nodes, Agents: results, Hub: dir, StaleAfter: s.o.StaleAfter,
+	v := s.views.Build(usage.Input{Now: now, Interval: s.o.Interval, Pods: pods, Nodes: nodes, Agents: results, Hub: dir, StaleAfter: s.o.StaleAfter,
 		Tolerations: s.o.Tolerations, Departed: s.departed.take(pods, now)})
 	failed := 0
 	for _, r := range results {

@@ -87,7 +87,8 @@ func ServeSUT(ctx context.Context, o SUTOptions) error {
 		o.Probe.Mapped = state.History.MappedBytes
 	}
 	// An hour of history: the same cluster at every tick of the past hour.
-	v := usage.Build(c.Input(now, o.Interval))
+	var views usage.Builder // ticks run one at a time: this one, then the loop's
+	v := views.Build(c.Input(now, o.Interval))
 	for i := int(time.Hour/o.Interval) - 1; i > 0; i-- {
 		past := *v
 		past.SampledAt = now.Add(-time.Duration(i) * o.Interval)
@@ -102,7 +103,7 @@ func ServeSUT(ctx context.Context, o SUTOptions) error {
 		if o.Probe != nil {
 			defer func(start time.Time) { o.Probe.ObserveTick(time.Since(start)) }(time.Now())
 		}
-		v := usage.Build(c.Input(at, o.Interval))
+		v := views.Build(c.Input(at, o.Interval))
 		if o.Follow {
 			if err := led.Follow(ctx, at, v.Samples); err != nil {
 				return err

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -123,8 +122,55 @@ type View struct {
 	Free map[string]int64
 }
 
-// Build joins one tick's input.
+// Build joins one tick's input, with a Builder of its own (the tick goroutine keeps one: see Builder).
 func Build(in Input) *View {
+	var b Builder
+	return b.Build(in)
+}
+
+// Builder joins the input of tick after tick. A tick at 20,000 pods made over 200,000 heap objects, and a
+// published view held 100,000 of them; garbage collection, which ran about once per tick and marks every object,
+// was then the cause of the API's latency tail (B1). So a Builder keeps, from one build to the next, what only
+// a build reads (its tallies by pod and user, and its maps), and a build allocates what its view holds in a few
+// slabs (users, servers, units and the numbers they point to) instead of an object each. Nothing a view holds
+// is kept or written after its build: requests read a published view, and the state keeps it after the next
+// one is published. Its zero value is ready; it is not for use by several goroutines at once.
+type Builder struct {
+	pods    []podTally                    // by index in Input.Pods
+	users   []userTally                   // by index in the build's users slab
+	userAt  map[string]int                // a user's index in users
+	allocs  map[allocKey][]gpu.Allocation // a pod's units by node and resource, for one build: labels change
+	units   []gpu.Allocation              // the nodes' capacity
+	status  map[string]*AgentStatus       // by node
+	reasons []string                      // one user's stale servers' distinct reasons
+	lone    []GPU                         // the units of a pod of no Hub user: counted in the cluster, kept in no view
+}
+
+// podTally is what the first pass found of a pod (nothing, for a pod that holds no units).
+type podTally struct {
+	allocs []gpu.Allocation // shared by the pods of a node that hold the same: read only
+	units  int
+	user   int // index in Builder.users; -1: no Hub user's
+}
+
+type userTally struct {
+	name    string
+	servers int
+	scale   float64 // the GPU time their units can reach
+}
+
+// allocKey is what gpu.Allocations depends on for a pod that requests one resource, within one build.
+type allocKey struct {
+	node, resource string
+	count          int64
+}
+
+// Build joins one tick's input into a new view.
+func (b *Builder) Build(in Input) *View {
+	if b.userAt == nil {
+		b.userAt, b.allocs, b.status = map[string]int{}, map[allocKey][]gpu.Allocation{}, map[string]*AgentStatus{}
+	}
+	defer b.forget()
 	v := &View{SampledAt: in.Now, Interval: in.Interval, Groups: map[string]GroupShare{}, Hub: in.Hub,
 		Notices: notices(in.Pods)}
 	classes := map[string]*ClassStats{}
@@ -137,7 +183,6 @@ func Build(in Input) *View {
 		return c
 	}
 	// Capacity from the nodes' allocatable GPU resources.
-	var units []gpu.Allocation
 	for _, n := range in.Nodes {
 		if len(n.Allocatable) == 0 {
 			continue
@@ -147,21 +192,26 @@ func Build(in Input) *View {
 			c := classOf(a)
 			c.CapacityUnits += a.Count
 			c.CapacityGPUs += a.Share()
-			units = append(units, a)
+			b.units = append(b.units, a)
 		}
 	}
-	v.Offers = rightsize.OffersOf(units, nil)
+	v.Offers = rightsize.OffersOf(b.units, nil)
 	tolerations := in.Tolerations
 	if tolerations == nil {
 		tolerations = inventory.DefaultTolerations()
 	}
 	v.Free = inventory.FreeUnits(in.Nodes, in.Pods, tolerations)
 	slices.SortFunc(v.Offers, func(a, b rightsize.Offer) int { return strings.Compare(a.Class, b.Class) })
-	status := make(map[string]*AgentStatus, len(in.Agents))
+
+	var pace yield.Pass // on one CPU the API's requests wait for these loops otherwise
+	size := b.tally(in, &pace)
+	mem := viewMemory{floats: newSlab[float64](size.floats + len(in.Agents)), stamps: newSlab[time.Time](len(in.Agents)),
+		gpus: newSlab[GPU](size.units), servers: newSlab[Server](size.servers)}
+
 	v.Cluster.AgentStatus = make([]AgentStatus, 0, len(in.Agents))
 	for node, r := range in.Agents {
 		v.Cluster.Agents++
-		st := judgeAgent(node, r, in)
+		st := judgeAgent(node, r, in, &mem)
 		if st.Stale {
 			v.Cluster.StaleAgents++
 		}
@@ -170,32 +220,37 @@ func Build(in Input) *View {
 		}
 		v.Cluster.AgentStatus = append(v.Cluster.AgentStatus, st)
 	}
-	sort.Slice(v.Cluster.AgentStatus, func(i, j int) bool { return v.Cluster.AgentStatus[i].Node < v.Cluster.AgentStatus[j].Node })
+	slices.SortFunc(v.Cluster.AgentStatus, func(a, b AgentStatus) int { return strings.Compare(a.Node, b.Node) })
 	for i := range v.Cluster.AgentStatus {
-		status[v.Cluster.AgentStatus[i].Node] = &v.Cluster.AgentStatus[i]
+		b.status[v.Cluster.AgentStatus[i].Node] = &v.Cluster.AgentStatus[i]
 	}
 
-	// The samples (one per unit: most pods hold one), the users and their scales are sized for the pods that hold
-	// units now: grown by appending, the samples were the largest garbage of a tick at 20,000 pods (the heap profile
-	// of B1), and garbage collection slows the requests. Not for every pod or Hub user: most may hold no GPU.
-	holding := 0
-	for _, p := range in.Pods {
-		if p.Allocated() {
-			holding++
-		}
-	}
-	v.Samples = make([]ledger.Sample, 0, holding+len(in.Departed))
-	v.Users = make(map[string]*User, holding)
-	scales := make(map[string]float64, holding) // by user: the GPU time their units can reach
-	var pace yield.Pass                         // on one CPU the API's requests wait for this loop otherwise
-	for _, p := range in.Pods {
+	users := make([]User, len(b.users))
+	v.Users = make(map[string]*User, len(b.users))
+	for i, t := range b.users {
 		pace.Item()
+		u := &users[i]
+		*u = User{Name: t.name, Groups: in.Hub.Users[t.name].Groups, Share: Share{UsedGPUs: mem.floats.new(0)},
+			Servers: mem.servers.take(t.servers)}
+		v.Users[t.name] = u
+	}
+	// Sized for the units of Hub users' pods that hold units now (one sample each; grown by appending, the
+	// samples were the largest garbage of a tick at 20,000 pods), and a departed pod's unit or so each.
+	v.Samples = make([]ledger.Sample, 0, size.hubUnits+len(in.Departed))
+	for i, p := range in.Pods {
+		pace.Item()
+		t := b.pods[i]
 		if !p.Allocated() {
 			continue
 		}
-		node := in.Nodes[p.Node]
-		allocs := gpu.Allocations(p.Resources, gpu.Node{Labels: node.Labels})
-		srv, scale := buildServer(p, allocs, in.Agents[p.Node], status[p.Node])
+		var gpus []GPU
+		if t.user >= 0 {
+			gpus = mem.gpus.take(t.units)
+		} else {
+			b.lone = slices.Grow(b.lone[:0], t.units) // not a Hub server: its units are in no view
+			gpus = b.lone
+		}
+		srv, scale := buildServer(p, t.allocs, in.Agents[p.Node], b.status[p.Node], gpus, &mem.floats)
 		for _, g := range srv.GPUs {
 			c := classes[g.Class]
 			if c == nil {
@@ -219,16 +274,12 @@ func Build(in Input) *View {
 				v.Samples = append(v.Samples, s)
 			}
 		}
-		if p.User == "" {
+		if t.user < 0 {
 			continue // not a Hub server: counted in the cluster view only
 		}
-		u := v.Users[p.User]
-		if u == nil {
-			u = &User{Name: p.User, Groups: in.Hub.Users[p.User].Groups, Share: Share{UsedGPUs: new(float64)}}
-			v.Users[p.User] = u
-		}
-		u.Servers = append(u.Servers, srv)
-		scales[p.User] += scale
+		u := &users[t.user]
+		u.Servers = append(u.Servers, srv) // within the room taken for the user's servers
+		b.users[t.user].scale += scale
 		u.Simulated = u.Simulated || srv.Simulated
 		u.Stale = u.Stale || srv.Stale
 		u.Share.AllocatedGPUs += srv.AllocatedGPUs
@@ -242,16 +293,18 @@ func Build(in Input) *View {
 			u.Share.MemoryTotalBytes += g.MemoryTotalBytes
 		}
 	}
-	for _, u := range v.Users {
+	for i := range users {
 		pace.Item()
-		sort.Slice(u.Servers, func(i, j int) bool { return u.Servers[i].Name < u.Servers[j].Name })
-		var reasons []string
+		u := &users[i]
+		slices.SortFunc(u.Servers, func(a, b Server) int { return strings.Compare(a.Name, b.Name) })
+		reasons := b.reasons[:0]
 		for _, srv := range u.Servers {
 			if srv.Stale && !slices.Contains(reasons, srv.StaleReason) {
 				reasons = append(reasons, srv.StaleReason)
 			}
 		}
 		u.StaleReason = strings.Join(reasons, "; ")
+		b.reasons = reasons
 		var used float64 // the known part, for the groups
 		for _, s := range u.Servers {
 			for _, g := range s.GPUs {
@@ -260,9 +313,8 @@ func Build(in Input) *View {
 				}
 			}
 		}
-		if u.Share.UsedGPUs != nil && scales[u.Name] > 0 {
-			util := min(100, *u.Share.UsedGPUs/scales[u.Name]*100)
-			u.SMUtilPercent = &util
+		if scale := b.users[i].scale; u.Share.UsedGPUs != nil && scale > 0 {
+			u.SMUtilPercent = mem.floats.new(min(100, *u.Share.UsedGPUs/scale*100))
 		}
 		for _, grp := range u.Groups {
 			gs := v.Groups[grp]
@@ -291,16 +343,123 @@ func Build(in Input) *View {
 		v.Cluster.UsedUnknownGPUs += c.UsedUnknownGPUs
 		v.Cluster.Classes = append(v.Cluster.Classes, *c)
 	}
-	sort.Slice(v.Cluster.Classes, func(i, j int) bool { return v.Cluster.Classes[i].Class < v.Cluster.Classes[j].Class })
-	v.Samples = append(v.Samples, departedSamples(in)...)
+	slices.SortFunc(v.Cluster.Classes, func(a, b ClassStats) int { return strings.Compare(a.Class, b.Class) })
+	v.Samples = appendDeparted(v.Samples, in)
 	return v
 }
 
-// departedSamples are the ledger's samples of the pods that went since the last tick, one per unit they held, with
-// Until: charged up to when they went, whatever the time to the tick that found them gone. They are in no view.
-func departedSamples(in Input) []ledger.Sample {
+// viewSize is what the first pass counted for the slabs of a view.
+type viewSize struct {
+	servers, units int // of Hub users' pods that hold units
+	hubUnits       int // the units of pods with a User (a ledger sample each)
+	floats         int // the numbers the users, servers and units point to
+}
+
+// tally is the build's first pass: what each pod holds and whose server it is, counted to size the view's slabs.
+func (b *Builder) tally(in Input, pace *yield.Pass) viewSize {
+	b.pods = slices.Grow(b.pods[:0], len(in.Pods))[:len(in.Pods)]
+	var size viewSize
+	for i, p := range in.Pods {
+		pace.Item()
+		t := podTally{user: -1}
+		if p.Allocated() {
+			t.allocs = b.allocations(p, in.Nodes[p.Node].Labels)
+			for _, a := range t.allocs {
+				t.units += int(a.Count)
+			}
+			size.floats += 1 + 2*t.units // the server's used GPUs; each unit's utilization and used GPUs
+			if p.User != "" {
+				size.hubUnits += t.units
+				idx, ok := b.userAt[p.User]
+				if !ok {
+					idx = len(b.users)
+					b.userAt[p.User] = idx
+					b.users = append(b.users, userTally{name: p.User})
+					size.floats += 2 // the user's used GPUs and utilization
+				}
+				t.user = idx
+				b.users[idx].servers++
+				size.servers++
+				size.units += t.units
+			}
+		}
+		b.pods[i] = t
+	}
+	return size
+}
+
+// allocations are gpu.Allocations of a pod's resources on its node, worked out once per node and resource in a
+// build: most pods request one resource, a node offers one or two, and that call was the second largest
+// source of a tick's garbage at 20,000 pods.
+func (b *Builder) allocations(p inventory.Pod, labels map[string]string) []gpu.Allocation {
+	if len(p.Resources) != 1 {
+		return gpu.Allocations(p.Resources, gpu.Node{Labels: labels})
+	}
+	for res, n := range p.Resources {
+		k := allocKey{node: p.Node, resource: res, count: n}
+		allocs, ok := b.allocs[k]
+		if !ok {
+			allocs = gpu.Allocations(p.Resources, gpu.Node{Labels: labels})
+			b.allocs[k] = allocs
+		}
+		return allocs
+	}
+	return nil
+}
+
+// forget drops what a build left in the builder's memory: its entries are only good for that build (a node's
+// labels change), and they would keep its input and view from the collector.
+func (b *Builder) forget() {
+	clear(b.pods)
+	clear(b.users)
+	b.users = b.users[:0]
+	clear(b.userAt)
+	clear(b.allocs)
+	clear(b.units)
+	b.units = b.units[:0]
+	clear(b.status)
+	clear(b.reasons[:cap(b.reasons)])
+	clear(b.lone[:cap(b.lone)])
+}
+
+// viewMemory is where a build allocates the parts of its view that were an object each.
+type viewMemory struct {
+	floats  slab[float64] // utilizations and used GPUs
+	stamps  slab[time.Time]
+	gpus    slab[GPU]
+	servers slab[Server]
+}
+
+// slab hands out one build's values of a type from one slice: the view points into it, which keeps it whole
+// while any of them is reachable. A handed out element is written only by the build that took it.
+type slab[T any] struct{ free []T }
+
+func newSlab[T any](n int) slab[T] { return slab[T]{free: make([]T, 0, n)} }
+
+// take returns an empty slice with room for n elements, and no more: an append past n moves to new memory
+// instead of over the next slice's elements.
+func (s *slab[T]) take(n int) []T {
+	if cap(s.free)-len(s.free) < n { // a first pass that counted short; never expected
+		s.free = make([]T, 0, max(n, 64))
+	}
+	i := len(s.free)
+	s.free = s.free[:i+n]
+	return s.free[i : i : i+n]
+}
+
+// new returns a pointer to a new element set to x.
+func (s *slab[T]) new(x T) *T {
+	p := &s.take(1)[:1][0]
+	*p = x
+	return p
+}
+
+// appendDeparted appends the ledger's samples of the pods that went since the last tick, one per unit they held,
+// with Until: charged up to when they went, whatever the time to the tick that found them gone. They are in no
+// view.
+func appendDeparted(out []ledger.Sample, in Input) []ledger.Sample {
 	if len(in.Departed) == 0 {
-		return nil
+		return out
 	}
 	holding := map[string]bool{} // a pod listed as holding is charged to now: never also up to its departure
 	for _, p := range in.Pods {
@@ -308,7 +467,6 @@ func departedSamples(in Input) []ledger.Sample {
 			holding[p.UID] = true
 		}
 	}
-	var out []ledger.Sample
 	for _, d := range in.Departed {
 		p := d.Pod
 		if !p.Allocated() || p.User == "" || p.UID == "" || d.At.IsZero() || holding[p.UID] {
@@ -328,8 +486,8 @@ func departedSamples(in Input) []ledger.Sample {
 // not by when this service fetched: an agent whose NVML or DCGM is wedged keeps answering with its last
 // sample. Two clocks are used, and the older age wins: now - sampledAt (the agent's clock against ours) and the
 // time since this service first fetched that sampledAt (ours alone), so that a sample that does not move is
-// stale even when the agent's clock is ahead.
-func judgeAgent(node string, r collect.Result, in Input) AgentStatus {
+// stale even when the agent's clock is ahead. What the status points to is taken from mem.
+func judgeAgent(node string, r collect.Result, in Input, mem *viewMemory) AgentStatus {
 	st := AgentStatus{Node: node}
 	s := r.Snapshot
 	if s == nil {
@@ -348,8 +506,7 @@ func judgeAgent(node string, r collect.Result, in Input) AgentStatus {
 	}
 	agentAge, seenAge := in.Now.Sub(sampled), in.Now.Sub(seen)
 	age := max(agentAge, seenAge)
-	ageS := math.Round(age.Seconds()*1000) / 1000
-	st.SampledAt, st.AgeSeconds = &sampled, &ageS
+	st.SampledAt, st.AgeSeconds = mem.stamps.new(sampled), mem.floats.new(math.Round(age.Seconds()*1000)/1000)
 	h := s.Health
 	// Health is reported when the agent stamped an attempt; it fails "that long" when its last success is older
 	// than the limit (agents keep serving the last good sample meanwhile).
@@ -410,10 +567,11 @@ func ago(d time.Duration) string {
 }
 
 // buildServer details one pod and returns the GPU time its units can reach (the sum of their UtilizationScale). st is
-// the node agent's status, nil when no agent runs on the node.
-func buildServer(p inventory.Pod, allocs []gpu.Allocation, agent collect.Result, st *AgentStatus) (Server, float64) {
+// the node agent's status, nil when no agent runs on the node. The units go in gpus (empty, with room for them),
+// the numbers they point to are taken from floats.
+func buildServer(p inventory.Pod, allocs []gpu.Allocation, agent collect.Result, st *AgentStatus, gpus []GPU, floats *slab[float64]) (Server, float64) {
 	fresh := st != nil && !st.Stale
-	srv := Server{Name: p.Server, Pod: p.Name, Namespace: p.Namespace, Node: p.Node, Ready: p.Ready, UsedGPUs: new(float64)}
+	srv := Server{Name: p.Server, Pod: p.Name, Namespace: p.Namespace, Node: p.Node, Ready: p.Ready, UsedGPUs: floats.new(0)}
 	var unknown string // why the utilization is unknown, where it is
 	switch {
 	case st == nil:
@@ -433,27 +591,22 @@ func buildServer(p inventory.Pod, allocs []gpu.Allocation, agent collect.Result,
 			}
 		}
 	}
-	var devices map[string][]snapshot.Device // made only for a pod the agent saw: one map per pod at each tick was garbage
-	var loose []snapshot.Device
+	// A unit's device is the next the agent tied to the unit's resource, else the next it tied to none.
+	var devices []snapshot.Device
 	if ap != nil {
-		devices = make(map[string][]snapshot.Device, len(ap.Devices))
-		for _, d := range ap.Devices {
-			if d.Resource == "" {
-				loose = append(loose, d)
-			} else {
-				devices[d.Resource] = append(devices[d.Resource], d)
-			}
-		}
+		devices = ap.Devices
 	}
+	loose := 0 // devices scanned for the next tied to no resource
 	units, scale := 0, 0.0
 	for _, a := range allocs {
 		units += int(a.Count)
 	}
 	if units > 0 {
-		srv.GPUs = make([]GPU, 0, units)
+		srv.GPUs = gpus
 	}
 	for _, a := range allocs {
-		for i := range a.Count {
+		tied := 0 // devices scanned for the next tied to a's resource
+		for range a.Count {
 			g := GPU{
 				Kind: a.Kind, Resource: a.Resource, Product: a.Product, Profile: a.Profile, Class: a.Class(),
 				Share: a.UnitShare(), ShareNumerator: a.Numerator, ShareDenominator: a.Denominator,
@@ -462,15 +615,16 @@ func buildServer(p inventory.Pod, allocs []gpu.Allocation, agent collect.Result,
 				Stale:            srv.Stale, StaleReason: srv.StaleReason, UtilizationUnknownReason: unknown,
 			}
 			var dev *snapshot.Device
-			if ds := devices[a.Resource]; int(i) < len(ds) {
-				dev = &ds[i]
-			} else if len(loose) > 0 {
-				dev, loose = &loose[0], loose[1:]
+			if a.Resource != "" {
+				dev, tied = nextDevice(devices, tied, a.Resource)
+			}
+			if dev == nil {
+				dev, loose = nextDevice(devices, loose, "")
 			}
 			if fresh {
-				fillMeasured(&g, p.Node, snap, ap, dev, units)
+				fillMeasured(&g, p.Node, snap, ap, dev, units, floats)
 			}
-			g.UsedGPUs = usedGPUs(g.SMUtilPercent, a)
+			g.UsedGPUs = usedGPUs(g.SMUtilPercent, a, floats)
 			scale += a.UtilizationScale()
 			srv.GPUs = append(srv.GPUs, g)
 			srv.AllocatedGPUs += g.Share
@@ -487,23 +641,32 @@ func buildServer(p inventory.Pod, allocs []gpu.Allocation, agent collect.Result,
 	return srv, scale
 }
 
+// nextDevice is the first of devices from index from on that the agent tied to resource ("": to none), and the
+// index after it; nil and len(devices) when none is left.
+func nextDevice(devices []snapshot.Device, from int, resource string) (*snapshot.Device, int) {
+	for i := from; i < len(devices); i++ {
+		if devices[i].Resource == resource {
+			return &devices[i], i + 1
+		}
+	}
+	return nil, len(devices)
+}
+
 // usedGPUs is the one definition of "used": the fraction of a physical GPU's time a unit keeps busy,
 // utilization / 100 x UtilizationScale; nil when the utilization is unknown.
-func usedGPUs(utilPercent *float64, a gpu.Allocation) *float64 {
+func usedGPUs(utilPercent *float64, a gpu.Allocation, floats *slab[float64]) *float64 {
 	if utilPercent == nil {
 		return nil
 	}
-	u := *utilPercent / 100 * a.UtilizationScale()
-	return &u
+	return floats.new(*utilPercent / 100 * a.UtilizationScale())
 }
 
 // fillMeasured sets utilization and memory of one unit from a fresh snapshot. A fresh snapshot that does not
 // list the pod means the agent saw no GPU process of it: utilization 0, measured, not invented.
-func fillMeasured(g *GPU, node string, snap *snapshot.Snapshot, ap *snapshot.Pod, dev *snapshot.Device, units int) {
+func fillMeasured(g *GPU, node string, snap *snapshot.Snapshot, ap *snapshot.Pod, dev *snapshot.Device, units int, floats *slab[float64]) {
 	g.UtilizationUnknownReason = ""
 	if ap == nil {
-		zero := 0.0
-		g.SMUtilPercent, g.UtilizationSource = &zero, string(snap.Backend)
+		g.SMUtilPercent, g.UtilizationSource = floats.new(0), string(snap.Backend)
 		return
 	}
 	var phys *snapshot.GPU
@@ -533,7 +696,7 @@ func fillMeasured(g *GPU, node string, snap *snapshot.Snapshot, ap *snapshot.Pod
 	}
 	// One unit: the pod's own numbers are this unit's. Several: per device.
 	if units == 1 {
-		g.SMUtilPercent, g.UtilizationSource = capPct(ap.SMUtilPercent), ap.UtilizationSource
+		g.SMUtilPercent, g.UtilizationSource = capPct(ap.SMUtilPercent, floats), ap.UtilizationSource
 		g.MemoryUsedBytes = ap.MemoryUsedBytes
 	} else if dev != nil {
 		for _, pr := range ap.Processes {
@@ -543,9 +706,9 @@ func fillMeasured(g *GPU, node string, snap *snapshot.Snapshot, ap *snapshot.Pod
 		}
 		switch {
 		case mig != nil:
-			g.SMUtilPercent, g.UtilizationSource = capPct(mig.UtilizationPercent), mig.UtilizationSource
+			g.SMUtilPercent, g.UtilizationSource = capPct(mig.UtilizationPercent, floats), mig.UtilizationSource
 		case phys != nil && g.Kind == gpu.KindGPU:
-			g.SMUtilPercent, g.UtilizationSource = capPct(phys.UtilizationPercent), string(snap.Backend)
+			g.SMUtilPercent, g.UtilizationSource = capPct(phys.UtilizationPercent, floats), string(snap.Backend)
 		}
 	}
 	switch {
@@ -581,10 +744,9 @@ func failedGPU(snap *snapshot.Snapshot) *snapshot.GPU {
 	return nil
 }
 
-func capPct(p *float64) *float64 {
+func capPct(p *float64, floats *slab[float64]) *float64 {
 	if p == nil {
 		return nil
 	}
-	v := min(max(*p, 0), 100)
-	return &v
+	return floats.new(min(max(*p, 0), 100))
 }
