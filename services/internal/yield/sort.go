@@ -13,16 +13,32 @@ const mergeStep = 256
 // about 10 ms, which a request arriving meanwhile would wait for on one processor. It allocates a buffer as long
 // as s when s is longer than one run.
 func SortFunc[S ~[]E, E any](p *Pass, s S, cmp func(a, b E) int) {
+	sortFunc(p, s, nil, cmp)
+}
+
+// SortFuncBuffer is SortFunc merging through *buf, which the caller keeps from one sort to the next: a pass that
+// sorts as many elements every few seconds (the ledger's tick) then allocates nothing once *buf is long enough.
+// A *buf shorter than s is replaced by a longer one. It is left holding copies of some of s's elements.
+func SortFuncBuffer[S ~[]E, E any](p *Pass, s S, buf *S, cmp func(a, b E) int) {
+	*buf = sortFunc(p, s, *buf, cmp)
+}
+
+// sortFunc is SortFunc merging through buf, or a new buffer when buf is shorter than s; it returns the buffer.
+func sortFunc[S ~[]E, E any](p *Pass, s S, buf S, cmp func(a, b E) int) S {
 	n := len(s)
 	if n <= sortRun {
 		slices.SortFunc(s, cmp)
-		return
+		return buf
 	}
 	for lo := 0; lo < n; lo += sortRun {
 		slices.SortFunc(s[lo:min(lo+sortRun, n)], cmp)
 		p.Item()
 	}
-	src, dst := s, make(S, n)
+	if cap(buf) < n {
+		buf = make(S, n)
+	}
+	buf = buf[:n]
+	src, dst := s, buf
 	for width := sortRun; width < n; width *= 2 {
 		for lo := 0; lo < n; lo += 2 * width {
 			mid, hi := min(lo+width, n), min(lo+2*width, n)
@@ -33,6 +49,7 @@ func SortFunc[S ~[]E, E any](p *Pass, s S, cmp func(a, b E) int) {
 	if &src[0] != &s[0] {
 		copy(s, src)
 	}
+	return buf
 }
 
 // merge merges the sorted a and b into out (len(a)+len(b) long), a's element first of two equal ones.

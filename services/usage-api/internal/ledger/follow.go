@@ -23,7 +23,7 @@ func (l *Ledger) Follow(ctx context.Context, now time.Time, samples []Sample) er
 	defer l.mu.Unlock()
 	mono, hasMono := l.monotonic(now)
 	now = now.Round(0).UTC()
-	l.remember(sighting{wall: now, mono: mono, hasMono: hasMono}, holdings(samples), endings(samples))
+	l.remember(sighting{wall: now, mono: mono, hasMono: hasMono}, l.holdings(samples), endings(samples))
 	cp, ok, err := l.store.Checkpoint(ctx)
 	if err != nil {
 		return err
