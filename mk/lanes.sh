@@ -47,8 +47,10 @@ ticks_at_start=$(cpu_ticks)
 # cpu_seconds prints the user + system seconds of the children's line of a `times` output file ("-" without one).
 cpu_seconds() {
   local u s
-  { read -r _ _ && read -r u s; } <"$1" 2>/dev/null || { echo -; return; }
-  awk -v u="$u" -v s="$s" 'function sec(x, m) { split(x, m, /[ms]/); return m[1] * 60 + m[2] } BEGIN { printf "%d", sec(u) + sec(s) + 0.5 }'
+  [[ -r $1 ]] && { read -r _ _ && read -r u s; } <"$1" || { echo -; return; }
+  # times writes the locale's decimal point ("0m1,234s" in some): a comma is read as a point.
+  awk -v u="$u" -v s="$s" 'function sec(x, m) { gsub(/,/, ".", x); split(x, m, /[ms]/); return m[1] * 60 + m[2] }
+    BEGIN { printf "%d", sec(u) + sec(s) + 0.5 }'
 }
 
 # next_shared prints the next shared target not yet taken (nothing when none is left), taking it.
