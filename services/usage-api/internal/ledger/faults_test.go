@@ -40,6 +40,16 @@ func (f *faultyStore) Checkpoint(ctx context.Context) (Checkpoint, bool, error) 
 	return f.store.Checkpoint(ctx)
 }
 
+func (f *faultyStore) checkpoint(ctx context.Context, prev *Checkpoint, scratch *heldScratch) (Checkpoint, bool, error) {
+	f.mu.Lock()
+	err := f.failCheckpoint
+	f.mu.Unlock()
+	if err != nil {
+		return Checkpoint{}, false, err
+	}
+	return f.store.checkpoint(ctx, prev, scratch)
+}
+
 func (f *faultyStore) Commit(ctx context.Context, prev *Checkpoint, next Checkpoint, incs []Increment) error {
 	f.mu.Lock()
 	err, before := f.failCommit, f.beforeCommit

@@ -24,7 +24,7 @@ func (l *Ledger) Follow(ctx context.Context, now time.Time, samples []Sample) er
 	mono, hasMono := l.monotonic(now)
 	now = now.Round(0).UTC()
 	l.remember(sighting{wall: now, mono: mono, hasMono: hasMono}, l.holdings(samples), endings(samples))
-	cp, ok, err := l.store.Checkpoint(ctx)
+	cp, ok, err := l.store.checkpoint(ctx, l.cp, &l.followHeld)
 	if err != nil {
 		return err
 	}

@@ -63,9 +63,13 @@ const defaultMaxSeen = 10000
 type store interface {
 	// Checkpoint reads the integration state; ok is false for a new ledger.
 	Checkpoint(ctx context.Context) (cp Checkpoint, ok bool, err error)
+	// checkpoint is Checkpoint sharing what did not change with prev, through scratch (see Store.checkpoint).
+	checkpoint(ctx context.Context, prev *Checkpoint, scratch *heldScratch) (cp Checkpoint, ok bool, err error)
 	// Commit adds incs and moves the checkpoint from prev to next atomically, or returns ErrConflict.
 	Commit(ctx context.Context, prev *Checkpoint, next Checkpoint, incs []Increment) error
 	Sum(ctx context.Context, q Query) ([]Row, error)
+	// sum calls row for each line of Sum (or breakdown, with idle), in Sum's order.
+	sum(ctx context.Context, q Query, idle bool, row func(Usage)) error
 	breakdown(ctx context.Context, q Query) ([]Usage, error)
 	hourly(ctx context.Context, q Query) ([]HourTotals, error)
 	userWindows(ctx context.Context, today, d7, d30, current time.Time) (map[string][3]Totals, error)
@@ -112,6 +116,8 @@ type Ledger struct {
 	// reachable from what a tick returns, commits or caches (see holdings and charger).
 	held, heldSort []Holding
 	charge         charger
+	// followHeld is the memory Follow reads the writer's held rows into (see Store.checkpoint).
+	followHeld heldScratch
 
 	cacheMu sync.RWMutex
 	cache   windowCache
@@ -947,13 +953,26 @@ type hourSums struct {
 }
 
 // currentHour sums the store's rows of the hour bucket that starts at hour.
+//
+// The maps become the cache's, which readers share: they are new, but sized as the cache's (a follower re-sums
+// the hour every tick; grown row by row they allocated about twice as much). The rows are summed as they are
+// read, without a []Row of them.
 func (l *Ledger) currentHour(ctx context.Context, hour time.Time) (hourSums, error) {
-	rows, err := l.store.Sum(ctx, Query{From: hour, To: hour.Add(time.Hour)})
-	if err != nil {
-		return hourSums{}, err
-	}
-	out := hourSums{byUser: map[string]Totals{}, byKey: map[Key]Totals{}}
-	for _, r := range rows {
+	l.cacheMu.RLock()
+	users, keys := len(l.cache.current), len(l.cache.currentByKey)
+	l.cacheMu.RUnlock()
+	out := hourSums{byUser: make(map[string]Totals, users), byKey: make(map[Key]Totals, keys)}
+	var last Key // the row before: rows come by user, kind and class, and many users share a kind and a class
+	err := l.store.sum(ctx, Query{From: hour, To: hour.Add(time.Hour)}, false, func(u Usage) {
+		r := u.Row
+		// Equal kinds and classes share one string, not one each in the cache's keys.
+		if r.Kind == last.Kind {
+			r.Kind = last.Kind
+		}
+		if r.Class == last.Class {
+			r.Class = last.Class
+		}
+		last = r.Key
 		t := out.byUser[r.User]
 		t.add(r.Totals)
 		out.byUser[r.User] = t
@@ -961,6 +980,9 @@ func (l *Ledger) currentHour(ctx context.Context, hour time.Time) (hourSums, err
 		k.add(r.Totals)
 		out.byKey[r.Key] = k
 		out.total.add(r.Totals)
+	})
+	if err != nil {
+		return hourSums{}, err
 	}
 	return out, nil
 }

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -402,5 +403,128 @@ func TestSameHoldings(t *testing.T) {
 		if got := sameHoldings(&yield.Pass{}, tt.a, tt.b); got != tt.want {
 			t.Errorf("%s: sameHoldings = %v, want %v", name, got, tt.want)
 		}
+	}
+}
+
+// TestFollowCheckpointScratch: a follower's checkpoint is the store's at every tick, whatever the writer's pods
+// did; when the held rows did not change it is the last checkpoint's Held itself (the memory read into is kept),
+// when they did it is the memory read into (given up); an unchanged row's strings are the last checkpoint's; and
+// no checkpoint it published changes afterwards, nor is it in the follower's scratch.
+func TestFollowCheckpointScratch(t *testing.T) {
+	base := scratchPods(0, 1000)
+	changed := scratchPods(0, 1000)
+	for i := range changed {
+		changed[i].Allocated = 0.5
+	}
+	tests := []struct {
+		name       string
+		samples    []Sample
+		wantShared bool // the follower's Held is its last one's
+	}{
+		{name: "first", samples: base},
+		{name: "steady", samples: base, wantShared: true},
+		{name: "steady again", samples: base, wantShared: true},
+		{name: "more pods", samples: append(scratchPods(0, 1000), scratchPods(1000, 200)...)},
+		{name: "fewer pods", samples: scratchPods(200, 700)},
+		{name: "steady with fewer", samples: scratchPods(200, 700), wantShared: true},
+		{name: "no pods", samples: nil},
+		{name: "still none", samples: nil, wantShared: true},
+		{name: "back", samples: base},
+		{name: "other allocations", samples: changed},
+		{name: "steady with other allocations", samples: changed, wantShared: true},
+	}
+	ctx := context.Background()
+	db := testDatabase(t)
+	s := db()
+	writer, err := New(ctx, s, Options{Interval: interval}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	follower, err := New(ctx, db(), Options{Interval: interval}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type published struct {
+		name     string
+		cp, want Checkpoint
+	}
+	var all []published
+	for i, tt := range tests {
+		at := t0.Add(time.Duration(i) * interval)
+		if _, err := writer.Record(ctx, at, tt.samples); err != nil {
+			t.Fatal(err)
+		}
+		prev, _ := follower.Checkpoint()
+		if err := follower.Follow(ctx, at.Add(time.Second), tt.samples); err != nil {
+			t.Fatal(err)
+		}
+		cp, _ := follower.Checkpoint()
+		stored, _, err := s.Checkpoint(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(stored, cp); diff != "" {
+			t.Fatalf("%s: the follower's checkpoint vs the store's (-store +follower):\n%s", tt.name, diff)
+		}
+		shared := len(cp.Held) > 0 && unsafe.SliceData(cp.Held) == unsafe.SliceData(prev.Held) || len(cp.Held) == 0 && len(prev.Held) == 0
+		if shared != tt.wantShared {
+			t.Errorf("%s: the follower's Held is the last one's: %v, want %v", tt.name, shared, tt.wantShared)
+		}
+		scratch := follower.followHeld
+		if overlaps(cp.Held, scratch.held) || overlaps(cp.Held, scratch.sortBuf) {
+			t.Fatalf("%s: the follower's Held is in its scratch", tt.name)
+		}
+		for _, h := range cp.Held {
+			i, found := slices.BinarySearchFunc(prev.Held, h, compareHoldings)
+			if found && (unsafe.StringData(h.Pod) != unsafe.StringData(prev.Held[i].Pod) ||
+				unsafe.StringData(h.Class) != unsafe.StringData(prev.Held[i].Class)) {
+				t.Fatalf("%s: %s/%s was held before, but its strings are new", tt.name, h.Pod, h.Class)
+			}
+		}
+		want := cp
+		want.Held, want.Left = slices.Clone(cp.Held), slices.Clone(cp.Left)
+		all = append(all, published{name: tt.name, cp: cp, want: want})
+	}
+	for _, p := range all {
+		if diff := cmp.Diff(p.want, p.cp); diff != "" {
+			t.Errorf("%s: the checkpoint changed after later ticks (-then +now):\n%s", p.name, diff)
+		}
+	}
+	if diff := cmp.Diff(writer.UserWindows("user00001"), follower.UserWindows("user00001"), approx); diff != "" {
+		t.Errorf("the follower's windows are not the writer's (-writer +follower):\n%s", diff)
+	}
+}
+
+// TestInOpenTransaction: neither driver.ErrBadConn nor a panic reaches sql.Conn.Raw from the increments' writer
+// (Raw would close the Conn, which waits for the open transaction: a hang); other errors pass as they are.
+func TestInOpenTransaction(t *testing.T) {
+	other := errors.New("disk full")
+	tests := map[string]struct {
+		f       func() error
+		wantErr string
+		wantIs  error
+	}{
+		"nil":         {f: func() error { return nil }},
+		"other error": {f: func() error { return other }, wantErr: "disk full", wantIs: other},
+		"bad conn":    {f: func() error { return fmt.Errorf("exec: %w", driver.ErrBadConn) }, wantErr: "sqlite connection: exec: driver: bad connection"},
+		"panic":       {f: func() error { panic("index out of range") }, wantErr: "panic while writing the increments: index out of range"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			err := inOpenTransaction(tc.f)
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if diff := cmp.Diff(tc.wantErr, got); diff != "" {
+				t.Errorf("error (-want +got):\n%s", diff)
+			}
+			if errors.Is(err, driver.ErrBadConn) {
+				t.Errorf("%v matches driver.ErrBadConn", err)
+			}
+			if tc.wantIs != nil && !errors.Is(err, tc.wantIs) {
+				t.Errorf("%v does not wrap %v", err, tc.wantIs)
+			}
+		})
 	}
 }
