@@ -13,10 +13,12 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -56,6 +58,24 @@ func TestRealNode(t *testing.T) {
 		ctx, cancel = context.WithTimeout(context.Background(), time.Hour)
 	}
 	defer cancel()
+	// An interrupted run (Ctrl-C, a CI job's SIGTERM) ends like a failed one: the signal cancels ctx, the step in
+	// progress fails and the cleanups stop the node (its containers killed, its mounts and the pods' network
+	// namespaces removed) and the control plane. Go's default would end the process at once and leave them
+	// running. A second signal ends it at once.
+	ctx, interrupt := context.WithCancel(ctx)
+	defer interrupt()
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	go func() {
+		select {
+		case sig := <-signals:
+			signal.Stop(signals)
+			fmt.Fprintf(os.Stderr, "TestRealNode: %v: stopping the node and the control plane (a second signal ends the test at once)\n", sig)
+			interrupt()
+		case <-ctx.Done():
+		}
+	}()
 
 	// The node lifecycle controller takes the not-ready taint off a real node once its kubelet reports Ready
 	// (the emulated nodes of the other suites manage their own conditions and run without it).
