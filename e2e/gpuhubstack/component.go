@@ -297,7 +297,7 @@ func usageSpec(s *stack.Stack, o Options) (*Installed, Usage, error) {
 	if o.Quota.Binary != "" {
 		u.QuotaURL = Quota{Port: o.Quota.Port}.URL()
 	}
-	u.Readers = usageReaders(o)
+	u.Readers, u.AdviceReaders = usageReaders(o)
 	if o.Culler.Binary != "" {
 		// Any replica answers the admin view's decisions page (the chart's Service picks one too).
 		u.CullerURL = Culler{Port: o.Culler.Port}.URL()
@@ -309,15 +309,15 @@ func usageSpec(s *stack.Stack, o Options) (*Installed, Usage, error) {
 }
 
 // usageReaders are the usage API's --reader-services besides gpu-quota (which Usage.Spec adds with --quota-url),
-// in the chart's order (gpuhub.usageReaders): gpu-culler reads every GPU server's telemetry, gpu-profiles each
-// user's right-size advice (the spawn form's mark).
-func usageReaders(o Options) []string {
-	var r []string
+// in the chart's order (gpuhub.usageReaders): gpu-culler reads every GPU server's telemetry. advice are its
+// --advice-readers, as the chart's usage Deployment has them: gpu-profiles reads each user's right-size advice
+// (the spawn form's mark) and nothing else of other users.
+func usageReaders(o Options) (readers, advice []string) {
 	if o.Culler.Binary != "" {
-		r = append(r, CullerServiceName)
+		readers = append(readers, CullerServiceName)
 	}
 	if o.Profiles.Binary != "" {
-		r = append(r, ProfilesServiceName)
+		advice = append(advice, ProfilesServiceName)
 	}
-	return r
+	return readers, advice
 }

@@ -515,11 +515,14 @@ type Usage struct {
 	// SessionTTL is --session-ttl (the admin view's sessions); empty: the usage API's default.
 	SessionTTL string
 	// Readers are further Hub services whose own token may read every user's data (--reader-services):
-	// gpu-culler reads every GPU server's telemetry (api/v1/servers), gpu-profiles each user's right-size advice.
-	Readers    []string
-	Interval   string // default 1s
-	HubRefresh string // default 10s
-	LogLevel   string // default info
+	// gpu-culler reads every GPU server's telemetry (api/v1/servers).
+	Readers []string
+	// AdviceReaders are the Hub services whose own token may read any user's right-size advice and nothing else
+	// of other users (--advice-readers): gpu-profiles marks the spawn form's recommended choice with it.
+	AdviceReaders []string
+	Interval      string // default 1s
+	HubRefresh    string // default 10s
+	LogLevel      string // default info
 	// LeaseArgs are the chart's --ledger-lease-* flags (Installed.UsageLeaseArgs): with several replicas on one
 	// PostgreSQL ledger, the Lease holder writes it and the others follow. SessionKeyFile is --session-key-file,
 	// the admin view's key that every replica shares (the chart's session Secret).
@@ -574,6 +577,9 @@ func (u Usage) Spec() proc.Spec {
 	}
 	if len(readers) > 0 {
 		args = append(args, "--reader-services="+strings.Join(readers, ","))
+	}
+	if len(u.AdviceReaders) > 0 {
+		args = append(args, "--advice-readers="+strings.Join(u.AdviceReaders, ","))
 	}
 	if u.SessionKeyFile != "" {
 		args = append(args, "--session-key-file="+u.SessionKeyFile)

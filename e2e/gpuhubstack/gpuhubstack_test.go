@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"gopkg.in/yaml.v3"
+	appsv1 "k8s.io/api/apps/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -283,27 +284,63 @@ func TestProfilesSpec(t *testing.T) {
 	}
 }
 
-// TestUsageReaders: the usage API lets the services the chart lists read every user's data; without gpu-profiles
-// there, its advice fetches are refused (403) and the spawn form marks nothing.
+// TestUsageReaders: the usage API lets the services the chart lists read what the chart lets them: gpu-culler
+// every user's data (--reader-services), gpu-profiles each user's right-size advice only (--advice-readers).
+// Without gpu-profiles among the advice readers its advice fetches are refused (403) and the spawn form marks
+// nothing; among the reader services it could read every user's GPU-hours and every server's telemetry.
 func TestUsageReaders(t *testing.T) {
+	type readers struct{ Readers, Advice []string }
 	for _, tc := range []struct {
 		name string
 		o    Options
-		want []string
+		want readers
 	}{
-		{"usage API alone", Options{}, nil},
-		{"gpu-profiles", Options{Profiles: ProfilesOptions{Binary: "p"}}, []string{"gpu-profiles"}},
+		{"usage API alone", Options{}, readers{}},
+		{"gpu-profiles", Options{Profiles: ProfilesOptions{Binary: "p"}}, readers{Advice: []string{"gpu-profiles"}}},
 		{"gpu-culler and gpu-profiles", Options{Profiles: ProfilesOptions{Binary: "p"}, Culler: CullerOptions{Binary: "c"}},
-			[]string{"gpu-culler", "gpu-profiles"}},
+			readers{Readers: []string{"gpu-culler"}, Advice: []string{"gpu-profiles"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if d := cmp.Diff(tc.want, usageReaders(tc.o)); d != "" {
+			var got readers
+			got.Readers, got.Advice = usageReaders(tc.o)
+			if d := cmp.Diff(tc.want, got); d != "" {
 				t.Errorf("usageReaders (-want +got):\n%s", d)
 			}
 		})
 	}
-	args := Usage{QuotaURL: "http://q/", Readers: usageReaders(Options{Profiles: ProfilesOptions{Binary: "p"}})}.Spec().Args
-	if !contains(args, "--reader-services=gpu-quota,gpu-profiles") {
-		t.Errorf("usage args %v lack --reader-services=gpu-quota,gpu-profiles", args)
+	readerArgs := func(args []string) []string {
+		var out []string
+		for _, a := range args {
+			if strings.HasPrefix(a, "--reader-services=") || strings.HasPrefix(a, "--advice-readers=") {
+				out = append(out, a)
+			}
+		}
+		return out
+	}
+	u := Usage{QuotaURL: "http://q/"}
+	u.Readers, u.AdviceReaders = usageReaders(Options{Profiles: ProfilesOptions{Binary: "p"}})
+	if d := cmp.Diff([]string{"--reader-services=gpu-quota", "--advice-readers=gpu-profiles"}, readerArgs(u.Spec().Args)); d != "" {
+		t.Errorf("usage API readers next to gpu-quota and gpu-profiles (-want +got):\n%s", d)
+	}
+
+	// With every service, as the chart renders them (testdata/rendered.yaml: gpu-quota, gpu-profiles, gpu-culler).
+	data, err := os.ReadFile("testdata/rendered.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chart []string
+	for _, o := range objs {
+		if d, ok := o.(*appsv1.Deployment); ok && d.Name == "gpuhub-usage" {
+			chart = readerArgs(d.Spec.Template.Spec.Containers[0].Args)
+		}
+	}
+	u = Usage{QuotaURL: "http://q/"}
+	u.Readers, u.AdviceReaders = usageReaders(Options{Profiles: ProfilesOptions{Binary: "p"}, Culler: CullerOptions{Binary: "c"}})
+	if d := cmp.Diff(chart, readerArgs(u.Spec().Args)); d != "" {
+		t.Errorf("the local usage API's readers with every service (-chart +local):\n%s", d)
 	}
 }

@@ -39,8 +39,12 @@ var (
 	configPath  string // gpu-profiles' overrides; tests may rewrite it (re-read within 2 s)
 	// readerToken is the usage API's Hub token: one of gpu-profiles' --reader-services (reads the inventory).
 	readerToken string
-	// profilesToken is gpu-profiles' own Hub token: what the glue presents at api/v1/profiles.
+	// profilesToken is gpu-profiles' own Hub token: what the glue presents at api/v1/profiles. The usage API
+	// lists gpu-profiles in its --advice-readers: any user's right-size advice, nothing else of other users.
 	profilesToken string
+	// quotaToken is gpu-quota's own Hub token: one of the usage API's --reader-services (reads everyone's
+	// right-size savings).
+	quotaToken string
 )
 
 // policy lets researchers (carol) take both H100s and students (alice, bob) one GPU of any kind, so that what
@@ -71,7 +75,7 @@ func run(m *testing.M) int {
 	g := s.Gpuhub()
 	g.Quota.Policy = s.Write("policy.yaml", policy)
 	g.Profiles.Config, g.Profiles.PendingEndAfter = configPath, pendingEndAfter.String()
-	readerToken, profilesToken = g.Token, g.Profiles.Token
+	readerToken, profilesToken, quotaToken = g.Token, g.Profiles.Token, g.Quota.Token
 	profilesURL = gpuhubstack.Profiles{Port: g.Profiles.Port}.URL()
 	usageURL = gpuhubstack.Usage{Port: g.Port}.URL()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)

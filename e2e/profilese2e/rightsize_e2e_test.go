@@ -196,6 +196,10 @@ func TestRightSizeAdvice(t *testing.T) {
 	// everyone's profiles shared for up to 10 minutes: the JSON is read before and after the page, and a pair
 	// that straddles a new read is tried again.
 	const q = "right-size?period=7d&by=user"
+	// gpu-profiles reads advice only (the usage API's --advice-readers): everyone's savings are refused to it.
+	if code := statusOf(t, usageURL+q, profilesToken); code != http.StatusForbidden {
+		t.Errorf("GET %s with gpu-profiles' token: %d, want 403 (an advice reader reads nothing else of other users)", q, code)
+	}
 	for try := 1; ; try++ {
 		before := savingsOf(t, q)
 		page, body := visitRightSizePage(t, q)
@@ -222,7 +226,7 @@ func adviceOf(t *testing.T, user string) rightSize {
 	var out struct {
 		Servers []rightSize `json:"servers"`
 	}
-	getJSON(t, usageURL+"users/"+user+"/right-size", &out)
+	getJSON(t, usageURL+"users/"+user+"/right-size", profilesToken, &out)
 	for _, a := range out.Servers {
 		if a.Server == adviceServer && a.Held.Class == heldClass {
 			return a
@@ -232,20 +236,36 @@ func adviceOf(t *testing.T, user string) rightSize {
 	return rightSize{}
 }
 
-// savingsOf is the JSON API's GET right-size?... (a reader service may read it, as an admin may).
+// savingsOf is the JSON API's GET right-size?..., read with gpu-quota's token (a reader service may read it, as
+// an admin may; gpu-profiles, an advice reader, may not).
 func savingsOf(t *testing.T, query string) savings {
 	t.Helper()
 	var s savings
-	getJSON(t, usageURL+query, &s)
+	getJSON(t, usageURL+query, quotaToken, &s)
 	return s
 }
 
-func getJSON(t *testing.T, url string, v any) {
+// statusOf is the status of GET url with token.
+func statusOf(t *testing.T, url, token string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	req.Header.Set("Authorization", "token "+profilesToken)
+	req.Header.Set("Authorization", "token "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+func getJSON(t *testing.T, url, token string, v any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req.Header.Set("Authorization", "token "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -43,7 +43,8 @@ func run(args []string, stderr io.Writer) int {
 		unreadyAfter   = fs.Duration("informer-unready-after", time.Minute, "how long a pod or node watch may keep failing before /readyz fails")
 		hubRefresh     = fs.Duration("hub-refresh", 2*time.Minute, "how often the Hub's users and groups are re-read")
 		adminGroups    = fs.String("admin-groups", "", "comma-separated Hub groups whose members may read every user's data")
-		readerServices = fs.String("reader-services", "gpu-quota,gpu-culler", "comma-separated Hub services that may read every user's GPU-hours (api/v1/gpu-hours, gpu-hours/decayed) and every server's telemetry (api/v1/servers), besides admins")
+		readerServices = fs.String("reader-services", "gpu-quota,gpu-culler", "comma-separated Hub services that may read every user's GPU-hours (api/v1/gpu-hours, gpu-hours/decayed), every server's telemetry (api/v1/servers) and every user's right-size advice and savings (api/v1/users/{name}/right-size, api/v1/right-size), besides admins")
+		adviceReaders  = fs.String("advice-readers", "", "comma-separated Hub services that may read any user's right-size advice (api/v1/users/{name}/right-size) and nothing else of other users: gpu-profiles, for the spawn form's recommended choice (the chart passes it); empty: none besides admins and --reader-services")
 		waitlistSvcs   = fs.String("waitlist-services", "gpu-quota", "comma-separated Hub services that may write the GPU waitlist's state (api/v1/waitlist/state), kept in the ledger's database; they and admins may read it")
 		quotaURL       = fs.String("quota-url", "", "gpu-quota's base URL with its prefix (e.g. http://gpu-quota:8000/services/gpu-quota/): me's budget comes from it; empty: budget is null")
 		quotaTimeout   = fs.Duration("quota-timeout", 2*time.Second, "how long me waits for gpu-quota's answer before the budget is unavailable")
@@ -64,7 +65,7 @@ func run(args []string, stderr io.Writer) int {
 		"namespace": "GPUHUB_NAMESPACE", "tolerations": "GPUHUB_TOLERATIONS", "agent-namespace": "GPUHUB_AGENT_NAMESPACE", "agent-port": "GPUHUB_AGENT_PORT",
 		"agent-selector": "GPUHUB_AGENT_SELECTOR", "agent-service-account": "GPUHUB_AGENT_SERVICE_ACCOUNT", "agent-token-file": "GPUHUB_AGENT_TOKEN_FILE",
 		"hub-refresh": "GPUHUB_HUB_REFRESH", "admin-groups": "GPUHUB_ADMIN_GROUPS",
-		"reader-services": "GPUHUB_READER_SERVICES", "waitlist-services": "GPUHUB_WAITLIST_SERVICES", "quota-url": "GPUHUB_QUOTA_URL", "quota-timeout": "GPUHUB_QUOTA_TIMEOUT", "culler-url": "GPUHUB_CULLER_URL",
+		"reader-services": "GPUHUB_READER_SERVICES", "advice-readers": "GPUHUB_ADVICE_READERS", "waitlist-services": "GPUHUB_WAITLIST_SERVICES", "quota-url": "GPUHUB_QUOTA_URL", "quota-timeout": "GPUHUB_QUOTA_TIMEOUT", "culler-url": "GPUHUB_CULLER_URL",
 		"admin-view": "GPUHUB_ADMIN_VIEW", "oauth-client-id": config.HubEnv.ClientID, "oauth-callback-url": "JUPYTERHUB_OAUTH_CALLBACK_URL",
 		"hub-base-url": config.HubEnv.BaseURL, "session-key-file": "GPUHUB_SESSION_KEY_FILE", "session-ttl": "GPUHUB_SESSION_TTL",
 		"informer-unready-after": "GPUHUB_INFORMER_UNREADY_AFTER",
@@ -127,7 +128,7 @@ func run(args []string, stderr io.Writer) int {
 		// Agents admit only a token for their audience (the snapshot names users); never our API-server credential.
 		AgentClient: agentclient.New(agentclient.Options{TokenFile: *agentTokenFile}),
 		Hub:         cl.Hub, HubRefresh: *hubRefresh, Auth: cl.Auth.Middleware,
-		ReaderServices: config.List(*readerServices), WaitlistServices: config.List(*waitlistSvcs), Budget: peers.Budget,
+		ReaderServices: config.List(*readerServices), AdviceReaders: config.List(*adviceReaders), WaitlistServices: config.List(*waitlistSvcs), Budget: peers.Budget,
 		QuotaAPI: peers.QuotaAPI, CullerAPI: peers.CullerAPI, Login: login,
 		Database: db, Interval: *interval, MaxGap: *maxGap, StaleAfter: *staleAfter,
 		LedgerLease: app.LeaseOptions{Namespace: *leaseNamespace, Name: *leaseName, Identity: identity, OwnerDeployment: *ownerDeploy},

@@ -143,13 +143,13 @@ the garbage collector the ConfigMap with it; an upgrade keeps the Deployment, so
 {{- printf "%s-culler-stops" (include "gpuhub.fullname" .) -}}
 {{- end -}}
 
-{{/* The usage API's reader services: gpu-quota (GPU-hours) and gpu-culler (every GPU server's telemetry), those
-the chart runs. */}}
+{{/* The usage API's reader services (--reader-services, every user's GPU-hours and telemetry): gpu-quota
+(GPU-hours) and gpu-culler (every GPU server's telemetry), those the chart runs. Not gpu-profiles: it reads each
+user's right-size advice only, as an advice reader (--advice-readers, templates/usage.yaml). */}}
 {{- define "gpuhub.usageReaders" -}}
 {{- $r := list -}}
 {{- if .Values.quota.enabled }}{{ $r = append $r .Values.quota.serviceName }}{{ end -}}
 {{- if .Values.culler.enabled }}{{ $r = append $r .Values.culler.serviceName }}{{ end -}}
-{{- if .Values.profiles.enabled }}{{ $r = append $r .Values.profiles.serviceName }}{{ end -}}
 {{- join "," $r -}}
 {{- end -}}
 

@@ -23,7 +23,7 @@ import (
 type Options struct {
 	// URL is the usage API's base URL with its prefix, e.g. http://gpu-usage:8000/services/gpu-usage/.
 	URL string
-	// Token is gpu-profiles' own Hub API token (the usage API lists gpu-profiles in its --reader-services).
+	// Token is gpu-profiles' own Hub API token (the usage API lists gpu-profiles in its --advice-readers).
 	Token string
 	// Timeout bounds one fetch (default 5 s); TTL is how long advice serves before it is fetched again (default
 	// 10 min: profiles move by the minute and advice by the hour); Retry is how long a user whose fetch failed

@@ -60,9 +60,13 @@ type Options struct {
 	Auth func(http.Handler) http.Handler
 	// Budget answers the budget of me and users/{name}; nil: no quota service configured (budget is null).
 	Budget Budget
-	// ReaderServices are the Hub services that may read every user's GPU-hours (gpu-hours, gpu-hours/decayed)
-	// and every server's telemetry (servers), besides admins.
+	// ReaderServices are the Hub services that may read every user's GPU-hours (gpu-hours, gpu-hours/decayed),
+	// every server's telemetry (servers) and every user's right-size advice and savings (users/{name}/right-size,
+	// right-size), besides admins.
 	ReaderServices []string
+	// AdviceReaders are the Hub services that may read any user's right-size advice (users/{name}/right-size)
+	// and nothing else of other users: gpu-profiles marks the spawn form's recommended choice with it.
+	AdviceReaders []string
 	// Profiles reads right-size profiles; nil leaves the right-size routes out.
 	Profiles Profiles
 	// Waitlist keeps gpu-quota's waitlist state; nil leaves api/v1/waitlist/state out.

@@ -111,8 +111,9 @@ func testServerWithLedger(t testing.TB) (*httptest.Server, *testLedger) {
 	hub.AddToken("alice-token", "alice")
 	hub.AddToken("bob-token", "bob")
 	hub.AddToken("root-token", "root")
-	hub.AddToken("quota-token", "gpu-quota")   // a service listed in ReaderServices
-	hub.AddToken("culler-token", "gpu-culler") // a service that is not
+	hub.AddToken("quota-token", "gpu-quota")       // a service listed in ReaderServices
+	hub.AddToken("culler-token", "gpu-culler")     // a service that is not
+	hub.AddToken("profiles-token", "gpu-profiles") // a service listed in AdviceReaders
 	hub.AddToken("alice-scoped-token", "alice", "read:users!user=alice")
 	auth := hubauth.New(hubauth.Options{Hub: hub.Client("service-token")})
 
@@ -133,7 +134,7 @@ func testServerWithLedger(t testing.TB) (*httptest.Server, *testLedger) {
 	state.Publish(v)
 	led := newTestLedger(t)
 	h := New(Options{Prefix: prefix, State: state, Ledger: led, Auth: auth.Middleware, Now: func() time.Time { return now },
-		Budget: fakeBudget{}, ReaderServices: []string{"gpu-quota"}, Waitlist: led, WaitlistServices: []string{"gpu-quota"}, Profiles: profile.NewReader(led, 10*time.Minute)})
+		Budget: fakeBudget{}, ReaderServices: []string{"gpu-quota"}, AdviceReaders: []string{"gpu-profiles"}, Waitlist: led, WaitlistServices: []string{"gpu-quota"}, Profiles: profile.NewReader(led, 10*time.Minute)})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv, led

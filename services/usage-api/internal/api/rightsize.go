@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
@@ -93,12 +94,24 @@ func (h *handler) userRightSize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := r.PathValue("name")
-	// The reader services too: gpu-profiles marks the spawn form's recommended choice from any user's advice.
-	if !id.CanReadUser(name) && !h.canReadAll(id) {
+	// The advice readers too (gpu-profiles marks the spawn form's recommended choice from any user's advice), and
+	// the reader services, who may read everyone's savings anyway.
+	if !id.CanReadUser(name) && !h.canReadAdvice(id) {
+		if id.Kind == "service" {
+			server.WriteError(w, http.StatusForbidden,
+				"the Hub service %q may not read other users' right-size advice: list it in the usage API's --advice-readers (advice only) or --reader-services (every user's GPU-hours and telemetry too)", id.Name)
+			return
+		}
 		server.WriteError(w, http.StatusForbidden, "you may read only your own right-size advice; %q is another user's", name)
 		return
 	}
 	h.writeRightSize(w, r, name)
+}
+
+// canReadAdvice says whether id may read any user's right-size advice: those who may read everything
+// (canReadAll) and the Hub services of AdviceReaders.
+func (h *handler) canReadAdvice(id *hubauth.Identity) bool {
+	return h.canReadAll(id) || (id.Kind == "service" && slices.Contains(h.opts.AdviceReaders, id.Name))
 }
 
 func (h *handler) writeRightSize(w http.ResponseWriter, r *http.Request, name string) {
@@ -116,7 +129,7 @@ func (h *handler) writeRightSize(w http.ResponseWriter, r *http.Request, name st
 }
 
 // rightSizeSavings answers the GPU-hours right-sizing would save, by user, group or kind, as JSON or CSV: admins
-// and the Hub services of ReaderServices.
+// and the Hub services of ReaderServices (not AdviceReaders: the savings name every user's GPU-hours).
 func (h *handler) rightSizeSavings(w http.ResponseWriter, r *http.Request) {
 	id, ok := hubauth.FromContext(r.Context())
 	if !ok {

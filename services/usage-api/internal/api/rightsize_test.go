@@ -217,3 +217,74 @@ func TestOpenAPIRightSize(t *testing.T) {
 		"RightSizeSavingsRow": savings["rows"].([]any)[0].(map[string]any),
 	})
 }
+
+// TestAdviceReaders: a Hub service of AdviceReaders (gpu-profiles, for the spawn form's mark) reads any user's
+// right-size advice and nothing else of other users; a service of ReaderServices (gpu-quota) still reads all it
+// did. A service in neither list is told which flag would let it read advice.
+func TestAdviceReaders(t *testing.T) {
+	srv, led := testServerWithLedger(t)
+	putProfiles(t, led)
+	endpoints := map[string]string{
+		"alice's advice":     "api/v1/users/alice/right-size",
+		"bob's advice":       "api/v1/users/bob/right-size?period=24h",
+		"own advice":         "api/v1/me/right-size",
+		"right-size savings": "api/v1/right-size?by=group&format=csv",
+		"gpu-hours":          "api/v1/gpu-hours?windows=24h",
+		"gpu-hours/decayed":  "api/v1/gpu-hours/decayed?halfLife=7d",
+		"servers":            "api/v1/servers",
+		"users/alice":        "api/v1/users/alice",
+		"users":              "api/v1/users",
+		"waitlist state":     "api/v1/waitlist/state",
+	}
+	for name, tc := range map[string]struct {
+		token string
+		want  map[string]int
+	}{
+		"an advice reader reads advice only": {"profiles-token", map[string]int{
+			"alice's advice": http.StatusOK, "bob's advice": http.StatusOK, "own advice": http.StatusForbidden,
+			"right-size savings": http.StatusForbidden, "gpu-hours": http.StatusForbidden, "gpu-hours/decayed": http.StatusForbidden,
+			"servers": http.StatusForbidden, "users/alice": http.StatusForbidden, "users": http.StatusForbidden,
+			"waitlist state": http.StatusForbidden,
+		}},
+		"a reader service reads what it did": {"quota-token", map[string]int{
+			"alice's advice": http.StatusOK, "bob's advice": http.StatusOK, "own advice": http.StatusForbidden,
+			"right-size savings": http.StatusOK, "gpu-hours": http.StatusOK, "gpu-hours/decayed": http.StatusOK,
+			"servers": http.StatusOK, "users/alice": http.StatusForbidden, "users": http.StatusForbidden,
+			"waitlist state": http.StatusOK, // as the waitlist writer (WaitlistServices)
+		}},
+		"a service in neither list reads none": {"culler-token", map[string]int{
+			"alice's advice": http.StatusForbidden, "bob's advice": http.StatusForbidden, "own advice": http.StatusForbidden,
+			"right-size savings": http.StatusForbidden, "gpu-hours": http.StatusForbidden, "gpu-hours/decayed": http.StatusForbidden,
+			"servers": http.StatusForbidden, "users/alice": http.StatusForbidden, "users": http.StatusForbidden,
+			"waitlist state": http.StatusForbidden,
+		}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := map[string]int{}
+			for e, path := range endpoints {
+				got[e], _ = get(t, srv, http.MethodGet, prefix+path, tc.token)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("status by endpoint (-want +got):\n%s", diff)
+			}
+		})
+	}
+	// The refusals name the flag that would admit the caller.
+	for name, tc := range map[string]struct {
+		path, token, want string
+	}{
+		"a service on one user's advice": {"api/v1/users/alice/right-size", "culler-token",
+			`the Hub service "gpu-culler" may not read other users' right-size advice: list it in the usage API's --advice-readers`},
+		"an advice reader on the savings": {"api/v1/right-size", "profiles-token", "--reader-services"},
+		"an advice reader on GPU-hours":   {"api/v1/gpu-hours?windows=24h", "profiles-token", "--reader-services"},
+		"an advice reader on the servers": {"api/v1/servers", "profiles-token", "--reader-services"},
+		"a user on another user's advice": {"api/v1/users/alice/right-size", "bob-token", `you may read only your own right-size advice; "alice" is another user's`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			status, body := get(t, srv, http.MethodGet, prefix+tc.path, tc.token)
+			if msg, _ := body["message"].(string); status != http.StatusForbidden || !strings.Contains(msg, tc.want) {
+				t.Errorf("%d %q, want 403 with %q", status, msg, tc.want)
+			}
+		})
+	}
+}

@@ -128,7 +128,7 @@ func suiteTarget(t *testing.T) *apicheck.Target {
 	for _, tok := range []string{"root", "dave"} {
 		hub.AddToken(tok+"-token", tok)
 	}
-	for _, s := range []string{"gpu-quota", "gpu-culler", "intruder"} {
+	for _, s := range []string{"gpu-quota", "gpu-culler", "gpu-profiles", "intruder"} {
 		hub.AddToken(s+"-token", s)
 	}
 	hub.AddToken("revoked-token", "alice")
@@ -146,6 +146,7 @@ func suiteTarget(t *testing.T) *apicheck.Target {
 	var busy atomic.Int64
 	r := start(t, hub, filepath.Join(t.TempDir(), "ledger.db"), fakeAgent(t, &busy), func(o *Options) {
 		o.Login, o.ReaderServices, o.WaitlistServices = login, []string{"gpu-quota", "gpu-culler"}, []string{"gpu-quota"}
+		o.AdviceReaders = []string{"gpu-profiles"} // any user's right-size advice, nothing else
 	})
 	t.Cleanup(func() { r.stop(t) })
 	eventually(t, "a first sample", func() (bool, string) {
@@ -175,6 +176,7 @@ func suiteTarget(t *testing.T) *apicheck.Target {
 			{Name: "bob", Kind: "user", Token: "bob-token", Cookie: logIn(t, r.url, "bob")},
 			{Name: "gpu-quota", Kind: "service", Token: "gpu-quota-token"},
 			{Name: "gpu-culler", Kind: "service", Token: "gpu-culler-token"},
+			{Name: "gpu-profiles", Kind: "service", Token: "gpu-profiles-token"},
 			{Name: "intruder", Kind: "service", Token: "intruder-token"},
 		},
 	}

@@ -71,9 +71,12 @@ type Options struct {
 	HubRefresh time.Duration // default 2 min
 	// Auth is hubauth's Middleware.
 	Auth func(http.Handler) http.Handler
-	// ReaderServices may read every user's GPU-hours (api/v1/gpu-hours, api/v1/gpu-hours/decayed) and every
-	// server's telemetry (api/v1/servers), besides admins.
+	// ReaderServices may read every user's GPU-hours (api/v1/gpu-hours, api/v1/gpu-hours/decayed), every
+	// server's telemetry (api/v1/servers) and every user's right-size advice and savings, besides admins.
 	ReaderServices []string
+	// AdviceReaders may read any user's right-size advice (api/v1/users/{name}/right-size) and nothing else of
+	// other users (gpu-profiles: the spawn form's mark).
+	AdviceReaders []string
 	// WaitlistServices may write gpu-quota's waitlist state (api/v1/waitlist/state); they and admins may read it.
 	WaitlistServices []string
 	// Budget answers the budget of me (budget.Client on --quota-url); nil: none configured.
@@ -178,7 +181,7 @@ func Run(ctx context.Context, o Options) error {
 		coll:   collect.New(collect.Options{Client: o.AgentClient, Port: o.AgentPort, Logger: o.Logger, Now: o.Now})}
 
 	handler := api.New(api.Options{Prefix: o.Prefix, State: state, Ledger: led, Auth: o.Auth, Now: o.Now, Logger: o.Logger,
-		Budget: o.Budget, ReaderServices: o.ReaderServices, Waitlist: led, WaitlistServices: o.WaitlistServices, Profiles: s.advice})
+		Budget: o.Budget, ReaderServices: o.ReaderServices, AdviceReaders: o.AdviceReaders, Waitlist: led, WaitlistServices: o.WaitlistServices, Profiles: s.advice})
 	if o.Login != nil {
 		// The JSON API keeps its own token auth under api/; everything else under the prefix is a page for people,
 		// behind the login.
