@@ -313,18 +313,35 @@ test('a busy cell makes alice’s utilization rise', async () => {
         120_000,
         'a utilization number (MIG without DCGM has none: use a profile with simulated or measured utilization)'
       );
-      const start = idle.utilization[0] ?? 0;
+      // The kernel's start-up counts as use: wait (a while) for it to settle, as the standalone test does.
+      const settled = await waitForPanel(
+        alice,
+        x => (x.utilization[0] ?? 100) < 10,
+        60_000,
+        'an idle kernel'
+      ).catch(() => idle);
+      const start = settled.utilization[0] ?? 0;
+      const target = Math.min(start + 10, 95);
+      // The sparkline's highest before the cell: a higher one later was reached while the cell ran, even if no
+      // poll of the meter caught it (on a loaded machine the busy cell's share comes and goes).
+      const before = highest(settled.sparklineLabel);
       await runCell(
         alice,
         'import time\nt0 = time.time()\nwhile time.time() - t0 < 120:\n    pass\n'
       );
       const busy = await waitForPanel(
         alice,
-        x => (x.utilization[0] ?? 0) >= Math.min(start + 10, 95),
+        x =>
+          (x.utilization[0] ?? 0) >= target ||
+          (highest(x.sparklineLabel) > before &&
+            highest(x.sparklineLabel) >= target),
         110_000,
         `utilization above ${start} %`
       );
-      assert.ok((busy.utilization[0] ?? 0) > start);
+      assert.ok(
+        (busy.utilization[0] ?? 0) > start ||
+          highest(busy.sparklineLabel) > before
+      );
       const { me, panel } = await refreshAndCapture(alice);
       assertPanelShows(panel, me, users.alice.name);
       await snap(alice, 'cluster-alice-light');
@@ -386,3 +403,9 @@ test('bob sees only his own share', async () => {
     }
   );
 });
+
+/** The highest utilization the panel's sparkline label names ("..., highest 62 %"), -1 without one. */
+function highest(label: string | null): number {
+  const m = /highest (\d+) %/.exec(label ?? '');
+  return m ? Number(m[1]) : -1;
+}
