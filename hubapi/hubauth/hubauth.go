@@ -48,7 +48,10 @@ type Identity struct {
 	Name   string   `json:"name"`
 	Groups []string `json:"groups,omitempty"`
 	Admin  bool     `json:"admin"`
-	Scopes []string `json:"scopes,omitempty"` // the token's expanded scopes as the Hub reports them
+	// HubAdmin is the Hub's own admin flag, or a token holding admin:users: Admin without the members of
+	// Options.AdminGroups, who may read every user's data but not act for them (join or leave a waitlist).
+	HubAdmin bool     `json:"hubAdmin,omitempty"`
+	Scopes   []string `json:"scopes,omitempty"` // the token's expanded scopes as the Hub reports them
 }
 
 // IsAdmin reports whether the identity may read every user's data: the Hub's
@@ -314,6 +317,7 @@ func (a *Authenticator) identity(u *hubapi.User) *Identity {
 	if slices.Contains(id.Scopes, "admin:users") {
 		id.Admin = true
 	}
+	id.HubAdmin = id.Admin
 	for _, g := range a.adminGroups {
 		if slices.Contains(id.Groups, g) {
 			id.Admin = true

@@ -288,17 +288,17 @@ func TestIdentity(t *testing.T) {
 		},
 		"admin flag": {
 			user: &hubapi.User{Kind: "user", Name: "root", Admin: true},
-			want: &hubauth.Identity{Kind: "user", Name: "root", Admin: true},
+			want: &hubauth.Identity{Kind: "user", Name: "root", Admin: true, HubAdmin: true},
 		},
 		"admin:users scope": {
 			user: &hubapi.User{Kind: "service", Name: "ops", Scopes: []string{"admin:users"}},
-			want: &hubauth.Identity{Kind: "service", Name: "ops", Admin: true, Scopes: []string{"admin:users"}},
+			want: &hubauth.Identity{Kind: "service", Name: "ops", Admin: true, HubAdmin: true, Scopes: []string{"admin:users"}},
 		},
 		"filtered admin:users is not admin": {
 			user: &hubapi.User{Kind: "user", Name: "bob", Scopes: []string{"admin:users!group=x"}},
 			want: &hubauth.Identity{Kind: "user", Name: "bob", Scopes: []string{"admin:users!group=x"}},
 		},
-		"admin group": {
+		"admin group: reads every user's data, is not the Hub's admin": {
 			user: &hubapi.User{Kind: "user", Name: "carol", Groups: []string{"staff", "gpu-admins"}},
 			want: &hubauth.Identity{Kind: "user", Name: "carol", Admin: true, Groups: []string{"staff", "gpu-admins"}},
 		},

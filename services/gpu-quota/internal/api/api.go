@@ -580,9 +580,10 @@ func (a *api) places(w http.ResponseWriter, r *http.Request) {
 	server.WriteJSON(w, http.StatusOK, contract.Places{Places: ps})
 }
 
-// actsFor reports whether id may join or leave the waitlist for user name: the user, or a Hub admin.
+// actsFor reports whether id may join or leave the waitlist for user name: the user, or a Hub admin (not a member
+// of --admin-groups: those read every user's quota and the decisions, and act only for themselves).
 func actsFor(id *hubauth.Identity, name string) bool {
-	return id.Admin || id.Kind == "user" && id.Name == name
+	return id.HubAdmin || id.Kind == "user" && id.Name == name
 }
 
 // joinBody is what the panel or a script sends to join: the server and its GPU request, as admit's.
@@ -614,6 +615,10 @@ func (a *api) join(w http.ResponseWriter, r *http.Request) {
 	}
 	if msg := check(req); msg != "" {
 		server.WriteError(w, http.StatusBadRequest, "%s", msg)
+		return
+	}
+	if err := admit.UserOptionsError(req.UserOptions); err != nil { // the body's fault: 400, not a 409 to act on
+		server.WriteError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
 	p, err := a.o.Engine.Join(req)

@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -59,6 +60,9 @@ func TestWaitlistAccess(t *testing.T) {
 		{"POST", "users/bob/waitlist", "alice-token", join, 200}, // a Hub admin, for bob
 		{"POST", "users/alice/waitlist", "bob-token", join, 403},
 		{"POST", "users/bob/waitlist", "usage-token", join, 403}, // reading is not acting
+		{"GET", "users/bob/waitlist", "tina-token", "", 200},     // --admin-groups read every user's places...
+		{"POST", "users/bob/waitlist", "tina-token", join, 403},  // ...and act only for themselves
+		{"DELETE", "users/bob/waitlist", "tina-token", "", 403},
 		{"POST", "users/bob/waitlist", "bob-token", "{", 400},
 		{"DELETE", "users/bob/waitlist?server=big", "bob-token", "", 204},
 		{"DELETE", "users/bob/waitlist", "alice-token", "", 204},
@@ -103,5 +107,25 @@ func TestWaitlistErrors(t *testing.T) {
 		if got, body := do(t, "POST", base+"users/bob/waitlist", "bob-token", `{"resources": {"nvidia.com/gpu": 1}}`); got != tc.want {
 			t.Errorf("%v: %d, want %d (%v)", tc.err, got, tc.want, body)
 		}
+	}
+}
+
+// TestWaitlistJoinUserOptionsBound: a join whose userOptions are over what the waitlist keeps with an entry is
+// refused with a 400 that says so, before the engine is asked; small ones pass through.
+func TestWaitlistJoinUserOptionsBound(t *testing.T) {
+	srv, eng := newAPI(t)
+	url := srv.URL + prefix + "api/v1/users/bob/waitlist"
+	big := `{"resources": {"nvidia.com/gpu": 1}, "userOptions": {"profile": "h100", "pad": "` + strings.Repeat("x", 9<<10) + `"}}`
+	got, body := do(t, "POST", url, "bob-token", big)
+	if got != http.StatusBadRequest || !strings.Contains(body["error"].(string), "more than the waitlist keeps with a server (8 KiB)") {
+		t.Errorf("9 KiB of userOptions: %d %v, want 400 saying so", got, body)
+	}
+	if got, body := do(t, "POST", url, "bob-token", `{"resources": {"nvidia.com/gpu": 1}, "userOptions": {"profile": "h100"}}`); got != http.StatusOK {
+		t.Errorf("small userOptions: %d %v", got, body)
+	}
+	eng.mu.Lock()
+	defer eng.mu.Unlock()
+	if len(eng.joined) != 1 {
+		t.Errorf("the engine was asked %d times, want once (the small join)", len(eng.joined))
 	}
 }
