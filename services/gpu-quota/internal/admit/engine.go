@@ -442,7 +442,7 @@ func (e *Engine) decideLocked(ent effEntry, r Request, now time.Time) (Result, d
 				res.Message = waitlistMessage(*short, held, e.aheadLocked(askedC.classes[i], r.User, r.Server), r.Waitlist != nil && r.Waitlist.Join)
 			}
 			if r.Waitlist != nil && r.Waitlist.Join {
-				place, err := e.joinLocked(r, askedC, now)
+				place, err := e.joinLocked(r, askedC, eff, now)
 				if err == nil {
 					res.Waitlist = &place
 					res.Message = joinedMessage(place, res.CanTake)

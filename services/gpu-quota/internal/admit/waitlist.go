@@ -1,6 +1,7 @@
 package admit
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -168,8 +169,101 @@ func (e *Engine) waitlistFreeLocked(free int64, class, user, server string, now 
 	return max(free, 0)
 }
 
-// joinLocked queues r's server for the first unit of asked that is short; it returns its place.
-func (e *Engine) joinLocked(r Request, asked classified, now time.Time) (Place, error) {
+// maxUserOptions bounds the spawn form's answer an entry keeps (UserOptions, encoded as JSON) to start its server
+// when its turn comes. The form's options are a profile slug and a few choices, a few hundred bytes; the whole
+// waitlist is saved as one body that the usage API takes up to 1 MiB (usage-api MaxWaitlistBody), so without a
+// bound a few joins with large options (the API takes 64 KiB a request) would stop it being saved for everyone.
+const maxUserOptions = 8 << 10
+
+// maxEntriesPerUser bounds one user's entries when the policy does not (no maxServers, or exempt): with
+// maxUserOptions, one user's entries stay far below what the usage API takes.
+const maxEntriesPerUser = 16
+
+// UserOptionsError refuses to keep opts with a waitlist entry when they are over maxUserOptions (a *JoinError;
+// nil when they fit). The API's join answers it with a 400 before joining; an admission that joins is refused it
+// by the engine, which starts nothing then anyway.
+func UserOptionsError(opts map[string]any) error {
+	if len(opts) == 0 {
+		return nil
+	}
+	b, err := json.Marshal(opts)
+	if err == nil && len(b) <= maxUserOptions {
+		return nil
+	}
+	size := "cannot be kept" // not JSON: never from a decoded request
+	if err == nil {
+		size = fmt.Sprintf("take %.1f KiB", float64(len(b))/1024)
+	}
+	return &JoinError{Message: fmt.Sprintf("The spawn form's options for this server %s, more than the waitlist keeps with a "+
+		"server (%d KiB): pick a profile with fewer options to join the waitlist, or start the server when a GPU is free.",
+		size, maxUserOptions>>10)}
+}
+
+// runsLocked reports whether user's server counts in usageLocked: an active pod of it with GPUs, or a
+// reservation.
+func (e *Engine) runsLocked(user, server string) bool {
+	if e.res.byUser[user][server] != nil {
+		return true
+	}
+	for _, p := range e.ix.byUser[user] {
+		if p.active && p.pod.Server == server && len(p.allocs) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// joinLimitLocked refuses (user, server) a place when user's GPU servers, running and waiting with it, would be
+// more than maxServers allows, or their entries more than maxEntriesPerUser: each entry is a server the user
+// means to run, and may be held a unit. An entry of server itself is replaced by the join and not counted.
+func (e *Engine) joinLimitLocked(eff quota.Effective, user, server string, now time.Time) error {
+	entries, waiting := 0, 0
+	for _, en := range e.wl.st.Entries {
+		if en.User != user || en.Server == server {
+			continue
+		}
+		entries++
+		if !e.runsLocked(user, en.Server) { // counted as running already
+			waiting++
+		}
+	}
+	if entries >= maxEntriesPerUser {
+		return &JoinError{Message: fmt.Sprintf("You already wait for %d servers on the waitlist, the most one user may. "+
+			"Take one of them off the waitlist to wait for this one instead.", entries)}
+	}
+	limit := eff.MaxServers
+	if eff.Exempt.Value || limit.Value.IsUnlimited() {
+		return nil
+	}
+	running := e.usageLocked(nil, user, &server, now).Servers
+	if float64(running+waiting+1) <= float64(limit.Value) {
+		return nil
+	}
+	return &JoinError{Message: serversWaitingMessage(running, waiting, int(limit.Value), limit.From)}
+}
+
+// withHoldsLocked is u, user's usage for a decision about server, with the units held on the waitlist for
+// user's other servers counted as held (each entry a server): a unit held for the user is set aside for them as
+// if taken. It returns the entries it counted.
+func (e *Engine) withHoldsLocked(u quota.Usage, user, server string, now time.Time) (quota.Usage, []waitlist.Entry) {
+	var held []waitlist.Entry
+	for _, en := range e.wl.st.Entries {
+		if en.User != user || en.Server == server || !en.Held() || !now.Before(en.HeldUntil) || e.runsLocked(user, en.Server) {
+			continue
+		}
+		if held == nil {
+			u.Held = slices.Clone(u.Held) // u's slice may be the caller's
+		}
+		u.Held = append(u.Held, e.ix.resolve(en.Resources, en.NodeSelector).allocs...)
+		u.Servers++
+		held = append(held, en)
+	}
+	return u, held
+}
+
+// joinLocked queues r's server for the first unit of asked that is short; it returns its place. eff is r's
+// user's policy: their servers, running and waiting, stay within its maxServers.
+func (e *Engine) joinLocked(r Request, asked classified, eff quota.Effective, now time.Time) (Place, error) {
 	if !e.wlOn() {
 		return Place{}, ErrWaitlistOff
 	}
@@ -178,6 +272,12 @@ func (e *Engine) joinLocked(r Request, asked classified, now time.Time) (Place, 
 	}
 	if len(asked.allocs) == 0 {
 		return Place{}, &JoinError{Message: "This server asks for no GPU: it does not need the waitlist."}
+	}
+	if err := UserOptionsError(r.UserOptions); err != nil {
+		return Place{}, err
+	}
+	if err := e.joinLimitLocked(eff, r.User, r.Server, now); err != nil {
+		return Place{}, err
 	}
 	// The first unit that is short (the callers found one; the first unit otherwise).
 	i, _ := e.shortLocked(r, asked, now)
@@ -322,7 +422,7 @@ func (e *Engine) Join(r Request) (Place, error) {
 	if i, _ := e.shortLocked(r, asked, now); i < 0 && len(asked.allocs) > 0 {
 		return Place{}, &JoinError{Message: "What this server asks for is free now: start it instead of waiting."}
 	}
-	return e.joinLocked(r, asked, now)
+	return e.joinLocked(r, asked, ent.eff, now)
 }
 
 // Leave takes (user, server) off the waitlist; a unit held for it passes to the next in line.
@@ -514,20 +614,15 @@ func (e *Engine) WaitlistTick(now time.Time) TickResult {
 			}
 		}
 		for _, en := range e.wl.st.Entries {
-			g, known := groups[en.User]
-			if !known {
-				continue // the Hub has not told us this user's groups yet: judged when it does
-			}
-			ent := e.effective.get(pol, en.User, g)
-			u := e.usageLocked(ent.windows, en.User, &en.Server, now)
-			asked := e.ix.resolve(en.Resources, en.NodeSelector)
-			if d := quota.Decide(ent.eff, u, quota.Request{Allocations: asked.allocs}); !d.Allow {
-				e.wl.blocked[wlKey{en.User, en.Server}] = d.Message
+			if msg := e.overQuotaLocked(pol, groups, en, now); msg != "" {
+				e.wl.blocked[wlKey{en.User, en.Server}] = msg
 			}
 		}
 	}
 
-	// Offer each free unit to the next unblocked entry in line.
+	// Offer each free unit to the next unblocked entry in line. A user given a unit here is judged again for
+	// their next entry: that unit counts as theirs.
+	placed := map[string]bool{}
 	for _, class := range e.wl.st.Classes() {
 		others, _ := e.holdsLocked(class, "", "\x00", now)
 		free := e.unclaimedLocked(class) - others
@@ -541,10 +636,17 @@ func (e *Engine) WaitlistTick(now time.Time) TickResult {
 			if _, blocked := e.wl.blocked[wlKey{en.User, en.Server}]; blocked {
 				continue
 			}
+			if placed[en.User] && pol != nil {
+				if msg := e.overQuotaLocked(pol, groups, en, now); msg != "" {
+					e.wl.blocked[wlKey{en.User, en.Server}] = msg
+					continue
+				}
+			}
 			h, err := e.wl.st.Hold(en.User, en.Server, now, e.holdWindow())
 			if err != nil {
 				continue
 			}
+			placed[en.User] = true
 			free--
 			e.wl.gen++
 			out.Held = append(out.Held, h)
@@ -559,6 +661,26 @@ func (e *Engine) WaitlistTick(now time.Time) TickResult {
 		e.waitlistMetricsLocked()
 	}
 	return out
+}
+
+// overQuotaLocked is why en cannot be served now for its user's quota ("" when it can): the policy refuses it
+// on what the user holds, or on that and the units held for their other entries. Users whose groups the Hub has
+// not told yet are judged when it does.
+func (e *Engine) overQuotaLocked(pol *quota.Policy, groups map[string][]string, en waitlist.Entry, now time.Time) string {
+	g, known := groups[en.User]
+	if !known {
+		return ""
+	}
+	ent := e.effective.get(pol, en.User, g)
+	u := e.usageLocked(ent.windows, en.User, &en.Server, now)
+	req := quota.Request{Allocations: e.ix.resolve(en.Resources, en.NodeSelector).allocs}
+	if d := quota.Decide(ent.eff, u, req); !d.Allow {
+		return d.Message
+	}
+	if withHolds, held := e.withHoldsLocked(u, en.User, en.Server, now); len(held) > 0 && !quota.Decide(ent.eff, withHolds, req).Allow {
+		return heldForOthersMessage(held)
+	}
+	return ""
 }
 
 func (e *Engine) holdWindow() time.Duration {

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/waitlist"
 	"github.com/gpuhub/gpuhub/services/internal/gpu"
 )
 
@@ -147,4 +149,44 @@ func freeUnits(canTake []Option) string {
 		units[i].Count = o.Free
 	}
 	return gpu.JoinUnits(units)
+}
+
+// serversWaitingMessage refuses a join that would make the user's GPU servers, running and waiting, more than
+// their maxServers (limit, from): "You already run 1 GPU server and wait for 1 GPU server on the waitlist; each
+// user may run at most 2 GPU servers at a time. Take one of them off the waitlist to wait for this one instead."
+func serversWaitingMessage(running, waiting, limit int, from quota.Source) string {
+	var b strings.Builder
+	b.WriteString("You already ")
+	if running > 0 {
+		fmt.Fprintf(&b, "run %s and ", quota.GPUServers(running))
+	}
+	fmt.Fprintf(&b, "wait for %s on the waitlist; %s may run at most %s at a time.", quota.GPUServers(waiting), quota.Who(from), quota.GPUServers(limit))
+	if waiting > 0 {
+		b.WriteString(" Take one of them off the waitlist to wait for this one instead.")
+	} else {
+		b.WriteString(" Stop one of your GPU servers to wait for this one.")
+	}
+	return b.String()
+}
+
+// heldForOthersMessage says why an entry is passed over while units are held for the user's other entries
+// (held) that their quota does not let this one join: shown after "For now you cannot be served: ".
+func heldForOthersMessage(held []waitlist.Entry) string {
+	names := make([]string, len(held))
+	for i, en := range held {
+		names[i] = strconv.Quote(en.Server)
+		if en.Server == "" {
+			names[i] = "default"
+		}
+	}
+	if len(held) == 1 {
+		srv := "server " + names[0]
+		if held[0].Server == "" {
+			srv = "default server"
+		}
+		return fmt.Sprintf("Your turn came for your %s (%s is held for it), and your quota does not cover this server as well: "+
+			"start that one, or take it off the waitlist.", srv, gpu.WithArticle(entryName(held[0])))
+	}
+	return fmt.Sprintf("Your turn came for your servers %s (a unit is held for each), and your quota does not cover this server "+
+		"as well: start those, or take them off the waitlist.", quota.JoinAnd(names))
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -117,7 +118,7 @@ func TestWaitlistJoinUserOptionsBound(t *testing.T) {
 	url := srv.URL + prefix + "api/v1/users/bob/waitlist"
 	big := `{"resources": {"nvidia.com/gpu": 1}, "userOptions": {"profile": "h100", "pad": "` + strings.Repeat("x", 9<<10) + `"}}`
 	got, body := do(t, "POST", url, "bob-token", big)
-	if got != http.StatusBadRequest || !strings.Contains(body["error"].(string), "more than the waitlist keeps with a server (8 KiB)") {
+	if got != http.StatusBadRequest || !strings.Contains(fmt.Sprint(body["message"]), "more than the waitlist keeps with a server (8 KiB)") {
 		t.Errorf("9 KiB of userOptions: %d %v, want 400 saying so", got, body)
 	}
 	if got, body := do(t, "POST", url, "bob-token", `{"resources": {"nvidia.com/gpu": 1}, "userOptions": {"profile": "h100"}}`); got != http.StatusOK {

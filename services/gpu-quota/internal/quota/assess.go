@@ -48,7 +48,7 @@ func (s situation) overBudgets() []Check {
 		c := Check{Reason: ReasonBudgetExhausted, Window: w, Budget: budget, Used: used, From: b.From}
 		_, per := windowWords(w)
 		if budget == 0 {
-			c.Message = fmt.Sprintf("You have no GPU budget (%s %s 0 GPU-hours %s)", who(b.From), have(b.From), per)
+			c.Message = fmt.Sprintf("You have no GPU budget (%s %s 0 GPU-hours %s)", Who(b.From), have(b.From), per)
 		} else {
 			unit := "GPU-hours"
 			if hoursText(budget) == "1" {
@@ -75,7 +75,7 @@ func (s situation) heldKinds() []Check {
 		}
 		c := Check{Reason: ReasonKindNotAllowed, Kind: k, Held: ks.share, From: s.eff.AllowedKinds.From}
 		c.Message = fmt.Sprintf("You use %s, but %s may not use %s",
-			gpu.JoinUnits(ofKind(s.u.Held, k)), who(c.From), k.Plural())
+			gpu.JoinUnits(ofKind(s.u.Held, k)), Who(c.From), k.Plural())
 		out = append(out, c)
 	}
 	return out
@@ -113,10 +113,10 @@ func (s situation) overPerKind() []Check {
 // students may use at a time".
 func heldOverMessage(c Check, held []gpu.Allocation, what, limitText string) string {
 	if c.Limit <= tolerance {
-		return fmt.Sprintf("You use %s (%s), but %s may not use %s", gpu.Amount(c.Held), gpu.JoinUnits(held), who(c.From), what)
+		return fmt.Sprintf("You use %s (%s), but %s may not use %s", gpu.Amount(c.Held), gpu.JoinUnits(held), Who(c.From), what)
 	}
 	return fmt.Sprintf("You use %s (%s), more than the %s %s may use at a time",
-		gpu.Amount(c.Held), gpu.JoinUnits(held), limitText, who(c.From))
+		gpu.Amount(c.Held), gpu.JoinUnits(held), limitText, Who(c.From))
 }
 
 func (s situation) overServers() []Check {
@@ -126,10 +126,10 @@ func (s situation) overServers() []Check {
 		return nil
 	}
 	if c.Limit < 1 {
-		c.Message = fmt.Sprintf("You run %s, but %s may not run GPU servers", servers(s.u.Servers), who(c.From))
+		c.Message = fmt.Sprintf("You run %s, but %s may not run GPU servers", GPUServers(s.u.Servers), Who(c.From))
 	} else {
 		c.Message = fmt.Sprintf("You run %s, more than the %s %s may run at a time",
-			servers(s.u.Servers), servers(int(c.Limit)), who(c.From))
+			GPUServers(s.u.Servers), GPUServers(int(c.Limit)), Who(c.From))
 	}
 	return []Check{c}
 }
@@ -199,7 +199,7 @@ func serverNames(names []string) string {
 		}
 		return "GPU server " + quoted[0]
 	}
-	return joinAnd(quoted)
+	return JoinAnd(quoted)
 }
 
 // deadlineText: "14:30 UTC", or "14:30 UTC on 24 Nov" when the deadline is on another day than now.

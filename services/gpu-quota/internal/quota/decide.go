@@ -370,17 +370,17 @@ func (s situation) overMessage(c Check, held []gpu.Allocation, k gpu.Kind) strin
 		if k != "" {
 			other = "another kind of GPU or a CPU-only profile"
 		}
-		return fmt.Sprintf("This server asks for %s, but %s may not use %s. Pick %s.", askedText, who(c.From), what, other)
+		return fmt.Sprintf("This server asks for %s, but %s may not use %s. Pick %s.", askedText, Who(c.From), what, other)
 	case c.Requested > c.Limit+tolerance:
 		return fmt.Sprintf("This server asks for %s, but %s may use at most %s at a time. Pick a smaller GPU profile or a CPU-only one.",
-			askedText, who(c.From), limitText)
+			askedText, Who(c.From), limitText)
 	case c.Held >= c.Limit-tolerance:
 		return fmt.Sprintf("You already use %s (%s); %s may use at most %s at a time. %s or pick a CPU-only profile.",
-			gpu.Amount(c.Held), gpu.JoinUnits(held), who(c.From), limitText, stopOther(s.u.Servers))
+			gpu.Amount(c.Held), gpu.JoinUnits(held), Who(c.From), limitText, stopOther(s.u.Servers))
 	}
 	return fmt.Sprintf("You already use %s (%s) and this server asks for another %s; %s may use at most %s at a time. "+
 		"%s, or pick a smaller GPU profile (up to %s) or a CPU-only one.",
-		gpu.Amount(c.Held), gpu.JoinUnits(held), gpu.Amount(c.Requested), who(c.From), limitText,
+		gpu.Amount(c.Held), gpu.JoinUnits(held), gpu.Amount(c.Requested), Who(c.From), limitText,
 		stopOther(s.u.Servers), gpu.Amount(c.Limit-c.Held))
 }
 
@@ -410,7 +410,7 @@ func (s situation) say(c Check) string {
 	switch c.Reason {
 	case ReasonKindNotAllowed:
 		msg := fmt.Sprintf("This server asks for %s, but %s may not use %s.",
-			gpu.JoinUnits(ofKind(s.r.Allocations, c.Kind)), who(c.From), c.Kind.Plural())
+			gpu.JoinUnits(ofKind(s.r.Allocations, c.Kind)), Who(c.From), c.Kind.Plural())
 		allowed := s.eff.AllowedKinds.Value
 		if len(allowed) == 0 {
 			return msg + " Pick a CPU-only profile."
@@ -427,7 +427,7 @@ func (s situation) say(c Check) string {
 		last, per := windowWords(c.Window)
 		if c.Budget == 0 {
 			return fmt.Sprintf("This server needs GPU time, but %s %s a budget of 0 GPU-hours %s. Pick a CPU-only profile.",
-				who(c.From), have(c.From), per)
+				Who(c.From), have(c.From), per)
 		}
 		unit := "GPU-hours"
 		if hoursText(c.Used) == "1" {
@@ -438,28 +438,28 @@ func (s situation) say(c Check) string {
 		}
 		return fmt.Sprintf("You have used %s %s in %s; %s may use %s %s. "+
 			"GPU servers can start again as your older use leaves that window; until then, pick a CPU-only profile.",
-			hoursText(c.Used), unit, last, who(c.From), hoursText(c.Budget), per)
+			hoursText(c.Used), unit, last, Who(c.From), hoursText(c.Budget), per)
 	case ReasonMaxGPUs:
 		return s.overMessage(c, s.u.Held, "")
 	case ReasonMaxGPUsPerKind:
 		return s.overMessage(c, ofKind(s.u.Held, c.Kind), c.Kind)
 	case ReasonMaxServers:
 		if c.Limit < 1 {
-			return fmt.Sprintf("This server needs a GPU, but %s may not run GPU servers. Pick a CPU-only profile.", who(c.From))
+			return fmt.Sprintf("This server needs a GPU, but %s may not run GPU servers. Pick a CPU-only profile.", Who(c.From))
 		}
 		return fmt.Sprintf("You already run %s; %s may run at most %s at a time. %s or pick a CPU-only profile.",
-			servers(s.u.Servers), who(c.From), servers(int(c.Limit)), stopOther(s.u.Servers))
+			GPUServers(s.u.Servers), Who(c.From), GPUServers(int(c.Limit)), stopOther(s.u.Servers))
 	}
 	return ""
 }
 
-// who names whom a limit is for, as the subject of "... may use at most": "you", "students", "each user".
-func who(s Source) string {
+// Who names whom a limit is for, as the subject of "... may use at most": "you", "students", "each user".
+func Who(s Source) string {
 	switch s.Level {
 	case FromUser:
 		return "you"
 	case FromGroup:
-		return joinAnd(s.Names)
+		return JoinAnd(s.Names)
 	}
 	return "each user"
 }
@@ -478,7 +478,8 @@ func stopOther(servers int) string {
 	return "Stop your other GPU server"
 }
 
-func servers(n int) string {
+// GPUServers counts GPU servers in words: "1 GPU server", "3 GPU servers".
+func GPUServers(n int) string {
 	if n == 1 {
 		return "1 GPU server"
 	}

@@ -38,7 +38,7 @@ func (s Source) String() string {
 		if len(s.Names) == 1 {
 			return "group " + s.Names[0]
 		}
-		return "groups " + joinAnd(s.Names)
+		return "groups " + JoinAnd(s.Names)
 	case FromDefault:
 		return "default"
 	}
@@ -351,7 +351,8 @@ func (e Effective) appendWindows(out []time.Duration) []time.Duration {
 	return out
 }
 
-func joinAnd(items []string) string {
+// JoinAnd joins items as a sentence does: "a", "a and b", "a, b and c".
+func JoinAnd(items []string) string {
 	switch len(items) {
 	case 0:
 		return ""

@@ -185,7 +185,7 @@ func serverLimit(l Limit) string {
 	if l.IsUnlimited() {
 		return "unlimited"
 	}
-	return servers(int(l))
+	return GPUServers(int(l))
 }
 
 func limitText(l Limit, format func(float64) string) string {
@@ -206,7 +206,7 @@ func kindsText(ks []gpu.Kind) string {
 	for i, k := range ks {
 		plurals[i] = k.Plural()
 	}
-	return joinAnd(plurals)
+	return JoinAnd(plurals)
 }
 
 func kindNames(ks []gpu.Kind) []string {
