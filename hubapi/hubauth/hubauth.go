@@ -127,6 +127,10 @@ var (
 	ErrNoToken = errors.New("no token")
 	// ErrInvalidToken means the Hub rejected the token.
 	ErrInvalidToken = errors.New("invalid token")
+	// ErrOtherUsersServer means the token is the page token of another user's server (JupyterHub gives the
+	// visitor of a server a token limited to that server, access:servers!server=<owner>/<name>): that server's
+	// owner can read it from their own page, so it must not act for its user here.
+	ErrOtherUsersServer = errors.New("the token was issued for another user's server")
 	// ErrHubUnavailable means the Hub could not be asked (outage, 5xx): not
 	// the caller's fault, and not cached.
 	ErrHubUnavailable = errors.New("hub unavailable")
@@ -217,16 +221,48 @@ func TokenFromRequest(r *http.Request) string {
 }
 
 // Authenticate validates the request's "Authorization: token X" or "Bearer X".
-// Errors: ErrNoToken, ErrInvalidToken, or one wrapping ErrHubUnavailable.
+// Errors: ErrNoToken, ErrInvalidToken, one wrapping ErrOtherUsersServer, or one wrapping ErrHubUnavailable.
 func (a *Authenticator) Authenticate(ctx context.Context, r *http.Request) (*Identity, error) {
 	return a.AuthenticateToken(ctx, TokenFromRequest(r))
 }
 
-// AuthenticateToken validates a token; see Authenticate.
+// AuthenticateToken validates a token; see Authenticate. A page token of another user's server is refused with
+// ErrOtherUsersServer.
 func (a *Authenticator) AuthenticateToken(ctx context.Context, tok string) (*Identity, error) {
 	id, err := a.authenticate(ctx, tok)
+	if err == nil {
+		if server := id.otherUsersServer(); server != "" {
+			id, err = nil, fmt.Errorf("%w %s", ErrOtherUsersServer, server)
+		}
+	}
 	a.metrics.results.WithLabelValues(resultLabel(err)).Inc()
 	return id, err
+}
+
+// otherUsersServer is the server ("bob/", "bob/gpu") a user's token is limited to when it is another user's: the
+// token reaches servers only through access:servers!server= scopes, none of them its user's. JupyterHub issues
+// such a token to whoever opens a server (a visit, a share, an admin helping) and puts it in that server's page,
+// where the server's owner can read it. "" for every other token: a user's own page token (its own server), an
+// API token (access:servers!user=<self>, or all servers for an admin), a token without server access (a
+// service's OAuth login), a service's token.
+func (i *Identity) otherUsersServer() string {
+	if i.Kind != "user" {
+		return ""
+	}
+	other := ""
+	for _, s := range i.Scopes {
+		switch {
+		case s == "access:servers" || s == "access:servers!user="+i.Name:
+			return ""
+		case strings.HasPrefix(s, "access:servers!server="):
+			server := strings.TrimPrefix(s, "access:servers!server=")
+			if owner, _, _ := strings.Cut(server, "/"); owner == i.Name {
+				return ""
+			}
+			other = server
+		}
+	}
+	return other
 }
 
 func (a *Authenticator) authenticate(ctx context.Context, tok string) (*Identity, error) {
@@ -366,6 +402,10 @@ func (a *Authenticator) Middleware(next http.Handler) http.Handler {
 		case errors.Is(err, ErrInvalidToken):
 			w.Header().Set("WWW-Authenticate", `token realm="jupyterhub"`)
 			writeError(w, http.StatusUnauthorized, "invalid token: the Hub does not know it (expired, revoked or mistyped); get a new one from the Hub")
+		case errors.Is(err, ErrOtherUsersServer):
+			writeError(w, http.StatusForbidden, "this token was issued for another user's server ("+
+				strings.TrimSpace(strings.TrimPrefix(err.Error(), ErrOtherUsersServer.Error()))+
+				"), whose owner can read it: open your own server to see your GPU use here, or use an API token of yours")
 		default:
 			w.Header().Set("Retry-After", "5")
 			writeError(w, http.StatusServiceUnavailable, "hub unavailable: the Hub cannot be asked who owns this token right now; try again in a few seconds")

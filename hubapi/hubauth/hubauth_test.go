@@ -515,7 +515,7 @@ func TestMetrics(t *testing.T) {
 		_, _ = a.AuthenticateToken(t.Context(), tok)
 	}
 	want := `
-# HELP gpuhub_hubauth_authentications_total Token authentications by result (ok, no_token, invalid, hub_unavailable).
+# HELP gpuhub_hubauth_authentications_total Token authentications by result (ok, no_token, invalid, other_users_server, hub_unavailable).
 # TYPE gpuhub_hubauth_authentications_total counter
 gpuhub_hubauth_authentications_total{result="hub_unavailable"} 1
 gpuhub_hubauth_authentications_total{result="invalid"} 2
@@ -536,5 +536,60 @@ gpuhub_hubauth_hub_lookups_total{result="rejected"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestOtherUsersServerToken: the page token JupyterHub gives the visitor of another user's server (limited to
+// access:servers!server=<owner>/<name>, readable by that server's owner) is refused with 403, whoever its user is
+// (an admin helping included); the user's own page token, API tokens and tokens without server access are not.
+func TestOtherUsersServerToken(t *testing.T) {
+	cases := map[string]struct {
+		user   *hubapi.User
+		status int
+		server string // named in the refusal
+	}{
+		"own server's page token": {
+			user: &hubapi.User{Kind: "user", Name: "alice", Scopes: []string{"access:servers!server=alice/"}}, status: 200},
+		"own named server's page token": {
+			user: &hubapi.User{Kind: "user", Name: "alice", Scopes: []string{"access:servers!server=alice/gpu", "access:services!service=gpu-usage"}}, status: 200},
+		"a visitor's page token on bob's server": {
+			user:   &hubapi.User{Kind: "user", Name: "carol", Scopes: []string{"access:servers!server=bob/"}},
+			status: 403, server: "bob/"},
+		"an admin's page token on bob's named server": {
+			user:   &hubapi.User{Kind: "user", Name: "root", Admin: true, Scopes: []string{"access:servers!server=bob/gpu", "access:services!service=gpu-usage"}},
+			status: 403, server: "bob/gpu"},
+		"a look-alike name is another user": {
+			user:   &hubapi.User{Kind: "user", Name: "bo", Scopes: []string{"access:servers!server=bob/"}},
+			status: 403, server: "bob/"},
+		"an API token with a share of bob's server": {
+			user: &hubapi.User{Kind: "user", Name: "carol", Scopes: []string{"access:servers!server=bob/", "access:servers!user=carol", "read:users!user=carol"}}, status: 200},
+		"an admin's API token": {
+			user: &hubapi.User{Kind: "user", Name: "root", Admin: true, Scopes: []string{"access:servers", "access:servers!server=bob/", "admin:users"}}, status: 200},
+		"a token without server access (a service's OAuth login)": {
+			user: &hubapi.User{Kind: "user", Name: "carol", Scopes: []string{"access:services!service=gpu-usage"}}, status: 200},
+		"a service's token": {
+			user: &hubapi.User{Kind: "service", Name: "gpu-quota", Scopes: []string{"access:servers!server=bob/"}}, status: 200},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := newChecker()
+			f.set("secret-page-token", tc.user, nil)
+			a := hubauth.New(hubauth.Options{Hub: f})
+			h := a.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+			for range 2 { // the second from the cache
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req("secret-page-token"))
+				if rec.Code != tc.status {
+					t.Fatalf("status %d, want %d: %s", rec.Code, tc.status, rec.Body)
+				}
+				body := rec.Body.String()
+				if tc.status == 403 && !strings.Contains(body, "another user's server ("+tc.server+")") {
+					t.Errorf("refusal does not name the server %q: %s", tc.server, body)
+				}
+				if strings.Contains(body, "secret-page-token") {
+					t.Errorf("the answer holds the token: %s", body)
+				}
+			}
+		})
 	}
 }
