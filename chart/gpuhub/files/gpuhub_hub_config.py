@@ -9,8 +9,8 @@
 #   gpu-profiles  profile_list asks api/v1/profiles (cached a few seconds; the admin's static list with a note
 #                 when it does not answer) and api/v1/start before a start's pod exists; the spawn form below.
 #   gpu-culler    the home page says why the culler stopped a server (api/v1/stops/<user>).
-#   the panel     a user's server's tokens (JupyterLab's and $JUPYTERHUB_API_TOKEN) may reach gpu-usage, gpu-quota
-#                 and gpu-culler: they take a user's token only with access to them.
+#   the panel     the token JupyterLab gets from a user's server may reach gpu-usage, gpu-quota and gpu-culler
+#                 (KubeSpawner.oauth_client_allowed_scopes): they take a user's token only with access to them.
 #
 # Settings and defaults: chart/README.md ("Quota (gpu-quota)", "Spawn form from gpu-profiles", "Joining the
 # waitlist from the form", "Culling with gpu-culler"). Tests: e2e/hubint (glue_test.py against fake services,
@@ -847,38 +847,27 @@ def _gpuhub_culler_glue(c, kit, home):
 
 
 def _gpuhub_panel_scopes(c, kit):
-    """A user's server's tokens may reach gpu-usage, gpu-quota and gpu-culler, those the Hub knows: the one JupyterLab
-    gets (the GPU panel's, oauth_client_allowed_scopes) and $JUPYTERHUB_API_TOKEN (code in the server reading its
-    user's GPU use, server_token_scopes). The services take a user's token only when it grants access to them, as
-    JupyterHub's own service auth does; the Hub gives a token only what the user's role holds (the chart's z2jh
-    values grant the three). The admin's own lists or callables are kept; without one the server token keeps the
-    Hub's `server` role."""
+    """The token JupyterLab gets from a user's server (the GPU panel's) may reach gpu-usage, gpu-quota and
+    gpu-culler, those the Hub knows: the services take a user's token only when it grants access to them, as
+    JupyterHub's own service auth does (the user's role must hold the scopes too: the chart's z2jh values)."""
     import inspect
 
     wanted = {f"access:services!service={n}" for n in ("gpu-usage", "gpu-quota", "gpu-culler") if kit.service(n)}
     if not wanted:
         return
+    spawner = next((s for s in (c.KubeSpawner, c.Spawner) if "oauth_client_allowed_scopes" in s), None)
+    own = spawner.oauth_client_allowed_scopes if spawner is not None else []  # the admin's, kept
+    if callable(own):  # JupyterHub calls it with the spawner and awaits what it returns
 
-    def server_role(spawner):
-        from jupyterhub import orm
+        async def allowed(spawner):
+            scopes = own(spawner)
+            if inspect.isawaitable(scopes):
+                scopes = await scopes
+            return sorted(set(scopes or []) | wanted)
 
-        role = orm.Role.find(spawner.user.db, "server")
-        return role.scopes if role is not None else []
-
-    for trait, default in (("oauth_client_allowed_scopes", None), ("server_token_scopes", server_role)):
-        spawner = next((s for s in (c.KubeSpawner, c.Spawner) if trait in s), None)
-        own = getattr(spawner, trait) if spawner is not None else default  # the admin's, kept
-        if callable(own):  # JupyterHub calls it with the spawner and awaits what it returns
-
-            async def scopes(spawner, own=own):
-                got = own(spawner)
-                if inspect.isawaitable(got):
-                    got = await got
-                return sorted(set(got or []) | wanted)
-
-            setattr(c.KubeSpawner, trait, scopes)
-        else:
-            setattr(c.KubeSpawner, trait, sorted(set(own or []) | wanted))
+        c.KubeSpawner.oauth_client_allowed_scopes = allowed
+    else:
+        c.KubeSpawner.oauth_client_allowed_scopes = sorted(set(own or []) | wanted)
 
 
 # The home page with gpu-culler's "why" above the Hub's own content. "templates/home.html" is the Hub's own template

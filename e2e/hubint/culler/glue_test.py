@@ -123,34 +123,22 @@ class CullerGlueTest(unittest.TestCase):
 
 
 class PanelScopesTest(unittest.TestCase):
-    """A user's server's tokens (JupyterLab's, and $JUPYTERHUB_API_TOKEN) may reach the gpuhub services the Hub
-    knows (the services take a user's token only with access to them); the admin's own lists are kept, and the
-    server token keeps the Hub's server role without one."""
+    """The token JupyterLab gets from a user's server may reach the gpuhub services the Hub knows (the services
+    take a user's token only with access to them); the admin's own allowed scopes are kept."""
 
     def test_services_the_hub_knows(self):
         svcs = [{"name": n, "url": "http://127.0.0.1:1/", "api_token": "t"} for n in ("gpu-usage", "gpu-culler", "other")]
         c = exec_glue(lambda c: setattr(c.JupyterHub, "services", svcs))
-        want = ["access:services!service=gpu-culler", "access:services!service=gpu-usage"]
-        self.assertEqual(c.KubeSpawner.oauth_client_allowed_scopes, want)
-        # The server token: the Hub's server role (read from its database at spawn), plus the services.
-        role = SimpleNamespace(scopes=["users:activity!user", "access:servers!server"])
-        spawner = SimpleNamespace(user=SimpleNamespace(db="the-db"))
-        from jupyterhub import orm
+        self.assertEqual(c.KubeSpawner.oauth_client_allowed_scopes,
+                         ["access:services!service=gpu-culler", "access:services!service=gpu-usage"])
 
-        find, orm.Role.find = orm.Role.find, lambda db, name: role if (db, name) == ("the-db", "server") else None
-        self.addCleanup(setattr, orm.Role, "find", find)
-        got = asyncio.run(c.KubeSpawner.server_token_scopes(spawner))
-        self.assertEqual(got, ["access:servers!server", *want, "users:activity!user"])
-
-    def test_admins_lists_kept(self):
+    def test_admins_list_kept(self):
         def configure(c):
             c.JupyterHub.services = [{"name": "gpu-usage", "url": "http://127.0.0.1:1/", "api_token": "t"}]
             c.Spawner.oauth_client_allowed_scopes = ["read:users!user=x"]
-            c.KubeSpawner.server_token_scopes = ["users:activity!user"]
 
         c = exec_glue(configure)
         self.assertEqual(c.KubeSpawner.oauth_client_allowed_scopes, ["access:services!service=gpu-usage", "read:users!user=x"])
-        self.assertEqual(c.KubeSpawner.server_token_scopes, ["access:services!service=gpu-usage", "users:activity!user"])
 
     def test_admins_callable_kept(self):
         async def own(spawner):
@@ -164,10 +152,9 @@ class PanelScopesTest(unittest.TestCase):
         got = asyncio.run(c.KubeSpawner.oauth_client_allowed_scopes("alice"))
         self.assertEqual(got, ["access:services!service=gpu-quota", "custom:alice"])
 
-    def test_none_known_leaves_them(self):
+    def test_none_known_leaves_it(self):
         c = exec_glue()
         self.assertNotIn("oauth_client_allowed_scopes", c.KubeSpawner)
-        self.assertNotIn("server_token_scopes", c.KubeSpawner)
 
 
 if __name__ == "__main__":
