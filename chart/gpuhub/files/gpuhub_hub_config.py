@@ -9,8 +9,6 @@
 #   gpu-profiles  profile_list asks api/v1/profiles (cached a few seconds; the admin's static list with a note
 #                 when it does not answer) and api/v1/start before a start's pod exists; the spawn form below.
 #   gpu-culler    the home page says why the culler stopped a server (api/v1/stops/<user>).
-#   the panel     the token JupyterLab gets from a user's server may reach gpu-usage, gpu-quota and gpu-culler
-#                 (KubeSpawner.oauth_client_allowed_scopes): they take a user's token only with access to them.
 #
 # Settings and defaults: chart/README.md ("Quota (gpu-quota)", "Spawn form from gpu-profiles", "Joining the
 # waitlist from the form", "Culling with gpu-culler"). Tests: e2e/hubint (glue_test.py against fake services,
@@ -846,30 +844,6 @@ def _gpuhub_culler_glue(c, kit, home):
     c.JupyterHub.template_vars = dict(c.JupyterHub.template_vars if "template_vars" in c.JupyterHub else {}, gpuhub_culler_stop=gpuhub_culler_stop)
 
 
-def _gpuhub_panel_scopes(c, kit):
-    """The token JupyterLab gets from a user's server (the GPU panel's) may reach gpu-usage, gpu-quota and
-    gpu-culler, those the Hub knows: the services take a user's token only when it grants access to them, as
-    JupyterHub's own service auth does (the user's role must hold the scopes too: the chart's z2jh values)."""
-    import inspect
-
-    wanted = {f"access:services!service={n}" for n in ("gpu-usage", "gpu-quota", "gpu-culler") if kit.service(n)}
-    if not wanted:
-        return
-    spawner = next((s for s in (c.KubeSpawner, c.Spawner) if "oauth_client_allowed_scopes" in s), None)
-    own = spawner.oauth_client_allowed_scopes if spawner is not None else []  # the admin's, kept
-    if callable(own):  # JupyterHub calls it with the spawner and awaits what it returns
-
-        async def allowed(spawner):
-            scopes = own(spawner)
-            if inspect.isawaitable(scopes):
-                scopes = await scopes
-            return sorted(set(scopes or []) | wanted)
-
-        c.KubeSpawner.oauth_client_allowed_scopes = allowed
-    else:
-        c.KubeSpawner.oauth_client_allowed_scopes = sorted(set(own or []) | wanted)
-
-
 # The home page with gpu-culler's "why" above the Hub's own content. "templates/home.html" is the Hub's own template
 # (its loader serves the built-in ones under that prefix) in JupyterHub 5.5 and 6.x. Jinja runs in async mode there,
 # so the call below is awaited; the Hub's environment escapes the message and the server name.
@@ -891,4 +865,3 @@ CULLER_HOME = """{% extends "templates/home.html" %}
 _gpuhub = _gpuhub_kit(c)  # noqa: F821 (c is the Hub's config, as in every jupyterhub_config.py snippet)
 _gpuhub_profiles_glue(c, _gpuhub, _gpuhub_quota_glue(c, _gpuhub), PROFILE_FORM)  # noqa: F821
 _gpuhub_culler_glue(c, _gpuhub, CULLER_HOME)  # noqa: F821
-_gpuhub_panel_scopes(c, _gpuhub)  # noqa: F821

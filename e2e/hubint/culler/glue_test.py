@@ -122,40 +122,5 @@ class CullerGlueTest(unittest.TestCase):
         self.assertNotIn(TOKEN, "\n".join(logs.output))
 
 
-class PanelScopesTest(unittest.TestCase):
-    """The token JupyterLab gets from a user's server may reach the gpuhub services the Hub knows (the services
-    take a user's token only with access to them); the admin's own allowed scopes are kept."""
-
-    def test_services_the_hub_knows(self):
-        svcs = [{"name": n, "url": "http://127.0.0.1:1/", "api_token": "t"} for n in ("gpu-usage", "gpu-culler", "other")]
-        c = exec_glue(lambda c: setattr(c.JupyterHub, "services", svcs))
-        self.assertEqual(c.KubeSpawner.oauth_client_allowed_scopes,
-                         ["access:services!service=gpu-culler", "access:services!service=gpu-usage"])
-
-    def test_admins_list_kept(self):
-        def configure(c):
-            c.JupyterHub.services = [{"name": "gpu-usage", "url": "http://127.0.0.1:1/", "api_token": "t"}]
-            c.Spawner.oauth_client_allowed_scopes = ["read:users!user=x"]
-
-        c = exec_glue(configure)
-        self.assertEqual(c.KubeSpawner.oauth_client_allowed_scopes, ["access:services!service=gpu-usage", "read:users!user=x"])
-
-    def test_admins_callable_kept(self):
-        async def own(spawner):
-            return ["custom:" + spawner]
-
-        def configure(c):
-            c.JupyterHub.services = [{"name": "gpu-quota", "url": "http://127.0.0.1:1/", "api_token": "t"}]
-            c.KubeSpawner.oauth_client_allowed_scopes = own
-
-        c = exec_glue(configure)
-        got = asyncio.run(c.KubeSpawner.oauth_client_allowed_scopes("alice"))
-        self.assertEqual(got, ["access:services!service=gpu-quota", "custom:alice"])
-
-    def test_none_known_leaves_it(self):
-        c = exec_glue()
-        self.assertNotIn("oauth_client_allowed_scopes", c.KubeSpawner)
-
-
 if __name__ == "__main__":
     unittest.main()
