@@ -117,11 +117,6 @@ type Options struct {
 	Logger        *slog.Logger
 	// AdminGroups makes members of these Hub groups admins (IsAdmin, CanReadUser).
 	AdminGroups []string
-	// Service is the Hub service these requests are for (JUPYTERHUB_SERVICE_NAME). When set, a user's token must
-	// grant access to it (access:services, or access:services!service=<Service>), as JupyterHub's own HubAuth
-	// requires: a token the user gave another service or a server (limited to that) is refused with
-	// ErrNoServiceAccess. Service tokens are authorized by name by each service.
-	Service string
 	// Registerer, when set, gets gpuhub_hubauth_* metrics (results, cache
 	// hits, Hub lookups, cache size).
 	Registerer prometheus.Registerer
@@ -136,8 +131,6 @@ var (
 	// visitor of a server a token limited to that server, access:servers!server=<owner>/<name>): that server's
 	// owner can read it from their own page, so it must not act for its user here.
 	ErrOtherUsersServer = errors.New("the token was issued for another user's server")
-	// ErrNoServiceAccess means a user's token does not grant access to this service (Options.Service).
-	ErrNoServiceAccess = errors.New("the token does not grant access to this service")
 	// ErrHubUnavailable means the Hub could not be asked (outage, 5xx): not
 	// the caller's fault, and not cached.
 	ErrHubUnavailable = errors.New("hub unavailable")
@@ -154,7 +147,6 @@ type Authenticator struct {
 	now           func() time.Time
 	log           *slog.Logger
 	adminGroups   []string
-	service       string
 	metrics       *metrics
 
 	mu       sync.Mutex
@@ -186,7 +178,6 @@ func New(opts Options) *Authenticator {
 		now:           opts.Clock,
 		log:           opts.Logger,
 		adminGroups:   slices.Clone(opts.AdminGroups),
-		service:       opts.Service,
 		metrics:       newMetrics(opts.Registerer),
 		entries:       map[[sha256.Size]byte]*list.Element{},
 		lru:           list.New(),
@@ -230,8 +221,7 @@ func TokenFromRequest(r *http.Request) string {
 }
 
 // Authenticate validates the request's "Authorization: token X" or "Bearer X".
-// Errors: ErrNoToken, ErrInvalidToken, ErrNoServiceAccess, one wrapping ErrOtherUsersServer, or one wrapping
-// ErrHubUnavailable.
+// Errors: ErrNoToken, ErrInvalidToken, one wrapping ErrOtherUsersServer, or one wrapping ErrHubUnavailable.
 func (a *Authenticator) Authenticate(ctx context.Context, r *http.Request) (*Identity, error) {
 	return a.AuthenticateToken(ctx, TokenFromRequest(r))
 }
@@ -243,17 +233,10 @@ func (a *Authenticator) AuthenticateToken(ctx context.Context, tok string) (*Ide
 	if err == nil {
 		if server := id.otherUsersServer(); server != "" {
 			id, err = nil, fmt.Errorf("%w %s", ErrOtherUsersServer, server)
-		} else if a.service != "" && id.Kind == "user" && !id.mayAccess(a.service) {
-			id, err = nil, ErrNoServiceAccess
 		}
 	}
 	a.metrics.results.WithLabelValues(resultLabel(err)).Inc()
 	return id, err
-}
-
-// mayAccess reports whether the token's scopes grant access to the Hub service name.
-func (i *Identity) mayAccess(name string) bool {
-	return slices.Contains(i.Scopes, "access:services") || slices.Contains(i.Scopes, "access:services!service="+name)
 }
 
 // otherUsersServer is the server ("bob/", "bob/gpu") a user's token is limited to when it is another user's: the
@@ -419,10 +402,6 @@ func (a *Authenticator) Middleware(next http.Handler) http.Handler {
 		case errors.Is(err, ErrInvalidToken):
 			w.Header().Set("WWW-Authenticate", `token realm="jupyterhub"`)
 			writeError(w, http.StatusUnauthorized, "invalid token: the Hub does not know it (expired, revoked or mistyped); get a new one from the Hub")
-		case errors.Is(err, ErrNoServiceAccess):
-			writeError(w, http.StatusForbidden, "this token does not grant access to the "+a.service+" service (access:services!service="+
-				a.service+"): your Hub role must hold it (the chart's z2jh values give it to every user), and a token "+
-				"made for another service or limited to a server does not carry it; use your own server's page or an API token of yours")
 		case errors.Is(err, ErrOtherUsersServer):
 			writeError(w, http.StatusForbidden, "this token was issued for another user's server ("+
 				strings.TrimSpace(strings.TrimPrefix(err.Error(), ErrOtherUsersServer.Error()))+
