@@ -15,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
@@ -48,14 +49,7 @@ func TestRenderedCurrent(t *testing.T) {
 // TestInstall applies a helm template output of chart/gpuhub (testdata/rendered.yaml, rendered with
 // the values Chart.Render passes) to a fake clientset: only what the local cluster runs is created.
 func TestInstall(t *testing.T) {
-	data, err := os.ReadFile("testdata/rendered.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := decode(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := renderedObjects(t)
 	c := fake.NewClientset()
 	in, err := Install(context.Background(), c, "jhub", objs)
 	if err != nil {
@@ -122,14 +116,7 @@ func TestInstall(t *testing.T) {
 // TestInstallPodNamespace: with the single-user pods in another namespace, the usage API's pod Role is
 // created there too, and Uninstall removes it (deleting the release namespace does not).
 func TestInstallPodNamespace(t *testing.T) {
-	data, err := os.ReadFile("testdata/rendered.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := decode(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := renderedObjects(t)
 	for _, o := range objs {
 		switch o := o.(type) {
 		case *rbacv1.Role:
@@ -172,14 +159,7 @@ func TestEscapeKey(t *testing.T) {
 
 // TestInstallRBAC: only identities and rights, no workload.
 func TestInstallRBAC(t *testing.T) {
-	data, err := os.ReadFile("testdata/rendered.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := Decode(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := renderedObjects(t)
 	c := fake.NewClientset()
 	in, err := InstallRBAC(context.Background(), c, "jhub", objs)
 	if err != nil {
@@ -324,14 +304,7 @@ func TestUsageReaders(t *testing.T) {
 	}
 
 	// With every service, as the chart renders them (testdata/rendered.yaml: gpu-quota, gpu-profiles, gpu-culler).
-	data, err := os.ReadFile("testdata/rendered.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := decode(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := renderedObjects(t)
 	var chart []string
 	for _, o := range objs {
 		if d, ok := o.(*appsv1.Deployment); ok && d.Name == "gpuhub-usage" {
@@ -343,4 +316,18 @@ func TestUsageReaders(t *testing.T) {
 	if d := cmp.Diff(chart, readerArgs(u.Spec().Args)); d != "" {
 		t.Errorf("the local usage API's readers with every service (-chart +local):\n%s", d)
 	}
+}
+
+// renderedObjects decodes testdata/rendered.yaml, the chart as helm renders it (TestRenderedCurrent keeps it current).
+func renderedObjects(t *testing.T) []runtime.Object {
+	t.Helper()
+	data, err := os.ReadFile("testdata/rendered.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
 }
