@@ -117,6 +117,11 @@ type Options struct {
 	Logger        *slog.Logger
 	// AdminGroups makes members of these Hub groups admins (IsAdmin, CanReadUser).
 	AdminGroups []string
+	// Service is the Hub service these requests are for (JUPYTERHUB_SERVICE_NAME). When set, a user's token must
+	// grant access to it (access:services, or access:services!service=<Service>), as JupyterHub's own HubAuth
+	// requires, or be one of the user's own server's tokens: a token the user gave another service (its OAuth
+	// login) is refused with ErrNoServiceAccess. Service tokens are authorized by name by each service.
+	Service string
 	// Registerer, when set, gets gpuhub_hubauth_* metrics (results, cache
 	// hits, Hub lookups, cache size).
 	Registerer prometheus.Registerer
@@ -131,6 +136,8 @@ var (
 	// visitor of a server a token limited to that server, access:servers!server=<owner>/<name>): that server's
 	// owner can read it from their own page, so it must not act for its user here.
 	ErrOtherUsersServer = errors.New("the token was issued for another user's server")
+	// ErrNoServiceAccess means a user's token does not grant access to this service (Options.Service).
+	ErrNoServiceAccess = errors.New("the token does not grant access to this service")
 	// ErrHubUnavailable means the Hub could not be asked (outage, 5xx): not
 	// the caller's fault, and not cached.
 	ErrHubUnavailable = errors.New("hub unavailable")
@@ -147,6 +154,7 @@ type Authenticator struct {
 	now           func() time.Time
 	log           *slog.Logger
 	adminGroups   []string
+	service       string
 	metrics       *metrics
 
 	mu       sync.Mutex
@@ -178,6 +186,7 @@ func New(opts Options) *Authenticator {
 		now:           opts.Clock,
 		log:           opts.Logger,
 		adminGroups:   slices.Clone(opts.AdminGroups),
+		service:       opts.Service,
 		metrics:       newMetrics(opts.Registerer),
 		entries:       map[[sha256.Size]byte]*list.Element{},
 		lru:           list.New(),
@@ -221,7 +230,8 @@ func TokenFromRequest(r *http.Request) string {
 }
 
 // Authenticate validates the request's "Authorization: token X" or "Bearer X".
-// Errors: ErrNoToken, ErrInvalidToken, one wrapping ErrOtherUsersServer, or one wrapping ErrHubUnavailable.
+// Errors: ErrNoToken, ErrInvalidToken, ErrNoServiceAccess, one wrapping ErrOtherUsersServer, or one wrapping
+// ErrHubUnavailable.
 func (a *Authenticator) Authenticate(ctx context.Context, r *http.Request) (*Identity, error) {
 	return a.AuthenticateToken(ctx, TokenFromRequest(r))
 }
@@ -233,10 +243,32 @@ func (a *Authenticator) AuthenticateToken(ctx context.Context, tok string) (*Ide
 	if err == nil {
 		if server := id.otherUsersServer(); server != "" {
 			id, err = nil, fmt.Errorf("%w %s", ErrOtherUsersServer, server)
+		} else if a.service != "" && id.Kind == "user" && !id.mayAccess(a.service) && !id.ownServerToken() {
+			id, err = nil, ErrNoServiceAccess
 		}
 	}
 	a.metrics.results.WithLabelValues(resultLabel(err)).Inc()
 	return id, err
+}
+
+// ownServerToken reports whether the token is one of the user's own server's (access:servers!server=<self>/...):
+// the page token JupyterLab gets (the GPU panel's) or $JUPYTERHUB_API_TOKEN. JupyterHub gives them no access to
+// services unless the admin allows it, and a server started before gpuhub was installed keeps the ones it got;
+// they are the user's own, held by the user's own server, so they are taken like the user's API tokens.
+func (i *Identity) ownServerToken() bool {
+	for _, s := range i.Scopes {
+		if rest, ok := strings.CutPrefix(s, "access:servers!server="); ok {
+			if owner, _, _ := strings.Cut(rest, "/"); owner == i.Name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// mayAccess reports whether the token's scopes grant access to the Hub service name.
+func (i *Identity) mayAccess(name string) bool {
+	return slices.Contains(i.Scopes, "access:services") || slices.Contains(i.Scopes, "access:services!service="+name)
 }
 
 // otherUsersServer is the server ("bob/", "bob/gpu") a user's token is limited to when it is another user's: the
@@ -402,6 +434,10 @@ func (a *Authenticator) Middleware(next http.Handler) http.Handler {
 		case errors.Is(err, ErrInvalidToken):
 			w.Header().Set("WWW-Authenticate", `token realm="jupyterhub"`)
 			writeError(w, http.StatusUnauthorized, "invalid token: the Hub does not know it (expired, revoked or mistyped); get a new one from the Hub")
+		case errors.Is(err, ErrNoServiceAccess):
+			writeError(w, http.StatusForbidden, "this token does not grant access to the "+a.service+" service (access:services!service="+
+				a.service+"): a token made for another service does not carry it; use your own server's page or an API "+
+				"token of yours (your Hub role must hold the scope: the chart's z2jh values give it to every user)")
 		case errors.Is(err, ErrOtherUsersServer):
 			writeError(w, http.StatusForbidden, "this token was issued for another user's server ("+
 				strings.TrimSpace(strings.TrimPrefix(err.Error(), ErrOtherUsersServer.Error()))+

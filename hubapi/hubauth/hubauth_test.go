@@ -515,7 +515,7 @@ func TestMetrics(t *testing.T) {
 		_, _ = a.AuthenticateToken(t.Context(), tok)
 	}
 	want := `
-# HELP gpuhub_hubauth_authentications_total Token authentications by result (ok, no_token, invalid, other_users_server, hub_unavailable).
+# HELP gpuhub_hubauth_authentications_total Token authentications by result (ok, no_token, invalid, no_service_access, other_users_server, hub_unavailable).
 # TYPE gpuhub_hubauth_authentications_total counter
 gpuhub_hubauth_authentications_total{result="hub_unavailable"} 1
 gpuhub_hubauth_authentications_total{result="invalid"} 2
@@ -589,6 +589,58 @@ func TestOtherUsersServerToken(t *testing.T) {
 				if strings.Contains(body, "secret-page-token") {
 					t.Errorf("the answer holds the token: %s", body)
 				}
+			}
+		})
+	}
+}
+
+// TestServiceAccess: with Options.Service, a user's token must grant access to that service, as JupyterHub's
+// HubAuth requires, or be one of the user's own server's tokens: a token limited to another service is refused
+// with 403 saying which scope; a service's token is authorized by name later, not here.
+func TestServiceAccess(t *testing.T) {
+	cases := map[string]struct {
+		user   *hubapi.User
+		status int
+	}{
+		"a user's API token (the user role grants it)": {
+			user: &hubapi.User{Kind: "user", Name: "alice", Scopes: []string{"access:servers!user=alice", "access:services!service=gpu-usage"}}, status: 200},
+		"an admin's API token (every service)": {
+			user: &hubapi.User{Kind: "user", Name: "root", Admin: true, Scopes: []string{"access:servers", "access:services", "admin:users"}}, status: 200},
+		"the page token of the user's own server, with the glue's allowed scopes": {
+			user: &hubapi.User{Kind: "user", Name: "alice", Scopes: []string{"access:servers!server=alice/", "access:services!service=gpu-usage"}}, status: 200},
+		"this service's own OAuth login": {
+			user: &hubapi.User{Kind: "user", Name: "alice", Scopes: []string{"access:services!service=gpu-usage"}}, status: 200},
+		"the page token of the user's own server, without the scope (JupyterHub's default)": {
+			user: &hubapi.User{Kind: "user", Name: "alice", Scopes: []string{"access:servers!server=alice/"}}, status: 200},
+		"the server token of the user's own named server": {
+			user: &hubapi.User{Kind: "user", Name: "alice", Scopes: []string{"access:servers!server=alice/gpu", "users:activity!user=alice"}}, status: 200},
+		"a token the user gave another service": {
+			user: &hubapi.User{Kind: "user", Name: "carol", Scopes: []string{"access:services!service=grader"}}, status: 403},
+		"an admin's token given to another service": {
+			user: &hubapi.User{Kind: "user", Name: "root", Admin: true, Scopes: []string{"access:services!service=grader"}}, status: 403},
+		"a token with only a user filter": {
+			user: &hubapi.User{Kind: "user", Name: "alice", Scopes: []string{"read:users!user=alice"}}, status: 403},
+		"a service's token": {
+			user: &hubapi.User{Kind: "service", Name: "gpu-quota", Scopes: []string{"read:users"}}, status: 200},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := newChecker()
+			f.set("tok", tc.user, nil)
+			a := hubauth.New(hubauth.Options{Hub: f, Service: "gpu-usage"})
+			rec := httptest.NewRecorder()
+			a.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})).ServeHTTP(rec, req("tok"))
+			if rec.Code != tc.status {
+				t.Fatalf("status %d, want %d: %s", rec.Code, tc.status, rec.Body)
+			}
+			if tc.status == 403 && !strings.Contains(rec.Body.String(), "access:services!service=gpu-usage") {
+				t.Errorf("the refusal does not name the scope: %s", rec.Body)
+			}
+			// Without Service nothing is checked (unit tests, a service that names none).
+			rec = httptest.NewRecorder()
+			hubauth.New(hubauth.Options{Hub: f}).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})).ServeHTTP(rec, req("tok"))
+			if rec.Code != 200 {
+				t.Errorf("without Service: status %d", rec.Code)
 			}
 		})
 	}

@@ -7,7 +7,7 @@ import (
 )
 
 type metrics struct {
-	results   *prometheus.CounterVec // result: ok, no_token, invalid, other_users_server, hub_unavailable
+	results   *prometheus.CounterVec // result: ok, no_token, invalid, no_service_access, other_users_server, hub_unavailable
 	cacheHits *prometheus.CounterVec // kind: positive, negative
 	lookups   *prometheus.CounterVec // result: ok, rejected, error
 	entries   prometheus.Gauge
@@ -17,7 +17,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "gpuhub", Subsystem: "hubauth", Name: "authentications_total",
-			Help: "Token authentications by result (ok, no_token, invalid, other_users_server, hub_unavailable).",
+			Help: "Token authentications by result (ok, no_token, invalid, no_service_access, other_users_server, hub_unavailable).",
 		}, []string{"result"}),
 		cacheHits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "gpuhub", Subsystem: "hubauth", Name: "cache_hits_total",
@@ -62,6 +62,8 @@ func resultLabel(err error) string {
 		return "no_token"
 	case errors.Is(err, ErrInvalidToken):
 		return "invalid"
+	case errors.Is(err, ErrNoServiceAccess):
+		return "no_service_access"
 	case errors.Is(err, ErrOtherUsersServer):
 		return "other_users_server"
 	default:

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpuhub/gpuhub/hubapi"
 	"github.com/gpuhub/gpuhub/hubapi/hubauth"
+	"github.com/gpuhub/gpuhub/services/internal/config"
 	"github.com/gpuhub/gpuhub/services/internal/kube"
 )
 
@@ -67,7 +68,9 @@ func NewClients(o Options) (Clients, error) {
 		return Clients{}, fmt.Errorf("kubernetes client: %w", err)
 	}
 	if !o.WithoutHub {
-		cl.Auth = hubauth.New(hubauth.Options{Hub: cl.Hub, Logger: o.Logger, AdminGroups: o.AdminGroups, Registerer: cl.Registry})
+		// Service: a user's token must grant access to this Hub service, as JupyterHub's HubAuth requires.
+		cl.Auth = hubauth.New(hubauth.Options{Hub: cl.Hub, Logger: o.Logger, AdminGroups: o.AdminGroups, Registerer: cl.Registry,
+			Service: os.Getenv(config.HubEnv.ServiceName)})
 	}
 	return cl, nil
 }
