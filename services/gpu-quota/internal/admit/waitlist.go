@@ -90,13 +90,22 @@ func (e *Engine) rememberServedLocked(en waitlist.Entry, now time.Time) {
 
 func (e *Engine) wlOn() bool { return e.o.Waitlist.Enabled }
 
-// LoadWaitlist installs the stored state (at start, before the waitlist answers).
-func (e *Engine) LoadWaitlist(st waitlist.State) {
+// LoadWaitlist installs the stored state (at start, before the waitlist answers). Entries saved before joins were
+// bounded whose UserOptions are over maxUserOptions keep their place without them and without AutoStart (the
+// user starts the server when it is held for them): they are returned, to be logged.
+func (e *Engine) LoadWaitlist(st waitlist.State) (trimmed []waitlist.Entry) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	for i, en := range st.Entries {
+		if UserOptionsError(en.UserOptions) != nil {
+			st.Entries[i].UserOptions, st.Entries[i].AutoStart = nil, false
+			trimmed = append(trimmed, en)
+		}
+	}
 	e.wl.st = st
 	e.wl.ready = true
 	e.wl.gen++
+	return trimmed
 }
 
 // WaitlistSnapshot is the state to save and its generation.

@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/waitlist"
 )
 
 // TestWaitlistHoldsWithinQuota: a user waiting with several servers gets a unit held only as far as their quota
@@ -195,5 +197,28 @@ func TestWaitlistUserOptionsBound(t *testing.T) {
 	}
 	if res := r.admit(t, spawn); !res.Allow {
 		t.Errorf("spawn with 9 KiB of options and a free H100: %s %s", res.Reason, res.Message)
+	}
+}
+
+// TestLoadWaitlistTrimsLargeOptions: an entry saved before joins were bounded, whose spawn options are over what the
+// waitlist keeps, keeps its place without them and without auto-start; the others load as they were.
+func TestLoadWaitlistTrimsLargeOptions(t *testing.T) {
+	r := newWaitRig(t, &decayedTable{m: map[string]map[string]float64{}})
+	small := map[string]any{"profile": "h100"}
+	large := map[string]any{"profile": "h100", "pad": strings.Repeat("x", maxUserOptions)}
+	trimmed := r.eng.LoadWaitlist(waitlist.State{Entries: []waitlist.Entry{
+		{User: "dave", Class: "h100", JoinedAt: t0, AutoStart: true, UserOptions: large},
+		{User: "frank", Class: "h100", JoinedAt: t0.Add(time.Second), AutoStart: true, UserOptions: small},
+	}})
+	if len(trimmed) != 1 || trimmed[0].User != "dave" {
+		t.Fatalf("trimmed %+v, want dave's entry", trimmed)
+	}
+	st, _, _ := r.eng.WaitlistSnapshot()
+	want := []waitlist.Entry{
+		{User: "dave", Class: "h100", JoinedAt: t0},
+		{User: "frank", Class: "h100", JoinedAt: t0.Add(time.Second), AutoStart: true, UserOptions: small},
+	}
+	if diff := cmp.Diff(want, st.Entries); diff != "" {
+		t.Errorf("loaded entries (-want +got):\n%s", diff)
 	}
 }

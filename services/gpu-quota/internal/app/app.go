@@ -280,6 +280,9 @@ func Run(ctx context.Context, o Options) error {
 		return nil
 	}
 	wl := &waitlister{o: o, store: o.WaitlistStore, log: decisions}
+	if wl.saveFailures, err = newSaveFailures(o.Registry); err != nil {
+		return err
+	}
 	eng, err = admit.New(admit.Options{
 		Waitlist: admit.WaitlistOptions{Enabled: o.Waitlist, Hold: o.WaitlistHold, Decayed: wl.decayedNow},
 		Policy:   pol.Current, Hours: s.usage, Directory: s.directory, Log: decisions,
@@ -458,7 +461,7 @@ func Run(ctx context.Context, o Options) error {
 			if o.Waitlist && el.IsLeader() {
 				// The next decider reads the queue from the store: it gets this one's last changes.
 				sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				wl.save(sctx)
+				wl.saveLast(sctx)
 				scancel()
 			}
 			elCancel()

@@ -2,13 +2,17 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuhub/gpuhub/hubapi"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/admit"
@@ -40,6 +44,35 @@ type waitlister struct {
 	saved   atomic.Uint64 // the engine's generation last saved
 	loadErr atomic.Pointer[error]
 	decayed atomic.Pointer[decayedAnswer]
+
+	// saveMu serializes saves (the loop's and the last one when leadership ends) and guards the backoff.
+	saveMu sync.Mutex
+	// failing counts the saves failed in a row; while it is not 0 the loop tries again only from retryAt (a
+	// usage API that is down, or refuses the state, is not asked four times a second with a warning each).
+	failing      int
+	retryAt      time.Time
+	saveFailures *prometheus.CounterVec
+}
+
+// Why a save failed (gpuhub_quota_waitlist_save_failures_total's reason).
+const (
+	saveTooLarge    = "too_large"   // 413: the state is over what the usage API takes
+	saveRefused     = "refused"     // another 4xx: gpu-quota's token or the usage API's configuration
+	saveConflict    = "conflict"    // someone else kept writing (a former leader)
+	saveUnavailable = "unavailable" // no answer, or a 5xx
+)
+
+func newSaveFailures(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "waitlist_save_failures_total",
+		Help: "Waitlist saves to the usage API that failed, by reason (too_large, refused, conflict, unavailable): changes " +
+			"not saved are lost to the next leader."}, []string{"reason"})
+	for _, r := range []string{saveTooLarge, saveRefused, saveConflict, saveUnavailable} {
+		c.WithLabelValues(r)
+	}
+	if reg == nil {
+		return c, nil
+	}
+	return c, reg.Register(c)
 }
 
 type decayedAnswer struct {
@@ -55,9 +88,15 @@ func (w *waitlister) load(ctx context.Context) bool {
 		st, v, err := w.store.Load(ctx)
 		if err == nil {
 			w.version.Store(v)
-			w.eng.LoadWaitlist(st)
-			_, gen, _ := w.eng.WaitlistSnapshot()
-			w.saved.Store(gen)
+			trimmed := w.eng.LoadWaitlist(st)
+			for _, en := range trimmed {
+				w.o.Logger.Warn("a stored waitlist entry's spawn options are over what the waitlist keeps (8 KiB; saved by an "+
+					"older gpu-quota): it keeps its place without them and without auto-start, so the user starts the server "+
+					"when a unit is held for them", "user", en.User, "server", en.Server, "class", en.Class)
+			}
+			if _, gen, _ := w.eng.WaitlistSnapshot(); len(trimmed) == 0 {
+				w.saved.Store(gen) // else saved at the next try, without the options
+			}
 			w.loadErr.Store(nil)
 			w.o.Logger.Info("waitlist loaded", "entries", len(st.Entries), "version", v)
 			return true
@@ -82,10 +121,18 @@ func (w *waitlister) ready(context.Context) error {
 }
 
 // save writes the engine's state when it changed since the last save. A conflict (someone else wrote: a
-// former leader) is resolved in favour of the leader's state: it is the one acting.
-func (w *waitlister) save(ctx context.Context) {
+// former leader) is resolved in favour of the leader's state: it is the one acting. After a failure the next
+// tries wait 1 s, doubling to a minute, with one warning each.
+func (w *waitlister) save(ctx context.Context) { w.saveWhen(ctx, false) }
+
+// saveLast is the save before leadership or the process ends: tried whatever the backoff.
+func (w *waitlister) saveLast(ctx context.Context) { w.saveWhen(ctx, true) }
+
+func (w *waitlister) saveWhen(ctx context.Context, now bool) {
+	w.saveMu.Lock()
+	defer w.saveMu.Unlock()
 	st, gen, ready := w.eng.WaitlistSnapshot()
-	if !ready || gen == w.saved.Load() {
+	if !ready || gen == w.saved.Load() || (!now && w.failing > 0 && w.o.Now().Before(w.retryAt)) {
 		return
 	}
 	v, err := w.store.Save(ctx, st, w.version.Load())
@@ -96,11 +143,39 @@ func (w *waitlister) save(ctx context.Context) {
 		}
 	}
 	if err != nil {
-		w.o.Logger.Warn("cannot save the waitlist; retrying at the next step", "err", err)
+		w.saveFailed(st, err)
 		return
+	}
+	if w.failing > 0 {
+		w.o.Logger.Info("waitlist saved again", "failedBefore", w.failing)
+		w.failing = 0
 	}
 	w.version.Store(v)
 	w.saved.Store(gen)
+}
+
+// saveFailed counts a failed save, sets when the next try may come and says what to do.
+func (w *waitlister) saveFailed(st waitlist.State, err error) {
+	w.failing++
+	backoff := min(time.Second<<min(w.failing-1, 6), time.Minute)
+	w.retryAt = w.o.Now().Add(backoff)
+	reason, todo := saveUnavailable, "check that the usage API answers"
+	switch {
+	case errors.Is(err, waitlist.ErrConflict):
+		reason, todo = saveConflict, "another gpu-quota keeps writing it: check that one replica leads (the Lease)"
+	case contract.IsStatus(err, http.StatusRequestEntityTooLarge):
+		size := "?"
+		if b, jerr := json.Marshal(st); jerr == nil {
+			size = fmt.Sprintf("%.0f KiB", float64(len(b))/1024)
+		}
+		reason, todo = saveTooLarge, "the queue ("+size+", "+fmt.Sprint(len(st.Entries))+" entries) is more than the usage API "+
+			"keeps: an admin can take entries off (DELETE api/v1/users/{name}/waitlist)"
+	case contract.IsStatus(err, http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound):
+		reason, todo = saveRefused, "check gpu-quota's token and that it is among the usage API's --waitlist-services"
+	}
+	w.saveFailures.WithLabelValues(reason).Inc()
+	w.o.Logger.Warn("cannot save the waitlist: a new leader would not see the changes since the last save; "+todo,
+		"err", err, "reason", reason, "failedInARow", w.failing, "retryIn", backoff)
 }
 
 // run is the leader's waitlist loop: load what the previous leader saved, then every tick move the queues on,
@@ -124,7 +199,7 @@ func (w *waitlister) run(ctx context.Context) {
 		if !w.untilTick(ctx, ticks, saves.C) {
 			// Save what the last step changed before leadership (or the process) ends.
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			w.save(sctx)
+			w.saveLast(sctx)
 			cancel()
 			return
 		}

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -10,10 +11,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuhub/gpuhub/hubapi"
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/admit"
+	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/quota"
 	"github.com/gpuhub/gpuhub/services/gpu-quota/internal/waitlist"
+	"github.com/gpuhub/gpuhub/services/internal/contract"
+	"github.com/gpuhub/gpuhub/services/internal/decision"
+	"github.com/gpuhub/gpuhub/services/internal/logging/logtest"
 )
 
 // memStore is the usage API's waitlist store in memory (compare-and-swap on a version).
@@ -162,5 +170,79 @@ func TestWaitlistSavedBetweenSteps(t *testing.T) {
 	eventually(t, "the join saved", func() bool { e := store.entries(); return len(e) == 1 && e[0].User == "erin" })
 	if d := time.Since(joined); d > 5*time.Second {
 		t.Errorf("saved %v after the join, want within about %v", d, saveAfter)
+	}
+}
+
+// failingStore refuses saves with err until it is cleared, counting the tries.
+type failingStore struct {
+	memStore
+	err   error
+	tries int
+}
+
+func (f *failingStore) Save(ctx context.Context, st waitlist.State, version int64) (int64, error) {
+	f.mu.Lock()
+	f.tries++
+	err := f.err
+	f.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	return f.memStore.Save(ctx, st, version)
+}
+
+// A save the usage API refuses is tried again after 1 s, then 2 s, ... (not at every 250 ms with a warning each),
+// counted by reason, and said once more when it works again; the last save (leadership ends) ignores the wait.
+func TestWaitlistSaveBacksOff(t *testing.T) {
+	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	logs := &logtest.Buffer{}
+	decisions, err := decision.NewLog(decision.Options{Service: admit.Service, Size: 10, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := admit.New(admit.Options{Policy: func() *quota.Policy { return &quota.Policy{} }, Log: decisions,
+		Waitlist: admit.WaitlistOptions{Enabled: true}, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.LoadWaitlist(waitlist.State{Entries: []waitlist.Entry{{User: "erin", Class: "h100", JoinedAt: now}}})
+	store := &failingStore{err: &contract.StatusError{Method: "PUT", URL: "http://usage/api/v1/waitlist/state", Status: http.StatusRequestEntityTooLarge}}
+	reg := prometheus.NewRegistry()
+	w := &waitlister{o: Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), Now: func() time.Time { return now }}, eng: eng, store: store}
+	if w.saveFailures, err = newSaveFailures(reg); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tries := func() int { store.mu.Lock(); defer store.mu.Unlock(); return store.tries }
+	for _, step := range []struct {
+		advance time.Duration
+		want    int
+	}{{0, 1}, {500 * time.Millisecond, 1}, {500 * time.Millisecond, 2}, {time.Second, 2}, {time.Second, 3}, {3 * time.Second, 3}, {time.Second, 4}} {
+		now = now.Add(step.advance)
+		for range 4 { // the loop's saves every 250 ms
+			w.save(ctx)
+		}
+		if got := tries(); got != step.want {
+			t.Fatalf("after %v more: %d tries, want %d", step.advance, got, step.want)
+		}
+	}
+	if got := testutil.ToFloat64(w.saveFailures.WithLabelValues(saveTooLarge)); got != 4 {
+		t.Errorf("too_large failures %v, want 4", got)
+	}
+	if n := strings.Count(logs.String(), "cannot save the waitlist"); n != 4 {
+		t.Errorf("%d warnings, want one per try (4):\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "DELETE api/v1/users/{name}/waitlist") {
+		t.Errorf("the warning does not say what an admin can do:\n%s", logs.String())
+	}
+	store.mu.Lock()
+	store.err = nil
+	store.mu.Unlock()
+	w.saveLast(ctx) // within the wait: tried all the same
+	if got := tries(); got != 5 || len(store.entries()) != 1 {
+		t.Fatalf("the last save: %d tries, %d entries saved; want 5 and 1", got, len(store.entries()))
+	}
+	if !strings.Contains(logs.String(), "waitlist saved again") {
+		t.Errorf("no line says the waitlist is saved again:\n%s", logs.String())
 	}
 }

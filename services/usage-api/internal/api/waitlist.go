@@ -99,9 +99,9 @@ func (h *handler) putWaitlistState(w http.ResponseWriter, r *http.Request) {
 		server.WriteError(w, http.StatusBadRequest, `If-Match %q is not a version in quotes: send the version you read, e.g. If-Match: "3" ("0" for the first write)`, param(match))
 		return
 	}
-	state, msg := readWaitlistBody(w, r)
+	state, status, msg := readWaitlistBody(w, r)
 	if msg != "" {
-		server.WriteError(w, http.StatusBadRequest, "%s", msg)
+		server.WriteError(w, status, "%s", msg)
 		return
 	}
 	if qerr := h.waitlistAvailable(); qerr != nil {
@@ -126,34 +126,35 @@ func (h *handler) putWaitlistState(w http.ResponseWriter, r *http.Request) {
 }
 
 // readWaitlistBody reads {"state": {...}} of at most MaxWaitlistBody bytes and returns the state compacted, or
-// what is wrong with the body.
-func readWaitlistBody(w http.ResponseWriter, r *http.Request) (json.RawMessage, string) {
+// what is wrong with the body and its status: 413 when it is too large (the writer tells it from a malformed
+// body: it cannot succeed until the queue is smaller), else 400.
+func readWaitlistBody(w http.ResponseWriter, r *http.Request) (json.RawMessage, int, string) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxWaitlistBody))
 	if err != nil {
 		if _, tooBig := errors.AsType[*http.MaxBytesError](err); tooBig {
-			return nil, fmt.Sprintf("the body is larger than %d bytes (1 MiB): keep the waitlist state smaller", MaxWaitlistBody)
+			return nil, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes (1 MiB): keep the waitlist state smaller", MaxWaitlistBody)
 		}
-		return nil, fmt.Sprintf("reading the body failed: %v", err)
+		return nil, http.StatusBadRequest, fmt.Sprintf("reading the body failed: %v", err)
 	}
 	var req contract.WaitlistWrite
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	const want = `the body must be a JSON object {"state": {...}} whose state is a JSON object`
 	if err := dec.Decode(&req); err != nil {
-		return nil, fmt.Sprintf("%s: %v", want, err)
+		return nil, http.StatusBadRequest, fmt.Sprintf("%s: %v", want, err)
 	}
 	// More is false before a stray '}' or ']', so ask for the next token: only the end of the body may follow.
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, want + ": found more after it"
+		return nil, http.StatusBadRequest, want + ": found more after it"
 	}
 	if !bytes.HasPrefix(bytes.TrimSpace(req.State), []byte("{")) {
-		return nil, want
+		return nil, http.StatusBadRequest, want
 	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, req.State); err != nil {
-		return nil, fmt.Sprintf("%s: %v", want, err)
+		return nil, http.StatusBadRequest, fmt.Sprintf("%s: %v", want, err)
 	}
-	return compact.Bytes(), ""
+	return compact.Bytes(), 0, ""
 }
 
 // waitlistAvailable is a 503 while the ledger's database cannot answer.

@@ -105,7 +105,7 @@ func TestWaitlistState(t *testing.T) {
 		"body an array":           {`"2"`, `[{"state": {}}]`, http.StatusBadRequest, `{"state": {...}}`},
 		"an unknown member":       {`"2"`, `{"state": {}, "version": 3}`, http.StatusBadRequest, `unknown field "version"`},
 		"two objects":             {`"2"`, `{"state": {}} {"state": {}}`, http.StatusBadRequest, "more after it"},
-		"too big":                 {`"2"`, `{"state": {"pad": "` + strings.Repeat("x", MaxWaitlistBody) + `"}}`, http.StatusBadRequest, "1 MiB"},
+		"too big":                 {`"2"`, `{"state": {"pad": "` + strings.Repeat("x", MaxWaitlistBody) + `"}}`, http.StatusRequestEntityTooLarge, "1 MiB"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			status, _, got := putState(t, srv, "quota-token", tc.ifMatch, tc.body)
