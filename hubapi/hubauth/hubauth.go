@@ -166,13 +166,15 @@ type Authenticator struct {
 type entry struct {
 	key     [sha256.Size]byte
 	id      *Identity // nil for a rejected token
+	refused error     // a valid token not taken here (refusal), decided once
 	expires time.Time
 }
 
 type lookup struct {
-	done chan struct{}
-	id   *Identity
-	err  error
+	done    chan struct{}
+	id      *Identity
+	refused error
+	err     error
 }
 
 // New returns an Authenticator; opts.Hub is required.
@@ -240,15 +242,20 @@ func (a *Authenticator) Authenticate(ctx context.Context, r *http.Request) (*Ide
 // ErrOtherUsersServer.
 func (a *Authenticator) AuthenticateToken(ctx context.Context, tok string) (*Identity, error) {
 	id, err := a.authenticate(ctx, tok)
-	if err == nil {
-		if server := id.otherUsersServer(); server != "" {
-			id, err = nil, fmt.Errorf("%w %s", ErrOtherUsersServer, server)
-		} else if a.service != "" && id.Kind == "user" && !id.mayAccess(a.service) && !id.ownServerToken() {
-			id, err = nil, ErrNoServiceAccess
-		}
-	}
 	a.metrics.results.WithLabelValues(resultLabel(err)).Inc()
 	return id, err
+}
+
+// refusal is why a token the Hub knows is not taken here, nil when it is: another user's server's token, or a
+// user's token without access to this service. Decided once per token, when it enters the cache.
+func (a *Authenticator) refusal(id *Identity) error {
+	if server := id.otherUsersServer(); server != "" {
+		return fmt.Errorf("%w %s", ErrOtherUsersServer, server)
+	}
+	if a.service != "" && id.Kind == "user" && !id.mayAccess(a.service) && !id.ownServerToken() {
+		return ErrNoServiceAccess
+	}
+	return nil
 }
 
 // ownServerToken reports whether the token is one of the user's own server's (access:servers!server=<self>/...):
@@ -317,6 +324,9 @@ func (a *Authenticator) authenticate(ctx context.Context, tok string) (*Identity
 				return nil, ErrInvalidToken
 			}
 			a.metrics.cacheHits.WithLabelValues("positive").Inc()
+			if e.refused != nil {
+				return nil, e.refused
+			}
 			return e.id.clone(), nil
 		}
 		a.removeLocked(el)
@@ -335,6 +345,9 @@ func (a *Authenticator) authenticate(ctx context.Context, tok string) (*Identity
 	case <-l.done:
 		if l.err != nil {
 			return nil, l.err
+		}
+		if l.refused != nil {
+			return nil, l.refused
 		}
 		return l.id.clone(), nil
 	case <-ctx.Done():
@@ -357,12 +370,13 @@ func (a *Authenticator) resolve(ctx context.Context, key [sha256.Size]byte, tok 
 	case err == nil:
 		a.metrics.lookups.WithLabelValues("ok").Inc()
 		l.id = a.identity(u)
-		a.storeLocked(key, l.id, a.posTTL)
+		l.refused = a.refusal(l.id)
+		a.storeLocked(key, l.id, l.refused, a.posTTL)
 		a.log.DebugContext(ctx, "hub token accepted", "tokenHash", hash, "kind", l.id.Kind, "name", l.id.Name)
 	case hubapi.IsUnauthorized(err) || hubapi.IsForbidden(err):
 		a.metrics.lookups.WithLabelValues("rejected").Inc()
 		l.err = ErrInvalidToken
-		a.storeLocked(key, nil, a.negTTL)
+		a.storeLocked(key, nil, nil, a.negTTL)
 		a.log.DebugContext(ctx, "hub token rejected", "tokenHash", hash)
 	default:
 		a.metrics.lookups.WithLabelValues("error").Inc()
@@ -394,11 +408,11 @@ func (a *Authenticator) identity(u *hubapi.User) *Identity {
 	return id
 }
 
-func (a *Authenticator) storeLocked(key [sha256.Size]byte, id *Identity, ttl time.Duration) {
+func (a *Authenticator) storeLocked(key [sha256.Size]byte, id *Identity, refused error, ttl time.Duration) {
 	if el, ok := a.entries[key]; ok {
 		a.removeLocked(el)
 	}
-	a.entries[key] = a.lru.PushFront(&entry{key: key, id: id, expires: a.now().Add(ttl)})
+	a.entries[key] = a.lru.PushFront(&entry{key: key, id: id, refused: refused, expires: a.now().Add(ttl)})
 	for a.lru.Len() > a.maxEntries {
 		a.removeLocked(a.lru.Back())
 	}

@@ -636,6 +636,12 @@ func TestServiceAccess(t *testing.T) {
 			if tc.status == 403 && !strings.Contains(rec.Body.String(), "access:services!service=gpu-usage") {
 				t.Errorf("the refusal does not name the scope: %s", rec.Body)
 			}
+			// The verdict is cached with the token: the same answer without asking the Hub again.
+			rec = httptest.NewRecorder()
+			a.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})).ServeHTTP(rec, req("tok"))
+			if rec.Code != tc.status || f.n("tok") != 1 {
+				t.Errorf("again: status %d after %d Hub lookups, want %d after 1", rec.Code, f.n("tok"), tc.status)
+			}
 			// Without Service nothing is checked (unit tests, a service that names none).
 			rec = httptest.NewRecorder()
 			hubauth.New(hubauth.Options{Hub: f}).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})).ServeHTTP(rec, req("tok"))
