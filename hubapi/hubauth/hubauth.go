@@ -405,6 +405,11 @@ func (a *Authenticator) identity(u *hubapi.User) *Identity {
 			id.Admin = true
 		}
 	}
+	if a.service != "" && id.Kind == "user" && !id.mayAccess(a.service) && id.ownServerToken() {
+		// Taken only as the user's own server's token: it acts for the user alone, an admin's too. JupyterHub's
+		// server role holds no admin scope, and whoever the server is shared with can read $JUPYTERHUB_API_TOKEN.
+		id.Admin, id.HubAdmin = false, false
+	}
 	return id
 }
 

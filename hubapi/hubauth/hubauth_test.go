@@ -651,3 +651,41 @@ func TestServiceAccess(t *testing.T) {
 		})
 	}
 }
+
+// TestOwnServerTokenActsForItsUserOnly: a token taken only because it is the user's own server's (no access to the
+// service) never carries admin powers, an admin's or an admin group member's: the server role holds no admin
+// scope, and whoever the server is shared with can read it. The same admin's API token still does.
+func TestOwnServerTokenActsForItsUserOnly(t *testing.T) {
+	cases := map[string]struct {
+		user          *hubapi.User
+		admin, hubAdm bool
+	}{
+		"an admin's server token": {
+			user: &hubapi.User{Kind: "user", Name: "root", Admin: true, Scopes: []string{"access:servers!server=root/", "users:activity!user=root"}}},
+		"an admin group member's page token": {
+			user: &hubapi.User{Kind: "user", Name: "tina", Groups: []string{"gpu-admins"}, Scopes: []string{"access:servers!server=tina/"}}},
+		"an admin's API token": {
+			user:  &hubapi.User{Kind: "user", Name: "root", Admin: true, Scopes: []string{"access:servers", "access:services", "admin:users"}},
+			admin: true, hubAdm: true},
+		"an admin's server token that the admin gave the service's scope": {
+			user:  &hubapi.User{Kind: "user", Name: "root", Admin: true, Scopes: []string{"access:servers!server=root/", "access:services!service=gpu-usage"}},
+			admin: true, hubAdm: true},
+		"an admin group member's API token": {
+			user:  &hubapi.User{Kind: "user", Name: "tina", Groups: []string{"gpu-admins"}, Scopes: []string{"access:servers!user=tina", "access:services!service=gpu-usage"}},
+			admin: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := newChecker()
+			f.set("tok", tc.user, nil)
+			a := hubauth.New(hubauth.Options{Hub: f, Service: "gpu-usage", AdminGroups: []string{"gpu-admins"}})
+			id, err := a.AuthenticateToken(context.Background(), "tok")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id.Name != tc.user.Name || id.IsAdmin() != tc.admin || id.HubAdmin != tc.hubAdm {
+				t.Errorf("%s: IsAdmin %v, HubAdmin %v; want %v, %v", id.Name, id.IsAdmin(), id.HubAdmin, tc.admin, tc.hubAdm)
+			}
+		})
+	}
+}
