@@ -239,7 +239,8 @@ func (a *Authenticator) Authenticate(ctx context.Context, r *http.Request) (*Ide
 }
 
 // AuthenticateToken validates a token; see Authenticate. A page token of another user's server is refused with
-// ErrOtherUsersServer.
+// ErrOtherUsersServer, a user's token without access to Options.Service (and not its own server's) with
+// ErrNoServiceAccess.
 func (a *Authenticator) AuthenticateToken(ctx context.Context, tok string) (*Identity, error) {
 	id, err := a.authenticate(ctx, tok)
 	a.metrics.results.WithLabelValues(resultLabel(err)).Inc()
@@ -252,25 +253,29 @@ func (a *Authenticator) refusal(id *Identity) error {
 	if server := id.otherUsersServer(); server != "" {
 		return fmt.Errorf("%w %s", ErrOtherUsersServer, server)
 	}
-	if a.service != "" && id.Kind == "user" && !id.mayAccess(a.service) && !id.ownServerToken() {
+	if a.service != "" && id.Kind == "user" && !id.mayAccess(a.service) && !id.serverOnly() {
 		return ErrNoServiceAccess
 	}
 	return nil
 }
 
-// ownServerToken reports whether the token is one of the user's own server's (access:servers!server=<self>/...):
-// the page token JupyterLab gets (the GPU panel's) or $JUPYTERHUB_API_TOKEN. JupyterHub gives them no access to
-// services unless the admin allows it, and a server started before gpuhub was installed keeps the ones it got;
-// they are the user's own, held by the user's own server, so they are taken like the user's API tokens.
-func (i *Identity) ownServerToken() bool {
+// serverOnly reports whether a user's token reaches servers only as its user's own server's tokens do
+// (access:servers!server=<self>/..., not access:servers!user=<self> nor every server): the page token JupyterLab
+// gets (the GPU panel's) and $JUPYTERHUB_API_TOKEN. JupyterHub gives them no access to services unless the admin
+// allows it, and a server started before gpuhub was installed keeps the ones it got: they are taken without the
+// service's scope. They act for their user alone (New drops admin powers from them): the server role holds no
+// admin scope, and whoever the server is shared with can read $JUPYTERHUB_API_TOKEN.
+func (i *Identity) serverOnly() bool {
+	own := false
 	for _, s := range i.Scopes {
-		if rest, ok := strings.CutPrefix(s, "access:servers!server="); ok {
-			if owner, _, _ := strings.Cut(rest, "/"); owner == i.Name {
-				return true
-			}
+		switch {
+		case s == "access:servers" || s == "access:servers!user="+i.Name:
+			return false
+		case strings.HasPrefix(s, "access:servers!server="+i.Name+"/"): // '/' is not allowed in Hub user names
+			own = true
 		}
 	}
-	return false
+	return own
 }
 
 // mayAccess reports whether the token's scopes grant access to the Hub service name.
@@ -405,10 +410,14 @@ func (a *Authenticator) identity(u *hubapi.User) *Identity {
 			id.Admin = true
 		}
 	}
-	if a.service != "" && id.Kind == "user" && !id.mayAccess(a.service) && id.ownServerToken() {
-		// Taken only as the user's own server's token: it acts for the user alone, an admin's too. JupyterHub's
-		// server role holds no admin scope, and whoever the server is shared with can read $JUPYTERHUB_API_TOKEN.
+	if id.Kind == "user" && id.serverOnly() {
+		// A server's token acts for its user alone, an admin's too, whatever scopes the admin gave servers: it
+		// keeps no admin flag nor any scope that reads other users.
 		id.Admin, id.HubAdmin = false, false
+		id.Scopes = slices.DeleteFunc(id.Scopes, func(s string) bool {
+			base, filter, _ := strings.Cut(s, "!")
+			return (base == "admin:users" || base == "users" || base == "read:users") && filter != "user="+id.Name
+		})
 	}
 	return id
 }
@@ -456,7 +465,8 @@ func (a *Authenticator) Middleware(next http.Handler) http.Handler {
 		case errors.Is(err, ErrNoServiceAccess):
 			writeError(w, http.StatusForbidden, "this token does not grant access to the "+a.service+" service (access:services!service="+
 				a.service+"): a token made for another service does not carry it; use your own server's page or an API "+
-				"token of yours (your Hub role must hold the scope: the chart's z2jh values give it to every user)")
+				"token of yours; your Hub role must hold the scope (the chart's z2jh values give every user the scopes of "+
+				"gpu-usage, gpu-quota and gpu-culler; an admin grants others in a Hub role)")
 		case errors.Is(err, ErrOtherUsersServer):
 			writeError(w, http.StatusForbidden, "this token was issued for another user's server ("+
 				strings.TrimSpace(strings.TrimPrefix(err.Error(), ErrOtherUsersServer.Error()))+

@@ -652,9 +652,10 @@ func TestServiceAccess(t *testing.T) {
 	}
 }
 
-// TestOwnServerTokenActsForItsUserOnly: a token taken only because it is the user's own server's (no access to the
-// service) never carries admin powers, an admin's or an admin group member's: the server role holds no admin
-// scope, and whoever the server is shared with can read it. The same admin's API token still does.
+// TestOwnServerTokenActsForItsUserOnly: a user's own server's token (it reaches servers only through
+// access:servers!server=<self>/...) never carries admin powers, an admin's or an admin group member's, whatever
+// scopes the admin gave servers: the server role holds no admin scope, and whoever the server is shared with can
+// read it. The same admin's API token still does.
 func TestOwnServerTokenActsForItsUserOnly(t *testing.T) {
 	cases := map[string]struct {
 		user          *hubapi.User
@@ -667,9 +668,10 @@ func TestOwnServerTokenActsForItsUserOnly(t *testing.T) {
 		"an admin's API token": {
 			user:  &hubapi.User{Kind: "user", Name: "root", Admin: true, Scopes: []string{"access:servers", "access:services", "admin:users"}},
 			admin: true, hubAdm: true},
-		"an admin's server token that the admin gave the service's scope": {
-			user:  &hubapi.User{Kind: "user", Name: "root", Admin: true, Scopes: []string{"access:servers!server=root/", "access:services!service=gpu-usage"}},
-			admin: true, hubAdm: true},
+		"an admin's server token that the admin gave the service's scope and read:users": {
+			user: &hubapi.User{Kind: "user", Name: "root", Admin: true, Scopes: []string{"access:servers!server=root/", "access:services!service=gpu-usage", "read:users", "admin:users!user=bob"}}},
+		"a user's server token keeps what reads its own user": {
+			user: &hubapi.User{Kind: "user", Name: "alice", Scopes: []string{"access:servers!server=alice/", "read:users!user=alice"}}},
 		"an admin group member's API token": {
 			user:  &hubapi.User{Kind: "user", Name: "tina", Groups: []string{"gpu-admins"}, Scopes: []string{"access:servers!user=tina", "access:services!service=gpu-usage"}},
 			admin: true},
@@ -685,6 +687,12 @@ func TestOwnServerTokenActsForItsUserOnly(t *testing.T) {
 			}
 			if id.Name != tc.user.Name || id.IsAdmin() != tc.admin || id.HubAdmin != tc.hubAdm {
 				t.Errorf("%s: IsAdmin %v, HubAdmin %v; want %v, %v", id.Name, id.IsAdmin(), id.HubAdmin, tc.admin, tc.hubAdm)
+			}
+			if got := id.CanReadUser("bob"); got != tc.admin {
+				t.Errorf("%s reads bob: %v, want %v", id.Name, got, tc.admin)
+			}
+			if got := id.CanReadUser(id.Name); !got {
+				t.Errorf("%s cannot read their own data", id.Name)
 			}
 		})
 	}

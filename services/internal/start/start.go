@@ -69,8 +69,14 @@ func NewClients(o Options) (Clients, error) {
 	}
 	if !o.WithoutHub {
 		// Service: a user's token must grant access to this Hub service, as JupyterHub's HubAuth requires.
+		service := os.Getenv(config.HubEnv.ServiceName)
+		if service == "" && o.Logger != nil {
+			o.Logger.Warn(config.HubEnv.ServiceName + " is not set: users' tokens are not checked for access to this " +
+				"service (a token a user gave another service acts for them here); the Hub sets it for its managed " +
+				"services, the chart for each gpuhub service")
+		}
 		cl.Auth = hubauth.New(hubauth.Options{Hub: cl.Hub, Logger: o.Logger, AdminGroups: o.AdminGroups, Registerer: cl.Registry,
-			Service: os.Getenv(config.HubEnv.ServiceName)})
+			Service: service})
 	}
 	return cl, nil
 }
