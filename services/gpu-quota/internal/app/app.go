@@ -280,7 +280,7 @@ func Run(ctx context.Context, o Options) error {
 		return nil
 	}
 	wl := &waitlister{o: o, store: o.WaitlistStore, log: decisions}
-	if wl.saveFailures, err = newSaveFailures(o.Registry); err != nil {
+	if wl.saveMetrics, err = newSaveMetrics(o.Registry); err != nil {
 		return err
 	}
 	eng, err = admit.New(admit.Options{

@@ -49,9 +49,16 @@ type waitlister struct {
 	saveMu sync.Mutex
 	// failing counts the saves failed in a row; while it is not 0 the loop tries again only from retryAt (a
 	// usage API that is down, or refuses the state, is not asked four times a second with a warning each).
-	failing      int
-	retryAt      time.Time
-	saveFailures *prometheus.CounterVec
+	failing     int
+	retryAt     time.Time
+	saveMetrics saveMetrics
+}
+
+// saveMetrics count the failed saves by reason and those in a row (what the alert watches: 0 again once a save
+// works or this replica stops leading, so a blip that the next try mends does not page anyone).
+type saveMetrics struct {
+	failures *prometheus.CounterVec
+	inARow   prometheus.Gauge
 }
 
 // Why a save failed (gpuhub_quota_waitlist_save_failures_total's reason).
@@ -62,17 +69,23 @@ const (
 	saveUnavailable = "unavailable" // no answer, or a 5xx
 )
 
-func newSaveFailures(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "waitlist_save_failures_total",
-		Help: "Waitlist saves to the usage API that failed, by reason (too_large, refused, conflict, unavailable): changes " +
-			"not saved are lost to the next leader."}, []string{"reason"})
+func newSaveMetrics(reg prometheus.Registerer) (saveMetrics, error) {
+	m := saveMetrics{
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "waitlist_save_failures_total",
+			Help: "Waitlist saves to the usage API that failed, by reason (too_large, refused, conflict, unavailable): changes " +
+				"not saved are lost to the next leader."}, []string{"reason"}),
+		inARow: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpuhub", Subsystem: "quota", Name: "waitlist_save_failures_in_a_row",
+			Help: "Waitlist saves that failed since the last one that worked (0 when saved, or when this replica does not lead)."}),
+	}
 	for _, r := range []string{saveTooLarge, saveRefused, saveConflict, saveUnavailable} {
-		c.WithLabelValues(r)
+		m.failures.WithLabelValues(r)
 	}
-	if reg == nil {
-		return c, nil
+	for _, c := range []prometheus.Collector{m.failures, m.inARow} {
+		if err := reg.Register(c); err != nil {
+			return saveMetrics{}, err
+		}
 	}
-	return c, reg.Register(c)
+	return m, nil
 }
 
 type decayedAnswer struct {
@@ -149,9 +162,18 @@ func (w *waitlister) saveWhen(ctx context.Context, now bool) {
 	if w.failing > 0 {
 		w.o.Logger.Info("waitlist saved again", "failedBefore", w.failing)
 		w.failing = 0
+		w.saveMetrics.inARow.Set(0)
 	}
 	w.version.Store(v)
 	w.saved.Store(gen)
+}
+
+// notLeading forgets the failures when this replica stops moving the queue: the next leader saves its own.
+func (w *waitlister) notLeading() {
+	w.saveMu.Lock()
+	defer w.saveMu.Unlock()
+	w.failing = 0
+	w.saveMetrics.inARow.Set(0)
 }
 
 // saveFailed counts a failed save, sets when the next try may come and says what to do.
@@ -173,7 +195,8 @@ func (w *waitlister) saveFailed(st waitlist.State, err error) {
 	case contract.IsStatus(err, http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound):
 		reason, todo = saveRefused, "check gpu-quota's token and that it is among the usage API's --waitlist-services"
 	}
-	w.saveFailures.WithLabelValues(reason).Inc()
+	w.saveMetrics.failures.WithLabelValues(reason).Inc()
+	w.saveMetrics.inARow.Set(float64(w.failing))
 	w.o.Logger.Warn("cannot save the waitlist: a new leader would not see the changes since the last save; "+todo,
 		"err", err, "reason", reason, "failedInARow", w.failing, "retryIn", backoff)
 }
@@ -201,6 +224,7 @@ func (w *waitlister) run(ctx context.Context) {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			w.saveLast(sctx)
 			cancel()
+			w.notLeading()
 			return
 		}
 	}

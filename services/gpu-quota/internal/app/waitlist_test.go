@@ -209,7 +209,7 @@ func TestWaitlistSaveBacksOff(t *testing.T) {
 	store := &failingStore{err: &contract.StatusError{Method: "PUT", URL: "http://usage/api/v1/waitlist/state", Status: http.StatusRequestEntityTooLarge}}
 	reg := prometheus.NewRegistry()
 	w := &waitlister{o: Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), Now: func() time.Time { return now }}, eng: eng, store: store}
-	if w.saveFailures, err = newSaveFailures(reg); err != nil {
+	if w.saveMetrics, err = newSaveMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
@@ -226,8 +226,11 @@ func TestWaitlistSaveBacksOff(t *testing.T) {
 			t.Fatalf("after %v more: %d tries, want %d", step.advance, got, step.want)
 		}
 	}
-	if got := testutil.ToFloat64(w.saveFailures.WithLabelValues(saveTooLarge)); got != 4 {
+	if got := testutil.ToFloat64(w.saveMetrics.failures.WithLabelValues(saveTooLarge)); got != 4 {
 		t.Errorf("too_large failures %v, want 4", got)
+	}
+	if got := testutil.ToFloat64(w.saveMetrics.inARow); got != 4 {
+		t.Errorf("failures in a row %v, want 4", got)
 	}
 	if n := strings.Count(logs.String(), "cannot save the waitlist"); n != 4 {
 		t.Errorf("%d warnings, want one per try (4):\n%s", n, logs.String())
@@ -241,6 +244,9 @@ func TestWaitlistSaveBacksOff(t *testing.T) {
 	w.saveLast(ctx) // within the wait: tried all the same
 	if got := tries(); got != 5 || len(store.entries()) != 1 {
 		t.Fatalf("the last save: %d tries, %d entries saved; want 5 and 1", got, len(store.entries()))
+	}
+	if got := testutil.ToFloat64(w.saveMetrics.inARow); got != 0 {
+		t.Errorf("failures in a row after the save %v, want 0", got)
 	}
 	if !strings.Contains(logs.String(), "waitlist saved again") {
 		t.Errorf("no line says the waitlist is saved again:\n%s", logs.String())
