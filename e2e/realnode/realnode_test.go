@@ -318,12 +318,15 @@ func z2jh(ctx context.Context, t *testing.T, cfg *rest.Config, client kubernetes
 		if !t.Failed() {
 			return
 		}
-		// The Hub's own words on what failed.
-		pods, _ := client.CoreV1().Pods("jhub").List(context.Background(), metav1.ListOptions{LabelSelector: "component=hub"})
-		for _, p := range pods.Items {
-			tail := int64(80)
-			data, _ := client.CoreV1().Pods("jhub").GetLogs(p.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(context.Background())
-			t.Logf("--- hub pod %s (last 80 lines)\n%s", p.Name, data)
+		// The Hub's own words on what failed, and gpuhub's services': without the routine lines (xsrf cookies,
+		// requests answered 2xx/3xx), which a test polling a page fills the tail with.
+		for _, sel := range []string{"component=hub", "app.kubernetes.io/part-of=gpuhub"} {
+			pods, _ := client.CoreV1().Pods("jhub").List(context.Background(), metav1.ListOptions{LabelSelector: sel})
+			for _, p := range pods.Items {
+				tail := int64(2000)
+				data, _ := client.CoreV1().Pods("jhub").GetLogs(p.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(context.Background())
+				t.Logf("--- pod %s (its last 60 lines that are not routine)\n%s", p.Name, notRoutine(string(data), 60))
+			}
 		}
 	})
 	for _, d := range []string{"hub", "proxy"} {
@@ -759,4 +762,18 @@ func TestReadmeInstall(t *testing.T) {
 	if diff := cmp.Diff(want, [][]string{gpuhub, z2jh}); diff != "" {
 		t.Errorf("README's install commands as the e2e runs them (-want +got):\n%s", diff)
 	}
+}
+
+// routineLine is a log line that says nothing about a failure: the Hub's xsrf cookies and its 2xx/3xx requests.
+var routineLine = regexp.MustCompile(`_xsrf_utils|log:\d+\] [23]\d\d (GET|POST|HEAD) `)
+
+// notRoutine is the last n lines of log that routineLine does not match.
+func notRoutine(log string, n int) string {
+	var kept []string
+	for line := range strings.SplitSeq(strings.TrimRight(log, "\n"), "\n") {
+		if !routineLine.MatchString(line) {
+			kept = append(kept, line)
+		}
+	}
+	return strings.Join(kept[max(0, len(kept)-n):], "\n")
 }
