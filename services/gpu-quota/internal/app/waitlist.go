@@ -136,12 +136,17 @@ func (w *waitlister) ready(context.Context) error {
 // save writes the engine's state when it changed since the last save. A conflict (someone else wrote: a
 // former leader) is resolved in favour of the leader's state: it is the one acting. After a failure the next
 // tries wait 1 s, doubling to a minute, with one warning each.
-func (w *waitlister) save(ctx context.Context) { w.saveWhen(ctx, false) }
+func (w *waitlister) save(ctx context.Context) { w.saveWhen(ctx, false, true) }
 
-// saveLast is the save before leadership or the process ends: tried whatever the backoff.
-func (w *waitlister) saveLast(ctx context.Context) { w.saveWhen(ctx, true) }
+// saveLast is the leader's save before the process ends (it still holds the Lease): tried whatever the backoff.
+func (w *waitlister) saveLast(ctx context.Context) { w.saveWhen(ctx, true, true) }
 
-func (w *waitlister) saveWhen(ctx context.Context, now bool) {
+// saveOnLeaving is the loop's save when it ends, which may be after the Lease was lost: tried whatever the
+// backoff, but a queue stored since by someone else (the next leader) is left as it is, not replaced by this
+// replica's older one.
+func (w *waitlister) saveOnLeaving(ctx context.Context) { w.saveWhen(ctx, true, false) }
+
+func (w *waitlister) saveWhen(ctx context.Context, now, leading bool) {
 	w.saveMu.Lock()
 	defer w.saveMu.Unlock()
 	st, gen, ready := w.eng.WaitlistSnapshot()
@@ -149,6 +154,10 @@ func (w *waitlister) saveWhen(ctx context.Context, now bool) {
 		return
 	}
 	v, err := w.store.Save(ctx, st, w.version.Load())
+	if errors.Is(err, waitlist.ErrConflict) && !leading {
+		w.o.Logger.Info("the stored waitlist was written since this replica saved it (the next leader): its last changes are left unsaved")
+		return
+	}
 	if errors.Is(err, waitlist.ErrConflict) {
 		if _, cur, lerr := w.store.Load(ctx); lerr == nil {
 			w.o.Logger.Warn("the stored waitlist changed under this replica; the leader's queue replaces it", "version", cur)
@@ -222,7 +231,7 @@ func (w *waitlister) run(ctx context.Context) {
 		if !w.untilTick(ctx, ticks, saves.C) {
 			// Save what the last step changed before leadership (or the process) ends.
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			w.saveLast(sctx)
+			w.saveOnLeaving(sctx)
 			cancel()
 			w.notLeading()
 			return

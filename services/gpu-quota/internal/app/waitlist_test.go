@@ -195,23 +195,8 @@ func (f *failingStore) Save(ctx context.Context, st waitlist.State, version int6
 // counted by reason, and said once more when it works again; the last save (leadership ends) ignores the wait.
 func TestWaitlistSaveBacksOff(t *testing.T) {
 	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
-	logs := &logtest.Buffer{}
-	decisions, err := decision.NewLog(decision.Options{Service: admit.Service, Size: 10, Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := admit.New(admit.Options{Policy: func() *quota.Policy { return &quota.Policy{} }, Log: decisions,
-		Waitlist: admit.WaitlistOptions{Enabled: true}, Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng.LoadWaitlist(waitlist.State{Entries: []waitlist.Entry{{User: "erin", Class: "h100", JoinedAt: now}}})
 	store := &failingStore{err: &contract.StatusError{Method: "PUT", URL: "http://usage/api/v1/waitlist/state", Status: http.StatusRequestEntityTooLarge}}
-	reg := prometheus.NewRegistry()
-	w := &waitlister{o: Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), Now: func() time.Time { return now }}, eng: eng, store: store}
-	if w.saveMetrics, err = newSaveMetrics(reg); err != nil {
-		t.Fatal(err)
-	}
+	w, logs := newSaver(t, store, func() time.Time { return now })
 	ctx := context.Background()
 	tries := func() int { store.mu.Lock(); defer store.mu.Unlock(); return store.tries }
 	for _, step := range []struct {
@@ -250,5 +235,50 @@ func TestWaitlistSaveBacksOff(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "waitlist saved again") {
 		t.Errorf("no line says the waitlist is saved again:\n%s", logs.String())
+	}
+}
+
+// newSaver is a waitlister over store whose queue changed since it was saved (erin joined).
+func newSaver(t *testing.T, store WaitlistStore, now func() time.Time) (*waitlister, *logtest.Buffer) {
+	t.Helper()
+	logs := &logtest.Buffer{}
+	logger := slog.New(slog.NewTextHandler(logs, nil))
+	decisions, err := decision.NewLog(decision.Options{Service: admit.Service, Size: 10, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := admit.New(admit.Options{Policy: func() *quota.Policy { return &quota.Policy{} }, Log: decisions,
+		Waitlist: admit.WaitlistOptions{Enabled: true}, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.LoadWaitlist(waitlist.State{Entries: []waitlist.Entry{{User: "erin", Class: "h100", JoinedAt: now()}}})
+	w := &waitlister{o: Options{Logger: logger, Now: now}, eng: eng, store: store}
+	if w.saveMetrics, err = newSaveMetrics(prometheus.NewRegistry()); err != nil {
+		t.Fatal(err)
+	}
+	return w, logs
+}
+
+// A replica whose loop ends after it lost the Lease leaves the queue the next leader stored since (it would
+// replace it with its older one); the leader's last save at shutdown, still holding the Lease, replaces a
+// former leader's late write.
+func TestWaitlistLeavingKeepsTheNextLeadersQueue(t *testing.T) {
+	store := &memStore{}
+	w, logs := newSaver(t, store, time.Now)
+	next := waitlist.State{Entries: []waitlist.Entry{{User: "frank", Class: "h100"}}}
+	if _, err := store.Save(context.Background(), next, 0); err != nil { // the next leader's
+		t.Fatal(err)
+	}
+	w.saveOnLeaving(context.Background())
+	if e := store.entries(); len(e) != 1 || e[0].User != "frank" {
+		t.Errorf("after the loop ended: stored %+v, want the next leader's (frank)", e)
+	}
+	if !strings.Contains(logs.String(), "left unsaved") {
+		t.Errorf("no line says the last changes are left unsaved:\n%s", logs)
+	}
+	w.saveLast(context.Background())
+	if e := store.entries(); len(e) != 1 || e[0].User != "erin" {
+		t.Errorf("after the leader's last save: stored %+v, want its own (erin)", e)
 	}
 }
