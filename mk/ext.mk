@@ -49,9 +49,10 @@ ext-build: venv-hub55 ext-deps ## Build the GPU panel: TypeScript + prebuilt Jup
 	fi
 
 .PHONY: ext-test
-ext-test: ext-deps ## GPU panel: eslint + prettier + type checks, then the jest unit tests.
+ext-test: ext-deps ## GPU panel: eslint + prettier + type checks, then the jest unit tests; eslint on the e2e browser scripts.
 	cd "$(EXT_DIR)" && npm run --silent lint
 	cd "$(EXT_DIR)" && npx jest --ci
+	cd e2e/browser && "$(EXT_DIR)/node_modules/.bin/eslint" .
 
 .PHONY: ext-wheel
 ext-wheel: ext-build ## Python wheel of the GPU panel (notebooks-ext/dist), installable into a single-user env.
