@@ -308,6 +308,50 @@ func TestTokenAuth(t *testing.T) {
 	}
 }
 
+// TestServiceAccessRealTokens: hubauth's service-access rule (Options.Service) on the scopes this JupyterHub
+// reports for real tokens: a token limited to another service is refused at gpu-usage and taken at that service; a
+// token limited to alice's own server (what a server's page token and $JUPYTERHUB_API_TOKEN hold) is taken, for
+// alice alone; a token that only reads alice is refused.
+func TestServiceAccessRealTokens(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	minter := client(t, svcMinter)
+	tests := map[string]struct {
+		scopes  []string
+		service string
+		want    int
+	}{
+		"a token for another service":               {[]string{"access:services!service=" + svcPages}, "gpu-usage", http.StatusForbidden},
+		"the same token at that service":            {[]string{"access:services!service=" + svcPages}, svcPages, http.StatusOK},
+		"a token limited to alice's default server": {[]string{"access:servers!server=alice/"}, "gpu-usage", http.StatusOK},
+		"a token limited to a named server of hers": {[]string{"access:servers!server=alice/gpu", "users:activity!user=alice"}, "gpu-usage", http.StatusOK},
+		"a token that reads alice only":             {[]string{"read:users!user=alice"}, "gpu-usage", http.StatusForbidden},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			tok, err := minter.CreateToken(ctx, "alice", hubapi.TokenRequest{ExpiresIn: 600, Note: "hubint service access", Scopes: tc.scopes})
+			if err != nil {
+				t.Fatal(err)
+			}
+			logscan.Register("Hub token of alice minted for the service-access test", tok.Token)
+			auth := hubauth.New(hubauth.Options{Hub: client(t, svcAuth), Service: tc.service})
+			id, err := auth.AuthenticateToken(ctx, tok.Token)
+			got := http.StatusOK
+			switch {
+			case errors.Is(err, hubauth.ErrNoServiceAccess):
+				got = http.StatusForbidden
+			case err != nil:
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Fatalf("%v at %s: %d (%v), want %d", tc.scopes, tc.service, got, err, tc.want)
+			}
+			if id != nil && (id.Name != "alice" || id.IsAdmin() || id.CanReadUser("bob")) {
+				t.Errorf("identity %s (admin %v, reads bob %v), want alice for herself alone; scopes %v", id.Name, id.IsAdmin(), id.CanReadUser("bob"), id.Scopes)
+			}
+		})
+	}
+}
+
 // rawGet calls the Hub without hubapi, to observe what the Hub does on its own.
 func rawGet(t *testing.T, path, token string, v any) {
 	t.Helper()
