@@ -66,6 +66,10 @@ type waitlistState struct {
 	factors map[string]float64
 	// recent are entries served within recentServed, newest last: the user is told their server started.
 	recent []servedEntry
+	// size is the state's JSON size as of generation sizeGen (sized: computed at least once).
+	size    int
+	sizeGen uint64
+	sized   bool
 }
 
 type servedEntry struct {
@@ -184,6 +188,35 @@ func (e *Engine) waitlistFreeLocked(free int64, class, user, server string, now 
 // bound a few joins with large options (the API takes 64 KiB a request) would stop it being saved for everyone.
 const maxUserOptions = 8 << 10
 
+// maxSavedState bounds the waitlist as saved (the state's JSON): the usage API takes at most 1 MiB (usage-api
+// MaxWaitlistBody), and a queue it refuses is not saved for anyone (gpuhub_quota_waitlist_save_failures_total
+// {reason="too_large"}). Joins that would take the state beyond it are refused; the rest leaves room for what
+// entries gain while they wait (holds).
+const maxSavedState = 768 << 10
+
+// savedSizeLocked is the size of the state's JSON, computed again only after the state changed (gen moves on
+// every change).
+func (e *Engine) savedSizeLocked() int {
+	if !e.wl.sized || e.wl.sizeGen != e.wl.gen {
+		b, err := json.Marshal(e.wl.st)
+		if err != nil {
+			return 0 // not JSON: the save says so
+		}
+		e.wl.size, e.wl.sizeGen, e.wl.sized = len(b), e.wl.gen, true
+	}
+	return e.wl.size
+}
+
+// roomLocked refuses a join whose entry would take the saved state beyond maxSavedState.
+func (e *Engine) roomLocked(en waitlist.Entry) error {
+	b, err := json.Marshal(en)
+	if err != nil || e.savedSizeLocked()+len(b) <= maxSavedState {
+		return nil
+	}
+	return &JoinError{Message: fmt.Sprintf("The waitlist is full right now (%d servers wait): try again when some of them have "+
+		"started, or start the server when a GPU is free.", len(e.wl.st.Entries))}
+}
+
 // maxEntriesPerUser bounds one user's entries when the policy does not (no maxServers, or exempt): with
 // maxUserOptions, one user's entries stay far below what the usage API takes.
 const maxEntriesPerUser = 16
@@ -293,10 +326,15 @@ func (e *Engine) joinLocked(r Request, asked classified, eff quota.Effective, no
 	i = max(i, 0)
 	unit := asked.allocs[i]
 	class := asked.classes[i]
-	opts := r.UserOptions
-	en := e.wl.st.Join(waitlist.Entry{User: r.User, Server: r.Server, Class: class, Kind: unit.Kind,
+	en := waitlist.Entry{User: r.User, Server: r.Server, Class: class, Kind: unit.Kind,
 		Description: unitName(unit), Resources: r.Resources, NodeSelector: r.NodeSelector,
-		Profile: r.Profile, AutoStart: r.Waitlist != nil && r.Waitlist.AutoStart, UserOptions: opts}, now)
+		Profile: r.Profile, AutoStart: r.Waitlist != nil && r.Waitlist.AutoStart, UserOptions: r.UserOptions, JoinedAt: now}
+	if e.wl.st.Find(r.User, r.Server) < 0 { // a server already queued keeps its place (its entry is replaced)
+		if err := e.roomLocked(en); err != nil {
+			return Place{}, err
+		}
+	}
+	en = e.wl.st.Join(en, now)
 	e.wl.gen++
 	e.waitlistMetricsLocked()
 	return e.placeLocked(en, now), nil

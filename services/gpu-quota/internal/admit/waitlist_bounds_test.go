@@ -1,6 +1,7 @@
 package admit
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -220,5 +221,55 @@ func TestLoadWaitlistTrimsLargeOptions(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, st.Entries); diff != "" {
 		t.Errorf("loaded entries (-want +got):\n%s", diff)
+	}
+}
+
+// TestWaitlistFull: a join that would take the saved queue beyond what the usage API keeps is refused, saying
+// so, and nothing is queued; a server already queued may still change its entry.
+func TestWaitlistFull(t *testing.T) {
+	r := newWaitRig(t, &decayedTable{m: map[string]map[string]float64{}})
+	r.create(t, h100Pod("carol-1", "carol", "", t0.Add(-time.Hour)))
+	r.create(t, h100Pod("carol-2", "carol", "two", t0.Add(-time.Hour)))
+	// Full: large entries, then small ones, until even a small one would not fit.
+	var st waitlist.State
+	size := len(`{"entries":[],"seq":0}`)
+	for _, pad := range []int{7 << 10, 0} {
+		for {
+			en := waitlist.Entry{User: fmt.Sprintf("u%03d", len(st.Entries)), Class: "gpu H100", JoinedAt: t0,
+				UserOptions: map[string]any{"profile": "h100", "pad": strings.Repeat("x", pad)}}
+			b, err := json.Marshal(en)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if size+len(b)+1 > maxSavedState {
+				break
+			}
+			size += len(b) + 1
+			st.Entries = append(st.Entries, en)
+		}
+	}
+	r.eng.LoadWaitlist(st)
+	req := h100("dave", "", 1)
+	req.UserOptions = map[string]any{"profile": "h100"}
+	_, err := r.eng.Join(req)
+	var je *JoinError
+	want := fmt.Sprintf("The waitlist is full right now (%d servers wait): try again when some of them have started, "+
+		"or start the server when a GPU is free.", len(st.Entries))
+	if !errors.As(err, &je) || je.Message != want {
+		t.Fatalf("join into a full waitlist: %v, want %q", err, want)
+	}
+	if got, _, _ := r.eng.WaitlistSnapshot(); len(got.Entries) != len(st.Entries) {
+		t.Errorf("%d entries, want %d (dave not queued)", len(got.Entries), len(st.Entries))
+	}
+	again := h100("u000", "", 1)
+	again.UserOptions = map[string]any{"profile": "h100"}
+	if _, err := r.eng.Join(again); err != nil {
+		t.Errorf("a queued server changing its entry: %v", err)
+	}
+	if err := r.eng.Leave("u001", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.eng.Join(req); err != nil {
+		t.Errorf("join once there is room again: %v", err)
 	}
 }
