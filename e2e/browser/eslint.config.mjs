@@ -1,7 +1,9 @@
 // ESLint 9 flat config for the browser scripts of the e2e tests (node ESM driving Chromium through playwright-core;
 // page.evaluate callbacks run in the page). Run by `make ext-test` with the GPU panel's pinned ESLint: this folder
-// installs no npm packages of its own, so @eslint/js comes from notebooks-ext/node_modules by path.
-import js from '../../notebooks-ext/node_modules/@eslint/js/src/index.js';
+// has no ESLint of its own (its package.json is the browser driver's), so @eslint/js is resolved from notebooks-ext.
+import { createRequire } from 'node:module';
+
+const js = createRequire(new URL('../../notebooks-ext/package.json', import.meta.url))('@eslint/js');
 
 const node = ['console', 'process', 'Buffer', 'URL', 'URLSearchParams', 'setTimeout', 'clearTimeout', 'setInterval',
   'clearInterval', 'fetch', 'AbortSignal', 'AbortController', 'performance', 'TextDecoder', 'TextEncoder'];

@@ -207,14 +207,33 @@ func (e *Engine) savedSizeLocked() int {
 	return e.wl.size
 }
 
-// roomLocked refuses a join whose entry would take the saved state beyond maxSavedState.
-func (e *Engine) roomLocked(en waitlist.Entry) error {
+// maxEntryJSON bounds one entry as saved: its userOptions (maxUserOptions) and the rest of the request (profile,
+// node selector, resources: a few hundred bytes from the Hub glue, but an API join may send up to 64 KiB of them).
+const maxEntryJSON = 16 << 10
+
+// roomLocked refuses en when it is over maxEntryJSON, or when queueing it (in place of (user, server)'s entry, if
+// any) would take the saved state beyond maxSavedState; else it returns how much the state grows (< 0: shrinks).
+func (e *Engine) roomLocked(en waitlist.Entry) (int, error) {
 	b, err := json.Marshal(en)
-	if err != nil || e.savedSizeLocked()+len(b) <= maxSavedState {
-		return nil
+	if err != nil {
+		return 0, &JoinError{Message: "This server's request cannot be kept on the waitlist: start the server when a GPU is free."}
 	}
-	return &JoinError{Message: fmt.Sprintf("The waitlist is full right now (%d servers wait): try again when some of them have "+
-		"started, or start the server when a GPU is free.", len(e.wl.st.Entries))}
+	if len(b) > maxEntryJSON {
+		return 0, &JoinError{Message: fmt.Sprintf("This server's request takes %.1f KiB as the waitlist keeps it, more than it "+
+			"keeps for one server (%d KiB): pick a profile with fewer options to join the waitlist, or start the server "+
+			"when a GPU is free.", float64(len(b))/1024, maxEntryJSON>>10)}
+	}
+	grow := len(b) + 1 // and a comma
+	if i := e.wl.st.Find(en.User, en.Server); i >= 0 {
+		if old, err := json.Marshal(e.wl.st.Entries[i]); err == nil {
+			grow -= len(old) + 1
+		}
+	}
+	if grow > 0 && e.savedSizeLocked()+grow > maxSavedState {
+		return 0, &JoinError{Message: fmt.Sprintf("The waitlist is full right now (%d servers wait): try again when some of them "+
+			"have started, or start the server when a GPU is free.", len(e.wl.st.Entries))}
+	}
+	return grow, nil
 }
 
 // maxEntriesPerUser bounds one user's entries when the policy does not (no maxServers, or exempt): with
@@ -329,13 +348,16 @@ func (e *Engine) joinLocked(r Request, asked classified, eff quota.Effective, no
 	en := waitlist.Entry{User: r.User, Server: r.Server, Class: class, Kind: unit.Kind,
 		Description: unitName(unit), Resources: r.Resources, NodeSelector: r.NodeSelector,
 		Profile: r.Profile, AutoStart: r.Waitlist != nil && r.Waitlist.AutoStart, UserOptions: r.UserOptions, JoinedAt: now}
-	if e.wl.st.Find(r.User, r.Server) < 0 { // a server already queued keeps its place (its entry is replaced)
-		if err := e.roomLocked(en); err != nil {
-			return Place{}, err
-		}
+	grow, err := e.roomLocked(en)
+	if err != nil {
+		return Place{}, err
 	}
+	sized := e.wl.sized && e.wl.sizeGen == e.wl.gen
 	en = e.wl.st.Join(en, now)
 	e.wl.gen++
+	if sized { // joins in a row grow the known size, not encode the whole queue each (within a few bytes: the arrival number)
+		e.wl.size, e.wl.sizeGen = e.wl.size+grow, e.wl.gen
+	}
 	e.waitlistMetricsLocked()
 	return e.placeLocked(en, now), nil
 }

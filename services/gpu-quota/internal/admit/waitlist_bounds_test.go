@@ -261,15 +261,54 @@ func TestWaitlistFull(t *testing.T) {
 	if got, _, _ := r.eng.WaitlistSnapshot(); len(got.Entries) != len(st.Entries) {
 		t.Errorf("%d entries, want %d (dave not queued)", len(got.Entries), len(st.Entries))
 	}
+	// A queued server may change its entry when it does not grow the queue beyond the bound.
 	again := h100("u000", "", 1)
+	again.UserOptions = map[string]any{"profile": "h100", "pad": strings.Repeat("x", 7<<10+512)}
+	if _, err := r.eng.Join(again); !errors.As(err, &je) || !strings.HasPrefix(je.Message, "The waitlist is full right now") {
+		t.Errorf("a queued server growing its entry past the bound: %v, want the waitlist full", err)
+	}
 	again.UserOptions = map[string]any{"profile": "h100"}
 	if _, err := r.eng.Join(again); err != nil {
-		t.Errorf("a queued server changing its entry: %v", err)
+		t.Errorf("a queued server making its entry smaller: %v", err)
 	}
 	if err := r.eng.Leave("u001", ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.eng.Join(req); err != nil {
 		t.Errorf("join once there is room again: %v", err)
+	}
+	// Joins in a row grow the known size instead of encoding the queue again: it stays within a few bytes.
+	for _, u := range []string{"erin", "frank"} {
+		if _, err := r.eng.Join(h100(u, "", 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.eng.mu.Lock()
+	b, err := json.Marshal(r.eng.wl.st)
+	known, current := r.eng.wl.size, r.eng.wl.sized && r.eng.wl.sizeGen == r.eng.wl.gen
+	r.eng.mu.Unlock()
+	if err != nil || !current || known < len(b)-16 || known > len(b)+16 {
+		t.Errorf("known size %d (current %v), the queue's JSON %d bytes", known, current, len(b))
+	}
+}
+
+// TestWaitlistEntryBound: one entry as saved is bounded whatever makes it large (an API join may send a long profile
+// or node selector, not only options), and a server already queued cannot grow its entry past it either.
+func TestWaitlistEntryBound(t *testing.T) {
+	r := newWaitRig(t, &decayedTable{m: map[string]map[string]float64{}})
+	r.create(t, h100Pod("carol-1", "carol", "", t0.Add(-time.Hour)))
+	r.create(t, h100Pod("carol-2", "carol", "two", t0.Add(-time.Hour)))
+	req := h100("dave", "", 1)
+	if _, err := r.eng.Join(req); err != nil {
+		t.Fatal(err)
+	}
+	req.Profile = strings.Repeat("p", 20<<10)
+	_, err := r.eng.Join(req)
+	var je *JoinError
+	if !errors.As(err, &je) || !strings.Contains(je.Message, "more than it keeps for one server (16 KiB)") {
+		t.Fatalf("re-join with a 20 KiB profile: %v, want refused for the entry's size", err)
+	}
+	if st, _, _ := r.eng.WaitlistSnapshot(); len(st.Entries) != 1 || st.Entries[0].Profile != "" {
+		t.Errorf("entries %+v, want dave's first entry unchanged", st.Entries)
 	}
 }

@@ -279,7 +279,7 @@ func Run(ctx context.Context, o Options) error {
 		wasSynced.Store(true)
 		return nil
 	}
-	wl := &waitlister{o: o, store: o.WaitlistStore, log: decisions}
+	wl := &waitlister{o: o, store: o.WaitlistStore, log: decisions, stopping: ctx.Done()}
 	if wl.saveMetrics, err = newSaveMetrics(o.Registry); err != nil {
 		return err
 	}

@@ -36,14 +36,17 @@ type WaitlistStore interface {
 
 // waitlister loads, moves on and saves the waitlist.
 type waitlister struct {
-	o       Options
-	eng     *admit.Engine
-	log     *decision.Log
-	store   WaitlistStore
-	version atomic.Int64
-	saved   atomic.Uint64 // the engine's generation last saved
-	loadErr atomic.Pointer[error]
-	decayed atomic.Pointer[decayedAnswer]
+	o     Options
+	eng   *admit.Engine
+	log   *decision.Log
+	store WaitlistStore
+	// stopping ends when the process stops (nil: never): the loop's last save then comes from the replica that
+	// still holds the Lease, not from one that lost it.
+	stopping <-chan struct{}
+	version  atomic.Int64
+	saved    atomic.Uint64 // the engine's generation last saved
+	loadErr  atomic.Pointer[error]
+	decayed  atomic.Pointer[decayedAnswer]
 
 	// saveMu serializes saves (the loop's and the last one when leadership ends) and guards the backoff.
 	saveMu sync.Mutex
@@ -141,9 +144,8 @@ func (w *waitlister) save(ctx context.Context) { w.saveWhen(ctx, false, true) }
 // saveLast is the leader's save before the process ends (it still holds the Lease): tried whatever the backoff.
 func (w *waitlister) saveLast(ctx context.Context) { w.saveWhen(ctx, true, true) }
 
-// saveOnLeaving is the loop's save when it ends, which may be after the Lease was lost: tried whatever the
-// backoff, but a queue stored since by someone else (the next leader) is left as it is, not replaced by this
-// replica's older one.
+// saveOnLeaving is the loop's save when it ends after the Lease was lost: tried whatever the backoff, but a queue
+// stored since by someone else (the next leader) is left as it is, not replaced by this replica's older one.
 func (w *waitlister) saveOnLeaving(ctx context.Context) { w.saveWhen(ctx, true, false) }
 
 func (w *waitlister) saveWhen(ctx context.Context, now, leading bool) {
@@ -155,7 +157,7 @@ func (w *waitlister) saveWhen(ctx context.Context, now, leading bool) {
 	}
 	v, err := w.store.Save(ctx, st, w.version.Load())
 	if errors.Is(err, waitlist.ErrConflict) && !leading {
-		w.o.Logger.Info("the stored waitlist was written since this replica saved it (the next leader): its last changes are left unsaved")
+		w.o.Logger.Info("this replica no longer leads and the stored waitlist was written since it saved it: its last changes are left to the queue stored since")
 		return
 	}
 	if errors.Is(err, waitlist.ErrConflict) {
@@ -175,6 +177,19 @@ func (w *waitlister) saveWhen(ctx context.Context, now, leading bool) {
 	}
 	w.version.Store(v)
 	w.saved.Store(gen)
+}
+
+// saveAtEnd is the loop's save when it ends: the leader's last save when the process stops (it holds the Lease
+// until it gives it back), else the Lease was lost and saveOnLeaving keeps what the next leader stored.
+func (w *waitlister) saveAtEnd(ctx context.Context) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	select {
+	case <-w.stopping:
+		w.saveLast(sctx)
+	default:
+		w.saveOnLeaving(sctx)
+	}
 }
 
 // notLeading forgets the failures when this replica stops moving the queue: the next leader saves its own.
@@ -230,9 +245,7 @@ func (w *waitlister) run(ctx context.Context) {
 		w.step(ctx)
 		if !w.untilTick(ctx, ticks, saves.C) {
 			// Save what the last step changed before leadership (or the process) ends.
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			w.saveOnLeaving(sctx)
-			cancel()
+			w.saveAtEnd(ctx)
 			w.notLeading()
 			return
 		}

@@ -261,24 +261,27 @@ func newSaver(t *testing.T, store WaitlistStore, now func() time.Time) (*waitlis
 }
 
 // A replica whose loop ends after it lost the Lease leaves the queue the next leader stored since (it would
-// replace it with its older one); the leader's last save at shutdown, still holding the Lease, replaces a
-// former leader's late write.
+// replace it with its older one); when the loop ends because the process stops, the replica still holds the Lease
+// and its last save replaces a former leader's late write, as the leader's save at shutdown does.
 func TestWaitlistLeavingKeepsTheNextLeadersQueue(t *testing.T) {
 	store := &memStore{}
 	w, logs := newSaver(t, store, time.Now)
+	stopping := make(chan struct{})
+	w.stopping = stopping // open: the process goes on, the Lease was lost
 	next := waitlist.State{Entries: []waitlist.Entry{{User: "frank", Class: "h100"}}}
 	if _, err := store.Save(context.Background(), next, 0); err != nil { // the next leader's
 		t.Fatal(err)
 	}
-	w.saveOnLeaving(context.Background())
+	w.saveAtEnd(context.Background())
 	if e := store.entries(); len(e) != 1 || e[0].User != "frank" {
-		t.Errorf("after the loop ended: stored %+v, want the next leader's (frank)", e)
+		t.Errorf("after the loop ended with the Lease lost: stored %+v, want the next leader's (frank)", e)
 	}
-	if !strings.Contains(logs.String(), "left unsaved") {
-		t.Errorf("no line says the last changes are left unsaved:\n%s", logs)
+	if !strings.Contains(logs.String(), "no longer leads") {
+		t.Errorf("no line says the last changes are left:\n%s", logs)
 	}
-	w.saveLast(context.Background())
+	close(stopping) // the process stops
+	w.saveAtEnd(context.Background())
 	if e := store.entries(); len(e) != 1 || e[0].User != "erin" {
-		t.Errorf("after the leader's last save: stored %+v, want its own (erin)", e)
+		t.Errorf("after the loop ended with the process: stored %+v, want this leader's own (erin)", e)
 	}
 }
