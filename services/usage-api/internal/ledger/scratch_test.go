@@ -288,7 +288,8 @@ func TestIncrementBoxes(t *testing.T) {
 
 // TestCommitCanceled: a commit whose context ends at any moment, the increments' statements on SQLite's driver
 // connection included, writes all or nothing: the checkpoint's sums stay the table's, and the checkpoint is the
-// last commit that returned no error.
+// last commit that returned no error, or one whose deadline hit while COMMIT's answer was on its way (it went
+// through; PostgreSQL over TCP, seen in a CI run).
 func TestCommitCanceled(t *testing.T) {
 	ctx := context.Background()
 	s := openTestStore(t)
@@ -315,7 +316,7 @@ func TestCommitCanceled(t *testing.T) {
 	}
 	cp = next(cp)
 	full := time.Since(start)
-	canceled, midIncrements := 0, 0
+	canceled, midIncrements, lostAnswers := 0, 0, 0
 	for i := range 20 {
 		cctx, cancel := context.WithTimeout(ctx, full*time.Duration(i)/10)
 		err := s.Commit(cctx, &cp, next(cp), incs)
@@ -329,11 +330,17 @@ func TestCommitCanceled(t *testing.T) {
 			}
 		}
 		stored := checkConsistent(t, s)
+		if err != nil && strings.HasPrefix(err.Error(), "commit ledger transaction") && cmp.Equal(next(cp), stored) {
+			// The deadline hit while COMMIT's answer was on its way: the commit went through with its answer lost
+			// (Ledger.Record handles it: the next tick finds the checkpoint moved). All of it, never a part.
+			cp, lostAnswers = stored, lostAnswers+1
+		}
 		if diff := cmp.Diff(cp, stored); diff != "" {
 			t.Fatalf("deadline %d/10 of a commit (err %v): checkpoint (-last committed +stored):\n%s", i, err, diff)
 		}
 	}
-	t.Logf("%d of 20 commits canceled, %d of them while writing the increments", canceled, midIncrements)
+	t.Logf("%d of 20 commits canceled, %d of them while writing the increments, %d committed with the answer lost",
+		canceled, midIncrements, lostAnswers)
 }
 
 // TestScratchSizes: memory kept from tick to tick serves a tick that needs no more of it and at least a quarter;
