@@ -266,16 +266,27 @@ func (a *Authenticator) refusal(id *Identity) error {
 // service's scope. They act for their user alone (New drops admin powers from them): the server role holds no
 // admin scope, and whoever the server is shared with can read $JUPYTERHUB_API_TOKEN.
 func (i *Identity) serverOnly() bool {
-	own := false
+	broad, own, _ := i.serverReach()
+	return own && !broad
+}
+
+// serverReach is how the token reaches servers: broad, to every server or every one of its user's
+// (access:servers, access:servers!user=<self>); own, through access:servers!server= scopes naming its user's
+// servers; other, the last server of another user named so ("bob/", "bob/gpu"; '/' is not allowed in Hub user
+// names, so the owner is what comes before it).
+func (i *Identity) serverReach() (broad, own bool, other string) {
 	for _, s := range i.Scopes {
-		switch {
-		case s == "access:servers" || s == "access:servers!user="+i.Name:
-			return false
-		case strings.HasPrefix(s, "access:servers!server="+i.Name+"/"): // '/' is not allowed in Hub user names
-			own = true
+		if s == "access:servers" || s == "access:servers!user="+i.Name {
+			broad = true
+		} else if server, ok := strings.CutPrefix(s, "access:servers!server="); ok {
+			if owner, _, _ := strings.Cut(server, "/"); owner == i.Name {
+				own = true
+			} else {
+				other = server
+			}
 		}
 	}
-	return own
+	return broad, own, other
 }
 
 // mayAccess reports whether the token's scopes grant access to the Hub service name.
@@ -293,20 +304,10 @@ func (i *Identity) otherUsersServer() string {
 	if i.Kind != "user" {
 		return ""
 	}
-	other := ""
-	for _, s := range i.Scopes {
-		switch {
-		case s == "access:servers" || s == "access:servers!user="+i.Name:
-			return ""
-		case strings.HasPrefix(s, "access:servers!server="):
-			server := strings.TrimPrefix(s, "access:servers!server=")
-			if owner, _, _ := strings.Cut(server, "/"); owner == i.Name {
-				return ""
-			}
-			other = server
-		}
+	if broad, own, other := i.serverReach(); !broad && !own {
+		return other
 	}
-	return other
+	return ""
 }
 
 func (a *Authenticator) authenticate(ctx context.Context, tok string) (*Identity, error) {

@@ -144,10 +144,6 @@ func (w *waitlister) save(ctx context.Context) { w.saveWhen(ctx, false, true) }
 // saveLast is the leader's save before the process ends (it still holds the Lease): tried whatever the backoff.
 func (w *waitlister) saveLast(ctx context.Context) { w.saveWhen(ctx, true, true) }
 
-// saveOnLeaving is the loop's save when it ends after the Lease was lost: tried whatever the backoff, but a queue
-// stored since by someone else (the next leader) is left as it is, not replaced by this replica's older one.
-func (w *waitlister) saveOnLeaving(ctx context.Context) { w.saveWhen(ctx, true, false) }
-
 func (w *waitlister) saveWhen(ctx context.Context, now, leading bool) {
 	w.saveMu.Lock()
 	defer w.saveMu.Unlock()
@@ -179,16 +175,17 @@ func (w *waitlister) saveWhen(ctx context.Context, now, leading bool) {
 	w.saved.Store(gen)
 }
 
-// saveAtEnd is the loop's save when it ends: the leader's last save when the process stops (it holds the Lease
-// until it gives it back), else the Lease was lost and saveOnLeaving keeps what the next leader stored.
+// saveAtEnd is the loop's save when it ends, tried whatever the backoff: the leader's last save when the process
+// stops (it holds the Lease until it gives it back); else the Lease was lost, and a queue stored since by someone
+// else (the next leader) is left as it is, not replaced by this replica's older one.
 func (w *waitlister) saveAtEnd(ctx context.Context) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	select {
 	case <-w.stopping:
-		w.saveLast(sctx)
+		w.saveWhen(sctx, true, true)
 	default:
-		w.saveOnLeaving(sctx)
+		w.saveWhen(sctx, true, false)
 	}
 }
 
